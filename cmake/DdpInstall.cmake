@@ -1,0 +1,23 @@
+# Installs ddp so that a user's project can do
+#   find_package(ddp REQUIRED)
+#   target_link_libraries(app PRIVATE ddp::ddp)
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS ddp EXPORT ddpTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY include/ddp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT ddpTargets NAMESPACE ddp::
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddp)
+
+configure_package_config_file(cmake/ddpConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/ddpConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddp)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/ddpConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/ddpConfig.cmake
+              ${PROJECT_BINARY_DIR}/ddpConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddp)

@@ -1,0 +1,79 @@
+#pragma once
+
+/// \file environment.hpp
+/// Where this process sits in a job: rank, world size, local rank, node and
+/// the rendezvous address, as given by torchrun (or ddprun), Open MPI or
+/// Slurm, optionally overridden by explicit values.
+///
+/// Note [Environment variables are read in one place]
+/// captureEnvironment() is the only function in ddp that reads the process
+/// environment. Everything else works on the EnvironmentMap it returns, so
+/// resolution is a pure function that tests can call with any variables.
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace ddp {
+
+/// The launcher whose variables described this process.
+enum class LaunchSource {
+  kNone,      ///< No launcher variables: a single process.
+  kTorchrun,  ///< RANK / WORLD_SIZE / LOCAL_RANK ... (torchrun, ddprun).
+  kOpenMpi,   ///< OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE.
+  kSlurm,     ///< SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID ...
+  kExplicit,  ///< Rank and world size given by the program itself.
+};
+
+/// A human-readable name of a launch source ("torchrun", "Open MPI", ...).
+const char* toString(LaunchSource source) noexcept;
+
+/// A snapshot of environment variables, name to value.
+using EnvironmentMap = std::map<std::string, std::string>;
+
+/// Copies the process environment. The only place ddp reads it.
+EnvironmentMap captureEnvironment();
+
+/// The default rendezvous port, as torchrun's.
+inline constexpr int kDefaultMasterPort = 29500;
+
+/// Where this process sits in the job, fully resolved and validated.
+struct Topology {
+  /// Global rank, 0 <= rank < world_size.
+  int rank = 0;
+  /// Number of processes in the job.
+  int world_size = 1;
+  /// Rank among the processes on this node.
+  int local_rank = 0;
+  /// Number of processes on this node.
+  int local_world_size = 1;
+  /// Index of this node (torchrun's GROUP_RANK, Slurm's SLURM_NODEID).
+  int group_rank = 0;
+  /// Host of the rendezvous store (rank 0's address).
+  std::string master_addr = "127.0.0.1";
+  /// Port of the rendezvous store.
+  int master_port = kDefaultMasterPort;
+  /// Which launcher's variables described this process.
+  LaunchSource source = LaunchSource::kNone;
+};
+
+/// Explicit values that take precedence over the environment. Unset fields
+/// come from the environment.
+struct TopologyOverrides {
+  std::optional<int> rank;              ///< Overrides the launcher's rank.
+  std::optional<int> world_size;        ///< Overrides the world size.
+  std::optional<int> local_rank;        ///< Overrides the local rank.
+  std::optional<int> local_world_size;  ///< Overrides the local world size.
+  std::optional<std::string> master_addr;  ///< Overrides MASTER_ADDR.
+  std::optional<int> master_port;          ///< Overrides MASTER_PORT.
+};
+
+/// Resolves the topology from launcher variables and overrides, in this
+/// order of precedence: overrides, torchrun, Open MPI, Slurm; with none of
+/// them a single process (world size 1, no network).
+/// \throws ConfigError naming the variable, its value and the fix when a
+///   value is missing, not a number, out of range or inconsistent.
+Topology resolveTopology(const EnvironmentMap& env,
+                         const TopologyOverrides& overrides = {});
+
+}  // namespace ddp

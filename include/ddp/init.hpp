@@ -1,0 +1,65 @@
+#pragma once
+
+/// \file init.hpp
+/// Starting a process group from a launcher's environment.
+///
+/// \code
+///   auto group = ddp::init();  // torchrun, ddprun, mpirun, srun or alone
+///   torch::Tensor t = torch::ones({4}) * group->rank();
+///   group->allReduce(t, ddp::ReduceOp::kSum);
+/// \endcode
+
+#include <torch/arg.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddp/environment.hpp"
+#include "ddp/process_group.hpp"
+
+namespace ddp {
+
+/// Options of ddp::init(). Unset topology fields come from the environment;
+/// set ones override it.
+struct InitOptions {
+  /// "gloo" (CPU tensors; CUDA tensors staged through the host), "nccl" (CUDA
+  /// tensors; needs a CUDA LibTorch) or "auto" (NCCL for CUDA tensors where
+  /// available, Gloo for the rest).
+  TORCH_ARG(std::string, backend) = "auto";
+  /// This process's rank; overrides RANK and its equivalents.
+  TORCH_ARG(std::optional<int>, rank) = std::nullopt;
+  /// The number of processes; overrides WORLD_SIZE and its equivalents.
+  TORCH_ARG(std::optional<int>, world_size) = std::nullopt;
+  /// Rank on this node; overrides LOCAL_RANK and its equivalents.
+  TORCH_ARG(std::optional<int>, local_rank) = std::nullopt;
+  /// Processes on this node; overrides LOCAL_WORLD_SIZE and its equivalents.
+  TORCH_ARG(std::optional<int>, local_world_size) = std::nullopt;
+  /// Host of rank 0's rendezvous store; overrides MASTER_ADDR.
+  TORCH_ARG(std::optional<std::string>, master_addr) = std::nullopt;
+  /// Port of rank 0's rendezvous store; overrides MASTER_PORT.
+  TORCH_ARG(std::optional<int>, master_port) = std::nullopt;
+  /// How long to wait for the master and for every rank to join.
+  TORCH_ARG(std::chrono::milliseconds, rendezvous_timeout) = std::chrono::minutes(5);
+  /// How long one collective may take before it fails (PyTorch's default).
+  TORCH_ARG(std::chrono::milliseconds, collective_timeout) = std::chrono::minutes(30);
+  /// Network interface for Gloo; overrides GLOO_SOCKET_IFNAME. Empty: the
+  /// interface that routes to the master.
+  TORCH_ARG(std::string, gloo_interface) = "";
+};
+
+/// Starts this process's process group: resolves the topology from the
+/// environment and `options`, meets the other ranks at rank 0's store (hosted
+/// by rank 0, bound to the master address only) and starts the engine. With
+/// world size 1 nothing touches the network.
+/// \throws ConfigError for bad options or environment variables,
+///   RendezvousError when the ranks cannot meet, BackendUnavailableError for a
+///   backend this build lacks.
+std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
+
+/// As init(options), with the environment given explicitly (for tests and
+/// embedding); the process environment is not read.
+std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env);
+
+}  // namespace ddp

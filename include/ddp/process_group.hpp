@@ -1,0 +1,103 @@
+#pragma once
+
+/// \file process_group.hpp
+/// The process group: the ranks of a job and the collectives between them.
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <string>
+
+#include "ddp/environment.hpp"
+#include "ddp/work.hpp"
+
+namespace ddp {
+
+/// How a reduction combines the ranks' values.
+enum class ReduceOp {
+  kSum,      ///< Element-wise sum.
+  kAverage,  ///< Sum divided by the world size (integers: truncated).
+  kMin,      ///< Element-wise minimum.
+  kMax,      ///< Element-wise maximum.
+  kProduct,  ///< Element-wise product.
+};
+
+/// The name of a reduction ("sum", "average", ...).
+const char* toString(ReduceOp op) noexcept;
+
+/// The ranks of a job and the collectives between them, over one engine
+/// (Gloo, NCCL, or `auto`, which picks per tensor device).
+///
+/// Every collective exists in two forms: `allReduce(...)` blocks until done;
+/// `allReduceAsync(...)` returns a ddp::Work to wait on later. All ranks
+/// must issue the same collectives in the same order. Tensors must be dense
+/// and contiguous, of dtype float32, float64, bfloat16, float16, int32 or
+/// int64.
+///
+/// Note [Arguments are checked before any engine sees them]
+/// A wrong size on one rank would otherwise surface as a hang or a garbled
+/// result on another. The public methods validate, then call the backend's
+/// do...() implementation, which may assume valid arguments.
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  /// This process's rank, 0 <= rank() < size().
+  int rank() const noexcept { return topology_.rank; }
+  /// The number of processes in the group.
+  int size() const noexcept { return topology_.world_size; }
+  /// Rank, local rank, node and rendezvous address of this process.
+  const Topology& topology() const noexcept { return topology_; }
+  /// How long a collective may take before it fails with TimeoutError.
+  std::chrono::milliseconds collectiveTimeout() const noexcept { return collective_timeout_; }
+  /// The engine's name: "gloo", "nccl" or "auto(gloo,nccl)".
+  virtual std::string backendName() const = 0;
+
+  /// Reduces `tensor` across ranks in place; every rank gets the result.
+  Work allReduceAsync(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  /// Blocking form of allReduceAsync().
+  void allReduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+
+  /// Copies `tensor` from rank `root` into `tensor` on every rank.
+  Work broadcastAsync(const at::Tensor& tensor, int root = 0);
+  /// Blocking form of broadcastAsync().
+  void broadcast(const at::Tensor& tensor, int root = 0);
+
+  /// Concatenates every rank's `input` into `output` (size() * input.numel()
+  /// elements, rank r's input at offset r * input.numel()).
+  Work allGatherAsync(const at::Tensor& output, const at::Tensor& input);
+  /// Blocking form of allGatherAsync().
+  void allGather(const at::Tensor& output, const at::Tensor& input);
+
+  /// Reduces `input` (size() * output.numel() elements) across ranks and
+  /// leaves chunk r of the result in `output` on rank r.
+  Work reduceScatterAsync(const at::Tensor& output, const at::Tensor& input,
+                          ReduceOp op = ReduceOp::kSum);
+  /// Blocking form of reduceScatterAsync().
+  void reduceScatter(const at::Tensor& output, const at::Tensor& input,
+                     ReduceOp op = ReduceOp::kSum);
+
+  /// Completes when every rank has reached it.
+  Work barrierAsync();
+  /// Blocking form of barrierAsync().
+  void barrier();
+
+ protected:
+  ProcessGroup(Topology topology, std::chrono::milliseconds collective_timeout);
+
+  /// Backend implementations; arguments are already validated.
+  virtual Work doAllReduce(const at::Tensor& tensor, ReduceOp op) = 0;
+  virtual Work doBroadcast(const at::Tensor& tensor, int root) = 0;
+  virtual Work doAllGather(const at::Tensor& output, const at::Tensor& input) = 0;
+  virtual Work doReduceScatter(const at::Tensor& output, const at::Tensor& input,
+                               ReduceOp op) = 0;
+  virtual Work doBarrier() = 0;
+
+ private:
+  Topology topology_;
+  std::chrono::milliseconds collective_timeout_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,43 @@
+#pragma once
+
+/// \file work.hpp
+/// A handle on an asynchronous collective.
+
+#include <memory>
+#include <string>
+
+namespace ddp {
+
+namespace detail {
+class WorkImpl;
+}  // namespace detail
+
+/// A collective in flight. Returned by the `...Async` methods of
+/// ddp::ProcessGroup; `wait()` blocks until the result is in the tensors.
+///
+/// A Work must be waited on before its tensors are read. Waiting twice is
+/// allowed; the second wait returns at once (or throws the same error).
+class [[nodiscard]] Work {
+ public:
+  /// A handle that is already complete (nothing to wait for).
+  Work();
+  explicit Work(std::shared_ptr<detail::WorkImpl> impl);
+
+  /// Blocks until the collective has finished and its result is in place.
+  /// \throws TimeoutError when it did not finish within the collective
+  ///   timeout, naming the operation.
+  /// \throws CollectiveError when the engine reported another failure.
+  void wait();
+
+  /// True once the collective has finished (successfully or not). Does not
+  /// block; a finished collective still needs wait() to apply its result.
+  bool isCompleted() const;
+
+  /// What this collective is, e.g. "allReduce(sum) of 1024 float32 elements".
+  std::string description() const;
+
+ private:
+  std::shared_ptr<detail::WorkImpl> impl_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,64 @@
+// `auto`: one process group over two engines, chosen per tensor: NCCL for
+// CUDA tensors where this build and machine have it, Gloo for everything
+// else. Both engines meet through the same store under different prefixes.
+
+#include <ATen/Context.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "backends/backends.hpp"
+
+namespace ddp::backends {
+namespace {
+
+class AutoProcessGroup final : public ProcessGroup {
+ public:
+  AutoProcessGroup(const BackendContext& context, std::shared_ptr<ProcessGroup> cpu,
+                   std::shared_ptr<ProcessGroup> cuda)
+      : ProcessGroup(context.topology, context.collective_timeout),
+        cpu_(std::move(cpu)),
+        cuda_(std::move(cuda)) {}
+
+  std::string backendName() const override {
+    return "auto(" + cpu_->backendName() + (cuda_ ? "," + cuda_->backendName() : "") + ")";
+  }
+
+ protected:
+  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
+    return engineFor(tensor).allReduceAsync(tensor, op);
+  }
+  Work doBroadcast(const at::Tensor& tensor, int root) override {
+    return engineFor(tensor).broadcastAsync(tensor, root);
+  }
+  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
+    return engineFor(input).allGatherAsync(output, input);
+  }
+  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    return engineFor(input).reduceScatterAsync(output, input, op);
+  }
+  Work doBarrier() override { return cpu_->barrierAsync(); }
+
+ private:
+  ProcessGroup& engineFor(const at::Tensor& tensor) {
+    return (cuda_ && tensor.is_cuda()) ? *cuda_ : *cpu_;
+  }
+
+  std::shared_ptr<ProcessGroup> cpu_;
+  std::shared_ptr<ProcessGroup> cuda_;
+};
+
+BackendContext withPrefix(const BackendContext& context, const std::string& prefix) {
+  BackendContext prefixed = context;
+  prefixed.store = c10::make_intrusive<c10d::PrefixStore>(prefix, context.store);
+  return prefixed;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> makeAutoProcessGroup(const BackendContext& context) {
+  auto cpu = makeGlooProcessGroup(withPrefix(context, "gloo"));
+  std::shared_ptr<ProcessGroup> cuda;
+  if (ncclCompiledIn() && at::hasCUDA()) cuda = makeNcclProcessGroup(withPrefix(context, "nccl"));
+  return std::make_shared<AutoProcessGroup>(context, std::move(cpu), std::move(cuda));
+}
+
+}  // namespace ddp::backends

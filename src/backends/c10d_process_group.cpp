@@ -1,0 +1,102 @@
+#include "backends/c10d_process_group.hpp"
+
+#include <vector>
+
+namespace ddp::backends {
+
+C10dProcessGroup::C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine,
+                                   std::string name)
+    : ProcessGroup(context.topology, context.collective_timeout),
+      engine_(std::move(engine)),
+      name_(std::move(name)) {}
+
+detail::CollectiveInfo C10dProcessGroup::info(const char* name, const at::Tensor& tensor,
+                                              std::optional<ReduceOp> op) const {
+  detail::CollectiveInfo info;
+  info.name = name;
+  info.op = op;
+  info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
+  info.numel = tensor.defined() ? tensor.numel() : 0;
+  info.rank = rank();
+  info.world_size = size();
+  info.timeout = collectiveTimeout();
+  return info;
+}
+
+c10d::ReduceOp C10dProcessGroup::toC10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kAverage: return c10d::ReduceOp::AVG;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+Work C10dProcessGroup::doAllReduce(const at::Tensor& tensor, ReduceOp op) {
+  return detail::startCollective(info("allReduce", tensor, op), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = toC10d(op);
+    options.timeout = collectiveTimeout();
+    return engine_->allreduce(tensors, options);
+  });
+}
+
+Work C10dProcessGroup::doBroadcast(const at::Tensor& tensor, int root) {
+  return broadcastAs(tensor, tensor, root);
+}
+
+Work C10dProcessGroup::broadcastAs(const at::Tensor& described, const at::Tensor& moved,
+                                   int root) {
+  return detail::startCollective(info("broadcast", described), [&] {
+    std::vector<at::Tensor> tensors{moved};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = collectiveTimeout();
+    return engine_->broadcast(tensors, options);
+  });
+}
+
+Work C10dProcessGroup::doAllGather(const at::Tensor& output, const at::Tensor& input) {
+  return allGatherAs(input, output, input);
+}
+
+Work C10dProcessGroup::allGatherAs(const at::Tensor& described, const at::Tensor& output,
+                                   const at::Tensor& input) {
+  return detail::startCollective(info("allGather", described), [&] {
+    // c10d's portable all-gather takes one output tensor per rank; views into
+    // the caller's flat output receive the data without a copy back.
+    const int64_t chunk = input.numel();
+    at::Tensor flat_output = output.view({-1});
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < size(); ++r) outputs[0].push_back(flat_output.narrow(0, r * chunk, chunk));
+    std::vector<at::Tensor> inputs{input.view({-1})};
+    c10d::AllgatherOptions options;
+    options.timeout = collectiveTimeout();
+    return engine_->allgather(outputs, inputs, options);
+  });
+}
+
+Work C10dProcessGroup::doReduceScatter(const at::Tensor& output, const at::Tensor& input,
+                                       ReduceOp op) {
+  return detail::startCollective(info("reduceScatter", output, op), [&] {
+    at::Tensor flat_output = output.view({-1});
+    at::Tensor flat_input = input.view({-1});
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = toC10d(op);
+    options.timeout = collectiveTimeout();
+    return engine_->_reduce_scatter_base(flat_output, flat_input, options);
+  });
+}
+
+Work C10dProcessGroup::doBarrier() {
+  return detail::startCollective(info("barrier", at::Tensor()), [&] {
+    c10d::BarrierOptions options;
+    options.timeout = collectiveTimeout();
+    return engine_->barrier(options);
+  });
+}
+
+}  // namespace ddp::backends

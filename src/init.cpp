@@ -1,0 +1,114 @@
+#include "ddp/init.hpp"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "backends/backends.hpp"
+#include "ddp/errors.hpp"
+#include "ddp/tcp_store.hpp"
+
+namespace ddp {
+namespace {
+
+void validate(const InitOptions& options) {
+  const std::string& backend = options.backend();
+  if (backend != "auto" && backend != "gloo" && backend != "nccl") {
+    throw ConfigError("unknown backend '" + backend +
+                      "': ddp offers 'auto', 'gloo' and 'nccl'. Use 'gloo' for CPU training, "
+                      "'nccl' for GPUs, or 'auto' to pick per tensor.");
+  }
+  auto positive = [](std::chrono::milliseconds value, const char* name) {
+    if (value.count() <= 0) {
+      throw ConfigError(std::string(name) + " is " + std::to_string(value.count()) +
+                        " ms; it must be positive, e.g. std::chrono::seconds(60).");
+    }
+  };
+  positive(options.rendezvous_timeout(), "rendezvous_timeout");
+  positive(options.collective_timeout(), "collective_timeout");
+}
+
+std::string rankKey(int rank) { return "ddp/joined/" + std::to_string(rank); }
+
+// Note [Joining before the engine starts]
+// Gloo's own rendezvous would also time out when a rank is missing, but its
+// message names a store key, not a rank. ddp first has every rank announce
+// itself with its world size, so a missing rank or a rank started with
+// another WORLD_SIZE is reported as such.
+void joinAllRanks(c10d::Store& store, const Topology& topology,
+                  std::chrono::milliseconds timeout) {
+  const std::string world = std::to_string(topology.world_size);
+  store.set(rankKey(topology.rank), std::vector<uint8_t>(world.begin(), world.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < topology.world_size; ++r) keys.push_back(rankKey(r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < topology.world_size; ++r) {
+      if (store.check({rankKey(r)})) continue;
+      if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    throw RendezvousError(
+        "rendezvous at " + topology.master_addr + ":" + std::to_string(topology.master_port) +
+        " timed out after " + std::to_string(timeout.count()) + " ms: " +
+        std::to_string(count) + " of " + world + " ranks never joined (missing: " + missing +
+        "). Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, check that "
+        "none of them failed at start-up, or raise the rendezvous timeout.");
+  }
+  for (int r = 0; r < topology.world_size; ++r) {
+    auto value = store.get(rankKey(r));
+    std::string theirs(value.begin(), value.end());
+    if (theirs != world) {
+      throw ConfigError("rank " + std::to_string(r) + " was started with world size " + theirs +
+                        " but rank " + std::to_string(topology.rank) + " with " + world +
+                        ": every rank must be given the same WORLD_SIZE.");
+    }
+  }
+}
+
+compat::StorePtr connectStore(const Topology& topology, std::chrono::milliseconds timeout) {
+  if (topology.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  auto store = c10::make_intrusive<TcpStore>(TcpStoreOptions()
+                                                 .host(topology.master_addr)
+                                                 .port(topology.master_port)
+                                                 .is_server(topology.rank == 0)
+                                                 .timeout(timeout));
+  joinAllRanks(*store, topology, timeout);
+  return c10::make_intrusive<c10d::PrefixStore>("ddp/engine", store);
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
+  return init(options, captureEnvironment());
+}
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
+  validate(options);
+  TopologyOverrides overrides;
+  overrides.rank = options.rank();
+  overrides.world_size = options.world_size();
+  overrides.local_rank = options.local_rank();
+  overrides.local_world_size = options.local_world_size();
+  overrides.master_addr = options.master_addr();
+  overrides.master_port = options.master_port();
+
+  backends::BackendContext context;
+  context.topology = resolveTopology(env, overrides);
+  context.collective_timeout = options.collective_timeout();
+  context.gloo_interface = options.gloo_interface();
+  if (context.gloo_interface.empty() && env.count("GLOO_SOCKET_IFNAME")) {
+    context.gloo_interface = env.at("GLOO_SOCKET_IFNAME");
+  }
+  // Fail before touching the network if the backend cannot exist here.
+  if (options.backend() == "nccl" && !backends::ncclCompiledIn()) {
+    return backends::makeNcclProcessGroup(context);
+  }
+  context.store = connectStore(context.topology, options.rendezvous_timeout());
+  if (options.backend() == "gloo") return backends::makeGlooProcessGroup(context);
+  if (options.backend() == "nccl") return backends::makeNcclProcessGroup(context);
+  return backends::makeAutoProcessGroup(context);
+}
+
+}  // namespace ddp

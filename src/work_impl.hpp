@@ -1,0 +1,60 @@
+#pragma once
+
+// Internal: what a ddp::Work holds, and how collectives are started.
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "compat/torch_compat.hpp"
+#include "ddp/process_group.hpp"
+
+namespace ddp::detail {
+
+/// What a collective is, kept so that an error can name it. The text is
+/// built only when needed, off the hot path.
+struct CollectiveInfo {
+  const char* name = "";
+  std::optional<ReduceOp> op;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  int64_t numel = 0;
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{0};
+
+  std::string describe() const;
+};
+
+/// A collective in flight on an engine, plus an optional step that runs on
+/// the waiting thread once the engine is done (copying a widened bfloat16
+/// result back, dividing a sum into an average, reducing received chunks).
+class WorkImpl {
+ public:
+  WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish);
+
+  void wait();
+  bool isCompleted() const;
+  std::string description() const { return info_.describe(); }
+
+ private:
+  CollectiveInfo info_;
+  compat::WorkPtr work_;
+  std::function<void()> finish_;
+  std::mutex mutex_;
+  bool waited_ = false;
+  std::exception_ptr error_;
+};
+
+/// Rethrows an engine's exception as ddp's TimeoutError or CollectiveError,
+/// naming the collective.
+[[noreturn]] void rethrowAsDdpError(const CollectiveInfo& info, const std::exception& error);
+
+/// Starts a collective: `issue` hands it to the engine; `finish` (optional)
+/// runs after the engine completes. Errors thrown while issuing are
+/// translated like errors thrown while waiting.
+Work startCollective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
+                     std::function<void()> finish = {});
+
+}  // namespace ddp::detail

@@ -1,0 +1,35 @@
+#pragma once
+
+// Runs N ranks of ddp_test_worker as real processes on loopback, with a
+// deadline, and reports each rank's exit status and output.
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launch/child_process.hpp"
+
+namespace ddp::testing {
+
+using Environment = std::map<std::string, std::string>;
+
+/// torchrun's variables for `rank` of `world` on one node.
+Environment torchrunEnvironment(int rank, int world, int port);
+
+/// How to describe rank `rank` of `world` meeting at 127.0.0.1:`port`.
+using EnvironmentFor = std::function<Environment(int rank, int world, int port)>;
+
+/// Starts `world` workers with `args`, each given `environment_for(rank)`
+/// (launcher variables inherited from the test's own environment are
+/// removed first), and waits at most `deadline` for all of them.
+std::vector<launch::ChildResult> runRanks(
+    int world, const std::vector<std::string>& args,
+    const EnvironmentFor& environment_for = torchrunEnvironment,
+    std::chrono::milliseconds deadline = std::chrono::seconds(90));
+
+/// Every rank's status and output, for assertion messages.
+std::string describe(const std::vector<launch::ChildResult>& results);
+
+}  // namespace ddp::testing

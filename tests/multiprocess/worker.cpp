@@ -1,0 +1,112 @@
+// ddp_test_worker: one rank of a multi-process test. Started N times by the
+// test harness with a launcher's environment; reads its rank from there
+// through ddp::init(), runs one scenario and reports through its exit code
+// and output.
+//
+//   ddp_test_worker SCENARIO [--backend B] [--rendezvous-timeout-ms T]
+//                            [--collective-timeout-ms T] [--stall-ms T]
+//
+// Scenarios:
+//   collectives  every collective, dtype and op against closed forms
+//   topology     prints the resolved topology, then all-reduces the ranks
+//   stall        rank 0 all-reduces; the others join, then sleep --stall-ms
+//   exit-early   rank 0 all-reduces; the others join, then exit at once
+// On a ddp::Error the worker prints "error: <message>" and exits with
+// ddp::exitCodeFor(error).
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "ddp/errors.hpp"
+#include "ddp/init.hpp"
+#include "multiprocess/worker_checks.hpp"
+
+namespace {
+
+struct Arguments {
+  std::string scenario;
+  ddp::InitOptions init;
+  int stall_ms = 5000;
+};
+
+Arguments parse(int argc, char** argv) {
+  Arguments args;
+  if (argc < 2) throw std::invalid_argument("usage: ddp_test_worker SCENARIO [options]");
+  args.scenario = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "--backend") {
+      args.init.backend(value);
+    } else if (flag == "--rendezvous-timeout-ms") {
+      args.init.rendezvous_timeout(std::chrono::milliseconds(std::stoll(value)));
+    } else if (flag == "--collective-timeout-ms") {
+      args.init.collective_timeout(std::chrono::milliseconds(std::stoll(value)));
+    } else if (flag == "--stall-ms") {
+      args.stall_ms = std::stoi(value);
+    } else {
+      throw std::invalid_argument("unknown option " + flag);
+    }
+  }
+  return args;
+}
+
+int runCollectives(ddp::ProcessGroup& group) {
+  auto report = ddp::testing::checkAllCollectives(group);
+  for (const auto& failure : report.failures) std::cout << failure << "\n";
+  std::cout << "rank " << group.rank() << ": " << report.passed << " checks passed, "
+            << report.failures.size() << " failed\n";
+  return report.failures.empty() ? 0 : 1;
+}
+
+int runTopology(ddp::ProcessGroup& group) {
+  const auto& t = group.topology();
+  std::cout << "rank=" << t.rank << " world_size=" << t.world_size << " local_rank=" << t.local_rank
+            << " local_world_size=" << t.local_world_size << " group_rank=" << t.group_rank
+            << " master=" << t.master_addr << ":" << t.master_port
+            << " source=" << ddp::toString(t.source) << " backend=" << group.backendName() << "\n";
+  at::Tensor t_rank = at::full({4}, group.rank(), at::kLong);
+  group.allReduce(t_rank);
+  std::cout << "sum of ranks=" << t_rank[0].item<int64_t>() << "\n";
+  return 0;
+}
+
+int runStallOrExit(ddp::ProcessGroup& group, const Arguments& args) {
+  if (group.rank() == 0) {
+    at::Tensor t = at::ones({1024});
+    group.allReduce(t);
+    std::cout << "rank 0: allReduce returned\n";
+    return 0;
+  }
+  if (args.scenario == "stall") std::this_thread::sleep_for(std::chrono::milliseconds(args.stall_ms));
+  std::cout << "rank " << group.rank() << ": leaving without the collective\n";
+  std::cout.flush();
+  std::_Exit(0);  // Leave abruptly, as a crashed peer would.
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Arguments args = parse(argc, argv);
+    auto group = ddp::init(args.init);
+    if (args.scenario == "collectives") return runCollectives(*group);
+    if (args.scenario == "topology") return runTopology(*group);
+    if (args.scenario == "stall" || args.scenario == "exit-early") {
+      return runStallOrExit(*group, args);
+    }
+    std::cerr << "error: unknown scenario " << args.scenario << "\n";
+    return 2;
+  } catch (const ddp::Error& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return static_cast<int>(ddp::exitCodeFor(e));
+  } catch (const std::exception& e) {
+    std::cerr << "unexpected error: " << e.what() << std::endl;
+    return 1;
+  }
+}

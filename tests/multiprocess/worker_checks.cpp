@@ -1,0 +1,172 @@
+#include "multiprocess/worker_checks.hpp"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "dtype_name.hpp"
+
+namespace ddp::testing {
+namespace {
+
+const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kBFloat16,
+                                             at::kHalf,  at::kInt,    at::kLong};
+const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                    ReduceOp::kMax, ReduceOp::kProduct};
+
+// Rank r's value at element j. Small integers, so that every result below is
+// exact even in bfloat16 (8 significant bits) for up to 4 ranks.
+double valueOf(int rank, int64_t j) { return rank + 1 + static_cast<double>(j % 3); }
+
+// The closed form of reducing valueOf(r, j) over ranks 0..world-1.
+double reduced(ReduceOp op, int world, int64_t j, bool integral) {
+  const double offset = static_cast<double>(j % 3);
+  switch (op) {
+    case ReduceOp::kSum: return world * (world + 1) / 2.0 + world * offset;
+    case ReduceOp::kAverage: {
+      double sum = world * (world + 1) / 2.0 + world * offset;
+      return integral ? std::trunc(sum / world) : sum / world;
+    }
+    case ReduceOp::kMin: return 1 + offset;
+    case ReduceOp::kMax: return world + offset;
+    case ReduceOp::kProduct: {
+      double product = 1;
+      for (int r = 0; r < world; ++r) product *= r + 1 + offset;
+      return product;
+    }
+  }
+  return 0;
+}
+
+at::Tensor filled(int64_t numel, at::ScalarType dtype, const std::function<double(int64_t)>& f) {
+  std::vector<double> values(numel);
+  for (int64_t j = 0; j < numel; ++j) values[j] = f(j);
+  return at::tensor(values, at::kDouble).to(dtype);
+}
+
+class Checker {
+ public:
+  explicit Checker(ProcessGroup& group) : group_(group) {}
+
+  void expectEqual(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
+    if (got.sizes() == expected.sizes() && got.scalar_type() == expected.scalar_type() &&
+        at::equal(got, expected)) {
+      ++report_.passed;
+      return;
+    }
+    auto mismatch = (got.to(at::kDouble) != expected.to(at::kDouble)).nonzero();
+    std::string where = mismatch.numel() > 0 ? " first mismatch at element " +
+                                                   std::to_string(mismatch[0][0].item<int64_t>())
+                                             : " (sizes or dtype differ)";
+    int64_t j = mismatch.numel() > 0 ? mismatch[0][0].item<int64_t>() : 0;
+    report_.failures.push_back(
+        "rank " + std::to_string(group_.rank()) + ": " + what + where + ": got " +
+        std::to_string(got.reshape(-1)[j].item<double>()) + ", expected " +
+        std::to_string(expected.reshape(-1)[j].item<double>()));
+  }
+
+  void allReduce(at::ScalarType dtype, ReduceOp op) {
+    const int64_t n = 1031;  // Odd, so that ring chunks are uneven.
+    const bool integral = at::isIntegralType(dtype, false);
+    at::Tensor t = filled(n, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); });
+    group_.allReduce(t, op);
+    expectEqual(std::string("allReduce(") + toString(op) + ") " + detail::dtypeName(dtype), t,
+                filled(n, dtype, [&](int64_t j) { return reduced(op, group_.size(), j, integral); }));
+  }
+
+  void broadcast(at::ScalarType dtype, int root) {
+    const int64_t n = 517;
+    auto value = [&](int64_t j) { return 10.0 * (root + 1) + static_cast<double>(j % 7); };
+    at::Tensor t = group_.rank() == root ? filled(n, dtype, value) : at::full({n}, -1, dtype);
+    group_.broadcast(t.view({11, 47}), root);
+    expectEqual("broadcast(root " + std::to_string(root) + ") " + detail::dtypeName(dtype), t,
+                filled(n, dtype, value));
+  }
+
+  void allGather(at::ScalarType dtype) {
+    const int64_t n = 257;
+    const int world = group_.size();
+    at::Tensor input = filled(n, dtype, [&](int64_t j) { return 10.0 * group_.rank() + j % 5; });
+    at::Tensor output = at::full({world * n}, -1, dtype);
+    group_.allGather(output, input);
+    expectEqual(std::string("allGather ") + detail::dtypeName(dtype), output,
+                filled(world * n, dtype, [&](int64_t j) { return 10.0 * (j / n) + (j % n) % 5; }));
+  }
+
+  void reduceScatter(at::ScalarType dtype, ReduceOp op) {
+    const int64_t chunk = 129;
+    const int world = group_.size();
+    const int rank = group_.rank();
+    const bool integral = at::isIntegralType(dtype, false);
+    at::Tensor input = filled(world * chunk, dtype, [&](int64_t j) { return valueOf(rank, j); });
+    at::Tensor output = at::full({chunk}, -1, dtype);
+    group_.reduceScatter(output, input, op);
+    expectEqual(std::string("reduceScatter(") + toString(op) + ") " + detail::dtypeName(dtype),
+                output, filled(chunk, dtype, [&](int64_t k) {
+                  return reduced(op, world, rank * chunk + k, integral);
+                }));
+  }
+
+  // Several collectives in flight at once, waited on in reverse order.
+  void asynchronous(at::ScalarType dtype) {
+    const int world = group_.size();
+    const bool integral = at::isIntegralType(dtype, false);
+    std::vector<at::Tensor> tensors;
+    std::vector<Work> works;
+    for (int k = 0; k < 3; ++k) {
+      tensors.push_back(filled(100 + k, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); }));
+      works.push_back(group_.allReduceAsync(tensors.back(), ReduceOp::kSum));
+    }
+    at::Tensor gathered = at::zeros({world * 5}, dtype);
+    works.push_back(group_.allGatherAsync(gathered, at::full({5}, group_.rank(), dtype)));
+    for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
+    for (int k = 0; k < 3; ++k) {
+      expectEqual(std::string("allReduceAsync #") + std::to_string(k) + " " + detail::dtypeName(dtype),
+                  tensors[k], filled(100 + k, dtype, [&](int64_t j) {
+                    return reduced(ReduceOp::kSum, world, j, integral);
+                  }));
+    }
+    expectEqual(std::string("allGatherAsync ") + detail::dtypeName(dtype), gathered,
+                filled(world * 5, dtype, [](int64_t j) { return static_cast<double>(j / 5); }));
+    bool all_completed = true;
+    for (auto& w : works) all_completed = all_completed && w.isCompleted();
+    expectEqual("isCompleted after wait", at::tensor({all_completed ? 1 : 0}), at::tensor({1}));
+  }
+
+  // Rank r arrives r * 100 ms late; nobody may leave before the last arrives.
+  void barrier() {
+    const auto start = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * group_.rank()));
+    group_.barrier();
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    const int64_t slowest = 100 * (group_.size() - 1);
+    expectEqual("barrier waited for the last rank (" + std::to_string(waited.count()) + " ms >= " +
+                    std::to_string(slowest) + " ms)",
+                at::tensor({waited.count() >= slowest ? 1 : 0}), at::tensor({1}));
+  }
+
+  CheckReport run() {
+    for (auto dtype : kDtypes) {
+      for (auto op : kOps) allReduce(dtype, op);
+      for (int root = 0; root < group_.size(); ++root) broadcast(dtype, root);
+      allGather(dtype);
+      for (auto op : kOps) reduceScatter(dtype, op);
+      asynchronous(dtype);
+    }
+    barrier();
+    return report_;
+  }
+
+ private:
+  ProcessGroup& group_;
+  CheckReport report_;
+};
+
+}  // namespace
+
+CheckReport checkAllCollectives(ProcessGroup& group) { return Checker(group).run(); }
+
+}  // namespace ddp::testing

@@ -1,0 +1,21 @@
+# Installs ddp into a scratch prefix, builds the consumer against it, runs it.
+function(run step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 500)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${step} failed (${result}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${step}: ok\n${out}")
+endfunction()
+
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+run("install ddp" ${CMAKE_COMMAND} --install ${DDP_BUILD_DIR} --prefix ${prefix})
+set(launcher "")
+if(CCACHE)
+  set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${CCACHE})
+endif()
+run("configure consumer" ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release ${launcher})
+run("build consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run("run consumer" ${WORK_DIR}/build/consumer)
