@@ -64,33 +64,39 @@ Sourced requiredVariable(const EnvironmentMap& env, const std::string& name,
   return *value;
 }
 
-PartialTopology fromTorchrun(const EnvironmentMap& env) {
-  constexpr auto kSource = LaunchSource::kTorchrun;
-  PartialTopology t;
-  t.source = kSource;
-  const char* present = env.count("RANK") ? "RANK" : "WORLD_SIZE";
-  t.rank = requiredVariable(env, "RANK", present, kSource);
-  t.world_size = requiredVariable(env, "WORLD_SIZE", present, kSource);
-  t.local_rank = integerVariable(env, "LOCAL_RANK", kSource);
-  t.local_world_size = integerVariable(env, "LOCAL_WORLD_SIZE", kSource);
-  t.group_rank = integerVariable(env, "GROUP_RANK", kSource);
-  t.master_addr = lookup(env, "MASTER_ADDR");
-  t.master_port = integerVariable(env, "MASTER_PORT", kSource);
-  return t;
+// The names one launcher gives the same facts.
+struct LauncherVariables {
+  LaunchSource source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;
+  const char* group_rank;  // nullptr: this launcher does not say
+};
+
+constexpr LauncherVariables kTorchrun{LaunchSource::kTorchrun, "RANK", "WORLD_SIZE",
+                                      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"};
+constexpr LauncherVariables kOpenMpi{LaunchSource::kOpenMpi, "OMPI_COMM_WORLD_RANK",
+                                     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                     "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr};
+constexpr LauncherVariables kSlurm{LaunchSource::kSlurm, "SLURM_PROCID", "SLURM_NTASKS",
+                                   "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"};
+
+bool describes(const EnvironmentMap& env, const LauncherVariables& names) {
+  return env.count(names.rank) || env.count(names.world_size);
 }
 
-PartialTopology fromOpenMpi(const EnvironmentMap& env) {
-  constexpr auto kSource = LaunchSource::kOpenMpi;
+PartialTopology fromLauncher(const EnvironmentMap& env, const LauncherVariables& names) {
   PartialTopology t;
-  t.source = kSource;
-  const char* present =
-      env.count("OMPI_COMM_WORLD_RANK") ? "OMPI_COMM_WORLD_RANK" : "OMPI_COMM_WORLD_SIZE";
-  t.rank = requiredVariable(env, "OMPI_COMM_WORLD_RANK", present, kSource);
-  t.world_size = requiredVariable(env, "OMPI_COMM_WORLD_SIZE", present, kSource);
-  t.local_rank = integerVariable(env, "OMPI_COMM_WORLD_LOCAL_RANK", kSource);
-  t.local_world_size = integerVariable(env, "OMPI_COMM_WORLD_LOCAL_SIZE", kSource);
+  t.source = names.source;
+  const char* present = env.count(names.rank) ? names.rank : names.world_size;
+  t.rank = requiredVariable(env, names.rank, present, names.source);
+  t.world_size = requiredVariable(env, names.world_size, present, names.source);
+  t.local_rank = integerVariable(env, names.local_rank, names.source);
+  t.local_world_size = integerVariable(env, names.local_world_size, names.source);
+  if (names.group_rank) t.group_rank = integerVariable(env, names.group_rank, names.source);
   t.master_addr = lookup(env, "MASTER_ADDR");
-  t.master_port = integerVariable(env, "MASTER_PORT", kSource);
+  t.master_port = integerVariable(env, "MASTER_PORT", names.source);
   return t;
 }
 
@@ -131,16 +137,8 @@ std::optional<int> slurmTasksOnNode(const std::string& spec, int node_id) {
   return std::nullopt;
 }
 
-PartialTopology fromSlurm(const EnvironmentMap& env) {
-  constexpr auto kSource = LaunchSource::kSlurm;
-  PartialTopology t;
-  t.source = kSource;
-  const char* present = env.count("SLURM_PROCID") ? "SLURM_PROCID" : "SLURM_NTASKS";
-  t.rank = requiredVariable(env, "SLURM_PROCID", present, kSource);
-  t.world_size = requiredVariable(env, "SLURM_NTASKS", present, kSource);
-  t.local_rank = integerVariable(env, "SLURM_LOCALID", kSource);
-  t.group_rank = integerVariable(env, "SLURM_NODEID", kSource);
-  t.local_world_size = integerVariable(env, "SLURM_NTASKS_PER_NODE", kSource);
+// Slurm also describes nodes of unequal size and names the master's host.
+void addSlurmExtras(const EnvironmentMap& env, PartialTopology& t) {
   if (!t.local_world_size) {
     auto spec = lookup(env, "SLURM_TASKS_PER_NODE");
     if (spec) {
@@ -149,22 +147,21 @@ PartialTopology fromSlurm(const EnvironmentMap& env) {
       }
     }
   }
-  t.master_addr = lookup(env, "MASTER_ADDR");
   if (!t.master_addr) {
     auto nodelist = lookup(env, "SLURM_STEP_NODELIST");
     if (!nodelist) nodelist = lookup(env, "SLURM_JOB_NODELIST");
     if (nodelist) t.master_addr = firstSlurmHost(*nodelist);
   }
-  t.master_port = integerVariable(env, "MASTER_PORT", kSource);
-  return t;
 }
 
 PartialTopology fromEnvironment(const EnvironmentMap& env) {
-  if (env.count("RANK") || env.count("WORLD_SIZE")) return fromTorchrun(env);
-  if (env.count("OMPI_COMM_WORLD_RANK") || env.count("OMPI_COMM_WORLD_SIZE")) {
-    return fromOpenMpi(env);
+  if (describes(env, kTorchrun)) return fromLauncher(env, kTorchrun);
+  if (describes(env, kOpenMpi)) return fromLauncher(env, kOpenMpi);
+  if (describes(env, kSlurm)) {
+    PartialTopology t = fromLauncher(env, kSlurm);
+    addSlurmExtras(env, t);
+    return t;
   }
-  if (env.count("SLURM_PROCID") || env.count("SLURM_NTASKS")) return fromSlurm(env);
   return PartialTopology{};
 }
 

@@ -1,5 +1,7 @@
 #include "launch/child_process.hpp"
 
+#include "ddp/environment.hpp"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -14,8 +16,6 @@
 #include <stdexcept>
 #include <thread>
 
-extern char** environ;  // NOLINT: POSIX
-
 namespace ddp::launch {
 namespace {
 
@@ -29,12 +29,7 @@ struct Running {
 };
 
 std::vector<std::string> childEnvironment(const ChildSpec& spec) {
-  std::map<std::string, std::string> merged;
-  for (char** entry = environ; entry && *entry; ++entry) {
-    std::string text(*entry);
-    auto eq = text.find('=');
-    if (eq != std::string::npos) merged[text.substr(0, eq)] = text.substr(eq + 1);
-  }
+  EnvironmentMap merged = captureEnvironment();
   for (const auto& name : spec.unset_env) merged.erase(name);
   for (const auto& [name, value] : spec.env) merged[name] = value;
   std::vector<std::string> lines;
