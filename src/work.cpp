@@ -19,11 +19,15 @@ std::string CollectiveInfo::describe() const {
 WorkImpl::WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish)
     : info_(std::move(info)), work_(std::move(work)), finish_(std::move(finish)) {}
 
+WorkImpl::WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish)
+    : upstream_(std::move(upstream)), finish_(std::move(finish)) {}
+
 void WorkImpl::wait() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!waited_) {
     waited_ = true;
     try {
+      if (upstream_) upstream_->wait();
       if (work_) work_->wait(info_.timeout);
       if (finish_) finish_();
     } catch (const Error&) {
@@ -35,14 +39,18 @@ void WorkImpl::wait() {
         error_ = std::current_exception();
       }
     }
-    work_.reset();  // Release the engine's buffers as soon as possible.
     finish_ = nullptr;
+    done_.store(true, std::memory_order_release);
   }
   if (error_) std::rethrow_exception(error_);
 }
 
+// Lock-free so that polling never waits behind a blocking wait(); the
+// engine handles are kept until the Work is destroyed, so reading them here
+// cannot race with wait().
 bool WorkImpl::isCompleted() const {
-  return !work_ || work_->isCompleted();
+  if (done_.load(std::memory_order_acquire)) return true;
+  return (!upstream_ || upstream_->isCompleted()) && (!work_ || work_->isCompleted());
 }
 
 namespace {
@@ -94,6 +102,11 @@ void Work::wait() {
 
 bool Work::isCompleted() const {
   return !impl_ || impl_->isCompleted();
+}
+
+Work Work::then(std::function<void()> after) const {
+  // A completed (empty) Work has no upstream: `after` runs on wait().
+  return Work(std::make_shared<detail::WorkImpl>(impl_, std::move(after)));
 }
 
 std::string Work::description() const {

@@ -2,6 +2,7 @@
 
 // Internal: what a ddp::Work holds, and how collectives are started.
 
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -33,17 +34,23 @@ struct CollectiveInfo {
 class WorkImpl {
  public:
   WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish);
+  /// Completes after `upstream`, then runs `finish`.
+  WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish);
 
   void wait();
   bool isCompleted() const;
-  std::string description() const { return info_.describe(); }
+  std::string description() const {
+    return upstream_ ? upstream_->description() + " (then a local step)" : info_.describe();
+  }
 
  private:
   CollectiveInfo info_;
+  std::shared_ptr<WorkImpl> upstream_;
   compat::WorkPtr work_;
   std::function<void()> finish_;
   std::mutex mutex_;
   bool waited_ = false;
+  std::atomic<bool> done_{false};
   std::exception_ptr error_;
 };
 

@@ -3,6 +3,8 @@
 /// \file ddp.hpp
 /// Everything of ddp's public API in one include.
 
+#include "ddp/comm_hook.hpp"    // IWYU pragma: export
+#include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export
 #include "ddp/environment.hpp"  // IWYU pragma: export
 #include "ddp/errors.hpp"       // IWYU pragma: export
 #include "ddp/init.hpp"         // IWYU pragma: export

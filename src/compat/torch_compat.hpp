@@ -18,6 +18,14 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <functional>
+#include <memory>
+
 namespace ddp::compat {
 
 // Note [c10d backends across versions]
@@ -44,5 +52,29 @@ inline constexpr bool kGlooHasBFloat16 = true;
 #else
 inline constexpr bool kGlooHasBFloat16 = false;
 #endif
+
+// Note [Gradient hooks on the accumulator]
+// DistributedDataParallel must act after a gradient has been accumulated
+// into .grad (so that accumulation under no_sync is included), which is a
+// post-hook on the parameter's AccumulateGrad node, not a tensor hook. The
+// variable holds that node only weakly: the caller keeps the returned
+// pointer alive, or the hook disappears with a fresh accumulator.
+inline std::shared_ptr<torch::autograd::Node> addPostAccumulateGradHook(
+    const at::Tensor& parameter, std::function<void()> hook) {
+  auto accumulator = torch::autograd::impl::grad_accumulator(parameter);
+  accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+      [hook = std::move(hook)](const torch::autograd::variable_list& outputs,
+                               const torch::autograd::variable_list& /*inputs*/) {
+        hook();
+        return outputs;
+      }));
+  return accumulator;
+}
+
+/// Runs `callback` once the current backward pass has finished; only valid
+/// while a backward pass is running (from a hook).
+inline void queueBackwardCallback(std::function<void()> callback) {
+  torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
+}
 
 }  // namespace ddp::compat

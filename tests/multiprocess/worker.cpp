@@ -11,6 +11,10 @@
 //   topology     prints the resolved topology, then all-reduces the ranks
 //   stall        rank 0 all-reduces; the others join, then sleep --stall-ms
 //   exit-early   rank 0 all-reduces; the others join, then exit at once
+//   ddp          DistributedDataParallel against single-process training
+//   ddp-mismatch wraps a model that differs on the last rank (must fail)
+//   ddp-unused   trains with a parameter no rank uses, without
+//                find_unused_parameters (must fail)
 // On a ddp::Error the worker prints "error: <message>" and exits with
 // ddp::exitCodeFor(error).
 
@@ -24,6 +28,7 @@
 
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
+#include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/worker_checks.hpp"
 
 namespace {
@@ -56,12 +61,15 @@ Arguments parse(int argc, char** argv) {
   return args;
 }
 
-int runCollectives(ddp::ProcessGroup& group) {
-  auto report = ddp::testing::checkAllCollectives(group);
+int printReport(const ddp::ProcessGroup& group, const ddp::testing::CheckReport& report) {
   for (const auto& failure : report.failures) std::cout << failure << "\n";
   std::cout << "rank " << group.rank() << ": " << report.passed << " checks passed, "
             << report.failures.size() << " failed\n";
   return report.failures.empty() ? 0 : 1;
+}
+
+int runCollectives(ddp::ProcessGroup& group) {
+  return printReport(group, ddp::testing::checkAllCollectives(group));
 }
 
 int runTopology(ddp::ProcessGroup& group) {
@@ -96,6 +104,19 @@ int main(int argc, char** argv) {
     Arguments args = parse(argc, argv);
     auto group = ddp::init(args.init);
     if (args.scenario == "collectives") return runCollectives(*group);
+    if (args.scenario == "ddp") {
+      return printReport(*group, ddp::testing::checkDistributedDataParallel(group));
+    }
+    if (args.scenario == "ddp-mismatch") {
+      ddp::testing::wrapMismatchedModel(group);
+      std::cout << "rank " << group->rank() << ": the mismatched model was accepted\n";
+      return 1;
+    }
+    if (args.scenario == "ddp-unused") {
+      ddp::testing::trainWithUnusedParameter(group);
+      std::cout << "rank " << group->rank() << ": the unused parameter went unnoticed\n";
+      return 1;
+    }
     if (args.scenario == "topology") return runTopology(*group);
     if (args.scenario == "stall" || args.scenario == "exit-early") {
       return runStallOrExit(*group, args);

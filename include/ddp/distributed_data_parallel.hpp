@@ -1,0 +1,142 @@
+#pragma once
+
+/// \file distributed_data_parallel.hpp
+/// DistributedDataParallel: data-parallel training of any torch::nn::Module
+/// across the ranks of a process group, with gradients all-reduced in
+/// buckets while backward is still running.
+///
+/// \code
+///   auto group = ddp::init();
+///   ddp::DistributedDataParallel model(Net(), group);
+///   torch::optim::SGD optimizer(model->parameters(), 0.1);
+///   for (auto& batch : *loader) {
+///     optimizer.zero_grad();
+///     auto loss = torch::nll_loss(model->forward(batch.data), batch.target);
+///     loss.backward();    // gradients arrive averaged over all ranks
+///     optimizer.step();
+///   }
+/// \endcode
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ddp/comm_hook.hpp"
+#include "ddp/process_group.hpp"
+
+namespace ddp {
+
+namespace detail {
+class Reducer;
+}  // namespace detail
+
+/// Options of DistributedDataParallel, as PyTorch's keyword arguments.
+struct DistributedDataParallelOptions {
+  /// Largest bucket of gradients reduced in one collective, in MiB.
+  TORCH_ARG(double, bucket_cap_mb) = 25;
+  /// Cap of the first bucket (the last layers' gradients), in MiB: small, so
+  /// that communication starts early in backward.
+  TORCH_ARG(double, first_bucket_cap_mb) = 1;
+  /// Copy rank 0's buffers (batch-norm statistics, ...) to every rank at the
+  /// start of each forward.
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  /// Allow parameters that get no gradient in an iteration: they count as
+  /// ready with a zero gradient (and stay untouched if no rank used them).
+  /// Without it, such a parameter is an error naming it.
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  /// Make each gradient a view into its bucket: no copy in or out of the
+  /// buckets, and no second copy of the gradients in memory.
+  TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  /// Reduce every bucket after backward has finished instead of during it
+  /// (Apex's delay_allreduce): no overlap, one burst of communication.
+  TORCH_ARG(bool, delay_allreduce) = false;
+  /// How each bucket is reduced; null means allReduceHook().
+  TORCH_ARG(std::shared_ptr<CommHook>, comm_hook) = nullptr;
+};
+
+/// What the last synchronized backward pass did, for tests and tuning.
+struct ReducerStats {
+  /// Number of buckets and their sizes in bytes, in launch order.
+  std::vector<int64_t> bucket_bytes;
+  /// Buckets whose reduction started while backward was still running.
+  int launched_during_backward = 0;
+  /// Whether the buckets have been rebuilt in gradient-ready order.
+  bool rebuilt = false;
+  /// Iterations that synchronized gradients so far.
+  int64_t synchronized_iterations = 0;
+};
+
+/// Wraps a module for data-parallel training. Construction checks that the
+/// module has the same parameters (names, shapes, dtypes) on every rank and
+/// copies rank 0's parameters and buffers to all; forward() passes through;
+/// backward() leaves every gradient averaged over the ranks.
+class DistributedDataParallelImpl : public torch::nn::Module {
+ public:
+  /// Wraps `module`, which must live on one device.
+  /// \throws ConfigError for invalid options; CollectiveError naming the first
+  ///   parameter that differs between ranks, on every rank.
+  DistributedDataParallelImpl(torch::nn::AnyModule module, std::shared_ptr<ProcessGroup> group,
+                              DistributedDataParallelOptions options = {});
+
+  /// Wraps a module given by its holder (e.g. `Net()`) or shared_ptr.
+  template <typename ModuleType>
+  DistributedDataParallelImpl(ModuleType module, std::shared_ptr<ProcessGroup> group,
+                              DistributedDataParallelOptions options = {})
+      : DistributedDataParallelImpl(torch::nn::AnyModule(std::move(module)), std::move(group),
+                                    std::move(options)) {}
+
+  ~DistributedDataParallelImpl() override;
+
+  /// Runs the wrapped module's forward (after broadcasting buffers, when
+  /// enabled).
+  template <typename... Args>
+  torch::Tensor forward(Args&&... args) {
+    prepareForward();
+    return module_.forward(std::forward<Args>(args)...);
+  }
+
+  /// Turns gradient synchronization off while alive: backward passes
+  /// accumulate gradients locally; the first backward after the guard ends
+  /// reduces the accumulated gradients (PyTorch's `no_sync()`).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallelImpl& owner);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallelImpl& owner_;
+    bool previous_;
+  };
+  /// See NoSyncGuard.
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  /// The wrapped module.
+  std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
+  /// The process group gradients are reduced over.
+  const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
+  /// The options in force.
+  const DistributedDataParallelOptions& options() const { return options_; }
+  /// What the last synchronized backward pass did.
+  ReducerStats stats() const;
+
+ private:
+  void prepareForward();
+  void broadcastBuffers();
+
+  torch::nn::AnyModule module_;
+  std::shared_ptr<ProcessGroup> group_;
+  DistributedDataParallelOptions options_;
+  std::shared_ptr<detail::Reducer> reducer_;
+};
+
+/// Module holder for DistributedDataParallelImpl, LibTorch style.
+TORCH_MODULE(DistributedDataParallel);
+
+}  // namespace ddp

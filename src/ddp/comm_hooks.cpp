@@ -1,0 +1,51 @@
+#include <ATen/ATen.h>
+
+#include "ddp/comm_hook.hpp"
+
+namespace ddp {
+namespace {
+
+class AllReduceHook final : public CommHook {
+ public:
+  Work reduce(ProcessGroup& group, const at::Tensor& bucket) override {
+    // Dividing first keeps large sums in range and lets the engine add.
+    bucket.div_(group.size());
+    return group.allReduceAsync(bucket, ReduceOp::kSum);
+  }
+  std::string name() const override { return "allreduce"; }
+};
+
+// Communicates in a 16-bit type and writes the average back into the
+// bucket's own dtype once the reduction has arrived.
+class CompressHook final : public CommHook {
+ public:
+  CompressHook(at::ScalarType wire_type, std::string name)
+      : wire_type_(wire_type), name_(std::move(name)) {}
+
+  Work reduce(ProcessGroup& group, const at::Tensor& bucket) override {
+    if (bucket.scalar_type() == wire_type_) return AllReduceHook().reduce(group, bucket);
+    at::Tensor compressed = bucket.div(group.size()).to(wire_type_);
+    return group.allReduceAsync(compressed, ReduceOp::kSum).then([bucket, compressed] {
+      bucket.copy_(compressed);
+    });
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  at::ScalarType wire_type_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::shared_ptr<CommHook> allReduceHook() { return std::make_shared<AllReduceHook>(); }
+
+std::shared_ptr<CommHook> fp16CompressHook() {
+  return std::make_shared<CompressHook>(at::kHalf, "fp16_compress");
+}
+
+std::shared_ptr<CommHook> bf16CompressHook() {
+  return std::make_shared<CompressHook>(at::kBFloat16, "bf16_compress");
+}
+
+}  // namespace ddp

@@ -1,0 +1,28 @@
+#pragma once
+
+// Internal: making a module identical on every rank before training.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "ddp/process_group.hpp"
+
+namespace ddp::detail {
+
+/// "name dtype [d0, d1, ...]" for each named tensor, in order.
+std::vector<std::string> describeTensors(const std::vector<std::string>& names,
+                                         const std::vector<at::Tensor>& tensors);
+
+/// Checks that every rank has the same descriptions (names, dtypes and
+/// shapes, in order). Otherwise throws InvalidArgumentError on every rank,
+/// naming the first entry that differs and which ranks differ.
+void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& descriptions,
+                           const std::string& what);
+
+/// Broadcasts `tensors` from `root` with one collective per dtype (they are
+/// packed into one flat tensor and unpacked again).
+void broadcastCoalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root);
+
+}  // namespace ddp::detail

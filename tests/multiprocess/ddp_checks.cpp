@@ -1,0 +1,295 @@
+#include "multiprocess/ddp_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "common/models.hpp"
+#include "ddp/distributed_data_parallel.hpp"
+
+namespace ddp::testing {
+namespace {
+
+namespace nn = torch::nn;
+using examples::ConvNet;
+using examples::Mlp;
+
+constexpr int64_t kPerRank = 4;  // samples per rank and step
+constexpr int kSteps = 4;
+
+// A model whose middle branch is used only on some steps by some ranks.
+struct BranchNetImpl : nn::Module {
+  BranchNetImpl()
+      : trunk(register_module("trunk", nn::Linear(8, 8))),
+        branch(register_module("branch", nn::Linear(8, 8))),
+        head(register_module("head", nn::Linear(8, 2))) {}
+  torch::Tensor forward(torch::Tensor x, bool use_branch) {
+    auto h = torch::relu(trunk->forward(x));
+    if (use_branch) h = h + torch::relu(branch->forward(h));
+    return head->forward(h);
+  }
+  nn::Linear trunk, branch, head;
+};
+TORCH_MODULE(BranchNet);
+
+bool branchUsed(int step, int rank) { return (step + rank) % 3 == 0; }
+
+// The whole step's data, identical on every rank: rank r trains on chunk r.
+struct Batch {
+  torch::Tensor x, y;
+};
+Batch makeBatch(int step, int64_t rows, std::vector<int64_t> feature_shape, bool classes) {
+  torch::manual_seed(1000 + step);
+  feature_shape.insert(feature_shape.begin(), rows);
+  Batch b{torch::randn(feature_shape), {}};
+  b.y = classes ? torch::randint(0, 10, {rows}) : torch::randn({rows, 4});
+  return b;
+}
+
+float relativeError(const torch::Tensor& got, const torch::Tensor& expected) {
+  const float scale = expected.abs().max().item<float>();
+  return (got - expected).abs().max().item<float>() / std::max(scale, 1e-12f);
+}
+
+class DdpChecker {
+ public:
+  explicit DdpChecker(const std::shared_ptr<ProcessGroup>& group)
+      : group_(group), rank_(group->rank()), world_(group->size()) {}
+
+  void expectClose(const std::string& what, const std::vector<torch::Tensor>& got,
+                   const std::vector<torch::Tensor>& expected, float tolerance) {
+    float worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, relativeError(got[i], expected[i]));
+    record(what, got.size() == expected.size() && worst <= tolerance,
+           "max relative error " + std::to_string(worst) + " > " + std::to_string(tolerance));
+  }
+
+  void record(const std::string& what, bool ok, const std::string& detail) {
+    if (ok) {
+      ++report_.passed;
+    } else {
+      report_.failures.push_back("rank " + std::to_string(rank_) + ": " + what + ": " + detail);
+    }
+  }
+
+  torch::Tensor mine(const torch::Tensor& whole) const {
+    return whole.narrow(0, rank_ * kPerRank, kPerRank);
+  }
+  torch::Tensor chunk(const torch::Tensor& whole, int r) const {
+    return whole.narrow(0, r * kPerRank, kPerRank);
+  }
+
+  // Trains an MLP with DDP (rank-dependent initial weights: DDP must copy
+  // rank 0's) and returns its final parameters.
+  std::vector<torch::Tensor> trainMlp(DistributedDataParallelOptions options, int micro_batches) {
+    torch::manual_seed(7 + rank_);
+    DistributedDataParallel model(Mlp(8, 16, 4), group_, options);
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      for (int m = 0; m < micro_batches; ++m) {
+        Batch b = makeBatch(step * 10 + m, world_ * kPerRank, {8}, false);
+        auto pass = [&] { torch::mse_loss(model->forward(mine(b.x)), mine(b.y)).backward(); };
+        if (m + 1 < micro_batches) {
+          auto guard = model->no_sync();
+          pass();
+        } else {
+          pass();
+        }
+      }
+      optimizer.step();
+    }
+    return model->parameters();
+  }
+
+  // The same in one process on all ranks' data: per rank chunk, per
+  // micro-batch, gradients summed over micro-batches, averaged over ranks.
+  std::vector<torch::Tensor> referenceMlp(int micro_batches) {
+    torch::manual_seed(7);
+    Mlp model(8, 16, 4);
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      for (int m = 0; m < micro_batches; ++m) {
+        Batch b = makeBatch(step * 10 + m, world_ * kPerRank, {8}, false);
+        for (int r = 0; r < world_; ++r) {
+          (torch::mse_loss(model->forward(chunk(b.x, r)), chunk(b.y, r)) / world_).backward();
+        }
+      }
+      optimizer.step();
+    }
+    return model->parameters();
+  }
+
+  void mlp() {
+    auto expected = referenceMlp(1);
+    expectClose("MLP matches single-process training", trainMlp({}, 1), expected, 1e-5f);
+    auto with_views = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(true), 1);
+    auto without = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(false), 1);
+    bool identical = true;
+    for (size_t i = 0; i < with_views.size(); ++i) identical &= torch::equal(with_views[i], without[i]);
+    record("gradient_as_bucket_view on and off give identical parameters", identical, "they differ");
+    expectClose("MLP with tiny buckets and delay_allreduce",
+                trainMlp(DistributedDataParallelOptions().bucket_cap_mb(0.0001).first_bucket_cap_mb(0.0001)
+                             .delay_allreduce(true), 1),
+                expected, 1e-5f);
+    expectClose("no_sync over 2 micro-batches equals one step on both",
+                trainMlp({}, 2), referenceMlp(2), 1e-5f);
+  }
+
+  // BatchNorm keeps per-rank batch statistics, so the reference runs each
+  // rank's chunk separately; the buffers follow rank 0 (broadcast_buffers).
+  void convNet() {
+    torch::manual_seed(11 + rank_);
+    DistributedDataParallel model(ConvNet(), group_);
+    torch::manual_seed(11);
+    ConvNet reference;
+    torch::optim::SGD optimizer(model->parameters(), 0.05);
+    torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
+    for (int step = 0; step < kSteps; ++step) {
+      Batch b = makeBatch(step, world_ * kPerRank, {1, 28, 28}, true);
+      optimizer.zero_grad();
+      torch::cross_entropy_loss(model->forward(mine(b.x)), mine(b.y)).backward();
+      optimizer.step();
+
+      reference_optimizer.zero_grad();
+      std::vector<torch::Tensor> buffers_after_rank0;
+      for (int r = 0; r < world_; ++r) {
+        auto saved = clone(reference->buffers());
+        (torch::cross_entropy_loss(reference->forward(chunk(b.x, r)), chunk(b.y, r)) / world_)
+            .backward();
+        if (r == 0) buffers_after_rank0 = clone(reference->buffers());
+        assign(reference->buffers(), saved);
+      }
+      assign(reference->buffers(), buffers_after_rank0);
+      reference_optimizer.step();
+    }
+    auto module = model->module();
+    expectClose("ConvNet parameters match single-process training", module->parameters(),
+                reference->parameters(), 1e-5f);
+    if (rank_ == 0) {
+      expectClose("ConvNet buffers on rank 0 follow rank 0's batches", module->buffers(),
+                  reference->buffers(), 1e-5f);
+    }
+  }
+
+  void unusedBranch() {
+    torch::manual_seed(21 + rank_);
+    DistributedDataParallel model(BranchNet(), group_,
+                                  DistributedDataParallelOptions().find_unused_parameters(true));
+    torch::manual_seed(21);
+    BranchNet reference;
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::optim::SGD reference_optimizer(reference->parameters(),
+                                          torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < kSteps + 2; ++step) {
+      Batch b = makeBatch(step, world_ * kPerRank, {8}, false);
+      optimizer.zero_grad();
+      auto out = model->forward(mine(b.x), branchUsed(step, rank_));
+      torch::mse_loss(out, mine(b.y).narrow(1, 0, 2)).backward();
+      optimizer.step();
+      reference_optimizer.zero_grad();
+      for (int r = 0; r < world_; ++r) {
+        auto ref_out = reference->forward(chunk(b.x, r), branchUsed(step, r));
+        (torch::mse_loss(ref_out, chunk(b.y, r).narrow(1, 0, 2)) / world_).backward();
+      }
+      reference_optimizer.step();
+    }
+    expectClose("branch unused on some steps (find_unused_parameters)",
+                model->module()->parameters(), reference->parameters(), 1e-5f);
+  }
+
+  // One step's gradients through a 16-bit hook: close to the float32
+  // average, and really compressed (not bit-identical).
+  void compressionHook(std::shared_ptr<CommHook> hook, float tolerance) {
+    const std::string name = hook->name();
+    torch::manual_seed(31);
+    DistributedDataParallel model(Mlp(8, 16, 4), group_,
+                                  DistributedDataParallelOptions().comm_hook(hook));
+    torch::manual_seed(31);
+    Mlp reference(8, 16, 4);
+    Batch b = makeBatch(0, world_ * kPerRank, {8}, false);
+    torch::mse_loss(model->forward(mine(b.x)), mine(b.y)).backward();
+    torch::mse_loss(reference->forward(b.x), b.y).backward();
+    std::vector<torch::Tensor> grads, expected;
+    bool any_difference = false;
+    for (size_t i = 0; i < reference->parameters().size(); ++i) {
+      grads.push_back(model->parameters()[i].grad());
+      expected.push_back(reference->parameters()[i].grad());
+      any_difference |= !torch::equal(grads.back(), expected.back());
+    }
+    expectClose(name + " hook stays within its precision", grads, expected, tolerance);
+    record(name + " hook really sends 16-bit values", any_difference, "gradients are exact");
+  }
+
+  // With buckets small enough that the MLP needs several, every bucket's
+  // reduction starts from a gradient hook, before backward returns; with
+  // delay_allreduce none does.
+  void overlap() {
+    for (bool delay : {false, true}) {
+      DistributedDataParallel model(Mlp(64, 256, 64), group_,
+                                    DistributedDataParallelOptions()
+                                        .first_bucket_cap_mb(0.05)
+                                        .bucket_cap_mb(0.2)
+                                        .delay_allreduce(delay));
+      for (int step = 0; step < 2; ++step) {
+        torch::mse_loss(model->forward(torch::randn({kPerRank, 64})), torch::randn({kPerRank, 64}))
+            .backward();
+      }
+      const ReducerStats stats = model->stats();
+      const int buckets = static_cast<int>(stats.bucket_bytes.size());
+      const int expected = delay ? 0 : buckets;
+      record(std::string("reductions started during backward") + (delay ? " (delay_allreduce)" : ""),
+             buckets >= 3 && stats.launched_during_backward == expected && stats.rebuilt &&
+                 stats.synchronized_iterations == 2,
+             std::to_string(stats.launched_during_backward) + " of " + std::to_string(buckets) +
+                 " buckets started during backward, expected " + std::to_string(expected) +
+                 " (of at least 3)");
+    }
+  }
+
+  CheckReport run() {
+    mlp();
+    convNet();
+    unusedBranch();
+    compressionHook(fp16CompressHook(), 2e-3f);
+    compressionHook(bf16CompressHook(), 1.6e-2f);
+    overlap();
+    return report_;
+  }
+
+ private:
+  static std::vector<torch::Tensor> clone(const std::vector<torch::Tensor>& tensors) {
+    std::vector<torch::Tensor> copies;
+    for (const auto& t : tensors) copies.push_back(t.clone());
+    return copies;
+  }
+  static void assign(const std::vector<torch::Tensor>& targets,
+                     const std::vector<torch::Tensor>& values) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < targets.size(); ++i) targets[i].copy_(values[i]);
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  int rank_, world_;
+  CheckReport report_;
+};
+
+}  // namespace
+
+CheckReport checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group) {
+  return DdpChecker(group).run();
+}
+
+void wrapMismatchedModel(const std::shared_ptr<ProcessGroup>& group) {
+  const int64_t hidden = group->rank() == group->size() - 1 ? 17 : 16;
+  DistributedDataParallel model(Mlp(8, hidden, 4), group);
+}
+
+void trainWithUnusedParameter(const std::shared_ptr<ProcessGroup>& group) {
+  DistributedDataParallel model(BranchNet(), group);
+  torch::mse_loss(model->forward(torch::randn({kPerRank, 8}), false), torch::randn({kPerRank, 2}))
+      .backward();
+}
+
+}  // namespace ddp::testing

@@ -1,0 +1,59 @@
+// DistributedDataParallel with N = 1, 2, 3 and 4 real processes: training
+// equals one process on the concatenated batch (tests/multiprocess/
+// ddp_checks.cpp), and misuse fails cleanly on every rank.
+
+#include <gtest/gtest.h>
+
+#include "ddp/errors.hpp"
+#include "multiprocess/harness.hpp"
+
+namespace ddp::testing {
+namespace {
+
+class DdpTraining : public ::testing::TestWithParam<int> {};
+
+TEST_P(DdpTraining, MatchesSingleProcessTraining) {
+  const int world = GetParam();
+  auto results = runRanks(world, {"ddp", "--backend", "gloo"});
+  // MLP (4 checks), ConvNet (1, plus buffers on rank 0), unused branch (1),
+  // fp16 and bf16 hooks (2 each), overlap (2).
+  for (int rank = 0; rank < world; ++rank) {
+    const int expected = 4 + 1 + (rank == 0 ? 1 : 0) + 1 + 4 + 2;
+    EXPECT_EQ(results[rank].exit_code, 0) << describe(results);
+    EXPECT_NE(results[rank].output.find("rank " + std::to_string(rank) + ": " +
+                                        std::to_string(expected) + " checks passed, 0 failed"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ddp, DdpTraining, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(DdpStartup, MismatchedModelFailsOnEveryRankNamingTheParameter) {
+  auto results = runRanks(3, {"ddp-mismatch"});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kInvalidArgument)) << describe(results);
+    EXPECT_NE(r.output.find("the parameters differ across ranks at #0: rank 0 has "
+                            "'fc1.weight float32 [16, 8]', rank 2 has 'fc1.weight float32 [17, 8]' "
+                            "(ranks that differ from rank 0: 2; ranks that agree: 0, 1"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
+TEST(DdpStartup, UnusedParameterWithoutOptionIsAnErrorNamingIt) {
+  auto results = runRanks(2, {"ddp-unused", "--collective-timeout-ms", "20000"});
+  for (const auto& r : results) {
+    EXPECT_FALSE(r.killed_at_deadline) << describe(results);
+    EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kInvalidArgument)) << describe(results);
+    EXPECT_NE(r.output.find("parameter 'branch.weight' received no gradient in this backward "
+                            "pass (2 parameter(s) in all: 'branch.weight', 'branch.bias')"),
+              std::string::npos)
+        << describe(results);
+    EXPECT_NE(r.output.find("find_unused_parameters(true)"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ddp::testing
