@@ -1,7 +1,5 @@
 #include "launch/child_process.hpp"
 
-#include "ddp/environment.hpp"
-
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -16,17 +14,12 @@
 #include <stdexcept>
 #include <thread>
 
+#include "ddp/environment.hpp"
+
 namespace ddp::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Running {
-  ChildResult result;
-  int output_fd = -1;
-  bool exited = false;
-  Clock::time_point started;
-};
 
 std::vector<std::string> childEnvironment(const ChildSpec& spec) {
   EnvironmentMap merged = captureEnvironment();
@@ -44,8 +37,17 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return result;
 }
 
-Running start(const ChildSpec& spec) {
-  if (spec.argv.empty()) throw std::invalid_argument("runChildren: a child has an empty argv");
+void makePipe(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    throw std::runtime_error(std::string("cannot create a pipe for a child: ") +
+                             std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+ChildProcess::ChildProcess(const ChildSpec& spec, bool separate_stderr) {
+  if (spec.argv.empty()) throw std::invalid_argument("ChildProcess: empty argv");
   // Prepared before fork(): the child may only call async-signal-safe code.
   std::vector<std::string> argv = spec.argv;
   std::vector<std::string> env = childEnvironment(spec);
@@ -53,127 +55,212 @@ Running start(const ChildSpec& spec) {
   std::vector<char*> env_ptrs = pointers(env);
   const pid_t parent = getpid();
 
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    throw std::runtime_error(std::string("runChildren: pipe failed: ") + std::strerror(errno));
-  }
-  Running running;
-  running.started = Clock::now();
-  pid_t pid = fork();
-  if (pid < 0) {
-    throw std::runtime_error(std::string("runChildren: fork failed: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
+  int out[2], err[2] = {-1, -1};
+  makePipe(out);
+  if (separate_stderr) makePipe(err);
+  started_ = Clock::now();
+  pid_ = fork();
+  if (pid_ < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid_ == 0) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);  // The parent died before prctl.
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(separate_stderr ? err[1] : out[1], STDERR_FILENO);
     execve(argv_ptrs[0], argv_ptrs.data(), env_ptrs.data());
     const char* reason = std::strerror(errno);
     (void)!write(STDERR_FILENO, "exec failed: ", 13);
     (void)!write(STDERR_FILENO, reason, std::strlen(reason));
+    (void)!write(STDERR_FILENO, "\n", 1);
     _exit(127);
   }
-  setpgid(pid, pid);  // Also here, so the group exists before we signal it.
-  close(pipe_fds[1]);
-  running.result.pid = pid;
-  running.output_fd = pipe_fds[0];
-  return running;
-}
-
-void drain(Running& child, int timeout_ms) {
-  if (child.output_fd < 0) return;
-  pollfd p{child.output_fd, POLLIN, 0};
-  if (poll(&p, 1, timeout_ms) <= 0) return;
-  char buffer[8192];
-  ssize_t n = read(child.output_fd, buffer, sizeof(buffer));
-  if (n > 0) {
-    child.result.output.append(buffer, static_cast<size_t>(n));
-  } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-    close(child.output_fd);
-    child.output_fd = -1;
+  setpgid(pid_, pid_);  // Also here, so the group exists before we signal it.
+  close(out[1]);
+  fds_[0] = out[0];
+  if (separate_stderr) {
+    close(err[1]);
+    fds_[1] = err[0];
   }
 }
 
-void reap(Running& child, bool block) {
-  if (child.exited) return;
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : pid_(other.pid_),
+      exited_(other.exited_),
+      exit_code_(other.exit_code_),
+      term_signal_(other.term_signal_),
+      started_(other.started_),
+      ended_(other.ended_) {
+  fds_[0] = other.fds_[0];
+  fds_[1] = other.fds_[1];
+  other.fds_[0] = other.fds_[1] = -1;
+  other.pid_ = -1;
+  other.exited_ = true;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !exited_) {
+    signalGroup(SIGKILL);
+    reapBlocking();
+  }
+  for (int fd : fds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void ChildProcess::pump(const std::function<void(Stream, std::string_view)>& sink) {
+  for (int i = 0; i < 2; ++i) {
+    while (fds_[i] >= 0) {
+      pollfd p{fds_[i], POLLIN, 0};
+      if (poll(&p, 1, 0) <= 0) break;
+      char buffer[16384];
+      ssize_t n = read(fds_[i], buffer, sizeof(buffer));
+      if (n > 0) {
+        sink(i == 0 ? Stream::kStdout : Stream::kStderr, std::string_view(buffer, n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close(fds_[i]);
+        fds_[i] = -1;
+      }
+    }
+  }
+}
+
+std::vector<int> ChildProcess::openPipes() const {
+  std::vector<int> open;
+  for (int fd : fds_) {
+    if (fd >= 0) open.push_back(fd);
+  }
+  return open;
+}
+
+bool ChildProcess::reap() {
+  if (exited_ || pid_ <= 0) return exited_;
   int status = 0;
-  pid_t done = waitpid(child.result.pid, &status, block ? 0 : WNOHANG);
-  if (done != child.result.pid) return;
-  child.exited = true;
-  child.result.seconds = std::chrono::duration<double>(Clock::now() - child.started).count();
-  if (WIFEXITED(status)) child.result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) child.result.term_signal = WTERMSIG(status);
-}
-
-bool allDone(const std::vector<Running>& children) {
-  for (const auto& c : children) {
-    if (!c.exited || c.output_fd >= 0) return false;
-  }
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  exited_ = true;
+  ended_ = Clock::now();
+  if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) term_signal_ = WTERMSIG(status);
   return true;
 }
 
-void pollAll(std::vector<Running>& children, int timeout_ms) {
-  std::vector<pollfd> fds;
-  for (auto& c : children) {
-    if (c.output_fd >= 0) fds.push_back({c.output_fd, POLLIN, 0});
-  }
-  if (fds.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
-  } else {
-    poll(fds.data(), fds.size(), timeout_ms);
-  }
-  for (auto& c : children) {
-    drain(c, 0);
-    reap(c, false);
-  }
+void ChildProcess::reapBlocking() {
+  while (!reap()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
-}  // namespace
+bool ChildProcess::finished() const { return exited_ && fds_[0] < 0 && fds_[1] < 0; }
 
-std::string ChildResult::status() const {
-  if (killed_at_deadline) return "killed at the deadline";
+void ChildProcess::signalGroup(int signal) const {
+  if (pid_ > 0 && !exited_) kill(-pid_, signal);
+}
+
+double ChildProcess::seconds() const {
+  return std::chrono::duration<double>((exited_ ? ended_ : Clock::now()) - started_).count();
+}
+
+std::string describeExit(int exit_code, int term_signal) {
   if (term_signal != 0) {
     return "signal " + std::to_string(term_signal) + " (" + strsignal(term_signal) + ")";
   }
   return "exit " + std::to_string(exit_code);
 }
 
+std::string ChildResult::status() const {
+  return killed_at_deadline ? "killed at the deadline" : describeExit(exit_code, term_signal);
+}
+
+void waitForOutput(const std::vector<ChildProcess*>& children, std::chrono::milliseconds timeout) {
+  std::vector<pollfd> fds;
+  for (const auto* child : children) {
+    for (int fd : child->openPipes()) fds.push_back({fd, POLLIN, 0});
+  }
+  if (fds.empty()) {
+    std::this_thread::sleep_for(timeout);
+  } else {
+    poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+  }
+}
+
+void stopAll(std::vector<ChildProcess*> children, std::chrono::milliseconds grace,
+             const std::function<void(ChildProcess&)>& pump) {
+  auto step = [&] {
+    waitForOutput(children, std::chrono::milliseconds(20));
+    bool all = true;
+    for (auto* c : children) {
+      pump(*c);
+      all = c->reap() && all;
+    }
+    return all;
+  };
+  for (auto* c : children) {
+    c->signalGroup(SIGTERM);
+    c->signalGroup(SIGCONT);  // A stopped process acts on SIGTERM only once continued.
+  }
+  const auto kill_at = Clock::now() + grace;
+  while (!step() && Clock::now() < kill_at) {
+  }
+  for (auto* c : children) c->signalGroup(SIGKILL);
+  while (!step()) {
+  }
+  // What the children wrote just before exiting may still be in the pipes
+  // (a grandchild may even hold them open): read it for a bounded time.
+  const auto give_up = Clock::now() + std::chrono::seconds(1);
+  auto drained = [&] {
+    for (auto* c : children) {
+      if (!c->finished()) return false;
+    }
+    return true;
+  };
+  while (!drained() && Clock::now() < give_up) step();
+}
+
 std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& specs,
                                      std::chrono::milliseconds deadline,
                                      std::chrono::milliseconds grace) {
-  std::vector<Running> children;
-  try {
-    for (const auto& spec : specs) children.push_back(start(spec));
-  } catch (...) {
-    for (auto& c : children) kill(-c.result.pid, SIGKILL), reap(c, true);
-    throw;
-  }
-  const auto stop_at = Clock::now() + deadline;
-  while (!allDone(children) && Clock::now() < stop_at) pollAll(children, 50);
+  std::vector<ChildProcess> children;
+  children.reserve(specs.size());
+  for (const auto& spec : specs) children.emplace_back(spec, /*separate_stderr=*/false);
+  std::vector<ChildResult> results(children.size());
+  std::vector<ChildProcess*> pointers;
+  for (auto& c : children) pointers.push_back(&c);
+  auto pump = [&](ChildProcess& child) {
+    auto& output = results[&child - children.data()].output;
+    child.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
+  };
+  auto all_finished = [&] {
+    for (auto& c : children) {
+      if (!c.finished()) return false;
+    }
+    return true;
+  };
 
-  if (!allDone(children)) {
+  const auto stop_at = Clock::now() + deadline;
+  while (!all_finished() && Clock::now() < stop_at) {
+    waitForOutput(pointers, std::chrono::milliseconds(50));
     for (auto& c : children) {
-      if (c.exited) continue;
-      c.result.killed_at_deadline = true;
-      kill(-c.result.pid, SIGTERM);
+      pump(c);
+      c.reap();
     }
-    const auto kill_at = Clock::now() + grace;
-    while (!allDone(children) && Clock::now() < kill_at) pollAll(children, 50);
-    for (auto& c : children) {
-      if (!c.exited) kill(-c.result.pid, SIGKILL);
-    }
-    // A pipe may stay open in a grandchild; after SIGKILL to the group, read
-    // what is left for a bounded time and then give up on it.
-    const auto give_up = Clock::now() + std::chrono::seconds(2);
-    while (!allDone(children) && Clock::now() < give_up) pollAll(children, 50);
   }
-  std::vector<ChildResult> results;
-  for (auto& c : children) {
-    reap(c, true);
-    if (c.output_fd >= 0) close(c.output_fd);
-    results.push_back(std::move(c.result));
+  std::vector<ChildProcess*> running;
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (!children[i].exited()) {
+      results[i].killed_at_deadline = true;
+      running.push_back(&children[i]);
+    }
+  }
+  if (!running.empty()) stopAll(running, grace, pump);
+  // Output still buffered in the pipes (a grandchild may keep them open):
+  // read it for a bounded time, then give up on it.
+  const auto give_up = Clock::now() + std::chrono::seconds(2);
+  while (!all_finished() && Clock::now() < give_up) {
+    waitForOutput(pointers, std::chrono::milliseconds(20));
+    for (auto& c : children) pump(c);
+  }
+  for (size_t i = 0; i < children.size(); ++i) {
+    results[i].pid = children[i].pid();
+    results[i].exit_code = children[i].exitCode();
+    results[i].term_signal = children[i].termSignal();
+    results[i].seconds = children[i].seconds();
   }
   return results;
 }

@@ -1,14 +1,16 @@
 #pragma once
 
-// Internal: starting child processes and waiting for them with a deadline.
-// Used by the multi-process tests and the all-reduce self-check; every wait
-// is bounded, and no child outlives the call.
+// Internal: child processes with captured output, and waiting for a set of
+// them with a deadline. Used by the launcher (ddprun), the multi-process
+// tests and the all-reduce self-check; no child outlives its parent.
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddp::launch {
@@ -23,7 +25,54 @@ struct ChildSpec {
   std::vector<std::string> unset_env;
 };
 
-/// How a child ended.
+/// Which of a child's streams a chunk of output came from.
+enum class Stream { kStdout, kStderr };
+
+/// A running child in its own process group, killed if this process dies,
+/// with its standard output and error captured through pipes.
+class ChildProcess {
+ public:
+  /// Starts `spec`. With `separate_stderr` false, both streams arrive as
+  /// kStdout, interleaved as written. Throws std::runtime_error when the
+  /// child cannot be forked (a missing program exits 127 instead).
+  ChildProcess(const ChildSpec& spec, bool separate_stderr);
+  ~ChildProcess();
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&&) = delete;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  /// Hands whatever output is available to `sink` (never blocks).
+  void pump(const std::function<void(Stream, std::string_view)>& sink);
+  /// The pipes still open, to poll() on.
+  std::vector<int> openPipes() const;
+  /// Reaps the child if it has exited (never blocks); true once it has.
+  bool reap();
+  /// Waits for the child to exit.
+  void reapBlocking();
+  bool exited() const { return exited_; }
+  /// True once exited and both pipes are drained and closed.
+  bool finished() const;
+  /// Exit status, or -1 when it died by a signal.
+  int exitCode() const { return exit_code_; }
+  /// The signal that ended it, or 0.
+  int termSignal() const { return term_signal_; }
+  /// Sends `signal` to the child's whole process group.
+  void signalGroup(int signal) const;
+  /// Seconds from start to exit (or to now).
+  double seconds() const;
+
+ private:
+  pid_t pid_ = -1;
+  int fds_[2] = {-1, -1};
+  bool exited_ = false;
+  int exit_code_ = -1;
+  int term_signal_ = 0;
+  std::chrono::steady_clock::time_point started_, ended_;
+};
+
+/// How a child ended, with everything it wrote.
 struct ChildResult {
   pid_t pid = -1;
   /// Exit status when it exited; -1 when it died by a signal.
@@ -41,10 +90,20 @@ struct ChildResult {
   std::string status() const;
 };
 
+/// A human-readable exit status: "exit 3", "signal 9 (Killed)".
+std::string describeExit(int exit_code, int term_signal);
+
+/// Waits up to `timeout` for any of `children`'s pipes to have output.
+void waitForOutput(const std::vector<ChildProcess*>& children, std::chrono::milliseconds timeout);
+
+/// Stops `children`: SIGTERM to each process group still running, then
+/// SIGKILL to those still running after `grace`; returns once all exited.
+/// `pump` is called meanwhile so that no output is lost.
+void stopAll(std::vector<ChildProcess*> children, std::chrono::milliseconds grace,
+             const std::function<void(ChildProcess&)>& pump);
+
 /// Starts every child at once, collects its output, and waits until all have
-/// exited or `deadline` has passed. Children still running then get SIGTERM,
-/// and SIGKILL after `grace`. Each child runs in its own process group (all
-/// of it is signalled) and is killed if this process dies.
+/// exited or `deadline` has passed; then SIGTERM, and SIGKILL after `grace`.
 std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& children,
                                      std::chrono::milliseconds deadline,
                                      std::chrono::milliseconds grace = std::chrono::seconds(2));

@@ -1,0 +1,68 @@
+#include "ddp/error_file.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+
+#include "ddp/environment.hpp"
+
+namespace ddp {
+
+bool recordErrorTo(const std::string& path, const std::string& message, int rank) noexcept {
+  try {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    // torchrun's layout: {"message": {"message": ..., "extraInfo": {...}}}.
+    nlohmann::json record = {
+        {"message",
+         {{"message", message},
+          {"extraInfo", {{"timestamp", std::to_string(static_cast<int64_t>(now))},
+                         {"rank", rank},
+                         {"time", now}}}}}};
+    const std::string temporary = path + ".tmp";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      out << record.dump(2) << "\n";
+      if (!out) return false;
+    }
+    return std::rename(temporary.c_str(), path.c_str()) == 0;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool recordError(const std::exception& error) noexcept {
+  try {
+    const EnvironmentMap env = captureEnvironment();
+    auto file = env.find("TORCHELASTIC_ERROR_FILE");
+    if (file == env.end() || file->second.empty()) return false;
+    int rank = -1;
+    if (auto r = env.find("RANK"); r != env.end()) rank = std::atoi(r->second.c_str());
+    return recordErrorTo(file->second, error.what(), rank);
+  } catch (...) {
+    return false;
+  }
+}
+
+std::optional<RecordedError> readErrorFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  nlohmann::json record = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded() || !record.contains("message")) return std::nullopt;
+  RecordedError error;
+  const auto& message = record["message"];
+  if (message.is_string()) {
+    error.message = message.get<std::string>();
+    return error;
+  }
+  error.message = message.value("message", "");
+  if (message.contains("extraInfo")) {
+    const auto& extra = message["extraInfo"];
+    error.rank = extra.value("rank", -1);
+    if (extra.contains("time")) error.timestamp = extra["time"].get<double>();
+  }
+  return error;
+}
+
+}  // namespace ddp

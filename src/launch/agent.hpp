@@ -1,0 +1,65 @@
+#pragma once
+
+// Internal: ddprun's agent, one per node. It starts the node's workers,
+// watches them, and on any failure anywhere stops every worker of the job
+// and starts them all again, up to --max-restarts times.
+//
+// Note [How agents on several nodes agree]
+// Node 0's agent hosts a ddp::TcpStore at --master-addr:--master-port; the
+// others connect to it (one node needs no network: an in-memory store).
+// Every key is under the job's run id, and the first agent to arrive claims
+// the run id, so two jobs on one host never merge. For each attempt k:
+//   k/nproc/<node>  each node's worker count (ranks are laid out by node);
+//   k/port          the workers' MASTER_PORT, a free port chosen by node 0;
+//   k/failure       the first failure, set once (compare-and-set);
+//   k/done/<node>   a node whose workers all exited 0;
+//   k/left          agents that have finished with attempt k.
+// An agent polls its workers continuously and the store every monitor
+// interval, so a failure on one node stops the job on all of them within a
+// few intervals.
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <csignal>
+#include <memory>
+#include <string>
+
+#include "launch/launch_options.hpp"
+
+namespace c10d {
+class Store;
+}  // namespace c10d
+
+namespace ddp::launch {
+
+class Agent {
+ public:
+  explicit Agent(LaunchPlan plan);
+  ~Agent();
+
+  /// Runs the job to its end; returns the launcher's exit status: 0 when
+  /// every worker of the last attempt succeeded, 1 when restarts ran out,
+  /// 128 + signal when interrupted.
+  int run();
+
+  /// Asks a running agent to stop the job (from a signal handler).
+  static void requestStop(int signal) noexcept;
+
+ private:
+  struct Attempt;
+  enum class Outcome { kSucceeded, kFailed, kInterrupted };
+
+  void claimRunId();
+  Attempt startAttempt(int attempt);
+  Outcome monitor(Attempt& attempt);
+  void leave(int attempt);
+  std::string key(int attempt, const std::string& name) const;
+  std::string errorFile(int attempt, int local_rank) const;
+
+  LaunchPlan plan_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string scratch_dir_;  // error files when no --log-dir
+  static volatile std::sig_atomic_t stop_signal_;
+};
+
+}  // namespace ddp::launch

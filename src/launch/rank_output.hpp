@@ -1,0 +1,43 @@
+#pragma once
+
+// Internal: a worker's output as the launcher shows it: whole lines, each
+// prefixed with the worker's rank, never interleaved mid-line with another
+// worker's; optionally also written to per-rank log files.
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "launch/child_process.hpp"
+
+namespace ddp::launch {
+
+/// Splits one worker's output into lines and writes each, prefixed with
+/// "[rank] ", to the console in a single write() (so lines of different
+/// workers never mix), and/or appends it unprefixed to a log file.
+class RankOutput {
+ public:
+  /// `log_dir` empty: console only. Otherwise stdout and stderr go to
+  /// `log_dir`/stdout.log and stderr.log, and to the console too if `tee`.
+  RankOutput(int rank, const std::string& log_dir, bool tee);
+  ~RankOutput();
+  RankOutput(RankOutput&& other) noexcept;
+  RankOutput(const RankOutput&) = delete;
+  RankOutput& operator=(const RankOutput&) = delete;
+  RankOutput& operator=(RankOutput&&) = delete;
+
+  /// Takes a chunk of the worker's `stream`.
+  void feed(Stream stream, std::string_view chunk);
+  /// Emits a last line that had no newline.
+  void flush();
+
+ private:
+  void emit(Stream stream, std::string_view line);
+
+  std::string prefix_;
+  bool console_;
+  std::FILE* logs_[2] = {nullptr, nullptr};
+  std::string partial_[2];
+};
+
+}  // namespace ddp::launch

@@ -1,0 +1,96 @@
+// ddp_launch_worker: a worker for the launcher tests, started by ddprun.
+//
+//   env              prints the launcher variables, all-reduces the ranks
+//   fail RANK        rank RANK records an error and exits 3 at every start;
+//                    the others wait to be stopped
+//   fail-once RANK   as fail, on the first attempt only; later attempts
+//                    all-reduce and succeed
+//   stop-once RANK   on the first attempt rank RANK stops itself (SIGSTOP)
+//                    after joining; the others' all-reduce times out
+//   sleep            prints its pid and sleeps until stopped
+
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "ddp/environment.hpp"
+#include "ddp/error_file.hpp"
+#include "ddp/errors.hpp"
+#include "ddp/init.hpp"
+
+namespace {
+
+const ddp::EnvironmentMap kEnv = ddp::captureEnvironment();
+
+std::string var(const std::string& name) {
+  auto it = kEnv.find(name);
+  return it == kEnv.end() ? "<unset>" : it->second;
+}
+
+int attempt() { return std::stoi(var("TORCHELASTIC_RESTART_COUNT")); }
+
+void sleepForever() {
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+int allReduceRanks(std::chrono::milliseconds timeout) {
+  auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(timeout));
+  at::Tensor t = at::full({1}, group->rank(), at::kLong);
+  group->allReduce(t);
+  std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  const int target = argc > 2 ? std::stoi(argv[2]) : -1;
+  const int rank = std::stoi(var("RANK"));
+  try {
+    if (scenario == "env") {
+      for (const char* name :
+           {"RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR",
+            "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+            "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS"}) {
+        std::cout << name << "=" << var(name) << "\n";
+      }
+      allReduceRanks(std::chrono::seconds(30));
+      std::cout << "a line without a newline at exit";
+      return 0;
+    }
+    if (scenario == "fail" || (scenario == "fail-once" && attempt() == 0)) {
+      if (rank != target) sleepForever();
+      std::cout << "attempt " << attempt() << ": failing on purpose" << std::endl;
+      throw ddp::InvalidArgumentError("rank " + std::to_string(rank) +
+                                      " failed on purpose at attempt " + std::to_string(attempt()));
+    }
+    if (scenario == "fail-once") return allReduceRanks(std::chrono::seconds(30));
+    if (scenario == "stop-once") {
+      auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
+          std::chrono::milliseconds(attempt() == 0 ? 1500 : 30000)));
+      if (attempt() == 0 && rank == target) {
+        std::cout << "stopping myself" << std::endl;
+        raise(SIGSTOP);
+      }
+      at::Tensor t = at::full({1}, rank, at::kLong);
+      group->allReduce(t);
+      std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
+      return 0;
+    }
+    if (scenario == "sleep") {
+      std::cout << "pid " << getpid() << std::endl;
+      sleepForever();
+    }
+    std::cerr << "unknown scenario '" << scenario << "'" << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    ddp::recordError(e);
+    std::cerr << "error: " << e.what() << std::endl;
+    return 3;
+  }
+}

@@ -1,0 +1,215 @@
+// ddprun end to end: the real launcher starting real workers
+// (tests/launcher/launch_worker.cpp), with deadlines on every wait.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <regex>
+#include <thread>
+
+#include "launch/child_process.hpp"
+
+namespace ddp::launch {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Launcher variables of the test runner itself must not leak into ddprun.
+const std::vector<std::string> kUnset = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                         "MASTER_PORT", "OMP_NUM_THREADS",
+                                         "TORCHELASTIC_RESTART_COUNT"};
+
+ChildSpec ddprun(std::vector<std::string> args) {
+  args.insert(args.begin(), DDP_DDPRUN);
+  return ChildSpec{args, {}, kUnset};
+}
+
+ChildResult runLauncher(const std::vector<std::string>& args, std::chrono::seconds deadline = 90s) {
+  return runChildren({ddprun(args)}, deadline).at(0);
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
+  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--run-id", "envtest",
+                        DDP_LAUNCH_WORKER, "env"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank : {0, 1}) {
+    const std::string p = "[" + std::to_string(rank) + "] ";
+    for (const std::string& line :
+         {"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(rank),
+          std::string("GROUP_RANK=0"), std::string("LOCAL_WORLD_SIZE=2"),
+          std::string("WORLD_SIZE=2"), std::string("MASTER_ADDR=127.0.0.1"),
+          std::string("TORCHELASTIC_RESTART_COUNT=0"), std::string("TORCHELASTIC_MAX_RESTARTS=0"),
+          std::string("TORCHELASTIC_RUN_ID=envtest"), std::string("OMP_NUM_THREADS="),
+          std::string("attempt 0: sum of ranks 1"),
+          std::string("a line without a newline at exit")}) {
+      EXPECT_NE(r.output.find(p + line), std::string::npos) << "missing '" << p + line << "' in\n"
+                                                           << r.output;
+    }
+  }
+  // Every line of worker output carries a rank prefix: none was split.
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(std::regex_match(line, std::regex(R"(\[[01]\] .*)")) ||
+                line.rfind("ddprun: ", 0) == 0)
+        << "unprefixed line: '" << line << "'";
+  }
+  EXPECT_NE(r.output.find("TORCHELASTIC_ERROR_FILE=/"), std::string::npos);
+}
+
+TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
+  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
+                        "fail", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(count(r.output, "failing on purpose"), 3) << r.output;  // first start + 2 restarts
+  EXPECT_NE(r.output.find("(restart 1 of 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(restart 2 of 2)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restart 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("job failed after 2 restart(s) (--max-restarts 2). First failure: rank 1 "
+                          "(node 0, local rank 1, pid "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("ended with exit 3: rank 1 failed on purpose at attempt 2"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(LauncherRestarts, StoppedWorkerIsRestartedAfterCollectiveTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
+                        "stop-once", "1"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[1] stopping myself"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not finish within 1500 ms"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(restart 1 of 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] attempt 1: sum of ranks 1"), std::string::npos) << r.output;
+  EXPECT_LT(seconds, 60);
+}
+
+TEST(LauncherSignals, SigtermStopsEveryWorkerWithinTheGrace) {
+  ChildProcess launcher(ddprun({"--standalone", "--nproc-per-node", "2", "--stop-grace", "2",
+                                DDP_LAUNCH_WORKER, "sleep"}),
+                        false);
+  std::string output;
+  std::vector<pid_t> pids;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (pids.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    waitForOutput({&launcher}, 100ms);
+    launcher.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
+    pids.clear();
+    std::smatch m;
+    for (auto it = output.cbegin();
+         std::regex_search(it, output.cend(), m, std::regex(R"(\] pid (\d+))")); it = m[0].second) {
+      pids.push_back(std::stoi(m[1]));
+    }
+  }
+  ASSERT_EQ(pids.size(), 2u) << output;
+  for (pid_t pid : pids) ASSERT_EQ(kill(pid, 0), 0) << "worker " << pid << " not running";
+  const auto sent = std::chrono::steady_clock::now();
+  kill(launcher.pid(), SIGTERM);
+  while (!launcher.reap() && std::chrono::steady_clock::now() < sent + 10s) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(launcher.exited()) << "ddprun did not exit after SIGTERM";
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count(), 3.5);
+  EXPECT_EQ(launcher.exitCode(), 128 + SIGTERM);
+  for (pid_t pid : pids) {
+    EXPECT_EQ(kill(pid, 0), -1) << "worker " << pid << " outlived the launcher";
+  }
+}
+
+TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
+  auto unknown = runLauncher({"--no-such-option", "1", DDP_LAUNCH_WORKER, "env"}, 30s);
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.output.find("--no-such-option"), std::string::npos) << unknown.output;
+
+  auto zero = runLauncher({"--nproc-per-node", "0", DDP_LAUNCH_WORKER, "env"}, 30s);
+  EXPECT_EQ(zero.exit_code, 3) << zero.output;
+  EXPECT_NE(zero.output.find("--nproc-per-node is 0; it must be at least 1"), std::string::npos)
+      << zero.output;
+
+  auto missing = runLauncher({"--standalone", "/no/such/trainer"}, 30s);
+  EXPECT_EQ(missing.exit_code, 3) << missing.output;
+  EXPECT_NE(missing.output.find("the program '/no/such/trainer' does not exist"), std::string::npos)
+      << missing.output;
+
+  int holder = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(holder, 1), 0);
+  getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  auto taken = runLauncher({"--master-port", port, DDP_LAUNCH_WORKER, "env"}, 30s);
+  close(holder);
+  EXPECT_EQ(taken.exit_code, 4) << taken.output;
+  EXPECT_NE(taken.output.find("127.0.0.1:" + port + " for the job: the port is already in use"),
+            std::string::npos)
+      << taken.output;
+}
+
+// Two launchers, one per "node", meeting on loopback.
+std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
+                                  const std::string& second_run_id = "twonodes",
+                                  const std::string& rendezvous_timeout = "20") {
+  const std::string port = std::to_string(findFreePort());
+  auto node = [&](int rank, const std::string& run_id) {
+    std::vector<std::string> args = {"--nnodes", "2", "--node-rank", std::to_string(rank),
+                                     "--master-addr", "127.0.0.1", "--master-port", port,
+                                     "--nproc-per-node", "1", "--run-id", run_id,
+                                     "--max-restarts", "1", "--monitor-interval", "0.1",
+                                     "--rendezvous-timeout", rendezvous_timeout, DDP_LAUNCH_WORKER};
+    args.insert(args.end(), worker.begin(), worker.end());
+    return ddprun(args);
+  };
+  return runChildren({node(0, "twonodes"), node(1, second_run_id)}, 90s);
+}
+
+TEST(LauncherNodes, TwoNodesOnLoopbackTrainTogether) {
+  auto results = twoNodes({"env"});
+  for (int node : {0, 1}) {
+    EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
+    EXPECT_NE(results[node].output.find("[" + std::to_string(node) + "] GROUP_RANK=" +
+                                        std::to_string(node)),
+              std::string::npos)
+        << results[node].output;
+    EXPECT_NE(results[node].output.find("WORLD_SIZE=2"), std::string::npos);
+    EXPECT_NE(results[node].output.find("attempt 0: sum of ranks 1"), std::string::npos);
+  }
+}
+
+TEST(LauncherNodes, FailureOnTheSecondNodeRestartsBoth) {
+  auto results = twoNodes({"fail-once", "1"});
+  for (int node : {0, 1}) {
+    EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
+    EXPECT_NE(results[node].output.find("(restart 1 of 1)"), std::string::npos)
+        << results[node].output;
+    EXPECT_NE(results[node].output.find("attempt 1: sum of ranks 1"), std::string::npos)
+        << results[node].output;
+  }
+}
+
+TEST(LauncherNodes, JobsWithDifferentRunIdsNeverMerge) {
+  auto results = twoNodes({"env"}, "another-job", "4");
+  EXPECT_EQ(results[1].exit_code, 4) << results[1].output;
+  EXPECT_NE(results[1].output.find("belongs to run 'twonodes', not to this run 'another-job'"),
+            std::string::npos)
+      << results[1].output;
+  EXPECT_NE(results[0].exit_code, 0) << "node 0 should time out waiting for its second node";
+}
+
+}  // namespace
+}  // namespace ddp::launch

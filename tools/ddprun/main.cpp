@@ -1,0 +1,92 @@
+// ddprun: starts the workers of a data-parallel job on this node, with
+// torchrun's command line and worker environment, and restarts the whole job
+// when any worker fails (see src/launch/agent.hpp).
+//
+//   ddprun --standalone --nproc-per-node 2 ./build/bin/example_toy_trainer
+//   ddprun --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 \
+//          --nproc-per-node 4 --max-restarts 3 ./train --epochs 10
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <csignal>
+#include <iostream>
+
+#include "ddp/errors.hpp"
+#include "launch/agent.hpp"
+
+namespace {
+
+void onSignal(int signal) { ddp::launch::Agent::requestStop(signal); }
+
+void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
+  app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
+                 "workers on this node: a number, or 'auto' (one per GPU, else per core)");
+  app.add_option("--nnodes", o.nnodes, "nodes in the job");
+  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's index, 0 to nnodes-1");
+  app.add_option("--master-addr,--master_addr", o.master_addr, "address of node 0");
+  app.add_option("--master-port,--master_port", o.master_port, "port of node 0's rendezvous");
+  app.add_flag("--standalone", o.standalone, "one node: loopback and a free port");
+  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
+                 "times the job is restarted after a failure");
+  app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval_s,
+                 "seconds between checks of the other nodes");
+  app.add_option("--run-id,--run_id", o.run_id, "job id; nodes of one job share it");
+  app.add_option("--log-dir,--log_dir", o.log_dir,
+                 "write each worker's stdout/stderr to files under this directory");
+  app.add_flag("--tee", o.tee, "with --log-dir, also show the output on the console");
+  app.add_option("--stop-grace,--stop_grace", o.stop_grace_s,
+                 "seconds between SIGTERM and SIGKILL when stopping workers");
+  app.add_option("--rendezvous-timeout,--rendezvous_timeout", o.rendezvous_timeout_s,
+                 "seconds nodes wait for each other");
+}
+
+// Note [Where the launcher's options end]
+// Everything from the first argument that is not one of ddprun's options
+// (or their values) on belongs to the program, so `ddprun -n 2 ./train
+// --epochs 3` passes --epochs to ./train, while an unknown option before
+// the program is an error instead of silently becoming the program.
+size_t programStart(int argc, char** argv, const CLI::App& app) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return i + 1;
+    if (arg.empty() || arg[0] != '-') return i;
+    if (arg.find('=') != std::string::npos) continue;
+    const CLI::Option* option = app.get_option_no_throw(arg);
+    if (option && option->get_items_expected_max() > 0) ++i;  // skip its value
+  }
+  return argc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddprun: start a data-parallel job, torchrun style, with elastic restarts.",
+               "ddprun"};
+  app.footer("After the options: PROGRAM [ARGS...], started once per worker with torchrun's\n"
+             "worker environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).");
+  ddp::launch::LaunchOptions options;
+  parse(app, options);
+  const size_t start = programStart(argc, argv, app);
+  std::vector<std::string> own(argv + 1, argv + start);
+  if (!own.empty() && own.back() == "--") own.pop_back();
+  std::reverse(own.begin(), own.end());  // CLI11 parses a vector from the back.
+  try {
+    app.parse(own);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  options.command.assign(argv + start, argv + argc);
+  try {
+    ddp::launch::LaunchPlan plan = ddp::launch::resolveLaunch(options);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, onSignal);
+    ddp::launch::Agent agent(std::move(plan));
+    return agent.run();
+  } catch (const ddp::Error& e) {
+    std::cerr << "ddprun: error: " << e.what() << std::endl;
+    return static_cast<int>(ddp::exitCodeFor(e));
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun: error: " << e.what() << std::endl;
+    return 1;
+  }
+}
