@@ -87,19 +87,37 @@ void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& 
   }
 }
 
+// Note [One collective for all buffers]
+// Every collective costs a fixed latency (over a millisecond with Gloo on
+// some machines), and a batch-norm model has float32 statistics and an int64
+// counter. So the bytes of all tensors on a device travel together, packed
+// into one int32 buffer, whatever their dtypes.
 void broadcastCoalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   if (group.size() == 1 || tensors.empty()) return;
-  std::map<std::pair<at::ScalarType, std::string>, std::vector<at::Tensor>> by_kind;
-  for (const auto& t : tensors) by_kind[{t.scalar_type(), t.device().str()}].push_back(t);
-  for (auto& [kind, members] : by_kind) {
-    std::vector<at::Tensor> flat_views;
-    for (const auto& t : members) flat_views.push_back(t.reshape(-1));
-    at::Tensor flat = at::cat(flat_views);
-    group.broadcast(flat, root);
+  std::map<std::string, std::vector<at::Tensor>> by_device;
+  for (const auto& t : tensors) by_device[t.device().str()].push_back(t);
+  // Each tensor starts 8-byte aligned: reinterpreting bytes as a dtype
+  // needs an offset divisible by its size.
+  auto bytesOf = [](const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); };
+  auto aligned = [](int64_t n) { return (n + 7) / 8 * 8; };
+  for (auto& [device, members] : by_device) {
+    int64_t total = 0;
+    for (const auto& t : members) total += aligned(bytesOf(t));
+    at::Tensor packed = at::empty({total / 4}, members.front().options().dtype(at::kInt));
+    at::Tensor bytes = packed.view(at::kByte);
     int64_t offset = 0;
     for (const auto& t : members) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
+      if (group.rank() == root) {
+        bytes.narrow(0, offset, bytesOf(t)).copy_(t.reshape({-1}).view(at::kByte));
+      }
+      offset += aligned(bytesOf(t));
+    }
+    group.broadcast(packed, root);
+    if (group.rank() == root) continue;
+    offset = 0;
+    for (const auto& t : members) {
+      t.copy_(bytes.narrow(0, offset, bytesOf(t)).view(t.scalar_type()).view(t.sizes()));
+      offset += aligned(bytesOf(t));
     }
   }
 }

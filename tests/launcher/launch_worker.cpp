@@ -5,6 +5,8 @@
 //                    the others wait to be stopped
 //   fail-once RANK   as fail, on the first attempt only; later attempts
 //                    all-reduce and succeed
+//   kill-once RANK   on the first attempt rank RANK kills itself (SIGKILL)
+//                    after joining; later attempts all-reduce and succeed
 //   stop-once RANK   on the first attempt rank RANK stops itself (SIGSTOP)
 //                    after joining; the others' all-reduce times out
 //   sleep            prints its pid and sleeps until stopped
@@ -70,6 +72,18 @@ int main(int argc, char** argv) {
                                       " failed on purpose at attempt " + std::to_string(attempt()));
     }
     if (scenario == "fail-once") return allReduceRanks(std::chrono::seconds(30));
+    if (scenario == "kill-once") {
+      auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
+          std::chrono::seconds(30)));
+      if (attempt() == 0 && rank == target) {
+        std::cout << "killing myself" << std::endl;
+        raise(SIGKILL);
+      }
+      at::Tensor t = at::full({1}, rank, at::kLong);
+      group->allReduce(t);
+      std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
+      return 0;
+    }
     if (scenario == "stop-once") {
       auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
           std::chrono::milliseconds(attempt() == 0 ? 1500 : 30000)));
