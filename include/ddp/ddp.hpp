@@ -9,4 +9,5 @@
 #include "ddp/errors.hpp"       // IWYU pragma: export
 #include "ddp/init.hpp"         // IWYU pragma: export
 #include "ddp/process_group.hpp"  // IWYU pragma: export
+#include "ddp/snapshot.hpp"     // IWYU pragma: export
 #include "ddp/work.hpp"         // IWYU pragma: export

@@ -2,6 +2,7 @@
 # Included by the top-level CMakeLists.txt after add_library(ddp ...).
 target_sources(ddp PRIVATE
   ${PROJECT_SOURCE_DIR}/src/data/idx.cpp
+  ${PROJECT_SOURCE_DIR}/src/data/distributed_sampler.cpp
   ${PROJECT_SOURCE_DIR}/src/data/fashion_mnist.cpp)
 # zlib reads the gzipped idx files as distributed. ddp is a static library, so
 # this PRIVATE dependency still reaches consumers (as $<LINK_ONLY:ZLIB::ZLIB>

@@ -72,24 +72,14 @@ int main(int argc, char** argv) {
                                       " failed on purpose at attempt " + std::to_string(attempt()));
     }
     if (scenario == "fail-once") return allReduceRanks(std::chrono::seconds(30));
-    if (scenario == "kill-once") {
+    if (scenario == "kill-once" || scenario == "stop-once") {
+      const bool stop = scenario == "stop-once";
+      // A stopped peer is only noticed through the others' collective timeout.
       auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
-          std::chrono::seconds(30)));
+          std::chrono::milliseconds(stop && attempt() == 0 ? 1500 : 30000)));
       if (attempt() == 0 && rank == target) {
-        std::cout << "killing myself" << std::endl;
-        raise(SIGKILL);
-      }
-      at::Tensor t = at::full({1}, rank, at::kLong);
-      group->allReduce(t);
-      std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
-      return 0;
-    }
-    if (scenario == "stop-once") {
-      auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
-          std::chrono::milliseconds(attempt() == 0 ? 1500 : 30000)));
-      if (attempt() == 0 && rank == target) {
-        std::cout << "stopping myself" << std::endl;
-        raise(SIGSTOP);
+        std::cout << (stop ? "stopping myself" : "killing myself") << std::endl;
+        raise(stop ? SIGSTOP : SIGKILL);
       }
       at::Tensor t = at::full({1}, rank, at::kLong);
       group->allReduce(t);

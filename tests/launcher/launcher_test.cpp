@@ -2,18 +2,18 @@
 // (tests/launcher/launch_worker.cpp), with deadlines on every wait.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <regex>
 #include <thread>
 
+#include "common/port_holder.hpp"
 #include "launch/child_process.hpp"
 
 namespace ddp::launch {
 namespace {
+
+using ddp::testing::PortHolder;
 
 using namespace std::chrono_literals;
 
@@ -144,17 +144,9 @@ TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
   EXPECT_NE(missing.output.find("the program '/no/such/trainer' does not exist"), std::string::npos)
       << missing.output;
 
-  int holder = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(listen(holder, 1), 0);
-  getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length);
-  const std::string port = std::to_string(ntohs(address.sin_port));
+  PortHolder holder;
+  const std::string port = std::to_string(holder.port());
   auto taken = runLauncher({"--master-port", port, DDP_LAUNCH_WORKER, "env"}, 30s);
-  close(holder);
   EXPECT_EQ(taken.exit_code, 4) << taken.output;
   EXPECT_NE(taken.output.find("127.0.0.1:" + port + " for the job: the port is already in use"),
             std::string::npos)

@@ -3,12 +3,10 @@
 // message, and how long the failure took.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "backends/backends.hpp"
 #include "ddp/errors.hpp"
+#include "common/port_holder.hpp"
 #include "multiprocess/harness.hpp"
 
 namespace ddp::testing {
@@ -85,18 +83,10 @@ TEST(FoundationErrors, MasterUnreachableFailsAfterRendezvousTimeout) {
 }
 
 TEST(FoundationErrors, MasterPortAlreadyInUse) {
-  int holder = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(listen(holder, 1), 0);
-  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int port = ntohs(address.sin_port);
+  PortHolder holder;
+  const int port = holder.port();
   auto r = runOne({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
                    {"MASTER_PORT", std::to_string(port)}});
-  close(holder);
   expectFailure(r, kRendezvous, {"127.0.0.1:" + std::to_string(port), "already in use"});
 }
 

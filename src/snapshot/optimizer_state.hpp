@@ -1,0 +1,57 @@
+#pragma once
+
+// Internal: an optimizer's and a learning-rate scheduler's state as named
+// tensors plus a JSON description, and back.
+//
+// Note [Optimizer state by position]
+// LibTorch keys an optimizer's per-parameter state by the address of the
+// parameter's TensorImpl, which means nothing in another process. A snapshot
+// therefore names state by position instead: tensor `optim/g<G>/p<I>/<field>`
+// belongs to parameter I of param group G. The JSON description is
+//   {"type": "adam", "defaults": {options},
+//    "groups": [{"options": {...}, "params": 3, "state": [{"step": 5}, null, ...]}]}
+// where null means "no state yet" (SGD before its first step with momentum)
+// and "step" appears for the optimizers that count steps. Every option of
+// every group is saved, so a learning rate changed by a scheduler comes back.
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+#include <map>
+#include <string>
+
+namespace ddp::detail {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+/// Adds the state of `optimizer` to `tensors` and returns its description.
+/// Throws SnapshotError naming the optimizer's type when it is not SGD,
+/// Adam, AdamW, RMSprop or Adagrad.
+nlohmann::json exportOptimizer(const torch::optim::Optimizer& optimizer, TensorMap& tensors);
+
+/// Throws SnapshotError (prefixed with `where`) naming the first way in
+/// which `description` and the `optim/...` entries of `tensors` do not fit
+/// `optimizer`: another type, other group or parameter counts, a missing,
+/// extra or differently shaped state tensor, a malformed option.
+void checkOptimizer(const std::string& where, const nlohmann::json& description,
+                    const TensorMap& tensors, const torch::optim::Optimizer& optimizer);
+
+/// Replaces every group's options and every parameter's state of
+/// `optimizer` with the snapshot's (already checked by checkOptimizer()).
+void importOptimizer(const nlohmann::json& description, const TensorMap& tensors,
+                     torch::optim::Optimizer& optimizer);
+
+/// The number of step() calls a scheduler has made (LRScheduler::step_count_).
+///
+/// Note [The scheduler's step count]
+/// LibTorch (1.13 and 2.x) keeps it in the protected member step_count_ and
+/// offers no accessor. It is reached through a pointer to member formed in a
+/// derived class, which C++ permits without any undefined behaviour. The
+/// learning rates themselves live in the optimizer's options.
+unsigned schedulerStepCount(const torch::optim::LRScheduler& scheduler);
+/// Sets the step count read by schedulerStepCount().
+void setSchedulerStepCount(torch::optim::LRScheduler& scheduler, unsigned count);
+
+}  // namespace ddp::detail

@@ -1,0 +1,387 @@
+#include "ddp/snapshot.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Type.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <typeinfo>
+
+#include "snapshot/optimizer_state.hpp"
+#include "snapshot/snapshot_format.hpp"
+
+namespace ddp {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using detail::TensorMap;
+
+constexpr char kExtension[] = ".ddpsnap";
+
+std::string fileName(const std::string& prefix, uint64_t sequence) {
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%012llu", static_cast<unsigned long long>(sequence));
+  return prefix + "-" + digits + kExtension;
+}
+
+// The sequence number of `<prefix>-<digits>.ddpsnap`, if `name` is one.
+std::optional<uint64_t> sequenceOf(const std::string& name, const std::string& prefix) {
+  const std::string head = prefix + "-", tail = kExtension;
+  if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
+    return std::nullopt;
+  }
+  std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+  if (digits.size() > 19 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  return std::stoull(digits);
+}
+
+struct Candidate {
+  uint64_t sequence;
+  std::string path;
+};
+
+// Snapshot files in `directory`, newest (highest sequence) first.
+std::vector<Candidate> candidates(const std::string& directory, const std::string& prefix) {
+  std::vector<Candidate> found;
+  std::error_code error;
+  for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    auto sequence = sequenceOf(it->path().filename().string(), prefix);
+    if (sequence && it->is_regular_file(error)) found.push_back({*sequence, it->path().string()});
+  }
+  std::sort(found.begin(), found.end(),
+            [](const Candidate& a, const Candidate& b) { return a.sequence > b.sequence; });
+  return found;
+}
+
+// The default generators: CPU first, then each CUDA device.
+std::vector<std::pair<std::string, at::Generator>> generators() {
+  std::vector<std::pair<std::string, at::Generator>> all{{"cpu", at::detail::getDefaultCPUGenerator()}};
+  size_t devices = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  for (size_t i = 0; i < devices; ++i) {
+    all.emplace_back("cuda" + std::to_string(i),
+                     at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i)));
+  }
+  return all;
+}
+
+at::Tensor generatorState(at::Generator& generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+// Every rank's generator states, on rank 0 (named rng/rank<r>/<device>).
+TensorMap gatherRngStates(ProcessGroup& group) {
+  auto local = generators();
+  TensorMap result;
+  if (group.size() == 1) {
+    for (auto& [device, generator] : local) result["rng/rank0/" + device] = generatorState(generator);
+    return result;
+  }
+  // Ranks may differ in device count: gather each rank's layout (count,
+  // byte lengths), then its state bytes padded to the longest rank's.
+  constexpr int64_t kSlots = 65;
+  at::Tensor layout = at::zeros({kSlots}, at::kLong);
+  std::vector<at::Tensor> states;
+  for (auto& [device, generator] : local) states.push_back(generatorState(generator).to(at::kInt));
+  if (states.size() >= kSlots) states.resize(kSlots - 1);
+  layout[0] = static_cast<int64_t>(states.size());
+  for (size_t i = 0; i < states.size(); ++i) layout[i + 1] = states[i].numel();
+  at::Tensor layouts = at::empty({kSlots * group.size()}, at::kLong);
+  group.allGather(layouts, layout);
+  auto sizes = layouts.view({group.size(), kSlots});
+  int64_t longest = sizes.narrow(1, 1, kSlots - 1).sum(1).max().item<int64_t>();
+  at::Tensor bytes = at::zeros({longest}, at::kInt);
+  at::Tensor mine = at::cat(states);
+  bytes.narrow(0, 0, mine.numel()).copy_(mine);
+  at::Tensor everyone = at::empty({longest * group.size()}, at::kInt);
+  group.allGather(everyone, bytes);
+  if (group.rank() != 0) return result;
+  for (int r = 0; r < group.size(); ++r) {
+    int64_t offset = r * longest;
+    for (int64_t i = 0; i < sizes[r][0].item<int64_t>(); ++i) {
+      int64_t length = sizes[r][i + 1].item<int64_t>();
+      std::string device = i == 0 ? "cpu" : "cuda" + std::to_string(i - 1);
+      result["rng/rank" + std::to_string(r) + "/" + device] =
+          everyone.narrow(0, offset, length).to(at::kByte);
+      offset += length;
+    }
+  }
+  return result;
+}
+
+void warn(const std::string& message) { std::cerr << "ddp: warning: " << message << std::endl; }
+
+// Writes `state` (and the gathered RNG states) as the next snapshot; rank 0.
+std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& state,
+                          const TensorMap& rng, int world_size, uint64_t& sequence) {
+  const std::string& dir = options.directory();
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw SnapshotError("cannot create snapshot directory " + dir + ": " + error.message());
+  auto existing = candidates(dir, options.prefix());
+  sequence = existing.empty() ? 1 : existing.front().sequence + 1;
+  std::string name = fileName(options.prefix(), sequence);
+  std::string path = (fs::path(dir) / name).string();
+
+  json scalars = {{"epoch", state.epoch},          {"step_in_epoch", state.step_in_epoch},
+                  {"counters", state.counters},    {"metadata", state.metadata},
+                  {"model", state.model != nullptr}, {"rng", !rng.empty()},
+                  {"world_size", world_size},      {"torch_version", TORCH_VERSION}};
+  TensorMap optimizer_tensors;
+  if (state.optimizer) scalars["optimizer"] = detail::exportOptimizer(*state.optimizer, optimizer_tensors);
+  if (state.scheduler) {
+    scalars["scheduler"] = {{"type", c10::demangle(typeid(*state.scheduler).name())},
+                            {"step_count", detail::schedulerStepCount(*state.scheduler)}};
+  }
+  std::string scalars_text;
+  try {
+    scalars_text = scalars.dump(1);
+  } catch (const json::exception& e) {
+    throw SnapshotError("cannot save the training state: metadata must be valid UTF-8 (" +
+                        std::string(e.what()) + ")");
+  }
+
+  detail::SnapshotWriter writer((fs::path(dir) / ("." + name + ".tmp")).string());
+  if (state.model) {
+    for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
+      if (item.value().defined()) writer.addTensor("model/param/" + item.key(), item.value());
+    }
+    for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
+      if (item.value().defined()) writer.addTensor("model/buffer/" + item.key(), item.value());
+    }
+  }
+  for (const auto& [key, tensor] : optimizer_tensors) writer.addTensor(key, tensor);
+  for (const auto& [key, tensor] : state.extra_tensors) writer.addTensor("extra/" + key, tensor);
+  for (const auto& [key, tensor] : rng) writer.addTensor(key, tensor);
+  writer.addJson("scalars", scalars_text);
+  writer.commit(path, static_cast<uint32_t>(world_size), sequence);
+
+  // Keep the newest keep_last snapshots; remove temporary files of writers
+  // that died before their rename (Note [Writing is atomic]).
+  auto all = candidates(dir, options.prefix());
+  for (size_t i = static_cast<size_t>(options.keep_last()); i < all.size(); ++i) {
+    fs::remove(all[i].path, error);
+  }
+  const std::string temp_head = "." + options.prefix() + "-";
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    std::string file = it->path().filename().string();
+    if (file.rfind(temp_head, 0) == 0 && file.size() > 4 &&
+        file.compare(file.size() - 4, 4, ".tmp") == 0 &&
+        sequenceOf(file.substr(1, file.size() - 5), options.prefix())) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+  detail::fsyncDirectory(dir);
+  return path;
+}
+
+}  // namespace
+
+SnapshotManager::SnapshotManager(std::shared_ptr<ProcessGroup> group, SnapshotOptions options)
+    : group_(std::move(group)), options_(std::move(options)) {
+  if (!group_) throw ConfigError("SnapshotManager needs a process group, got a null pointer");
+  if (options_.directory().empty()) {
+    throw ConfigError("SnapshotOptions: directory is empty; set it to where snapshots should live");
+  }
+  if (options_.keep_last() < 1) {
+    throw ConfigError("SnapshotOptions: keep_last is " + std::to_string(options_.keep_last()) +
+                      "; it must be at least 1");
+  }
+  const std::string& prefix = options_.prefix();
+  if (prefix.empty() || prefix.find('/') != std::string::npos || prefix[0] == '.') {
+    throw ConfigError("SnapshotOptions: prefix '" + prefix +
+                      "' must be non-empty, contain no '/' and not start with '.'");
+  }
+}
+
+std::string SnapshotManager::save(const TrainingState& state) {
+  TensorMap rng;
+  if (state.include_rng) rng = gatherRngStates(*group_);  // a collective: every rank
+  std::exception_ptr failure;
+  uint64_t sequence = 0;
+  std::string path;
+  if (group_->rank() == 0) {
+    try {
+      path = writeSnapshot(options_, state, rng, group_->size(), sequence);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (group_->size() > 1) {  // rank 0's outcome; the others wait here
+    at::Tensor outcome = at::tensor({failure ? int64_t{0} : int64_t{1}, static_cast<int64_t>(sequence)});
+    group_->broadcast(outcome, 0);
+    if (group_->rank() != 0) {
+      if (outcome[0].item<int64_t>() != 1) {
+        throw SnapshotError("rank 0 could not write a snapshot into " + options_.directory() +
+                            "; its error says why");
+      }
+      path = (fs::path(options_.directory()) /
+              fileName(options_.prefix(), static_cast<uint64_t>(outcome[1].item<int64_t>())))
+                 .string();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  return path;
+}
+
+bool SnapshotManager::resume(TrainingState& state) {
+  std::optional<SnapshotFile> chosen;
+  int64_t sequence = -1;
+  for (const auto& candidate : candidates(options_.directory(), options_.prefix())) {
+    try {
+      chosen = detail::readSnapshot(candidate.path);
+      sequence = static_cast<int64_t>(candidate.sequence);
+      break;
+    } catch (const SnapshotError& e) {
+      warn(std::string("skipping an unusable snapshot: ") + e.what());
+    }
+  }
+  if (group_->size() > 1) {  // every rank must resume from the same file
+    at::Tensor lowest = at::full({1}, sequence, at::kLong), highest = lowest.clone();
+    group_->allReduce(lowest, ReduceOp::kMin);
+    group_->allReduce(highest, ReduceOp::kMax);
+    if (lowest.item<int64_t>() != highest.item<int64_t>()) {
+      throw SnapshotError("ranks disagree on the newest valid snapshot in " + options_.directory() +
+                          ": rank " + std::to_string(group_->rank()) + " found sequence " +
+                          std::to_string(sequence) + " (-1: none), others between " +
+                          std::to_string(lowest.item<int64_t>()) + " and " +
+                          std::to_string(highest.item<int64_t>()) +
+                          "; every rank must see the same directory");
+    }
+  }
+  if (!chosen) return false;
+  if (chosen->world_size != static_cast<uint32_t>(group_->size())) {
+    warn(chosen->path + " was written by a job of " + std::to_string(chosen->world_size) +
+         " ranks; this one has " + std::to_string(group_->size()));
+  }
+  restoreTrainingState(*chosen, state, group_->rank());
+  return true;
+}
+
+std::vector<std::string> SnapshotManager::list() const {
+  std::vector<std::string> paths;
+  for (auto& candidate : candidates(options_.directory(), options_.prefix())) {
+    paths.push_back(std::move(candidate.path));
+  }
+  return paths;
+}
+
+SnapshotFile readSnapshotFile(const std::string& path) { return detail::readSnapshot(path); }
+
+void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int rank) {
+  auto fail = [&](const std::string& problem) { throw SnapshotError(file.path + ": " + problem); };
+  const TensorMap& tensors = file.tensors;
+  json scalars;
+  int64_t epoch = 0, step_in_epoch = 0;
+  unsigned scheduler_steps = 0;
+  std::map<std::string, int64_t> counters;
+  std::map<std::string, std::string> metadata;
+  try {  // Check everything first; nothing live changes until all fits.
+    scalars = json::parse(file.scalars_json);
+    epoch = scalars.at("epoch").get<int64_t>();
+    step_in_epoch = scalars.at("step_in_epoch").get<int64_t>();
+    counters = scalars.at("counters").get<std::map<std::string, int64_t>>();
+    metadata = scalars.at("metadata").get<std::map<std::string, std::string>>();
+    if (state.scheduler) {
+      if (!scalars.contains("scheduler")) fail("the snapshot holds no learning-rate scheduler state");
+      scheduler_steps = scalars.at("scheduler").at("step_count").get<unsigned>();
+    }
+    if (state.optimizer && !scalars.contains("optimizer")) fail("the snapshot holds no optimizer state");
+  } catch (const json::exception& e) {
+    fail(std::string("malformed scalars record: ") + e.what());
+  }
+  std::vector<std::pair<at::Tensor, const at::Tensor*>> model_copies;  // live <- saved
+  if (state.model) {
+    if (!scalars.value("model", false)) fail("the snapshot holds no model");
+    std::set<std::string> expected;
+    for (bool parameters : {true, false}) {
+      auto items = parameters ? state.model->named_parameters(true) : state.model->named_buffers(true);
+      std::string kind = parameters ? "parameter" : "buffer";
+      for (const auto& item : items) {
+        if (!item.value().defined()) continue;
+        std::string key = "model/" + std::string(parameters ? "param/" : "buffer/") + item.key();
+        auto found = tensors.find(key);
+        if (found == tensors.end()) fail("model " + kind + " '" + item.key() + "' is not in the snapshot");
+        if (!found->second.sizes().equals(item.value().sizes()) ||
+            found->second.scalar_type() != item.value().scalar_type()) {
+          fail("model " + kind + " '" + item.key() + "' is " + detail::describeTensor(found->second) +
+               " in the snapshot but " + detail::describeTensor(item.value()) + " in the model");
+        }
+        expected.insert(key);
+        model_copies.emplace_back(item.value(), &found->second);
+      }
+    }
+    for (const auto& entry : tensors) {
+      if (entry.first.rfind("model/", 0) == 0 && expected.count(entry.first) == 0) {
+        fail("the snapshot has " + entry.first + ", which the model lacks");
+      }
+    }
+  }
+  if (state.optimizer) {
+    detail::checkOptimizer(file.path, scalars.at("optimizer"), tensors, *state.optimizer);
+  }
+  std::vector<std::pair<at::Generator, const at::Tensor*>> rng_states;
+  if (state.include_rng) {
+    std::string head = "rng/rank" + std::to_string(rank) + "/";
+    for (auto& [device, generator] : generators()) {
+      auto found = tensors.find(head + device);
+      if (found == tensors.end()) continue;
+      at::Tensor current = generatorState(generator);
+      if (!found->second.sizes().equals(current.sizes()) || found->second.scalar_type() != at::kByte) {
+        fail("RNG state " + found->first + " is " + detail::describeTensor(found->second) +
+             ", this generator's is " + detail::describeTensor(current));
+      }
+      rng_states.emplace_back(generator, &found->second);
+    }
+    if (rng_states.empty()) {
+      warn(file.path + " holds no RNG state for rank " + std::to_string(rank) +
+           "; the generators keep their current state");
+    }
+  }
+
+  // Apply.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [live, saved] : model_copies) live.copy_(*saved);
+  }
+  if (state.optimizer) detail::importOptimizer(scalars.at("optimizer"), tensors, *state.optimizer);
+  if (state.scheduler) detail::setSchedulerStepCount(*state.scheduler, scheduler_steps);
+  state.epoch = epoch;
+  state.step_in_epoch = step_in_epoch;
+  state.counters = std::move(counters);
+  state.metadata = std::move(metadata);
+  std::map<std::string, at::Tensor> extras;
+  for (const auto& [key, saved] : tensors) {
+    if (key.rfind("extra/", 0) != 0) continue;
+    std::string name = key.substr(6);
+    auto live = state.extra_tensors.find(name);
+    if (live != state.extra_tensors.end() && live->second.defined() &&
+        live->second.sizes().equals(saved.sizes()) && live->second.scalar_type() == saved.scalar_type()) {
+      torch::NoGradGuard no_grad;
+      live->second.copy_(saved);  // in place: aliases of the live tensor see it
+      extras.emplace(name, live->second);
+    } else {
+      extras.emplace(name, saved.clone());
+    }
+  }
+  state.extra_tensors = std::move(extras);
+  for (auto& [generator, saved] : rng_states) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(*saved);
+  }
+}
+
+}  // namespace ddp
