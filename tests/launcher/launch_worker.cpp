@@ -3,8 +3,6 @@
 //   env              prints the launcher variables, all-reduces the ranks
 //   fail RANK        rank RANK records an error and exits 3 at every start;
 //                    the others wait to be stopped
-//   fail-once RANK   as fail, on the first attempt only; later attempts
-//                    all-reduce and succeed
 //   kill-once RANK   on the first attempt rank RANK kills itself (SIGKILL)
 //                    after joining; later attempts all-reduce and succeed
 //   stop-once RANK   on the first attempt rank RANK stops itself (SIGSTOP)
@@ -65,13 +63,12 @@ int main(int argc, char** argv) {
       std::cout << "a line without a newline at exit";
       return 0;
     }
-    if (scenario == "fail" || (scenario == "fail-once" && attempt() == 0)) {
+    if (scenario == "fail") {
       if (rank != target) sleepForever();
       std::cout << "attempt " << attempt() << ": failing on purpose" << std::endl;
       throw ddp::InvalidArgumentError("rank " + std::to_string(rank) +
                                       " failed on purpose at attempt " + std::to_string(attempt()));
     }
-    if (scenario == "fail-once") return allReduceRanks(std::chrono::seconds(30));
     if (scenario == "kill-once" || scenario == "stop-once") {
       const bool stop = scenario == "stop-once";
       // A stopped peer is only noticed through the others' collective timeout.

@@ -170,7 +170,7 @@ std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
   return runChildren({node(0, "twonodes"), node(1, second_run_id)}, 90s);
 }
 
-TEST(LauncherNodes, TwoNodesOnLoopbackTrainTogether) {
+TEST(LauncherNodes, TwoNodesOnLoopbackMeetAndAllReduce) {
   auto results = twoNodes({"env"});
   for (int node : {0, 1}) {
     EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
@@ -183,8 +183,8 @@ TEST(LauncherNodes, TwoNodesOnLoopbackTrainTogether) {
   }
 }
 
-TEST(LauncherNodes, FailureOnTheSecondNodeRestartsBoth) {
-  auto results = twoNodes({"fail-once", "1"});
+TEST(LauncherNodes, WorkerKilledOnTheSecondNodeRestartsBoth) {
+  auto results = twoNodes({"kill-once", "1"});
   for (int node : {0, 1}) {
     EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
     EXPECT_NE(results[node].output.find("(restart 1 of 1)"), std::string::npos)
@@ -192,6 +192,21 @@ TEST(LauncherNodes, FailureOnTheSecondNodeRestartsBoth) {
     EXPECT_NE(results[node].output.find("attempt 1: sum of ranks 1"), std::string::npos)
         << results[node].output;
   }
+}
+
+TEST(LauncherNodes, TwoNodesOnLoopbackTrainTheToyTrainer) {
+  const std::string port = std::to_string(findFreePort());
+  auto node = [&](int rank) {
+    return ddprun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
+                   "127.0.0.1", "--master-port", port, "--nproc-per-node", "1", "--run-id",
+                   "toy", "--rendezvous-timeout", "20", DDP_TOY_TRAINER, "--epochs", "1"});
+  };
+  auto results = runChildren({node(0), node(1)}, 90s);
+  for (int n : {0, 1}) EXPECT_EQ(results[n].exit_code, 0) << results[n].output;
+  // 2048 samples / (2 ranks x 32) = 32 steps, and rank 0 reports the end.
+  EXPECT_NE(results[1].output.find("[1] epoch 0 step 32 loss"), std::string::npos)
+      << results[1].output;
+  EXPECT_NE(results[0].output.find("[0] final loss="), std::string::npos) << results[0].output;
 }
 
 TEST(LauncherNodes, JobsWithDifferentRunIdsNeverMerge) {
