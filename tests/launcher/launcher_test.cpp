@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -63,6 +66,33 @@ TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
         << "unprefixed line: '" << line << "'";
   }
   EXPECT_NE(r.output.find("TORCHELASTIC_ERROR_FILE=/"), std::string::npos);
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(LauncherRun, LogDirKeepsEachRanksStreamsAndTeeShowsThemToo) {
+  for (bool tee : {false, true}) {
+    std::string dir = (std::filesystem::temp_directory_path() / "ddprun-logs-XXXXXX").string();
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+    std::vector<std::string> args = {"--standalone", "--nproc-per-node", "2", "--run-id", "logs",
+                                     "--log-dir", dir};
+    if (tee) args.push_back("--tee");
+    args.insert(args.end(), {DDP_LAUNCH_WORKER, "env"});
+    auto r = runLauncher(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (int rank : {0, 1}) {
+      const std::string base = dir + "/logs/attempt_0/" + std::to_string(rank) + "/";
+      EXPECT_NE(readFile(base + "stdout.log").find("RANK=" + std::to_string(rank) + "\n"),
+                std::string::npos)
+          << base;
+      EXPECT_TRUE(std::filesystem::exists(base + "stderr.log")) << base;
+    }
+    EXPECT_EQ(r.output.find("[0] RANK=0") != std::string::npos, tee) << r.output;
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
