@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "common/models.hpp"
+#include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/ddp.hpp"
 #include "ddp/distributed_data_parallel.hpp"
@@ -43,8 +44,9 @@ struct Options {
   ddp::DistributedDataParallelOptions ddp;
 };
 
-// A DistributedSampler-like stream of batches over an in-memory data set;
-// see Note [Same work as the Python side].
+// Batches of an in-memory data set in ddp::data::DistributedSampler's order
+// (PyTorch's: randperm seeded by seed + epoch, padded, strided by rank); see
+// Note [Same work as the Python side].
 class ShardedBatches {
  public:
   ShardedBatches(torch::Tensor inputs, torch::Tensor targets, int64_t batch, int rank, int world,
@@ -52,35 +54,22 @@ class ShardedBatches {
       : inputs_(std::move(inputs)),
         targets_(std::move(targets)),
         batch_(batch),
-        rank_(rank),
-        world_(world),
-        seed_(seed) {}
+        sampler_(inputs_.size(0), world, rank, ddp::data::DistributedSamplerOptions().seed(seed)) {}
 
   std::pair<torch::Tensor, torch::Tensor> next() {
-    if (offset_ >= shard_.numel()) startEpoch();
-    torch::Tensor index = shard_.slice(0, offset_, std::min(offset_ + batch_, shard_.numel()));
-    offset_ += batch_;
+    std::vector<int64_t> indices = sampler_.next(batch_);
+    if (indices.empty()) {
+      sampler_.set_epoch(sampler_.epoch() + 1);
+      indices = sampler_.next(batch_);
+    }
+    torch::Tensor index = torch::tensor(indices, torch::kLong);
     return {inputs_.index_select(0, index), targets_.index_select(0, index)};
   }
 
  private:
-  void startEpoch() {
-    const int64_t n = inputs_.size(0);
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(seed_ + epoch_++);
-    torch::Tensor order = torch::randperm(n, generator, torch::kLong);
-    const int64_t per_rank = (n + world_ - 1) / world_;
-    const int64_t padding = per_rank * world_ - n;
-    if (padding > 0) order = torch::cat({order, order.slice(0, 0, padding)});
-    shard_ = order.slice(0, rank_, per_rank * world_, world_).contiguous();
-    offset_ = 0;
-  }
-
-  torch::Tensor inputs_, targets_, shard_;
+  torch::Tensor inputs_, targets_;
   int64_t batch_;
-  int rank_, world_;
-  uint64_t seed_;
-  uint64_t epoch_ = 0;
-  int64_t offset_ = 0;
+  ddp::data::DistributedSampler sampler_;
 };
 
 struct Timed {

@@ -159,7 +159,6 @@ void Reducer::resetIteration() {
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.parameters.size();
     bucket.work = Work();
-    bucket.launched = false;
   }
 }
 
@@ -212,7 +211,6 @@ void Reducer::launchReadyBucketsInOrder() {
 
 void Reducer::launch(Bucket& bucket) {
   bucket.work = hook_->reduce(*group_, bucket.flat);
-  bucket.launched = true;
 }
 
 void Reducer::finalizeBackward() {

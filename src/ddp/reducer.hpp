@@ -26,7 +26,6 @@ struct Bucket {
   at::Tensor flat;                 // the gradients, back to back
   size_t pending = 0;              // gradients not yet ready this iteration
   Work work;                       // the reduction in flight
-  bool launched = false;
 };
 
 class Reducer : public std::enable_shared_from_this<Reducer> {
