@@ -4,10 +4,13 @@
 /// Everything of ddp's public API in one include.
 
 #include "ddp/comm_hook.hpp"    // IWYU pragma: export
+#include "ddp/data_parallel.hpp"  // IWYU pragma: export
 #include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export
 #include "ddp/environment.hpp"  // IWYU pragma: export
 #include "ddp/errors.hpp"       // IWYU pragma: export
+#include "ddp/horovod.hpp"      // IWYU pragma: export
 #include "ddp/init.hpp"         // IWYU pragma: export
 #include "ddp/process_group.hpp"  // IWYU pragma: export
 #include "ddp/snapshot.hpp"     // IWYU pragma: export
+#include "ddp/timeline.hpp"     // IWYU pragma: export
 #include "ddp/work.hpp"         // IWYU pragma: export

@@ -7,6 +7,7 @@
 
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
+#include "horovod/timeline_recorder.hpp"
 
 namespace ddp::detail {
 namespace {
@@ -16,6 +17,7 @@ namespace {
 // int64 per byte: a few kilobytes for real models, sent once at start-up,
 // and every rank can then name both sides of a difference.
 std::vector<std::string> gatherText(ProcessGroup& group, const std::string& text) {
+  timeline::detail::LabelScope name("ddp.verify_model", -1, /*fallback=*/true);
   const int world = group.size();
   at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
   at::Tensor lengths = at::empty({world}, at::kLong);
@@ -94,6 +96,7 @@ void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& 
 // into one int32 buffer, whatever their dtypes.
 void broadcastCoalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   if (group.size() == 1 || tensors.empty()) return;
+  timeline::detail::LabelScope name("ddp.broadcast_coalesced", -1, /*fallback=*/true);
   std::map<std::string, std::vector<at::Tensor>> by_device;
   for (const auto& t : tensors) by_device[t.device().str()].push_back(t);
   // Each tensor starts 8-byte aligned: reinterpreting bytes as a dtype

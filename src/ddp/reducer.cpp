@@ -7,6 +7,7 @@
 
 #include "compat/torch_compat.hpp"
 #include "ddp/errors.hpp"
+#include "horovod/timeline_recorder.hpp"
 
 namespace ddp::detail {
 namespace {
@@ -210,6 +211,7 @@ void Reducer::launchReadyBucketsInOrder() {
 }
 
 void Reducer::launch(Bucket& bucket) {
+  timeline::detail::LabelScope name("ddp.bucket", &bucket - buckets_.data());
   bucket.work = hook_->reduce(*group_, bucket.flat);
 }
 
@@ -264,6 +266,7 @@ void Reducer::finalizeBackward() {
 std::vector<int32_t> Reducer::exchangeUsage(const std::vector<size_t>& unused) {
   at::Tensor used = at::ones({static_cast<int64_t>(parameters_.size())}, at::kInt);
   for (size_t index : unused) used[index] = 0;
+  timeline::detail::LabelScope name("ddp.unused_parameters");
   group_->allReduce(used, ReduceOp::kMax);
   return std::vector<int32_t>(used.data_ptr<int32_t>(), used.data_ptr<int32_t>() + used.numel());
 }
@@ -302,6 +305,7 @@ void Reducer::rebuildInReadyOrder() {
     if (!seen[i]) order.push_back(static_cast<int64_t>(i));
   }
   at::Tensor shared = at::tensor(order, at::kLong);
+  timeline::detail::LabelScope name("ddp.rebuild_buckets");
   group_->broadcast(shared, 0);
   std::vector<size_t> adopted(order.size());
   for (size_t k = 0; k < adopted.size(); ++k) adopted[k] = shared[k].item<int64_t>();

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Step time of ddp::DataParallel (replicas kept across steps) against
+# LibTorch's data-parallel steps (replicas cloned at every step), CPU
+# replicas on this machine, printed as one Markdown table.
+# See the note at the top of benchmarks/data_parallel_bench.cpp for what the
+# LibTorch side runs, and docs/benchmarks.md for the latest figures.
+#
+# Usage: benchmarks/data_parallel_bench.sh
+# Environment: DDP_BUILD_DIR (build), JOBS (build parallelism, 2), ROUNDS (5),
+# STEPS (timed steps per round, 20), MODELS ("mlp convnet"), REPLICAS ("1 2"),
+# THREADS (intra-op threads, "1 2").
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${DDP_BUILD_DIR:-$root/build}
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  cmake -S "$root" -B "$build" >/dev/null
+fi
+echo "building data_parallel_bench in $build ..." >&2
+cmake --build "$build" --target data_parallel_bench -j"${JOBS:-2}" >&2
+bench="$build/bin/data_parallel_bench"
+
+echo "| model | batch | replicas | intra-op threads | ddp::DataParallel ms/step | LibTorch data_parallel steps ms/step | speed-up | max parameter difference |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for model in ${MODELS:-mlp convnet}; do
+  for replicas in ${REPLICAS:-1 2}; do
+    for threads in ${THREADS:-1 2}; do
+      OMP_NUM_THREADS=$threads "$bench" --model "$model" --replicas "$replicas" \
+        --threads "$threads" --rounds "${ROUNDS:-5}" --steps "${STEPS:-20}"
+    done
+  done
+done

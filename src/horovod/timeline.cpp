@@ -1,0 +1,334 @@
+// The timeline recorder: one file per rank, one pwrite() per event (see
+// Note [The file is valid JSON at every moment] in ddp/timeline.hpp).
+
+#include "ddp/timeline.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "ddp/environment.hpp"
+#include "ddp/errors.hpp"
+#include "dtype_name.hpp"
+#include "horovod/timeline_recorder.hpp"
+
+namespace ddp {
+
+TimelineOptions::TimelineOptions(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) {
+    throw ConfigError("timeline: the path is empty; give a file such as "
+                      "\"/tmp/timeline-%r.json\" (%r becomes the rank) or a prefix.");
+  }
+}
+
+namespace timeline {
+namespace detail {
+
+using nlohmann::json;
+
+class PendingEvent {
+ public:
+  PendingEvent(uint64_t session, std::string name, const CollectiveFacts& facts, int lane)
+      : session_(session), name_(std::move(name)), lane_(lane) {
+    op_ = facts.op;
+    reduce_ = facts.reduce;
+    root_ = facts.root;
+    if (facts.tensor && facts.tensor->defined()) {
+      dtype_ = facts.tensor->scalar_type();
+      numel_ = facts.tensor->numel();
+      bytes_ = numel_ * static_cast<int64_t>(facts.tensor->element_size());
+    }
+    wall_start_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~PendingEvent() { finish(/*waited=*/false); }
+
+  void finish(bool waited) noexcept;
+  void cancel() noexcept;
+
+ private:
+  json toJson(bool waited, double duration_us, int pid) const;
+
+  std::atomic<bool> done_{false};
+  uint64_t session_;
+  std::string name_;
+  int lane_;
+  const char* op_ = "";
+  std::optional<ReduceOp> reduce_;
+  int root_ = -1;
+  std::optional<c10::ScalarType> dtype_;
+  int64_t numel_ = 0;
+  int64_t bytes_ = 0;
+  int64_t wall_start_us_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+namespace {
+
+// Note [The recorder outlives everything]
+// Works (and with them pending events) may be destroyed during static
+// destruction, so the recorder is created once and never destroyed.
+class Recorder {
+ public:
+  static Recorder& get() {
+    static Recorder* recorder = new Recorder();
+    return *recorder;
+  }
+
+  bool active() const noexcept { return active_.load(std::memory_order_acquire); }
+
+  void start(const std::string& path, int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (active()) {
+      if (path == path_) return;
+      throw ConfigError("timeline: already recording into '" + path_ + "', cannot also record "
+                        "into '" + path + "'; call ddp::timeline::stop() first (or unset "
+                        "DDP_TIMELINE when starting the timeline from code).");
+    }
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      throw ConfigError("timeline: cannot create '" + path + "': " + std::strerror(errno) +
+                        ". Check that its directory exists and is writable.");
+    }
+    fd_ = fd;
+    path_ = path;
+    rank_ = rank;
+    end_ = 0;
+    events_ = 0;
+    wrote_any_ = false;
+    lanes_busy_.clear();
+    lanes_named_ = 0;
+    ++session_;
+    writeRaw("[\n]\n", 0);
+    end_ = 1;  // The next entry replaces "\n]\n" from offset 1.
+    writeEntry({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
+                {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    writeEntry({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank},
+                {"args", {{"sort_index", rank}}}});
+    active_.store(true, std::memory_order_release);
+  }
+
+  void stop() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closeLocked();
+  }
+
+  std::string path() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return active() ? path_ : std::string();
+  }
+
+  int64_t events() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return events_;
+  }
+
+  std::shared_ptr<PendingEvent> begin(const CollectiveFacts& facts) {
+    std::string name = currentScopeName().value_or(operationName(facts));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!active()) return nullptr;
+    int lane = 0;
+    while (lane < static_cast<int>(lanes_busy_.size()) && lanes_busy_[lane]) ++lane;
+    if (lane == static_cast<int>(lanes_busy_.size())) lanes_busy_.push_back(false);
+    lanes_busy_[lane] = true;
+    return std::make_shared<PendingEvent>(session_, std::move(name), facts, lane);
+  }
+
+  // Writes a finished event (when its session is still recording) and frees
+  // its lane.
+  void end(uint64_t session, int lane, const std::function<json(int pid)>& event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!active() || session != session_) return;
+    lanes_busy_[lane] = false;
+    while (lanes_named_ <= lane) {
+      const int named = lanes_named_++;
+      writeEntry({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", named},
+                  {"args", {{"name", named == 0 ? std::string("collectives")
+                                                : "collectives (overlapping " +
+                                                      std::to_string(named) + ")"}}}});
+    }
+    writeEntry(event(rank_));
+    ++events_;
+  }
+
+  void release(uint64_t session, int lane) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (active() && session == session_) lanes_busy_[lane] = false;
+  }
+
+ private:
+  static std::string operationName(const CollectiveFacts& facts) {
+    std::string name = facts.op;
+    if (facts.reduce) name += std::string("(") + toString(*facts.reduce) + ")";
+    return name;
+  }
+
+  void writeEntry(const json& entry) {
+    const std::string text = (wrote_any_ ? ",\n" : "\n") + entry.dump() + "\n]\n";
+    if (!writeRaw(text, end_)) return;
+    end_ += static_cast<off_t>(text.size() - 3);  // Before the new "\n]\n".
+    wrote_any_ = true;
+  }
+
+  // One pwrite per entry; a failure (disk full) stops the timeline with a
+  // warning rather than failing the collective that is being recorded.
+  bool writeRaw(const std::string& text, off_t offset) {
+    size_t written = 0;
+    while (written < text.size()) {
+      ssize_t n = ::pwrite(fd_, text.data() + written, text.size() - written,
+                           offset + static_cast<off_t>(written));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        std::cerr << "ddp timeline: writing '" << path_ << "' failed (" << std::strerror(errno)
+                  << "); the timeline stops here.\n";
+        closeLocked();
+        return false;
+      }
+      written += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  void closeLocked() {
+    active_.store(false, std::memory_order_release);
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::mutex mutex_;
+  std::atomic<bool> active_{false};
+  int fd_ = -1;
+  std::string path_;
+  int rank_ = 0;
+  off_t end_ = 0;
+  bool wrote_any_ = false;
+  int64_t events_ = 0;
+  std::vector<bool> lanes_busy_;
+  int lanes_named_ = 0;
+  uint64_t session_ = 0;
+};
+
+}  // namespace
+
+json PendingEvent::toJson(bool waited, double duration_us, int pid) const {
+  json args = {{"op", op_}, {"waited", waited}};
+  if (reduce_) args["reduce"] = toString(*reduce_);
+  if (root_ >= 0) args["root"] = root_;
+  if (dtype_) {
+    args["dtype"] = ddp::detail::dtypeName(*dtype_);
+    args["numel"] = numel_;
+    args["bytes"] = bytes_;
+  }
+  return {{"name", name_}, {"cat", "collective"}, {"ph", "X"}, {"ts", wall_start_us_},
+          {"dur", duration_us}, {"pid", pid}, {"tid", lane_}, {"args", std::move(args)}};
+}
+
+void PendingEvent::finish(bool waited) noexcept {
+  if (done_.exchange(true)) return;
+  const double duration_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
+  try {
+    Recorder::get().end(session_, lane_,
+                        [&](int pid) { return toJson(waited, duration_us, pid); });
+  } catch (const std::exception& e) {
+    std::cerr << "ddp timeline: an event could not be written: " << e.what() << "\n";
+  }
+}
+
+void PendingEvent::cancel() noexcept {
+  if (done_.exchange(true)) return;
+  Recorder::get().release(session_, lane_);
+}
+
+std::shared_ptr<PendingEvent> beginEvent(const CollectiveFacts& facts) {
+  return Recorder::get().begin(facts);
+}
+
+void cancelEvent(PendingEvent& event) noexcept { event.cancel(); }
+
+Work endWhenDone(Work work, std::shared_ptr<PendingEvent> event) {
+  return work.then([event = std::move(event)] { event->finish(/*waited=*/true); });
+}
+
+void startForRank(const TimelineOptions& options, int rank) {
+  Recorder::get().start(pathForRank(options.path(), rank), rank);
+}
+
+void startFromEnvironmentOnce(int rank) {
+  static std::once_flag once;
+  std::call_once(once, [rank] {
+    const EnvironmentMap env = captureEnvironment();
+    auto found = env.find(kEnvironmentVariable);
+    if (found == env.end() || found->second.empty() || recording()) return;
+    startForRank(TimelineOptions(found->second), rank);
+  });
+}
+
+}  // namespace detail
+
+void start(const ProcessGroup& group, const TimelineOptions& options) {
+  detail::startForRank(options, group.rank());
+}
+
+void stop() { detail::Recorder::get().stop(); }
+
+bool recording() noexcept { return detail::Recorder::get().active(); }
+
+std::string currentPath() { return detail::Recorder::get().path(); }
+
+int64_t eventsWritten() { return detail::Recorder::get().events(); }
+
+std::string pathForRank(const std::string& path, int rank) {
+  const std::string rank_text = std::to_string(rank);
+  const size_t marker = path.find("%r");
+  if (marker == std::string::npos) return path + rank_text + ".json";
+  std::string expanded = path;
+  for (size_t at = marker; at != std::string::npos; at = expanded.find("%r", at + rank_text.size())) {
+    expanded.replace(at, 2, rank_text);
+  }
+  return expanded;
+}
+
+void merge(const std::vector<std::string>& inputs, const std::string& output) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& input : inputs) {
+    std::ifstream in(input);
+    if (!in) {
+      throw InvalidArgumentError("timeline::merge: cannot read '" + input + "': " +
+                                 std::strerror(errno) + "; pass the files the ranks wrote.");
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json events = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    if (!events.is_array()) {
+      throw InvalidArgumentError("timeline::merge: '" + input + "' is not a JSON array of "
+                                 "trace events; pass the files ddp's timeline wrote.");
+    }
+    for (auto& event : events) all.push_back(std::move(event));
+  }
+  std::ofstream out(output, std::ios::trunc);
+  out << "[\n";
+  for (size_t i = 0; i < all.size(); ++i) out << (i ? ",\n" : "") << all[i].dump();
+  out << "\n]\n";
+  out.flush();
+  if (!out) {
+    throw ConfigError("timeline::merge: cannot write '" + output + "': " + std::strerror(errno) +
+                      "; check that its directory exists and is writable.");
+  }
+}
+
+}  // namespace timeline
+}  // namespace ddp

@@ -1,0 +1,231 @@
+// The collective timeline: real ranks write Chrome trace-event files that
+// parse as JSON and hold one event per collective, also when a rank is
+// SIGKILLed; and the recorder's rules, in this process with a group of one.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "ddp/errors.hpp"
+#include "ddp/init.hpp"
+#include "ddp/timeline.hpp"
+#include "horovod/timeline_recorder.hpp"
+#include "multiprocess/harness.hpp"
+#include "timeline/counting_group.hpp"
+#include "timeline/trace_checks.hpp"
+
+namespace ddp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "ddp-timeline-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+EnvironmentFor withTimeline(const std::string& path) {
+  return [path](int rank, int world, int port) {
+    auto env = torchrunEnvironment(rank, world, port);
+    env[timeline::kEnvironmentVariable] = path;
+    return env;
+  };
+}
+
+int64_t issuedIn(const std::string& output) {
+  std::smatch match;
+  static const std::regex pattern("collectives issued: ([0-9]+)");
+  return std::regex_search(output, match, pattern) ? std::stoll(match[1]) : -1;
+}
+
+class TimelineRecording : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TimelineRecording, TwoRanksWriteOneEventPerCollective) {
+  TempDir dir;
+  auto results = runRanks(2, {"record", GetParam()}, withTimeline(dir.file("tl-%r.json")),
+                          std::chrono::seconds(120));
+  std::vector<std::string> files;
+  int64_t total = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(results[rank].exit_code, 0) << describe(results);
+    EXPECT_NE(results[rank].output.find("0 failed"), std::string::npos) << describe(results);
+    const int64_t issued = issuedIn(results[rank].output);
+    // At least 9 user collectives, 3 DDP buckets, 2 + 6 DistributedOptimizer
+    // all-reduces and 4 + 10 for the broadcasts (plus DDP's start-up).
+    ASSERT_GE(issued, 34) << describe(results);
+    // Read back here too, independently of the worker's own checks.
+    const std::string file = dir.file("tl-" + std::to_string(rank) + ".json");
+    nlohmann::json trace = readTrace(file);
+    ASSERT_TRUE(trace.is_array()) << file;
+    EXPECT_EQ(static_cast<int64_t>(completeEvents(trace).size()), issued);
+    bool named_process = false;
+    for (const auto& event : trace) {
+      if (event.value("name", "") == "process_name") {
+        named_process = event.at("args").at("name") == "rank " + std::to_string(rank);
+      }
+    }
+    EXPECT_TRUE(named_process) << "no process_name metadata for rank " << rank;
+    files.push_back(file);
+    total += issued;
+  }
+  const std::string merged = dir.file("merged.json");
+  timeline::merge(files, merged);
+  auto events = completeEvents(readTrace(merged));
+  EXPECT_EQ(static_cast<int64_t>(events.size()), total);
+  std::set<int> pids;
+  for (const auto& event : events) pids.insert(event.at("pid").get<int>());
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+}
+
+// gloo: the worker's CountingGroup hands each collective to Gloo's public
+// method; auto: one more engine in between. Each is recorded once.
+INSTANTIATE_TEST_SUITE_P(Timeline, TimelineRecording, ::testing::Values("gloo", "auto"));
+
+TEST(TimelineKilled, SigkillMidRunLeavesValidJson) {
+  TempDir dir;
+  auto results =
+      runRanks(2, {"killed", "gloo"}, withTimeline(dir.file("tl-%r.json")), std::chrono::seconds(60));
+  ASSERT_EQ(results[1].term_signal, SIGKILL) << describe(results);
+  EXPECT_NE(results[0].exit_code, 0) << describe(results);
+  EXPECT_FALSE(results[0].killed_at_deadline) << describe(results);
+  // Rank 1 completed 5 all-reduces; the one in flight when it died was never
+  // finished, so it is not in the file.
+  nlohmann::json killed = readTrace(dir.file("tl-1.json"));
+  ASSERT_TRUE(killed.is_array()) << "the SIGKILLed rank's file is not valid JSON";
+  EXPECT_EQ(completeEvents(killed).size(), 5u);
+  nlohmann::json survivor = readTrace(dir.file("tl-0.json"));
+  ASSERT_TRUE(survivor.is_array());
+  EXPECT_GE(completeEvents(survivor).size(), 5u);
+}
+
+TEST(TimelinePaths, RankReplacesPercentROrFollowsThePrefix) {
+  EXPECT_EQ(timeline::pathForRank("/tmp/t-%r.json", 3), "/tmp/t-3.json");
+  EXPECT_EQ(timeline::pathForRank("/tmp/%r/t-%r.json", 12), "/tmp/12/t-12.json");
+  EXPECT_EQ(timeline::pathForRank("/tmp/t-", 0), "/tmp/t-0.json");
+  EXPECT_THROW(TimelineOptions(""), ConfigError);
+}
+
+class TimelineLocal : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    group_ = init(InitOptions().backend("gloo").rank(0).world_size(1));
+  }
+  void TearDown() override { timeline::stop(); }
+
+  std::shared_ptr<ProcessGroup> group_;
+  TempDir dir_;
+};
+
+TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
+  timeline::start(*group_, TimelineOptions(dir_.file("t%r.json")));
+  const std::string path = dir_.file("t0.json");
+  EXPECT_EQ(timeline::currentPath(), path);
+  for (int i = 1; i <= 3; ++i) {
+    group_->allReduce(torch::ones({8}), ReduceOp::kSum);
+    nlohmann::json trace = readTrace(path);
+    ASSERT_TRUE(trace.is_array()) << "invalid after event " << i;
+    EXPECT_EQ(completeEvents(trace).size(), static_cast<size_t>(i));
+  }
+  timeline::start(*group_, TimelineOptions(dir_.file("t%r.json")));  // same path: no-op
+  EXPECT_EQ(timeline::eventsWritten(), 3);
+  timeline::stop();
+  EXPECT_FALSE(timeline::recording());
+  EXPECT_EQ(timeline::currentPath(), "");
+  group_->allReduce(torch::ones({8}), ReduceOp::kSum);  // not recorded
+  EXPECT_EQ(completeEvents(readTrace(path)).size(), 3u);
+}
+
+TEST_F(TimelineLocal, StartingElsewhereOrIntoAMissingDirectoryIsAConfigError) {
+  timeline::start(*group_, TimelineOptions(dir_.file("a%r.json")));
+  try {
+    timeline::start(*group_, TimelineOptions(dir_.file("b%r.json")));
+    FAIL() << "a second timeline started";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("already recording into '" + dir_.file("a0.json")),
+              std::string::npos)
+        << e.what();
+  }
+  timeline::stop();
+  try {
+    timeline::start(*group_, TimelineOptions(dir_.file("missing/t%r.json")));
+    FAIL() << "started into a missing directory";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create '" + dir_.file("missing/t0.json") +
+                                         "': No such file or directory"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
+  timeline::start(*group_, TimelineOptions(dir_.file("n%r.json")));
+  {
+    timeline::NameScope outer("outer");
+    group_->allReduce(torch::ones({2}));
+    {
+      timeline::NameScope inner("inner");
+      group_->broadcast(torch::ones({2}), 0);
+    }
+    timeline::detail::LabelScope fallback("fallback", -1, /*fallback=*/true);
+    group_->barrier();  // "outer" still wins over a fallback
+  }
+  {
+    timeline::detail::LabelScope fallback("helper", -1, /*fallback=*/true);
+    timeline::detail::LabelScope bucket("bucket", 7);
+    group_->allReduce(torch::ones({2}));
+  }
+  {
+    timeline::detail::LabelScope fallback("helper", -1, /*fallback=*/true);
+    group_->allGather(torch::empty({2}), torch::ones({2}));
+  }
+  group_->reduceScatter(torch::empty({2}), torch::ones({2}), ReduceOp::kMax);
+  auto events = completeEvents(readTrace(dir_.file("n0.json")));
+  std::vector<std::string> names;
+  for (const auto& e : events) names.push_back(e.at("name"));
+  EXPECT_EQ(names, (std::vector<std::string>{"outer", "inner", "outer", "bucket 7", "helper",
+                                             "reduceScatter(max)"}));
+  EXPECT_EQ(events[1].at("args").at("root"), 0);
+  EXPECT_FALSE(events[2].at("args").contains("bytes"));  // a barrier carries no tensor
+}
+
+TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
+  auto counting = std::make_shared<CountingGroup>(group_);
+  auto twice = std::make_shared<CountingGroup>(counting);
+  timeline::start(*group_, TimelineOptions(dir_.file("c%r.json")));
+  twice->allReduce(torch::ones({4}));
+  twice->broadcast(torch::ones({4}), 0);
+  counting->barrier();
+  EXPECT_EQ(twice->issued(), 2);
+  EXPECT_EQ(counting->issued(), 3);
+  EXPECT_EQ(completeEvents(readTrace(dir_.file("c0.json"))).size(), 3u);
+}
+
+TEST_F(TimelineLocal, MergeRejectsFilesThatAreNotTimelines) {
+  std::ofstream(dir_.file("object.json")) << "{}";
+  EXPECT_THROW(timeline::merge({dir_.file("object.json")}, dir_.file("out.json")),
+               InvalidArgumentError);
+  try {
+    timeline::merge({dir_.file("absent.json")}, dir_.file("out.json"));
+    FAIL() << "merged a missing file";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read '" + dir_.file("absent.json") + "'"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,0 +1,211 @@
+// timeline_test_worker: one rank of a timeline test, started by
+// timeline_test.cpp with DDP_TIMELINE set.
+//
+//   timeline_test_worker record BACKEND   every kind of collective ddp issues;
+//                                         checks its own file, prints counts
+//   timeline_test_worker killed BACKEND   rank 1 SIGKILLs itself mid-run with
+//                                         a collective in flight
+//
+// Every collective goes through a CountingGroup (counting_group.hpp), which
+// hands it on to the real group's public method: the count is independent
+// of the timeline, and the nesting is the one `auto` does.
+
+#include <torch/torch.h>
+
+#include <csignal>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/errors.hpp"
+#include "ddp/horovod.hpp"
+#include "ddp/init.hpp"
+#include "ddp/timeline.hpp"
+#include "timeline/counting_group.hpp"
+#include "timeline/trace_checks.hpp"
+
+namespace {
+
+using ddp::testing::CountingGroup;
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(6, 8))),
+        fc2(register_module("fc2", torch::nn::Linear(8, 8))),
+        fc3(register_module("fc3", torch::nn::Linear(8, 2))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
+  }
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(Mlp);
+
+class Checks {
+ public:
+  void expect(bool ok, const std::string& what) {
+    if (ok) {
+      ++passed_;
+    } else {
+      failures_.push_back(what);
+    }
+  }
+  int report(int rank) const {
+    for (const auto& f : failures_) std::cout << "rank " << rank << ": FAILED " << f << "\n";
+    std::cout << "rank " << rank << ": " << passed_ << " timeline checks passed, "
+              << failures_.size() << " failed\n";
+    return failures_.empty() ? 0 : 1;
+  }
+
+ private:
+  int passed_ = 0;
+  std::vector<std::string> failures_;
+};
+
+// User collectives: 9 in all, 8 outside any scope and 1 named.
+void userCollectives(ddp::ProcessGroup& group) {
+  const int world = group.size();
+  torch::Tensor values = torch::ones({1000});
+  group.allReduce(values, ddp::ReduceOp::kSum);
+  group.allReduceAsync(values, ddp::ReduceOp::kAverage).wait();
+  group.broadcast(values, world - 1);
+  torch::Tensor gathered = torch::empty({world * 1000});
+  group.allGather(gathered, values);
+  torch::Tensor scattered = torch::empty({1000});
+  group.reduceScatter(scattered, gathered, ddp::ReduceOp::kSum);
+  group.barrier();
+  torch::Tensor never_waited = torch::ones({10}, torch::kLong);
+  { ddp::Work dropped = group.allReduceAsync(never_waited, ddp::ReduceOp::kMax); }
+  group.allReduce(torch::zeros({3}, torch::kDouble), ddp::ReduceOp::kMin);
+  ddp::timeline::NameScope scope("user.metrics");
+  group.allReduce(torch::ones({4}), ddp::ReduceOp::kSum);
+}
+
+int64_t trainDdp(const std::shared_ptr<ddp::ProcessGroup>& group, int steps) {
+  torch::manual_seed(1);
+  ddp::DistributedDataParallel model(Mlp(), group);
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  int64_t buckets = 0;
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    model->forward(torch::randn({4, 6})).pow(2).mean().backward();
+    optimizer.step();
+    buckets += static_cast<int64_t>(model->stats().bucket_bytes.size());
+  }
+  return buckets;
+}
+
+void trainHorovod(const std::shared_ptr<ddp::ProcessGroup>& group, int64_t fusion_threshold,
+                  int steps) {
+  torch::manual_seed(2);
+  Mlp model;
+  ddp::hvd::DistributedOptimizer optimizer(
+      torch::optim::Adam(model->parameters(), 1e-3),
+      ddp::hvd::DistributedOptimizerOptions().process_group(group).fusion_threshold(
+          fusion_threshold));
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    model->forward(torch::randn({4, 6})).pow(2).mean().backward();
+    optimizer.step();
+  }
+  ddp::hvd::broadcast_parameters(*model, 0, group);
+  ddp::hvd::broadcast_optimizer_state(optimizer.optimizer(), 0, group);
+}
+
+int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
+  auto group = std::make_shared<CountingGroup>(real);
+  Checks checks;
+  checks.expect(ddp::timeline::recording(), "DDP_TIMELINE started the timeline");
+  const std::string path = ddp::timeline::currentPath();
+
+  userCollectives(*group);
+  const int64_t ddp_buckets = trainDdp(group, 3);
+  trainHorovod(group, /*fusion_threshold=*/64 << 20, 2);  // 1 buffer per step
+  trainHorovod(group, /*fusion_threshold=*/0, 1);         // 6 gradients, 6 all-reduces
+  const int64_t issued = group->issued();
+
+  // The file is read while the timeline is still being recorded: it must
+  // be complete JSON at every moment.
+  nlohmann::json trace = ddp::testing::readTrace(path);
+  checks.expect(trace.is_array(), "the file parses as a JSON array while recording");
+  auto events = ddp::testing::completeEvents(trace);
+  checks.expect(static_cast<int64_t>(events.size()) == issued,
+                "one event per collective: " + std::to_string(events.size()) + " events, " +
+                    std::to_string(issued) + " collectives issued");
+  checks.expect(ddp::timeline::eventsWritten() == issued, "eventsWritten() counts them");
+  checks.expect(ddp::testing::countNamed(events, "ddp.bucket ") == ddp_buckets,
+                "one ddp.bucket event per DDP bucket reduced (" + std::to_string(ddp_buckets) + ")");
+  checks.expect(ddp::testing::countNamed(events, "hvd.fusion_buffer 0") == 2,
+                "one fusion-buffer all-reduce per fused step");
+  checks.expect(ddp::testing::countNamed(events, "hvd.allreduce ") == 6,
+                "one all-reduce per gradient without fusion");
+  checks.expect(ddp::testing::countNamed(events, "hvd.broadcast_parameters") == 2 * 2,
+                "broadcast_parameters: a fingerprint all-reduce and one broadcast, twice");
+  checks.expect(ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
+                "broadcast_optimizer_state: two agreements, the description (2) and the "
+                "state (1), twice");
+  checks.expect(ddp::testing::countNamed(events, "user.metrics") == 1, "a NameScope names");
+  checks.expect(ddp::testing::countNamed(events, "allReduce(sum)") == 1 &&
+                    ddp::testing::countNamed(events, "allReduce(average)") == 1 &&
+                    ddp::testing::countNamed(events, "allReduce(max)") == 1 &&
+                    ddp::testing::countNamed(events, "allReduce(min)") == 1 &&
+                    ddp::testing::countNamed(events, "broadcast") == 1 &&
+                    ddp::testing::countNamed(events, "allGather") == 1 &&
+                    ddp::testing::countNamed(events, "reduceScatter(sum)") == 1 &&
+                    ddp::testing::countNamed(events, "barrier") == 1,
+                "collectives outside any scope are named by their operation");
+  checks.expect(ddp::testing::firstOverlap(events).empty(),
+                "no two events overlap on a lane: " + ddp::testing::firstOverlap(events));
+  bool fields_ok = !events.empty();
+  int never_waited = 0;
+  for (const auto& event : events) {
+    fields_ok = fields_ok && event.at("pid").get<int>() == real->rank() &&
+                event.at("dur").get<double>() >= 0 && event.at("ts").get<double>() > 1.5e15 &&
+                event.at("cat") == "collective";
+    if (!event.at("args").at("waited").get<bool>()) ++never_waited;
+  }
+  checks.expect(fields_ok, "every event has pid = rank, a wall-clock ts and dur >= 0");
+  checks.expect(never_waited == 1, "the one Work never waited on is marked waited=false");
+  const auto& first = events.front();
+  checks.expect(first.at("args").at("bytes") == 4000 && first.at("args").at("numel") == 1000 &&
+                    first.at("args").at("dtype") == "float32" && first.at("args").at("op") == "allReduce" &&
+                    first.at("args").at("reduce") == "sum",
+                "the first event describes a 1000-element float32 sum: " + first.dump());
+  std::cout << "rank " << real->rank() << ": collectives issued: " << issued << "\n";
+  return checks.report(real->rank());
+}
+
+// Rank 1 dies by SIGKILL with an all-reduce in flight after 5 complete
+// ones; rank 0 carries on until its collective fails.
+int killed(const std::shared_ptr<ddp::ProcessGroup>& group) {
+  torch::Tensor values = torch::ones({256});
+  for (int i = 0; i < 5; ++i) group->allReduce(values, ddp::ReduceOp::kSum);
+  if (group->rank() == 1) {
+    ddp::Work pending = group->allReduceAsync(values, ddp::ReduceOp::kSum);
+    std::cout << "rank 1: killing myself" << std::endl;
+    std::raise(SIGKILL);
+  }
+  for (int i = 0; i < 1000; ++i) group->allReduce(values, ddp::ReduceOp::kSum);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: timeline_test_worker record|killed BACKEND\n";
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  try {
+    auto group = ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(
+        std::chrono::seconds(20)));
+    if (scenario == "record") return record(group);
+    if (scenario == "killed") return killed(group);
+    std::cerr << "unknown scenario " << scenario << "\n";
+    return 2;
+  } catch (const ddp::Error& e) {
+    std::cout << "error: " << e.what() << std::endl;
+    return static_cast<int>(ddp::exitCodeFor(e));
+  }
+}

@@ -1,0 +1,66 @@
+#pragma once
+
+// Reading a timeline file back and checking its events, for the timeline's
+// worker and tests.
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ddp::testing {
+
+/// The file parsed as JSON (a discarded value when it is not valid JSON).
+inline nlohmann::json readTrace(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+}
+
+/// The complete ("X") events of a trace, in file order.
+inline std::vector<nlohmann::json> completeEvents(const nlohmann::json& trace) {
+  std::vector<nlohmann::json> events;
+  if (!trace.is_array()) return events;
+  for (const auto& event : trace) {
+    if (event.value("ph", "") == "X") events.push_back(event);
+  }
+  return events;
+}
+
+/// How many complete events have a name starting with `prefix`.
+inline int countNamed(const std::vector<nlohmann::json>& events, const std::string& prefix) {
+  int count = 0;
+  for (const auto& event : events) {
+    if (event.at("name").get<std::string>().rfind(prefix, 0) == 0) ++count;
+  }
+  return count;
+}
+
+/// "" when no two events of one (pid, tid) lane overlap in time, else the
+/// first pair's names.
+inline std::string firstOverlap(const std::vector<nlohmann::json>& events) {
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+  std::map<std::pair<int, int>, std::vector<std::string>> names;
+  for (const auto& event : events) {
+    auto key = std::make_pair(event.at("pid").get<int>(), event.at("tid").get<int>());
+    const double start = event.at("ts").get<double>();
+    lanes[key].push_back({start, start + event.at("dur").get<double>()});
+    names[key].push_back(event.at("name").get<std::string>());
+  }
+  for (auto& [key, spans] : lanes) {
+    for (size_t i = 0; i < spans.size(); ++i) {
+      for (size_t j = i + 1; j < spans.size(); ++j) {
+        // Microsecond timestamps: touching ends are not an overlap.
+        const bool overlap = spans[i].first < spans[j].second - 1 && spans[j].first < spans[i].second - 1;
+        if (overlap) return names[key][i] + " and " + names[key][j];
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace ddp::testing
