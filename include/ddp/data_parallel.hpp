@@ -118,7 +118,8 @@ class DataParallelImpl : public torch::nn::Module {
   /// and its backward, on the gathered output or, with balanced_memory,
   /// per replica on its device and thread. Returns the batch's loss
   /// (detached, on the output device); the gradients are in the wrapped
-  /// module's .grad. `target` is split like `input`.
+  /// module's .grad. `target` is split like `input`. With balanced_memory,
+  /// `loss_fn` runs on the replicas' threads, concurrently.
   /// \throws InvalidArgumentError when target's dimension 0 differs from
   ///   input's, a loss is not a scalar, or gradients are disabled; ddp::Error
   ///   naming the replica when one throws.

@@ -96,6 +96,8 @@ void ReplicaSet::refresh(size_t count) {
     if (keep && r < refreshed_up_to_) continue;
     for (size_t j = 0; j < replica.parameters.size(); ++j) {
       replica.parameters[j].copy_(primary.parameters[j]);
+      // Frozen (or unfrozen) since construction: follow the primary.
+      replica.parameters[j].requires_grad_(primary.parameters[j].requires_grad());
     }
     for (size_t j = 0; j < replica.buffers.size(); ++j) {
       replica.buffers[j].copy_(primary.buffers[j]);
@@ -163,6 +165,10 @@ void ReplicaSet::reduceGradients(size_t count) {
       at::Tensor& incoming = replica.parameters[j].mutable_grad();
       if (!incoming.defined()) continue;
       const at::Tensor& target = primary.parameters[j];
+      if (!target.requires_grad()) {
+        incoming = at::Tensor();
+        continue;
+      }
       at::Tensor& grad = target.mutable_grad();
       if (grad.defined()) {
         grad.add_(incoming.to(grad.device()));

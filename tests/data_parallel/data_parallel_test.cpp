@@ -317,5 +317,22 @@ TEST(DataParallelReplicas, TwoForwardsThenOneBackwardAndInference) {
   for (const auto& p : model->replica(2)->parameters()) EXPECT_FALSE(p.grad().defined());
 }
 
+TEST(DataParallelReplicas, ParametersFrozenAfterWrappingGetNoGradient) {
+  torch::manual_seed(6);
+  Mlp primary;
+  torch::manual_seed(6);
+  Mlp reference;
+  DataParallel model(primary, cpuReplicas(2));
+  primary->fc1->weight.requires_grad_(false);
+  reference->fc1->weight.requires_grad_(false);
+  auto [x, y] = batch(3, 8);
+  torch::mse_loss(model->forward(x), y).backward();
+  torch::mse_loss(reference->forward(x), y).backward();
+  EXPECT_FALSE(primary->fc1->weight.grad().defined());
+  expectAllClose({primary->fc1->bias.grad(), primary->fc2->weight.grad()},
+                 {reference->fc1->bias.grad(), reference->fc2->weight.grad()},
+                 "gradients of the parameters still trained");
+}
+
 }  // namespace
 }  // namespace ddp::testing
