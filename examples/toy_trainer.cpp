@@ -1,107 +1,110 @@
 // The torchrun tutorial's toy trainer in C++: Linear(20, 1) on 2048 random
-// samples, batch 32 per rank, SGD lr 1e-3, with snapshots and automatic
-// resume, so that ddprun can restart it after a failure.
+// samples, batch 32 per rank, SGD lr 1e-3, with snapshots every N epochs
+// (or steps) and automatic resume, so that ddprun can restart it after a
+// failure and it continues where the last snapshot left off.
 //
 //   ddprun --standalone --nproc-per-node 2 --max-restarts 3 \
 //       build/bin/example_toy_trainer --epochs 5 --snapshot-dir /tmp/toy
+//
+// The data are random (generated from --seed, like the tutorial's), so
+// there is no --data-dir and no test set: the final line has no accuracy.
+// Every rank traces each step ("epoch E step S loss L"; the tests kill a
+// worker at a given step); --no-trace-steps leaves only rank 0's progress.
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
+#include <cmath>
 #include <iostream>
 #include <thread>
 
+#include "common/cli.hpp"
+#include "common/distributed_eval.hpp"
+#include "common/metrics_output.hpp"
+#include "common/periodic_snapshots.hpp"
+#include "common/run_example.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/ddp.hpp"
-#include "ddp/error_file.hpp"
-#include "ddp/snapshot.hpp"
+#include "ddp/training/progress.hpp"
 
 namespace {
 
-struct Options {
-  int epochs = 5;
-  int64_t max_steps = -1;
-  uint64_t seed = 0;
+struct Options : ddp::examples::CommonOptions {
   int64_t batch_size = 32;
   int64_t samples = 2048;
-  std::string snapshot_dir;
-  int64_t save_every_steps = 0;  // 0: at the end of every epoch
+  bool trace_steps = true;
   int step_delay_ms = 0;
 };
 
-// FNV-1a over the parameters' bytes: equal digests mean bit-identical.
-std::string digest(const std::vector<torch::Tensor>& tensors) {
-  uint64_t hash = 1469598103934665603ull;
-  for (const auto& t : tensors) {
-    auto bytes = t.contiguous();
-    const auto* p = static_cast<const unsigned char*>(bytes.data_ptr());
-    for (int64_t i = 0; i < bytes.numel() * bytes.element_size(); ++i) {
-      hash = (hash ^ p[i]) * 1099511628211ull;
-    }
-  }
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
 int train(const Options& o) {
   auto group = ddp::init(ddp::InitOptions().backend("gloo"));
-  const int rank = group->rank();
+  const int rank = group->rank(), world = group->size();
   // The tutorial's dataset: the same random samples on every rank.
   torch::manual_seed(o.seed);
   torch::Tensor inputs = torch::rand({o.samples, 20});
   torch::Tensor targets = torch::rand({o.samples, 1});
-  ddp::DistributedDataParallel model(torch::nn::Linear(20, 1), group);
+  torch::nn::Linear net(20, 1);
+  ddp::DistributedDataParallel model(net, group);
   torch::optim::SGD optimizer(model->parameters(), 1e-3);
-  ddp::data::DistributedSampler sampler(o.samples, group->size(), rank,
+  ddp::data::DistributedSampler sampler(o.samples, world, rank,
                                         ddp::data::DistributedSamplerOptions().seed(o.seed));
+  const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
 
   ddp::TrainingState state;
-  state.model = model->module().get();
+  state.model = net.ptr().get();
   state.optimizer = &optimizer;
-  std::unique_ptr<ddp::SnapshotManager> snapshots;
-  if (!o.snapshot_dir.empty()) {
-    snapshots = std::make_unique<ddp::SnapshotManager>(group, ddp::SnapshotOptions(o.snapshot_dir));
-    if (snapshots->resume(state) && rank == 0) {
-      std::cout << "resumed at epoch " << state.epoch << ", step " << state.step_in_epoch
-                << std::endl;
-    }
+  ddp::examples::PeriodicSnapshots snapshots(group, o);
+  if (snapshots.resume(state) && rank == 0) {
+    std::cout << "resumed at epoch " << state.epoch << ", step " << state.step_in_epoch << std::endl;
   }
   std::cout << "pid " << getpid() << std::endl;
   int64_t global_step = state.counters["global_step"];
-  float loss_value = 0;
-  for (int64_t epoch = state.epoch; epoch < o.epochs; ++epoch) {
+  int64_t steps_to_run = o.epochs * steps_per_epoch - global_step;
+  if (o.max_steps > 0) steps_to_run = std::min(steps_to_run, o.max_steps - global_step);
+  ddp::training::ProgressReporter progress(
+      rank, o.epochs, steps_per_epoch, std::max<int64_t>(0, steps_to_run),
+      ddp::training::ProgressOptions().in_place(o.trace_steps ? std::optional<bool>(false) : std::nullopt));
+  ddp::examples::MetricsOutput metrics(o, rank, state.epoch, "toy trainer, " + std::to_string(world) + " ranks");
+
+  auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
+  double loss = NAN;
+  for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
     const int64_t first_step = epoch == state.epoch ? state.step_in_epoch : 0;
-    sampler.restore(epoch, first_step * o.batch_size);
-    for (int64_t step = first_step;; ++step) {
+    sampler.restore(epoch, first_step * o.batch_size);  // set_epoch(epoch), then skip what was done
+    progress.begin_epoch(epoch, first_step);
+    for (int64_t step = first_step; !limitReached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
-      if (batch.empty() || global_step == o.max_steps) break;
+      if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
       optimizer.zero_grad();
-      torch::Tensor loss =
+      torch::Tensor step_loss =
           torch::mse_loss(model->forward(inputs.index_select(0, index)), targets.index_select(0, index));
-      loss.backward();
+      step_loss.backward();
       optimizer.step();
-      loss_value = loss.item<float>();
       ++global_step;
-      std::cout << "epoch " << epoch << " step " << global_step << " loss " << loss_value << std::endl;
-      const bool epoch_done = sampler.position() == sampler.shard_size();
-      if (snapshots && (o.save_every_steps ? global_step % o.save_every_steps == 0 : epoch_done)) {
-        state.epoch = epoch_done ? epoch + 1 : epoch;
-        state.step_in_epoch = epoch_done ? 0 : step + 1;
-        state.counters["global_step"] = global_step;
-        snapshots->save(state);
+      progress.step(step_loss.item<double>(), static_cast<int64_t>(batch.size()) * world);
+      if (o.trace_steps) {
+        std::cout << "epoch " << epoch << " step " << global_step << " loss " << step_loss.item<float>()
+                  << std::endl;
       }
+      const bool epoch_done = sampler.position() == sampler.shard_size();
+      state.epoch = epoch_done ? epoch + 1 : epoch;
+      state.step_in_epoch = epoch_done ? 0 : step + 1;
+      state.counters["global_step"] = global_step;
+      snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
       if (o.step_delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_delay_ms));
     }
-    if (global_step == o.max_steps) break;
+    const ddp::training::EpochProgress done = progress.end_epoch();
+    loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) / world;
+    metrics.record({epoch + 1, loss, std::nullopt, done.samples_per_s, done.seconds});
   }
+  const std::string outputs = metrics.finish();
   if (rank == 0) {
-    std::cout << "params-digest=" << digest(model->parameters()) << std::endl;
-    std::cout << "final loss=" << loss_value << std::endl;
+    if (!outputs.empty()) progress.message(outputs);
+    std::cout << "params-digest=" << ddp::examples::weightsDigest(*net) << std::endl;
+    std::cout << "final loss=" << loss << std::endl;
   }
   return 0;
 }
@@ -109,23 +112,17 @@ int train(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The torchrun tutorial's toy trainer with snapshots and automatic resume.",
+  CLI::App app{"The torchrun tutorial's toy trainer (Linear(20,1), 2048 random samples) with\n"
+               "snapshots and automatic resume. Run alone, or under ddprun/torchrun.",
                "example_toy_trainer"};
   Options o;
-  app.add_option("--epochs", o.epochs, "epochs to train")->check(CLI::Range(1, 1000000));
-  app.add_option("--max-steps", o.max_steps, "stop after this many steps (a short slice)");
-  app.add_option("--seed", o.seed, "seed of the data, the weights and the shuffling");
-  app.add_option("--batch-size", o.batch_size, "samples per rank and step")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--snapshot-dir", o.snapshot_dir, "keep snapshots here and resume from them");
-  app.add_option("--save-every-steps", o.save_every_steps, "snapshot every N steps (0: every epoch)");
+  ddp::examples::addCommonOptions(app, o, /*reads_data=*/false);
+  app.add_option("--batch-size", o.batch_size, "samples per rank and step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  app.add_flag("--trace-steps,!--no-trace-steps", o.trace_steps,
+               "print 'epoch E step S loss L' on every rank after every step (default on)");
   app.add_option("--step-delay-ms", o.step_delay_ms, "sleep after each step (for tests)");
   CLI11_PARSE(app, argc, argv);
-  try {
-    at::set_num_threads(1);
-    return train(o);
-  } catch (const std::exception& e) {
-    ddp::recordError(e);
-    std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
-  }
+  at::set_num_threads(1);  // A tiny model: more threads only add overhead.
+  return ddp::examples::runExample([&] { return train(o); });
 }

@@ -8,6 +8,8 @@ packages=(
   libtorch-dev libgloo-dev       # LibTorch 1.13.1 with c10d, and Gloo's headers
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  gnuplot-nox                    # the examples' --plot (loss/accuracy curves)
+  dataset-fashion-mnist          # the examples' data (/usr/share/datasets/fashion-mnist)
 )
 
 missing=()

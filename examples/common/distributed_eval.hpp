@@ -1,0 +1,55 @@
+#pragma once
+
+// Evaluation shared by the examples: every rank scores a slice of the test
+// set and the counts are summed, so evaluation takes 1/world of the time.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "ddp/process_group.hpp"
+
+namespace ddp::examples {
+
+/// Copies rank 0's buffers (batch-norm running statistics) to every rank, so
+/// that every rank evaluates the model rank 0 would save. (DDP broadcasts
+/// them before each forward, but each rank's last forward updated its own.)
+inline void broadcastBuffers(torch::nn::Module& module, ProcessGroup& group) {
+  torch::NoGradGuard no_grad;
+  for (auto& buffer : module.buffers()) {
+    torch::Tensor staged = buffer.contiguous();
+    group.broadcast(staged, 0);
+    if (!staged.is_same(buffer)) buffer.copy_(staged);
+  }
+}
+
+/// The fraction of `images` that `model` classifies as `labels`. Rank r
+/// scores rows r, r + world, r + 2 world, ...; one all-reduce sums the
+/// counts, so every rank returns the accuracy on the whole set.
+template <typename Model>
+double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::Tensor& labels,
+                       ProcessGroup& group, int64_t batch_size = 1000) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  torch::Tensor mine = torch::arange(group.rank(), images.size(0), group.size());
+  int64_t correct = 0;
+  for (int64_t start = 0; start < mine.size(0); start += batch_size) {
+    torch::Tensor index = mine.slice(0, start, start + batch_size);
+    torch::Tensor predicted = model->forward(images.index_select(0, index)).argmax(1);
+    correct += predicted.eq(labels.index_select(0, index)).sum().template item<int64_t>();
+  }
+  model->train();
+  torch::Tensor counts = torch::tensor(std::vector<int64_t>{correct, mine.size(0)}, torch::kInt64);
+  group.allReduce(counts, ReduceOp::kSum);
+  return static_cast<double>(counts[0].item<int64_t>()) / static_cast<double>(counts[1].item<int64_t>());
+}
+
+/// The sum of `value` over all ranks (float64, one collective).
+inline double sumAcrossRanks(double value, ProcessGroup& group) {
+  torch::Tensor t = torch::tensor({value}, torch::kFloat64);
+  group.allReduce(t, ReduceOp::kSum);
+  return t.item<double>();
+}
+
+}  // namespace ddp::examples

@@ -1,0 +1,48 @@
+#pragma once
+
+// What every example's main() does around its training function: errors
+// become a message, an error file for ddprun, and the exit code of their
+// kind; and a digest of the trained weights that tests compare.
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "ddp/error_file.hpp"
+#include "ddp/errors.hpp"
+
+namespace ddp::examples {
+
+/// Runs `train` (returning an exit status); an exception is reported on
+/// stderr and in the launcher's error file, and mapped to ddp's exit code.
+template <typename Train>
+int runExample(Train&& train) {
+  try {
+    return train();
+  } catch (const std::exception& e) {
+    ddp::recordError(e);
+    std::cerr << "error: " << e.what() << std::endl;
+    return static_cast<int>(ddp::exitCodeFor(e));
+  }
+}
+
+/// FNV-1a over the bytes of a module's parameters and buffers: equal
+/// digests mean bit-identical weights (tests compare resumed runs with it).
+inline std::string weightsDigest(const torch::nn::Module& module) {
+  uint64_t hash = 1469598103934665603ull;
+  auto add = [&](const torch::Tensor& tensor) {
+    torch::Tensor bytes = tensor.contiguous().cpu();
+    const auto* p = static_cast<const unsigned char*>(bytes.data_ptr());
+    for (int64_t i = 0; i < bytes.numel() * bytes.element_size(); ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+  };
+  for (const auto& t : module.parameters()) add(t);
+  for (const auto& t : module.buffers()) add(t);
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+}  // namespace ddp::examples

@@ -1,0 +1,179 @@
+// The PyTorch DDP tutorial in C++: the tutorial's ConvNet trained on
+// Fashion-MNIST with DistributedDataParallel, each rank on its shard of the
+// data (DistributedSampler), test accuracy after every epoch.
+//
+//   ddprun --standalone --nproc-per-node 2 build/bin/example_mnist_ddp \
+//       --epochs 5 --metrics-csv metrics.csv --plot curves.png --snapshot-dir snapshots
+//
+// The tutorial trains with SGD lr 1e-4 and batch 100, far too slowly for 5
+// epochs; the defaults here (SGD with momentum 0.9, lr 0.02, weight decay
+// 5e-4, batch 64 per rank, learning rate halved every 2 epochs) reach
+// about 90% test accuracy in 5 epochs on 2 ranks.
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "common/cli.hpp"
+#include "common/distributed_eval.hpp"
+#include "common/metrics_output.hpp"
+#include "common/models.hpp"
+#include "common/periodic_snapshots.hpp"
+#include "common/run_example.hpp"
+#include "ddp/data/distributed_sampler.hpp"
+#include "ddp/data/fashion_mnist.hpp"
+#include "ddp/ddp.hpp"
+#include "ddp/training/progress.hpp"
+
+namespace {
+
+using ddp::data::FashionMnist;
+
+struct Options : ddp::examples::CommonOptions {
+  int64_t batch_size = 64;  // per rank
+  double lr = 0.02;
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  int64_t lr_step_epochs = 2;
+  double lr_gamma = 0.5;
+};
+
+// The model, identical on every rank: DDP copies rank 0's weights anyway,
+// and the seed makes a single-process run reproducible too.
+ddp::examples::ConvNet buildModel(const Options& o) {
+  torch::manual_seed(o.seed);
+  return ddp::examples::ConvNet();
+}
+
+// Everything a training step touches.
+struct Trainer {
+  Trainer(const Options& o, std::shared_ptr<ddp::ProcessGroup> group)
+      : net(buildModel(o)),
+        model(net, std::move(group)),
+        optimizer(model->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(
+                                           o.weight_decay)),
+        scheduler(optimizer, o.lr_step_epochs, o.lr_gamma) {}
+
+  ddp::examples::ConvNet net;          // the model itself (saved, evaluated)
+  ddp::DistributedDataParallel model;  // the same model; gradients averaged over ranks
+  torch::optim::SGD optimizer;
+  torch::optim::StepLR scheduler;      // stepped once per epoch
+};
+
+// One step: forward, loss, backward (DDP averages the gradients over the
+// ranks while backward runs), update. Returns this rank's loss.
+double trainStep(Trainer& t, const torch::Tensor& images, const torch::Tensor& labels) {
+  t.optimizer.zero_grad();
+  torch::Tensor loss = torch::nn::functional::cross_entropy(t.model->forward(images), labels);
+  loss.backward();
+  t.optimizer.step();
+  return loss.item<double>();
+}
+
+int train(const Options& o) {
+  const auto started = std::chrono::steady_clock::now();
+  auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+  const int rank = group->rank(), world = group->size();
+  FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
+  FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
+  ddp::data::DistributedSampler sampler(train_set.size().value(), world, rank,
+                                        ddp::data::DistributedSamplerOptions().seed(o.seed));
+  const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
+  Trainer t(o, group);
+
+  ddp::TrainingState state;
+  state.model = t.net.ptr().get();
+  state.optimizer = &t.optimizer;
+  state.scheduler = &t.scheduler;
+  ddp::examples::PeriodicSnapshots snapshots(group, o);
+  const bool resumed = snapshots.resume(state);
+  int64_t global_step = state.counters["global_step"];
+  int64_t steps_to_run = o.epochs * steps_per_epoch - global_step;
+  if (o.max_steps > 0) steps_to_run = std::min(steps_to_run, o.max_steps - global_step);
+  ddp::training::ProgressReporter progress(rank, o.epochs, steps_per_epoch, std::max<int64_t>(0, steps_to_run));
+  if (resumed && rank == 0) {
+    progress.message("resumed from " + o.snapshot_dir + " at epoch " + std::to_string(state.epoch + 1) +
+                     " step " + std::to_string(state.step_in_epoch) + " (global step " +
+                     std::to_string(global_step) + ")");
+  }
+  progress.message("shard of " + std::to_string(sampler.shard_size()) + " samples, " +
+                   std::to_string(steps_per_epoch) + " steps of " + std::to_string(o.batch_size) + " per epoch");
+  ddp::examples::MetricsOutput metrics(o, rank, state.epoch, "ConvNet on Fashion-MNIST, " +
+                                                                 std::to_string(world) + " ranks");
+
+  auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
+  double loss = NAN, accuracy = NAN;
+  for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
+    const int64_t first_step = epoch == state.epoch ? state.step_in_epoch : 0;
+    sampler.set_epoch(epoch);  // a new shuffle every epoch, the same on every rank
+    if (first_step > 0) sampler.restore(epoch, first_step * o.batch_size);
+    progress.begin_epoch(epoch, first_step);
+    for (int64_t step = first_step; !limitReached(); ++step) {
+      std::vector<int64_t> batch = sampler.next(o.batch_size);
+      if (batch.empty()) break;
+      torch::Tensor index = torch::tensor(batch, torch::kLong);
+      const double step_loss = trainStep(t, train_set.images().index_select(0, index),
+                                         train_set.labels().index_select(0, index));
+      ++global_step;
+      progress.step(step_loss, static_cast<int64_t>(batch.size()) * world);
+      const bool epoch_done = sampler.position() == sampler.shard_size();
+      if (epoch_done) t.scheduler.step();
+      state.epoch = epoch_done ? epoch + 1 : epoch;
+      state.step_in_epoch = epoch_done ? 0 : step + 1;
+      state.counters["global_step"] = global_step;
+      snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
+    }
+    const ddp::training::EpochProgress done = progress.end_epoch();
+    // The epoch's loss: every rank's mean over the steps it ran, averaged.
+    loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) / world;
+    ddp::examples::broadcastBuffers(*t.net, *group);
+    accuracy = ddp::examples::shardedAccuracy(t.net, test_set.images(), test_set.labels(), *group);
+    metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
+    if (rank == 0) {
+      char text[128];
+      std::snprintf(text, sizeof(text), "epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), loss, 100 * accuracy);
+      progress.message(text);
+    }
+  }
+  if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
+    ddp::examples::broadcastBuffers(*t.net, *group);
+    accuracy = ddp::examples::shardedAccuracy(t.net, test_set.images(), test_set.labels(), *group);
+  }
+  const std::string outputs = metrics.finish();
+  if (rank == 0) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    char text[160];
+    std::snprintf(text, sizeof(text), "done: %lld steps, test accuracy %.2f%%, %.1f s in all",
+                  static_cast<long long>(global_step), 100 * accuracy, seconds);
+    progress.message(text);
+    if (!outputs.empty()) progress.message(outputs);
+    std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
+                ddp::examples::weightsDigest(*t.net).c_str(), loss, accuracy);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The DDP tutorial: a ConvNet on Fashion-MNIST with DistributedDataParallel.\n"
+               "Run alone, or under ddprun/torchrun for several ranks.",
+               "example_mnist_ddp"};
+  Options o;
+  ddp::examples::addCommonOptions(app, o, /*reads_data=*/true);
+  app.add_option("--batch-size", o.batch_size, "samples per rank and step")
+      ->check(CLI::Range(int64_t{1}, int64_t{60000}))->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 penalty")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lr-step-epochs", o.lr_step_epochs, "multiply the learning rate by --lr-gamma every N epochs")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr-gamma", o.lr_gamma, "learning-rate factor of each step")->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  return ddp::examples::runExample([&] { return train(o); });
+}

@@ -1,0 +1,59 @@
+#pragma once
+
+/// \file plot.hpp
+/// Loss and accuracy curves of a metrics CSV (ddp/training/metrics_csv.hpp),
+/// rendered to a PNG by gnuplot.
+///
+/// \code
+///   ddp::training::plotLossAccuracy("metrics.csv", "curves.png");
+/// \endcode
+///
+/// Note [Why gnuplot]
+/// A C++ training program should not carry a plotting library. gnuplot is
+/// one Debian package (gnuplot-nox, no X needed), reads the CSV as it is,
+/// and is run as a separate process only when a plot is asked for; without
+/// it, everything but the picture still works and the error says how to
+/// install it.
+
+#include <torch/arg.h>
+
+#include <string>
+
+#include "ddp/errors.hpp"
+
+namespace ddp::training {
+
+/// The plot could not be made: gnuplot is not installed, it failed (its
+/// output is quoted), or the CSV has no rows to draw.
+class PlotError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Options of plotLossAccuracy().
+struct PlotOptions {
+  /// The title above the curves.
+  TORCH_ARG(std::string, title) = "training";
+  /// Image width in pixels.
+  TORCH_ARG(int, width) = 960;
+  /// Image height in pixels.
+  TORCH_ARG(int, height) = 540;
+  /// The gnuplot program: a name looked up in PATH, or a path.
+  TORCH_ARG(std::string, gnuplot) = "gnuplot";
+};
+
+/// Renders the training loss (left axis) and, when the CSV has any, the
+/// test accuracy (right axis) against the epoch into the PNG file `png`
+/// (its directory is created).
+/// \throws MetricsError when the CSV cannot be read; PlotError when it has
+///   no rows, gnuplot is not found (naming the package to install), or
+///   gnuplot fails or writes no image (quoting its output); ConfigError for
+///   a non-positive size.
+void plotLossAccuracy(const std::string& csv, const std::string& png, const PlotOptions& options = {});
+
+/// Checks, before training starts, that plotLossAccuracy() will find
+/// gnuplot. \throws PlotError naming options.gnuplot() and the package to
+/// install when it cannot be found.
+void requireGnuplot(const PlotOptions& options = {});
+
+}  // namespace ddp::training

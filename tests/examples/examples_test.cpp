@@ -1,0 +1,238 @@
+// The examples as a user runs them: each binary alone and under the real
+// ddprun, on a short slice (--max-steps), with its outputs checked: the
+// final line, the metrics CSV, the PNG, the rank-prefixed progress, --help,
+// clean errors, and resumption from a snapshot continuing bit-exactly.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "ddp/training/metrics_csv.hpp"
+#include "ddp/training/plot.hpp"
+#include "launch/child_process.hpp"
+
+namespace fs = std::filesystem;
+using ddp::launch::ChildResult;
+using ddp::launch::ChildSpec;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* const kLauncherVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                          "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"};
+
+// Runs `argv` to its end (at most `deadline`), outside any launcher.
+ChildResult run(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
+                std::chrono::seconds deadline = 120s) {
+  ChildSpec spec{std::move(argv), std::move(env), {}};
+  for (const char* name : kLauncherVariables) spec.unset_env.push_back(name);
+  return ddp::launch::runChildren({spec}, deadline).at(0);
+}
+
+// `program args...` under ddprun with `nproc` workers on this machine.
+std::vector<std::string> underDdprun(int nproc, const std::string& program, std::vector<std::string> args) {
+  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node", std::to_string(nproc),
+                                   program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+struct FinalLine {
+  double loss = NAN;
+  std::optional<double> accuracy;
+};
+
+// The example's last result line: "final loss=L accuracy=A" (accuracy optional).
+FinalLine finalLine(const std::string& output) {
+  std::smatch m;
+  FinalLine line;
+  if (std::regex_search(output, m, std::regex(R"(final loss=(\S+)(?: accuracy=(\S+))?\n)"))) {
+    line.loss = std::stod(m[1]);
+    if (m[2].matched) line.accuracy = std::stod(m[2]);
+  }
+  return line;
+}
+
+std::string digestOf(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str() : "<none>";
+}
+
+bool gnuplotInstalled() {
+  try {
+    ddp::training::requireGnuplot();
+    return true;
+  } catch (const ddp::training::PlotError&) {
+    return false;
+  }
+}
+
+bool fashionMnistInstalled() {
+  return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") ||
+         fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte");
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+class ExamplesRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "ddp-examples-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void requireData() {
+    if (!fashionMnistInstalled()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  }
+  fs::path dir_;
+};
+
+void expectHelpLists(const std::string& program, const std::vector<std::string>& flags) {
+  const ChildResult help = run({program, "--help"});
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  for (const auto& flag : flags) EXPECT_NE(help.output.find(flag), std::string::npos) << flag << " missing:\n" << help.output;
+}
+
+}  // namespace
+
+TEST(ExamplesHelp, EveryExampleListsItsFlags) {
+  const std::vector<std::string> common = {"--epochs", "--max-steps", "--seed", "--snapshot-dir",
+                                           "--save-every-steps", "--save-every-epochs", "--metrics-csv", "--plot"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return extra;
+  };
+  expectHelpLists(DDP_EXAMPLE_MNIST_DDP, with({"--data-dir", "--batch-size", "--lr"}));
+  expectHelpLists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
+  const ChildResult wrong = run({DDP_EXAMPLE_MNIST_DDP, "--epochs", "0"});
+  EXPECT_NE(wrong.exit_code, 0) << wrong.output;
+  EXPECT_NE(wrong.output.find("--epochs"), std::string::npos) << wrong.output;
+}
+
+// One process, no launcher: a short slice writes the final line, the CSV
+// (one row for the partial epoch, the same accuracy) and the curves.
+TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
+  requireData();
+  std::vector<std::string> argv = {DDP_EXAMPLE_MNIST_DDP, "--max-steps", "5", "--batch-size", "32",
+                                   "--metrics-csv", path("metrics.csv")};
+  const bool plot = gnuplotInstalled();
+  if (plot) argv.insert(argv.end(), {"--plot", path("curves.png")});
+  const ChildResult r = run(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const FinalLine final = finalLine(r.output);
+  EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
+  EXPECT_GT(final.loss, 0) << r.output;
+  ASSERT_TRUE(final.accuracy) << r.output;
+  EXPECT_GT(*final.accuracy, 0.15) << "5 steps should beat chance (0.1):\n" << r.output;
+  EXPECT_LE(*final.accuracy, 1.0);
+  EXPECT_NE(r.output.find("[rank 0] epoch 1/5 step 5/1875 loss "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] done: 5 steps, test accuracy"), std::string::npos) << r.output;
+
+  const auto rows = ddp::training::readMetricsCsv(path("metrics.csv"));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].epoch, 1);
+  EXPECT_NEAR(rows[0].loss, final.loss, 1e-6);
+  ASSERT_TRUE(rows[0].accuracy);
+  EXPECT_NEAR(*rows[0].accuracy, *final.accuracy, 1e-4);
+  EXPECT_GT(rows[0].samples_per_s, 0);
+  if (plot) {
+    std::ifstream png(path("curves.png"), std::ios::binary);
+    std::string signature(8, '\0');
+    png.read(signature.data(), 8);
+    EXPECT_EQ(signature, std::string("\x89PNG\r\n\x1a\n", 8));
+  }
+}
+
+// Two ranks under ddprun, stopped at step 4 with snapshots, then resumed to
+// step 8: the second run continues from the saved step, and its weights are
+// bit-identical to those of an uninterrupted 8-step run.
+TEST_F(ExamplesRun, MnistDdpUnderDdprunResumesFromTheSavedStepBitExactly) {
+  requireData();
+  auto job = [&](const std::string& snapshots, int max_steps) {
+    return run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
+                           {"--max-steps", std::to_string(max_steps), "--batch-size", "32", "--seed", "3",
+                            "--snapshot-dir", path(snapshots), "--save-every-steps", "3",
+                            "--metrics-csv", path(snapshots + ".csv")}));
+  };
+  const ChildResult first = job("resumed", 4);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Every rank announces its shard; rank 0 alone shows progress.
+  EXPECT_NE(first.output.find("[0] [rank 0] shard of 30000 samples"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("[1] [rank 1] shard of 30000 samples"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos) << first.output;
+  EXPECT_EQ(first.output.find("[1] [rank 1] epoch"), std::string::npos) << first.output;
+  EXPECT_EQ(count(first.output, "final loss="), 1u) << first.output;
+  // Snapshots at step 3 (every 3 steps) and step 4 (where the run stopped).
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(path("resumed"))) files += entry.path().extension() == ".ddpsnap";
+  EXPECT_EQ(files, 2u);
+
+  const ChildResult second = job("resumed", 8);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("[0] [rank 0] resumed from " + path("resumed") + " at epoch 1 step 4 (global step 4)"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(second.output.find("step 4/938 loss"), std::string::npos) << "step 4 was done again:\n" << second.output;
+  EXPECT_NE(second.output.find("[0] [rank 0] epoch 1/5 step 8/938 loss "), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("[rank 0] done: 8 steps"), std::string::npos) << second.output;
+  const auto rows = ddp::training::readMetricsCsv(path("resumed.csv"));
+  ASSERT_EQ(rows.size(), 1u);  // The partial epoch 1, rewritten by the resumed run.
+  EXPECT_NEAR(*rows[0].accuracy, *finalLine(second.output).accuracy, 1e-4);
+
+  const ChildResult straight = job("straight", 8);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  EXPECT_NE(digestOf(straight.output), "<none>") << straight.output;
+  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n" << straight.output;
+  EXPECT_EQ(finalLine(second.output).accuracy, finalLine(straight.output).accuracy);
+}
+
+TEST_F(ExamplesRun, MnistDdpNamesAMissingDataFileAndMissingGnuplot) {
+  const ChildResult missing = run({DDP_EXAMPLE_MNIST_DDP, "--data-dir", path("nowhere"), "--max-steps", "1"});
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_NE(missing.output.find("train-images-idx3-ubyte' not found in '" + path("nowhere")), std::string::npos)
+      << missing.output;
+  // Without gnuplot on PATH, --plot fails before any training, saying what to install.
+  const ChildResult no_gnuplot = run({DDP_EXAMPLE_MNIST_DDP, "--plot", path("c.png"), "--max-steps", "1"},
+                                     {{"PATH", path("empty-bin")}});
+  EXPECT_NE(no_gnuplot.exit_code, 0) << no_gnuplot.output;
+  EXPECT_NE(no_gnuplot.output.find("--plot"), std::string::npos) << no_gnuplot.output;
+  EXPECT_NE(no_gnuplot.output.find("gnuplot-nox"), std::string::npos) << no_gnuplot.output;
+  EXPECT_EQ(no_gnuplot.output.find("[rank 0] epoch"), std::string::npos) << no_gnuplot.output;
+}
+
+// The toy trainer under ddprun past an epoch's end: snapshots every epoch
+// and at the stop, one CSV row per (partial) epoch without accuracy, and a
+// final line without accuracy (there is no test set).
+TEST_F(ExamplesRun, ToyTrainerUnderDdprunSavesEveryEpochAndWritesItsCsv) {
+  std::vector<std::string> args = {"--max-steps", "40", "--no-trace-steps", "--snapshot-dir", path("snap"),
+                                   "--save-every-epochs", "1", "--metrics-csv", path("toy.csv")};
+  const bool plot = gnuplotInstalled();
+  if (plot) args.insert(args.end(), {"--plot", path("toy.png")});
+  const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_TOY_TRAINER, args));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const FinalLine final = finalLine(r.output);
+  EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
+  EXPECT_FALSE(final.accuracy) << r.output;
+  EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 32/32 loss "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] [rank 0] epoch 2/5 step 8/32 loss "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[1] epoch"), std::string::npos) << "--no-trace-steps still traced:\n" << r.output;
+  const auto rows = ddp::training::readMetricsCsv(path("toy.csv"));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_FALSE(rows[0].accuracy);
+  EXPECT_TRUE(std::isfinite(rows[1].loss));
+  EXPECT_NEAR(rows[1].loss, final.loss, 1e-5);
+  std::vector<std::string> snapshots;
+  for (const auto& entry : fs::directory_iterator(path("snap"))) snapshots.push_back(entry.path().filename());
+  EXPECT_EQ(snapshots.size(), 2u) << "expected the epoch-1 snapshot (step 32) and the stop (step 40)";
+  if (plot) EXPECT_GT(fs::file_size(path("toy.png")), 1000u);
+}
