@@ -32,7 +32,8 @@ double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::T
                        ProcessGroup& group, int64_t batch_size = 1000) {
   torch::NoGradGuard no_grad;
   model->eval();
-  torch::Tensor mine = torch::arange(group.rank(), images.size(0), group.size());
+  torch::Tensor mine = torch::arange(group.rank(), images.size(0), group.size(),
+                                     torch::TensorOptions().dtype(torch::kLong).device(images.device()));
   int64_t correct = 0;
   for (int64_t start = 0; start < mine.size(0); start += batch_size) {
     torch::Tensor index = mine.slice(0, start, start + batch_size);
@@ -40,7 +41,7 @@ double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::T
     correct += predicted.eq(labels.index_select(0, index)).sum().template item<int64_t>();
   }
   model->train();
-  torch::Tensor counts = torch::tensor(std::vector<int64_t>{correct, mine.size(0)}, torch::kInt64);
+  torch::Tensor counts = torch::tensor(std::vector<int64_t>{correct, mine.size(0)}, torch::kInt64);  // CPU: Gloo
   group.allReduce(counts, ReduceOp::kSum);
   return static_cast<double>(counts[0].item<int64_t>()) / static_cast<double>(counts[1].item<int64_t>());
 }

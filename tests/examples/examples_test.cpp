@@ -113,7 +113,9 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
     return extra;
   };
   expectHelpLists(DDP_EXAMPLE_MNIST_DDP, with({"--data-dir", "--batch-size", "--lr"}));
+  expectHelpLists(DDP_EXAMPLE_LENET_DP, with({"--data-dir", "--batch-size", "--replicas", "--lr", "--lr-gamma"}));
   expectHelpLists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
+  expectHelpLists(DDP_EXAMPLE_HOROVOD, with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
   const ChildResult wrong = run({DDP_EXAMPLE_MNIST_DDP, "--epochs", "0"});
   EXPECT_NE(wrong.exit_code, 0) << wrong.output;
   EXPECT_NE(wrong.output.find("--epochs"), std::string::npos) << wrong.output;
@@ -235,4 +237,58 @@ TEST_F(ExamplesRun, ToyTrainerUnderDdprunSavesEveryEpochAndWritesItsCsv) {
   for (const auto& entry : fs::directory_iterator(path("snap"))) snapshots.push_back(entry.path().filename());
   EXPECT_EQ(snapshots.size(), 2u) << "expected the epoch-1 snapshot (step 32) and the stop (step 40)";
   if (plot) EXPECT_GT(fs::file_size(path("toy.png")), 1000u);
+}
+
+// DataParallel in one process: two CPU replicas share each batch of 64.
+// Started as two ranks, it refuses with a message saying what to run.
+TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
+  requireData();
+  const ChildResult r = run({DDP_EXAMPLE_LENET_DP, "--max-steps", "30", "--batch-size", "64", "--replicas", "2",
+                             "--metrics-csv", path("lenet.csv")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] 2 replicas (cpu, cpu); batches of 64"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] epoch 1/5 step 30/938 loss "), std::string::npos) << r.output;
+  const FinalLine final = finalLine(r.output);
+  EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
+  ASSERT_TRUE(final.accuracy) << r.output;
+  EXPECT_GT(*final.accuracy, 0.15) << "30 steps of Adam should beat chance (0.1):\n" << r.output;
+  const auto rows = ddp::training::readMetricsCsv(path("lenet.csv"));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_NEAR(*rows[0].accuracy, *final.accuracy, 1e-4);
+
+  const ChildResult two = run(underDdprun(2, DDP_EXAMPLE_LENET_DP, {"--max-steps", "1"}));
+  EXPECT_NE(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("trains in one process (DataParallel), but it was started as 2 ranks"), std::string::npos)
+      << two.output;
+}
+
+// Horovod style under ddprun: the learning rate warms up to lr x ranks,
+// each rank reports where it sits, and a run resumed from a snapshot (with
+// dropout, whose random state every rank saves) ends bit-identical to a
+// straight run.
+TEST_F(ExamplesRun, HorovodUnderDdprunWarmsUpAndResumesBitExactly) {
+  requireData();
+  auto job = [&](const std::string& snapshots, int max_steps) {
+    return run(underDdprun(2, DDP_EXAMPLE_HOROVOD,
+                           {"--max-steps", std::to_string(max_steps), "--warmup-steps", "4", "--seed", "5",
+                            "--snapshot-dir", path(snapshots), "--save-every-steps", "0"}));
+  };
+  const ChildResult first = job("resumed", 3);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("[1] [rank 1] rank 1 of 2 (local 1 of 2), shard of 30000 samples"), std::string::npos)
+      << first.output;
+  const ChildResult second = job("resumed", 6);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("[0] [rank 0] resumed from " + path("resumed") + " at epoch 1 step 3 (global step 3)"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("[0] [rank 0] epoch 1/5: train loss "), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find(", lr 0.02\n"), std::string::npos) << "0.01 x 2 ranks after the warm-up:\n"
+                                                                    << second.output;
+  EXPECT_TRUE(std::isfinite(finalLine(second.output).loss)) << second.output;
+
+  const ChildResult straight = job("straight", 6);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  EXPECT_NE(digestOf(straight.output), "<none>") << straight.output;
+  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n" << straight.output;
 }
