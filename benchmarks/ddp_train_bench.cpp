@@ -40,6 +40,7 @@ struct Options {
   int batch = 0;    // 0: the model's default.
   std::string data_dir = ddp::data::FashionMnist::kDefaultRoot;
   uint64_t seed = 0;
+  std::string backend = "auto";  // shm on one node, as a user gets by default.
   // DistributedDataParallelOptions; the script keeps ddp's defaults.
   ddp::DistributedDataParallelOptions ddp;
 };
@@ -112,7 +113,7 @@ int run(Options options) {
   if (options.batch == 0) options.batch = linear ? 32 : 100;
 
   at::set_num_threads(1);  // One intra-op thread per rank, as the Python side.
-  auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+  auto group = ddp::init(ddp::InitOptions().backend(options.backend));
   const int rank = group->rank();
   const int world = group->size();
   torch::manual_seed(options.seed + rank);
@@ -154,7 +155,8 @@ int run(Options options) {
     std::ostringstream line;
     line.setf(std::ios::fixed);
     line.precision(4);
-    line << "result side=ddp model=" << options.model << " ranks=" << world
+    line << "result side=ddp model=" << options.model << " backend=" << group->backendName()
+         << " ranks=" << world
          << " batch=" << options.batch << " steps=" << options.steps << " images_per_s="
          << static_cast<double>(world) * options.batch * options.steps / synced.seconds
          << " step_ms=" << 1e3 * synced.seconds / options.steps
@@ -181,6 +183,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--data-dir", options.data_dir, "directory of the Fashion-MNIST idx files");
   app.add_option("--seed", options.seed, "seed of the data and of the shuffling");
+  app.add_option("--backend", options.backend, "auto (shm on one node), shm or gloo");
   // Tuning knobs for experiments; benchmarks/ddp_vs_pytorch.sh uses the defaults.
   double bucket_cap_mb = options.ddp.bucket_cap_mb();
   double first_bucket_cap_mb = options.ddp.first_bucket_cap_mb();

@@ -10,7 +10,8 @@
 # PyTorch's). Exits non-zero when a run fails, not when a target is missed.
 #
 # Usage: benchmarks/ddp_vs_pytorch.sh
-# Environment: NPROC (ranks, default 2), LINEAR_STEPS (2000), CONVNET_STEPS
+# Environment: BACKEND (ddp's engine: auto, shm or gloo; default auto, which
+# is shm on one node), NPROC (ranks, default 2), LINEAR_STEPS (2000), CONVNET_STEPS
 # (100), ROUNDS (5), DDP_BUILD_DIR (build), JOBS (build parallelism, 2),
 # FASHION_MNIST (/usr/share/datasets/fashion-mnist).
 set -euo pipefail
@@ -90,7 +91,7 @@ for model in linear convnet; do
   [[ $model == convnet ]] && steps=$convnet_steps
   for round in $(seq "$rounds"); do
     run "ddp-$model-$round" torchrun --no_python "$bench" --model "$model" --steps "$steps" \
-      --data-dir "$data_dir"
+      --data-dir "$data_dir" --backend "${BACKEND:-auto}"
     ddp=$result
     run "pytorch-$model-$round" torchrun "$root/benchmarks/pytorch_ddp_bench.py" --model "$model" \
       --steps "$steps" --data-dir "$data_dir"
@@ -105,7 +106,7 @@ for model in linear convnet; do
   done
 done
 
-echo "ranks: $nproc_per_node; cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+echo "ddp backend: $(field "$ddp" backend); ranks: $nproc_per_node; cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 echo "PyTorch $("$python" -c 'import torch; print(torch.__version__)'); LibTorch $libtorch; medians of $rounds rounds"
 printf '%-8s %12s %14s %7s %12s %20s %16s %24s\n' model "ddp img/s" "PyTorch img/s" ratio \
   "ddp step ms" "ddp no_sync step ms" "PyTorch step ms" "PyTorch no_sync step ms"

@@ -12,10 +12,11 @@ namespace {
 
 void validate(const InitOptions& options) {
   const std::string& backend = options.backend();
-  if (backend != "auto" && backend != "gloo" && backend != "nccl") {
+  if (backend != "auto" && backend != "gloo" && backend != "nccl" && backend != "shm") {
     throw ConfigError("unknown backend '" + backend +
-                      "': ddp offers 'auto', 'gloo' and 'nccl'. Use 'gloo' for CPU training, "
-                      "'nccl' for GPUs, or 'auto' to pick per tensor.");
+                      "': ddp offers 'auto', 'gloo', 'shm' and 'nccl'. Use 'auto' to pick per "
+                      "tensor and node layout, 'shm' or 'gloo' for CPU training, 'nccl' for "
+                      "GPUs.");
   }
   auto positive = [](std::chrono::milliseconds value, const char* name) {
     if (value.count() <= 0) {
@@ -108,6 +109,9 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options, const Environment
   context.store = connectStore(context.topology, options.rendezvous_timeout());
   if (options.backend() == "gloo") return backends::makeGlooProcessGroup(context);
   if (options.backend() == "nccl") return backends::makeNcclProcessGroup(context);
+  if (options.backend() == "shm") {
+    return backends::makeShmProcessGroup(context, backends::groupRanksByNode(context));
+  }
   return backends::makeAutoProcessGroup(context);
 }
 

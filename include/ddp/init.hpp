@@ -24,9 +24,11 @@ namespace ddp {
 /// Options of ddp::init(). Unset topology fields come from the environment;
 /// set ones override it.
 struct InitOptions {
-  /// "gloo" (CPU tensors; CUDA tensors staged through the host), "nccl" (CUDA
-  /// tensors; needs a CUDA LibTorch) or "auto" (NCCL for CUDA tensors where
-  /// available, Gloo for the rest).
+  /// "gloo" (CPU tensors; CUDA tensors staged through the host), "shm" (CPU
+  /// tensors of ranks on one node, through shared memory), "nccl" (CUDA
+  /// tensors; needs a CUDA LibTorch) or "auto": NCCL for CUDA tensors where
+  /// available; for the rest shm when every rank is on one node, otherwise
+  /// shm within each node and Gloo between nodes (hierarchical).
   TORCH_ARG(std::string, backend) = "auto";
   /// This process's rank; overrides RANK and its equivalents.
   TORCH_ARG(std::optional<int>, rank) = std::nullopt;

@@ -1,6 +1,8 @@
 // `auto`: one process group over two engines, chosen per tensor: NCCL for
-// CUDA tensors where this build and machine have it, Gloo for everything
-// else. Both engines meet through the same store under different prefixes.
+// CUDA tensors where this build and machine have it, and for everything else
+// shared memory when all ranks share a node, shared memory within nodes and
+// Gloo between them when they do not. The engines meet through the same
+// store under different prefixes.
 
 #include <ATen/Context.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -55,7 +57,9 @@ BackendContext withPrefix(const BackendContext& context, const std::string& pref
 }  // namespace
 
 std::shared_ptr<ProcessGroup> makeAutoProcessGroup(const BackendContext& context) {
-  auto cpu = makeGlooProcessGroup(withPrefix(context, "gloo"));
+  const auto nodes = groupRanksByNode(context);
+  auto cpu = nodes.size() == 1 ? makeShmProcessGroup(context, nodes)
+                               : makeHierarchicalProcessGroup(context, nodes);
   std::shared_ptr<ProcessGroup> cuda;
   if (ncclCompiledIn() && at::hasCUDA()) cuda = makeNcclProcessGroup(withPrefix(context, "nccl"));
   return std::make_shared<AutoProcessGroup>(context, std::move(cpu), std::move(cuda));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "compat/torch_compat.hpp"
 #include "ddp/process_group.hpp"
@@ -33,7 +34,22 @@ std::shared_ptr<ProcessGroup> makeNcclProcessGroup(const BackendContext& context
 /// Whether this build carries the NCCL engine.
 bool ncclCompiledIn() noexcept;
 
-/// `auto`: NCCL for CUDA tensors when available, Gloo for the rest.
+/// The job's ranks grouped by node (Note [What counts as one node]), each
+/// node's ranks ascending, nodes in order of their lowest rank. Collective:
+/// every rank calls it once, through the store.
+std::vector<std::vector<int>> groupRanksByNode(const BackendContext& context);
+
+/// `shm`: CPU tensors (others staged through host memory) through POSIX
+/// shared memory. Throws ConfigError unless `nodes` is a single node.
+std::shared_ptr<ProcessGroup> makeShmProcessGroup(const BackendContext& context,
+                                                  const std::vector<std::vector<int>>& nodes);
+
+/// Several nodes: shared memory within each, Gloo between their leaders.
+std::shared_ptr<ProcessGroup> makeHierarchicalProcessGroup(
+    const BackendContext& context, const std::vector<std::vector<int>>& nodes);
+
+/// `auto`: NCCL for CUDA tensors when available; the rest through shared
+/// memory when every rank is on one node, hierarchically when not.
 std::shared_ptr<ProcessGroup> makeAutoProcessGroup(const BackendContext& context);
 
 }  // namespace ddp::backends

@@ -15,6 +15,9 @@
 //   ddp-mismatch wraps a model that differs on the last rank (must fail)
 //   ddp-unused   trains with a parameter no rank uses, without
 //                find_unused_parameters (must fail)
+//   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
+//                and checks it against the Gloo one (tests/shm/)
+//   stress       overlapping randomly sized collectives, each checked
 // On a ddp::Error the worker prints "error: <message>" and exits with
 // ddp::exitCodeFor(error).
 
@@ -30,6 +33,8 @@
 #include "ddp/init.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/worker_checks.hpp"
+#include "launch/child_process.hpp"
+#include "shm/shm_checks.hpp"
 
 namespace {
 
@@ -97,6 +102,15 @@ int runStallOrExit(ddp::ProcessGroup& group, const Arguments& args) {
   std::_Exit(0);  // Leave abruptly, as a crashed peer would.
 }
 
+// A shared-memory group beside `gloo`, meeting at a port rank 0 picks.
+int runShmAgainstGloo(ddp::ProcessGroup& gloo, const Arguments& args) {
+  at::Tensor port = at::full({1}, gloo.rank() == 0 ? ddp::launch::findFreePort() : 0, at::kInt);
+  gloo.broadcast(port, 0);
+  ddp::InitOptions options = args.init;
+  auto shm = ddp::init(options.backend("shm").master_port(port.item<int>()));
+  return printReport(gloo, ddp::testing::checkShmAgainstGloo(gloo, *shm));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,6 +132,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (args.scenario == "topology") return runTopology(*group);
+    if (args.scenario == "shm-vs-gloo") return runShmAgainstGloo(*group, args);
+    if (args.scenario == "stress") {
+      return printReport(*group, ddp::testing::stressCollectives(*group, 200));
+    }
     if (args.scenario == "stall" || args.scenario == "exit-early") {
       return runStallOrExit(*group, args);
     }

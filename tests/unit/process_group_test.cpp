@@ -26,7 +26,7 @@ TEST(FoundationProcessGroup, AloneWithoutVariables) {
   auto group = single();
   EXPECT_EQ(group->rank(), 0);
   EXPECT_EQ(group->size(), 1);
-  EXPECT_EQ(group->backendName(), "auto(gloo)");
+  EXPECT_EQ(group->backendName(), "auto(shm)");
   torch::Tensor t = torch::arange(5, torch::kFloat32);
   group->allReduce(t, ReduceOp::kAverage);
   EXPECT_TRUE(torch::equal(t, torch::arange(5, torch::kFloat32)));

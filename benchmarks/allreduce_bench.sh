@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# All-reduce through Gloo and through ddp's shared-memory engine, in the same
+# run, 4 KiB to 256 MiB of float32, with 2 and then 4 ranks on this machine.
+# Prints a table per rank count; the last line reads
+#   shm/gloo busbw@64MiB=X latency@256KiB=Y
+# (with 2 ranks: shm's bus bandwidth over Gloo's at 64 MiB, and Gloo's
+# latency over shm's at 256 KiB). Exits non-zero when a run fails, not when
+# a target is missed.
+#
+# Usage: benchmarks/allreduce_bench.sh
+# Environment: RANKS ("2 4"), SECONDS_PER_SIZE (0.25), DDP_BUILD_DIR (build),
+# JOBS (build parallelism, 2).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${DDP_BUILD_DIR:-$root/build}
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  cmake -S "$root" -B "$build" >/dev/null
+fi
+echo "building allreduce_bench and ddprun in $build ..." >&2
+cmake --build "$build" --target allreduce_bench ddprun -j"${JOBS:-2}" >&2
+
+cores=$(nproc)
+export OMP_NUM_THREADS=1
+echo "cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+summary=""
+for ranks in ${RANKS:-2 4}; do
+  out=$("$build/bin/ddprun" --standalone --nproc-per-node "$ranks" "$build/bin/allreduce_bench" \
+        --seconds-per-size "${SECONDS_PER_SIZE:-0.25}")
+  # Rank 0's table, without ddprun's "[0] " prefixes.
+  table=$(sed -n 's/^\[0\] //p' <<<"$out")
+  [[ -n "$table" ]] || table=$out
+  echo "$table"
+  if [[ $ranks == 2 ]]; then
+    bw=$(awk '$1 == 67108864 { print $8 }' <<<"$table")
+    lat=$(awk '$1 == 262144 { print $9 }' <<<"$table")
+    summary="shm/gloo busbw@64MiB=$bw latency@256KiB=$lat"
+  fi
+done
+[[ -n "$summary" ]] && echo "$summary"

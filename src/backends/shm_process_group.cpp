@@ -1,0 +1,124 @@
+// `shm`: every rank on one node; collectives through POSIX shared memory
+// (src/shm/communicator.cpp), run on the group's worker thread.
+
+#include "backends/shm_process_group.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+
+#include "ddp/errors.hpp"
+#include "shm/tensor_bridge.hpp"
+
+namespace ddp::backends {
+
+Work SerialProcessGroup::submit(const detail::CollectiveInfo& info, std::function<void()> task) {
+  return detail::startCollective(info, [&] { return executor_.submit(std::move(task)); });
+}
+
+detail::CollectiveInfo SerialProcessGroup::info(const char* name, const at::Tensor& tensor,
+                                                std::optional<ReduceOp> op) const {
+  detail::CollectiveInfo info;
+  info.name = name;
+  info.op = op;
+  info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
+  info.numel = tensor.defined() ? tensor.numel() : 0;
+  info.rank = rank();
+  info.world_size = size();
+  info.timeout = collectiveTimeout();
+  return info;
+}
+
+std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& context,
+                                                        const std::vector<int>& node_ranks,
+                                                        const compat::StorePtr& store) {
+  shm::CommunicatorOptions options;
+  options.rank = static_cast<int>(
+      std::find(node_ranks.begin(), node_ranks.end(), context.topology.rank) - node_ranks.begin());
+  options.global_ranks = node_ranks;
+  options.timeout = context.collective_timeout;
+  return std::make_unique<shm::Communicator>(*store, options);
+}
+
+namespace {
+
+shm::Describe describing(detail::CollectiveInfo info) {
+  return [info = std::move(info)] { return "shm " + info.describe(); };
+}
+
+class ShmProcessGroup final : public SerialProcessGroup {
+ public:
+  ShmProcessGroup(const BackendContext& context, std::unique_ptr<shm::Communicator> node)
+      : SerialProcessGroup(context), node_(std::move(node)) {}
+
+  ~ShmProcessGroup() override { stopWorker(); }
+
+  std::string backendName() const override { return "shm"; }
+
+ protected:
+  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
+    auto what = info("allReduce", tensor, op);
+    return submit(what, [node = node_.get(), tensor, op, describe = describing(what)] {
+      shm::HostStaging staged(tensor);
+      node->allReduce(staged.data(), tensor.numel(), shm::elementTypeOf(tensor.scalar_type()),
+                      shm::combineOf(op), op == ReduceOp::kAverage, describe);
+      staged.copyBack();
+    });
+  }
+
+  Work doBroadcast(const at::Tensor& tensor, int root) override {
+    auto what = info("broadcast", tensor);
+    return submit(what, [node = node_.get(), tensor, root, describe = describing(what)] {
+      shm::HostStaging staged(tensor);
+      node->broadcast(staged.data(), tensor.nbytes(), root, describe);
+      staged.copyBack();
+    });
+  }
+
+  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
+    auto what = info("allGather", input);
+    return submit(what, [node = node_.get(), output, input, describe = describing(what)] {
+      shm::HostStaging out(output);
+      shm::HostStaging in(input);
+      node->allGather(out.data(), in.data(), input.nbytes(), describe);
+      out.copyBack();
+    });
+  }
+
+  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    auto what = info("reduceScatter", output, op);
+    return submit(what, [node = node_.get(), output, input, op, describe = describing(what)] {
+      shm::HostStaging out(output);
+      shm::HostStaging in(input);
+      node->reduceScatter(out.data(), in.data(), output.numel(),
+                          shm::elementTypeOf(output.scalar_type()), shm::combineOf(op),
+                          op == ReduceOp::kAverage, describe);
+      out.copyBack();
+    });
+  }
+
+  Work doBarrier() override {
+    auto what = info("barrier", at::Tensor());
+    return submit(what, [node = node_.get(), describe = describing(what)] { node->barrier(describe); });
+  }
+
+ private:
+  std::unique_ptr<shm::Communicator> node_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> makeShmProcessGroup(const BackendContext& context,
+                                                  const std::vector<std::vector<int>>& nodes) {
+  if (nodes.size() != 1) {
+    throw ConfigError("backend 'shm' needs every rank on one node, but the " +
+                      std::to_string(context.topology.world_size) + " ranks are on " +
+                      std::to_string(nodes.size()) +
+                      " nodes. Use backend 'auto', which runs shared memory within each node "
+                      "and Gloo between them.");
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>("shm", context.store);
+  return std::make_shared<ShmProcessGroup>(context, makeNodeCommunicator(context, nodes[0], store));
+}
+
+}  // namespace ddp::backends

@@ -1,0 +1,44 @@
+#pragma once
+
+// Internal: what the shared-memory engines share: the ranks of each node,
+// collectives described for errors, and a group running on its own thread.
+
+#include <memory>
+#include <vector>
+
+#include "backends/backends.hpp"
+#include "shm/communicator.hpp"
+#include "shm/serial_executor.hpp"
+#include "work_impl.hpp"
+
+namespace ddp::backends {
+
+/// A ProcessGroup whose collectives run one after another on a worker
+/// thread (the engine's calls are blocking).
+class SerialProcessGroup : public ProcessGroup {
+ protected:
+  SerialProcessGroup(const BackendContext& context)
+      : ProcessGroup(context.topology, context.collective_timeout) {}
+
+  /// Runs `task` on the worker thread; errors name `info`.
+  Work submit(const detail::CollectiveInfo& info, std::function<void()> task);
+
+  /// Drains and stops the worker thread; derived destructors call it before
+  /// their members (which the queued tasks use) go away.
+  void stopWorker() { executor_.stop(); }
+
+  /// What an error about this collective names.
+  detail::CollectiveInfo info(const char* name, const at::Tensor& tensor,
+                              std::optional<ReduceOp> op = std::nullopt) const;
+
+ private:
+  shm::SerialExecutor executor_;
+};
+
+/// The node communicator for `node_ranks` (job ranks, ascending), which
+/// must contain this rank; meets through `store`.
+std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& context,
+                                                        const std::vector<int>& node_ranks,
+                                                        const compat::StorePtr& store);
+
+}  // namespace ddp::backends

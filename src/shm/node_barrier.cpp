@@ -1,0 +1,139 @@
+#include "shm/node_barrier.hpp"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <ctime>
+
+#include "ddp/errors.hpp"
+
+namespace ddp::shm {
+namespace {
+
+// Note [Spin, then sleep]
+// A collective's ranks usually arrive within microseconds of each other, so
+// a waiting rank first spins (about 20 us), then sleeps on a futex in the
+// shared segment that every arrival bumps. Sleeping matters as much as
+// spinning: ranks often outnumber cores, and a spinning rank would steal the
+// core its peer needs to arrive. Sleeps are cut into slices so that a dead
+// peer is noticed within one slice and the deadline within one more.
+constexpr int kSpinIterations = 4000;
+constexpr std::chrono::milliseconds kSleepSlice{50};
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds slice) {
+  timespec timeout{};
+  timeout.tv_sec = slice.count() / 1000;
+  timeout.tv_nsec = (slice.count() % 1000) * 1000000L;
+  // Shared futex (no FUTEX_PRIVATE_FLAG): the word lives in memory mapped by
+  // several processes.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+uint64_t currentPidNamespace() {
+  struct stat info {};
+  return stat("/proc/self/ns/pid", &info) == 0 ? static_cast<uint64_t>(info.st_ino) : 0;
+}
+
+NodeBarrier::NodeBarrier(RankControl* ranks, WakeWord* wake, int rank,
+                         std::vector<int> global_ranks)
+    : ranks_(ranks),
+      wake_(wake),
+      rank_(rank),
+      size_(static_cast<int>(global_ranks.size())),
+      global_ranks_(std::move(global_ranks)) {}
+
+bool NodeBarrier::everyoneReached(uint64_t target) const {
+  for (int r = 0; r < size_; ++r) {
+    if (ranks_[r].arrived.load(std::memory_order_acquire) < target) return false;
+  }
+  return true;
+}
+
+std::string NodeBarrier::missingRanks(uint64_t target) const {
+  std::string missing;
+  for (int r = 0; r < size_; ++r) {
+    if (ranks_[r].arrived.load(std::memory_order_acquire) >= target) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
+  }
+  return missing;
+}
+
+// A peer in our pid namespace whose process no longer exists will never
+// arrive. Peers in another namespace are only covered by the deadline.
+int NodeBarrier::deadRank(uint64_t target) const {
+  const uint64_t own_namespace = ranks_[rank_].pid_namespace.load(std::memory_order_relaxed);
+  for (int r = 0; r < size_; ++r) {
+    if (ranks_[r].arrived.load(std::memory_order_acquire) >= target) continue;
+    const auto pid = static_cast<pid_t>(ranks_[r].pid.load(std::memory_order_relaxed));
+    if (pid <= 0 || own_namespace == 0 ||
+        ranks_[r].pid_namespace.load(std::memory_order_relaxed) != own_namespace) {
+      continue;
+    }
+    if (kill(pid, 0) != 0 && errno == ESRCH) return r;
+  }
+  return -1;
+}
+
+void NodeBarrier::arriveAndWait(std::chrono::steady_clock::time_point deadline,
+                                const std::function<std::string()>& describe) {
+  const uint64_t target = ++count_;
+  ranks_[rank_].arrived.store(target, std::memory_order_seq_cst);
+  wake_->generation.fetch_add(1, std::memory_order_seq_cst);
+  if (wake_->sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&wake_->generation);
+
+  for (int spin = 0; spin < kSpinIterations; ++spin) {
+    if (everyoneReached(target)) return;
+    cpuRelax();
+  }
+  for (;;) {
+    wake_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t generation = wake_->generation.load(std::memory_order_seq_cst);
+    if (everyoneReached(target)) {
+      wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    futexWait(&wake_->generation, generation,
+              std::max(std::chrono::milliseconds(1), std::min(left, kSleepSlice)));
+    wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (everyoneReached(target)) return;
+    if (const int dead = deadRank(target); dead >= 0) {
+      throw CollectiveError(describe() + " failed on rank " +
+                            std::to_string(global_ranks_[rank_]) + ": rank " +
+                            std::to_string(global_ranks_[dead]) + " (pid " +
+                            std::to_string(ranks_[dead].pid.load()) +
+                            ") exited without reaching it. Check that rank's log for the "
+                            "cause; the job cannot continue without it.");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw TimeoutError(describe() + " timed out on rank " +
+                         std::to_string(global_ranks_[rank_]) + ": rank(s) " +
+                         missingRanks(target) +
+                         " did not reach it before the collective timeout. A rank may be "
+                         "stopped, stuck, or issuing different collectives: check every "
+                         "rank's log, or raise the collective timeout.");
+    }
+  }
+}
+
+}  // namespace ddp::shm

@@ -1,0 +1,27 @@
+#pragma once
+
+// Internal: element-wise reductions over raw buffers, for the shared-memory
+// engine. Compiled on their own with -O3 and without LibTorch's headers, so
+// that the loops vectorize and the file builds in seconds.
+
+#include <cstdint>
+
+namespace ddp::shm {
+
+/// Element types the kernels handle (the dtypes ddp's collectives carry).
+enum class ElementType { kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64 };
+
+/// How values combine.
+enum class Combine { kSum, kMin, kMax, kProduct };
+
+/// Bytes per element of `type`.
+int elementSize(ElementType type) noexcept;
+
+/// dst[i] = combine(sources[0][i], ..., sources[count - 1][i]) for i < n, in
+/// source order; then, if divisor > 1, dst[i] /= divisor (integers truncate).
+/// 16-bit floats are combined and divided in float32 and rounded once.
+/// `dst` may alias sources[0], and no other source.
+void reduce(ElementType type, Combine combine, void* dst, const void* const* sources,
+            int count, int64_t n, int divisor);
+
+}  // namespace ddp::shm

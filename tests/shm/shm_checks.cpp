@@ -1,0 +1,210 @@
+#include "shm/shm_checks.hpp"
+
+#include <ATen/ATen.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dtype_name.hpp"
+
+namespace ddp::testing {
+namespace {
+
+const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kBFloat16,
+                                             at::kHalf,  at::kInt,    at::kLong};
+const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                    ReduceOp::kMax, ReduceOp::kProduct};
+
+// Rank r's input: integers in [-5, 5], different per rank and element, so
+// that sums, products (|x| <= 625 for 4 ranks) and averages of every dtype
+// are exact or rounded exactly once, and equal between engines bit for bit.
+// The values repeat every kPeriod elements, so inputs and closed forms are
+// built from one period and tiled (cheap even at 64 MiB).
+constexpr int64_t kPeriod = 11;
+
+at::Tensor tiled(const at::Tensor& period, int64_t numel) {
+  return period.repeat({(numel + kPeriod - 1) / kPeriod}).narrow(0, 0, numel).contiguous();
+}
+
+at::Tensor inputOf(int rank, int64_t numel, at::ScalarType dtype) {
+  at::Tensor i = at::arange(kPeriod, at::kLong);
+  return tiled(((i * 7 + rank * 13) % kPeriod - 5).to(dtype), numel);
+}
+
+// The closed form: every rank's input stacked and reduced in float64.
+at::Tensor expectedOf(ReduceOp op, int world, int64_t numel, at::ScalarType dtype) {
+  std::vector<at::Tensor> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(inputOf(r, kPeriod, at::kDouble));
+  at::Tensor all = at::stack(inputs);
+  at::Tensor result;
+  switch (op) {
+    case ReduceOp::kSum: result = all.sum(0); break;
+    case ReduceOp::kAverage:
+      result = at::isIntegralType(dtype, false) ? all.sum(0).div(world, "trunc") : all.sum(0) / world;
+      break;
+    case ReduceOp::kMin: result = std::get<0>(all.min(0)); break;
+    case ReduceOp::kMax: result = std::get<0>(all.max(0)); break;
+    case ReduceOp::kProduct: result = all.prod(0); break;
+  }
+  // float64 -> float32 -> 16 bits, as the engines round.
+  if (dtype == at::kBFloat16 || dtype == at::kHalf) result = result.to(at::kFloat);
+  return tiled(result.to(dtype), numel);
+}
+
+class Report {
+ public:
+  void expectEqual(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
+    if (got.scalar_type() == expected.scalar_type() && got.sizes() == expected.sizes() &&
+        at::equal(got, expected)) {
+      ++report_.passed;
+      return;
+    }
+    at::Tensor differs = (got.to(at::kDouble) != expected.to(at::kDouble)).nonzero();
+    std::string where;
+    if (differs.numel() > 0) {
+      const int64_t j = differs[0][0].item<int64_t>();
+      where = " (first difference at element " + std::to_string(j) + ": " +
+              std::to_string(got[j].item<double>()) + " instead of " +
+              std::to_string(expected[j].item<double>()) + ")";
+    }
+    report_.failures.push_back("FAIL " + what + where);
+  }
+  CheckReport take() { return std::move(report_); }
+
+ private:
+  CheckReport report_;
+};
+
+// Odd sizes, and more than one staging slot (4 MiB), so that uneven shares
+// and several rounds are covered for every element size.
+std::vector<int64_t> sizesFor(at::ScalarType dtype) {
+  const auto slot = static_cast<int64_t>((size_t{4} << 20) / at::elementSize(dtype));
+  return {1, 2, 3, 17, 4097, 65537, slot + 3};
+}
+
+std::string name(const char* collective, at::ScalarType dtype, int64_t numel) {
+  return std::string(collective) + " " + detail::dtypeName(dtype) + " x" + std::to_string(numel);
+}
+
+}  // namespace
+
+CheckReport checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
+  Report report;
+  const int world = shm.size();
+  const int me = shm.rank();
+  for (at::ScalarType dtype : kDtypes) {
+    for (int64_t numel : sizesFor(dtype)) {
+      for (ReduceOp op : kOps) {
+        const std::string what =
+            name("allReduce", dtype, numel) + " " + toString(op) + " on " + std::to_string(world);
+        at::Tensor by_gloo = inputOf(me, numel, dtype);
+        at::Tensor by_shm = by_gloo.clone();
+        gloo.allReduce(by_gloo, op);
+        shm.allReduce(by_shm, op);
+        report.expectEqual(what + " (shm vs gloo)", by_shm, by_gloo);
+        report.expectEqual(what + " (shm vs closed form)", by_shm, expectedOf(op, world, numel, dtype));
+      }
+      for (int root = 0; root < world; ++root) {
+        at::Tensor t = me == root ? inputOf(root, numel, dtype) : at::zeros({numel}, dtype);
+        shm.broadcast(t, root);
+        report.expectEqual(name("broadcast", dtype, numel) + " from " + std::to_string(root), t,
+                           inputOf(root, numel, dtype));
+      }
+      at::Tensor gathered = at::empty({world * numel}, dtype);
+      shm.allGather(gathered, inputOf(me, numel, dtype));
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
+      report.expectEqual(name("allGather", dtype, numel), gathered, at::cat(parts));
+
+      // Reduce-scatter moves world x numel elements: up to one slot per chunk.
+      if (numel > 65537) continue;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+        at::Tensor input = inputOf(me, world * numel, dtype);
+        at::Tensor by_shm = at::empty({numel}, dtype);
+        at::Tensor by_gloo = at::empty({numel}, dtype);
+        shm.reduceScatter(by_shm, input, op);
+        gloo.reduceScatter(by_gloo, input, op);
+        report.expectEqual(name("reduceScatter", dtype, numel) + " " + toString(op) + " (shm vs gloo)",
+                           by_shm, by_gloo);
+        report.expectEqual(
+            name("reduceScatter", dtype, numel) + " " + toString(op) + " (closed form)", by_shm,
+            expectedOf(op, world, world * numel, dtype).narrow(0, me * numel, numel));
+      }
+    }
+  }
+  // A reduce-scatter whose chunks take more than one round.
+  {
+    const int64_t numel = (int64_t{1} << 20) / world + 7;
+    at::Tensor input = inputOf(me, world * numel, at::kFloat);
+    at::Tensor by_shm = at::empty({numel}, at::kFloat);
+    shm.reduceScatter(by_shm, input, ReduceOp::kSum);
+    report.expectEqual(name("reduceScatter", at::kFloat, numel) + " sum, several rounds", by_shm,
+                       expectedOf(ReduceOp::kSum, world, world * numel, at::kFloat)
+                           .narrow(0, me * numel, numel));
+  }
+  // 64 MiB of float32, the benchmark's size.
+  const int64_t big = (int64_t{64} << 20) / 4;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+    at::Tensor by_gloo = inputOf(me, big, at::kFloat);
+    at::Tensor by_shm = by_gloo.clone();
+    gloo.allReduce(by_gloo, op);
+    shm.allReduce(by_shm, op);
+    report.expectEqual(name("allReduce", at::kFloat, big) + " " + toString(op) + " (shm vs gloo)",
+                       by_shm, by_gloo);
+    report.expectEqual(name("allReduce", at::kFloat, big) + " " + toString(op) + " (closed form)",
+                       by_shm, expectedOf(op, world, big, at::kFloat));
+  }
+  shm.barrier();
+  return report.take();
+}
+
+CheckReport stressCollectives(ProcessGroup& group, int iterations) {
+  Report report;
+  const int world = group.size();
+  const int me = group.rank();
+  std::mt19937 random(1234);  // The same sequence on every rank.
+  std::uniform_int_distribution<int64_t> size_of(1, 300000);
+  std::uniform_int_distribution<int> kind_of(0, 2);
+  struct InFlight {
+    Work work;
+    at::Tensor result;
+    at::Tensor expected;
+    std::string what;
+  };
+  for (int i = 0; i < iterations; ++i) {
+    std::vector<InFlight> in_flight;
+    const int batch = 1 + i % 4;  // Up to four collectives in flight.
+    for (int k = 0; k < batch; ++k) {
+      const int64_t numel = size_of(random);
+      const int kind = kind_of(random);
+      const at::ScalarType dtype = kDtypes[(i + k) % kDtypes.size()];
+      const std::string what = "stress " + std::to_string(i) + "." + std::to_string(k) + " ";
+      if (kind == 0) {
+        at::Tensor t = inputOf(me, numel, dtype);
+        Work w = group.allReduceAsync(t, ReduceOp::kSum);
+        in_flight.push_back({std::move(w), t, expectedOf(ReduceOp::kSum, world, numel, dtype),
+                             what + name("allReduce", dtype, numel)});
+      } else if (kind == 1) {
+        const int root = (i + k) % world;
+        at::Tensor t = me == root ? inputOf(root, numel, dtype) : at::zeros({numel}, dtype);
+        Work w = group.broadcastAsync(t, root);
+        in_flight.push_back({std::move(w), t, inputOf(root, numel, dtype),
+                             what + name("broadcast", dtype, numel)});
+      } else {
+        at::Tensor out = at::empty({world * numel}, dtype);
+        Work w = group.allGatherAsync(out, inputOf(me, numel, dtype));
+        std::vector<at::Tensor> parts;
+        for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
+        in_flight.push_back({std::move(w), out, at::cat(parts), what + name("allGather", dtype, numel)});
+      }
+    }
+    for (auto& f : in_flight) {
+      f.work.wait();
+      report.expectEqual(f.what, f.result, f.expected);
+    }
+  }
+  return report.take();
+}
+
+}  // namespace ddp::testing

@@ -1,0 +1,199 @@
+// The shared-memory engine (`shm`) and the hierarchical one, with 1 to 4
+// real processes: results equal Gloo's and the closed forms, DDP trains the
+// same on it, failures end in an error after the timeout (never a hang), and
+// no shared-memory segment outlives its job.
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+
+#include "ddp/errors.hpp"
+#include "multiprocess/harness.hpp"
+
+namespace ddp::testing {
+namespace {
+
+constexpr int kTimeout = static_cast<int>(ExitCode::kTimeout);
+constexpr int kCollective = static_cast<int>(ExitCode::kCollective);
+
+void expectAllPassed(const std::vector<launch::ChildResult>& results, int min_checks) {
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    EXPECT_EQ(results[rank].exit_code, 0) << describe(results);
+    std::smatch summary;
+    const std::regex pattern("rank " + std::to_string(rank) + ": ([0-9]+) checks passed, 0 failed");
+    ASSERT_TRUE(std::regex_search(results[rank].output, summary, pattern)) << describe(results);
+    EXPECT_GE(std::stoi(summary[1]), min_checks) << describe(results);
+  }
+}
+
+// `nodes` nodes of `world / nodes` ranks each, as torchrun lays them out.
+EnvironmentFor onNodes(int nodes) {
+  return [nodes](int rank, int world, int port) {
+    auto env = torchrunEnvironment(rank, world, port);
+    const int per_node = world / nodes;
+    env["LOCAL_RANK"] = std::to_string(rank % per_node);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
+    env["GROUP_RANK"] = std::to_string(rank / per_node);
+    return env;
+  };
+}
+
+std::set<std::string> segmentsInDevShm() {
+  std::set<std::string> names;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name.rfind("ddp-shm-", 0) == 0) names.insert(name);
+    }
+    closedir(dir);
+  }
+  return names;
+}
+
+class ShmWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmWorld, EqualsGlooAndClosedFormsForEveryDtypeOpAndSize) {
+  const int world = GetParam();
+  auto results = runRanks(world, {"shm-vs-gloo", "--backend", "gloo"}, torchrunEnvironment,
+                          std::chrono::seconds(200));
+  // 6 dtypes x 7 sizes x (5 ops x 2 + roots + 1), 6 dtypes x 6 sizes x 3
+  // reduce-scatters x 2, one long reduce-scatter, 4 checks at 64 MiB.
+  expectAllPassed(results, 6 * 7 * (10 + world + 1) + 6 * 6 * 6 + 1 + 4);
+}
+
+TEST_P(ShmWorld, EveryCollectiveMatchesItsClosedForm) {
+  const int world = GetParam();
+  auto results = runRanks(world, {"collectives", "--backend", "shm"});
+  expectAllPassed(results, 100);
+  for (const auto& r : results) EXPECT_EQ(r.output.find("backend=gloo"), std::string::npos);
+}
+
+TEST_P(ShmWorld, OverlappingCollectivesUnderStress) {
+  auto results = runRanks(GetParam(), {"stress", "--backend", "shm"}, torchrunEnvironment,
+                          std::chrono::seconds(120));
+  expectAllPassed(results, 200);
+}
+
+TEST_P(ShmWorld, DistributedDataParallelTrainsAsOneProcess) {
+  const int world = GetParam();
+  auto results = runRanks(world, {"ddp", "--backend", "shm"});
+  expectAllPassed(results, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmWorld, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(ShmAuto, PicksSharedMemoryOnOneNode) {
+  auto results = runRanks(2, {"topology"});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << describe(results);
+    EXPECT_NE(r.output.find("backend=auto(shm)"), std::string::npos) << describe(results);
+    EXPECT_NE(r.output.find("sum of ranks=1"), std::string::npos) << describe(results);
+  }
+}
+
+TEST(ShmHierarchical, AutoPicksItAcrossNodesAndEveryCollectiveIsRight) {
+  auto results = runRanks(4, {"collectives"}, onNodes(2));
+  expectAllPassed(results, 100);
+  for (const auto& r : results) {
+    EXPECT_NE(r.output.find("rank "), std::string::npos);
+  }
+  auto topology = runRanks(4, {"topology"}, onNodes(2));
+  for (const auto& r : topology) {
+    EXPECT_NE(r.output.find("backend=auto(hierarchical(shm,gloo))"), std::string::npos)
+        << describe(topology);
+  }
+}
+
+TEST(ShmHierarchical, UnevenNodesAndStress) {
+  // Three ranks on two nodes: node 0 holds ranks 0 and 1, node 1 rank 2.
+  auto layout = [](int rank, int world, int port) {
+    auto env = torchrunEnvironment(rank, world, port);
+    env["GROUP_RANK"] = rank < 2 ? "0" : "1";
+    env["LOCAL_RANK"] = std::to_string(rank < 2 ? rank : 0);
+    env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
+    return env;
+  };
+  expectAllPassed(runRanks(3, {"collectives"}, layout), 100);
+  expectAllPassed(runRanks(3, {"stress"}, layout, std::chrono::seconds(120)), 200);
+}
+
+TEST(ShmHierarchical, DistributedDataParallelTrainsAsOneProcess) {
+  expectAllPassed(runRanks(4, {"ddp"}, onNodes(2)), 12);
+}
+
+TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
+  auto results = runRanks(2, {"topology", "--backend", "shm"}, onNodes(2), std::chrono::seconds(30));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kConfig)) << describe(results);
+    EXPECT_NE(r.output.find("backend 'shm' needs every rank on one node, but the 2 ranks are "
+                            "on 2 nodes. Use backend 'auto'"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
+TEST(ShmErrors, StalledPeerFailsAfterTheCollectiveTimeout) {
+  auto results = runRanks(2, {"stall", "--backend", "shm", "--collective-timeout-ms", "1500",
+                              "--stall-ms", "8000"},
+                          torchrunEnvironment, std::chrono::seconds(40));
+  EXPECT_EQ(results[0].exit_code, kTimeout) << describe(results);
+  EXPECT_NE(results[0].output.find("allReduce(sum) of 1024 float32 elements"), std::string::npos)
+      << describe(results);
+  EXPECT_GE(results[0].seconds, 1.4) << describe(results);
+  EXPECT_LT(results[0].seconds, 7.5) << "rank 0 waited for the stalled peer: " << describe(results);
+}
+
+TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
+  auto results = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "20000"},
+                          torchrunEnvironment, std::chrono::seconds(40));
+  EXPECT_EQ(results[1].exit_code, 0) << describe(results);
+  EXPECT_EQ(results[0].exit_code, kCollective) << describe(results);
+  EXPECT_NE(results[0].output.find("shm allReduce(sum) of 1024 float32 elements failed on rank 0: "
+                                   "rank 1 (pid " + std::to_string(results[1].pid) +
+                                   ") exited without reaching it"),
+            std::string::npos)
+      << describe(results);
+  EXPECT_LT(results[0].seconds, 10.0) << describe(results);
+}
+
+TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
+  const auto before = segmentsInDevShm();
+  runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "5000"},
+           torchrunEnvironment, std::chrono::seconds(40));
+  auto results = runRanks(3, {"collectives", "--backend", "shm"});
+  expectAllPassed(results, 100);
+  const auto after = segmentsInDevShm();
+  for (const auto& name : after) EXPECT_TRUE(before.count(name)) << "left behind: " << name;
+}
+
+TEST(ShmSegments, StaleSegmentOfADeadCreatorIsRemovedAndDoesNotDisturb) {
+  // A process id that no longer exists: a child that has exited and been
+  // reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  waitpid(child, nullptr, 0);
+  const std::string stale = "/ddp-shm-" + std::to_string(child) + "-00000000deadbeef";
+  const int fd = shm_open(stale.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << "cannot create " << stale;
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  ASSERT_TRUE(segmentsInDevShm().count(stale.substr(1)));
+
+  auto results = runRanks(2, {"topology", "--backend", "shm"});
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << describe(results);
+  EXPECT_FALSE(segmentsInDevShm().count(stale.substr(1))) << stale << " was not removed";
+  shm_unlink(stale.c_str());
+}
+
+}  // namespace
+}  // namespace ddp::testing
