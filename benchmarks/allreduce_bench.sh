@@ -32,8 +32,8 @@ for ranks in ${RANKS:-2 4}; do
   [[ -n "$table" ]] || table=$out
   echo "$table"
   if [[ $ranks == 2 ]]; then
-    bw=$(awk '$1 == 67108864 { print $8 }' <<<"$table")
-    lat=$(awk '$1 == 262144 { print $9 }' <<<"$table")
+    bw=$(awk '$1 == 67108864 { print $6 }' <<<"$table")
+    lat=$(awk '$1 == 262144 { print $7 }' <<<"$table")
     summary="shm/gloo busbw@64MiB=$bw latency@256KiB=$lat"
   fi
 done

@@ -1,5 +1,6 @@
 #include "shm/communicator.hpp"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,6 +53,19 @@ size_t segmentBytes(int world, size_t slot_bytes) {
   return dataOffset(world) + static_cast<size_t>(world) * 2 * slot_bytes;
 }
 
+// Note [Staging slots fit in /dev/shm]
+// Containers often mount a small /dev/shm (Docker: 64 MiB). Rank 0 halves
+// the slots until the segment takes at most half of the free space, down to
+// 64 KiB: smaller slots mean more rounds, not failure.
+size_t fittingSlotBytes(int world, size_t wanted) {
+  struct statvfs info {};
+  if (statvfs("/dev/shm", &info) != 0) return wanted;
+  const auto free_bytes = static_cast<size_t>(info.f_bavail) * info.f_frsize;
+  size_t slot = wanted;
+  while (slot > (size_t{64} << 10) && segmentBytes(world, slot) > free_bytes / 2) slot /= 2;
+  return slot;
+}
+
 std::string storeText(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 std::vector<uint8_t> storeBytes(const std::string& text) { return {text.begin(), text.end()}; }
 
@@ -75,19 +89,19 @@ Shares splitIntoShares(int64_t count, int n, int element_size) {
 Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     : options_(std::move(options)) {
   const int world = size();
-  const size_t bytes = segmentBytes(world, options_.slot_bytes);
   if (options_.rank == 0) {
     sweepStaleSegments();
+    options_.slot_bytes = fittingSlotBytes(world, options_.slot_bytes);
+    const size_t bytes = segmentBytes(world, options_.slot_bytes);
     segment_ = Segment::create(freshSegmentName(), bytes);
-    auto* header = new (segment_.data()) Header{kMagic, kVersion, static_cast<uint32_t>(world),
-                                                options_.slot_bytes};
-    (void)header;
-    store.set("shm/segment", storeBytes(segment_.name() + " " + std::to_string(bytes)));
+    new (segment_.data()) Header{kMagic, kVersion, static_cast<uint32_t>(world), options_.slot_bytes};
+    store.set("shm/segment", storeBytes(segment_.name() + " " + std::to_string(options_.slot_bytes)));
   } else {
     store.wait({"shm/segment"}, options_.timeout);
     const std::string announced = storeText(store.get("shm/segment"));
     const std::string name = announced.substr(0, announced.find(' '));
-    segment_ = Segment::open(name, bytes);
+    options_.slot_bytes = std::stoull(announced.substr(announced.find(' ') + 1));
+    segment_ = Segment::open(name, segmentBytes(world, options_.slot_bytes));
     const auto* header = reinterpret_cast<const Header*>(segment_.data());
     if (header->magic != kMagic || header->version != kVersion ||
         header->world != static_cast<uint32_t>(world) ||
@@ -198,9 +212,8 @@ void Communicator::allReduce(void* data, int64_t n, ElementType type, Combine co
     const int64_t offset = shares.bound(me) * element;
     if (shares.length(me) > 0) {
       for (int r = 0; r < world; ++r) sources[r] = r == me ? chunk + offset : slot(r, rounds_) + offset;
-      reduce(type, combine, mine + offset, sources.data(), world, shares.length(me),
-             average ? world : 1);
-      std::memcpy(chunk + offset, mine + offset, shares.length(me) * element);
+      reduce(type, combine, mine + offset, chunk + offset, sources.data(), world,
+             shares.length(me), average ? world : 1);
     }
     meet(describe);
     // 5. Collect the shares the others reduced.
@@ -276,7 +289,8 @@ void Communicator::reduceScatter(void* output, const void* input, int64_t n, Ele
     for (int r = 0; r < world; ++r) {
       sources[r] = r == me ? in + (me * n + base) * element : slot(r, rounds_) + me * count * element;
     }
-    reduce(type, combine, out + base * element, sources.data(), world, count, average ? world : 1);
+    reduce(type, combine, out + base * element, nullptr, sources.data(), world, count,
+           average ? world : 1);
     ++rounds_;
     base += count;
   } while (base < n);

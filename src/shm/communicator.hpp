@@ -26,7 +26,8 @@ struct CommunicatorOptions {
   std::vector<int> global_ranks{0};
   /// The longest a collective may take.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  /// Bytes of each of a rank's two staging slots.
+  /// Bytes of each of a rank's two staging slots, at most (local rank 0
+  /// shrinks them to fit /dev/shm and the others follow it).
   size_t slot_bytes = size_t{4} << 20;
 };
 

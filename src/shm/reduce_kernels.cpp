@@ -53,8 +53,10 @@ inline A combine(A a, A b) {
 
 // Stored type T, accumulator type A, conversions Io.
 template <typename T, typename A, typename Io, Combine C>
-void reduceTyped(void* dst_raw, const void* const* sources, int count, int64_t n, int divisor) {
+void reduceTyped(void* dst_raw, void* copy_raw, const void* const* sources, int count, int64_t n,
+                 int divisor) {
   T* dst = static_cast<T*>(dst_raw);
+  T* copy = static_cast<T*>(copy_raw);
   A acc[kBlock];
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     const int64_t len = std::min(kBlock, n - begin);
@@ -70,18 +72,19 @@ void reduceTyped(void* dst_raw, const void* const* sources, int count, int64_t n
     }
     T* __restrict out = dst + begin;
     for (int64_t i = 0; i < len; ++i) out[i] = Io::store(acc[i]);
+    if (copy) std::memcpy(copy + begin, out, len * sizeof(T));
   }
 }
 
 template <typename T, typename A, typename Io>
-void reduceWith(Combine combine_kind, void* dst, const void* const* sources, int count,
-                int64_t n, int divisor) {
+void reduceWith(Combine combine_kind, void* dst, void* copy, const void* const* sources,
+                int count, int64_t n, int divisor) {
   switch (combine_kind) {
-    case Combine::kSum: return reduceTyped<T, A, Io, Combine::kSum>(dst, sources, count, n, divisor);
-    case Combine::kMin: return reduceTyped<T, A, Io, Combine::kMin>(dst, sources, count, n, divisor);
-    case Combine::kMax: return reduceTyped<T, A, Io, Combine::kMax>(dst, sources, count, n, divisor);
+    case Combine::kSum: return reduceTyped<T, A, Io, Combine::kSum>(dst, copy, sources, count, n, divisor);
+    case Combine::kMin: return reduceTyped<T, A, Io, Combine::kMin>(dst, copy, sources, count, n, divisor);
+    case Combine::kMax: return reduceTyped<T, A, Io, Combine::kMax>(dst, copy, sources, count, n, divisor);
     case Combine::kProduct:
-      return reduceTyped<T, A, Io, Combine::kProduct>(dst, sources, count, n, divisor);
+      return reduceTyped<T, A, Io, Combine::kProduct>(dst, copy, sources, count, n, divisor);
   }
 }
 
@@ -99,23 +102,23 @@ int elementSize(ElementType type) noexcept {
   return 1;
 }
 
-void reduce(ElementType type, Combine combine_kind, void* dst, const void* const* sources,
-            int count, int64_t n, int divisor) {
+void reduce(ElementType type, Combine combine_kind, void* dst, void* copy,
+            const void* const* sources, int count, int64_t n, int divisor) {
   switch (type) {
     case ElementType::kFloat32:
-      return reduceWith<float, float, Same<float>>(combine_kind, dst, sources, count, n, divisor);
+      return reduceWith<float, float, Same<float>>(combine_kind, dst, copy, sources, count, n, divisor);
     case ElementType::kFloat64:
-      return reduceWith<double, double, Same<double>>(combine_kind, dst, sources, count, n, divisor);
+      return reduceWith<double, double, Same<double>>(combine_kind, dst, copy, sources, count, n, divisor);
     case ElementType::kInt32:
-      return reduceWith<int32_t, int32_t, Same<int32_t>>(combine_kind, dst, sources, count, n,
+      return reduceWith<int32_t, int32_t, Same<int32_t>>(combine_kind, dst, copy, sources, count, n,
                                                          divisor);
     case ElementType::kInt64:
-      return reduceWith<int64_t, int64_t, Same<int64_t>>(combine_kind, dst, sources, count, n,
+      return reduceWith<int64_t, int64_t, Same<int64_t>>(combine_kind, dst, copy, sources, count, n,
                                                          divisor);
     case ElementType::kBFloat16:
-      return reduceWith<uint16_t, float, Bf16>(combine_kind, dst, sources, count, n, divisor);
+      return reduceWith<uint16_t, float, Bf16>(combine_kind, dst, copy, sources, count, n, divisor);
     case ElementType::kFloat16:
-      return reduceWith<uint16_t, float, F16>(combine_kind, dst, sources, count, n, divisor);
+      return reduceWith<uint16_t, float, F16>(combine_kind, dst, copy, sources, count, n, divisor);
   }
 }
 

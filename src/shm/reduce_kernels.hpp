@@ -19,9 +19,11 @@ int elementSize(ElementType type) noexcept;
 
 /// dst[i] = combine(sources[0][i], ..., sources[count - 1][i]) for i < n, in
 /// source order; then, if divisor > 1, dst[i] /= divisor (integers truncate).
-/// 16-bit floats are combined and divided in float32 and rounded once.
-/// `dst` may alias sources[0], and no other source.
-void reduce(ElementType type, Combine combine, void* dst, const void* const* sources,
+/// 16-bit floats are combined and divided in float32 and rounded once. When
+/// `copy` is not null the result is also stored there (one pass instead of a
+/// second read); `copy` may be one of the sources at the same offsets (each
+/// block is read before it is written). `dst` may not overlap a source.
+void reduce(ElementType type, Combine combine, void* dst, void* copy, const void* const* sources,
             int count, int64_t n, int divisor);
 
 }  // namespace ddp::shm
