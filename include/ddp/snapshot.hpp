@@ -58,6 +58,10 @@
 
 namespace ddp {
 
+namespace amp {
+class GradScaler;
+}  // namespace amp
+
 /// A file that is not a ddp snapshot, a corrupt or truncated one, or a
 /// snapshot that does not fit the objects it is loaded into. The message
 /// names the file and the problem.
@@ -88,6 +92,10 @@ struct TrainingState {
   /// resume an entry of the same shape and dtype is overwritten in place,
   /// others become new CPU tensors; the map's keys become the snapshot's.
   std::map<std::string, at::Tensor> extra_tensors;
+  /// A gradient scaler (ddp/grad_scaler.hpp): its scale, growth tracker and
+  /// factors. At opt level O2, also add MixedPrecision::master_weights() to
+  /// extra_tensors.
+  amp::GradScaler* grad_scaler = nullptr;
   /// User strings; replaced wholesale on resume.
   std::map<std::string, std::string> metadata;
   /// Whether the default CPU generator's state (and each CUDA device's,

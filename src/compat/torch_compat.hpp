@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -76,5 +77,47 @@ inline std::shared_ptr<torch::autograd::Node> addPostAccumulateGradHook(
 inline void queueBackwardCallback(std::function<void()> callback) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
 }
+
+// Note [Autocast across versions]
+// LibTorch 1.13 up to 2.3 have one set of autocast functions per device type
+// (set_enabled/set_autocast_gpu_dtype for CUDA, set_cpu_enabled/
+// set_autocast_cpu_dtype for CPU); 2.4 replaced them by functions taking the
+// device type and deprecated the old ones. ddp uses CPU and CUDA only.
+#if DDP_TORCH_AT_LEAST(2, 4)
+inline bool autocastEnabled(c10::DeviceType device) {
+  return at::autocast::is_autocast_enabled(device);
+}
+inline void setAutocastEnabled(c10::DeviceType device, bool enabled) {
+  at::autocast::set_autocast_enabled(device, enabled);
+}
+inline c10::ScalarType autocastDtype(c10::DeviceType device) {
+  return at::autocast::get_autocast_dtype(device);
+}
+inline void setAutocastDtype(c10::DeviceType device, c10::ScalarType dtype) {
+  at::autocast::set_autocast_dtype(device, dtype);
+}
+#else
+inline bool autocastEnabled(c10::DeviceType device) {
+  return device == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+inline void setAutocastEnabled(c10::DeviceType device, bool enabled) {
+  if (device == c10::kCUDA) {
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+  }
+}
+inline c10::ScalarType autocastDtype(c10::DeviceType device) {
+  return device == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                              : at::autocast::get_autocast_cpu_dtype();
+}
+inline void setAutocastDtype(c10::DeviceType device, c10::ScalarType dtype) {
+  if (device == c10::kCUDA) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+}
+#endif
 
 }  // namespace ddp::compat

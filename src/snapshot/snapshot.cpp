@@ -17,6 +17,7 @@
 #include <set>
 #include <typeinfo>
 
+#include "amp/grad_scaler_snapshot.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/snapshot_format.hpp"
 
@@ -145,6 +146,7 @@ std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& s
     scalars["scheduler"] = {{"type", c10::demangle(typeid(*state.scheduler).name())},
                             {"step_count", detail::schedulerStepCount(*state.scheduler)}};
   }
+  if (state.grad_scaler) scalars["grad_scaler"] = detail::gradScalerToJson(*state.grad_scaler);
   std::string scalars_text;
   try {
     scalars_text = scalars.dump(1);
@@ -289,6 +291,7 @@ void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int ra
   unsigned scheduler_steps = 0;
   std::map<std::string, int64_t> counters;
   std::map<std::string, std::string> metadata;
+  amp::GradScalerState scaler;
   try {  // Check everything first; nothing live changes until all fits.
     scalars = json::parse(file.scalars_json);
     epoch = scalars.at("epoch").get<int64_t>();
@@ -300,6 +303,7 @@ void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int ra
       scheduler_steps = scalars.at("scheduler").at("step_count").get<unsigned>();
     }
     if (state.optimizer && !scalars.contains("optimizer")) fail("the snapshot holds no optimizer state");
+    if (state.grad_scaler) scaler = detail::gradScalerFromJson(scalars, *state.grad_scaler, file.path);
   } catch (const json::exception& e) {
     fail(std::string("malformed scalars record: ") + e.what());
   }
@@ -359,6 +363,7 @@ void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int ra
   }
   if (state.optimizer) detail::importOptimizer(scalars.at("optimizer"), tensors, *state.optimizer);
   if (state.scheduler) detail::setSchedulerStepCount(*state.scheduler, scheduler_steps);
+  if (state.grad_scaler) state.grad_scaler->load_state(scaler);
   state.epoch = epoch;
   state.step_in_epoch = step_in_epoch;
   state.counters = std::move(counters);

@@ -1,0 +1,66 @@
+#include "ddp/autocast.hpp"
+
+#include "compat/torch_compat.hpp"
+#include "ddp/errors.hpp"
+#include "dtype_name.hpp"
+
+namespace ddp::amp {
+
+OptLevel parseOptLevel(const std::string& text) {
+  if (text == "O0") return OptLevel::kO0;
+  if (text == "O1") return OptLevel::kO1;
+  if (text == "O2") return OptLevel::kO2;
+  if (text == "O3") return OptLevel::kO3;
+  throw ConfigError("unknown mixed-precision opt level '" + text +
+                    "'; use O0 (float32), O1 (autocast), O2 (16-bit model with float32 master "
+                    "weights) or O3 (pure 16-bit), with a capital letter O");
+}
+
+const char* toString(OptLevel level) noexcept {
+  switch (level) {
+    case OptLevel::kO0: return "O0";
+    case OptLevel::kO1: return "O1";
+    case OptLevel::kO2: return "O2";
+    case OptLevel::kO3: return "O3";
+  }
+  return "O?";
+}
+
+void checkHalfDtype(c10::ScalarType dtype, c10::DeviceType device, const char* who) {
+  const std::string prefix = std::string(who) + ": ";
+  if (device != c10::kCPU && device != c10::kCUDA) {
+    throw ConfigError(prefix + "mixed precision supports CPU and CUDA models, not " +
+                      c10::DeviceTypeName(device) + "; move the model to one of them");
+  }
+  if (dtype != c10::ScalarType::BFloat16 && dtype != c10::ScalarType::Half) {
+    throw ConfigError(prefix + "the 16-bit type is " + detail::dtypeName(dtype) +
+                      "; use bfloat16 or (on CUDA) float16");
+  }
+  if (dtype == c10::ScalarType::Half && device == c10::kCPU) {
+    throw ConfigError(prefix + "float16 needs a CUDA model: LibTorch has no float16 convolution "
+                      "and no float16 autocast on CPU; use bfloat16 on CPU (the default)");
+  }
+}
+
+AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool enabled)
+    : device_(device) {
+  if (!enabled) return;
+  checkHalfDtype(dtype, device, "autocast");
+  previous_enabled_ = compat::autocastEnabled(device);
+  previous_dtype_ = compat::autocastDtype(device);
+  compat::setAutocastEnabled(device, true);
+  compat::setAutocastDtype(device, dtype);
+  at::autocast::increment_nesting();
+  active_ = true;
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  // Leaving the outermost region: the casts of weights cached while it ran
+  // would be stale after the optimizer changes the weights.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  compat::setAutocastEnabled(device_, previous_enabled_);
+  compat::setAutocastDtype(device_, previous_dtype_);
+}
+
+}  // namespace ddp::amp

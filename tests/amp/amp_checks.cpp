@@ -1,0 +1,319 @@
+#include "amp/amp_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/models.hpp"
+#include "ddp/amp.hpp"
+#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/grad_scaler.hpp"
+#include "ddp/sync_batch_norm.hpp"
+
+namespace ddp::testing {
+namespace {
+
+namespace nn = torch::nn;
+using amp::AmpOptions;
+using amp::GradScaler;
+using amp::GradScalerOptions;
+using amp::MixedPrecision;
+using amp::OptLevel;
+using examples::ConvNet;
+using examples::Mlp;
+
+std::vector<torch::Tensor> snapshotOf(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& t : tensors) copies.push_back(t.detach().clone());
+  return copies;
+}
+
+bool allEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+// The largest difference relative to each tensor's magnitude, or to `floor`
+// for tensors smaller than that (near-zero ones, such as young biases).
+float worstRelativeError(const std::vector<torch::Tensor>& got,
+                         const std::vector<torch::Tensor>& expected, float floor = 1e-12f) {
+  float worst = got.size() == expected.size() ? 0.f : 1e30f;
+  for (size_t i = 0; i < got.size() && i < expected.size(); ++i) {
+    auto g = got[i].to(torch::kFloat), e = expected[i].to(torch::kFloat);
+    float scale = std::max(e.abs().max().item<float>(), floor);
+    worst = std::max(worst, (g - e).abs().max().item<float>() / scale);
+  }
+  return worst;
+}
+
+class Checker {
+ public:
+  explicit Checker(std::shared_ptr<ProcessGroup> group)
+      : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
+
+  CheckReport report() const { return report_; }
+
+  void record(const std::string& what, bool ok, const std::string& detail = "it does not") {
+    if (ok) {
+      ++report_.passed;
+    } else {
+      report_.failures.push_back("rank " + std::to_string(rank_) + ": " + what + ": " + detail);
+    }
+  }
+
+  // Whether every tensor equals rank 0's, bit for bit.
+  bool sameOnEveryRank(const std::vector<torch::Tensor>& tensors) {
+    bool same = true;
+    for (const auto& t : tensors) {
+      torch::Tensor rank0 = t.detach().clone().contiguous();
+      group_->broadcast(rank0, 0);
+      same = same && torch::equal(rank0, t);
+    }
+    return same;
+  }
+
+  torch::Tensor mine(const torch::Tensor& whole, int64_t per_rank) const {
+    return whole.narrow(0, rank_ * per_rank, per_rank);
+  }
+
+  // Gradients 0.25 * (rank + 1) * scale, so that unscaled they are exact;
+  // the last rank's first element is `bad` when `inject`.
+  void setGradients(nn::Linear& model, double scale, bool inject, float bad) {
+    for (auto& p : model->parameters()) {
+      p.mutable_grad() = torch::full_like(p, 0.25 * (rank_ + 1) * scale);
+      if (inject && rank_ == world_ - 1) p.mutable_grad().view(-1)[0] = bad;
+    }
+  }
+
+  void scalerOverflow() {
+    torch::manual_seed(1);
+    nn::Linear model(4, 3);
+    torch::optim::SGD optimizer(model->parameters(), 0.5);
+    GradScaler scaler(GradScalerOptions().init_scale(1024).growth_interval(3), group_);
+    const float bad_values[] = {std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN()};
+    double expected_scale = 1024;
+    for (float bad : bad_values) {
+      const std::string kind = std::isnan(bad) ? "NaN" : "inf";
+      auto before = snapshotOf(model->parameters());
+      setGradients(model, scaler.get_scale(), /*inject=*/true, bad);
+      const bool stepped = scaler.step(optimizer);
+      record(kind + " on the last rank: step skipped on every rank", !stepped && scaler.found_inf());
+      record(kind + " on the last rank: parameters unchanged", allEqual(model->parameters(), before));
+      scaler.update();
+      expected_scale /= 2;
+      record(kind + " on the last rank: scale halved", scaler.get_scale() == expected_scale &&
+                                                           scaler.get_growth_tracker() == 0,
+             "scale " + std::to_string(scaler.get_scale()));
+    }
+    // Clean steps: exact unscaled gradients, growth after exactly 3 of them.
+    for (int step = 1; step <= 3; ++step) {
+      auto before = snapshotOf(model->parameters());
+      setGradients(model, scaler.get_scale(), false, 0);
+      const bool stepped = scaler.step(optimizer);
+      bool exact = stepped;
+      auto params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        exact = exact && torch::equal(params[i], before[i].add(torch::full_like(before[i],
+                                                                                0.25 * (rank_ + 1)),
+                                                               -0.5));
+      }
+      record("clean step " + std::to_string(step) + " steps with unscaled gradients", exact);
+      scaler.update();
+      if (step == 3) expected_scale *= 2;
+      record("clean step " + std::to_string(step) + ": scale " + std::to_string(expected_scale) +
+                 ", growth tracker " + std::to_string(step % 3),
+             scaler.get_scale() == expected_scale && scaler.get_growth_tracker() == step % 3,
+             "scale " + std::to_string(scaler.get_scale()) + ", tracker " +
+                 std::to_string(scaler.get_growth_tracker()));
+    }
+    if (world_ > 1) {  // Why the group matters: alone, only the culprit skips.
+      GradScaler alone(GradScalerOptions().init_scale(1024));
+      setGradients(model, alone.get_scale(), true, bad_values[0]);
+      const bool stepped = alone.step(optimizer);
+      record("without the group only the overflowing rank skips", stepped == (rank_ != world_ - 1));
+    }
+  }
+
+  // O1 under DDP equals one process running O1 on each rank's chunk.
+  void o1MlpAgainstOneProcess() {
+    constexpr int64_t kPerRank = 4;
+    torch::manual_seed(7 + rank_);  // DDP copies rank 0's weights
+    Mlp net(8, 32, 4);
+    torch::optim::SGD optimizer(net->parameters(), 0.1);
+    MixedPrecision mp(*net, optimizer, AmpOptions(OptLevel::kO1), group_);
+    DistributedDataParallel model(net, group_);
+    torch::manual_seed(7);
+    Mlp reference(8, 32, 4);
+    torch::optim::SGD reference_optimizer(reference->parameters(), 0.1);
+    MixedPrecision reference_mp(*reference, reference_optimizer, AmpOptions(OptLevel::kO1));
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(70 + step);
+      auto x = torch::randn({kPerRank * world_, 8}), y = torch::randn({kPerRank * world_, 4});
+      mp.zero_grad();
+      torch::mse_loss(mp.forward(model, mine(x, kPerRank)), mine(y, kPerRank)).backward();
+      mp.step();
+      reference_mp.zero_grad();
+      for (int r = 0; r < world_; ++r) {
+        auto out = reference_mp.forward(reference, x.narrow(0, r * kPerRank, kPerRank));
+        (torch::mse_loss(out, y.narrow(0, r * kPerRank, kPerRank)) / world_).backward();
+      }
+      reference_mp.step();
+    }
+    // bfloat16 rounding of weights that differ in the last float32 bit
+    // (gradients summed in another order) may differ: 1e-3, not 1e-5.
+    const float error = worstRelativeError(net->parameters(), reference->parameters());
+    record("O1 under DDP matches one process within 1e-3", error <= 1e-3f,
+           "max relative error " + std::to_string(error));
+    record("O1 replicas are identical", sameOnEveryRank(net->parameters()));
+  }
+
+  // The tutorial's set-up: ConvNet, SyncBatchNorm, O1 bfloat16, a scaler.
+  void o1ConvNetWithSyncBatchNorm() {
+    constexpr int64_t kPerRank = 3;
+    torch::manual_seed(11 + rank_);
+    ConvNet net;
+    convert_sync_batchnorm(net.ptr(), group_);
+    torch::optim::SGD optimizer(net->parameters(), 0.01);
+    MixedPrecision mp(*net, optimizer, AmpOptions(OptLevel::kO1), group_);
+    DistributedDataParallel model(net, group_);
+    GradScaler scaler({}, group_);
+    torch::manual_seed(11);
+    ConvNet reference;  // BatchNorm2d on the whole batch, O1 as well
+    torch::optim::SGD reference_optimizer(reference->parameters(), 0.01);
+    MixedPrecision reference_mp(*reference, reference_optimizer, AmpOptions(OptLevel::kO1));
+    float first_loss = 0, last_loss = 0, ddp_loss = 0;
+    for (int step = 0; step < 4; ++step) {
+      torch::manual_seed(110);  // one batch, memorized
+      auto x = torch::randn({kPerRank * world_, 1, 28, 28});
+      auto y = torch::randint(0, 10, {kPerRank * world_});
+      mp.zero_grad();
+      auto loss = torch::cross_entropy_loss(mp.forward(model, mine(x, kPerRank)), mine(y, kPerRank));
+      scaler.scale(loss).backward();
+      mp.step(scaler);
+      scaler.update();
+      ddp_loss = loss.item<float>();
+      reference_mp.zero_grad();
+      auto reference_loss = torch::cross_entropy_loss(reference_mp.forward(reference, x), y);
+      reference_loss.backward();
+      reference_mp.step();
+      if (step == 0) first_loss = reference_loss.item<float>();
+      last_loss = reference_loss.item<float>();
+    }
+    record("O1 ConvNet with SyncBatchNorm: replicas (parameters, statistics) identical",
+           sameOnEveryRank(net->parameters()) && sameOnEveryRank(net->buffers()));
+    record("O1 ConvNet with SyncBatchNorm: no overflow with bfloat16, scale kept",
+           scaler.get_scale() == 65536.0, "scale " + std::to_string(scaler.get_scale()));
+    // bfloat16 activations and their gradients round differently in
+    // SyncBatchNorm and in BatchNorm, and the batch-norm biases (sums of
+    // such gradients, starting at 0) stay small: differences within 2e-2 of
+    // each parameter's magnitude, or of 0.05 when it is smaller.
+    const float error = worstRelativeError(net->parameters(), reference->parameters(), 0.05f);
+    record("O1 ConvNet with SyncBatchNorm matches one process within 2e-2", error <= 2e-2f,
+           "max relative error " + std::to_string(error));
+    torch::Tensor loss_sum = torch::tensor({ddp_loss});
+    group_->allReduce(loss_sum, ReduceOp::kSum);
+    const float mean_loss = loss_sum.item<float>() / world_;
+    record("O1 ConvNet with SyncBatchNorm: last loss within 1e-2 of one process's",
+           std::abs(mean_loss - last_loss) <= 1e-2f,
+           std::to_string(mean_loss) + " vs " + std::to_string(last_loss));
+    record("O1 ConvNet reference loss decreases", last_loss < first_loss,
+           std::to_string(first_loss) + " -> " + std::to_string(last_loss));
+  }
+
+  // O2: masters aligned across ranks; an overflow on one rank skipped by all.
+  void o2ConvNet() {
+    constexpr int64_t kPerRank = 2;
+    torch::manual_seed(13 + rank_);  // different on each rank on purpose
+    ConvNet net;
+    torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    MixedPrecision mp(*net, optimizer, AmpOptions(OptLevel::kO2), group_);
+    DistributedDataParallel model(net, group_);
+    GradScaler scaler({}, group_);
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(130 + step);
+      auto x = torch::randn({kPerRank * world_, 1, 28, 28});
+      auto y = torch::randint(0, 10, {kPerRank * world_});
+      mp.zero_grad();
+      auto loss = torch::cross_entropy_loss(mp.forward(model, mine(x, kPerRank)), mine(y, kPerRank));
+      scaler.scale(loss).backward();
+      std::vector<torch::Tensor> masters_before;
+      for (auto& item : mp.master_weights()) masters_before.push_back(item.second.detach().clone());
+      auto model_before = snapshotOf(net->parameters());
+      if (step == 1 && rank_ == world_ - 1) {  // after DDP's reduction: this rank only
+        net->fc->weight.mutable_grad().view(-1)[5] = std::numeric_limits<float>::infinity();
+      }
+      const bool stepped = mp.step(scaler);
+      scaler.update();
+      if (step == 1) {
+        std::vector<torch::Tensor> masters_after;
+        for (auto& item : mp.master_weights()) masters_after.push_back(item.second);
+        record("O2: an inf on the last rank skips the step on every rank",
+               !stepped && allEqual(masters_after, masters_before) &&
+                   allEqual(net->parameters(), model_before));
+        record("O2: the scale halves on every rank", scaler.get_scale() == 32768.0,
+               "scale " + std::to_string(scaler.get_scale()));
+      }
+    }
+    std::vector<torch::Tensor> masters;
+    for (auto& item : mp.master_weights()) masters.push_back(item.second);
+    record("O2: float32 masters identical on every rank", sameOnEveryRank(masters));
+    // (Buffers differ: plain BatchNorm's running statistics follow each
+    // rank's last batch, as in PyTorch.)
+    record("O2: model parameters identical on every rank", sameOnEveryRank(net->parameters()));
+    record("O2: the model holds the rounded masters",
+           torch::equal(net->fc->weight, mp.master_weights().at("amp.master/fc.weight")
+                                             .to(torch::kBFloat16)));
+  }
+
+  void o3Mlp() {
+    torch::manual_seed(17 + rank_);
+    Mlp net(8, 16, 4);
+    torch::optim::SGD optimizer(net->parameters(), 0.1);
+    MixedPrecision mp(*net, optimizer, AmpOptions(OptLevel::kO3), group_);
+    DistributedDataParallel model(net, group_);
+    GradScaler scaler({}, group_);
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(170 + step);
+      auto x = torch::randn({2 * world_, 8}), y = torch::randn({2 * world_, 4});
+      mp.zero_grad();
+      scaler.scale(torch::mse_loss(mp.forward(model, mine(x, 2)), mine(y, 2))).backward();
+      mp.step(scaler);
+      scaler.update();
+    }
+    bool all_bf16 = true;
+    for (auto& p : net->parameters()) all_bf16 = all_bf16 && p.scalar_type() == torch::kBFloat16;
+    record("O3: every parameter bfloat16", all_bf16);
+    record("O3: replicas identical", sameOnEveryRank(net->parameters()));
+  }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+  int rank_, world_;
+  CheckReport report_;
+};
+
+}  // namespace
+
+CheckReport checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group) {
+  Checker checker(group);
+  checker.scalerOverflow();
+  return checker.report();
+}
+
+CheckReport checkAmpWithDdp(const std::shared_ptr<ProcessGroup>& group) {
+  Checker checker(group);
+  checker.o1MlpAgainstOneProcess();
+  checker.o1ConvNetWithSyncBatchNorm();
+  checker.o2ConvNet();
+  checker.o3Mlp();
+  return checker.report();
+}
+
+}  // namespace ddp::testing
