@@ -48,19 +48,21 @@ ddp::examples::ConvNet buildModel(const Options& o) {
   return ddp::examples::ConvNet();
 }
 
-// Everything a training step touches.
+// Everything a training step touches. The order matters: the model and its
+// optimizer come first, whatever changes them (mixed precision) next, and
+// DistributedDataParallel wraps the finished model last.
 struct Trainer {
   Trainer(const Options& o, std::shared_ptr<ddp::ProcessGroup> group)
       : net(buildModel(o)),
-        model(net, std::move(group)),
-        optimizer(model->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(
-                                           o.weight_decay)),
-        scheduler(optimizer, o.lr_step_epochs, o.lr_gamma) {}
+        optimizer(net->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(
+                                         o.weight_decay)),
+        scheduler(optimizer, o.lr_step_epochs, o.lr_gamma),
+        model(net, std::move(group)) {}
 
   ddp::examples::ConvNet net;          // the model itself (saved, evaluated)
-  ddp::DistributedDataParallel model;  // the same model; gradients averaged over ranks
   torch::optim::SGD optimizer;
   torch::optim::StepLR scheduler;      // stepped once per epoch
+  ddp::DistributedDataParallel model;  // the same model; gradients averaged over ranks
 };
 
 // One step: forward, loss, backward (DDP averages the gradients over the
