@@ -63,10 +63,11 @@ struct AmpOptions {
 /// in float32. Backward leaves 16-bit gradients on the model (where
 /// DistributedDataParallel reduces them); unscale_() widens them into the
 /// masters' gradients and unscales them there, in float32; step() steps the
-/// masters and rounds them back into the model. Parameters that stay float32
-/// (batch norm) are their own masters. Model first, then MixedPrecision,
-/// then DistributedDataParallel: casting after wrapping would detach DDP's
-/// gradient hooks.
+/// masters and rounds them back into the model; call this class's
+/// unscale_(), not the scaler's, since only it fills the masters' gradients.
+/// Parameters that stay float32 (batch norm) are their own masters. Model
+/// first, then MixedPrecision, then DistributedDataParallel: casting after
+/// wrapping would detach DDP's gradient hooks.
 class MixedPrecision {
  public:
   /// Applies `options` to `model` (already on its device) and `optimizer`
