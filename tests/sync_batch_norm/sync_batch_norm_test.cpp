@@ -52,6 +52,21 @@ TEST_P(SyncBatchNormRanks, MatchesBatchNormOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(SyncBatchNorm, SyncBatchNormRanks, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
+// The same checks with the shared-memory engine underneath: SyncBatchNorm
+// works unchanged on it.
+TEST(SyncBatchNormOnShm, MatchesBatchNormOnTheWholeBatch) {
+  const int world = 3;
+  auto results = runRanks(world, {"check", "shm"}, torchrunEnvironment, std::chrono::seconds(150));
+  const int expected = 6 * 16 + 10 + 13 + 16 + 6;
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_EQ(results[rank].exit_code, 0) << describe(results);
+    EXPECT_NE(results[rank].output.find("rank " + std::to_string(rank) + ": " +
+                                        std::to_string(expected) + " checks passed, 0 failed"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
 TEST(SyncBatchNormConvert, RootBatchNormBecomesASyncLayerSharingItsTensorsAndOptions) {
   nn::BatchNorm2d bn(nn::BatchNormOptions(3).eps(1e-3).momentum(0.2));
   bn->forward(torch::randn({4, 3, 2, 2}) * 3 + 1);  // running statistics move

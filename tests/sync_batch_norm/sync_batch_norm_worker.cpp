@@ -1,7 +1,7 @@
 // sync_batch_norm_test_worker: one rank of a SyncBatchNorm test, started N
 // times by the harness (tests/multiprocess/harness.hpp).
 //
-//   sync_batch_norm_test_worker check
+//   sync_batch_norm_test_worker check [BACKEND]   (default gloo)
 //
 // Prints "rank R: P checks passed, F failed" and exits 0 when F is 0; on a
 // ddp::Error prints "error: <message>" and exits with its code.
@@ -18,10 +18,11 @@ int main(int argc, char** argv) {
   try {
     const std::string scenario = argc > 1 ? argv[1] : "";
     if (scenario != "check") {
-      std::cerr << "usage: sync_batch_norm_test_worker check\n";
+      std::cerr << "usage: sync_batch_norm_test_worker check [BACKEND]\n";
       return 2;
     }
-    auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
+    const std::string backend = argc > 2 ? argv[2] : "gloo";
+    auto group = ddp::init(ddp::InitOptions().backend(backend).collective_timeout(
         std::chrono::seconds(30)));
     auto report = ddp::testing::checkSyncBatchNorm(group);
     for (const auto& failure : report.failures) std::cout << failure << "\n";
