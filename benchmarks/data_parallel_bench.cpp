@@ -78,23 +78,33 @@ struct Options {
   int steps = 30;
   int warmup = 5;
   int rounds = 5;
+  bool balanced = false;
 };
 
 // One training step on each side: zero_grad, forward, loss, backward, step.
 template <typename Model>
 class Side {
  public:
-  Side(Model model, const std::vector<c10::Device>& devices, bool persistent)
+  Side(Model model, const std::vector<c10::Device>& devices, bool persistent, bool balanced)
       : model_(std::move(model)),
         devices_(devices),
         optimizer_(model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)) {
-    if (persistent) dp_ = ddp::DataParallel(model_, ddp::DataParallelOptions().devices(devices));
+    if (persistent) {
+      dp_ = ddp::DataParallel(model_, ddp::DataParallelOptions().devices(devices).balanced_memory(balanced));
+    }
   }
 
   void step(const torch::Tensor& x, const torch::Tensor& y) {
     optimizer_.zero_grad();
-    torch::nll_loss(torch::log_softmax(forward(x), 1), y).backward();
-    sumReplicaGradients();
+    if (dp_ && dp_->options().balanced_memory()) {
+      // The loss per replica, and each replica's backward on its thread.
+      dp_->forward_backward(x, y, [](const torch::Tensor& out, const torch::Tensor& target) {
+        return torch::nll_loss(torch::log_softmax(out, 1), target);
+      });
+    } else {
+      torch::nll_loss(torch::log_softmax(forward(x), 1), y).backward();
+      sumReplicaGradients();
+    }
     optimizer_.step();
   }
 
@@ -153,8 +163,8 @@ int run(const Options& options, std::vector<int64_t> sample_shape, int default_b
   Model ours_model;
   torch::manual_seed(0);
   Model theirs_model;
-  Side<Model> ours(ours_model, devices, /*persistent=*/true);
-  Side<Model> theirs(theirs_model, devices, /*persistent=*/false);
+  Side<Model> ours(ours_model, devices, /*persistent=*/true, options.balanced);
+  Side<Model> theirs(theirs_model, devices, /*persistent=*/false, /*balanced=*/false);
 
   sample_shape.insert(sample_shape.begin(), batch);
   std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
@@ -175,8 +185,15 @@ int run(const Options& options, std::vector<int64_t> sample_shape, int default_b
   std::vector<double> ours_ms, theirs_ms;
   for (int round = 0; round < options.rounds; ++round) {
     const int offset = options.warmup + round * options.steps;
-    ours_ms.push_back(time(ours, options.steps, offset));
-    theirs_ms.push_back(time(theirs, options.steps, offset));
+    // Alternate which side goes first, so that neither always meets the
+    // machine in the state the other left it.
+    if (round % 2 == 0) {
+      ours_ms.push_back(time(ours, options.steps, offset));
+      theirs_ms.push_back(time(theirs, options.steps, offset));
+    } else {
+      theirs_ms.push_back(time(theirs, options.steps, offset));
+      ours_ms.push_back(time(ours, options.steps, offset));
+    }
   }
   double difference = 0;
   auto a = ours.parameters(), b = theirs.parameters();
@@ -185,7 +202,9 @@ int run(const Options& options, std::vector<int64_t> sample_shape, int default_b
   }
   const double ours_median = median(ours_ms), theirs_median = median(theirs_ms);
   std::cout << std::fixed << std::setprecision(2) << "| " << options.model << " | " << batch
-            << " | " << options.replicas << " | " << options.threads << " | " << ours_median
+            << " | " << options.replicas << " | " << options.threads << " | "
+            << (options.balanced ? "forward_backward, balanced" : "forward + backward") << " | "
+            << ours_median
             << " | " << theirs_median << " | **" << theirs_median / ours_median << "** | "
             << std::scientific << std::setprecision(1) << difference << " |" << std::endl;
   return 0;
@@ -203,6 +222,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", options.steps, "timed steps per round");
   app.add_option("--warmup", options.warmup, "untimed steps first");
   app.add_option("--rounds", options.rounds, "rounds, alternating the two sides; medians shown");
+  app.add_flag("--balanced", options.balanced,
+               "ddp side: forward_backward() with balanced_memory (backward per replica thread)");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(options.threads);
   if (options.model == "mlp") return run<Mlp>(options, {784}, 128);

@@ -7,8 +7,8 @@
 #
 # Usage: benchmarks/data_parallel_bench.sh
 # Environment: DDP_BUILD_DIR (build), JOBS (build parallelism, 2), ROUNDS (5),
-# STEPS (timed steps per round, 20), MODELS ("mlp convnet"), REPLICAS ("1 2"),
-# THREADS (intra-op threads, "1 2").
+# STEPS (timed steps per round, 20), MODELS ("mlp convnet"), THREADS
+# (intra-op threads for the 2-replica rows, "1 2").
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,13 +20,16 @@ echo "building data_parallel_bench in $build ..." >&2
 cmake --build "$build" --target data_parallel_bench -j"${JOBS:-2}" >&2
 bench="$build/bin/data_parallel_bench"
 
-echo "| model | batch | replicas | intra-op threads | ddp::DataParallel ms/step | LibTorch data_parallel steps ms/step | speed-up | max parameter difference |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| model | batch | replicas | intra-op threads | ddp side | ddp::DataParallel ms/step | LibTorch-style clones ms/step | speed-up | max parameter difference |"
+echo "|---|---:|---:|---:|---|---:|---:|---:|---:|"
+run() {  # model replicas threads [--balanced]
+  OMP_NUM_THREADS=$3 "$bench" --model "$1" --replicas "$2" --threads "$3" \
+    --rounds "${ROUNDS:-5}" --steps "${STEPS:-20}" "${@:4}"
+}
 for model in ${MODELS:-mlp convnet}; do
-  for replicas in ${REPLICAS:-1 2}; do
-    for threads in ${THREADS:-1 2}; do
-      OMP_NUM_THREADS=$threads "$bench" --model "$model" --replicas "$replicas" \
-        --threads "$threads" --rounds "${ROUNDS:-5}" --steps "${STEPS:-20}"
-    done
+  run "$model" 1 1                 # one replica: both sides call the module; a noise check
+  for threads in ${THREADS:-1 2}; do
+    run "$model" 2 "$threads"
+    run "$model" 2 "$threads" --balanced
   done
 done
