@@ -54,6 +54,7 @@ class LearningRateWarmup : public torch::optim::LRScheduler {
   const LearningRateWarmupOptions& options() const { return options_; }
 
  protected:
+  /// The rates for the step() being taken (LRScheduler's hook).
   std::vector<double> get_lrs() override;
 
  private:
