@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ddp/process_group.hpp"
@@ -26,10 +27,13 @@ inline void broadcastBuffers(torch::nn::Module& module, ProcessGroup& group) {
 
 /// The fraction of `images` that `model` classifies as `labels`. Rank r
 /// scores rows r, r + world, r + 2 world, ...; one all-reduce sums the
-/// counts, so every rank returns the accuracy on the whole set.
+/// counts, so every rank returns the accuracy on the whole set. `forward`
+/// (default: model->forward) runs the model, e.g. under mixed precision.
 template <typename Model>
 double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::Tensor& labels,
-                       ProcessGroup& group, int64_t batch_size = 1000) {
+                       ProcessGroup& group, int64_t batch_size = 1000,
+                       std::function<torch::Tensor(const torch::Tensor&)> forward = nullptr) {
+  if (!forward) forward = [&model](const torch::Tensor& x) { return model->forward(x); };
   torch::NoGradGuard no_grad;
   model->eval();
   torch::Tensor mine = torch::arange(group.rank(), images.size(0), group.size(),
@@ -37,7 +41,7 @@ double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::T
   int64_t correct = 0;
   for (int64_t start = 0; start < mine.size(0); start += batch_size) {
     torch::Tensor index = mine.slice(0, start, start + batch_size);
-    torch::Tensor predicted = model->forward(images.index_select(0, index)).argmax(1);
+    torch::Tensor predicted = forward(images.index_select(0, index)).argmax(1);
     correct += predicted.eq(labels.index_select(0, index)).sum().template item<int64_t>();
   }
   model->train();

@@ -112,7 +112,7 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
     extra.insert(extra.end(), common.begin(), common.end());
     return extra;
   };
-  expectHelpLists(DDP_EXAMPLE_MNIST_DDP, with({"--data-dir", "--batch-size", "--lr"}));
+  expectHelpLists(DDP_EXAMPLE_MNIST_DDP, with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend"}));
   expectHelpLists(DDP_EXAMPLE_LENET_DP, with({"--data-dir", "--batch-size", "--replicas", "--lr", "--lr-gamma"}));
   expectHelpLists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
   expectHelpLists(DDP_EXAMPLE_HOROVOD, with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
@@ -153,6 +153,27 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
     png.read(signature.data(), 8);
     EXPECT_EQ(signature, std::string("\x89PNG\r\n\x1a\n", 8));
   }
+}
+
+// The mixed-precision example: O1 (bfloat16 autocast on CPU) with
+// SyncBatchNorm, two ranks under ddprun on the default engine (shm here).
+TEST_F(ExamplesRun, MnistDdpTrainsWithAmpO1AndSyncBatchNormUnderDdprun) {
+  requireData();
+  const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
+                                        {"--max-steps", "4", "--batch-size", "32", "--amp", "O1", "--sync-bn"}),
+                            {}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] [rank 0] mixed precision O1, SyncBatchNorm, engine auto(shm)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos) << r.output;
+  const FinalLine final = finalLine(r.output);
+  EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
+  EXPECT_GT(final.loss, 0) << r.output;
+  ASSERT_TRUE(final.accuracy) << r.output;
+  EXPECT_GT(*final.accuracy, 0.15) << "4 steps should beat chance (0.1):\n" << r.output;
+  const ChildResult wrong = run({DDP_EXAMPLE_MNIST_DDP, "--amp", "O4"});
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("--amp"), std::string::npos) << wrong.output;
 }
 
 // Two ranks under ddprun, stopped at step 4 with snapshots, then resumed to
