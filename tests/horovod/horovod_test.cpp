@@ -48,7 +48,10 @@ INSTANTIATE_TEST_SUITE_P(
                       TrainingCase{"N3_TwoPassesAveraged", 3, {"--passes", "2", "--average-aggregated"}},
                       TrainingCase{"N2_Fp16", 2, {"--fp16"}},
                       TrainingCase{"N3_Fp16NoFusion", 3, {"--fp16", "--fusion", "0"}},
-                      TrainingCase{"N3_Sum", 3, {"--sum"}}),
+                      TrainingCase{"N3_Sum", 3, {"--sum"}},
+                      // The shared-memory engine underneath, unchanged API.
+                      TrainingCase{"N3_FusedOnShm", 3, {"--backend", "shm"}},
+                      TrainingCase{"N2_Fp16NoFusionOnShm", 2, {"--fp16", "--fusion", "0", "--backend", "shm"}}),
     [](const auto& info) { return info.param.name; });
 
 class HorovodBroadcast : public ::testing::TestWithParam<int> {};

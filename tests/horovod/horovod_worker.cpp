@@ -285,7 +285,12 @@ int main(int argc, char** argv) {
         std::cout << "before init: " << e.what() << "\n";
       }
     }
-    hvd::init(ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::seconds(30)));
+    // `--backend B` (default gloo) picks the engine underneath.
+    std::string backend = "gloo";
+    for (size_t i = 1; i + 1 < args.size(); ++i) {
+      if (args[i] == "--backend") backend = args[i + 1];
+    }
+    hvd::init(ddp::InitOptions().backend(backend).collective_timeout(std::chrono::seconds(30)));
     if (args[0] == "train") return train(args);
     if (args[0] == "broadcast-state") return broadcastState();
     if (args[0] == "api") return api();
