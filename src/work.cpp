@@ -16,6 +16,19 @@ std::string CollectiveInfo::describe() const {
   return text;
 }
 
+CollectiveInfo collectiveInfo(const ProcessGroup& group, const char* name, const at::Tensor& tensor,
+                              std::optional<ReduceOp> op) {
+  CollectiveInfo info;
+  info.name = name;
+  info.op = op;
+  info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
+  info.numel = tensor.defined() ? tensor.numel() : 0;
+  info.rank = group.rank();
+  info.world_size = group.size();
+  info.timeout = group.collectiveTimeout();
+  return info;
+}
+
 WorkImpl::WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish)
     : info_(std::move(info)), work_(std::move(work)), finish_(std::move(finish)) {}
 

@@ -28,6 +28,11 @@ struct CollectiveInfo {
   std::string describe() const;
 };
 
+/// What `group` is about to run: `name` on `tensor` (undefined for a
+/// barrier), with `op` for reductions.
+CollectiveInfo collectiveInfo(const ProcessGroup& group, const char* name, const at::Tensor& tensor,
+                              std::optional<ReduceOp> op = std::nullopt);
+
 /// A collective in flight on an engine, plus an optional step that runs on
 /// the waiting thread once the engine is done (copying a widened bfloat16
 /// result back, dividing a sum into an average, reducing received chunks).

@@ -12,15 +12,7 @@ C10dProcessGroup::C10dProcessGroup(const BackendContext& context, compat::Engine
 
 detail::CollectiveInfo C10dProcessGroup::info(const char* name, const at::Tensor& tensor,
                                               std::optional<ReduceOp> op) const {
-  detail::CollectiveInfo info;
-  info.name = name;
-  info.op = op;
-  info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
-  info.numel = tensor.defined() ? tensor.numel() : 0;
-  info.rank = rank();
-  info.world_size = size();
-  info.timeout = collectiveTimeout();
-  return info;
+  return detail::collectiveInfo(*this, name, tensor, op);
 }
 
 c10d::ReduceOp C10dProcessGroup::toC10d(ReduceOp op) {

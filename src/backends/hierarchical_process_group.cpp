@@ -131,7 +131,9 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
 
  private:
   static shm::Describe describing(detail::CollectiveInfo info) {
-    return [info = std::move(info)] { return "hierarchical " + info.describe(); };
+    return [info = std::move(info)] { return "hierarchical " + info.describe() + " on rank " + std::to_string(info.rank) +
+           " of " + std::to_string(info.world_size);
+  };
   }
 
   void allReduceHost(const at::Tensor& host, ReduceOp op, const shm::Describe& describe) {

@@ -26,15 +26,7 @@ Work SerialProcessGroup::submit(const detail::CollectiveInfo& info, std::functio
 
 detail::CollectiveInfo SerialProcessGroup::info(const char* name, const at::Tensor& tensor,
                                                 std::optional<ReduceOp> op) const {
-  detail::CollectiveInfo info;
-  info.name = name;
-  info.op = op;
-  info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
-  info.numel = tensor.defined() ? tensor.numel() : 0;
-  info.rank = rank();
-  info.world_size = size();
-  info.timeout = collectiveTimeout();
-  return info;
+  return detail::collectiveInfo(*this, name, tensor, op);
 }
 
 std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& context,
@@ -51,7 +43,9 @@ std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& co
 namespace {
 
 shm::Describe describing(detail::CollectiveInfo info) {
-  return [info = std::move(info)] { return "shm " + info.describe(); };
+  return [info = std::move(info)] { return "shm " + info.describe() + " on rank " + std::to_string(info.rank) +
+           " of " + std::to_string(info.world_size);
+  };
 }
 
 class ShmProcessGroup final : public SerialProcessGroup {

@@ -177,8 +177,7 @@ void Communicator::checkStamps(const Describe& describe) {
                        line[2].load(std::memory_order_relaxed), line[3].load(std::memory_order_relaxed)};
     if (std::memcmp(&theirs, &stamp_, sizeof(Stamp)) != 0) {
       throw CollectiveError(
-          describe() + " on rank " + std::to_string(options_.global_ranks[options_.rank]) +
-          " does not match rank " + std::to_string(options_.global_ranks[r]) +
+          describe() + " does not match rank " + std::to_string(options_.global_ranks[r]) +
           "'s collective number " + std::to_string(collectives_ + 1) +
           " (another kind, size, dtype, op or root). All ranks must issue the same collectives "
           "in the same order.");

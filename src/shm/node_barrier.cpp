@@ -118,17 +118,14 @@ void NodeBarrier::arriveAndWait(std::chrono::steady_clock::time_point deadline,
     wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (everyoneReached(target)) return;
     if (const int dead = deadRank(target); dead >= 0) {
-      throw CollectiveError(describe() + " failed on rank " +
-                            std::to_string(global_ranks_[rank_]) + ": rank " +
-                            std::to_string(global_ranks_[dead]) + " (pid " +
+      throw CollectiveError(describe() + " failed: rank " + std::to_string(global_ranks_[dead]) +
+                            " (pid " +
                             std::to_string(ranks_[dead].pid.load()) +
                             ") exited without reaching it. Check that rank's log for the "
                             "cause; the job cannot continue without it.");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw TimeoutError(describe() + " timed out on rank " +
-                         std::to_string(global_ranks_[rank_]) + ": rank(s) " +
-                         missingRanks(target) +
+      throw TimeoutError(describe() + " timed out: rank(s) " + missingRanks(target) +
                          " did not reach it before the collective timeout. A rank may be "
                          "stopped, stuck, or issuing different collectives: check every "
                          "rank's log, or raise the collective timeout.");

@@ -157,7 +157,7 @@ TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
                           torchrunEnvironment, std::chrono::seconds(40));
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
   EXPECT_EQ(results[0].exit_code, kCollective) << describe(results);
-  EXPECT_NE(results[0].output.find("shm allReduce(sum) of 1024 float32 elements failed on rank 0: "
+  EXPECT_NE(results[0].output.find("shm allReduce(sum) of 1024 float32 elements on rank 0 of 2 failed: "
                                    "rank 1 (pid " + std::to_string(results[1].pid) +
                                    ") exited without reaching it"),
             std::string::npos)
