@@ -48,7 +48,7 @@ std::vector<std::vector<int>> groupRanksByNode(const BackendContext& context) {
   // Rank 0 hosts the store: it waits until every rank has read the layout,
   // so that a layout error reaches every rank instead of a lost store.
   auto done = [](int rank) { return "ddp/node-read/" + std::to_string(rank); };
-  context.store->set(done(topology.rank), {1});
+  context.store->set(done(topology.rank), std::vector<uint8_t>{1});
   if (topology.rank == 0) {
     std::vector<std::string> all_done;
     for (int r = 0; r < topology.world_size; ++r) all_done.push_back(done(r));

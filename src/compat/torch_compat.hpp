@@ -19,6 +19,7 @@
 #endif
 
 #include <ATen/autocast_mode.h>
+#include <torch/optim/optimizer.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -26,6 +27,9 @@
 
 #include <functional>
 #include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 namespace ddp::compat {
 
@@ -70,6 +74,32 @@ inline std::shared_ptr<torch::autograd::Node> addPostAccumulateGradHook(
         return outputs;
       }));
   return accumulator;
+}
+
+// Note [Optimizer state keys]
+// Optimizer::state() maps a parameter to its state. LibTorch 1.13 keys it by
+// the text of the parameter's TensorImpl address (c10::guts::to_string,
+// which 2.x removed); 2.x keys it by the address itself (void*). The key
+// type is read off the map, so no version number is needed.
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<const torch::optim::Optimizer&>().state())>::key_type;
+
+namespace detail {
+template <typename Key>
+Key optimizerStateKey(c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << static_cast<void*>(impl);
+    return text.str();
+  } else {
+    return impl;
+  }
+}
+}  // namespace detail
+
+/// The key of `parameter`'s entry in Optimizer::state().
+inline OptimizerStateKey optimizerStateKey(const at::Tensor& parameter) {
+  return detail::optimizerStateKey<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
 }
 
 /// Runs `callback` once the current backward pass has finished; only valid

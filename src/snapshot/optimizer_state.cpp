@@ -14,6 +14,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "compat/torch_compat.hpp"
 #include "ddp/snapshot.hpp"
 #include "snapshot/snapshot_format.hpp"
 
@@ -58,11 +59,6 @@ Kind kindOf(const optim::Optimizer& optimizer) {
   throw SnapshotError("snapshots do not support the optimizer " +
                       c10::demangle(typeid(optimizer).name()) +
                       " (supported: SGD, Adam, AdamW, RMSprop, Adagrad)");
-}
-
-// LibTorch's key of a parameter's entry in Optimizer::state().
-std::string stateKey(const at::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
 }
 
 std::string prefixOf(size_t group, size_t index) {
@@ -236,7 +232,7 @@ json exportOptimizer(const optim::Optimizer& optimizer, TensorMap& tensors) {
     const auto& params = param_groups[g].params();
     json states = json::array();
     for (size_t i = 0; i < params.size(); ++i) {
-      auto found = optimizer.state().find(stateKey(params[i]));
+      auto found = optimizer.state().find(compat::optimizerStateKey(params[i]));
       if (found == optimizer.state().end() || !found->second) {
         states.push_back(nullptr);
         continue;
@@ -328,7 +324,7 @@ void importOptimizer(const json& description, const TensorMap& tensors,
     const json& states = groups.at(g).at("state");
     for (size_t i = 0; i < group.params().size(); ++i) {
       const at::Tensor& param = group.params()[i];
-      std::string key = stateKey(param);
+      const auto key = compat::optimizerStateKey(param);
       optimizer.state().erase(key);
       if (states.at(i).is_null()) continue;
       auto get = [&, prefix = prefixOf(g, i)](const std::string& field) {

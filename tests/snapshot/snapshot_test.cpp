@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/models.hpp"
+#include "compat/torch_compat.hpp"
 #include "ddp/init.hpp"
 #include "ddp/snapshot.hpp"
 #include "launch/child_process.hpp"
@@ -84,7 +85,7 @@ ddp::TrainingState bound(torch::nn::Module& model, torch::optim::Optimizer* opti
 template <typename S>
 const S& paramState(const torch::optim::Optimizer& optimizer, size_t i) {
   const auto& p = optimizer.param_groups()[0].params()[i];
-  return static_cast<const S&>(*optimizer.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+  return static_cast<const S&>(*optimizer.state().at(ddp::compat::optimizerStateKey(p)));
 }
 
 class SnapshotTest : public ::testing::Test {

@@ -365,7 +365,7 @@ TEST(FoundationStore, BinaryValuesRoundTrip) {
   const std::vector<uint8_t> edges = {0x00, 0xff, 0x00, 0x00, 0xff};
   client->set("all", all_bytes);
   client->set("edges", edges);
-  client->set("empty", {});
+  client->set("empty", std::vector<uint8_t>{});
   EXPECT_EQ(server->get("all"), all_bytes);
   EXPECT_EQ(server->get("edges"), edges);
   EXPECT_EQ(server->get("empty"), std::vector<uint8_t>{});

@@ -1,0 +1,57 @@
+// gpu_test_worker: one rank of a GPU test, started N times by the harness
+// (tests/multiprocess/harness.hpp).
+//
+//   gpu_test_worker collectives|ddp|amp|sync-batch-norm BACKEND
+//
+// Prints one "check <name>: ok|FAILED: ..." line per check and exits 0 when
+// none failed; on a ddp::Error prints "error: <message>" and exits with its
+// code.
+
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+
+#include "ddp/errors.hpp"
+#include "ddp/init.hpp"
+#include "gpu/gpu_checks.hpp"
+
+int main(int argc, char** argv) {
+  const std::string scenario = argc > 2 ? argv[1] : "";
+  if (scenario != "collectives" && scenario != "ddp" && scenario != "amp" &&
+      scenario != "sync-batch-norm") {
+    std::cerr << "usage: gpu_test_worker collectives|ddp|amp|sync-batch-norm BACKEND\n";
+    return 2;
+  }
+  if (!torch::cuda::is_available()) {
+    std::cerr << "error: no CUDA device is visible to this process\n";
+    return 3;
+  }
+  try {
+    auto group = ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(
+        std::chrono::seconds(60)));
+    ddp::testing::NamedChecks checks;
+    if (scenario == "collectives") {
+      checks.check("backend is " + std::string(argv[2]), group->backendName() == argv[2],
+                   "backend " + group->backendName());
+      ddp::testing::checkCudaCollectives(*group, checks);
+    } else if (scenario == "ddp") {
+      ddp::testing::checkCudaDdp(group, checks);
+    } else if (scenario == "amp") {
+      ddp::testing::checkCudaAmp(group, checks);
+    } else {
+      ddp::testing::checkCudaSyncBatchNorm(group, checks);
+    }
+    group->barrier();
+    std::cout << "rank " << group->rank() << ": " << checks.failed() << " check(s) failed"
+              << std::endl;
+    return checks.failed() == 0 ? 0 : 1;
+  } catch (const ddp::Error& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return static_cast<int>(ddp::exitCodeFor(e));
+  } catch (const std::exception& e) {
+    std::cerr << "unexpected error: " << e.what() << std::endl;
+    return 1;
+  }
+}
