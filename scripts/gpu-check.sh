@@ -4,7 +4,7 @@
 #   1. builds ddp against the installed PyTorch's LibTorch, NCCL included;
 #   2. runs the GPU tests (build/bin/gpu_tests: NCCL, Gloo on CUDA tensors,
 #      DDP, AMP, SyncBatchNorm, DataParallel);
-#   3. runs the GPU benchmark (benchmarks/gpu_bench.sh: ddp against PyTorch's
+#   3. runs the GPU benchmark (benchmarks/gpu_vs_pytorch.sh: ddp against PyTorch's
 #      DDP on the same GPU);
 #   4. with --full, builds everything else and runs the CPU test suite too;
 # and prints a short table last. What the machine lacks (CLI11, nlohmann-json,
@@ -93,7 +93,7 @@ if [[ $configured -ne 0 ]]; then
 fi
 echo "== build the GPU targets" >>"$logs/build.txt"
 targets=(gpu_tests gpu_test_worker)
-[[ -f "$root/benchmarks/gpu_train_bench.cpp" ]] && targets+=(gpu_train_bench)
+targets+=(gpu_step_bench)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >>"$logs/build.txt" 2>&1
 built=$?
 note "build of the GPU targets: $([[ $built -eq 0 ]] && echo ok || echo FAILED) ($(elapsed))"
@@ -114,10 +114,10 @@ fi
 
 # --- 3. The GPU benchmark.
 bench_rc=1
-if [[ -x "$build/bin/gpu_train_bench" && -f "$root/benchmarks/gpu_bench.sh" ]]; then
+if [[ -x "$build/bin/gpu_step_bench" && -f "$root/benchmarks/gpu_vs_pytorch.sh" ]]; then
   stage_start=$(date +%s)
   DDP_BUILD_DIR="$build" PYTHON="$python" FASHION_MNIST="$pack/data/fashion-mnist" \
-    ROUNDS="$rounds" timeout 1200 bash "$root/benchmarks/gpu_bench.sh" >"$logs/gpu_bench.txt" 2>&1
+    ROUNDS="$rounds" timeout 1200 bash "$root/benchmarks/gpu_vs_pytorch.sh" >"$logs/gpu_bench.txt" 2>&1
   bench_rc=$?
   note "GPU benchmark: exit $bench_rc ($(elapsed))"
 fi

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+r"""PyTorch's side of benchmarks/gpu_vs_pytorch.sh: the same training steps as
+benchmarks/gpu_step_bench.cpp (see its Note [Same work as the Python side]),
+with torch.nn.parallel.DistributedDataParallel at world size 1 on NCCL for
+mode ddp. One process, every configuration; one line each:
+
+  result side=pytorch model=... precision=... mode=... step_ms=... loss=...
+
+  python3 benchmarks/pytorch_gpu_step_bench.py --models convnet,resnet18
+
+--device cpu runs the same loops on the CPU (Gloo for mode ddp), for a smoke
+test on a machine without a GPU.
+"""
+
+import argparse
+import gzip
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Fashion-MNIST's pixel statistics, as ddp::data::FashionMnistOptions.
+MEAN, STD = 0.2860, 0.3530
+
+
+class ConvNet(nn.Module):
+    """The same layers as ddp::examples::ConvNet (examples/common/models.hpp)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer1 = nn.Sequential(nn.Conv2d(1, 16, 5, stride=1, padding=2), nn.BatchNorm2d(16),
+                                    nn.ReLU(), nn.MaxPool2d(2, stride=2))
+        self.layer2 = nn.Sequential(nn.Conv2d(16, 32, 5, stride=1, padding=2), nn.BatchNorm2d(32),
+                                    nn.ReLU(), nn.MaxPool2d(2, stride=2))
+        self.fc = nn.Linear(7 * 7 * 32, 10)
+
+    def forward(self, x):
+        x = self.layer2(self.layer1(x))
+        return self.fc(x.reshape(x.size(0), -1))
+
+
+class BasicBlock(nn.Module):
+    """As ddp::examples::BasicBlock (examples/common/resnet18.hpp)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                            nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet18(nn.Module):
+    """As ddp::examples::ResNet18: 3x3 stem, no max-pooling, 1 input channel."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 64, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.layer1 = nn.Sequential(BasicBlock(64, 64, 1), BasicBlock(64, 64, 1))
+        self.layer2 = nn.Sequential(BasicBlock(64, 128, 2), BasicBlock(128, 128, 1))
+        self.layer3 = nn.Sequential(BasicBlock(128, 256, 2), BasicBlock(256, 256, 1))
+        self.layer4 = nn.Sequential(BasicBlock(256, 512, 2), BasicBlock(512, 512, 1))
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.layer4(self.layer3(self.layer2(self.layer1(h))))
+        return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+def read_idx_gz(path, header_bytes):
+    opener = gzip.open if os.path.exists(path) else open
+    with opener(path if os.path.exists(path) else path[:-3], "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=header_bytes)
+
+
+def fashion_mnist(root, device):
+    images = read_idx_gz(os.path.join(root, "train-images-idx3-ubyte.gz"), 16)
+    labels = read_idx_gz(os.path.join(root, "train-labels-idx1-ubyte.gz"), 8)
+    images = torch.from_numpy(images.copy()).reshape(-1, 1, 28, 28).float().div_(255.0)
+    images.sub_(MEAN).div_(STD)
+    return images.to(device), torch.from_numpy(labels.astype(np.int64)).to(device)
+
+
+class Batches:
+    """Batches in the order of the C++ side's Batches."""
+
+    def __init__(self, images, labels, batch, seed):
+        self.images, self.labels, self.batch, self.seed = images, labels, batch, seed
+        self.epoch = 0
+        self.shuffle()
+
+    def shuffle(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.order = torch.randperm(self.images.size(0), generator=generator).to(self.images.device)
+        self.position = 0
+
+    def next(self):
+        if self.position + self.batch > self.order.size(0):
+            self.epoch += 1
+            self.shuffle()
+        index = self.order[self.position:self.position + self.batch]
+        self.position += self.batch
+        return self.images.index_select(0, index), self.labels.index_select(0, index)
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_configuration(args, model_name, precision, mode, images, labels, device):
+    resnet = model_name == "resnet18"
+    torch.manual_seed(args.seed)
+    net = (ResNet18() if resnet else ConvNet()).to(device)
+    model = net
+    if mode == "ddp":
+        model = nn.parallel.DistributedDataParallel(
+            net, device_ids=[device.index or 0] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    batches = Batches(images, labels, args.resnet_batch if resnet else args.convnet_batch, args.seed)
+    loss = None
+
+    def step():
+        nonlocal loss
+        x, y = batches.next()
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            output = model(x)
+        loss = F.cross_entropy(output.float(), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+
+    for _ in range(args.warmup):
+        step()
+    steps = args.resnet_steps if resnet else args.convnet_steps
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    return 1e3 * (time.perf_counter() - start) / steps, loss.item()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="convnet,resnet18")
+    parser.add_argument("--precisions", default="fp32,bf16,fp16")
+    parser.add_argument("--modes", default="bare,ddp")
+    parser.add_argument("--convnet-steps", type=int, default=300)
+    parser.add_argument("--resnet-steps", type=int, default=150)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--convnet-batch", type=int, default=256)
+    parser.add_argument("--resnet-batch", type=int, default=128)
+    parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--print-params", action="store_true",
+                        help="print each model's parameter count and exit")
+    args = parser.parse_args()
+    if args.print_params:
+        for name, make in (("convnet", ConvNet), ("resnet18", ResNet18)):
+            print(f"params {name} {sum(p.numel() for p in make().parameters())}")
+        return 0
+    device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device is visible", file=sys.stderr)
+        return 2
+    torch.backends.cudnn.benchmark = True
+    # World size 1: an in-process store, as ddp::init uses at world size 1.
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(),
+                            rank=0, world_size=1)
+    images, labels = fashion_mnist(args.data_dir, device)
+    for model in args.models.split(","):
+        for precision in args.precisions.split(","):
+            for mode in args.modes.split(","):
+                step_ms, loss = run_configuration(args, model, precision, mode, images, labels,
+                                                  device)
+                batch = args.resnet_batch if model == "resnet18" else args.convnet_batch
+                steps = args.resnet_steps if model == "resnet18" else args.convnet_steps
+                print(f"result side=pytorch model={model} precision={precision} mode={mode} "
+                      f"batch={batch} steps={steps} step_ms={step_ms:.4f} "
+                      f"images_per_s={1e3 * batch / step_ms:.1f} loss={loss:.4f} "
+                      f"torch={torch.__version__}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
