@@ -4,21 +4,23 @@
 
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
+#include "timeout_message.hpp"
 #include "work_impl.hpp"
 
 namespace ddp {
 namespace detail {
 
 std::string CollectiveInfo::describe() const {
-  std::string text = name;
+  std::string text = engine.empty() ? name : engine + " " + name;
   if (op) text += std::string("(") + toString(*op) + ")";
   text += " of " + std::to_string(numel) + " " + dtypeName(dtype) + " elements";
-  return text;
+  return text + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size);
 }
 
-CollectiveInfo collectiveInfo(const ProcessGroup& group, const char* name, const at::Tensor& tensor,
-                              std::optional<ReduceOp> op) {
+CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, const char* name,
+                              const at::Tensor& tensor, std::optional<ReduceOp> op) {
   CollectiveInfo info;
+  info.engine = std::move(engine);
   info.name = name;
   info.op = op;
   info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
@@ -26,6 +28,7 @@ CollectiveInfo collectiveInfo(const ProcessGroup& group, const char* name, const
   info.rank = group.rank();
   info.world_size = group.size();
   info.timeout = group.collectiveTimeout();
+  info.issued_at = std::chrono::steady_clock::now();
   return info;
 }
 
@@ -41,7 +44,13 @@ void WorkImpl::wait() {
     waited_ = true;
     try {
       if (upstream_) upstream_->wait();
-      if (work_) work_->wait(info_.timeout);
+      if (work_) {
+        if (info_.engine_enforces_timeout) {
+          work_->wait();
+        } else {
+          work_->wait(info_.timeout);
+        }
+      }
       if (finish_) finish_();
     } catch (const Error&) {
       error_ = std::current_exception();
@@ -66,27 +75,21 @@ bool WorkImpl::isCompleted() const {
   return (!upstream_ || upstream_->isCompleted()) && (!work_ || work_->isCompleted());
 }
 
-namespace {
-bool looksLikeTimeout(const std::string& message) {
-  for (const char* marker : {"imed out", "imeout", "timed out"}) {
-    if (message.find(marker) != std::string::npos) return true;
-  }
-  return false;
-}
-}  // namespace
-
+// Note [Classifying foreign errors]
+// ddp's own engines throw ddp's typed errors. The c10d engines throw
+// whatever Gloo or NCCL raise, with wording that differs between engines and
+// LibTorch versions, so the text decides nothing. Both engines were given
+// this collective's timeout, and their timers started after `issued_at`: an
+// error raised once the timeout has elapsed since then is their timeout; an
+// earlier one (a closed connection, a peer that exited) is not.
 void rethrowAsDdpError(const CollectiveInfo& info, const std::exception& error) {
-  const std::string where = info.describe() + " on rank " + std::to_string(info.rank) +
-                            " of " + std::to_string(info.world_size);
   const std::string cause = error.what();
-  if (looksLikeTimeout(cause)) {
-    throw TimeoutError(where + " did not finish within " + std::to_string(info.timeout.count()) +
-                       " ms (" + cause.substr(0, cause.find('\n')) +
-                       "). Another rank may have crashed, stopped, or skipped this collective: "
-                       "check every rank's log (all ranks must issue the same collectives in "
-                       "the same order), or raise the collective timeout.");
+  if (std::chrono::steady_clock::now() - info.issued_at >= info.timeout) {
+    throw TimeoutError(timeoutMessage(
+        info.describe(), info.timeout, "",
+        "the engine does not say which ranks were missing; it said: " + cause));
   }
-  throw CollectiveError(where + " failed: " + cause.substr(0, cause.find('\n')) +
+  throw CollectiveError(info.describe() + " failed: " + cause.substr(0, cause.find('\n')) +
                         ". A peer rank may have exited; check every rank's log.");
 }
 

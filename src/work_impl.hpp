@@ -3,6 +3,7 @@
 // Internal: what a ddp::Work holds, and how collectives are started.
 
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -17,6 +18,8 @@ namespace ddp::detail {
 /// What a collective is, kept so that an error can name it. The text is
 /// built only when needed, off the hot path.
 struct CollectiveInfo {
+  /// The engine ("gloo", "nccl", "shm", "hierarchical"), first in messages.
+  std::string engine;
   const char* name = "";
   std::optional<ReduceOp> op;
   c10::ScalarType dtype = c10::ScalarType::Float;
@@ -24,14 +27,24 @@ struct CollectiveInfo {
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{0};
+  /// When the collective was handed to the engine.
+  std::chrono::steady_clock::time_point issued_at;
+  /// Note [One clock decides a timeout]
+  /// The shared-memory engines enforce the timeout inside the collective,
+  /// where they know which ranks are missing; waiting on their Work then
+  /// sets no timer of its own, which would race theirs and win or lose by
+  /// scheduling luck. The c10d engines (Gloo, NCCL) get the timeout both as
+  /// an option and on wait; either timer firing is the same timeout.
+  bool engine_enforces_timeout = false;
 
+  /// "<engine> allReduce(sum) of 1024 float32 elements on rank 0 of 2".
   std::string describe() const;
 };
 
-/// What `group` is about to run: `name` on `tensor` (undefined for a
-/// barrier), with `op` for reductions.
-CollectiveInfo collectiveInfo(const ProcessGroup& group, const char* name, const at::Tensor& tensor,
-                              std::optional<ReduceOp> op = std::nullopt);
+/// What `group`'s `engine` is about to run: `name` on `tensor` (undefined
+/// for a barrier), with `op` for reductions.
+CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, const char* name,
+                              const at::Tensor& tensor, std::optional<ReduceOp> op = std::nullopt);
 
 /// A collective in flight on an engine, plus an optional step that runs on
 /// the waiting thread once the engine is done (copying a widened bfloat16
@@ -60,7 +73,9 @@ class WorkImpl {
 };
 
 /// Rethrows an engine's exception as ddp's TimeoutError or CollectiveError,
-/// naming the collective.
+/// naming the collective: a timeout when the collective's timeout had elapsed
+/// since it was issued (Note [Classifying foreign errors]). Callers let
+/// ddp::Error through unchanged: its type is already its kind.
 [[noreturn]] void rethrowAsDdpError(const CollectiveInfo& info, const std::exception& error);
 
 /// Starts a collective: `issue` hands it to the engine; `finish` (optional)

@@ -12,7 +12,7 @@ C10dProcessGroup::C10dProcessGroup(const BackendContext& context, compat::Engine
 
 detail::CollectiveInfo C10dProcessGroup::info(const char* name, const at::Tensor& tensor,
                                               std::optional<ReduceOp> op) const {
-  return detail::collectiveInfo(*this, name, tensor, op);
+  return detail::collectiveInfo(*this, name_, name, tensor, op);
 }
 
 c10d::ReduceOp C10dProcessGroup::toC10d(ReduceOp op) {

@@ -24,7 +24,9 @@
 #include <algorithm>
 
 #include "backends/shm_process_group.hpp"
+#include "ddp/errors.hpp"
 #include "shm/tensor_bridge.hpp"
+#include "timeout_message.hpp"
 
 namespace ddp::backends {
 namespace {
@@ -42,7 +44,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
   HierarchicalProcessGroup(const BackendContext& context, std::vector<std::vector<int>> nodes,
                            int node_index, std::unique_ptr<shm::Communicator> node,
                            std::shared_ptr<ProcessGroup> leaders)
-      : SerialProcessGroup(context),
+      : SerialProcessGroup(context, "hierarchical"),
         nodes_(std::move(nodes)),
         node_index_(node_index),
         node_(std::move(node)),
@@ -78,7 +80,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
       if (node_index_ == root_node) {
         node_->broadcast(staged.data(), tensor.nbytes(), root_local, describe);
       }
-      if (leaders_) leaders_->broadcast(staged.host(), root_node);
+      if (leaders_) betweenNodes(describe, [&] { leaders_->broadcast(staged.host(), root_node); });
       if (node_index_ != root_node) node_->broadcast(staged.data(), tensor.nbytes(), 0, describe);
       staged.copyBack();
     });
@@ -97,7 +99,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
       if (leaders_) {
         at::Tensor blocks = at::empty({static_cast<int64_t>(nodes_.size()) * block.numel()},
                                       block.options());
-        leaders_->allGather(blocks, block);
+        betweenNodes(describe, [&] { leaders_->allGather(blocks, block); });
         at::Tensor flat = out.host().view({-1});
         for (size_t k = 0; k < nodes_.size(); ++k) {
           for (size_t i = 0; i < nodes_[k].size(); ++i) {
@@ -124,22 +126,35 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     auto what = info("barrier", at::Tensor());
     return submit(what, [this, describe = describing(what)] {
       node_->barrier(describe);
-      if (leaders_) leaders_->barrier();
+      if (leaders_) betweenNodes(describe, [&] { leaders_->barrier(); });
       node_->barrier(describe);
     });
   }
 
  private:
-  static shm::Describe describing(detail::CollectiveInfo info) {
-    return [info = std::move(info)] { return "hierarchical " + info.describe() + " on rank " + std::to_string(info.rank) +
-           " of " + std::to_string(info.world_size);
-  };
+  // Runs the leaders' Gloo step of a collective. Its errors name the outer
+  // collective (this rank of the whole job, Note [One timeout message]), not
+  // the leaders' group, whose ranks are node indices.
+  template <typename Step>
+  void betweenNodes(const shm::Describe& describe, Step&& step) {
+    try {
+      step();
+    } catch (const TimeoutError&) {
+      throw TimeoutError(detail::timeoutMessage(describe(), collectiveTimeout(), "",
+                                                "its Gloo step between the node leaders timed out"));
+    } catch (const CollectiveError& error) {
+      throw CollectiveError(describe() + " failed between nodes: " + error.what());
+    }
   }
 
   void allReduceHost(const at::Tensor& host, ReduceOp op, const shm::Describe& describe) {
     node_->allReduce(host.data_ptr(), host.numel(), shm::elementTypeOf(host.scalar_type()),
                      shm::combineOf(op), /*average=*/false, describe);
-    if (leaders_) leaders_->allReduce(host, op == ReduceOp::kAverage ? ReduceOp::kSum : op);
+    if (leaders_) {
+      betweenNodes(describe, [&] {
+        leaders_->allReduce(host, op == ReduceOp::kAverage ? ReduceOp::kSum : op);
+      });
+    }
     node_->broadcast(host.data_ptr(), host.nbytes(), 0, describe);
     if (op == ReduceOp::kAverage) divideBySize(host, size());
   }

@@ -26,7 +26,9 @@ Work SerialProcessGroup::submit(const detail::CollectiveInfo& info, std::functio
 
 detail::CollectiveInfo SerialProcessGroup::info(const char* name, const at::Tensor& tensor,
                                                 std::optional<ReduceOp> op) const {
-  return detail::collectiveInfo(*this, name, tensor, op);
+  detail::CollectiveInfo info = detail::collectiveInfo(*this, engine_, name, tensor, op);
+  info.engine_enforces_timeout = true;
+  return info;
 }
 
 std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& context,
@@ -42,16 +44,10 @@ std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& co
 
 namespace {
 
-shm::Describe describing(detail::CollectiveInfo info) {
-  return [info = std::move(info)] { return "shm " + info.describe() + " on rank " + std::to_string(info.rank) +
-           " of " + std::to_string(info.world_size);
-  };
-}
-
 class ShmProcessGroup final : public SerialProcessGroup {
  public:
   ShmProcessGroup(const BackendContext& context, std::unique_ptr<shm::Communicator> node)
-      : SerialProcessGroup(context), node_(std::move(node)) {}
+      : SerialProcessGroup(context, "shm"), node_(std::move(node)) {}
 
   ~ShmProcessGroup() override { stopWorker(); }
 

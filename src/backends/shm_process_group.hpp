@@ -17,8 +17,9 @@ namespace ddp::backends {
 /// thread (the engine's calls are blocking).
 class SerialProcessGroup : public ProcessGroup {
  protected:
-  SerialProcessGroup(const BackendContext& context)
-      : ProcessGroup(context.topology, context.collective_timeout) {}
+  /// `engine` names the engine in messages ("shm", "hierarchical").
+  SerialProcessGroup(const BackendContext& context, std::string engine)
+      : ProcessGroup(context.topology, context.collective_timeout), engine_(std::move(engine)) {}
 
   /// Runs `task` on the worker thread; errors name `info`.
   Work submit(const detail::CollectiveInfo& info, std::function<void()> task);
@@ -27,11 +28,18 @@ class SerialProcessGroup : public ProcessGroup {
   /// their members (which the queued tasks use) go away.
   void stopWorker() { executor_.stop(); }
 
-  /// What an error about this collective names.
+  /// What an error about this collective names. The engine enforces the
+  /// timeout itself (Note [One clock decides a timeout]).
   detail::CollectiveInfo info(const char* name, const at::Tensor& tensor,
                               std::optional<ReduceOp> op = std::nullopt) const;
 
+  /// How the node communicator names `info` in its errors.
+  static shm::Describe describing(detail::CollectiveInfo info) {
+    return [info = std::move(info)] { return info.describe(); };
+  }
+
  private:
+  std::string engine_;
   shm::SerialExecutor executor_;
 };
 

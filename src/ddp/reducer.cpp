@@ -2,10 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-#include <map>
-
 #include "compat/torch_compat.hpp"
+#include "ddp/bucket_assignment.hpp"
 #include "ddp/errors.hpp"
 #include "horovod/timeline_recorder.hpp"
 
@@ -14,42 +12,14 @@ namespace {
 
 int64_t bytesOf(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// Groups parameters, taken in `order`, into buckets of one dtype and device.
-// A bucket closes once it reaches its cap: the first of each kind is capped
-// small so that communication starts early in backward. Buckets come out in
-// the order their first gradient is expected.
-std::vector<std::vector<size_t>> assignBuckets(const std::vector<at::Tensor>& parameters,
-                                               const std::vector<size_t>& order,
-                                               int64_t first_cap, int64_t cap) {
-  struct Open {
-    std::vector<size_t> members;
-    int64_t bytes = 0;
-    int64_t cap = 0;
-  };
-  std::map<std::pair<int, std::string>, Open> open;
-  std::vector<std::vector<size_t>> closed;
-  for (size_t index : order) {
-    const at::Tensor& p = parameters[index];
-    auto key = std::make_pair(static_cast<int>(p.scalar_type()), p.device().str());
-    auto it = open.find(key);
-    if (it == open.end()) it = open.emplace(key, Open{{}, 0, first_cap}).first;
-    Open& bucket = it->second;
-    bucket.members.push_back(index);
-    bucket.bytes += bytesOf(p);
-    if (bucket.bytes >= bucket.cap) {
-      closed.push_back(std::move(bucket.members));
-      bucket = Open{{}, 0, cap};
-    }
+// What bucket assignment needs to know of each parameter.
+std::vector<BucketInput> bucketInputsOf(const std::vector<at::Tensor>& parameters) {
+  std::vector<BucketInput> inputs;
+  inputs.reserve(parameters.size());
+  for (const at::Tensor& p : parameters) {
+    inputs.push_back({bytesOf(p), p.scalar_type(), p.device()});
   }
-  for (auto& entry : open) {
-    if (!entry.second.members.empty()) closed.push_back(std::move(entry.second.members));
-  }
-  std::vector<size_t> position(parameters.size());
-  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
-  std::sort(closed.begin(), closed.end(), [&](const auto& a, const auto& b) {
-    return position[a.front()] < position[b.front()];
-  });
-  return closed;
+  return inputs;
 }
 
 bool isViewOf(const at::Tensor& grad, const at::Tensor& slice) {
@@ -67,9 +37,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       hook_(options.comm_hook() ? options.comm_hook() : allReduceHook()) {
   // Gradients become ready roughly in reverse order of registration (the
   // last layer first); the first iteration then tells the real order.
-  std::vector<size_t> order(parameters_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-  buildBuckets(order);
+  buildBuckets(initialBucketOrder(parameters_.size()));
   resetIteration();
 }
 
@@ -120,8 +88,8 @@ at::Tensor Reducer::gradientAlias(size_t index) const {
 
 void Reducer::buildBuckets(const std::vector<size_t>& order) {
   const auto mib = [](double value) { return static_cast<int64_t>(value * 1024 * 1024); };
-  auto groups = assignBuckets(parameters_, order, mib(options_.first_bucket_cap_mb()),
-                              mib(options_.bucket_cap_mb()));
+  auto groups = assignBuckets(bucketInputsOf(parameters_), order,
+                              mib(options_.first_bucket_cap_mb()), mib(options_.bucket_cap_mb()));
   std::vector<Bucket> buckets(groups.size());
   location_.assign(parameters_.size(), {0, 0});
   stats_.bucket_bytes.clear();
@@ -298,12 +266,8 @@ void Reducer::waitAndCopyOut(const std::vector<int32_t>& globally_used) {
 // must use the same buckets, so rank 0's order is broadcast and adopted.
 void Reducer::rebuildInReadyOrder() {
   rebuilt_ = true;
-  std::vector<int64_t> order(ready_order_.begin(), ready_order_.end());
-  std::vector<bool> seen(parameters_.size(), false);
-  for (auto index : order) seen[index] = true;
-  for (size_t i = parameters_.size(); i-- > 0;) {
-    if (!seen[i]) order.push_back(static_cast<int64_t>(i));
-  }
+  const std::vector<size_t> local = rebuildBucketOrder(ready_order_, parameters_.size());
+  std::vector<int64_t> order(local.begin(), local.end());
   at::Tensor shared = at::tensor(order, at::kLong);
   timeline::detail::LabelScope name("ddp.rebuild_buckets");
   group_->broadcast(shared, 0);

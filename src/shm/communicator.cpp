@@ -156,7 +156,7 @@ void Communicator::begin(const Stamp& stamp) {
 }
 
 void Communicator::meet(const Describe& describe) {
-  barrier_->arriveAndWait(deadline_, describe);
+  barrier_->arriveAndWait(deadline_, describe, options_.timeout);
   if (first_meeting_) {
     first_meeting_ = false;
     checkStamps(describe);

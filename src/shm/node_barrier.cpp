@@ -11,6 +11,7 @@
 #include <ctime>
 
 #include "ddp/errors.hpp"
+#include "timeout_message.hpp"
 
 namespace ddp::shm {
 namespace {
@@ -94,7 +95,8 @@ int NodeBarrier::deadRank(uint64_t target) const {
 }
 
 void NodeBarrier::arriveAndWait(std::chrono::steady_clock::time_point deadline,
-                                const std::function<std::string()>& describe) {
+                                const std::function<std::string()>& describe,
+                                std::chrono::milliseconds timeout) {
   const uint64_t target = ++count_;
   ranks_[rank_].arrived.store(target, std::memory_order_seq_cst);
   wake_->generation.fetch_add(1, std::memory_order_seq_cst);
@@ -125,10 +127,7 @@ void NodeBarrier::arriveAndWait(std::chrono::steady_clock::time_point deadline,
                             "cause; the job cannot continue without it.");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw TimeoutError(describe() + " timed out: rank(s) " + missingRanks(target) +
-                         " did not reach it before the collective timeout. A rank may be "
-                         "stopped, stuck, or issuing different collectives: check every "
-                         "rank's log, or raise the collective timeout.");
+      throw TimeoutError(detail::timeoutMessage(describe(), timeout, missingRanks(target)));
     }
   }
 }

@@ -43,9 +43,12 @@ class NodeBarrier {
   /// `global_ranks[i]` is the job rank of the node's i-th rank (for messages).
   NodeBarrier(RankControl* ranks, WakeWord* wake, int rank, std::vector<int> global_ranks);
 
-  /// Arrives and waits. `describe` names the collective in error messages.
+  /// Arrives and waits until `deadline`. `describe` names the collective and
+  /// `timeout` is the collective timeout the deadline came from, for the
+  /// error message (Note [One timeout message]).
   void arriveAndWait(std::chrono::steady_clock::time_point deadline,
-                     const std::function<std::string()>& describe);
+                     const std::function<std::string()>& describe,
+                     std::chrono::milliseconds timeout);
 
   /// Barriers passed so far (the same number on every rank).
   uint64_t count() const noexcept { return count_; }

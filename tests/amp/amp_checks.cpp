@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/models.hpp"
+#include "common/named_checks.hpp"
 #include "ddp/amp.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/grad_scaler.hpp"
@@ -39,6 +40,27 @@ bool allEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tens
   return true;
 }
 
+// Where `a` and `b` differ, for a failure message ("" when they are equal).
+std::string firstDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) {
+    return std::to_string(a.size()) + " tensors against " + std::to_string(b.size());
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (torch::equal(a[i], b[i])) continue;
+    if (a[i].sizes() != b[i].sizes()) return "tensor #" + std::to_string(i) + " has another shape";
+    const auto diff = (a[i].detach().to(torch::kDouble) - b[i].detach().to(torch::kDouble)).abs();
+    return "tensor #" + std::to_string(i) + " differs by up to " +
+           std::to_string(diff.max().item<double>());
+  }
+  return "";
+}
+
+// The larger of a and b, or NaN when either is (std::max(0, NaN) is 0, and
+// a NaN result would pass).
+float maxKeepingNaN(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+}
+
 // The largest difference relative to each tensor's magnitude, or to `floor`
 // for tensors smaller than that (near-zero ones, such as young biases).
 float worstRelativeError(const std::vector<torch::Tensor>& got,
@@ -47,7 +69,7 @@ float worstRelativeError(const std::vector<torch::Tensor>& got,
   for (size_t i = 0; i < got.size() && i < expected.size(); ++i) {
     auto g = got[i].to(torch::kFloat), e = expected[i].to(torch::kFloat);
     float scale = std::max(e.abs().max().item<float>(), floor);
-    worst = std::max(worst, (g - e).abs().max().item<float>() / scale);
+    worst = maxKeepingNaN(worst, (g - e).abs().max().item<float>() / scale);
   }
   return worst;
 }
@@ -57,25 +79,28 @@ class Checker {
   explicit Checker(std::shared_ptr<ProcessGroup> group)
       : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
 
-  CheckReport report() const { return report_; }
+  int failed() const { return checks_.failed(); }
 
-  void record(const std::string& what, bool ok, const std::string& detail = "it does not") {
-    if (ok) {
-      ++report_.passed;
-    } else {
-      report_.failures.push_back("rank " + std::to_string(rank_) + ": " + what + ": " + detail);
-    }
+  void record(const std::string& what, bool ok, const std::string& detail) {
+    checks_.check(what, ok, detail);
   }
 
-  // Whether every tensor equals rank 0's, bit for bit.
-  bool sameOnEveryRank(const std::vector<torch::Tensor>& tensors) {
-    bool same = true;
+  // "" when every tensor equals rank 0's, bit for bit, else the first
+  // difference. A collective: every rank calls it in the same order.
+  std::string differenceFromRank0(const std::vector<torch::Tensor>& tensors) {
+    std::vector<torch::Tensor> rank0;
     for (const auto& t : tensors) {
-      torch::Tensor rank0 = t.detach().clone().contiguous();
-      group_->broadcast(rank0, 0);
-      same = same && torch::equal(rank0, t);
+      rank0.push_back(t.detach().clone().contiguous());
+      group_->broadcast(rank0.back(), 0);
     }
-    return same;
+    const std::string difference = firstDifference(tensors, rank0);
+    return difference.empty() ? "" : difference + " from rank 0's";
+  }
+
+  // Records that every tensor equals rank 0's.
+  void recordSameOnEveryRank(const std::string& what, const std::vector<torch::Tensor>& tensors) {
+    const std::string difference = differenceFromRank0(tensors);
+    record(what, difference.empty(), difference);
   }
 
   torch::Tensor mine(const torch::Tensor& whole, int64_t per_rank) const {
@@ -104,40 +129,47 @@ class Checker {
       auto before = snapshotOf(model->parameters());
       setGradients(model, scaler.get_scale(), /*inject=*/true, bad);
       const bool stepped = scaler.step(optimizer);
-      record(kind + " on the last rank: step skipped on every rank", !stepped && scaler.found_inf());
-      record(kind + " on the last rank: parameters unchanged", allEqual(model->parameters(), before));
+      record(kind + " on the last rank: step skipped on every rank", !stepped && scaler.found_inf(),
+             std::string("step() returned ") + (stepped ? "true" : "false") + ", found_inf() " +
+                 (scaler.found_inf() ? "true" : "false"));
+      record(kind + " on the last rank: parameters unchanged", allEqual(model->parameters(), before),
+             firstDifference(model->parameters(), before));
       scaler.update();
       expected_scale /= 2;
       record(kind + " on the last rank: scale halved", scaler.get_scale() == expected_scale &&
                                                            scaler.get_growth_tracker() == 0,
-             "scale " + std::to_string(scaler.get_scale()));
+             "scale " + std::to_string(scaler.get_scale()) + ", growth tracker " +
+                 std::to_string(scaler.get_growth_tracker()) + "; expected " +
+                 std::to_string(expected_scale) + ", 0");
     }
     // Clean steps: exact unscaled gradients, growth after exactly 3 of them.
     for (int step = 1; step <= 3; ++step) {
       auto before = snapshotOf(model->parameters());
       setGradients(model, scaler.get_scale(), false, 0);
       const bool stepped = scaler.step(optimizer);
-      bool exact = stepped;
-      auto params = model->parameters();
-      for (size_t i = 0; i < params.size(); ++i) {
-        exact = exact && torch::equal(params[i], before[i].add(torch::full_like(before[i],
-                                                                                0.25 * (rank_ + 1)),
-                                                               -0.5));
+      std::vector<torch::Tensor> expected;
+      for (const auto& b : before) {
+        expected.push_back(b.add(torch::full_like(b, 0.25 * (rank_ + 1)), -0.5));
       }
-      record("clean step " + std::to_string(step) + " steps with unscaled gradients", exact);
+      const bool exact = stepped && allEqual(model->parameters(), expected);
+      record("clean step " + std::to_string(step) + " steps with unscaled gradients", exact,
+             stepped ? "parameters: " + firstDifference(model->parameters(), expected)
+                     : "the step was skipped");
       scaler.update();
       if (step == 3) expected_scale *= 2;
-      record("clean step " + std::to_string(step) + ": scale " + std::to_string(expected_scale) +
-                 ", growth tracker " + std::to_string(step % 3),
+      record("clean step " + std::to_string(step) + ": scale and growth tracker",
              scaler.get_scale() == expected_scale && scaler.get_growth_tracker() == step % 3,
              "scale " + std::to_string(scaler.get_scale()) + ", tracker " +
-                 std::to_string(scaler.get_growth_tracker()));
+                 std::to_string(scaler.get_growth_tracker()) + "; expected " +
+                 std::to_string(expected_scale) + ", " + std::to_string(step % 3));
     }
     if (world_ > 1) {  // Why the group matters: alone, only the culprit skips.
       GradScaler alone(GradScalerOptions().init_scale(1024));
       setGradients(model, alone.get_scale(), true, bad_values[0]);
       const bool stepped = alone.step(optimizer);
-      record("without the group only the overflowing rank skips", stepped == (rank_ != world_ - 1));
+      record("without the group only the overflowing rank skips", stepped == (rank_ != world_ - 1),
+             std::string("step() returned ") + (stepped ? "true" : "false") + " on rank " +
+                 std::to_string(rank_) + " of " + std::to_string(world_));
     }
   }
 
@@ -171,7 +203,7 @@ class Checker {
     const float error = worstRelativeError(net->parameters(), reference->parameters());
     record("O1 under DDP matches one process within 1e-3", error <= 1e-3f,
            "max relative error " + std::to_string(error));
-    record("O1 replicas are identical", sameOnEveryRank(net->parameters()));
+    recordSameOnEveryRank("O1 replicas are identical", net->parameters());
   }
 
   // The tutorial's set-up: ConvNet, SyncBatchNorm, O1 bfloat16, a scaler.
@@ -206,8 +238,10 @@ class Checker {
       if (step == 0) first_loss = reference_loss.item<float>();
       last_loss = reference_loss.item<float>();
     }
-    record("O1 ConvNet with SyncBatchNorm: replicas (parameters, statistics) identical",
-           sameOnEveryRank(net->parameters()) && sameOnEveryRank(net->buffers()));
+    std::vector<torch::Tensor> parameters_and_statistics = net->parameters();
+    for (const auto& b : net->buffers()) parameters_and_statistics.push_back(b);
+    recordSameOnEveryRank("O1 ConvNet with SyncBatchNorm: replicas (parameters, statistics) identical",
+                          parameters_and_statistics);
     record("O1 ConvNet with SyncBatchNorm: no overflow with bfloat16, scale kept",
            scaler.get_scale() == 65536.0, "scale " + std::to_string(scaler.get_scale()));
     // bfloat16 activations and their gradients round differently in
@@ -256,20 +290,23 @@ class Checker {
         for (auto& item : mp.master_weights()) masters_after.push_back(item.second);
         record("O2: an inf on the last rank skips the step on every rank",
                !stepped && allEqual(masters_after, masters_before) &&
-                   allEqual(net->parameters(), model_before));
+                   allEqual(net->parameters(), model_before),
+               std::string("step() returned ") + (stepped ? "true" : "false") + "; masters: " +
+                   firstDifference(masters_after, masters_before) + "; model: " +
+                   firstDifference(net->parameters(), model_before));
         record("O2: the scale halves on every rank", scaler.get_scale() == 32768.0,
                "scale " + std::to_string(scaler.get_scale()));
       }
     }
     std::vector<torch::Tensor> masters;
     for (auto& item : mp.master_weights()) masters.push_back(item.second);
-    record("O2: float32 masters identical on every rank", sameOnEveryRank(masters));
+    recordSameOnEveryRank("O2: float32 masters identical on every rank", masters);
     // (Buffers differ: plain BatchNorm's running statistics follow each
     // rank's last batch, as in PyTorch.)
-    record("O2: model parameters identical on every rank", sameOnEveryRank(net->parameters()));
-    record("O2: the model holds the rounded masters",
-           torch::equal(net->fc->weight, mp.master_weights().at("amp.master/fc.weight")
-                                             .to(torch::kBFloat16)));
+    recordSameOnEveryRank("O2: model parameters identical on every rank", net->parameters());
+    const auto rounded = mp.master_weights().at("amp.master/fc.weight").to(torch::kBFloat16);
+    record("O2: the model holds the rounded masters", torch::equal(net->fc->weight, rounded),
+           "fc.weight: " + firstDifference({net->fc->weight}, {rounded}));
   }
 
   void o3Mlp() {
@@ -287,33 +324,37 @@ class Checker {
       mp.step(scaler);
       scaler.update();
     }
-    bool all_bf16 = true;
-    for (auto& p : net->parameters()) all_bf16 = all_bf16 && p.scalar_type() == torch::kBFloat16;
-    record("O3: every parameter bfloat16", all_bf16);
-    record("O3: replicas identical", sameOnEveryRank(net->parameters()));
+    std::string not_bf16;
+    for (auto& item : net->named_parameters()) {
+      if (item.value().scalar_type() != torch::kBFloat16 && not_bf16.empty()) {
+        not_bf16 = item.key() + " is " + std::string(c10::toString(item.value().scalar_type()));
+      }
+    }
+    record("O3: every parameter bfloat16", not_bf16.empty(), not_bf16);
+    recordSameOnEveryRank("O3: replicas identical", net->parameters());
   }
 
  private:
   std::shared_ptr<ProcessGroup> group_;
   int rank_, world_;
-  CheckReport report_;
+  NamedChecks checks_;
 };
 
 }  // namespace
 
-CheckReport checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group) {
+int checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group) {
   Checker checker(group);
   checker.scalerOverflow();
-  return checker.report();
+  return checker.failed();
 }
 
-CheckReport checkAmpWithDdp(const std::shared_ptr<ProcessGroup>& group) {
+int checkAmpWithDdp(const std::shared_ptr<ProcessGroup>& group) {
   Checker checker(group);
   checker.o1MlpAgainstOneProcess();
   checker.o1ConvNetWithSyncBatchNorm();
   checker.o2ConvNet();
   checker.o3Mlp();
-  return checker.report();
+  return checker.failed();
 }
 
 }  // namespace ddp::testing

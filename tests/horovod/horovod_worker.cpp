@@ -12,18 +12,22 @@
 //   horovod_test_worker api        rank(), size(), local_rank(), local_size()
 //   horovod_test_worker mismatch   rank 1 has another optimizer type
 //
-// Prints "rank R: N checks passed, M failed"; on a ddp::Error prints
-// "error: <message>" and exits with ddp::exitCodeFor(error).
+// Prints each check by name (tests/common/named_checks.hpp) and exits 0 when
+// none failed; on a ddp::Error prints "error: <message>" and exits with
+// ddp::exitCodeFor(error).
 
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "../common/named_checks.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/horovod.hpp"
 #include "snapshot/optimizer_state.hpp"
@@ -44,32 +48,30 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Named checks; report() gives the exit code.
 class Checks {
  public:
-  void expect(bool ok, const std::string& what) {
-    if (ok) {
-      ++passed_;
-    } else {
-      failures_.push_back(what);
-    }
+  void expect(const std::string& name, bool ok, const std::string& detail) {
+    checks_.check(name, ok, detail);
   }
   int report() const {
-    for (const auto& f : failures_) std::cout << "rank " << hvd::rank() << ": FAILED " << f << "\n";
-    std::cout << "rank " << hvd::rank() << ": " << passed_ << " checks passed, "
-              << failures_.size() << " failed" << std::endl;
-    return failures_.empty() ? 0 : 1;
+    if (checks_.failed() == 0) return 0;
+    std::cout << "rank " << hvd::rank() << ": " << checks_.failed() << " check(s) failed" << std::endl;
+    return 1;
   }
 
  private:
-  int passed_ = 0;
-  std::vector<std::string> failures_;
+  ddp::testing::NamedChecks checks_;
 };
 
 double relativeError(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& expected) {
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double scale = std::max(expected[i].abs().max().item<double>(), 1e-12);
-    worst = std::max(worst, (got[i] - expected[i]).abs().max().item<double>() / scale);
+    const double error = (got[i] - expected[i]).abs().max().item<double>() / scale;
+    // Keep a NaN: std::max(0, NaN) is 0, and a NaN result would pass.
+    worst = std::isnan(worst) || std::isnan(error) ? std::numeric_limits<double>::quiet_NaN()
+                                                   : std::max(worst, error);
   }
   return worst;
 }
@@ -131,32 +133,41 @@ int train(const std::vector<std::string>& args) {
   }
   const double tolerance = fp16 ? 2e-3 : 1e-5;
   const double error = relativeError(model->parameters(), reference->parameters());
-  checks.expect(error <= tolerance, "parameters after " + std::to_string(kSteps) +
-                                        " steps: max relative error " + std::to_string(error) +
-                                        " > " + std::to_string(tolerance));
+  checks.expect("parameters after " + std::to_string(kSteps) + " steps match one process",
+                error <= tolerance,
+                "max relative error " + std::to_string(error) + " > " + std::to_string(tolerance));
   const auto stats = optimizer.stats();
   const int64_t threshold = options.fusion_threshold();
   const int64_t element = fp16 ? 2 : 4;
   int64_t total = 0;
   for (auto bytes : stats.buffer_bytes) total += bytes;
-  checks.expect(total == (6 * 16 + 16 + 16 * 16 + 16 + 16 * 3 + 3) * element,
-                "the buffers hold every gradient once, " + std::to_string(element) +
-                    " bytes each: " + std::to_string(total));
+  const int64_t expected_total = (6 * 16 + 16 + 16 * 16 + 16 + 16 * 3 + 3) * element;
+  checks.expect("the buffers hold every gradient once", total == expected_total,
+                std::to_string(total) + " bytes, expected " + std::to_string(expected_total) +
+                    " (" + std::to_string(element) + " bytes per element)");
+  // Where the threshold fixes it: one buffer per gradient, or one for all.
   const size_t expected_buffers = threshold == 0 ? 6u : threshold >= (64 << 20) ? 1u : 0u;
   if (expected_buffers) {
-    checks.expect(stats.buffer_bytes.size() == expected_buffers,
+    checks.expect("number of fusion buffers", stats.buffer_bytes.size() == expected_buffers,
                   std::to_string(stats.buffer_bytes.size()) + " fusion buffers, expected " +
                       std::to_string(expected_buffers));
   }
+  std::string too_large;
   for (auto bytes : stats.buffer_bytes) {
-    checks.expect(threshold == 0 || bytes <= std::max<int64_t>(threshold, 16 * 16 * element),
-                  "a buffer of " + std::to_string(bytes) + " bytes exceeds the threshold " +
-                      std::to_string(threshold) + " without being a single large gradient");
+    if (threshold == 0 || bytes <= std::max<int64_t>(threshold, 16 * 16 * element)) continue;
+    if (too_large.empty()) {
+      too_large = "a buffer of " + std::to_string(bytes) + " bytes exceeds the threshold " +
+                  std::to_string(threshold) + " without being a single large gradient";
+    }
   }
-  checks.expect(stats.launched_during_backward == static_cast<int64_t>(stats.buffer_bytes.size()),
-                "every buffer started during backward: " +
-                    std::to_string(stats.launched_during_backward));
-  checks.expect(stats.synchronizations == kSteps, "one reduction per step");
+  checks.expect("every fusion buffer within the threshold", too_large.empty(), too_large);
+  checks.expect("every buffer started during backward",
+                stats.launched_during_backward == static_cast<int64_t>(stats.buffer_bytes.size()),
+                std::to_string(stats.launched_during_backward) + " of " +
+                    std::to_string(stats.buffer_bytes.size()) + " buffers");
+  checks.expect("one reduction per step", stats.synchronizations == kSteps,
+                std::to_string(stats.synchronizations) + " reductions in " +
+                    std::to_string(kSteps) + " steps");
   std::cout << "rank " << rank << ": " << stats.buffer_bytes.size() << " buffers, max relative error "
             << error << "\n";
   return checks.report();
@@ -200,23 +211,27 @@ void checkBroadcastState(Checks& checks, const std::string& name,
   ddp::detail::TensorMap got_tensors, expected_tensors;
   auto got = ddp::detail::exportOptimizer(mine.optimizer, got_tensors);
   auto expected = ddp::detail::exportOptimizer(rank0.optimizer, expected_tensors);
-  checks.expect(got == expected, name + ": options and steps equal rank 0's: " + got.dump() +
-                                     " vs " + expected.dump());
+  checks.expect(name + ": options and steps equal rank 0's", got == expected,
+                got.dump() + " vs " + expected.dump());
   bool same = got_tensors.size() == expected_tensors.size() && !expected_tensors.empty();
   for (const auto& [key, tensor] : expected_tensors) {
     same = same && got_tensors.count(key) && torch::equal(got_tensors.at(key), tensor);
   }
-  checks.expect(same, name + ": every state tensor equals rank 0's (" +
-                          std::to_string(expected_tensors.size()) + " tensors)");
+  checks.expect(name + ": every state tensor equals rank 0's", same,
+                std::to_string(got_tensors.size()) + " tensors, rank 0 has " +
+                    std::to_string(expected_tensors.size()) + "; they differ or there are none");
   bool params = true;
   for (size_t i = 0; i < rank0.model->parameters().size(); ++i) {
     params = params && torch::equal(mine.model->parameters()[i], rank0.model->parameters()[i]);
   }
-  checks.expect(params, name + ": parameters equal rank 0's");
+  checks.expect(name + ": parameters equal rank 0's", params,
+                "max relative error " +
+                    std::to_string(relativeError(mine.model->parameters(), rank0.model->parameters())));
   mine.oneMoreStep();
   rank0.oneMoreStep();
-  checks.expect(relativeError(mine.model->parameters(), rank0.model->parameters()) == 0,
-                name + ": the next step continues rank 0's trajectory exactly");
+  const double next_error = relativeError(mine.model->parameters(), rank0.model->parameters());
+  checks.expect(name + ": the next step continues rank 0's trajectory exactly", next_error == 0,
+                "max relative error " + std::to_string(next_error));
 }
 
 int broadcastState() {
@@ -242,15 +257,23 @@ int broadcastState() {
 
 int api() {
   Checks checks;
-  checks.expect(hvd::size() == std::stoi(std::getenv("WORLD_SIZE")), "size() is WORLD_SIZE");
-  checks.expect(hvd::rank() == std::stoi(std::getenv("RANK")), "rank() is RANK");
-  checks.expect(hvd::local_rank() == std::stoi(std::getenv("LOCAL_RANK")), "local_rank()");
-  checks.expect(hvd::local_size() == std::stoi(std::getenv("LOCAL_WORLD_SIZE")), "local_size()");
-  checks.expect(hvd::init() == hvd::process_group(), "init() again returns the same group");
+  auto expectEnv = [&](const std::string& name, int got, const char* variable) {
+    const char* value = std::getenv(variable);
+    checks.expect(name + " is " + variable, value && got == std::stoi(value),
+                  "got " + std::to_string(got) + ", " + variable + "=" + (value ? value : "(unset)"));
+  };
+  expectEnv("size()", hvd::size(), "WORLD_SIZE");
+  expectEnv("rank()", hvd::rank(), "RANK");
+  expectEnv("local_rank()", hvd::local_rank(), "LOCAL_RANK");
+  expectEnv("local_size()", hvd::local_size(), "LOCAL_WORLD_SIZE");
+  checks.expect("init() again returns the same group", hvd::init() == hvd::process_group(),
+                "another group");
   torch::Tensor t = torch::full({3}, static_cast<double>(hvd::rank()));
   hvd::process_group()->allReduce(t, ddp::ReduceOp::kSum);
   const int world = hvd::size();
-  checks.expect(t[0].item<double>() == world * (world - 1) / 2.0, "the group works");
+  checks.expect("the group works", t[0].item<double>() == world * (world - 1) / 2.0,
+                "sum of ranks " + std::to_string(t[0].item<double>()) + ", expected " +
+                    std::to_string(world * (world - 1) / 2.0));
   return checks.report();
 }
 

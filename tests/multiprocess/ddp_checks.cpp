@@ -2,10 +2,16 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
+#include <iomanip>
+#include <set>
+#include <sstream>
 
 #include "common/models.hpp"
+#include "common/named_checks.hpp"
 #include "ddp/distributed_data_parallel.hpp"
+#include "dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -58,18 +64,25 @@ class DdpChecker {
 
   void expectClose(const std::string& what, const std::vector<torch::Tensor>& got,
                    const std::vector<torch::Tensor>& expected, float tolerance) {
+    if (got.size() != expected.size()) {
+      record(what, false, std::to_string(got.size()) + " tensors, expected " +
+                              std::to_string(expected.size()));
+      return;
+    }
     float worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, relativeError(got[i], expected[i]));
-    record(what, got.size() == expected.size() && worst <= tolerance,
-           "max relative error " + std::to_string(worst) + " > " + std::to_string(tolerance));
+    size_t worst_at = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float error = relativeError(got[i], expected[i]);
+      // A NaN is the worst error of all (std::max would drop it).
+      if (!std::isnan(worst) && (std::isnan(error) || error > worst)) worst = error, worst_at = i;
+    }
+    record(what, worst <= tolerance,
+           "max relative error " + std::to_string(worst) + " (tensor #" + std::to_string(worst_at) +
+               ") > tolerance " + std::to_string(tolerance));
   }
 
   void record(const std::string& what, bool ok, const std::string& detail) {
-    if (ok) {
-      ++report_.passed;
-    } else {
-      report_.failures.push_back("rank " + std::to_string(rank_) + ": " + what + ": " + detail);
-    }
+    checks_.check(what, ok, detail);
   }
 
   torch::Tensor mine(const torch::Tensor& whole) const {
@@ -81,7 +94,8 @@ class DdpChecker {
 
   // Trains an MLP with DDP (rank-dependent initial weights: DDP must copy
   // rank 0's) and returns its final parameters.
-  std::vector<torch::Tensor> trainMlp(DistributedDataParallelOptions options, int micro_batches) {
+  std::vector<torch::Tensor> trainMlp(DistributedDataParallelOptions options, int micro_batches,
+                                      ReducerStats* stats = nullptr) {
     torch::manual_seed(7 + rank_);
     DistributedDataParallel model(Mlp(8, 16, 4), group_, options);
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -99,6 +113,7 @@ class DdpChecker {
       }
       optimizer.step();
     }
+    if (stats) *stats = model->stats();
     return model->parameters();
   }
 
@@ -129,12 +144,32 @@ class DdpChecker {
     bool identical = true;
     for (size_t i = 0; i < with_views.size(); ++i) identical &= torch::equal(with_views[i], without[i]);
     record("gradient_as_bucket_view on and off give identical parameters", identical, "they differ");
+    // Identical parameters would also come from an option that does nothing:
+    // with it the gradients must share the (single) bucket's memory, without
+    // it each its own.
+    auto storages = [](const std::vector<torch::Tensor>& parameters) {
+      std::set<const void*> distinct;
+      for (const auto& p : parameters) distinct.insert(p.grad().storage().data_ptr().get());
+      return distinct.size();
+    };
+    record("gradient_as_bucket_view gradients share the bucket's memory",
+           storages(with_views) == 1 && storages(without) == without.size(),
+           "gradients in " + std::to_string(storages(with_views)) + " storage(s) with views, " +
+               std::to_string(storages(without)) + " without (expected 1 and " +
+               std::to_string(without.size()) + ")");
     expectClose("MLP with tiny buckets and delay_allreduce",
                 trainMlp(DistributedDataParallelOptions().bucket_cap_mb(0.0001).first_bucket_cap_mb(0.0001)
                              .delay_allreduce(true), 1),
                 expected, 1e-5f);
+    ReducerStats stats;
     expectClose("no_sync over 2 micro-batches equals one step on both",
-                trainMlp({}, 2), referenceMlp(2), 1e-5f);
+                trainMlp({}, 2, &stats), referenceMlp(2), 1e-5f);
+    // Reducing inside no_sync() too would give the same average: the number
+    // of reductions tells them apart.
+    record("no_sync over 2 micro-batches reduces once per step",
+           stats.synchronized_iterations == kSteps,
+           std::to_string(stats.synchronized_iterations) + " reductions in " +
+               std::to_string(kSteps) + " steps of 2 micro-batches");
   }
 
   // BatchNorm keeps per-rank batch statistics, so the reference runs each
@@ -200,8 +235,10 @@ class DdpChecker {
   }
 
   // One step's gradients through a 16-bit hook: close to the float32
-  // average, and really compressed (not bit-identical).
-  void compressionHook(std::shared_ptr<CommHook> hook, float tolerance) {
+  // average, and really compressed: the hook copies the 16-bit sum back, so
+  // every gradient element is a value of the wire type (a float32 reduction
+  // gives values that are not, at every world size).
+  void compressionHook(std::shared_ptr<CommHook> hook, at::ScalarType wire, float tolerance) {
     const std::string name = hook->name();
     torch::manual_seed(31);
     DistributedDataParallel model(Mlp(8, 16, 4), group_,
@@ -212,14 +249,26 @@ class DdpChecker {
     torch::mse_loss(model->forward(mine(b.x)), mine(b.y)).backward();
     torch::mse_loss(reference->forward(b.x), b.y).backward();
     std::vector<torch::Tensor> grads, expected;
-    bool any_difference = false;
     for (size_t i = 0; i < reference->parameters().size(); ++i) {
       grads.push_back(model->parameters()[i].grad());
       expected.push_back(reference->parameters()[i].grad());
-      any_difference |= !torch::equal(grads.back(), expected.back());
     }
     expectClose(name + " hook stays within its precision", grads, expected, tolerance);
-    record(name + " hook really sends 16-bit values", any_difference, "gradients are exact");
+    std::string not_representable;
+    for (const auto& item : model->named_parameters()) {
+      const torch::Tensor grad = item.value().grad().reshape({-1});
+      const torch::Tensor rounded = grad.to(wire).to(torch::kFloat);
+      if (rounded.equal(grad)) continue;
+      const int64_t j = (rounded != grad).nonzero()[0][0].item<int64_t>();
+      std::ostringstream text;
+      text << std::setprecision(9) << item.key() << "'s gradient [" << j << "] is "
+           << grad[j].item<float>() << ", which " << detail::dtypeName(wire) << " rounds to "
+           << rounded[j].item<float>();
+      not_representable = text.str();
+      break;
+    }
+    record(name + " hook result is exactly representable in " + detail::dtypeName(wire),
+           not_representable.empty(), not_representable);
   }
 
   // With buckets small enough that the MLP needs several, every bucket's
@@ -248,14 +297,14 @@ class DdpChecker {
     }
   }
 
-  CheckReport run() {
+  int run() {
     mlp();
     convNet();
     unusedBranch();
-    compressionHook(fp16CompressHook(), 2e-3f);
-    compressionHook(bf16CompressHook(), 1.6e-2f);
+    compressionHook(fp16CompressHook(), at::kHalf, 2e-3f);
+    compressionHook(bf16CompressHook(), at::kBFloat16, 1.6e-2f);
     overlap();
-    return report_;
+    return checks_.failed();
   }
 
  private:
@@ -272,12 +321,12 @@ class DdpChecker {
 
   std::shared_ptr<ProcessGroup> group_;
   int rank_, world_;
-  CheckReport report_;
+  NamedChecks checks_;
 };
 
 }  // namespace
 
-CheckReport checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group) {
+int checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group) {
   return DdpChecker(group).run();
 }
 

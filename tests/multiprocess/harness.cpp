@@ -25,6 +25,17 @@ Environment torchrunEnvironment(int rank, int world, int port) {
           {"OMP_NUM_THREADS", "1"}};
 }
 
+EnvironmentFor onNodes(int nodes) {
+  return [nodes](int rank, int world, int port) {
+    auto env = torchrunEnvironment(rank, world, port);
+    const int per_node = world / nodes;
+    env["LOCAL_RANK"] = std::to_string(rank % per_node);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
+    env["GROUP_RANK"] = std::to_string(rank / per_node);
+    return env;
+  };
+}
+
 std::vector<launch::ChildResult> runRanks(int world, const std::vector<std::string>& args,
                                           const EnvironmentFor& environment_for,
                                           std::chrono::milliseconds deadline) {
@@ -39,6 +50,12 @@ std::vector<launch::ChildResult> runRanks(int world, const std::vector<std::stri
     specs.push_back(std::move(spec));
   }
   return launch::runChildren(specs, deadline);
+}
+
+long failedAfterMs(const launch::ChildResult& result) {
+  const std::string marker = "allReduce failed after ";
+  const auto at = result.output.find(marker);
+  return at == std::string::npos ? -1 : std::stol(result.output.substr(at + marker.size()));
 }
 
 std::string describe(const std::vector<launch::ChildResult>& results) {

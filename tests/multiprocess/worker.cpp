@@ -5,11 +5,16 @@
 //
 //   ddp_test_worker SCENARIO [--backend B] [--rendezvous-timeout-ms T]
 //                            [--collective-timeout-ms T] [--stall-ms T]
+//                            [--stall-rank R]
 //
 // Scenarios:
 //   collectives  every collective, dtype and op against closed forms
 //   topology     prints the resolved topology, then all-reduces the ranks
-//   stall        rank 0 all-reduces; the others join, then sleep --stall-ms
+//   stall        every rank but --stall-rank (1) all-reduces and reports how
+//                long it took to fail; that rank issues nothing and leaves
+//                only once every other rank's process is gone (or after
+//                --stall-ms, 60000), so no collective can have completed
+//                by its arrival
 //   exit-early   rank 0 all-reduces; the others join, then exit at once
 //   ddp          DistributedDataParallel against single-process training
 //   ddp-mismatch wraps a model that differs on the last rank (must fail)
@@ -22,6 +27,8 @@
 // ddp::exitCodeFor(error).
 
 #include <ATen/ATen.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -41,7 +48,8 @@ namespace {
 struct Arguments {
   std::string scenario;
   ddp::InitOptions init;
-  int stall_ms = 5000;
+  int stall_ms = 60000;
+  int stall_rank = 1;
 };
 
 Arguments parse(int argc, char** argv) {
@@ -59,6 +67,8 @@ Arguments parse(int argc, char** argv) {
       args.init.collective_timeout(std::chrono::milliseconds(std::stoll(value)));
     } else if (flag == "--stall-ms") {
       args.stall_ms = std::stoi(value);
+    } else if (flag == "--stall-rank") {
+      args.stall_rank = std::stoi(value);
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -66,11 +76,11 @@ Arguments parse(int argc, char** argv) {
   return args;
 }
 
-int printReport(const ddp::ProcessGroup& group, const ddp::testing::CheckReport& report) {
-  for (const auto& failure : report.failures) std::cout << failure << "\n";
-  std::cout << "rank " << group.rank() << ": " << report.passed << " checks passed, "
-            << report.failures.size() << " failed\n";
-  return report.failures.empty() ? 0 : 1;
+// The checks themselves printed one line each (tests/common/named_checks.hpp);
+// the exit code says whether any of them failed.
+int printReport(const ddp::ProcessGroup& group, int failed) {
+  if (failed > 0) std::cout << "rank " << group.rank() << ": " << failed << " check(s) failed\n";
+  return failed > 0 ? 1 : 0;
 }
 
 int runCollectives(ddp::ProcessGroup& group) {
@@ -89,17 +99,56 @@ int runTopology(ddp::ProcessGroup& group) {
   return 0;
 }
 
-int runStallOrExit(ddp::ProcessGroup& group, const Arguments& args) {
-  if (group.rank() == 0) {
-    at::Tensor t = at::ones({1024});
+// All-reduces 1024 ones; on failure, says after how long, then rethrows.
+int timedAllReduce(ddp::ProcessGroup& group) {
+  at::Tensor t = at::ones({1024});
+  const auto start = std::chrono::steady_clock::now();
+  try {
     group.allReduce(t);
-    std::cout << "rank 0: allReduce returned\n";
-    return 0;
+  } catch (const ddp::Error&) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    std::cout << "rank " << group.rank() << ": allReduce failed after " << ms << " ms\n";
+    throw;
   }
-  if (args.scenario == "stall") std::this_thread::sleep_for(std::chrono::milliseconds(args.stall_ms));
+  std::cout << "rank " << group.rank() << ": allReduce returned\n";
+  return 0;
+}
+
+int runExitEarly(ddp::ProcessGroup& group) {
+  if (group.rank() == 0) return timedAllReduce(group);
   std::cout << "rank " << group.rank() << ": leaving without the collective\n";
   std::cout.flush();
   std::_Exit(0);  // Leave abruptly, as a crashed peer would.
+}
+
+// Note [A stall that outlasts its peers]
+// The stalled rank waits for its peers' processes to end instead of
+// sleeping a fixed time: a peer that fails its collective has then provably
+// failed while the stalled rank was still away, whatever the machine's load,
+// and no upper bound on the peer's time is needed (the harness deadline
+// catches a hang).
+int runStall(ddp::ProcessGroup& group, const Arguments& args) {
+  at::Tensor pids = at::empty({group.size()}, at::kLong);
+  group.allGather(pids, at::full({1}, static_cast<int64_t>(getpid()), at::kLong));
+  if (group.rank() != args.stall_rank) return timedAllReduce(group);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.stall_ms);
+  auto alive = [&] {
+    for (int r = 0; r < group.size(); ++r) {
+      if (r != group.rank() && kill(static_cast<pid_t>(pids[r].item<int64_t>()), 0) == 0) return true;
+    }
+    return false;
+  };
+  while (alive() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::cout << "rank " << group.rank() << ": "
+            << (alive() ? "gave up waiting for the other ranks to exit"
+                        : "every other rank had exited")
+            << "; leaving without the collective\n";
+  std::cout.flush();
+  std::_Exit(0);
 }
 
 // A shared-memory group beside `gloo`, meeting at a port rank 0 picks.
@@ -136,8 +185,9 @@ int main(int argc, char** argv) {
     if (args.scenario == "stress") {
       return printReport(*group, ddp::testing::stressCollectives(*group, 200));
     }
-    if (args.scenario == "stall" || args.scenario == "exit-early") {
-      return runStallOrExit(*group, args);
+    if (args.scenario == "stall") return runStall(*group, args);
+    if (args.scenario == "exit-early") {
+      return runExitEarly(*group);
     }
     std::cerr << "error: unknown scenario " << args.scenario << "\n";
     return 2;

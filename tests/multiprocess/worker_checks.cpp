@@ -6,15 +6,11 @@
 #include <functional>
 #include <thread>
 
+#include "common/named_checks.hpp"
 #include "dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {
-
-const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kBFloat16,
-                                             at::kHalf,  at::kInt,    at::kLong};
-const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
-                                    ReduceOp::kMax, ReduceOp::kProduct};
 
 // Rank r's value at element j. Small integers, so that every result below is
 // exact even in bfloat16 (8 significant bits) for up to 4 ranks.
@@ -53,7 +49,7 @@ class Checker {
   void expectEqual(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
     if (got.sizes() == expected.sizes() && got.scalar_type() == expected.scalar_type() &&
         at::equal(got, expected)) {
-      ++report_.passed;
+      checks_.check(what, true);
       return;
     }
     auto mismatch = (got.to(at::kDouble) != expected.to(at::kDouble)).nonzero();
@@ -61,10 +57,10 @@ class Checker {
                                                    std::to_string(mismatch[0][0].item<int64_t>())
                                              : " (sizes or dtype differ)";
     int64_t j = mismatch.numel() > 0 ? mismatch[0][0].item<int64_t>() : 0;
-    report_.failures.push_back(
-        "rank " + std::to_string(group_.rank()) + ": " + what + where + ": got " +
-        std::to_string(got.reshape(-1)[j].item<double>()) + ", expected " +
-        std::to_string(expected.reshape(-1)[j].item<double>()));
+    checks_.check(what, false,
+                  detail::dtypeName(got.scalar_type()) + where + ": got " +
+                      std::to_string(got.reshape(-1)[j].item<double>()) + ", expected " +
+                      std::to_string(expected.reshape(-1)[j].item<double>()));
   }
 
   void allReduce(at::ScalarType dtype, ReduceOp op) {
@@ -132,45 +128,54 @@ class Checker {
                 filled(world * 5, dtype, [](int64_t j) { return static_cast<double>(j / 5); }));
     bool all_completed = true;
     for (auto& w : works) all_completed = all_completed && w.isCompleted();
-    expectEqual("isCompleted after wait", at::tensor({all_completed ? 1 : 0}), at::tensor({1}));
+    checks_.check(std::string("isCompleted after wait ") + detail::dtypeName(dtype), all_completed,
+                  "a Work is not completed after wait()");
   }
 
   // Rank r arrives r * 100 ms late; nobody may leave before the last has
-  // arrived. A first barrier aligns the ranks' clocks, up to the skew with
-  // which it releases them (allowed: 50 ms). A barrier that did not wait
-  // would let rank 0 leave after ~0 ms instead of ~100 * (N - 1).
+  // arrived. Every rank's worker runs on this machine, and steady_clock
+  // (CLOCK_MONOTONIC) is one clock for all its processes, so each rank
+  // compares the time it left with the latest arrival, which the ranks
+  // exchange afterwards: causality, not a duration, so load cannot break it.
+  // A barrier that did not wait would let rank 0 leave ~100 * (N - 1) ms
+  // before the last rank arrived.
   void barrier() {
+    using Clock = std::chrono::steady_clock;
+    auto ns = [](Clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
     group_.barrier();
-    const auto start = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(100 * group_.rank()));
+    const int64_t arrived = ns(Clock::now());
     group_.barrier();
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - start);
-    const int64_t slowest = std::max(0, 100 * (group_.size() - 1) - 50);
-    expectEqual("barrier waited for the last rank (" + std::to_string(waited.count()) + " ms >= " +
-                    std::to_string(slowest) + " ms)",
-                at::tensor({waited.count() >= slowest ? 1 : 0}), at::tensor({1}));
+    const int64_t left = ns(Clock::now());
+    at::Tensor arrivals = at::empty({group_.size()}, at::kLong);
+    group_.allGather(arrivals, at::full({1}, arrived, at::kLong));
+    const int64_t last = arrivals.max().item<int64_t>();
+    checks_.check("barrier waited for the last rank", left >= last,
+                  "left " + std::to_string((last - left) / 1000000) +
+                      " ms before the last rank arrived");
   }
 
-  CheckReport run() {
-    for (auto dtype : kDtypes) {
-      for (auto op : kOps) allReduce(dtype, op);
+  int run() {
+    for (auto dtype : collectiveDtypes()) {
+      for (auto op : collectiveOps()) allReduce(dtype, op);
       for (int root = 0; root < group_.size(); ++root) broadcast(dtype, root);
       allGather(dtype);
-      for (auto op : kOps) reduceScatter(dtype, op);
+      for (auto op : collectiveOps()) reduceScatter(dtype, op);
       asynchronous(dtype);
     }
     barrier();
-    return report_;
+    return checks_.failed();
   }
 
  private:
   ProcessGroup& group_;
-  CheckReport report_;
+  NamedChecks checks_;
 };
 
 }  // namespace
 
-CheckReport checkAllCollectives(ProcessGroup& group) { return Checker(group).run(); }
+int checkAllCollectives(ProcessGroup& group) { return Checker(group).run(); }
 
 }  // namespace ddp::testing

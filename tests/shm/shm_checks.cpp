@@ -2,19 +2,14 @@
 
 #include <ATen/ATen.h>
 
-#include <random>
 #include <string>
 #include <vector>
 
+#include "common/named_checks.hpp"
 #include "dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {
-
-const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kBFloat16,
-                                             at::kHalf,  at::kInt,    at::kLong};
-const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
-                                    ReduceOp::kMax, ReduceOp::kProduct};
 
 // Rank r's input: integers in [-5, 5], different per rank and element, so
 // that sums, products (|x| <= 625 for 4 ranks) and averages of every dtype
@@ -57,45 +52,41 @@ class Report {
   void expectEqual(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
     if (got.scalar_type() == expected.scalar_type() && got.sizes() == expected.sizes() &&
         at::equal(got, expected)) {
-      ++report_.passed;
+      checks_.check(what, true);
       return;
     }
     at::Tensor differs = (got.to(at::kDouble) != expected.to(at::kDouble)).nonzero();
-    std::string where;
+    std::string where = "dtypes " + detail::dtypeName(got.scalar_type()) + " and " +
+                        detail::dtypeName(expected.scalar_type()) + ", " +
+                        std::to_string(got.numel()) + " and " + std::to_string(expected.numel()) +
+                        " elements";
     if (differs.numel() > 0) {
       const int64_t j = differs[0][0].item<int64_t>();
-      where = " (first difference at element " + std::to_string(j) + ": " +
-              std::to_string(got[j].item<double>()) + " instead of " +
-              std::to_string(expected[j].item<double>()) + ")";
+      where = "first difference at element " + std::to_string(j) + ": got " +
+              std::to_string(got[j].item<double>()) + ", expected " +
+              std::to_string(expected[j].item<double>());
     }
-    report_.failures.push_back("FAIL " + what + where);
+    checks_.check(what, false, where);
   }
-  CheckReport take() { return std::move(report_); }
+  int failed() const { return checks_.failed(); }
 
  private:
-  CheckReport report_;
+  NamedChecks checks_;
 };
 
-// Odd sizes, and more than one staging slot (4 MiB), so that uneven shares
-// and several rounds are covered for every element size.
-std::vector<int64_t> sizesFor(at::ScalarType dtype) {
-  const auto slot = static_cast<int64_t>((size_t{4} << 20) / at::elementSize(dtype));
-  return {1, 2, 3, 17, 4097, 65537, slot + 3};
-}
-
 std::string name(const char* collective, at::ScalarType dtype, int64_t numel) {
-  return std::string(collective) + " " + detail::dtypeName(dtype) + " x" + std::to_string(numel);
+  return shmCheckName(collective, dtype, numel);
 }
 
 }  // namespace
 
-CheckReport checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
+int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
   Report report;
   const int world = shm.size();
   const int me = shm.rank();
-  for (at::ScalarType dtype : kDtypes) {
-    for (int64_t numel : sizesFor(dtype)) {
-      for (ReduceOp op : kOps) {
+  for (at::ScalarType dtype : collectiveDtypes()) {
+    for (int64_t numel : shmSizesFor(dtype)) {
+      for (ReduceOp op : collectiveOps()) {
         const std::string what =
             name("allReduce", dtype, numel) + " " + toString(op) + " on " + std::to_string(world);
         at::Tensor by_gloo = inputOf(me, numel, dtype);
@@ -118,8 +109,8 @@ CheckReport checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
       report.expectEqual(name("allGather", dtype, numel), gathered, at::cat(parts));
 
       // Reduce-scatter moves world x numel elements: up to one slot per chunk.
-      if (numel > 65537) continue;
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+      if (numel > kShmReduceScatterMaxNumel) continue;
+      for (ReduceOp op : shmReduceScatterOps()) {
         at::Tensor input = inputOf(me, world * numel, dtype);
         at::Tensor by_shm = at::empty({numel}, dtype);
         at::Tensor by_gloo = at::empty({numel}, dtype);
@@ -135,7 +126,7 @@ CheckReport checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
   }
   // A reduce-scatter whose chunks take more than one round.
   {
-    const int64_t numel = (int64_t{1} << 20) / world + 7;
+    const int64_t numel = shmSeveralRoundsNumel(world);
     at::Tensor input = inputOf(me, world * numel, at::kFloat);
     at::Tensor by_shm = at::empty({numel}, at::kFloat);
     shm.reduceScatter(by_shm, input, ReduceOp::kSum);
@@ -144,7 +135,7 @@ CheckReport checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
                            .narrow(0, me * numel, numel));
   }
   // 64 MiB of float32, the benchmark's size.
-  const int64_t big = (int64_t{64} << 20) / 4;
+  const int64_t big = kShmBigNumel;
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
     at::Tensor by_gloo = inputOf(me, big, at::kFloat);
     at::Tensor by_shm = by_gloo.clone();
@@ -156,47 +147,38 @@ CheckReport checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
                        by_shm, expectedOf(op, world, big, at::kFloat));
   }
   shm.barrier();
-  return report.take();
+  return report.failed();
 }
 
-CheckReport stressCollectives(ProcessGroup& group, int iterations) {
+int stressCollectives(ProcessGroup& group, int iterations) {
   Report report;
   const int world = group.size();
   const int me = group.rank();
-  std::mt19937 random(1234);  // The same sequence on every rank.
-  std::uniform_int_distribution<int64_t> size_of(1, 300000);
-  std::uniform_int_distribution<int> kind_of(0, 2);
   struct InFlight {
     Work work;
     at::Tensor result;
     at::Tensor expected;
     std::string what;
   };
-  for (int i = 0; i < iterations; ++i) {
+  for (const auto& batch : stressPlan(iterations, world)) {
     std::vector<InFlight> in_flight;
-    const int batch = 1 + i % 4;  // Up to four collectives in flight.
-    for (int k = 0; k < batch; ++k) {
-      const int64_t numel = size_of(random);
-      const int kind = kind_of(random);
-      const at::ScalarType dtype = kDtypes[(i + k) % kDtypes.size()];
-      const std::string what = "stress " + std::to_string(i) + "." + std::to_string(k) + " ";
-      if (kind == 0) {
+    for (const StressCollective& c : batch) {
+      const int64_t numel = c.numel;
+      const at::ScalarType dtype = c.dtype;
+      if (c.kind == "allReduce") {
         at::Tensor t = inputOf(me, numel, dtype);
         Work w = group.allReduceAsync(t, ReduceOp::kSum);
-        in_flight.push_back({std::move(w), t, expectedOf(ReduceOp::kSum, world, numel, dtype),
-                             what + name("allReduce", dtype, numel)});
-      } else if (kind == 1) {
-        const int root = (i + k) % world;
-        at::Tensor t = me == root ? inputOf(root, numel, dtype) : at::zeros({numel}, dtype);
-        Work w = group.broadcastAsync(t, root);
-        in_flight.push_back({std::move(w), t, inputOf(root, numel, dtype),
-                             what + name("broadcast", dtype, numel)});
+        in_flight.push_back({std::move(w), t, expectedOf(ReduceOp::kSum, world, numel, dtype), c.name});
+      } else if (c.kind == "broadcast") {
+        at::Tensor t = me == c.root ? inputOf(c.root, numel, dtype) : at::zeros({numel}, dtype);
+        Work w = group.broadcastAsync(t, c.root);
+        in_flight.push_back({std::move(w), t, inputOf(c.root, numel, dtype), c.name});
       } else {
         at::Tensor out = at::empty({world * numel}, dtype);
         Work w = group.allGatherAsync(out, inputOf(me, numel, dtype));
         std::vector<at::Tensor> parts;
         for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
-        in_flight.push_back({std::move(w), out, at::cat(parts), what + name("allGather", dtype, numel)});
+        in_flight.push_back({std::move(w), out, at::cat(parts), c.name});
       }
     }
     for (auto& f : in_flight) {
@@ -204,7 +186,7 @@ CheckReport stressCollectives(ProcessGroup& group, int iterations) {
       report.expectEqual(f.what, f.result, f.expected);
     }
   }
-  return report.take();
+  return report.failed();
 }
 
 }  // namespace ddp::testing

@@ -11,13 +11,16 @@
 
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <set>
 #include <string>
 
 #include "common/auto_backend_name.hpp"
+#include "common/expect_checks.hpp"
 #include "ddp/errors.hpp"
+#include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/harness.hpp"
+#include "multiprocess/worker_checks.hpp"
+#include "shm/shm_checks.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -25,28 +28,17 @@ namespace {
 constexpr int kTimeout = static_cast<int>(ExitCode::kTimeout);
 constexpr int kCollective = static_cast<int>(ExitCode::kCollective);
 
-void expectAllPassed(const std::vector<launch::ChildResult>& results, int min_checks) {
-  for (size_t rank = 0; rank < results.size(); ++rank) {
-    EXPECT_EQ(results[rank].exit_code, 0) << describe(results);
-    std::smatch summary;
-    const std::regex pattern("rank " + std::to_string(rank) + ": ([0-9]+) checks passed, 0 failed");
-    ASSERT_TRUE(std::regex_search(results[rank].output, summary, pattern)) << describe(results);
-    EXPECT_GE(std::stoi(summary[1]), min_checks) << describe(results);
+// The names of ddp_test_worker's "stress" scenario, which runs 200 rounds
+// of the plan in tests/shm/shm_checks.hpp.
+std::set<std::string> stressCheckNames(int world) {
+  std::set<std::string> names;
+  for (const auto& round : stressPlan(200, world)) {
+    for (const auto& collective : round) names.insert(collective.name);
   }
+  return names;
 }
 
 // `nodes` nodes of `world / nodes` ranks each, as torchrun lays them out.
-EnvironmentFor onNodes(int nodes) {
-  return [nodes](int rank, int world, int port) {
-    auto env = torchrunEnvironment(rank, world, port);
-    const int per_node = world / nodes;
-    env["LOCAL_RANK"] = std::to_string(rank % per_node);
-    env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
-    env["GROUP_RANK"] = std::to_string(rank / per_node);
-    return env;
-  };
-}
-
 std::set<std::string> segmentsInDevShm() {
   std::set<std::string> names;
   if (DIR* dir = opendir("/dev/shm")) {
@@ -65,28 +57,28 @@ TEST_P(ShmWorld, EqualsGlooAndClosedFormsForEveryDtypeOpAndSize) {
   const int world = GetParam();
   auto results = runRanks(world, {"shm-vs-gloo", "--backend", "gloo"}, torchrunEnvironment,
                           std::chrono::seconds(200));
-  // 6 dtypes x 7 sizes x (5 ops x 2 + roots + 1), 6 dtypes x 6 sizes x 3
-  // reduce-scatters x 2, one long reduce-scatter, 4 checks at 64 MiB.
-  expectAllPassed(results, 6 * 7 * (10 + world + 1) + 6 * 6 * 6 + 1 + 4);
+  // Every dtype and size: each op against Gloo and the closed form, every
+  // root, all-gather, reduce-scatters; one long reduce-scatter; 64 MiB.
+  expectChecks(results, shmAgainstGlooCheckNames(world));
 }
 
 TEST_P(ShmWorld, EveryCollectiveMatchesItsClosedForm) {
   const int world = GetParam();
   auto results = runRanks(world, {"collectives", "--backend", "shm"});
-  expectAllPassed(results, 100);
+  expectChecks(results, collectiveCheckNames(world));
   for (const auto& r : results) EXPECT_EQ(r.output.find("backend=gloo"), std::string::npos);
 }
 
 TEST_P(ShmWorld, OverlappingCollectivesUnderStress) {
   auto results = runRanks(GetParam(), {"stress", "--backend", "shm"}, torchrunEnvironment,
                           std::chrono::seconds(120));
-  expectAllPassed(results, 200);
+  expectChecks(results, stressCheckNames(GetParam()));
 }
 
 TEST_P(ShmWorld, DistributedDataParallelTrainsAsOneProcess) {
   const int world = GetParam();
   auto results = runRanks(world, {"ddp", "--backend", "shm"});
-  expectAllPassed(results, 12);
+  expectChecksPerRank(results, ddpCheckNames);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmWorld, ::testing::Values(1, 2, 3, 4),
@@ -103,10 +95,7 @@ TEST(ShmAuto, PicksSharedMemoryOnOneNode) {
 
 TEST(ShmHierarchical, AutoPicksItAcrossNodesAndEveryCollectiveIsRight) {
   auto results = runRanks(4, {"collectives"}, onNodes(2));
-  expectAllPassed(results, 100);
-  for (const auto& r : results) {
-    EXPECT_NE(r.output.find("rank "), std::string::npos);
-  }
+  expectChecks(results, collectiveCheckNames(4));
   auto topology = runRanks(4, {"topology"}, onNodes(2));
   for (const auto& r : topology) {
     EXPECT_NE(r.output.find("backend=" + autoBackendName("hierarchical(shm,gloo)")), std::string::npos)
@@ -123,12 +112,12 @@ TEST(ShmHierarchical, UnevenNodesAndStress) {
     env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
     return env;
   };
-  expectAllPassed(runRanks(3, {"collectives"}, layout), 100);
-  expectAllPassed(runRanks(3, {"stress"}, layout, std::chrono::seconds(120)), 200);
+  expectChecks(runRanks(3, {"collectives"}, layout), collectiveCheckNames(3));
+  expectChecks(runRanks(3, {"stress"}, layout, std::chrono::seconds(120)), stressCheckNames(3));
 }
 
 TEST(ShmHierarchical, DistributedDataParallelTrainsAsOneProcess) {
-  expectAllPassed(runRanks(4, {"ddp"}, onNodes(2)), 12);
+  expectChecksPerRank(runRanks(4, {"ddp"}, onNodes(2)), ddpCheckNames);
 }
 
 TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
@@ -142,16 +131,7 @@ TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
   }
 }
 
-TEST(ShmErrors, StalledPeerFailsAfterTheCollectiveTimeout) {
-  auto results = runRanks(2, {"stall", "--backend", "shm", "--collective-timeout-ms", "1500",
-                              "--stall-ms", "8000"},
-                          torchrunEnvironment, std::chrono::seconds(40));
-  EXPECT_EQ(results[0].exit_code, kTimeout) << describe(results);
-  EXPECT_NE(results[0].output.find("allReduce(sum) of 1024 float32 elements"), std::string::npos)
-      << describe(results);
-  EXPECT_GE(results[0].seconds, 1.4) << describe(results);
-  EXPECT_LT(results[0].seconds, 7.5) << "rank 0 waited for the stalled peer: " << describe(results);
-}
+// A stalled peer: FoundationErrors.StalledPeerTimesOutOnShm (tests/multiprocess/errors_test.cpp).
 
 TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
   auto results = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "20000"},
@@ -163,7 +143,9 @@ TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
                                    ") exited without reaching it"),
             std::string::npos)
       << describe(results);
-  EXPECT_LT(results[0].seconds, 10.0) << describe(results);
+  // Noticed before the timeout, not by it (a hang is the harness's deadline).
+  EXPECT_GE(failedAfterMs(results[0]), 0) << describe(results);
+  EXPECT_LT(failedAfterMs(results[0]), 20000) << describe(results);
 }
 
 TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
@@ -171,7 +153,7 @@ TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
   runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "5000"},
            torchrunEnvironment, std::chrono::seconds(40));
   auto results = runRanks(3, {"collectives", "--backend", "shm"});
-  expectAllPassed(results, 100);
+  expectChecks(results, collectiveCheckNames(3));
   const auto after = segmentsInDevShm();
   for (const auto& name : after) EXPECT_TRUE(before.count(name)) << "left behind: " << name;
 }

@@ -5,13 +5,16 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/models.hpp"
+#include "common/named_checks.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/sync_batch_norm.hpp"
@@ -30,6 +33,12 @@ float relativeError(const torch::Tensor& got, const torch::Tensor& expected) {
          std::max(scale, 1e-12f);
 }
 
+// The larger of a and b, or NaN when either is (std::max(0, NaN) is 0, and
+// a NaN result would pass).
+float maxKeepingNaN(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+}
+
 // One configuration: the shape after (N, C), every rank's batch size, the
 // BatchNorm options.
 struct Case {
@@ -44,7 +53,7 @@ class Checker {
   explicit Checker(std::shared_ptr<ProcessGroup> group)
       : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
 
-  CheckReport report() const { return report_; }
+  int failed() const { return checks_.failed(); }
 
   void close(const std::string& what, const torch::Tensor& got, const torch::Tensor& expected) {
     const float error = relativeError(got, expected);
@@ -53,11 +62,7 @@ class Checker {
   }
 
   void record(const std::string& what, bool ok, const std::string& detail) {
-    if (ok) {
-      ++report_.passed;
-    } else {
-      report_.failures.push_back("rank " + std::to_string(rank_) + ": " + what + ": " + detail);
-    }
+    checks_.check(what, ok, detail);
   }
 
   // This rank's rows of a tensor holding every rank's rows in rank order.
@@ -128,7 +133,9 @@ class Checker {
       record(c.name + ": num_batches_tracked",
              sync->num_batches_tracked.item<int64_t>() == 3 &&
                  ref_buffers["num_batches_tracked"].item<int64_t>() == 3,
-             "got " + std::to_string(sync->num_batches_tracked.item<int64_t>()));
+             "got " + std::to_string(sync->num_batches_tracked.item<int64_t>()) + " (reference " +
+                 std::to_string(ref_buffers["num_batches_tracked"].item<int64_t>()) +
+                 "), expected 3");
     }
     // Eval: running statistics (or local batch statistics), no collective.
     // Ranks run different numbers of eval passes: a collective inside would
@@ -260,13 +267,13 @@ class Checker {
     }
     auto got = net->parameters(), expected = reference->parameters();
     float worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, relativeError(got[i], expected[i]));
+    for (size_t i = 0; i < got.size(); ++i) worst = maxKeepingNaN(worst, relativeError(got[i], expected[i]));
     record("SyncBatchNorm ConvNet under DDP trains as one process on the whole batch",
            worst <= kTolerance, "max relative error " + std::to_string(worst));
     auto got_buffers = net->buffers(), expected_buffers = reference->buffers();
     worst = 0;
     for (size_t i = 0; i < got_buffers.size(); ++i) {
-      worst = std::max(worst, relativeError(got_buffers[i], expected_buffers[i]));
+      worst = maxKeepingNaN(worst, relativeError(got_buffers[i], expected_buffers[i]));
     }
     record("its running statistics equal the whole batch's", worst <= kTolerance,
            "max relative error " + std::to_string(worst));
@@ -275,17 +282,17 @@ class Checker {
  private:
   std::shared_ptr<ProcessGroup> group_;
   int rank_, world_;
-  CheckReport report_;
+  NamedChecks checks_;
 };
 
 }  // namespace
 
-CheckReport checkSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group) {
+int checkSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group) {
   Checker checker(group);
   for (const auto& c : checker.cases()) checker.layer(c);
   checker.oneSamplePerRank();
   checker.convertedConvNet();
-  return checker.report();
+  return checker.failed();
 }
 
 }  // namespace ddp::testing

@@ -3,8 +3,9 @@
 //
 //   sync_batch_norm_test_worker check [BACKEND]   (default gloo)
 //
-// Prints "rank R: P checks passed, F failed" and exits 0 when F is 0; on a
-// ddp::Error prints "error: <message>" and exits with its code.
+// Prints each check by name (tests/common/named_checks.hpp) and exits 0 when
+// none failed; on a ddp::Error prints "error: <message>" and exits with its
+// code.
 
 #include <chrono>
 #include <iostream>
@@ -24,11 +25,9 @@ int main(int argc, char** argv) {
     const std::string backend = argc > 2 ? argv[2] : "gloo";
     auto group = ddp::init(ddp::InitOptions().backend(backend).collective_timeout(
         std::chrono::seconds(30)));
-    auto report = ddp::testing::checkSyncBatchNorm(group);
-    for (const auto& failure : report.failures) std::cout << failure << "\n";
-    std::cout << "rank " << group->rank() << ": " << report.passed << " checks passed, "
-              << report.failures.size() << " failed" << std::endl;
-    return report.failures.empty() ? 0 : 1;
+    const int failed = ddp::testing::checkSyncBatchNorm(group);
+    if (failed > 0) std::cout << "rank " << group->rank() << ": " << failed << " check(s) failed\n";
+    return failed > 0 ? 1 : 0;
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return static_cast<int>(ddp::exitCodeFor(e));

@@ -2,7 +2,8 @@
 // timeline_test.cpp with DDP_TIMELINE set.
 //
 //   timeline_test_worker record BACKEND   every kind of collective ddp issues;
-//                                         checks its own file, prints counts
+//                                         checks its own file (named checks,
+//                                         tests/common/named_checks.hpp)
 //   timeline_test_worker killed BACKEND   rank 1 SIGKILLs itself mid-run with
 //                                         a collective in flight
 //
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/named_checks.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/horovod.hpp"
@@ -41,26 +43,28 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Named checks; report() gives the exit code.
 class Checks {
  public:
-  void expect(bool ok, const std::string& what) {
-    if (ok) {
-      ++passed_;
-    } else {
-      failures_.push_back(what);
-    }
+  void expect(const std::string& name, bool ok, const std::string& detail) {
+    checks_.check(name, ok, detail);
   }
   int report(int rank) const {
-    for (const auto& f : failures_) std::cout << "rank " << rank << ": FAILED " << f << "\n";
-    std::cout << "rank " << rank << ": " << passed_ << " timeline checks passed, "
-              << failures_.size() << " failed\n";
-    return failures_.empty() ? 0 : 1;
+    if (checks_.failed() == 0) return 0;
+    std::cout << "rank " << rank << ": " << checks_.failed() << " check(s) failed\n";
+    return 1;
   }
 
  private:
-  int passed_ = 0;
-  std::vector<std::string> failures_;
+  ddp::testing::NamedChecks checks_;
 };
+
+// "name: got N, expected M" for a count check.
+std::string counted(const std::vector<nlohmann::json>& events, const std::string& prefix,
+                    int64_t expected) {
+  return "'" + prefix + "' events: got " + std::to_string(ddp::testing::countNamed(events, prefix)) +
+         ", expected " + std::to_string(expected);
+}
 
 // User collectives: 9 in all, 8 outside any scope and 1 named.
 void userCollectives(ddp::ProcessGroup& group) {
@@ -115,7 +119,7 @@ void trainHorovod(const std::shared_ptr<ddp::ProcessGroup>& group, int64_t fusio
 int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   auto group = std::make_shared<CountingGroup>(real);
   Checks checks;
-  checks.expect(ddp::timeline::recording(), "DDP_TIMELINE started the timeline");
+  checks.expect("DDP_TIMELINE started the timeline", ddp::timeline::recording(), "not recording");
   const std::string path = ddp::timeline::currentPath();
 
   userCollectives(*group);
@@ -127,25 +131,41 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   // The file is read while the timeline is still being recorded: it must
   // be complete JSON at every moment.
   nlohmann::json trace = ddp::testing::readTrace(path);
-  checks.expect(trace.is_array(), "the file parses as a JSON array while recording");
+  checks.expect("the file parses as a JSON array while recording", trace.is_array(),
+                "it does not: " + path);
   auto events = ddp::testing::completeEvents(trace);
-  checks.expect(static_cast<int64_t>(events.size()) == issued,
-                "one event per collective: " + std::to_string(events.size()) + " events, " +
-                    std::to_string(issued) + " collectives issued");
-  checks.expect(ddp::timeline::eventsWritten() == issued, "eventsWritten() counts them");
-  checks.expect(ddp::testing::countNamed(events, "ddp.bucket ") == ddp_buckets,
-                "one ddp.bucket event per DDP bucket reduced (" + std::to_string(ddp_buckets) + ")");
-  checks.expect(ddp::testing::countNamed(events, "hvd.fusion_buffer 0") == 2,
-                "one fusion-buffer all-reduce per fused step");
-  checks.expect(ddp::testing::countNamed(events, "hvd.allreduce ") == 6,
-                "one all-reduce per gradient without fusion");
-  checks.expect(ddp::testing::countNamed(events, "hvd.broadcast_parameters") == 2 * 2,
-                "broadcast_parameters: a fingerprint all-reduce and one broadcast, twice");
-  checks.expect(ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
-                "broadcast_optimizer_state: two agreements, the description (2) and the "
-                "state (1), twice");
-  checks.expect(ddp::testing::countNamed(events, "user.metrics") == 1, "a NameScope names");
-  checks.expect(ddp::testing::countNamed(events, "allReduce(sum)") == 1 &&
+  checks.expect("one event per collective", static_cast<int64_t>(events.size()) == issued,
+                std::to_string(events.size()) + " events, " + std::to_string(issued) +
+                    " collectives issued");
+  checks.expect("eventsWritten() counts them", ddp::timeline::eventsWritten() == issued,
+                std::to_string(ddp::timeline::eventsWritten()) + ", expected " +
+                    std::to_string(issued));
+  checks.expect("one ddp.bucket event per DDP bucket reduced",
+                ddp::testing::countNamed(events, "ddp.bucket ") == ddp_buckets,
+                counted(events, "ddp.bucket ", ddp_buckets));
+  checks.expect("one fusion-buffer all-reduce per fused step",
+                ddp::testing::countNamed(events, "hvd.fusion_buffer 0") == 2,
+                counted(events, "hvd.fusion_buffer 0", 2));
+  checks.expect("one all-reduce per gradient without fusion",
+                ddp::testing::countNamed(events, "hvd.allreduce ") == 6,
+                counted(events, "hvd.allreduce ", 6));
+  checks.expect("broadcast_parameters: a fingerprint all-reduce and one broadcast, twice",
+                ddp::testing::countNamed(events, "hvd.broadcast_parameters") == 2 * 2,
+                counted(events, "hvd.broadcast_parameters", 2 * 2));
+  checks.expect("broadcast_optimizer_state: two agreements, the description (2) and the "
+                "state (1), twice",
+                ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
+                counted(events, "hvd.broadcast_optimizer_state", 2 * 5));
+  checks.expect("a NameScope names", ddp::testing::countNamed(events, "user.metrics") == 1,
+                counted(events, "user.metrics", 1));
+  std::string unscoped;
+  for (const char* op : {"allReduce(sum)", "allReduce(average)", "allReduce(max)",
+                         "allReduce(min)", "broadcast", "allGather", "reduceScatter(sum)",
+                         "barrier"}) {
+    unscoped += std::string(unscoped.empty() ? "" : "; ") + counted(events, op, 1);
+  }
+  checks.expect("collectives outside any scope are named by their operation",
+                ddp::testing::countNamed(events, "allReduce(sum)") == 1 &&
                     ddp::testing::countNamed(events, "allReduce(average)") == 1 &&
                     ddp::testing::countNamed(events, "allReduce(max)") == 1 &&
                     ddp::testing::countNamed(events, "allReduce(min)") == 1 &&
@@ -153,9 +173,9 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
                     ddp::testing::countNamed(events, "allGather") == 1 &&
                     ddp::testing::countNamed(events, "reduceScatter(sum)") == 1 &&
                     ddp::testing::countNamed(events, "barrier") == 1,
-                "collectives outside any scope are named by their operation");
-  checks.expect(ddp::testing::firstOverlap(events).empty(),
-                "no two events overlap on a lane: " + ddp::testing::firstOverlap(events));
+                unscoped);
+  checks.expect("no two events overlap on a lane", ddp::testing::firstOverlap(events).empty(),
+                ddp::testing::firstOverlap(events) + " overlap");
   bool fields_ok = !events.empty();
   int never_waited = 0;
   for (const auto& event : events) {
@@ -164,13 +184,16 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
                 event.at("cat") == "collective";
     if (!event.at("args").at("waited").get<bool>()) ++never_waited;
   }
-  checks.expect(fields_ok, "every event has pid = rank, a wall-clock ts and dur >= 0");
-  checks.expect(never_waited == 1, "the one Work never waited on is marked waited=false");
+  checks.expect("every event has pid = rank, a wall-clock ts and dur >= 0", fields_ok,
+                "an event has not (or there are none)");
+  checks.expect("the one Work never waited on is marked waited=false", never_waited == 1,
+                std::to_string(never_waited) + " events marked waited=false");
   const auto& first = events.front();
-  checks.expect(first.at("args").at("bytes") == 4000 && first.at("args").at("numel") == 1000 &&
-                    first.at("args").at("dtype") == "float32" && first.at("args").at("op") == "allReduce" &&
-                    first.at("args").at("reduce") == "sum",
-                "the first event describes a 1000-element float32 sum: " + first.dump());
+  checks.expect("the first event describes a 1000-element float32 sum",
+                first.at("args").at("bytes") == 4000 && first.at("args").at("numel") == 1000 &&
+                    first.at("args").at("dtype") == "float32" &&
+                    first.at("args").at("op") == "allReduce" && first.at("args").at("reduce") == "sum",
+                first.dump());
   std::cout << "rank " << real->rank() << ": collectives issued: " << issued << "\n";
   return checks.report(real->rank());
 }

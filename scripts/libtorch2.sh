@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds ddp against LibTorch 2.6 (Debian 13 "trixie"'s libtorch-dev) and
+# runs the whole test suite there, in a Debian 13 root made with debootstrap.
+#
+#   bash scripts/libtorch2.sh [--setup-only] [--build-only]
+#
+# The root lives outside the work tree, in DDP_DEBIAN13_ROOT
+# (/var/cache/ddp/trixie), and is reused when present: a second run costs
+# only the build and the tests. The work tree is bind-mounted into the root
+# at its own path, with /proc, /dev and /dev/shm; the build goes to
+# build-libtorch2/ (DDP_LIBTORCH2_BUILD). Needs root (debootstrap, mount,
+# chroot) and Debian's archive (apt); scripts/debian13-root.sh does that part.
+#   --setup-only  make or update the root, then stop
+#   --build-only  also build, but run no test
+# Environment: DDP_TEST_JOBS (2), DDP_BUILD_JOBS (all cores).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+root=${DDP_DEBIAN13_ROOT:-/var/cache/ddp/trixie}
+build=${DDP_LIBTORCH2_BUILD:-build-libtorch2}
+mode=all
+case "${1:-}" in
+  --setup-only) mode=setup ;;
+  --build-only) mode=build ;;
+  "") ;;
+  *) echo "usage: $0 [--setup-only|--build-only]" >&2; exit 2 ;;
+esac
+
+# What the suite needs, as scripts/install-deps.sh installs on Debian 12 (the
+# Debian 13 names are the same); ninja for a faster build.
+packages=(
+  cmake g++ make ninja-build ccache pkg-config
+  libtorch-dev libgloo-dev
+  libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  gnuplot-nox dataset-fashion-mnist
+)
+
+start=$(date +%s)
+say() { echo "libtorch2: $* ($(( $(date +%s) - start )) s)"; }
+source "$repo/scripts/debian13-root.sh"
+root_open "$root" "$repo"
+root_install "$root" "${packages[@]}"
+say "root ready: $(in_root "$root" dpkg-query -W -f='libtorch-dev ${Version}' libtorch-dev)"
+[[ $mode == setup ]] && exit 0
+
+# --- Build.
+jobs=${DDP_BUILD_JOBS:-$(nproc)}
+say "building into $build"
+mkdir -p "$repo/$build"
+log="$repo/$build/build.log"
+in_root "$root" bash -c "cd '$repo' && cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  && cmake --build '$build' -j$jobs" >"$log" 2>&1 || {
+  tail -n 40 "$log" >&2
+  say "build FAILED (the whole log: $build/build.log)"
+  exit 1
+}
+say "built: $(grep -o 'ddp: LibTorch [0-9.]*' "$log" | head -n 1)"
+[[ $mode == build ]] && exit 0
+
+# --- The whole suite.
+say "running the test suite"
+in_root "$root" bash -c "cd '$repo' && ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-2} --timeout 600"
+say "LibTorch 2.6: the whole suite passed"
