@@ -8,8 +8,9 @@
 # (/var/cache/ddp/trixie), and is reused when present: a second run costs
 # only the build and the tests. The work tree is bind-mounted into the root
 # at its own path, with /proc, /dev and /dev/shm; the build goes to
-# build-libtorch2/ (DDP_LIBTORCH2_BUILD). Needs root (debootstrap, mount,
-# chroot) and Debian's archive (apt); scripts/debian13-root.sh does that part.
+# build-libtorch2/ (DDP_LIBTORCH2_BUILD), without the benchmarks (not
+# tests). Needs root (debootstrap, mount, chroot) and Debian's archive (apt);
+# scripts/debian13-root.sh does that part.
 #   --setup-only  make or update the root, then stop
 #   --build-only  also build, but run no test
 # Environment: DDP_TEST_JOBS (2), DDP_BUILD_JOBS (all cores).
@@ -48,7 +49,7 @@ jobs=${DDP_BUILD_JOBS:-$(nproc)}
 say "building into $build"
 mkdir -p "$repo/$build"
 log="$repo/$build/build.log"
-in_root "$root" bash -c "cd '$repo' && cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+in_root "$root" bash -c "cd '$repo' && cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_BUILD_BENCHMARKS=OFF \
   && cmake --build '$build' -j$jobs" >"$log" 2>&1 || {
   tail -n 40 "$log" >&2
   say "build FAILED (the whole log: $build/build.log)"
