@@ -246,17 +246,23 @@ class Checker {
            scaler.get_scale() == 65536.0, "scale " + std::to_string(scaler.get_scale()));
     // bfloat16 activations and their gradients round differently in
     // SyncBatchNorm and in BatchNorm, and the batch-norm biases (sums of
-    // such gradients, starting at 0) stay small: differences within 2e-2 of
-    // each parameter's magnitude, or of 0.05 when it is smaller.
+    // such gradients, starting at 0) stay small: differences within 1e-2 of
+    // each parameter's magnitude, or of 0.05 when it is smaller. Measured:
+    // 0.0050 here, 0.022 with plain (per-rank) BatchNorm instead of
+    // SyncBatchNorm, which 2e-2 let through by a hair.
     const float error = worstRelativeError(net->parameters(), reference->parameters(), 0.05f);
-    record("O1 ConvNet with SyncBatchNorm matches one process within 2e-2", error <= 2e-2f,
-           "max relative error " + std::to_string(error));
+    record("O1 ConvNet with SyncBatchNorm matches one process within 1e-2", error <= 1e-2f,
+           "max relative error " + std::to_string(error) + " > 1e-2");
     torch::Tensor loss_sum = torch::tensor({ddp_loss});
     group_->allReduce(loss_sum, ReduceOp::kSum);
     const float mean_loss = loss_sum.item<float>() / world_;
-    record("O1 ConvNet with SyncBatchNorm: last loss within 1e-2 of one process's",
-           std::abs(mean_loss - last_loss) <= 1e-2f,
-           std::to_string(mean_loss) + " vs " + std::to_string(last_loss));
+    // Measured: 3.8e-4 apart here, 1.4e-3 with plain (per-rank) BatchNorm,
+    // which the former tolerance of 1e-2 let through.
+    record("O1 ConvNet with SyncBatchNorm: last loss within 7e-4 of one process's",
+           std::abs(mean_loss - last_loss) <= 7e-4f,
+           "mean loss over ranks " + std::to_string(mean_loss) + ", one process " +
+               std::to_string(last_loss) + ": " + std::to_string(std::abs(mean_loss - last_loss)) +
+               " apart");
     record("O1 ConvNet reference loss decreases", last_loss < first_loss,
            std::to_string(first_loss) + " -> " + std::to_string(last_loss));
   }

@@ -175,6 +175,7 @@ class DdpChecker {
   // BatchNorm keeps per-rank batch statistics, so the reference runs each
   // rank's chunk separately; the buffers follow rank 0 (broadcast_buffers).
   void convNet() {
+    std::vector<torch::Tensor> buffers_after_mine;  // rank 0's, then this rank's batch
     torch::manual_seed(11 + rank_);
     DistributedDataParallel model(ConvNet(), group_);
     torch::manual_seed(11);
@@ -194,6 +195,7 @@ class DdpChecker {
         (torch::cross_entropy_loss(reference->forward(chunk(b.x, r)), chunk(b.y, r)) / world_)
             .backward();
         if (r == 0) buffers_after_rank0 = clone(reference->buffers());
+        if (r == rank_) buffers_after_mine = clone(reference->buffers());
         assign(reference->buffers(), saved);
       }
       assign(reference->buffers(), buffers_after_rank0);
@@ -205,6 +207,12 @@ class DdpChecker {
     if (rank_ == 0) {
       expectClose("ConvNet buffers on rank 0 follow rank 0's batches", module->buffers(),
                   reference->buffers(), 1e-5f);
+    } else {
+      // Rank 0's own buffers are the same with or without broadcast_buffers;
+      // another rank's show it: rank 0's before the last step, then updated
+      // by this rank's last batch.
+      expectClose("ConvNet buffers are rank 0's updated by this rank's last batch",
+                  module->buffers(), buffers_after_mine, 1e-5f);
     }
   }
 

@@ -19,8 +19,9 @@ namespace ddp::testing {
 /// many failed.
 int checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names checkDistributedDataParallel() reports on `rank` (rank 0 also
-/// checks the ConvNet's buffers), for the parent test.
+/// The names checkDistributedDataParallel() reports on `rank` (the ConvNet's
+/// buffers are checked one way on rank 0, another on the others), for the
+/// parent test.
 inline std::set<std::string> ddpCheckNames(int rank) {
   std::set<std::string> names{
       "MLP matches single-process training",
@@ -37,7 +38,8 @@ inline std::set<std::string> ddpCheckNames(int rank) {
       "bf16_compress hook result is exactly representable in bfloat16",
       "reductions started during backward",
       "reductions started during backward (delay_allreduce)"};
-  if (rank == 0) names.insert("ConvNet buffers on rank 0 follow rank 0's batches");
+  names.insert(rank == 0 ? "ConvNet buffers on rank 0 follow rank 0's batches"
+                         : "ConvNet buffers are rank 0's updated by this rank's last batch");
   return names;
 }
 

@@ -17,7 +17,7 @@ class DdpTraining : public ::testing::TestWithParam<int> {};
 TEST_P(DdpTraining, MatchesSingleProcessTraining) {
   const int world = GetParam();
   auto results = runRanks(world, {"ddp", "--backend", "gloo"});
-  // Rank 0 also checks the ConvNet's buffers.
+  // The ConvNet's buffers are checked one way on rank 0, another on the others.
   expectChecksPerRank(results, ddpCheckNames);
 }
 
