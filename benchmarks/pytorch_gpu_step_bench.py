@@ -24,24 +24,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Fashion-MNIST's pixel statistics, as ddp::data::FashionMnistOptions.
-MEAN, STD = 0.2860, 0.3530
-
-
-class ConvNet(nn.Module):
-    """The same layers as ddp::examples::ConvNet (examples/common/models.hpp)."""
-
-    def __init__(self):
-        super().__init__()
-        self.layer1 = nn.Sequential(nn.Conv2d(1, 16, 5, stride=1, padding=2), nn.BatchNorm2d(16),
-                                    nn.ReLU(), nn.MaxPool2d(2, stride=2))
-        self.layer2 = nn.Sequential(nn.Conv2d(16, 32, 5, stride=1, padding=2), nn.BatchNorm2d(32),
-                                    nn.ReLU(), nn.MaxPool2d(2, stride=2))
-        self.fc = nn.Linear(7 * 7 * 32, 10)
-
-    def forward(self, x):
-        x = self.layer2(self.layer1(x))
-        return self.fc(x.reshape(x.size(0), -1))
+# The ConvNet, the idx reader and Fashion-MNIST's pixel statistics are the
+# CPU benchmark's (this directory is on sys.path when run as a script).
+from pytorch_ddp_bench import MEAN, STD, ConvNet, read_idx_gz  # noqa: E402
 
 
 class BasicBlock(nn.Module):
@@ -81,12 +66,6 @@ class ResNet18(nn.Module):
         h = F.relu(self.bn1(self.conv1(x)))
         h = self.layer4(self.layer3(self.layer2(self.layer1(h))))
         return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
-
-
-def read_idx_gz(path, header_bytes):
-    opener = gzip.open if os.path.exists(path) else open
-    with opener(path if os.path.exists(path) else path[:-3], "rb") as f:
-        return np.frombuffer(f.read(), dtype=np.uint8, offset=header_bytes)
 
 
 def fashion_mnist(root, device):
