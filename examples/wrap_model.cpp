@@ -1,4 +1,4 @@
-// The README's example of wrapping a model, built so that it stays true.
+// The wrap-a-model example of docs/guide/ddp.md, built so that it stays true.
 #include <ddp/ddp.hpp>
 #include <torch/torch.h>
 

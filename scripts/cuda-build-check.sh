@@ -7,7 +7,7 @@
 # with a message); says why when they cannot. Not part of CI: the root
 # needs about 2.4 GB of packages.
 #
-#   bash scripts/cuda-build-check.sh
+#   bash scripts/cuda-build-check.sh [--setup-only]
 #
 # Root: DDP_DEBIAN13_CUDA_ROOT (/var/cache/ddp/trixie-cuda), reused; build:
 # build-cuda/. Prints a summary last; exits non-zero when the build fails.
@@ -20,6 +20,13 @@
 # --allow-shlib-undefined (libtorch_cuda.so's cuDNN symbols stay unresolved,
 # as they are until run time anyway), and the binaries cannot be loaded.
 # Where the download succeeded, nothing of this applies and the suite runs.
+# Where this machine has a cuDNN 9 of its own (DDP_CUDNN_DIR, or the CUDA
+# toolkit's lib directory under /usr/local), its libcudnn.so.9 is bind-mounted
+# into the root at /opt/ddp-cudnn and put on the test run's library path: the
+# binaries then link normally and load, the CPU tests run, and the GPU tests
+# skip with their message. libcudnn.so.9 itself needs only the C and C++
+# runtimes and is never called without a GPU; a cuDNN built for another CUDA
+# major version is good for loading only, and the summary names the file.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${DDP_DEBIAN13_CUDA_ROOT:-/var/cache/ddp/trixie-cuda}
@@ -30,6 +37,12 @@ packages=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
 )
+mode=all
+case "${1:-}" in
+  --setup-only) mode=setup ;;
+  "") ;;
+  *) echo "usage: $0 [--setup-only]" >&2; exit 2 ;;
+esac
 start=$(date +%s)
 say() { echo "cuda-build-check: $* ($(( $(date +%s) - start )) s)"; }
 source "$repo/scripts/debian13-root.sh"
@@ -52,8 +65,25 @@ for f in /usr/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp /usr/incl
   [[ -f "$root$f" ]] || { say "missing $f in the root"; exit 1; }
 done
 cudnn=present
-in_root "$root" bash -c 'ls /usr/lib/*/libcudnn.so.9* >/dev/null 2>&1' || cudnn=absent
-say "root ready: $(in_root "$root" dpkg-query -W -f='libtorch-cuda-dev ${Version}, ' libtorch-cuda-dev)$(in_root "$root" dpkg-query -W -f='libnccl-dev ${Version}' libnccl-dev); libcudnn.so.9 $cudnn"
+test_env=()
+if ! in_root "$root" bash -c 'ls /usr/lib/*/libcudnn.so.9* >/dev/null 2>&1'; then
+  cudnn=absent
+  machine_cudnn=""
+  for dir in ${DDP_CUDNN_DIR:-} /usr/local/cuda*/lib /usr/local/cuda*/lib64 /usr/lib/x86_64-linux-gnu; do
+    [[ -f "$dir/libcudnn.so.9" ]] && { machine_cudnn=$dir; break; }
+  done
+  if [[ -n "$machine_cudnn" ]]; then
+    mkdir -p "$root/opt/ddp-cudnn"
+    if ! mountpoint -q "$root/opt/ddp-cudnn"; then
+      mount --bind "$machine_cudnn" "$root/opt/ddp-cudnn"
+      root_mounted+=("$root/opt/ddp-cudnn")
+    fi
+    cudnn="this machine's ($(readlink -f "$machine_cudnn/libcudnn.so.9"), for loading only)"
+    test_env=(LD_LIBRARY_PATH=/opt/ddp-cudnn)
+  fi
+fi
+say "root ready: $(in_root "$root" dpkg-query -W -f='libtorch-cuda-dev ${Version}, ' libtorch-cuda-dev)$(in_root "$root" dpkg-query -W -f='libnccl-dev ${Version}' libnccl-dev); libcudnn.so.9: $cudnn"
+[[ $mode == setup ]] && exit 0
 
 # --- Build everything, NCCL required.
 flags=(-DDDP_NCCL=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -61,6 +91,9 @@ flags=(-DDDP_NCCL=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [[ $cudnn == absent ]]; then
   flags+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined
           -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
+elif [[ ${#test_env[@]} -gt 0 ]]; then
+  flags+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,/opt/ddp-cudnn
+          -DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,/opt/ddp-cudnn)
 fi
 mkdir -p "$repo/$build"
 log="$repo/$build/build.log"
@@ -78,12 +111,12 @@ say "built: $configured; $targets targets linked; libddp.a references c10d::Proc
 [[ "$configured" == *"nccl backend: ON"* && $nccl_symbols -gt 0 ]] || { say "the NCCL engine was not compiled in"; exit 1; }
 
 # --- The suite, where the binaries can load.
-unresolved=$(in_root "$root" ldd "$repo/$build/bin/unit_tests" | awk '/not found/ {print $1}' | tr '\n' ' ')
+unresolved=$(in_root "$root" env "${test_env[@]}" ldd "$repo/$build/bin/unit_tests" | awk '/not found/ {print $1}' | tr '\n' ' ')
 if [[ -n "$unresolved" ]]; then
   say "summary: the CUDA build compiles and links; its binaries cannot load here (missing: $unresolved), so no test ran"
   exit 0
 fi
 say "running the test suite (no GPU: GPU tests skip)"
-in_root "$root" bash -c "cd '$repo' && ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-2} --timeout 600" |
+in_root "$root" env "${test_env[@]}" bash -c "cd '$repo' && ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-2} --timeout 600" |
   tee "$repo/$build/ctest.log"
 say "summary: the CUDA build compiles, links, and $(grep -E 'tests passed' "$repo/$build/ctest.log" | tail -n 1)"

@@ -6,6 +6,8 @@
 #include "backends/backends.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/tcp_store.hpp"
+#include "ddp/timeline.hpp"
+#include "timeline/timeline_process_group.hpp"
 
 namespace ddp {
 namespace {
@@ -79,13 +81,8 @@ compat::StorePtr connectStore(const Topology& topology, std::chrono::millisecond
   return c10::make_intrusive<c10d::PrefixStore>("ddp/engine", store);
 }
 
-}  // namespace
-
-std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
-  return init(options, captureEnvironment());
-}
-
-std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
+// The engine InitOptions::backend names.
+std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const EnvironmentMap& env) {
   validate(options);
   TopologyOverrides overrides;
   overrides.rank = options.rank();
@@ -113,6 +110,18 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options, const Environment
     return backends::makeShmProcessGroup(context, backends::groupRanksByNode(context));
   }
   return backends::makeAutoProcessGroup(context);
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
+  return init(options, captureEnvironment());
+}
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
+  std::shared_ptr<ProcessGroup> group = timeline::recorded(makeGroup(options, env));
+  timeline::detail::startFromEnvironmentOnce(env, group->rank());
+  return group;
 }
 
 }  // namespace ddp

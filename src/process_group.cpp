@@ -6,7 +6,6 @@
 
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
-#include "horovod/timeline_recorder.hpp"
 
 namespace ddp {
 namespace {
@@ -71,16 +70,13 @@ const char* toString(ReduceOp op) noexcept {
 }
 
 ProcessGroup::ProcessGroup(Topology topology, std::chrono::milliseconds collective_timeout)
-    : topology_(std::move(topology)), collective_timeout_(collective_timeout) {
-  timeline::detail::startFromEnvironmentOnce(topology_.rank);
-}
+    : topology_(std::move(topology)), collective_timeout_(collective_timeout) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
 Work ProcessGroup::allReduceAsync(const at::Tensor& tensor, ReduceOp op) {
   checkTensor("allReduce", "input", tensor);
-  return timeline::detail::recordCollective({"allReduce", op, -1, &tensor},
-                                            [&] { return doAllReduce(tensor, op); });
+  return doAllReduce(tensor, op);
 }
 
 void ProcessGroup::allReduce(const at::Tensor& tensor, ReduceOp op) {
@@ -94,8 +90,7 @@ Work ProcessGroup::broadcastAsync(const at::Tensor& tensor, int root) {
                                " is outside the group (ranks 0 to " +
                                std::to_string(size() - 1) + "); pass an existing rank.");
   }
-  return timeline::detail::recordCollective({"broadcast", std::nullopt, root, &tensor},
-                                            [&] { return doBroadcast(tensor, root); });
+  return doBroadcast(tensor, root);
 }
 
 void ProcessGroup::broadcast(const at::Tensor& tensor, int root) {
@@ -114,8 +109,7 @@ Work ProcessGroup::allGatherAsync(const at::Tensor& output, const at::Tensor& in
                                std::to_string(input.numel() * size()) +
                                "; allocate it with size() * input.numel() elements.");
   }
-  return timeline::detail::recordCollective({"allGather", std::nullopt, -1, &input},
-                                            [&] { return doAllGather(output, input); });
+  return doAllGather(output, input);
 }
 
 void ProcessGroup::allGather(const at::Tensor& output, const at::Tensor& input) {
@@ -135,8 +129,7 @@ Work ProcessGroup::reduceScatterAsync(const at::Tensor& output, const at::Tensor
                                std::to_string(output.numel() * size()) +
                                "; size the input as size() * output.numel().");
   }
-  return timeline::detail::recordCollective({"reduceScatter", op, -1, &input},
-                                            [&] { return doReduceScatter(output, input, op); });
+  return doReduceScatter(output, input, op);
 }
 
 void ProcessGroup::reduceScatter(const at::Tensor& output, const at::Tensor& input,
@@ -145,8 +138,7 @@ void ProcessGroup::reduceScatter(const at::Tensor& output, const at::Tensor& inp
 }
 
 Work ProcessGroup::barrierAsync() {
-  return timeline::detail::recordCollective({"barrier", std::nullopt, -1, nullptr},
-                                            [&] { return doBarrier(); });
+  return doBarrier();
 }
 
 void ProcessGroup::barrier() { barrierAsync().wait(); }

@@ -53,7 +53,7 @@ inline void addCommonOptions(CLI::App& app, CommonOptions& o, bool reads_data) {
     try {
       ddp::training::requireGnuplot();
       return "";
-    } catch (const ddp::training::PlotError& e) {
+    } catch (const ddp::PlotError& e) {
       return e.what();
     }
   };

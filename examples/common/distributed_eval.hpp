@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "ddp/broadcast_tensors.hpp"
 #include "ddp/process_group.hpp"
 
 namespace ddp::examples {
@@ -17,12 +18,7 @@ namespace ddp::examples {
 /// that every rank evaluates the model rank 0 would save. (DDP broadcasts
 /// them before each forward, but each rank's last forward updated its own.)
 inline void broadcastBuffers(torch::nn::Module& module, ProcessGroup& group) {
-  torch::NoGradGuard no_grad;
-  for (auto& buffer : module.buffers()) {
-    torch::Tensor staged = buffer.contiguous();
-    group.broadcast(staged, 0);
-    if (!staged.is_same(buffer)) buffer.copy_(staged);
-  }
+  broadcast_tensors(group, module.buffers(), 0);
 }
 
 /// The fraction of `images` that `model` classifies as `labels`. Rank r

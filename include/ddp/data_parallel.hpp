@@ -110,8 +110,9 @@ class DataParallelImpl : public torch::nn::Module {
   /// device. Backward through the result leaves the gradient of the whole
   /// batch in the wrapped module's .grad.
   /// \throws InvalidArgumentError for an empty or 0-dimensional input, or
-  ///   scalar outputs; ddp::Error naming the replica (index and device) when
-  ///   a replica's forward throws, with the original message.
+  ///   scalar outputs. When a replica's forward throws, its error naming the
+  ///   replica (index and device) with the original message: a ddp error
+  ///   keeps its type, any other exception becomes ddp::Error.
   torch::Tensor forward(const torch::Tensor& input);
 
   /// One training step's forward and backward: `loss_fn(output, target)`
@@ -121,8 +122,8 @@ class DataParallelImpl : public torch::nn::Module {
   /// module's .grad. `target` is split like `input`. With balanced_memory,
   /// `loss_fn` runs on the replicas' threads, concurrently.
   /// \throws InvalidArgumentError when target's dimension 0 differs from
-  ///   input's, a loss is not a scalar, or gradients are disabled; ddp::Error
-  ///   naming the replica when one throws.
+  ///   input's, a loss is not a scalar, or gradients are disabled; a
+  ///   replica's error naming the replica when one throws (as forward()).
   torch::Tensor forward_backward(const torch::Tensor& input, const torch::Tensor& target,
                                  const LossFunction& loss_fn);
 

@@ -5,6 +5,7 @@
 
 #include "ddp/amp.hpp"          // IWYU pragma: export
 #include "ddp/autocast.hpp"     // IWYU pragma: export
+#include "ddp/broadcast_tensors.hpp"  // IWYU pragma: export
 #include "ddp/comm_hook.hpp"    // IWYU pragma: export
 #include "ddp/data_parallel.hpp"  // IWYU pragma: export
 #include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export

@@ -78,8 +78,9 @@ struct ReducerStats {
 class DistributedDataParallelImpl : public torch::nn::Module {
  public:
   /// Wraps `module`, which must live on one device.
-  /// \throws ConfigError for invalid options; CollectiveError naming the first
-  ///   parameter that differs between ranks, on every rank.
+  /// \throws ConfigError for invalid options or a module on several devices;
+  ///   InvalidArgumentError naming the first parameter or buffer that
+  ///   differs between ranks, on every rank.
   DistributedDataParallelImpl(torch::nn::AnyModule module, std::shared_ptr<ProcessGroup> group,
                               DistributedDataParallelOptions options = {});
 

@@ -8,63 +8,152 @@
 /// Callers (and the launcher, which maps them to exit codes) need to tell a
 /// mistake in the configuration from a rendezvous that never completed or a
 /// collective that stalled, without parsing messages. Each kind therefore has
-/// its own type; all derive from ddp::Error so a single catch still works.
+/// its own type, declared here and nowhere else, and its own exit code; all
+/// derive from ddp::Error so a single catch still works.
+///
+/// Note [Exit codes]
+/// ddp's programs (ddprun, the examples, the tools) exit with
+/// exitCodeFor(error) when an exception ends them:
+///
+///   type                      ExitCode              value
+///   (no error)                kSuccess                  0
+///   Error, any other          kFailure                  1
+///   (2 is unused: shells and many tools give it to a bad command line)
+///   ConfigError               kConfig                   3
+///   RendezvousError           kRendezvous               4
+///   TimeoutError              kTimeout                  5
+///   CollectiveError           kCollective               6
+///   InvalidArgumentError      kInvalidArgument          7
+///   BackendUnavailableError   kBackendUnavailable       8
+///   SnapshotError             kSnapshot                 9
+///   DataError                 kData                    10
+///   MetricsError              kMetrics                 11
+///   PlotError                 kPlot                    12
+///   IoError                   kIo                      13
+///   LaunchError               kLaunch                  14
+///
+/// The values never change once released (scripts compare them); a new kind
+/// takes the next free value and gets a row here, a case in exitCodeFor()
+/// and one in tests/unit/errors_test.cpp.
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
 namespace ddp {
 
-/// Base of every exception ddp throws.
+/// Base of every exception ddp throws. Thrown as itself only when a failure
+/// fits none of the kinds below (e.g. DataParallel rethrowing a replica's
+/// foreign exception with the replica named); its exit code is kFailure.
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
 /// A bad option or environment variable: a value that is missing, not a
-/// number, out of range, or inconsistent with another value.
+/// number, out of range, or inconsistent with another value. Thrown when
+/// options are validated (ddp::init, the constructors of DDP, SyncBatchNorm,
+/// GradScaler, SnapshotManager, ...) and by ddprun for a bad command line.
 class ConfigError : public Error {
  public:
   using Error::Error;
 };
 
-/// The rendezvous failed: the master was unreachable, its port was taken, or
-/// not every rank joined within the rendezvous timeout.
+/// The rendezvous failed: the master was unreachable, its port was taken, not
+/// every rank joined within the rendezvous timeout, or the connection to the
+/// rendezvous store was lost. Thrown by ddp::init, TcpStore and ddprun.
 class RendezvousError : public Error {
  public:
   using Error::Error;
 };
 
 /// An operation (a collective, a store wait) did not finish within its
-/// timeout.
+/// timeout. Thrown by Work::wait() and the collectives, and by
+/// TcpStore::get()/wait().
 class TimeoutError : public Error {
  public:
   using Error::Error;
 };
 
 /// A collective failed for a reason other than a timeout: a peer closed its
-/// connection, or the engine reported an error.
+/// connection, or the engine reported an error. Thrown by Work::wait() and
+/// the collectives.
 class CollectiveError : public Error {
  public:
   using Error::Error;
 };
 
-/// A collective was called with arguments it cannot accept: an unsupported
-/// dtype, mismatched sizes, a root out of range.
+/// A call with arguments it cannot accept: a collective with an unsupported
+/// dtype, mismatched sizes or a root out of range; a model that differs
+/// between ranks; an input DataParallel cannot split; an index past the end
+/// of a data set; a GradScaler or SyncBatchNorm call out of order.
 class InvalidArgumentError : public Error {
  public:
   using Error::Error;
 };
 
 /// The requested backend is not compiled into this build of ddp (for
-/// example `nccl` against a CPU-only LibTorch).
+/// example `nccl` against a CPU-only LibTorch), or the resources it needs
+/// (shared memory) cannot be had. Thrown by ddp::init.
 class BackendUnavailableError : public Error {
  public:
   using Error::Error;
 };
 
+/// A file that is not a ddp snapshot, a corrupt or truncated one, a
+/// snapshot that cannot be written, or one that does not fit the objects it
+/// is loaded into. The message names the file and the problem. Thrown by
+/// SnapshotManager, readSnapshotFile() and restoreTrainingState().
+class SnapshotError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A data file that cannot be read: missing, not in the expected format,
+/// truncated, or inconsistent with its companion file. The message names the
+/// file and what is wrong with it. Thrown by ddp::data::readIdx() and
+/// ddp::data::FashionMnist.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A metrics file that cannot be written or read back: the message names
+/// the file, the line and what is wrong. Thrown by
+/// ddp::training::MetricsCsv and ddp::training::readMetricsCsv().
+class MetricsError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A plot could not be made: gnuplot is not installed, it failed (its
+/// output is quoted), or the CSV has no rows to draw. Thrown by
+/// ddp::training::plotLossAccuracy() and ddp::training::requireGnuplot().
+class PlotError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file or directory that cannot be created, opened, read or written,
+/// outside the kinds above (which report their own files): a timeline, a
+/// launcher log or scratch directory. The message names the path and the
+/// system's reason.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The launcher (ddprun) could not do its own work, for a reason that is
+/// neither a bad option, a rendezvous failure nor a timeout: a worker
+/// process could not be started (no pipe, fork failed), or no free port
+/// could be found for the workers.
+class LaunchError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Exit codes that ddp's tools use for each failure kind, so that scripts and
-/// the launcher can tell them apart.
+/// the launcher can tell them apart (Note [Exit codes]).
 enum class ExitCode : int {
   kSuccess = 0,
   kFailure = 1,
@@ -74,9 +163,16 @@ enum class ExitCode : int {
   kCollective = 6,
   kInvalidArgument = 7,
   kBackendUnavailable = 8,
+  kSnapshot = 9,
+  kData = 10,
+  kMetrics = 11,
+  kPlot = 12,
+  kIo = 13,
+  kLaunch = 14,
 };
 
-/// Maps an exception to the exit code of its kind (kFailure for any other).
+/// Maps an exception to the exit code of its kind (kFailure for ddp::Error
+/// itself and for any other exception).
 ExitCode exitCodeFor(const std::exception& error) noexcept;
 
 }  // namespace ddp

@@ -93,7 +93,9 @@ class GradScaler {
   bool step(torch::optim::Optimizer& optimizer);
   /// Adapts the scale from the overflows of every optimizer unscaled since
   /// the last update (or sets `new_scale`), and starts the next iteration.
-  /// \throws InvalidArgumentError when no optimizer was unscaled or stepped.
+  /// \throws InvalidArgumentError when no optimizer was unscaled or stepped
+  ///   (without `new_scale`); ConfigError for a `new_scale` that is not
+  ///   positive and finite.
   void update(std::optional<double> new_scale = std::nullopt);
 
   /// The current scale (1 when disabled).
@@ -114,7 +116,8 @@ class GradScaler {
   /// Writes the state into `archive` (keys "scale", "growth_tracker",
   /// "growth_factor", "backoff_factor", "growth_interval").
   void save(torch::serialize::OutputArchive& archive) const;
-  /// Reads a state written by save().
+  /// Reads a state written by save(). \throws ConfigError when a key is
+  ///   missing or not a scalar, or a value is invalid (as load_state()).
   void load(torch::serialize::InputArchive& archive);
 
  private:

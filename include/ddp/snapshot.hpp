@@ -62,14 +62,6 @@ namespace amp {
 class GradScaler;
 }  // namespace amp
 
-/// A file that is not a ddp snapshot, a corrupt or truncated one, or a
-/// snapshot that does not fit the objects it is loaded into. The message
-/// names the file and the problem.
-class SnapshotError : public Error {
- public:
-  using Error::Error;
-};
-
 /// What a snapshot holds: pointers to the live objects (null parts are
 /// neither saved nor restored) and plain values.
 struct TrainingState {

@@ -39,6 +39,7 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,15 +61,25 @@ struct TimelineOptions {
 namespace timeline {
 
 /// The environment variable that starts the timeline without code: when it
-/// is set (to a path as TimelineOptions::path), the first ddp::ProcessGroup
-/// of the process starts recording with its rank. Read through
+/// is set (to a path as TimelineOptions::path), the first ddp::init() of
+/// the process starts recording with its rank. Read through
 /// ddp::captureEnvironment(), like every variable ddp reads.
 inline constexpr const char* kEnvironmentVariable = "DDP_TIMELINE";
 
-/// Starts recording the collectives of this process, as rank group.rank().
+/// Returns `group` wrapped so that the collectives issued through the
+/// result are recorded while a timeline is recorded; a group wrapped
+/// already comes back as it is. ddp::init() returns wrapped groups, so wrap
+/// only a group you made otherwise. Collectives an engine hands on to
+/// another inside are part of the outer one and recorded once.
+/// \throws InvalidArgumentError when `group` is null.
+std::shared_ptr<ProcessGroup> recorded(std::shared_ptr<ProcessGroup> group);
+
+/// Starts recording the collectives of this process (those issued through
+/// groups from ddp::init() or recorded()), as rank group.rank().
 /// Calling it again with the same path does nothing.
-/// \throws ConfigError when another timeline is already being recorded, or
-///   the file cannot be created (names the path and the reason).
+/// \throws ConfigError when another timeline is already being recorded;
+///   IoError when the file cannot be created (names the path and the
+///   reason).
 void start(const ProcessGroup& group, const TimelineOptions& options);
 
 /// Stops recording and closes the file (which is complete already).
@@ -88,8 +99,8 @@ int64_t eventsWritten();
 std::string pathForRank(const std::string& path, int rank);
 
 /// Joins several ranks' timelines into one file that shows every rank.
-/// \throws InvalidArgumentError naming a file that is missing or not a JSON
-///   array; ConfigError when `output` cannot be written.
+/// \throws InvalidArgumentError naming an input that is missing or not a
+///   JSON array; IoError when `output` cannot be written.
 void merge(const std::vector<std::string>& inputs, const std::string& output);
 
 /// Names the collectives this thread issues while the scope is alive

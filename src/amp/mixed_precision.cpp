@@ -5,6 +5,7 @@
 
 #include "amp/batch_norm_layers.hpp"
 #include "ddp/amp.hpp"
+#include "ddp/broadcast_tensors.hpp"
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
 
@@ -31,20 +32,6 @@ c10::DeviceType deviceTypeOf(torch::nn::Module& model) {
   return device ? device->type() : c10::kCPU;
 }
 
-// Copies rank 0's parameters to every rank, before any casting.
-void broadcastParameters(torch::nn::Module& model, ProcessGroup& group) {
-  torch::NoGradGuard no_grad;
-  for (auto& parameter : model.parameters()) {
-    if (parameter.is_contiguous()) {
-      group.broadcast(parameter, 0);
-    } else {
-      at::Tensor staged = parameter.contiguous();
-      group.broadcast(staged, 0);
-      parameter.copy_(staged);
-    }
-  }
-}
-
 }  // namespace
 
 MixedPrecision::MixedPrecision(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
@@ -59,7 +46,8 @@ MixedPrecision::MixedPrecision(torch::nn::Module& model, torch::optim::Optimizer
                       toString(level) + " changes the parameters it steps, so create "
                       "MixedPrecision right after the optimizer and restore state afterwards");
   }
-  if (group && group->size() > 1) broadcastParameters(model, *group);
+  // Rank 0's parameters on every rank, before any casting.
+  if (group && group->size() > 1) broadcast_tensors(*group, model.parameters(), 0);
   if (!casts) return;
 
   // Which tensors the optimizer steps, to give them masters at O2.

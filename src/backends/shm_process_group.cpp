@@ -8,20 +8,12 @@
 #include <algorithm>
 
 #include "ddp/errors.hpp"
-#include "horovod/timeline_recorder.hpp"
 #include "shm/tensor_bridge.hpp"
 
 namespace ddp::backends {
 
 Work SerialProcessGroup::submit(const detail::CollectiveInfo& info, std::function<void()> task) {
-  // Collectives a task hands on to another engine (the hierarchical leaders'
-  // Gloo) are part of this one: the timeline records only the outer call
-  // (Note [Recording only the outermost call]).
-  auto nested = [task = std::move(task)] {
-    timeline::detail::CallDepth depth;
-    task();
-  };
-  return detail::startCollective(info, [&] { return executor_.submit(std::move(nested)); });
+  return detail::startCollective(info, [&] { return executor_.submit(std::move(task)); });
 }
 
 detail::CollectiveInfo SerialProcessGroup::info(const char* name, const at::Tensor& tensor,

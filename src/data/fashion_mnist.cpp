@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include <sstream>
-#include <stdexcept>
 #include <sys/stat.h>
 
 namespace ddp::data {
@@ -74,8 +73,10 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
 torch::data::Example<> FashionMnist::get(size_t index) {
   const auto count = static_cast<size_t>(images_.size(0));
   if (index >= count)
-    throw std::out_of_range("FashionMnist::get(" + std::to_string(index) + "): the data set has " +
-                            std::to_string(count) + " examples");
+    throw InvalidArgumentError("FashionMnist::get(" + std::to_string(index) +
+                               "): the data set has " + std::to_string(count) +
+                               " examples; pass an index below size(), e.g. through a sampler "
+                               "over this data set");
   const auto i = static_cast<int64_t>(index);
   return {images_[i], labels_[i]};
 }

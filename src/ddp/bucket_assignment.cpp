@@ -7,9 +7,10 @@
 
 namespace ddp::detail {
 
-std::vector<std::vector<size_t>> assignBuckets(const std::vector<BucketInput>& parameters,
-                                               const std::vector<size_t>& order,
-                                               int64_t first_cap_bytes, int64_t cap_bytes) {
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<BucketInput>& parameters,
+                                                const std::vector<size_t>& order,
+                                                int64_t first_cap_bytes, int64_t cap_bytes,
+                                                CapRule rule) {
   struct Open {
     std::vector<size_t> members;
     int64_t bytes = 0;
@@ -24,9 +25,14 @@ std::vector<std::vector<size_t>> assignBuckets(const std::vector<BucketInput>& p
     auto it = open.find(key);
     if (it == open.end()) it = open.emplace(key, Open{{}, 0, first_cap_bytes}).first;
     Open& bucket = it->second;
+    if (rule == CapRule::kNeverExceed && !bucket.members.empty() &&
+        bucket.bytes + p.bytes > bucket.cap) {
+      closed.push_back(std::move(bucket.members));
+      bucket = Open{{}, 0, cap_bytes};
+    }
     bucket.members.push_back(index);
     bucket.bytes += p.bytes;
-    if (bucket.bytes >= bucket.cap) {
+    if (rule == CapRule::kCloseOnReaching && bucket.bytes >= bucket.cap) {
       closed.push_back(std::move(bucket.members));
       bucket = Open{{}, 0, cap_bytes};
     }
@@ -42,13 +48,13 @@ std::vector<std::vector<size_t>> assignBuckets(const std::vector<BucketInput>& p
   return closed;
 }
 
-std::vector<size_t> initialBucketOrder(size_t count) {
+std::vector<size_t> initial_bucket_order(size_t count) {
   std::vector<size_t> order(count);
   for (size_t i = 0; i < count; ++i) order[i] = count - 1 - i;
   return order;
 }
 
-std::vector<size_t> rebuildBucketOrder(const std::vector<size_t>& ready_order, size_t count) {
+std::vector<size_t> rebuild_bucket_order(const std::vector<size_t>& ready_order, size_t count) {
   std::vector<size_t> order(ready_order);
   std::vector<bool> seen(count, false);
   for (size_t index : order) seen[index] = true;

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "ddp/broadcast_tensors.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/model_sync.hpp"
 #include "ddp/reducer.hpp"
@@ -67,7 +68,7 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
     torch::NoGradGuard no_grad;
     std::vector<at::Tensor> state = parameters;
     state.insert(state.end(), buffers.begin(), buffers.end());
-    detail::broadcastCoalesced(*group_, state, 0);
+    broadcast_tensors(*group_, state, 0);
   }
   reducer_ = std::make_shared<detail::Reducer>(std::move(trainable), std::move(trainable_names),
                                                group_, options_);
@@ -84,7 +85,7 @@ void DistributedDataParallelImpl::broadcastBuffers() {
   std::vector<at::Tensor> buffers = module_.ptr()->buffers();
   if (buffers.empty()) return;
   torch::NoGradGuard no_grad;
-  detail::broadcastCoalesced(*group_, buffers, 0);
+  broadcast_tensors(*group_, buffers, 0);
 }
 
 ReducerStats DistributedDataParallelImpl::stats() const { return reducer_->stats(); }

@@ -2,39 +2,15 @@
 
 #include <ATen/ATen.h>
 
-#include <map>
 #include <sstream>
 
+#include "byte_exchange.hpp"
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
-#include "horovod/timeline_recorder.hpp"
+#include "collective_name.hpp"
 
 namespace ddp::detail {
 namespace {
-
-// Note [Exchanging text through a collective]
-// The collectives carry numbers, so each rank's descriptions travel as one
-// int64 per byte: a few kilobytes for real models, sent once at start-up,
-// and every rank can then name both sides of a difference.
-std::vector<std::string> gatherText(ProcessGroup& group, const std::string& text) {
-  timeline::detail::LabelScope name("ddp.verify_model", -1, /*fallback=*/true);
-  const int world = group.size();
-  at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
-  at::Tensor lengths = at::empty({world}, at::kLong);
-  group.allGather(lengths, length);
-  const int64_t longest = lengths.max().item<int64_t>();
-  at::Tensor mine = at::zeros({std::max<int64_t>(longest, 1)}, at::kLong);
-  for (size_t i = 0; i < text.size(); ++i) mine[i] = static_cast<unsigned char>(text[i]);
-  at::Tensor all = at::empty({world * mine.numel()}, at::kLong);
-  group.allGather(all, mine);
-  auto values = all.accessor<int64_t, 1>();
-  std::vector<std::string> texts(world);
-  for (int r = 0; r < world; ++r) {
-    const int64_t n = lengths[r].item<int64_t>();
-    for (int64_t i = 0; i < n; ++i) texts[r] += static_cast<char>(values[r * mine.numel() + i]);
-  }
-  return texts;
-}
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> result;
@@ -67,7 +43,12 @@ void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& 
   std::string text;
   for (const auto& d : descriptions) text += d + "\n";
   std::vector<std::vector<std::string>> all;
-  for (const auto& t : gatherText(group, text)) all.push_back(lines(t));
+  std::vector<std::string> texts;
+  {
+    detail::CollectiveName name("ddp.verify_model", -1, /*fallback=*/true);
+    texts = all_gather_bytes(group, text);
+  }
+  for (const auto& t : texts) all.push_back(lines(t));
 
   const auto& reference = all[0];
   size_t longest = 0;
@@ -86,42 +67,6 @@ void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& 
         " has " + entry(differ[0]) + " (ranks that differ from rank 0: " + join(differ) +
         "; ranks that agree: " + join(agree) + "; rank 0 has " + std::to_string(reference.size()) +
         " in all). Every rank must build the same model before wrapping it.");
-  }
-}
-
-// Note [One collective for all buffers]
-// Every collective costs a fixed latency (over a millisecond with Gloo on
-// some machines), and a batch-norm model has float32 statistics and an int64
-// counter. So the bytes of all tensors on a device travel together, packed
-// into one int32 buffer, whatever their dtypes.
-void broadcastCoalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
-  if (group.size() == 1 || tensors.empty()) return;
-  timeline::detail::LabelScope name("ddp.broadcast_coalesced", -1, /*fallback=*/true);
-  std::map<std::string, std::vector<at::Tensor>> by_device;
-  for (const auto& t : tensors) by_device[t.device().str()].push_back(t);
-  // Each tensor starts 8-byte aligned: reinterpreting bytes as a dtype
-  // needs an offset divisible by its size.
-  auto bytesOf = [](const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); };
-  auto aligned = [](int64_t n) { return (n + 7) / 8 * 8; };
-  for (auto& [device, members] : by_device) {
-    int64_t total = 0;
-    for (const auto& t : members) total += aligned(bytesOf(t));
-    at::Tensor packed = at::empty({total / 4}, members.front().options().dtype(at::kInt));
-    at::Tensor bytes = packed.view(at::kByte);
-    int64_t offset = 0;
-    for (const auto& t : members) {
-      if (group.rank() == root) {
-        bytes.narrow(0, offset, bytesOf(t)).copy_(t.reshape({-1}).view(at::kByte));
-      }
-      offset += aligned(bytesOf(t));
-    }
-    group.broadcast(packed, root);
-    if (group.rank() == root) continue;
-    offset = 0;
-    for (const auto& t : members) {
-      t.copy_(bytes.narrow(0, offset, bytesOf(t)).view(t.scalar_type()).view(t.sizes()));
-      offset += aligned(bytesOf(t));
-    }
   }
 }
 

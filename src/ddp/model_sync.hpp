@@ -21,8 +21,4 @@ std::vector<std::string> describeTensors(const std::vector<std::string>& names,
 void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& descriptions,
                            const std::string& what);
 
-/// Broadcasts `tensors` from `root` with one collective per device: their
-/// bytes are packed into one buffer, whatever their dtypes, and unpacked.
-void broadcastCoalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root);
-
 }  // namespace ddp::detail

@@ -4,16 +4,17 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "byte_exchange.hpp"
+#include "ddp/broadcast_tensors.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/horovod/runtime.hpp"
 #include "ddp/model_sync.hpp"
 #include "ddp/snapshot.hpp"
-#include "horovod/timeline_recorder.hpp"
+#include "collective_name.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace ddp::hvd {
@@ -39,17 +40,6 @@ void agreeOrThrow(ProcessGroup& group, const std::string& local_failure, const c
   }
 }
 
-// Text travels as the bytes of an int32 tensor, its length first.
-std::string broadcastText(ProcessGroup& group, const std::string& text, int root) {
-  at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
-  group.broadcast(length, root);
-  const int64_t size = length.item<int64_t>();
-  at::Tensor words = at::zeros({std::max<int64_t>((size + 3) / 4, 1)}, at::kInt);
-  if (group.rank() == root) std::memcpy(words.data_ptr(), text.data(), text.size());
-  group.broadcast(words, root);
-  return std::string(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(size));
-}
-
 // The parameter that a manifest entry's state tensor belongs to.
 const at::Tensor& parameterOf(const torch::optim::Optimizer& optimizer, const json& entry) {
   return optimizer.param_groups().at(entry.at("group").get<size_t>())
@@ -62,7 +52,7 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
                           std::shared_ptr<ProcessGroup> group) {
   group = detail::groupOrDefault(std::move(group), "hvd::broadcast_parameters");
   if (group->size() == 1) return;
-  timeline::detail::LabelScope name("hvd.broadcast_parameters");
+  ddp::detail::CollectiveName name("hvd.broadcast_parameters");
   std::vector<std::string> names;
   for (size_t i = 0; i < tensors.size(); ++i) names.push_back("#" + std::to_string(i));
   // A cheap agreement check first (one all-reduce of a fingerprint); only
@@ -81,7 +71,7 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
     }
   }
   torch::NoGradGuard no_grad;
-  ddp::detail::broadcastCoalesced(*group, tensors, root);
+  broadcast_tensors(*group, tensors, root);
 }
 
 void broadcast_parameters(torch::nn::Module& module, int root,
@@ -100,7 +90,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
                                " is outside the group (ranks 0 to " +
                                std::to_string(group->size() - 1) + ").");
   }
-  timeline::detail::LabelScope name("hvd.broadcast_optimizer_state");
+  ddp::detail::CollectiveName name("hvd.broadcast_optimizer_state");
   const std::string where = std::string(kWho) + " on rank " + std::to_string(group->rank());
 
   // 1. Everyone can describe its optimizer (a supported type).
@@ -130,7 +120,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
                           {"sizes", tensor.sizes().vec()}});
     }
   }
-  const json shared = json::parse(broadcastText(
+  const json shared = json::parse(ddp::detail::broadcast_bytes(
       *group, json{{"optimizer", description}, {"tensors", manifest}}.dump(), root));
 
   // 3. Everyone checks that the root's state fits its own optimizer.
@@ -165,7 +155,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
 
   // 4. The state tensors in one collective, then the import.
   torch::NoGradGuard no_grad;
-  ddp::detail::broadcastCoalesced(*group, travelling, root);
+  broadcast_tensors(*group, travelling, root);
   if (group->rank() != root) ddp::detail::importOptimizer(shared.at("optimizer"), received, optimizer);
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 
-// Internal: the engine behind hvd::DistributedOptimizer (see Note [When
-// gradients travel] in ddp/horovod/distributed_optimizer.hpp).
+// Internal: what hvd::DistributedOptimizer does with gradients (see Note
+// [When gradients travel] in ddp/horovod/distributed_optimizer.hpp): its
+// policy over the shared bucketing engine (Note [One bucketing engine, two
+// policies] in ddp/gradient_buckets.hpp). Its buckets are fusion buffers.
 
 #include <ATen/core/Tensor.h>
 
@@ -9,22 +11,10 @@
 #include <mutex>
 #include <vector>
 
+#include "ddp/gradient_buckets.hpp"
 #include "ddp/horovod/distributed_optimizer.hpp"
 
-namespace torch::autograd {
-struct Node;
-}  // namespace torch::autograd
-
 namespace ddp::hvd::detail {
-
-/// Gradients of one dtype and device that travel in one all-reduce.
-struct FusionBuffer {
-  std::vector<size_t> members;   // indices into GradientFusion::parameters_
-  std::vector<int64_t> offsets;  // element offset of each member in `flat`
-  at::Tensor flat;               // the travelling values (wire dtype)
-  size_t pending = 0;            // members not yet ready this step
-  Work work;
-};
 
 class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
  public:
@@ -42,22 +32,15 @@ class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
 
  private:
   void onGradientAccumulated(size_t index);
-  void launchReadyInOrder();
-  void launch(size_t buffer_index);
-  void unpack(FusionBuffer& buffer);
+  Work launch(size_t buffer_index);
+  void unpack(const ddp::detail::Bucket& buffer);
   void resetStep();
-  at::ScalarType wireType(at::ScalarType dtype) const;
 
-  std::vector<at::Tensor> parameters_;
   std::shared_ptr<ProcessGroup> group_;
   DistributedOptimizerOptions options_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<FusionBuffer> buffers_;
-  std::vector<size_t> buffer_of_;  // parameter -> buffer
+  ddp::detail::GradientBuckets buffers_;
 
   mutable std::mutex mutex_;
-  std::vector<int64_t> passes_left_;  // per parameter, this step
-  size_t next_to_launch_ = 0;
   DistributedOptimizerStats stats_;
   int64_t launched_during_backward_ = 0;
 };

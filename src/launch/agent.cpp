@@ -2,9 +2,12 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <system_error>
 #include <thread>
 
 #include "ddp/error_file.hpp"
@@ -56,8 +59,19 @@ Agent::Agent(LaunchPlan plan) : plan_(std::move(plan)) {
                                                .timeout(plan_.rendezvous_timeout));
   }
   if (o.log_dir.empty()) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ddprun-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("ddprun: cannot create a temp dir");
+    std::error_code error;
+    const std::filesystem::path temp = std::filesystem::temp_directory_path(error);
+    if (error) {
+      throw IoError("cannot find a temporary directory for the workers' error files: " +
+                    error.message() + ". Point TMPDIR at a writable directory, or give --log-dir.");
+    }
+    std::string pattern = (temp / "ddprun-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) {
+      const int code = errno;
+      throw IoError("cannot create a scratch directory in " + temp.string() +
+                    " for the workers' error files: " + std::strerror(code) +
+                    ". Point TMPDIR at a writable directory, or give --log-dir.");
+    }
     scratch_dir_ = pattern;
   }
 }
@@ -79,7 +93,13 @@ std::string Agent::errorFile(int attempt, int local_rank) const {
                                : scratch_dir_;
   const std::string dir = base + "/attempt_" + std::to_string(attempt) + "/" +
                           std::to_string(local_rank);
-  std::filesystem::create_directories(dir);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    throw IoError("cannot create the directory " + dir + " for a worker's error file: " +
+                  error.message() + "; check that " +
+                  (scratch_dir_.empty() ? "--log-dir" : std::string("TMPDIR")) + " is writable.");
+  }
   return dir + "/error.json";
 }
 
@@ -128,7 +148,13 @@ Agent::Attempt Agent::startAttempt(int number) {
     placement.master_port = port;
     placement.restart_count = number;
     placement.error_file = errorFile(number, local);
-    std::filesystem::remove(placement.error_file);
+    // An earlier job's file would be taken for this attempt's error.
+    std::error_code error;
+    std::filesystem::remove(placement.error_file, error);
+    if (error) {
+      throw IoError("cannot remove the old error file " + placement.error_file + ": " +
+                    error.message() + "; remove it, or give another --log-dir or --run-id.");
+    }
     ChildSpec spec;
     spec.argv = o.command;
     spec.argv[0] = plan_.program_path;

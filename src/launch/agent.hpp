@@ -34,12 +34,20 @@ namespace ddp::launch {
 
 class Agent {
  public:
+  /// Hosts or joins the agents' store (several nodes) and creates the
+  /// scratch directory for error files (no --log-dir).
+  /// \throws ddp::RendezvousError when the store cannot be hosted or
+  ///   reached; ddp::IoError when the scratch directory cannot be created.
   explicit Agent(LaunchPlan plan);
   ~Agent();
 
   /// Runs the job to its end; returns the launcher's exit status: 0 when
   /// every worker of the last attempt succeeded, 1 when restarts ran out,
   /// 128 + signal when interrupted.
+  /// \throws ddp::LaunchError when a worker cannot be started or no port
+  ///   can be found for the workers; ddp::IoError when a worker's log or
+  ///   error file cannot be created; ddp::RendezvousError or
+  ///   ddp::TimeoutError when the nodes cannot meet or lose their store.
   int run();
 
   /// Asks a running agent to stop the job (from a signal handler).

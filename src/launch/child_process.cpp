@@ -11,10 +11,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <stdexcept>
 #include <thread>
 
 #include "ddp/environment.hpp"
+#include "ddp/errors.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -37,17 +37,23 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return result;
 }
 
-void makePipe(int fds[2]) {
+void makePipe(int fds[2], const std::string& program) {
   if (pipe2(fds, O_CLOEXEC) != 0) {
-    throw std::runtime_error(std::string("cannot create a pipe for a child: ") +
-                             std::strerror(errno));
+    const int error = errno;
+    throw LaunchError("cannot start '" + program + "': creating a pipe for its output failed (" +
+                      std::strerror(error) +
+                      "). The launcher may have run out of file descriptors; raise `ulimit -n` "
+                      "or start fewer workers.");
   }
 }
 
 }  // namespace
 
 ChildProcess::ChildProcess(const ChildSpec& spec, bool separate_stderr) {
-  if (spec.argv.empty()) throw std::invalid_argument("ChildProcess: empty argv");
+  if (spec.argv.empty()) {
+    throw InvalidArgumentError("ChildProcess: argv is empty; give the program's path as argv[0], "
+                               "followed by its arguments.");
+  }
   // Prepared before fork(): the child may only call async-signal-safe code.
   std::vector<std::string> argv = spec.argv;
   std::vector<std::string> env = childEnvironment(spec);
@@ -56,11 +62,27 @@ ChildProcess::ChildProcess(const ChildSpec& spec, bool separate_stderr) {
   const pid_t parent = getpid();
 
   int out[2], err[2] = {-1, -1};
-  makePipe(out);
-  if (separate_stderr) makePipe(err);
+  makePipe(out, spec.argv[0]);
+  if (separate_stderr) {
+    try {
+      makePipe(err, spec.argv[0]);
+    } catch (...) {
+      close(out[0]);
+      close(out[1]);
+      throw;
+    }
+  }
   started_ = Clock::now();
   pid_ = fork();
-  if (pid_ < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid_ < 0) {
+    const int error = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    throw LaunchError("cannot start '" + spec.argv[0] + "': fork failed (" + std::strerror(error) +
+                      "). The machine may be out of memory or at its process limit "
+                      "(`ulimit -u`); start fewer workers or free some.");
+  }
   if (pid_ == 0) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -267,7 +289,12 @@ std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& specs,
 
 int findFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("findFreePort: socket failed");
+  if (fd < 0) {
+    const int error = errno;
+    throw LaunchError(std::string("cannot find a free TCP port on 127.0.0.1: socket() failed (") +
+                      std::strerror(error) +
+                      "). The process may have run out of file descriptors; raise `ulimit -n`.");
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -275,8 +302,11 @@ int findFreePort() {
   socklen_t length = sizeof(address);
   if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const int error = errno;
     close(fd);
-    throw std::runtime_error(std::string("findFreePort: ") + std::strerror(errno));
+    throw LaunchError(std::string("cannot find a free TCP port on 127.0.0.1: binding port 0 "
+                                  "failed (") +
+                      std::strerror(error) + "). Check that the loopback interface (lo) is up.");
   }
   close(fd);
   return ntohs(address.sin_port);

@@ -33,8 +33,10 @@ enum class Stream { kStdout, kStderr };
 class ChildProcess {
  public:
   /// Starts `spec`. With `separate_stderr` false, both streams arrive as
-  /// kStdout, interleaved as written. Throws std::runtime_error when the
-  /// child cannot be forked (a missing program exits 127 instead).
+  /// kStdout, interleaved as written.
+  /// \throws ddp::LaunchError when the child cannot be started (no pipe for
+  ///   its output, fork failed; a missing program exits 127 instead);
+  ///   ddp::InvalidArgumentError when spec.argv is empty.
   ChildProcess(const ChildSpec& spec, bool separate_stderr);
   ~ChildProcess();
   ChildProcess(ChildProcess&& other) noexcept;
@@ -109,6 +111,7 @@ std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& children,
                                      std::chrono::milliseconds grace = std::chrono::seconds(2));
 
 /// A TCP port on 127.0.0.1 that was free when asked.
+/// \throws ddp::LaunchError when no socket can be bound there.
 int findFreePort();
 
 }  // namespace ddp::launch

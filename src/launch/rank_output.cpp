@@ -5,21 +5,30 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <stdexcept>
+#include <system_error>
+
+#include "ddp/errors.hpp"
 
 namespace ddp::launch {
 
 RankOutput::RankOutput(int rank, const std::string& log_dir, bool tee)
     : prefix_("[" + std::to_string(rank) + "] "), console_(log_dir.empty() || tee) {
   if (log_dir.empty()) return;
-  std::filesystem::create_directories(log_dir);
+  std::error_code error;
+  std::filesystem::create_directories(log_dir, error);
+  if (error) {
+    throw IoError("cannot create the log directory " + log_dir + ": " + error.message() +
+                  "; check that --log-dir is writable");
+  }
   const char* names[2] = {"stdout.log", "stderr.log"};
   for (int i = 0; i < 2; ++i) {
     const std::string path = log_dir + "/" + names[i];
     logs_[i] = std::fopen(path.c_str(), "a");
     if (!logs_[i]) {
-      throw std::runtime_error("cannot open the log file " + path + ": " + std::strerror(errno) +
-                               "; check that --log-dir is writable");
+      const int code = errno;
+      if (i == 1) std::fclose(logs_[0]);  // The destructor does not run.
+      throw IoError("cannot open the log file " + path + ": " + std::strerror(code) +
+                    "; check that --log-dir is writable");
     }
   }
 }

@@ -19,6 +19,8 @@ class RankOutput {
  public:
   /// `log_dir` empty: console only. Otherwise stdout and stderr go to
   /// `log_dir`/stdout.log and stderr.log, and to the console too if `tee`.
+  /// \throws ddp::IoError when the directory or a log file cannot be
+  ///   created.
   RankOutput(int rank, const std::string& log_dir, bool tee);
   ~RankOutput();
   RankOutput(RankOutput&& other) noexcept;

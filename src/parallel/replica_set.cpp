@@ -18,17 +18,35 @@ std::vector<at::Tensor> buffersOf(const torch::nn::AnyModule& module) {
   return module.ptr()->buffers();
 }
 
+// Throws `error`, prefixed with `where`, as its own ddp type if it is `Kind`.
+template <typename Kind>
+void rethrowIf(const Error& error, const std::string& where) {
+  if (dynamic_cast<const Kind*>(&error)) throw Kind(where + error.what());
+}
+
 // Rethrows the exception being handled with the replica named; ddp's own
-// error types keep their type.
+// error types keep their type (and so their exit code), others become
+// ddp::Error.
 [[noreturn]] void rethrowForReplica(size_t index, const c10::Device& device, const char* phase) {
   const std::string where = std::string("DataParallel: replica ") + std::to_string(index) +
                             " (on " + device.str() + ") failed in " + phase + ": ";
   try {
     throw;
-  } catch (const InvalidArgumentError& e) {
-    throw InvalidArgumentError(where + e.what());
-  } catch (const ConfigError& e) {
-    throw ConfigError(where + e.what());
+  } catch (const Error& e) {
+    // Every kind of errors.hpp (Note [Exit codes]).
+    rethrowIf<ConfigError>(e, where);
+    rethrowIf<RendezvousError>(e, where);
+    rethrowIf<TimeoutError>(e, where);
+    rethrowIf<CollectiveError>(e, where);
+    rethrowIf<InvalidArgumentError>(e, where);
+    rethrowIf<BackendUnavailableError>(e, where);
+    rethrowIf<SnapshotError>(e, where);
+    rethrowIf<DataError>(e, where);
+    rethrowIf<MetricsError>(e, where);
+    rethrowIf<PlotError>(e, where);
+    rethrowIf<IoError>(e, where);
+    rethrowIf<LaunchError>(e, where);
+    throw Error(where + e.what());
   } catch (const c10::Error& e) {
     throw Error(where + e.what_without_backtrace());
   } catch (const std::exception& e) {

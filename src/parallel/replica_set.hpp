@@ -41,7 +41,8 @@ class ReplicaSet : public std::enable_shared_from_this<ReplicaSet> {
 
   /// Runs task(i) for i < count, each on its replica's thread with the
   /// caller's thread-local state (grad mode, ...) and device. An exception
-  /// is rethrown as ddp::Error naming the replica and `phase`.
+  /// is rethrown naming the replica and `phase`: a ddp error as its own
+  /// type, anything else as ddp::Error.
   void run(size_t count, const char* phase, const std::function<void(size_t)>& task);
 
   /// The forward just run built a graph that a backward will use.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -18,6 +19,7 @@
 #include <typeinfo>
 
 #include "amp/grad_scaler_snapshot.hpp"
+#include "byte_exchange.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/snapshot_format.hpp"
 
@@ -90,33 +92,29 @@ TensorMap gatherRngStates(ProcessGroup& group) {
     for (auto& [device, generator] : local) result["rng/rank0/" + device] = generatorState(generator);
     return result;
   }
-  // Ranks may differ in device count: gather each rank's layout (count,
-  // byte lengths), then its state bytes padded to the longest rank's.
-  constexpr int64_t kSlots = 65;
-  at::Tensor layout = at::zeros({kSlots}, at::kLong);
-  std::vector<at::Tensor> states;
-  for (auto& [device, generator] : local) states.push_back(generatorState(generator).to(at::kInt));
-  if (states.size() >= kSlots) states.resize(kSlots - 1);
-  layout[0] = static_cast<int64_t>(states.size());
-  for (size_t i = 0; i < states.size(); ++i) layout[i + 1] = states[i].numel();
-  at::Tensor layouts = at::empty({kSlots * group.size()}, at::kLong);
-  group.allGather(layouts, layout);
-  auto sizes = layouts.view({group.size(), kSlots});
-  int64_t longest = sizes.narrow(1, 1, kSlots - 1).sum(1).max().item<int64_t>();
-  at::Tensor bytes = at::zeros({longest}, at::kInt);
-  at::Tensor mine = at::cat(states);
-  bytes.narrow(0, 0, mine.numel()).copy_(mine);
-  at::Tensor everyone = at::empty({longest * group.size()}, at::kInt);
-  group.allGather(everyone, bytes);
+  // Ranks may differ in device count: each sends its states as bytes, each
+  // state after its length (Note [Bytes through a collective]).
+  std::string mine;
+  for (auto& [device, generator] : local) {
+    const at::Tensor state = generatorState(generator).contiguous();
+    const int64_t length = state.numel();
+    mine.append(reinterpret_cast<const char*>(&length), sizeof(length));
+    mine.append(static_cast<const char*>(state.data_ptr()), static_cast<size_t>(length));
+  }
+  const std::vector<std::string> everyone = detail::all_gather_bytes(group, mine);
   if (group.rank() != 0) return result;
   for (int r = 0; r < group.size(); ++r) {
-    int64_t offset = r * longest;
-    for (int64_t i = 0; i < sizes[r][0].item<int64_t>(); ++i) {
-      int64_t length = sizes[r][i + 1].item<int64_t>();
-      std::string device = i == 0 ? "cpu" : "cuda" + std::to_string(i - 1);
-      result["rng/rank" + std::to_string(r) + "/" + device] =
-          everyone.narrow(0, offset, length).to(at::kByte);
-      offset += length;
+    const std::string& bytes = everyone[r];
+    size_t offset = 0;
+    for (int i = 0; offset + sizeof(int64_t) <= bytes.size(); ++i) {
+      int64_t length = 0;
+      std::memcpy(&length, bytes.data() + offset, sizeof(length));
+      offset += sizeof(length);
+      at::Tensor state = at::empty({length}, at::kByte);
+      std::memcpy(state.data_ptr(), bytes.data() + offset, static_cast<size_t>(length));
+      offset += static_cast<size_t>(length);
+      const std::string device = i == 0 ? "cpu" : "cuda" + std::to_string(i - 1);
+      result["rng/rank" + std::to_string(r) + "/" + device] = state;
     }
   }
   return result;

@@ -263,7 +263,17 @@ Socket connectWithRetry(const std::string& host, int port,
     AddrInfoList addresses = resolve(host, port, last_error);
     for (const addrinfo* address = addresses.get(); address != nullptr;
          address = address->ai_next) {
-      Socket socket = tryConnect(*address, deadline, last_error);
+      Socket socket;
+      try {
+        socket = tryConnect(*address, deadline, last_error);
+      } catch (const SocketError& error) {
+        // poll() itself failed: retrying cannot help. SocketError is
+        // internal (Note [Internal store errors stay inside] in socket.hpp).
+        throw RendezvousError(
+            "could not reach the rendezvous store at " + formatEndpoint(host, port) +
+            ": " + error.what() + ". The process may have run out of memory or "
+            "file descriptors; check `ulimit -n` and restart the job.");
+      }
       if (socket.valid()) return socket;
     }
     const auto now = Clock::now();

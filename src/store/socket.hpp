@@ -43,6 +43,14 @@ class Socket {
 };
 
 /// A failed send or receive. The kind lets the client phrase its own error.
+///
+/// Note [Internal store errors stay inside]
+/// SocketError and WireError (wire.hpp) describe one socket or one frame;
+/// they never reach a caller of a public API. TcpStore turns them into
+/// ddp::RendezvousError (the connection is lost), connectWithRetry() into
+/// ddp::RendezvousError, and the server drops the connection that caused
+/// them. So they derive from std::runtime_error, not from ddp::Error, and
+/// have no exit code of their own.
 class SocketError : public std::runtime_error {
  public:
   enum class Kind { kClosed, kTimedOut, kFailed };

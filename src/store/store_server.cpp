@@ -86,8 +86,12 @@ void StoreServer::pollOnce() {
   }
   const int rc = ::poll(fds.data(), fds.size(), nearestDeadlineTimeout());
   if (rc < 0) {
-    if (errno == EINTR) return;
-    throw std::runtime_error("poll failed: " + errnoText(errno));
+    const int error = errno;
+    if (error == EINTR) return;
+    // Caught in run(), which reports it and closes every connection.
+    throw RendezvousError("the rendezvous store server's poll() failed (" + errnoText(error) +
+                          "); it stops serving, and every rank connected to it will fail. "
+                          "Restart the job.");
   }
   if (fds[0].revents != 0) {
     stopping_ = true;

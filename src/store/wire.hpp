@@ -55,7 +55,8 @@ enum class Status : std::uint8_t {
 /// bigger length means a peer that does not speak this protocol.
 inline constexpr std::uint32_t kMaxFrameBytes = 64u << 20;
 
-/// A payload that ended early or held an impossible value.
+/// A payload that ended early or held an impossible value. Internal, like
+/// SocketError (Note [Internal store errors stay inside] in socket.hpp).
 class WireError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -19,7 +19,7 @@
 #include "ddp/data/idx.hpp"
 
 namespace fs = std::filesystem;
-using ddp::data::DataError;
+using ddp::DataError;
 using ddp::data::FashionMnist;
 using ddp::data::readIdx;
 using Bytes = std::vector<unsigned char>;
@@ -299,7 +299,7 @@ TEST_F(DataFashionMnistTest, SmallSplitsPlainAndGzipped) {
   EXPECT_EQ(example.data.sizes(), (std::vector<int64_t>{1, 28, 28}));
   EXPECT_FLOAT_EQ(example.data[0][0][0].item<float>(), (784 % 256) / 255.0f);
   EXPECT_EQ(example.target.item<int64_t>(), 9);
-  EXPECT_THROW(train.get(3), std::out_of_range);
+  EXPECT_THROW(train.get(3), ddp::InvalidArgumentError);
 
   FashionMnist test(dir_.string(), FashionMnist::Split::kTest);  // Normalized.
   EXPECT_EQ(test.size().value(), 2u);

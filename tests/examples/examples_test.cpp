@@ -11,6 +11,7 @@
 #include <fstream>
 #include <regex>
 
+#include "ddp/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
 #include "launch/child_process.hpp"
@@ -66,7 +67,7 @@ bool gnuplotInstalled() {
   try {
     ddp::training::requireGnuplot();
     return true;
-  } catch (const ddp::training::PlotError&) {
+  } catch (const ddp::PlotError&) {
     return false;
   }
 }
@@ -221,7 +222,7 @@ TEST_F(ExamplesRun, MnistDdpUnderDdprunResumesFromTheSavedStepBitExactly) {
 
 TEST_F(ExamplesRun, MnistDdpNamesAMissingDataFileAndMissingGnuplot) {
   const ChildResult missing = run({DDP_EXAMPLE_MNIST_DDP, "--data-dir", path("nowhere"), "--max-steps", "1"});
-  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_EQ(missing.exit_code, static_cast<int>(ddp::ExitCode::kData)) << missing.output;
   EXPECT_NE(missing.output.find("train-images-idx3-ubyte' not found in '" + path("nowhere")), std::string::npos)
       << missing.output;
   // Without gnuplot on PATH, --plot fails before any training, saying what to install.

@@ -174,7 +174,7 @@ TEST_F(ExamplesTrainingFiles, MalformedMetricsAreNamedByFileAndLine) {
     std::ofstream(path("bad.csv")) << text;
     try {
       readMetricsCsv(path("bad.csv"));
-    } catch (const MetricsError& e) {
+    } catch (const ddp::MetricsError& e) {
       return e.what();
     }
     return "<no MetricsError>";
@@ -186,14 +186,14 @@ TEST_F(ExamplesTrainingFiles, MalformedMetricsAreNamedByFileAndLine) {
             std::string::npos);
   EXPECT_NE(errorOf("epoch,loss,accuracy,samples_per_s,seconds\n1.5,1,,1,1\n").find("not a whole number"),
             std::string::npos);
-  EXPECT_THROW(readMetricsCsv(path("missing.csv")), MetricsError);
-  EXPECT_THROW(MetricsCsv(path("bad.csv"), 1), MetricsError);  // Resuming into a foreign file.
+  EXPECT_THROW(readMetricsCsv(path("missing.csv")), ddp::MetricsError);
+  EXPECT_THROW(MetricsCsv(path("bad.csv"), 1), ddp::MetricsError);  // Resuming into a foreign file.
 }
 
 TEST_F(ExamplesTrainingFiles, PlotWritesAPngWhenGnuplotIsInstalled) {
   try {
     requireGnuplot();
-  } catch (const PlotError& e) {
+  } catch (const ddp::PlotError& e) {
     GTEST_SKIP() << e.what();
   }
   const std::string csv = path("m.csv");
@@ -220,14 +220,14 @@ TEST_F(ExamplesTrainingFiles, PlotErrorsSayWhatToDo) {
   try {
     plotLossAccuracy(path("m.csv"), path("x.png"));
     FAIL() << "no PlotError for an empty CSV";
-  } catch (const PlotError& e) {
+  } catch (const ddp::PlotError& e) {
     EXPECT_NE(std::string(e.what()).find("has no epochs yet"), std::string::npos) << e.what();
   }
   metrics.append({1, 0.5, 0.5, 1, 1});
   try {
     plotLossAccuracy(path("m.csv"), path("x.png"), PlotOptions().gnuplot("/nonexistent/gnuplot"));
     FAIL() << "no PlotError without gnuplot";
-  } catch (const PlotError& e) {
+  } catch (const ddp::PlotError& e) {
     EXPECT_NE(std::string(e.what()).find("'/nonexistent/gnuplot' was not found"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("apt-get install gnuplot-nox"), std::string::npos) << e.what();
   }
@@ -239,7 +239,7 @@ TEST_F(ExamplesTrainingFiles, PlotErrorsSayWhatToDo) {
   try {
     plotLossAccuracy(path("m.csv"), path("x.png"), PlotOptions().gnuplot(fake));
     FAIL() << "no PlotError for a failing gnuplot";
-  } catch (const PlotError& e) {
+  } catch (const ddp::PlotError& e) {
     EXPECT_NE(std::string(e.what()).find("(exit 1): line 3: unknown terminal type"), std::string::npos) << e.what();
   }
   EXPECT_THROW(plotLossAccuracy(path("m.csv"), path("x.png"), PlotOptions().width(0)), ddp::ConfigError);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "common/port_holder.hpp"
+#include "ddp/errors.hpp"
 #include "launch/child_process.hpp"
 
 namespace ddp::launch {
@@ -165,22 +167,39 @@ TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
   EXPECT_NE(unknown.output.find("--no-such-option"), std::string::npos) << unknown.output;
 
   auto zero = runLauncher({"--nproc-per-node", "0", DDP_LAUNCH_WORKER, "env"}, 30s);
-  EXPECT_EQ(zero.exit_code, 3) << zero.output;
+  EXPECT_EQ(zero.exit_code, static_cast<int>(ExitCode::kConfig)) << zero.output;
   EXPECT_NE(zero.output.find("--nproc-per-node is 0; it must be at least 1"), std::string::npos)
       << zero.output;
 
   auto missing = runLauncher({"--standalone", "/no/such/trainer"}, 30s);
-  EXPECT_EQ(missing.exit_code, 3) << missing.output;
+  EXPECT_EQ(missing.exit_code, static_cast<int>(ExitCode::kConfig)) << missing.output;
   EXPECT_NE(missing.output.find("the program '/no/such/trainer' does not exist"), std::string::npos)
       << missing.output;
 
   PortHolder holder;
   const std::string port = std::to_string(holder.port());
   auto taken = runLauncher({"--master-port", port, DDP_LAUNCH_WORKER, "env"}, 30s);
-  EXPECT_EQ(taken.exit_code, 4) << taken.output;
+  EXPECT_EQ(taken.exit_code, static_cast<int>(ExitCode::kRendezvous)) << taken.output;
   EXPECT_NE(taken.output.find("127.0.0.1:" + port + " for the job: the port is already in use"),
             std::string::npos)
       << taken.output;
+
+  // A --log-dir under a regular file cannot be created: an IoError, exit 13.
+  std::string file = (std::filesystem::temp_directory_path() / "ddprun-not-a-dir-XXXXXX").string();
+  const int fd = mkstemp(file.data());
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto unwritable = runLauncher({"--standalone", "--run-id", "io", "--log-dir", file + "/logs",
+                                 DDP_LAUNCH_WORKER, "env"},
+                                30s);
+  std::filesystem::remove(file);
+  EXPECT_EQ(unwritable.exit_code, static_cast<int>(ExitCode::kIo)) << unwritable.output;
+  EXPECT_NE(unwritable.output.find("ddprun: error: cannot create the directory " + file +
+                                   "/logs/io/attempt_0/0 for a worker's error file"),
+            std::string::npos)
+      << unwritable.output;
+  EXPECT_NE(unwritable.output.find("check that --log-dir is writable"), std::string::npos)
+      << unwritable.output;
 }
 
 // Two launchers, one per "node", meeting on loopback.

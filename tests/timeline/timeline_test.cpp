@@ -3,6 +3,7 @@
 // SIGKILLed; and the recorder's rules, in this process with a group of one.
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 #include <stdlib.h>
 
 #include <csignal>
@@ -16,7 +17,8 @@
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "ddp/timeline.hpp"
-#include "horovod/timeline_recorder.hpp"
+#include "collective_name.hpp"
+#include "timeline/timeline_process_group.hpp"
 #include "multiprocess/harness.hpp"
 #include "timeline/counting_group.hpp"
 #include "timeline/trace_checks.hpp"
@@ -167,7 +169,7 @@ TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
   EXPECT_EQ(completeEvents(readTrace(path)).size(), 3u);
 }
 
-TEST_F(TimelineLocal, StartingElsewhereOrIntoAMissingDirectoryIsAConfigError) {
+TEST_F(TimelineLocal, StartingElsewhereIsAConfigErrorAndAMissingDirectoryAnIoError) {
   timeline::start(*group_, TimelineOptions(dir_.file("a%r.json")));
   try {
     timeline::start(*group_, TimelineOptions(dir_.file("b%r.json")));
@@ -181,7 +183,7 @@ TEST_F(TimelineLocal, StartingElsewhereOrIntoAMissingDirectoryIsAConfigError) {
   try {
     timeline::start(*group_, TimelineOptions(dir_.file("missing/t%r.json")));
     FAIL() << "started into a missing directory";
-  } catch (const ConfigError& e) {
+  } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot create '" + dir_.file("missing/t0.json") +
                                          "': No such file or directory"),
               std::string::npos)
@@ -198,16 +200,16 @@ TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
       timeline::NameScope inner("inner");
       group_->broadcast(torch::ones({2}), 0);
     }
-    timeline::detail::LabelScope fallback("fallback", -1, /*fallback=*/true);
+    ddp::detail::CollectiveName fallback("fallback", -1, /*fallback=*/true);
     group_->barrier();  // "outer" still wins over a fallback
   }
   {
-    timeline::detail::LabelScope fallback("helper", -1, /*fallback=*/true);
-    timeline::detail::LabelScope bucket("bucket", 7);
+    ddp::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
+    ddp::detail::CollectiveName bucket("bucket", 7);
     group_->allReduce(torch::ones({2}));
   }
   {
-    timeline::detail::LabelScope fallback("helper", -1, /*fallback=*/true);
+    ddp::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
     group_->allGather(torch::empty({2}), torch::ones({2}));
   }
   group_->reduceScatter(torch::empty({2}), torch::ones({2}), ReduceOp::kMax);
@@ -230,6 +232,29 @@ TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
   EXPECT_EQ(twice->issued(), 2);
   EXPECT_EQ(counting->issued(), 3);
   EXPECT_EQ(completeEvents(readTrace(dir_.file("c0.json"))).size(), 3u);
+}
+
+// The timeline is a decorator that init() applies (Note [The timeline at the
+// edge]): the engine inside it records nothing, a group made by hand is
+// recorded once wrapped with timeline::recorded(), and wrapping twice
+// changes nothing.
+TEST_F(TimelineLocal, RecordsGroupsFromInitAndGroupsWrappedByRecorded) {
+  auto decorated = std::dynamic_pointer_cast<timeline::detail::TimelineProcessGroup>(group_);
+  ASSERT_NE(decorated, nullptr) << "init() returned " << group_->backendName() << " undecorated";
+  EXPECT_EQ(group_->backendName(), "gloo");
+  EXPECT_EQ(timeline::recorded(group_), group_);
+  EXPECT_THROW(timeline::recorded(nullptr), InvalidArgumentError);
+
+  auto by_hand = std::make_shared<CountingGroup>(decorated->inner());
+  timeline::start(*group_, TimelineOptions(dir_.file("d%r.json")));
+  by_hand->allReduce(torch::ones({4}));       // not recorded: not wrapped
+  group_->broadcast(torch::ones({4}), 0);     // recorded
+  auto wrapped = timeline::recorded(by_hand);
+  wrapped->allReduce(torch::ones({4}));       // recorded, once
+  std::vector<std::string> names;
+  for (const auto& e : completeEvents(readTrace(dir_.file("d0.json")))) names.push_back(e.at("name"));
+  EXPECT_EQ(names, (std::vector<std::string>{"broadcast", "allReduce(sum)"}));
+  EXPECT_EQ(by_hand->issued(), 2);
 }
 
 TEST_F(TimelineLocal, MergeRejectsFilesThatAreNotTimelines) {

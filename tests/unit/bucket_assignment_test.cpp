@@ -1,13 +1,14 @@
-// How DistributedDataParallel's reducer groups parameters into buckets
-// (ddp::detail::assignBuckets and the orders it is given), against bucket
+// How the gradient-bucketing engine groups parameters into buckets
+// (ddp::detail::assign_buckets and the orders it is given), against bucket
 // lists written out by hand.
 //
-// The rule: parameters are taken in the given order; each joins the open
+// DistributedDataParallel's rule (CapRule::kCloseOnReaching): parameters are taken in the given order; each joins the open
 // bucket of its (dtype, device), which closes as soon as its bytes reach its
 // cap (the first-bucket cap for the first bucket of each dtype and device,
 // the bucket cap after that); buckets come out ordered by the position of
 // their first member in the order. PyTorch's compute_bucket_assignment_by_size
-// closes buckets the same way (add, then compare with the cap).
+// closes buckets the same way (add, then compare with the cap). The
+// Horovod-style optimizer's rule (CapRule::kNeverExceed) is tested last.
 
 #include <gtest/gtest.h>
 
@@ -35,16 +36,16 @@ constexpr int64_t kKiB = 1024;
 constexpr int64_t kMiB = 1024 * 1024;
 
 TEST(DdpBucketAssignment, EmptyInput) {
-  EXPECT_EQ(assignBuckets({}, {}, 100, 200), Buckets{});
-  EXPECT_EQ(initialBucketOrder(0), std::vector<size_t>{});
-  EXPECT_EQ(rebuildBucketOrder({}, 0), std::vector<size_t>{});
+  EXPECT_EQ(assign_buckets({}, {}, 100, 200), Buckets{});
+  EXPECT_EQ(initial_bucket_order(0), std::vector<size_t>{});
+  EXPECT_EQ(rebuild_bucket_order({}, 0), std::vector<size_t>{});
 }
 
 TEST(DdpBucketAssignment, OneParameter) {
-  EXPECT_EQ(assignBuckets(sameKind({40}), {0}, 100, 200), (Buckets{{0}}));   // under the cap
-  EXPECT_EQ(assignBuckets(sameKind({500}), {0}, 100, 200), (Buckets{{0}}));  // over it
-  EXPECT_EQ(assignBuckets(sameKind({0}), {0}, 100, 200), (Buckets{{0}}));    // empty tensor
-  EXPECT_EQ(initialBucketOrder(1), std::vector<size_t>{0});
+  EXPECT_EQ(assign_buckets(sameKind({40}), {0}, 100, 200), (Buckets{{0}}));   // under the cap
+  EXPECT_EQ(assign_buckets(sameKind({500}), {0}, 100, 200), (Buckets{{0}}));  // over it
+  EXPECT_EQ(assign_buckets(sameKind({0}), {0}, 100, 200), (Buckets{{0}}));    // empty tensor
+  EXPECT_EQ(initial_bucket_order(1), std::vector<size_t>{0});
 }
 
 // First cap 100, then 150, 50 bytes each, reverse registration order: the
@@ -52,10 +53,10 @@ TEST(DdpBucketAssignment, OneParameter) {
 // and the remainder stays a bucket of its own.
 TEST(DdpBucketAssignment, BucketsCloseWhenTheyReachTheirCap) {
   const auto inputs = sameKind({50, 50, 50, 50, 50, 50});
-  EXPECT_EQ(assignBuckets(inputs, {5, 4, 3, 2, 1, 0}, 100, 150),
+  EXPECT_EQ(assign_buckets(inputs, {5, 4, 3, 2, 1, 0}, 100, 150),
             (Buckets{{5, 4}, {3, 2, 1}, {0}}));
   // One byte short of each cap: one more member per bucket.
-  EXPECT_EQ(assignBuckets(inputs, {5, 4, 3, 2, 1, 0}, 101, 151),
+  EXPECT_EQ(assign_buckets(inputs, {5, 4, 3, 2, 1, 0}, 101, 151),
             (Buckets{{5, 4, 3}, {2, 1, 0}}));
 }
 
@@ -64,13 +65,13 @@ TEST(DdpBucketAssignment, BucketsCloseWhenTheyReachTheirCap) {
 // gradients before it (1, 2); what follows starts a new bucket.
 TEST(DdpBucketAssignment, LargeParameterClosesItsBucket) {
   const auto inputs = sameKind({500, 10, 600, 700, 10});
-  EXPECT_EQ(assignBuckets(inputs, {0, 1, 2, 3, 4}, 100, 100),
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 100, 100),
             (Buckets{{0}, {1, 2}, {3}, {4}}));
 }
 
 // Cap 0: every parameter is a bucket of its own, in order.
 TEST(DdpBucketAssignment, ZeroCapGivesOneBucketPerParameter) {
-  EXPECT_EQ(assignBuckets(sameKind({8, 0, 8}), {2, 1, 0}, 0, 0), (Buckets{{2}, {1}, {0}}));
+  EXPECT_EQ(assign_buckets(sameKind({8, 0, 8}), {2, 1, 0}, 0, 0), (Buckets{{2}, {1}, {0}}));
 }
 
 // The first-bucket cap applies to the first bucket of each dtype: float
@@ -80,11 +81,11 @@ TEST(DdpBucketAssignment, FirstBucketCapAppliesPerDtype) {
                                            input(60, c10::kFloat),  input(60, c10::kDouble),
                                            input(60, c10::kFloat),  input(60, c10::kDouble),
                                            input(60, c10::kFloat),  input(60, c10::kDouble)};
-  EXPECT_EQ(assignBuckets(inputs, {0, 1, 2, 3, 4, 5, 6, 7}, 100, 1000),
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4, 5, 6, 7}, 100, 1000),
             (Buckets{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   // The first cap, not the bucket cap, governs each dtype's first bucket:
   // with it at 1000 nothing closes, although the bucket cap is 100.
-  EXPECT_EQ(assignBuckets(inputs, {0, 1, 2, 3, 4, 5, 6, 7}, 1000, 100),
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4, 5, 6, 7}, 1000, 100),
             (Buckets{{0, 2, 4, 6}, {1, 3, 5, 7}}));
 }
 
@@ -94,9 +95,9 @@ TEST(DdpBucketAssignment, DtypeChangesSplitBuckets) {
   const std::vector<BucketInput> inputs = {input(4, c10::kFloat), input(4, c10::kFloat),
                                            input(2, c10::kHalf), input(4, c10::kFloat),
                                            input(8, c10::kLong)};
-  EXPECT_EQ(assignBuckets(inputs, {0, 1, 2, 3, 4}, 1000, 1000), (Buckets{{0, 1, 3}, {2}, {4}}));
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 1000, 1000), (Buckets{{0, 1, 3}, {2}, {4}}));
   // Reverse order: buckets are ordered by their first member in the order.
-  EXPECT_EQ(assignBuckets(inputs, {4, 3, 2, 1, 0}, 1000, 1000), (Buckets{{4}, {3, 1, 0}, {2}}));
+  EXPECT_EQ(assign_buckets(inputs, {4, 3, 2, 1, 0}, 1000, 1000), (Buckets{{4}, {3, 1, 0}, {2}}));
 }
 
 // A bucket holds one device (no GPU needed: only the device's name matters).
@@ -107,11 +108,11 @@ TEST(DdpBucketAssignment, DeviceChangesSplitBuckets) {
   const std::vector<BucketInput> inputs = {input(4, c10::kFloat, cpu), input(4, c10::kFloat, gpu0),
                                            input(4, c10::kFloat, gpu1),
                                            input(4, c10::kFloat, gpu0), input(4, c10::kFloat, cpu)};
-  EXPECT_EQ(assignBuckets(inputs, {0, 1, 2, 3, 4}, 1000, 1000),
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 1000, 1000),
             (Buckets{{0, 4}, {1, 3}, {2}}));
   // The first-bucket cap is per device too: each device's first bucket
   // closes at 4 bytes, the second ones (1 on cuda:0, 0 on cpu) stay open.
-  EXPECT_EQ(assignBuckets(inputs, {4, 3, 2, 1, 0}, 4, 1000),
+  EXPECT_EQ(assign_buckets(inputs, {4, 3, 2, 1, 0}, 4, 1000),
             (Buckets{{4}, {3}, {2}, {1}, {0}}));
 }
 
@@ -121,18 +122,18 @@ TEST(DdpBucketAssignment, DeviceChangesSplitBuckets) {
 // follow the order given. Four 40-byte parameters, caps 80.
 TEST(DdpBucketAssignment, OrderDecidesMembershipAndBucketOrder) {
   const auto inputs = sameKind({40, 40, 40, 40});
-  EXPECT_EQ(initialBucketOrder(4), (std::vector<size_t>{3, 2, 1, 0}));
-  EXPECT_EQ(assignBuckets(inputs, initialBucketOrder(4), 80, 80), (Buckets{{3, 2}, {1, 0}}));
+  EXPECT_EQ(initial_bucket_order(4), (std::vector<size_t>{3, 2, 1, 0}));
+  EXPECT_EQ(assign_buckets(inputs, initial_bucket_order(4), 80, 80), (Buckets{{3, 2}, {1, 0}}));
 
-  EXPECT_EQ(rebuildBucketOrder({1, 3, 0, 2}, 4), (std::vector<size_t>{1, 3, 0, 2}));
-  EXPECT_EQ(assignBuckets(inputs, {1, 3, 0, 2}, 80, 80), (Buckets{{1, 3}, {0, 2}}));
+  EXPECT_EQ(rebuild_bucket_order({1, 3, 0, 2}, 4), (std::vector<size_t>{1, 3, 0, 2}));
+  EXPECT_EQ(assign_buckets(inputs, {1, 3, 0, 2}, 80, 80), (Buckets{{1, 3}, {0, 2}}));
 
   // Parameters 1 and 3 got no gradient: they follow, 3 before 1.
-  EXPECT_EQ(rebuildBucketOrder({2, 0}, 4), (std::vector<size_t>{2, 0, 3, 1}));
-  EXPECT_EQ(assignBuckets(inputs, rebuildBucketOrder({2, 0}, 4), 80, 80),
+  EXPECT_EQ(rebuild_bucket_order({2, 0}, 4), (std::vector<size_t>{2, 0, 3, 1}));
+  EXPECT_EQ(assign_buckets(inputs, rebuild_bucket_order({2, 0}, 4), 80, 80),
             (Buckets{{2, 0}, {3, 1}}));
   // No gradient at all: the initial order again.
-  EXPECT_EQ(rebuildBucketOrder({}, 4), (std::vector<size_t>{3, 2, 1, 0}));
+  EXPECT_EQ(rebuild_bucket_order({}, 4), (std::vector<size_t>{3, 2, 1, 0}));
 }
 
 // Bucket order is by first member in the order, not by index or by when a
@@ -140,12 +141,12 @@ TEST(DdpBucketAssignment, OrderDecidesMembershipAndBucketOrder) {
 // index and it closed before {2} (which was still open at the end).
 TEST(DdpBucketAssignment, BucketsAreOrderedByFirstMember) {
   const std::vector<BucketInput> inputs = {input(8, c10::kDouble), input(4), input(4), input(4)};
-  EXPECT_EQ(assignBuckets(inputs, {3, 1, 2, 0}, 8, 8), (Buckets{{3, 1}, {2}, {0}}));
+  EXPECT_EQ(assign_buckets(inputs, {3, 1, 2, 0}, 8, 8), (Buckets{{3, 1}, {2}, {0}}));
 }
 
 // Parameters left out of the order are in no bucket.
 TEST(DdpBucketAssignment, ParametersMissingFromTheOrderAreLeftOut) {
-  EXPECT_EQ(assignBuckets(sameKind({4, 4, 4}), {2, 0}, 1000, 1000), (Buckets{{2, 0}}));
+  EXPECT_EQ(assign_buckets(sameKind({4, 4, 4}), {2, 0}, 1000, 1000), (Buckets{{2, 0}}));
 }
 
 // A three-layer perceptron with DDP's default caps (1 MiB first, 25 MiB
@@ -153,14 +154,44 @@ TEST(DdpBucketAssignment, ParametersMissingFromTheOrderAreLeftOut) {
 // second weight fill the first bucket past 1 MiB; the rest fits in one.
 TEST(DdpBucketAssignment, DefaultCapsOnALayeredModel) {
   const auto inputs = sameKind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40});
-  EXPECT_EQ(assignBuckets(inputs, initialBucketOrder(6), 1 * kMiB, 25 * kMiB),
+  EXPECT_EQ(assign_buckets(inputs, initial_bucket_order(6), 1 * kMiB, 25 * kMiB),
             (Buckets{{5, 4, 3, 2}, {1, 0}}));
   // A 1 MiB parameter last: it fills the first bucket alone; with 3 MiB
   // buckets after it, the second closes only when the 4 MiB weight joins.
   const auto bigger = sameKind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40,
                                 1 * kMiB});
-  EXPECT_EQ(assignBuckets(bigger, {6, 5, 4, 3, 2, 1, 0}, 1 * kMiB, 3 * kMiB),
+  EXPECT_EQ(assign_buckets(bigger, {6, 5, 4, 3, 2, 1, 0}, 1 * kMiB, 3 * kMiB),
             (Buckets{{6}, {5, 4, 3, 2, 1, 0}}));
+}
+
+// CapRule::kNeverExceed (Horovod's fusion threshold): a bucket takes the next
+// gradient only while it stays within the cap. 50-byte gradients, cap 100:
+// two per bucket where kCloseOnReaching also gives two; cap 149: still two,
+// where kCloseOnReaching takes three (it closes at 150, past the cap).
+TEST(DdpBucketAssignment, NeverExceedKeepsBucketsWithinTheCap) {
+  const auto inputs = sameKind({50, 50, 50, 50, 50, 50});
+  const std::vector<size_t> order = {5, 4, 3, 2, 1, 0};
+  EXPECT_EQ(assign_buckets(inputs, order, 100, 100, CapRule::kNeverExceed),
+            (Buckets{{5, 4}, {3, 2}, {1, 0}}));
+  EXPECT_EQ(assign_buckets(inputs, order, 149, 149, CapRule::kNeverExceed),
+            (Buckets{{5, 4}, {3, 2}, {1, 0}}));
+  EXPECT_EQ(assign_buckets(inputs, order, 149, 149, CapRule::kCloseOnReaching),
+            (Buckets{{5, 4, 3}, {2, 1, 0}}));
+}
+
+// kNeverExceed: a gradient larger than the cap travels alone (it closes the
+// bucket before it and the one it opens); a cap of 0 gives one bucket per
+// gradient, empty ones included; the first cap still governs the first
+// bucket of each dtype.
+TEST(DdpBucketAssignment, NeverExceedSendsLargeGradientsAlone) {
+  const auto inputs = sameKind({10, 500, 10, 10});
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3}, 100, 100, CapRule::kNeverExceed),
+            (Buckets{{0}, {1}, {2, 3}}));
+  EXPECT_EQ(assign_buckets(sameKind({8, 0, 8}), {2, 1, 0}, 0, 0, CapRule::kNeverExceed),
+            (Buckets{{2}, {1}, {0}}));
+  EXPECT_EQ(assign_buckets(sameKind({10, 10, 10, 10}), {0, 1, 2, 3}, 10, 30,
+                           CapRule::kNeverExceed),
+            (Buckets{{0}, {1, 2, 3}}));
 }
 
 }  // namespace

@@ -5,6 +5,13 @@
 //   ddprun --standalone --nproc-per-node 2 ./build/bin/example_toy_trainer
 //   ddprun --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 \
 //          --nproc-per-node 4 --max-restarts 3 ./train --epochs 10
+//
+// Exit status: 0 when the job succeeded, 1 when it failed after its last
+// restart, 128 + signal when interrupted; when ddprun itself fails, the code
+// of the error's kind (Note [Exit codes] in ddp/errors.hpp): 3 for a bad
+// option, 4 for a rendezvous between nodes that failed, 5 for a timeout, 13
+// for a log or error file that cannot be created, 14 for a worker that
+// cannot be started; CLI11's own codes for a command line it cannot parse.
 
 #include <CLI/CLI.hpp>
 

@@ -46,16 +46,16 @@ class FashionMnist : public torch::data::datasets::Dataset<FashionMnist> {
 
   /// Reads the split's images and labels from `root`, each from
   /// `<name>.gz` or, when absent, the uncompressed `<name>`.
-  /// \throws DataError when a file is missing (naming the names tried),
+  /// \throws ddp::DataError when a file is missing (naming the names tried),
   ///   malformed (see readIdx()), not uint8 images [N,H,W] / labels [N], has
   ///   a label outside 0..9, or when images and labels differ in count
-  ///   (naming both files and counts); ConfigError for a stddev <= 0.
+  ///   (naming both files and counts); ddp::ConfigError for a stddev <= 0.
   explicit FashionMnist(const std::string& root = kDefaultRoot, Split split = Split::kTrain,
                         FashionMnistOptions options = {});
 
   /// Image `index` ([1,H,W] float32, a view into images()) and its label
   /// (an int64 scalar).
-  /// \throws std::out_of_range when index >= size().
+  /// \throws ddp::InvalidArgumentError when index >= size().
   torch::data::Example<> get(size_t index) override;
 
   /// The number of examples.

@@ -18,14 +18,6 @@
 
 namespace ddp::data {
 
-/// A data file that cannot be read: missing, not in the expected format,
-/// truncated, or inconsistent with its companion file. The message names the
-/// file and what is wrong with it.
-class DataError : public Error {
- public:
-  using Error::Error;
-};
-
 /// The most elements readIdx() accepts in one file (2^31): a larger count
 /// is almost certainly a corrupted header, and would otherwise make the
 /// reader try to allocate it.
@@ -36,7 +28,7 @@ inline constexpr int64_t kMaxIdxElements = int64_t{1} << 31;
 /// element type and shape (uint8 -> torch::kUInt8, int8 -> kInt8,
 /// int16 -> kInt16, int32 -> kInt32, float32 -> kFloat32,
 /// float64 -> kFloat64), converted to this machine's byte order.
-/// \throws DataError naming `path` when the file is missing or unreadable,
+/// \throws ddp::DataError naming `path` when the file is missing or unreadable,
 ///   does not start with an idx magic number (the bytes found are shown in
 ///   hex), has an unknown type code, declares more than kMaxIdxElements
 ///   elements, is truncated (expected and found byte counts), is corrupt

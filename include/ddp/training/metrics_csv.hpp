@@ -25,13 +25,6 @@
 
 namespace ddp::training {
 
-/// A metrics file that cannot be written or read back: the message names
-/// the file, the line and what is wrong.
-class MetricsError : public Error {
- public:
-  using Error::Error;
-};
-
 /// One row: an epoch's figures.
 struct EpochMetrics {
   int64_t epoch = 0;                  ///< 1-based epoch number.
@@ -53,11 +46,11 @@ class MetricsCsv {
   /// Opens `path` (creating its directory): rows of epochs 1 to
   /// `completed_epochs` already in a file with this header are kept, the
   /// rest is rewritten (Note [A resumed run rewrites the epochs it repeats]).
-  /// \throws MetricsError when the file cannot be created or written, or
+  /// \throws ddp::MetricsError when the file cannot be created or written, or
   ///   when completed_epochs > 0 and the existing file is not a metrics CSV.
   explicit MetricsCsv(std::string path, int64_t completed_epochs = 0);
 
-  /// Writes `row` and flushes it. \throws MetricsError on a write error.
+  /// Writes `row` and flushes it. \throws ddp::MetricsError on a write error.
   void append(const EpochMetrics& row);
 
   /// The file written.
@@ -68,8 +61,8 @@ class MetricsCsv {
 };
 
 /// Reads every row of a metrics CSV.
-/// \throws MetricsError when the file is missing, has another header, or a
-///   row is malformed (naming the line).
+/// \throws ddp::MetricsError when the file is missing, has another header,
+///   or a row is malformed (naming the line).
 std::vector<EpochMetrics> readMetricsCsv(const std::string& path);
 
 }  // namespace ddp::training

@@ -23,13 +23,6 @@
 
 namespace ddp::training {
 
-/// The plot could not be made: gnuplot is not installed, it failed (its
-/// output is quoted), or the CSV has no rows to draw.
-class PlotError : public Error {
- public:
-  using Error::Error;
-};
-
 /// Options of plotLossAccuracy().
 struct PlotOptions {
   /// The title above the curves.
@@ -45,15 +38,15 @@ struct PlotOptions {
 /// Renders the training loss (left axis) and, when the CSV has any, the
 /// test accuracy (right axis) against the epoch into the PNG file `png`
 /// (its directory is created).
-/// \throws MetricsError when the CSV cannot be read; PlotError when it has
-///   no rows, gnuplot is not found (naming the package to install), or
-///   gnuplot fails or writes no image (quoting its output); ConfigError for
-///   a non-positive size.
+/// \throws ddp::MetricsError when the CSV cannot be read; ddp::PlotError
+///   when it has no rows, gnuplot is not found (naming the package to
+///   install), or gnuplot fails or writes no image (quoting its output);
+///   ddp::ConfigError for a non-positive size.
 void plotLossAccuracy(const std::string& csv, const std::string& png, const PlotOptions& options = {});
 
 /// Checks, before training starts, that plotLossAccuracy() will find
-/// gnuplot. \throws PlotError naming options.gnuplot() and the package to
-/// install when it cannot be found.
+/// gnuplot. \throws ddp::PlotError naming options.gnuplot() and the
+/// package to install when it cannot be found.
 void requireGnuplot(const PlotOptions& options = {});
 
 }  // namespace ddp::training

@@ -21,7 +21,8 @@
 #include "ddp/environment.hpp"
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
-#include "horovod/timeline_recorder.hpp"
+#include "collective_name.hpp"
+#include "timeline/timeline_process_group.hpp"
 
 namespace ddp {
 
@@ -100,8 +101,8 @@ class Recorder {
     }
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-      throw ConfigError("timeline: cannot create '" + path + "': " + std::strerror(errno) +
-                        ". Check that its directory exists and is writable.");
+      throw IoError("timeline: cannot create '" + path + "': " + std::strerror(errno) +
+                    ". Check that its directory exists and is writable.");
     }
     fd_ = fd;
     path_ = path;
@@ -137,7 +138,7 @@ class Recorder {
   }
 
   std::shared_ptr<PendingEvent> begin(const CollectiveFacts& facts) {
-    std::string name = currentScopeName().value_or(operationName(facts));
+    std::string name = ddp::detail::current_collective_name().value_or(operationName(facts));
     std::lock_guard<std::mutex> lock(mutex_);
     if (!active()) return nullptr;
     int lane = 0;
@@ -263,25 +264,26 @@ Work endWhenDone(Work work, std::shared_ptr<PendingEvent> event) {
   return work.then([event = std::move(event)] { event->finish(/*waited=*/true); });
 }
 
-void startForRank(const TimelineOptions& options, int rank) {
-  Recorder::get().start(pathForRank(options.path(), rank), rank);
-}
-
-void startFromEnvironmentOnce(int rank) {
+void startFromEnvironmentOnce(const EnvironmentMap& env, int rank) {
   static std::once_flag once;
-  std::call_once(once, [rank] {
-    const EnvironmentMap env = captureEnvironment();
+  std::call_once(once, [&env, rank] {
     auto found = env.find(kEnvironmentVariable);
     if (found == env.end() || found->second.empty() || recording()) return;
-    startForRank(TimelineOptions(found->second), rank);
+    Recorder::get().start(pathForRank(TimelineOptions(found->second).path(), rank), rank);
   });
 }
 
 }  // namespace detail
 
 void start(const ProcessGroup& group, const TimelineOptions& options) {
-  detail::startForRank(options, group.rank());
+  detail::Recorder::get().start(pathForRank(options.path(), group.rank()), group.rank());
 }
+
+NameScope::NameScope(std::string name) : name_(std::move(name)) {
+  ddp::detail::push_collective_name(&name_);
+}
+
+NameScope::~NameScope() { ddp::detail::pop_collective_name(); }
 
 void stop() { detail::Recorder::get().stop(); }
 
@@ -325,8 +327,8 @@ void merge(const std::vector<std::string>& inputs, const std::string& output) {
   out << "\n]\n";
   out.flush();
   if (!out) {
-    throw ConfigError("timeline::merge: cannot write '" + output + "': " + std::strerror(errno) +
-                      "; check that its directory exists and is writable.");
+    throw IoError("timeline::merge: cannot write '" + output + "': " + std::strerror(errno) +
+                  "; check that its directory exists and is writable.");
   }
 }
 
