@@ -24,14 +24,14 @@ namespace {
 // after a warm-up, the ranks aligned by a barrier first.
 double timeAllReduce(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
                      int iterations) {
-  for (int i = 0; i < 3; ++i) engine.allReduce(t);
+  for (int i = 0; i < 3; ++i) engine.all_reduce(t);
   control.barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) engine.allReduce(t);
+  for (int i = 0; i < iterations; ++i) engine.all_reduce(t);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
   at::Tensor slowest = at::full({1}, seconds, at::kDouble);
-  control.allReduce(slowest, ddp::ReduceOp::kMax);
+  control.all_reduce(slowest, ddp::ReduceOp::kMax);
   return slowest.item<double>();
 }
 
@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
     const int n = gloo->size();
     const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
     if (gloo->rank() == 0) {
-      std::printf("ranks=%d\n%10s %14s %14s %14s %14s %9s %9s\n", n, "bytes", "gloo us",
-                  "shm us", "gloo busbw GB/s", "shm busbw GB/s", "bw ratio", "lat ratio");
+      std::printf("ranks=%d\n%10s %14s %14s %14s %14s %9s %9s\n", n, "bytes", "gloo us", "shm us",
+                  "gloo busbw GB/s", "shm busbw GB/s", "bw ratio", "lat ratio");
     }
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       at::Tensor t = at::ones({bytes / 4}, at::kFloat);
@@ -77,6 +77,6 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   }
 }

@@ -53,12 +53,14 @@ TORCH_MODULE(Mlp);
 struct ConvNetImpl : nn::Cloneable<ConvNetImpl> {
   ConvNetImpl() { reset(); }
   void reset() override {
-    layer1 = register_module("layer1", nn::Sequential(
-        nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)), nn::BatchNorm2d(16), nn::ReLU(),
-        nn::MaxPool2d(nn::MaxPool2dOptions(2).stride(2))));
-    layer2 = register_module("layer2", nn::Sequential(
-        nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)), nn::BatchNorm2d(32), nn::ReLU(),
-        nn::MaxPool2d(nn::MaxPool2dOptions(2).stride(2))));
+    layer1 =
+        register_module("layer1", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2)),
+                                                 nn::BatchNorm2d(16), nn::ReLU(),
+                                                 nn::MaxPool2d(nn::MaxPool2dOptions(2).stride(2))));
+    layer2 = register_module(
+        "layer2",
+        nn::Sequential(nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2)), nn::BatchNorm2d(32),
+                       nn::ReLU(), nn::MaxPool2d(nn::MaxPool2dOptions(2).stride(2))));
     fc = register_module("fc", nn::Linear(7 * 7 * 32, 10));
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -90,7 +92,8 @@ class Side {
         devices_(devices),
         optimizer_(model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)) {
     if (persistent) {
-      dp_ = ddp::DataParallel(model_, ddp::DataParallelOptions().devices(devices).balanced_memory(balanced));
+      dp_ = ddp::DataParallel(
+          model_, ddp::DataParallelOptions().devices(devices).balanced_memory(balanced));
     }
   }
 
@@ -117,7 +120,8 @@ class Side {
     auto chunks = x.chunk(static_cast<int64_t>(devices_.size()), 0);
     clones_.clear();
     for (size_t i = 0; i < chunks.size(); ++i) {
-      clones_.push_back(std::dynamic_pointer_cast<typename Model::Impl>(model_->clone(devices_[i])));
+      clones_.push_back(
+          std::dynamic_pointer_cast<typename Model::Impl>(model_->clone(devices_[i])));
     }
     std::vector<torch::Tensor> outputs(chunks.size());
     at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
@@ -178,7 +182,8 @@ int run(const Options& options, std::vector<int64_t> sample_shape, int default_b
       side.step(x, y);
     }
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-               .count() / steps;
+               .count() /
+           steps;
   };
   time(ours, options.warmup, 0);
   time(theirs, options.warmup, 0);
@@ -204,9 +209,9 @@ int run(const Options& options, std::vector<int64_t> sample_shape, int default_b
   std::cout << std::fixed << std::setprecision(2) << "| " << options.model << " | " << batch
             << " | " << options.replicas << " | " << options.threads << " | "
             << (options.balanced ? "forward_backward, balanced" : "forward + backward") << " | "
-            << ours_median
-            << " | " << theirs_median << " | **" << theirs_median / ours_median << "** | "
-            << std::scientific << std::setprecision(1) << difference << " |" << std::endl;
+            << ours_median << " | " << theirs_median << " | **" << theirs_median / ours_median
+            << "** | " << std::scientific << std::setprecision(1) << difference << " |"
+            << std::endl;
   return 0;
 }
 
@@ -215,9 +220,12 @@ int run(const Options& options, std::vector<int64_t> sample_shape, int default_b
 int main(int argc, char** argv) {
   Options options;
   CLI::App app{"ddp::DataParallel against LibTorch's data-parallel steps, CPU replicas"};
-  app.add_option("--model", options.model, "mlp or convnet")->check(CLI::IsMember({"mlp", "convnet"}));
-  app.add_option("--replicas", options.replicas, "CPU replicas (kCPU repeated)")->check(CLI::Range(1, 16));
-  app.add_option("--threads", options.threads, "intra-op threads (at::set_num_threads)")->check(CLI::Range(1, 64));
+  app.add_option("--model", options.model, "mlp or convnet")
+      ->check(CLI::IsMember({"mlp", "convnet"}));
+  app.add_option("--replicas", options.replicas, "CPU replicas (kCPU repeated)")
+      ->check(CLI::Range(1, 16));
+  app.add_option("--threads", options.threads, "intra-op threads (at::set_num_threads)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--batch", options.batch, "global batch (default: mlp 128, convnet 64)");
   app.add_option("--steps", options.steps, "timed steps per round");
   app.add_option("--warmup", options.warmup, "untimed steps first");

@@ -155,9 +155,9 @@ int run(Options options) {
     std::ostringstream line;
     line.setf(std::ios::fixed);
     line.precision(4);
-    line << "result side=ddp model=" << options.model << " backend=" << group->backendName()
-         << " ranks=" << world
-         << " batch=" << options.batch << " steps=" << options.steps << " images_per_s="
+    line << "result side=ddp model=" << options.model << " backend=" << group->backend_name()
+         << " ranks=" << world << " batch=" << options.batch << " steps=" << options.steps
+         << " images_per_s="
          << static_cast<double>(world) * options.batch * options.steps / synced.seconds
          << " step_ms=" << 1e3 * synced.seconds / options.steps
          << " nosync_step_ms=" << 1e3 * local.seconds / options.steps << " loss=" << synced.loss
@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
   Options options;
   app.add_option("--model", options.model, "linear (the torchrun tutorial's toy) or convnet")
       ->check(CLI::IsMember({"linear", "convnet"}));
-  app.add_option("--steps", options.steps, "timed steps per rank (default 2000 linear, 100 convnet)")
+  app.add_option("--steps", options.steps,
+                 "timed steps per rank (default 2000 linear, 100 convnet)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", options.warmup, "untimed steps first (default 100 linear, 10 convnet)")
       ->check(CLI::Range(0, 1000000));
@@ -206,7 +207,7 @@ int main(int argc, char** argv) {
     return run(options);
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return 1;

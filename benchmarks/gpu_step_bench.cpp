@@ -170,21 +170,22 @@ int run(const Options& options) {
   ddp::data::FashionMnist train(options.data_dir);
   const torch::Tensor images = train.images().to(kGpu);
   const torch::Tensor labels = train.labels().to(kGpu);
-  auto group = ddp::init(ddp::InitOptions().backend("nccl").rank(0).world_size(1),
-                         ddp::EnvironmentMap{});
+  auto group =
+      ddp::init(ddp::InitOptions().backend("nccl").rank(0).world_size(1), ddp::EnvironmentMap{});
   for (const auto& model : options.models) {
     for (const auto& precision : options.precisions) {
       for (const auto& mode : options.modes) {
-        const Timed timed = runConfiguration(options, model, precision, mode, images, labels, group);
+        const Timed timed =
+            runConfiguration(options, model, precision, mode, images, labels, group);
         const int batch = model == "resnet18" ? options.resnet_batch : options.convnet_batch;
         const int steps = model == "resnet18" ? options.resnet_steps : options.convnet_steps;
         std::ostringstream line;
         line.setf(std::ios::fixed);
         line.precision(4);
-        line << "result side=ddp model=" << model << " precision=" << precision
-             << " mode=" << mode << " batch=" << batch << " steps=" << steps
-             << " step_ms=" << timed.step_ms << " images_per_s=" << 1e3 * batch / timed.step_ms
-             << " loss=" << timed.loss << " libtorch=" << TORCH_VERSION;
+        line << "result side=ddp model=" << model << " precision=" << precision << " mode=" << mode
+             << " batch=" << batch << " steps=" << steps << " step_ms=" << timed.step_ms
+             << " images_per_s=" << 1e3 * batch / timed.step_ms << " loss=" << timed.loss
+             << " libtorch=" << TORCH_VERSION;
         std::cout << line.str() << std::endl;
       }
     }
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
     return run(options);
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return 1;

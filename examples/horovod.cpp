@@ -54,7 +54,8 @@ int train(const Options& o) {
   hvd::DistributedOptimizer optimizer(
       torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum)));
   // o.lr -> o.lr * size over the first warm-up steps (Goyal et al.).
-  hvd::LearningRateWarmup warmup(optimizer.optimizer(), hvd::LearningRateWarmupOptions(o.warmup_steps));
+  hvd::LearningRateWarmup warmup(optimizer.optimizer(),
+                                 hvd::LearningRateWarmupOptions(o.warmup_steps));
 
   ddp::TrainingState state;
   state.model = net.ptr().get();
@@ -69,17 +70,21 @@ int train(const Options& o) {
   int64_t global_step = state.counters["global_step"];
   int64_t steps_to_run = o.epochs * steps_per_epoch - global_step;
   if (o.max_steps > 0) steps_to_run = std::min(steps_to_run, o.max_steps - global_step);
-  ddp::training::ProgressReporter progress(hvd::rank(), o.epochs, steps_per_epoch, std::max<int64_t>(0, steps_to_run));
+  ddp::training::ProgressReporter progress(hvd::rank(), o.epochs, steps_per_epoch,
+                                           std::max<int64_t>(0, steps_to_run));
   if (resumed && hvd::rank() == 0) {
-    progress.message("resumed from " + o.snapshot_dir + " at epoch " + std::to_string(state.epoch + 1) +
-                     " step " + std::to_string(state.step_in_epoch) + " (global step " +
+    progress.message("resumed from " + o.snapshot_dir + " at epoch " +
+                     std::to_string(state.epoch + 1) + " step " +
+                     std::to_string(state.step_in_epoch) + " (global step " +
                      std::to_string(global_step) + ")");
   }
-  progress.message("rank " + std::to_string(hvd::rank()) + " of " + std::to_string(hvd::size()) + " (local " +
-                   std::to_string(hvd::local_rank()) + " of " + std::to_string(hvd::local_size()) + "), shard of " +
+  progress.message("rank " + std::to_string(hvd::rank()) + " of " + std::to_string(hvd::size()) +
+                   " (local " + std::to_string(hvd::local_rank()) + " of " +
+                   std::to_string(hvd::local_size()) + "), shard of " +
                    std::to_string(sampler.shard_size()) + " samples");
-  ddp::examples::MetricsOutput metrics(o, hvd::rank(), state.epoch,
-                                       "Horovod-style training on Fashion-MNIST, " + std::to_string(hvd::size()) + " ranks");
+  ddp::examples::MetricsOutput metrics(
+      o, hvd::rank(), state.epoch,
+      "Horovod-style training on Fashion-MNIST, " + std::to_string(hvd::size()) + " ranks");
 
   auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
@@ -93,8 +98,9 @@ int train(const Options& o) {
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
       optimizer.zero_grad();
-      torch::Tensor step_loss = torch::nll_loss(net->forward(train_set.images().index_select(0, index)),
-                                                train_set.labels().index_select(0, index));
+      torch::Tensor step_loss =
+          torch::nll_loss(net->forward(train_set.images().index_select(0, index)),
+                          train_set.labels().index_select(0, index));
       step_loss.backward();  // the fused all-reduces start while backward runs
       optimizer.step();      // waits for the averaged gradients, then SGD
       warmup.step();
@@ -107,14 +113,16 @@ int train(const Options& o) {
       snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
-    loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) / hvd::size();  // Horovod's metric_average
+    loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) /
+           hvd::size();  // Horovod's metric_average
     accuracy = ddp::examples::shardedAccuracy(net, test_set.images(), test_set.labels(), *group);
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
     if (hvd::rank() == 0) {
       char text[160];
-      std::snprintf(text, sizeof(text), "epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, lr %.3g",
-                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), loss, 100 * accuracy,
-                    optimizer.param_groups()[0].options().get_lr());
+      std::snprintf(text, sizeof(text),
+                    "epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, lr %.3g",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), loss,
+                    100 * accuracy, optimizer.param_groups()[0].options().get_lr());
       progress.message(text);
     }
   }
@@ -123,15 +131,17 @@ int train(const Options& o) {
   }
   const std::string outputs = metrics.finish();
   if (hvd::rank() == 0) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     char text[200];
-    std::snprintf(text, sizeof(text), "done: %lld steps, test accuracy %.2f%%, %.1f s in all; %lld fusion buffers",
+    std::snprintf(text, sizeof(text),
+                  "done: %lld steps, test accuracy %.2f%%, %.1f s in all; %lld fusion buffers",
                   static_cast<long long>(global_step), 100 * accuracy, seconds,
                   static_cast<long long>(optimizer.stats().buffer_bytes.size()));
     progress.message(text);
     if (!outputs.empty()) progress.message(outputs);
-    std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n", ddp::examples::weightsDigest(*net).c_str(),
-                loss, accuracy);
+    std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
+                ddp::examples::weightsDigest(*net).c_str(), loss, accuracy);
   }
   return 0;
 }
@@ -139,18 +149,25 @@ int train(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Horovod's MNIST example with ddp::hvd (DistributedOptimizer, broadcasts,\n"
-               "learning-rate warm-up). Run under ddprun, torchrun, mpirun or srun.",
-               "example_horovod"};
+  CLI::App app{
+      "Horovod's MNIST example with ddp::hvd (DistributedOptimizer, broadcasts,\n"
+      "learning-rate warm-up). Run under ddprun, torchrun, mpirun or srun.",
+      "example_horovod"};
   Options o;
   ddp::examples::addCommonOptions(app, o, /*reads_data=*/true);
   app.add_option("--batch-size", o.batch_size, "samples per rank and step")
-      ->check(CLI::Range(int64_t{1}, int64_t{60000}))->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, int64_t{60000}))
+      ->capture_default_str();
   app.add_option("--lr", o.lr, "single-process SGD learning rate (scaled by the number of ranks)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--warmup-steps", o.warmup_steps, "steps over which the learning rate grows to lr x ranks")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps,
+                 "steps over which the learning rate grows to lr x ranks")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return ddp::examples::runExample([&] { return train(o); });
 }

@@ -43,7 +43,8 @@ std::vector<torch::Device> replicaDevices(int count) {
   std::vector<torch::Device> devices;
   const int gpus = torch::cuda::device_count();
   if (gpus > 0) {
-    for (int i = 0; i < (count > 0 ? std::min(count, gpus) : gpus); ++i) devices.emplace_back(torch::kCUDA, i);
+    for (int i = 0; i < (count > 0 ? std::min(count, gpus) : gpus); ++i)
+      devices.emplace_back(torch::kCUDA, i);
   } else {
     devices.assign(count > 0 ? count : 2, torch::Device(torch::kCPU));
   }
@@ -54,9 +55,11 @@ int train(const Options& o) {
   const auto started = std::chrono::steady_clock::now();
   auto group = ddp::init(ddp::InitOptions().backend("gloo"));  // alone: a group of one
   if (group->size() != 1) {
-    throw ddp::ConfigError("example_lenet_dp trains in one process (DataParallel), but it was started as " +
-                           std::to_string(group->size()) + " ranks; run it alone or with --nproc-per-node 1, "
-                           "or use example_mnist_ddp for several processes.");
+    throw ddp::ConfigError(
+        "example_lenet_dp trains in one process (DataParallel), but it was started as " +
+        std::to_string(group->size()) +
+        " ranks; run it alone or with --nproc-per-node 1, "
+        "or use example_mnist_ddp for several processes.");
   }
   FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
   FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
@@ -81,17 +84,20 @@ int train(const Options& o) {
   int64_t global_step = state.counters["global_step"];
   int64_t steps_to_run = o.epochs * steps_per_epoch - global_step;
   if (o.max_steps > 0) steps_to_run = std::min(steps_to_run, o.max_steps - global_step);
-  ddp::training::ProgressReporter progress(0, o.epochs, steps_per_epoch, std::max<int64_t>(0, steps_to_run));
+  ddp::training::ProgressReporter progress(0, o.epochs, steps_per_epoch,
+                                           std::max<int64_t>(0, steps_to_run));
   if (resumed) {
-    progress.message("resumed from " + o.snapshot_dir + " at epoch " + std::to_string(state.epoch + 1) +
-                     " step " + std::to_string(state.step_in_epoch) + " (global step " +
+    progress.message("resumed from " + o.snapshot_dir + " at epoch " +
+                     std::to_string(state.epoch + 1) + " step " +
+                     std::to_string(state.step_in_epoch) + " (global step " +
                      std::to_string(global_step) + ")");
   }
   std::string where;
   for (const auto& device : devices) where += (where.empty() ? "" : ", ") + device.str();
   progress.message(std::to_string(devices.size()) + " replicas (" + where + "); batches of " +
                    std::to_string(o.batch_size) + " split among them");
-  ddp::examples::MetricsOutput metrics(o, 0, state.epoch, "LeNet-5 with DataParallel on Fashion-MNIST");
+  ddp::examples::MetricsOutput metrics(o, 0, state.epoch,
+                                       "LeNet-5 with DataParallel on Fashion-MNIST");
 
   auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
@@ -106,7 +112,8 @@ int train(const Options& o) {
       torch::Tensor images = train_set.images().index_select(0, index).to(devices[0]);
       torch::Tensor labels = train_set.labels().index_select(0, index).to(devices[0]);
       optimizer.zero_grad();
-      torch::Tensor step_loss = torch::nn::functional::cross_entropy(model->forward(images), labels);
+      torch::Tensor step_loss =
+          torch::nn::functional::cross_entropy(model->forward(images), labels);
       step_loss.backward();  // every replica's gradient lands in net's .grad
       optimizer.step();
       ++global_step;
@@ -124,9 +131,10 @@ int train(const Options& o) {
                                               test_set.labels().to(devices[0]), *group);
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
     char text[128];
-    std::snprintf(text, sizeof(text), "epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, lr %.2e",
-                  static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), loss, 100 * accuracy,
-                  optimizer.param_groups()[0].options().get_lr());
+    std::snprintf(text, sizeof(text),
+                  "epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%, lr %.2e",
+                  static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), loss,
+                  100 * accuracy, optimizer.param_groups()[0].options().get_lr());
     progress.message(text);
   }
   if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
@@ -134,32 +142,40 @@ int train(const Options& o) {
                                               test_set.labels().to(devices[0]), *group);
   }
   const std::string outputs = metrics.finish();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   char text[160];
   std::snprintf(text, sizeof(text), "done: %lld steps, test accuracy %.2f%%, %.1f s in all",
                 static_cast<long long>(global_step), 100 * accuracy, seconds);
   progress.message(text);
   if (!outputs.empty()) progress.message(outputs);
-  std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n", ddp::examples::weightsDigest(*net).c_str(),
-              loss, accuracy);
+  std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
+              ddp::examples::weightsDigest(*net).c_str(), loss, accuracy);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"LeNet-5 on Fashion-MNIST with DataParallel (one process, several replicas),\n"
-               "Adam and StepLR.",
-               "example_lenet_dp"};
+  CLI::App app{
+      "LeNet-5 on Fashion-MNIST with DataParallel (one process, several replicas),\n"
+      "Adam and StepLR.",
+      "example_lenet_dp"};
   Options o;
   ddp::examples::addCommonOptions(app, o, /*reads_data=*/true);
   app.add_option("--batch-size", o.batch_size, "samples per step, split among the replicas")
-      ->check(CLI::Range(int64_t{1}, int64_t{60000}))->capture_default_str();
-  app.add_option("--replicas", o.replicas, "replicas: at most this many GPUs, or this many on the CPU (0: all GPUs, else 2)")
-      ->check(CLI::Range(0, 64))->capture_default_str();
-  app.add_option("--lr", o.lr, "Adam learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, int64_t{60000}))
+      ->capture_default_str();
+  app.add_option("--replicas", o.replicas,
+                 "replicas: at most this many GPUs, or this many on the CPU (0: all GPUs, else 2)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "Adam learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--lr-gamma", o.lr_gamma, "StepLR: learning-rate factor after each epoch")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return ddp::examples::runExample([&] { return train(o); });
 }

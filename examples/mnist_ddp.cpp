@@ -43,17 +43,19 @@ struct Options : ddp::examples::CommonOptions {
   double weight_decay = 5e-4;
   int64_t lr_step_epochs = 2;
   double lr_gamma = 0.5;
-  std::string amp = "O0";       // mixed-precision level, O0 (float32) to O3
-  bool sync_bn = false;         // batch norms synchronized across ranks
+  std::string amp = "O0";        // mixed-precision level, O0 (float32) to O3
+  bool sync_bn = false;          // batch norms synchronized across ranks
   std::string backend = "auto";  // shm on one node, Gloo between nodes
 };
 
 // The model, identical on every rank: DDP copies rank 0's weights anyway,
 // and the seed makes a single-process run reproducible too.
-ddp::examples::ConvNet buildModel(const Options& o, const std::shared_ptr<ddp::ProcessGroup>& group) {
+ddp::examples::ConvNet buildModel(const Options& o,
+                                  const std::shared_ptr<ddp::ProcessGroup>& group) {
   torch::manual_seed(o.seed);
   ddp::examples::ConvNet net;
-  if (o.sync_bn) ddp::convert_sync_batchnorm(net.ptr(), group);  // in place: the BNs sit in Sequentials
+  if (o.sync_bn)
+    ddp::convert_sync_batchnorm(net.ptr(), group);  // in place: the BNs sit in Sequentials
   return net;
 }
 
@@ -63,14 +65,14 @@ ddp::examples::ConvNet buildModel(const Options& o, const std::shared_ptr<ddp::P
 struct Trainer {
   Trainer(const Options& o, std::shared_ptr<ddp::ProcessGroup> group)
       : net(buildModel(o, group)),
-        optimizer(net->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(
-                                         o.weight_decay)),
+        optimizer(net->parameters(),
+                  torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay)),
         scheduler(optimizer, o.lr_step_epochs, o.lr_gamma),
-        amp(*net, optimizer, ddp::amp::AmpOptions(ddp::amp::parseOptLevel(o.amp)), group),
+        amp(*net, optimizer, ddp::amp::AmpOptions(ddp::amp::parse_opt_level(o.amp)), group),
         scaler(ddp::amp::GradScalerOptions().enabled(o.amp != "O0"), group),
         model(net, std::move(group)) {}
 
-  ddp::examples::ConvNet net;          // the model itself (saved, evaluated)
+  ddp::examples::ConvNet net;  // the model itself (saved, evaluated)
   torch::optim::SGD optimizer;
   torch::optim::StepLR scheduler;      // stepped once per epoch
   ddp::amp::MixedPrecision amp;        // O2: the optimizer now holds float32 masters
@@ -111,20 +113,23 @@ int train(const Options& o) {
   int64_t global_step = state.counters["global_step"];
   int64_t steps_to_run = o.epochs * steps_per_epoch - global_step;
   if (o.max_steps > 0) steps_to_run = std::min(steps_to_run, o.max_steps - global_step);
-  ddp::training::ProgressReporter progress(rank, o.epochs, steps_per_epoch, std::max<int64_t>(0, steps_to_run));
+  ddp::training::ProgressReporter progress(rank, o.epochs, steps_per_epoch,
+                                           std::max<int64_t>(0, steps_to_run));
   if (resumed && rank == 0) {
-    progress.message("resumed from " + o.snapshot_dir + " at epoch " + std::to_string(state.epoch + 1) +
-                     " step " + std::to_string(state.step_in_epoch) + " (global step " +
+    progress.message("resumed from " + o.snapshot_dir + " at epoch " +
+                     std::to_string(state.epoch + 1) + " step " +
+                     std::to_string(state.step_in_epoch) + " (global step " +
                      std::to_string(global_step) + ")");
   }
   if (rank == 0 && (o.amp != "O0" || o.sync_bn)) {
-    progress.message("mixed precision " + o.amp + (o.sync_bn ? ", SyncBatchNorm" : "") + ", engine " +
-                     group->backendName());
+    progress.message("mixed precision " + o.amp + (o.sync_bn ? ", SyncBatchNorm" : "") +
+                     ", engine " + group->backend_name());
   }
   progress.message("shard of " + std::to_string(sampler.shard_size()) + " samples, " +
-                   std::to_string(steps_per_epoch) + " steps of " + std::to_string(o.batch_size) + " per epoch");
-  ddp::examples::MetricsOutput metrics(o, rank, state.epoch, "ConvNet on Fashion-MNIST, " +
-                                                                 std::to_string(world) + " ranks");
+                   std::to_string(steps_per_epoch) + " steps of " + std::to_string(o.batch_size) +
+                   " per epoch");
+  ddp::examples::MetricsOutput metrics(
+      o, rank, state.epoch, "ConvNet on Fashion-MNIST, " + std::to_string(world) + " ranks");
 
   auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
@@ -151,25 +156,29 @@ int train(const Options& o) {
     const ddp::training::EpochProgress done = progress.end_epoch();
     // The epoch's loss: every rank's mean over the steps it ran, averaged.
     loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) / world;
-    ddp::examples::broadcastBuffers(*t.net, *group);
-    accuracy = ddp::examples::shardedAccuracy(t.net, test_set.images(), test_set.labels(), *group, 1000,
-                                                  [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
+    ddp::examples::broadcast_buffers(*t.net, *group);
+    accuracy = ddp::examples::shardedAccuracy(
+        t.net, test_set.images(), test_set.labels(), *group, 1000,
+        [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
     if (rank == 0) {
       char text[128];
       std::snprintf(text, sizeof(text), "epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%",
-                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), loss, 100 * accuracy);
+                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), loss,
+                    100 * accuracy);
       progress.message(text);
     }
   }
   if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
-    ddp::examples::broadcastBuffers(*t.net, *group);
-    accuracy = ddp::examples::shardedAccuracy(t.net, test_set.images(), test_set.labels(), *group, 1000,
-                                                  [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
+    ddp::examples::broadcast_buffers(*t.net, *group);
+    accuracy = ddp::examples::shardedAccuracy(
+        t.net, test_set.images(), test_set.labels(), *group, 1000,
+        [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
   }
   const std::string outputs = metrics.finish();
   if (rank == 0) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     char text[160];
     std::snprintf(text, sizeof(text), "done: %lld steps, test accuracy %.2f%%, %.1f s in all",
                   static_cast<long long>(global_step), 100 * accuracy, seconds);
@@ -184,26 +193,40 @@ int train(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The DDP tutorial: a ConvNet on Fashion-MNIST with DistributedDataParallel.\n"
-               "Run alone, or under ddprun/torchrun for several ranks.",
-               "example_mnist_ddp"};
+  CLI::App app{
+      "The DDP tutorial: a ConvNet on Fashion-MNIST with DistributedDataParallel.\n"
+      "Run alone, or under ddprun/torchrun for several ranks.",
+      "example_mnist_ddp"};
   Options o;
   ddp::examples::addCommonOptions(app, o, /*reads_data=*/true);
   app.add_option("--batch-size", o.batch_size, "samples per rank and step")
-      ->check(CLI::Range(int64_t{1}, int64_t{60000}))->capture_default_str();
-  app.add_option("--lr", o.lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 penalty")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--lr-step-epochs", o.lr_step_epochs, "multiply the learning rate by --lr-gamma every N epochs")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--lr-gamma", o.lr_gamma, "learning-rate factor of each step")->check(CLI::Range(0.0, 1.0))
+      ->check(CLI::Range(int64_t{1}, int64_t{60000}))
       ->capture_default_str();
-  app.add_option("--amp", o.amp, "mixed precision: O0 float32, O1 autocast, O2 16-bit model with float32 "
+  app.add_option("--lr", o.lr, "SGD learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 penalty")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--lr-step-epochs", o.lr_step_epochs,
+                 "multiply the learning rate by --lr-gamma every N epochs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--lr-gamma", o.lr_gamma, "learning-rate factor of each step")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--amp", o.amp,
+                 "mixed precision: O0 float32, O1 autocast, O2 16-bit model with float32 "
                  "masters, O3 all 16-bit (bfloat16 on CPU)")
-      ->check(CLI::IsMember({"O0", "O1", "O2", "O3"}))->capture_default_str();
+      ->check(CLI::IsMember({"O0", "O1", "O2", "O3"}))
+      ->capture_default_str();
   app.add_flag("--sync-bn", o.sync_bn, "SyncBatchNorm: batch statistics over every rank's batch");
   app.add_option("--backend", o.backend, "process-group engine: auto, shm, gloo or nccl")
-      ->check(CLI::IsMember({"auto", "shm", "gloo", "nccl"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "shm", "gloo", "nccl"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return ddp::examples::runExample([&] { return train(o); });
 }

@@ -57,7 +57,8 @@ int train(const Options& o) {
   state.optimizer = &optimizer;
   ddp::examples::PeriodicSnapshots snapshots(group, o);
   if (snapshots.resume(state) && rank == 0) {
-    std::cout << "resumed at epoch " << state.epoch << ", step " << state.step_in_epoch << std::endl;
+    std::cout << "resumed at epoch " << state.epoch << ", step " << state.step_in_epoch
+              << std::endl;
   }
   std::cout << "pid " << getpid() << std::endl;
   int64_t global_step = state.counters["global_step"];
@@ -65,8 +66,10 @@ int train(const Options& o) {
   if (o.max_steps > 0) steps_to_run = std::min(steps_to_run, o.max_steps - global_step);
   ddp::training::ProgressReporter progress(
       rank, o.epochs, steps_per_epoch, std::max<int64_t>(0, steps_to_run),
-      ddp::training::ProgressOptions().in_place(o.trace_steps ? std::optional<bool>(false) : std::nullopt));
-  ddp::examples::MetricsOutput metrics(o, rank, state.epoch, "toy trainer, " + std::to_string(world) + " ranks");
+      ddp::training::ProgressOptions().in_place(o.trace_steps ? std::optional<bool>(false)
+                                                              : std::nullopt));
+  ddp::examples::MetricsOutput metrics(o, rank, state.epoch,
+                                       "toy trainer, " + std::to_string(world) + " ranks");
 
   auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN;
@@ -79,15 +82,15 @@ int train(const Options& o) {
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
       optimizer.zero_grad();
-      torch::Tensor step_loss =
-          torch::mse_loss(model->forward(inputs.index_select(0, index)), targets.index_select(0, index));
+      torch::Tensor step_loss = torch::mse_loss(model->forward(inputs.index_select(0, index)),
+                                                targets.index_select(0, index));
       step_loss.backward();
       optimizer.step();
       ++global_step;
       progress.step(step_loss.item<double>(), static_cast<int64_t>(batch.size()) * world);
       if (o.trace_steps) {
-        std::cout << "epoch " << epoch << " step " << global_step << " loss " << step_loss.item<float>()
-                  << std::endl;
+        std::cout << "epoch " << epoch << " step " << global_step << " loss "
+                  << step_loss.item<float>() << std::endl;
       }
       const bool epoch_done = sampler.position() == sampler.shard_size();
       state.epoch = epoch_done ? epoch + 1 : epoch;
@@ -112,13 +115,15 @@ int train(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The torchrun tutorial's toy trainer (Linear(20,1), 2048 random samples) with\n"
-               "snapshots and automatic resume. Run alone, or under ddprun/torchrun.",
-               "example_toy_trainer"};
+  CLI::App app{
+      "The torchrun tutorial's toy trainer (Linear(20,1), 2048 random samples) with\n"
+      "snapshots and automatic resume. Run alone, or under ddprun/torchrun.",
+      "example_toy_trainer"};
   Options o;
   ddp::examples::addCommonOptions(app, o, /*reads_data=*/false);
   app.add_option("--batch-size", o.batch_size, "samples per rank and step")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   app.add_flag("--trace-steps,!--no-trace-steps", o.trace_steps,
                "print 'epoch E step S loss L' on every rank after every step (default on)");
   app.add_option("--step-delay-ms", o.step_delay_ms, "sleep after each step (for tests)");

@@ -10,7 +10,7 @@ struct NetImpl : torch::nn::Module {
 TORCH_MODULE(Net);
 
 int main() {
-  auto group = ddp::init();                        // run under ddprun/torchrun/mpirun/srun
+  auto group = ddp::init();                          // run under ddprun/torchrun/mpirun/srun
   ddp::DistributedDataParallel model(Net(), group);  // checks ranks agree, copies rank 0's weights
   torch::optim::SGD optimizer(model->parameters(), 1e-3);
   for (int step = 0; step < 100; ++step) {

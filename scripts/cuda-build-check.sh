@@ -36,6 +36,7 @@ packages=(
   libtorch-cuda-dev libgloo-cuda-dev nvidia-cuda-toolkit libnccl-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  gnuplot-nox dataset-fashion-mnist   # the examples' tests, as on the host
 )
 mode=all
 case "${1:-}" in

@@ -29,7 +29,9 @@ void broadcast_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tenso
   for (const auto& t : tensors) by_device[t.device().str()].push_back(t);
   // Each tensor starts 8-byte aligned: reinterpreting bytes as a dtype
   // needs an offset divisible by its size.
-  auto bytesOf = [](const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); };
+  auto bytesOf = [](const at::Tensor& t) {
+    return t.numel() * static_cast<int64_t>(t.element_size());
+  };
   auto aligned = [](int64_t n) { return (n + 7) / 8 * 8; };
   for (auto& [device, members] : by_device) {
     int64_t total = 0;

@@ -26,12 +26,12 @@ std::vector<std::string> all_gather_bytes(ProcessGroup& group, const std::string
   const int world = group.size();
   at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
   at::Tensor lengths = at::empty({world}, at::kLong);
-  group.allGather(lengths, length);
+  group.all_gather(lengths, length);
   const int64_t words = wordsFor(lengths.max().item<int64_t>());
   at::Tensor mine = at::zeros({words}, at::kInt);
   std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
   at::Tensor all = at::empty({world * words}, at::kInt);
-  group.allGather(all, mine);
+  group.all_gather(all, mine);
   std::vector<std::string> result(world);
   const char* base = static_cast<const char*>(all.data_ptr());
   for (int r = 0; r < world; ++r) {

@@ -7,7 +7,7 @@
 
 #include "ddp/errors.hpp"
 
-extern char** environ;  // NOLINT: POSIX; read only in captureEnvironment().
+extern char** environ;  // NOLINT: POSIX; read only in capture_environment().
 
 namespace ddp {
 namespace {
@@ -48,7 +48,7 @@ std::optional<Sourced> integerVariable(const EnvironmentMap& env, const std::str
                                        LaunchSource source) {
   auto text = lookup(env, name);
   if (!text) return std::nullopt;
-  std::string origin = name + " (" + toString(source) + ")";
+  std::string origin = name + " (" + to_string(source) + ")";
   return Sourced{parseInteger(*text, origin), origin};
 }
 
@@ -56,7 +56,7 @@ Sourced requiredVariable(const EnvironmentMap& env, const std::string& name,
                          const std::string& present, LaunchSource source) {
   auto value = integerVariable(env, name, source);
   if (!value) {
-    throw ConfigError(present + " is set but " + name + " is missing (" + toString(source) +
+    throw ConfigError(present + " is set but " + name + " is missing (" + to_string(source) +
                       "'s variables come together). Set " + name +
                       ", or unset the partial variables and start the program with a launcher "
                       "(ddprun, torchrun, mpirun or srun).");
@@ -74,13 +74,13 @@ struct LauncherVariables {
   const char* group_rank;  // nullptr: this launcher does not say
 };
 
-constexpr LauncherVariables kTorchrun{LaunchSource::kTorchrun, "RANK", "WORLD_SIZE",
-                                      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"};
-constexpr LauncherVariables kOpenMpi{LaunchSource::kOpenMpi, "OMPI_COMM_WORLD_RANK",
-                                     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+constexpr LauncherVariables kTorchrun{
+    LaunchSource::kTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"};
+constexpr LauncherVariables kOpenMpi{LaunchSource::kOpenMpi,       "OMPI_COMM_WORLD_RANK",
+                                     "OMPI_COMM_WORLD_SIZE",       "OMPI_COMM_WORLD_LOCAL_RANK",
                                      "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr};
-constexpr LauncherVariables kSlurm{LaunchSource::kSlurm, "SLURM_PROCID", "SLURM_NTASKS",
-                                   "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"};
+constexpr LauncherVariables kSlurm{LaunchSource::kSlurm, "SLURM_PROCID",          "SLURM_NTASKS",
+                                   "SLURM_LOCALID",      "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"};
 
 bool describes(const EnvironmentMap& env, const LauncherVariables& names) {
   return env.count(names.rank) || env.count(names.world_size);
@@ -115,7 +115,8 @@ std::string firstSlurmHost(const std::string& nodelist) {
   auto close = first.find(']', open);
   std::string range = first.substr(open + 1, close - open - 1);
   std::string start = range.substr(0, range.find_first_of(",-"));
-  return first.substr(0, open) + start + (close == std::string::npos ? "" : first.substr(close + 1));
+  return first.substr(0, open) + start +
+         (close == std::string::npos ? "" : first.substr(close + 1));
 }
 
 // SLURM_TASKS_PER_NODE looks like "2(x3),1": three nodes with 2 tasks, then
@@ -128,8 +129,8 @@ std::optional<int> slurmTasksOnNode(const std::string& spec, int node_id) {
     int tasks = parseInteger(item.substr(0, item.find('(')), "SLURM_TASKS_PER_NODE (Slurm)");
     int repeat = 1;
     if (auto x = item.find("(x"); x != std::string::npos) {
-      repeat = parseInteger(item.substr(x + 2, item.find(')') - x - 2),
-                            "SLURM_TASKS_PER_NODE (Slurm)");
+      repeat =
+          parseInteger(item.substr(x + 2, item.find(')') - x - 2), "SLURM_TASKS_PER_NODE (Slurm)");
     }
     if (node_id < node + repeat) return tasks;
     node += repeat;
@@ -188,25 +189,30 @@ void applyOverrides(PartialTopology& t, const TopologyOverrides& o) {
 void checkRange(const Sourced& value, int low, int high_exclusive, const std::string& rule,
                 const std::string& fix) {
   if (value.value < low || value.value >= high_exclusive) {
-    throw ConfigError(value.origin + " is " + std::to_string(value.value) + ", but " + rule +
-                      ". " + fix);
+    throw ConfigError(value.origin + " is " + std::to_string(value.value) + ", but " + rule + ". " +
+                      fix);
   }
 }
 
 }  // namespace
 
-const char* toString(LaunchSource source) noexcept {
+const char* to_string(LaunchSource source) noexcept {
   switch (source) {
-    case LaunchSource::kNone: return "no launcher";
-    case LaunchSource::kTorchrun: return "torchrun";
-    case LaunchSource::kOpenMpi: return "Open MPI";
-    case LaunchSource::kSlurm: return "Slurm";
-    case LaunchSource::kExplicit: return "explicit options";
+    case LaunchSource::kNone:
+      return "no launcher";
+    case LaunchSource::kTorchrun:
+      return "torchrun";
+    case LaunchSource::kOpenMpi:
+      return "Open MPI";
+    case LaunchSource::kSlurm:
+      return "Slurm";
+    case LaunchSource::kExplicit:
+      return "explicit options";
   }
   return "unknown";
 }
 
-EnvironmentMap captureEnvironment() {
+EnvironmentMap capture_environment() {
   EnvironmentMap env;
   for (char** entry = environ; entry && *entry; ++entry) {
     std::string text(*entry);
@@ -216,7 +222,7 @@ EnvironmentMap captureEnvironment() {
   return env;
 }
 
-Topology resolveTopology(const EnvironmentMap& env, const TopologyOverrides& overrides) {
+Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& overrides) {
   PartialTopology p = fromEnvironment(env);
   applyOverrides(p, overrides);
 
@@ -251,12 +257,13 @@ Topology resolveTopology(const EnvironmentMap& env, const TopologyOverrides& ove
 
   if (p.master_addr) {
     if (p.master_addr->empty()) {
-      throw ConfigError("MASTER_ADDR is empty: set it to the host name or IP address of the "
-                        "node that runs rank 0, e.g. MASTER_ADDR=127.0.0.1 on one machine.");
+      throw ConfigError(
+          "MASTER_ADDR is empty: set it to the host name or IP address of the "
+          "node that runs rank 0, e.g. MASTER_ADDR=127.0.0.1 on one machine.");
     }
     t.master_addr = *p.master_addr;
   } else if (t.world_size > 1) {
-    throw ConfigError(std::string("MASTER_ADDR is not set, but ") + toString(p.source) +
+    throw ConfigError(std::string("MASTER_ADDR is not set, but ") + to_string(p.source) +
                       " describes " + std::to_string(t.world_size) +
                       " processes that must meet at rank 0. Export MASTER_ADDR (the host of "
                       "rank 0) and MASTER_PORT (a free port), e.g. `mpirun -x MASTER_ADDR=node0 "

@@ -9,17 +9,17 @@
 
 namespace ddp {
 
-bool recordErrorTo(const std::string& path, const std::string& message, int rank) noexcept {
+bool record_error_to(const std::string& path, const std::string& message, int rank) noexcept {
   try {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     // torchrun's layout: {"message": {"message": ..., "extraInfo": {...}}}.
-    nlohmann::json record = {
-        {"message",
-         {{"message", message},
-          {"extraInfo", {{"timestamp", std::to_string(static_cast<int64_t>(now))},
-                         {"rank", rank},
-                         {"time", now}}}}}};
+    nlohmann::json record = {{"message",
+                              {{"message", message},
+                               {"extraInfo",
+                                {{"timestamp", std::to_string(static_cast<int64_t>(now))},
+                                 {"rank", rank},
+                                 {"time", now}}}}}};
     const std::string temporary = path + ".tmp";
     {
       std::ofstream out(temporary, std::ios::trunc);
@@ -32,20 +32,20 @@ bool recordErrorTo(const std::string& path, const std::string& message, int rank
   }
 }
 
-bool recordError(const std::exception& error) noexcept {
+bool record_error(const std::exception& error) noexcept {
   try {
-    const EnvironmentMap env = captureEnvironment();
+    const EnvironmentMap env = capture_environment();
     auto file = env.find("TORCHELASTIC_ERROR_FILE");
     if (file == env.end() || file->second.empty()) return false;
     int rank = -1;
     if (auto r = env.find("RANK"); r != env.end()) rank = std::atoi(r->second.c_str());
-    return recordErrorTo(file->second, error.what(), rank);
+    return record_error_to(file->second, error.what(), rank);
   } catch (...) {
     return false;
   }
 }
 
-std::optional<RecordedError> readErrorFile(const std::string& path) {
+std::optional<RecordedError> read_error_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   nlohmann::json record = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

@@ -4,7 +4,7 @@ namespace ddp {
 
 // Every kind derives from Error directly, so the order of the checks does
 // not matter; a kind derived from another kind would have to come first.
-ExitCode exitCodeFor(const std::exception& error) noexcept {
+ExitCode exit_code_for(const std::exception& error) noexcept {
   if (dynamic_cast<const ConfigError*>(&error)) return ExitCode::kConfig;
   if (dynamic_cast<const RendezvousError*>(&error)) return ExitCode::kRendezvous;
   if (dynamic_cast<const TimeoutError*>(&error)) return ExitCode::kTimeout;

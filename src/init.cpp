@@ -37,8 +37,7 @@ std::string rankKey(int rank) { return "ddp/joined/" + std::to_string(rank); }
 // message names a store key, not a rank. ddp first has every rank announce
 // itself with its world size, so a missing rank or a rank started with
 // another WORLD_SIZE is reported as such.
-void joinAllRanks(c10d::Store& store, const Topology& topology,
-                  std::chrono::milliseconds timeout) {
+void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::milliseconds timeout) {
   const std::string world = std::to_string(topology.world_size);
   store.set(rankKey(topology.rank), std::vector<uint8_t>(world.begin(), world.end()));
   std::vector<std::string> keys;
@@ -54,8 +53,8 @@ void joinAllRanks(c10d::Store& store, const Topology& topology,
     }
     throw RendezvousError(
         "rendezvous at " + topology.master_addr + ":" + std::to_string(topology.master_port) +
-        " timed out after " + std::to_string(timeout.count()) + " ms: " +
-        std::to_string(count) + " of " + world + " ranks never joined (missing: " + missing +
+        " timed out after " + std::to_string(timeout.count()) + " ms: " + std::to_string(count) +
+        " of " + world + " ranks never joined (missing: " + missing +
         "). Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, check that "
         "none of them failed at start-up, or raise the rendezvous timeout.");
   }
@@ -93,7 +92,7 @@ std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const Enviro
   overrides.master_port = options.master_port();
 
   backends::BackendContext context;
-  context.topology = resolveTopology(env, overrides);
+  context.topology = resolve_topology(env, overrides);
   context.collective_timeout = options.collective_timeout();
   context.gloo_interface = options.gloo_interface();
   if (context.gloo_interface.empty() && env.count("GLOO_SOCKET_IFNAME")) {
@@ -115,7 +114,7 @@ std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const Enviro
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
-  return init(options, captureEnvironment());
+  return init(options, capture_environment());
 }
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {

@@ -47,24 +47,29 @@ void checkTensor(const char* collective, const char* role, const at::Tensor& ten
 
 void checkSameKind(const char* collective, const at::Tensor& output, const at::Tensor& input) {
   if (output.scalar_type() != input.scalar_type() || output.device() != input.device()) {
-    throw InvalidArgumentError(std::string(collective) + ": output is " +
-                               detail::dtypeName(output.scalar_type()) + " on " +
-                               output.device().str() + " but input is " +
-                               detail::dtypeName(input.scalar_type()) + " on " +
-                               input.device().str() + "; both must have the same dtype and "
-                               "device.");
+    throw InvalidArgumentError(
+        std::string(collective) + ": output is " + detail::dtypeName(output.scalar_type()) +
+        " on " + output.device().str() + " but input is " + detail::dtypeName(input.scalar_type()) +
+        " on " + input.device().str() +
+        "; both must have the same dtype and "
+        "device.");
   }
 }
 
 }  // namespace
 
-const char* toString(ReduceOp op) noexcept {
+const char* to_string(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "unknown";
 }
@@ -74,73 +79,68 @@ ProcessGroup::ProcessGroup(Topology topology, std::chrono::milliseconds collecti
 
 ProcessGroup::~ProcessGroup() = default;
 
-Work ProcessGroup::allReduceAsync(const at::Tensor& tensor, ReduceOp op) {
-  checkTensor("allReduce", "input", tensor);
-  return doAllReduce(tensor, op);
+Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
+  checkTensor("all_reduce", "input", tensor);
+  return do_all_reduce(tensor, op);
 }
 
-void ProcessGroup::allReduce(const at::Tensor& tensor, ReduceOp op) {
-  allReduceAsync(tensor, op).wait();
+void ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op).wait();
 }
 
-Work ProcessGroup::broadcastAsync(const at::Tensor& tensor, int root) {
+Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root) {
   checkTensor("broadcast", "input", tensor);
   if (root < 0 || root >= size()) {
     throw InvalidArgumentError("broadcast: root rank " + std::to_string(root) +
-                               " is outside the group (ranks 0 to " +
-                               std::to_string(size() - 1) + "); pass an existing rank.");
+                               " is outside the group (ranks 0 to " + std::to_string(size() - 1) +
+                               "); pass an existing rank.");
   }
-  return doBroadcast(tensor, root);
+  return do_broadcast(tensor, root);
 }
 
 void ProcessGroup::broadcast(const at::Tensor& tensor, int root) {
-  broadcastAsync(tensor, root).wait();
+  broadcast_async(tensor, root).wait();
 }
 
-Work ProcessGroup::allGatherAsync(const at::Tensor& output, const at::Tensor& input) {
-  checkTensor("allGather", "input", input);
-  checkTensor("allGather", "output", output);
-  checkSameKind("allGather", output, input);
+Work ProcessGroup::all_gather_async(const at::Tensor& output, const at::Tensor& input) {
+  checkTensor("all_gather", "input", input);
+  checkTensor("all_gather", "output", output);
+  checkSameKind("all_gather", output, input);
   if (output.numel() != input.numel() * size()) {
-    throw InvalidArgumentError("allGather: output has " + std::to_string(output.numel()) +
-                               " elements but must hold every rank's input: " +
-                               std::to_string(size()) + " ranks x " +
-                               std::to_string(input.numel()) + " = " +
-                               std::to_string(input.numel() * size()) +
-                               "; allocate it with size() * input.numel() elements.");
+    throw InvalidArgumentError(
+        "all_gather: output has " + std::to_string(output.numel()) +
+        " elements but must hold every rank's input: " + std::to_string(size()) + " ranks x " +
+        std::to_string(input.numel()) + " = " + std::to_string(input.numel() * size()) +
+        "; allocate it with size() * input.numel() elements.");
   }
-  return doAllGather(output, input);
+  return do_all_gather(output, input);
 }
 
-void ProcessGroup::allGather(const at::Tensor& output, const at::Tensor& input) {
-  allGatherAsync(output, input).wait();
+void ProcessGroup::all_gather(const at::Tensor& output, const at::Tensor& input) {
+  all_gather_async(output, input).wait();
 }
 
-Work ProcessGroup::reduceScatterAsync(const at::Tensor& output, const at::Tensor& input,
-                                      ReduceOp op) {
-  checkTensor("reduceScatter", "input", input);
-  checkTensor("reduceScatter", "output", output);
-  checkSameKind("reduceScatter", output, input);
+Work ProcessGroup::reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
+                                        ReduceOp op) {
+  checkTensor("reduce_scatter", "input", input);
+  checkTensor("reduce_scatter", "output", output);
+  checkSameKind("reduce_scatter", output, input);
   if (input.numel() != output.numel() * size()) {
-    throw InvalidArgumentError("reduceScatter: input has " + std::to_string(input.numel()) +
-                               " elements but must hold one output-sized chunk per rank: " +
-                               std::to_string(size()) + " ranks x " +
-                               std::to_string(output.numel()) + " = " +
-                               std::to_string(output.numel() * size()) +
-                               "; size the input as size() * output.numel().");
+    throw InvalidArgumentError(
+        "reduce_scatter: input has " + std::to_string(input.numel()) +
+        " elements but must hold one output-sized chunk per rank: " + std::to_string(size()) +
+        " ranks x " + std::to_string(output.numel()) + " = " +
+        std::to_string(output.numel() * size()) + "; size the input as size() * output.numel().");
   }
-  return doReduceScatter(output, input, op);
+  return do_reduce_scatter(output, input, op);
 }
 
-void ProcessGroup::reduceScatter(const at::Tensor& output, const at::Tensor& input,
-                                 ReduceOp op) {
-  reduceScatterAsync(output, input, op).wait();
+void ProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  reduce_scatter_async(output, input, op).wait();
 }
 
-Work ProcessGroup::barrierAsync() {
-  return doBarrier();
-}
+Work ProcessGroup::barrier_async() { return do_barrier(); }
 
-void ProcessGroup::barrier() { barrierAsync().wait(); }
+void ProcessGroup::barrier() { barrier_async().wait(); }
 
 }  // namespace ddp

@@ -10,13 +10,15 @@ std::string timeoutMessage(const std::string& what, std::chrono::milliseconds ti
     text += ": rank(s) " + missing + " did not reach it";
   } else {
     const std::string why = unknown_why.substr(0, unknown_why.find('\n'));
-    text += " (" + (why.empty() ? std::string("the engine does not say which ranks were missing") : why) +
+    text += " (" +
+            (why.empty() ? std::string("the engine does not say which ranks were missing") : why) +
             ")";
   }
   return text +
          ". Another rank may have crashed, stopped, or issued different collectives: check every "
          "rank's log (all ranks must issue the same collectives in the same order), or raise the "
-         "collective timeout (InitOptions::collective_timeout, now " + ms + " ms).";
+         "collective timeout (InitOptions::collective_timeout, now " +
+         ms + " ms).";
 }
 
 }  // namespace ddp::detail

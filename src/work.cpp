@@ -12,7 +12,7 @@ namespace detail {
 
 std::string CollectiveInfo::describe() const {
   std::string text = engine.empty() ? name : engine + " " + name;
-  if (op) text += std::string("(") + toString(*op) + ")";
+  if (op) text += std::string("(") + to_string(*op) + ")";
   text += " of " + std::to_string(numel) + " " + dtypeName(dtype) + " elements";
   return text + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size);
 }
@@ -27,7 +27,7 @@ CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, con
   info.numel = tensor.defined() ? tensor.numel() : 0;
   info.rank = group.rank();
   info.world_size = group.size();
-  info.timeout = group.collectiveTimeout();
+  info.timeout = group.collective_timeout();
   info.issued_at = std::chrono::steady_clock::now();
   return info;
 }
@@ -70,9 +70,9 @@ void WorkImpl::wait() {
 // Lock-free so that polling never waits behind a blocking wait(); the
 // engine handles are kept until the Work is destroyed, so reading them here
 // cannot race with wait().
-bool WorkImpl::isCompleted() const {
+bool WorkImpl::is_completed() const {
   if (done_.load(std::memory_order_acquire)) return true;
-  return (!upstream_ || upstream_->isCompleted()) && (!work_ || work_->isCompleted());
+  return (!upstream_ || upstream_->is_completed()) && (!work_ || work_->isCompleted());
 }
 
 // Note [Classifying foreign errors]
@@ -85,9 +85,9 @@ bool WorkImpl::isCompleted() const {
 void rethrowAsDdpError(const CollectiveInfo& info, const std::exception& error) {
   const std::string cause = error.what();
   if (std::chrono::steady_clock::now() - info.issued_at >= info.timeout) {
-    throw TimeoutError(timeoutMessage(
-        info.describe(), info.timeout, "",
-        "the engine does not say which ranks were missing; it said: " + cause));
+    throw TimeoutError(
+        timeoutMessage(info.describe(), info.timeout, "",
+                       "the engine does not say which ranks were missing; it said: " + cause));
   }
   throw CollectiveError(info.describe() + " failed: " + cause.substr(0, cause.find('\n')) +
                         ". A peer rank may have exited; check every rank's log.");
@@ -116,17 +116,13 @@ void Work::wait() {
   if (impl_) impl_->wait();
 }
 
-bool Work::isCompleted() const {
-  return !impl_ || impl_->isCompleted();
-}
+bool Work::is_completed() const { return !impl_ || impl_->is_completed(); }
 
 Work Work::then(std::function<void()> after) const {
   // A completed (empty) Work has no upstream: `after` runs on wait().
   return Work(std::make_shared<detail::WorkImpl>(impl_, std::move(after)));
 }
 
-std::string Work::description() const {
-  return impl_ ? impl_->description() : "completed work";
-}
+std::string Work::description() const { return impl_ ? impl_->description() : "completed work"; }
 
 }  // namespace ddp

@@ -37,7 +37,7 @@ struct CollectiveInfo {
   /// an option and on wait; either timer firing is the same timeout.
   bool engine_enforces_timeout = false;
 
-  /// "<engine> allReduce(sum) of 1024 float32 elements on rank 0 of 2".
+  /// "<engine> all_reduce(sum) of 1024 float32 elements on rank 0 of 2".
   std::string describe() const;
 };
 
@@ -56,7 +56,7 @@ class WorkImpl {
   WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish);
 
   void wait();
-  bool isCompleted() const;
+  bool is_completed() const;
   std::string description() const {
     return upstream_ ? upstream_->description() + " (then a local step)" : info_.describe();
   }

@@ -30,11 +30,14 @@ struct CommonOptions {
 /// --save-every-epochs, --metrics-csv, --plot and, for examples that read a
 /// data set, --data-dir.
 inline void addCommonOptions(CLI::App& app, CommonOptions& o, bool reads_data) {
-  app.add_option("--epochs", o.epochs, "epochs to train")->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+  app.add_option("--epochs", o.epochs, "epochs to train")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "stop after this many steps in all (0: no limit); a short slice for tests")
+  app.add_option("--max-steps", o.max_steps,
+                 "stop after this many steps in all (0: no limit); a short slice for tests")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", o.seed, "seed of the weights and of the shuffling")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the weights and of the shuffling")
+      ->capture_default_str();
   if (reads_data) {
     app.add_option("--data-dir", o.data_dir,
                    "directory with the idx files of Fashion-MNIST or MNIST (gzipped or not)")
@@ -42,16 +45,20 @@ inline void addCommonOptions(CLI::App& app, CommonOptions& o, bool reads_data) {
   }
   app.add_option("--snapshot-dir", o.snapshot_dir,
                  "keep snapshots here and resume from the newest one at start-up");
-  app.add_option("--save-every-steps", o.save_every_steps, "with --snapshot-dir: a snapshot every N steps (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--save-every-steps", o.save_every_steps,
+                 "with --snapshot-dir: a snapshot every N steps (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--save-every-epochs", o.save_every_epochs,
                  "with --snapshot-dir: a snapshot every N epochs (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--metrics-csv", o.metrics_csv, "write epoch,loss,accuracy,samples_per_s,seconds rows here");
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--metrics-csv", o.metrics_csv,
+                 "write epoch,loss,accuracy,samples_per_s,seconds rows here");
   // Checked while parsing: a missing gnuplot fails before any training.
   auto gnuplot_installed = [](std::string&) -> std::string {
     try {
-      ddp::training::requireGnuplot();
+      ddp::training::require_gnuplot();
       return "";
     } catch (const ddp::PlotError& e) {
       return e.what();

@@ -17,7 +17,7 @@ namespace ddp::examples {
 /// Copies rank 0's buffers (batch-norm running statistics) to every rank, so
 /// that every rank evaluates the model rank 0 would save. (DDP broadcasts
 /// them before each forward, but each rank's last forward updated its own.)
-inline void broadcastBuffers(torch::nn::Module& module, ProcessGroup& group) {
+inline void broadcast_buffers(torch::nn::Module& module, ProcessGroup& group) {
   broadcast_tensors(group, module.buffers(), 0);
 }
 
@@ -32,8 +32,9 @@ double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::T
   if (!forward) forward = [&model](const torch::Tensor& x) { return model->forward(x); };
   torch::NoGradGuard no_grad;
   model->eval();
-  torch::Tensor mine = torch::arange(group.rank(), images.size(0), group.size(),
-                                     torch::TensorOptions().dtype(torch::kLong).device(images.device()));
+  torch::Tensor mine =
+      torch::arange(group.rank(), images.size(0), group.size(),
+                    torch::TensorOptions().dtype(torch::kLong).device(images.device()));
   int64_t correct = 0;
   for (int64_t start = 0; start < mine.size(0); start += batch_size) {
     torch::Tensor index = mine.slice(0, start, start + batch_size);
@@ -41,15 +42,17 @@ double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::T
     correct += predicted.eq(labels.index_select(0, index)).sum().template item<int64_t>();
   }
   model->train();
-  torch::Tensor counts = torch::tensor(std::vector<int64_t>{correct, mine.size(0)}, torch::kInt64);  // CPU: Gloo
-  group.allReduce(counts, ReduceOp::kSum);
-  return static_cast<double>(counts[0].item<int64_t>()) / static_cast<double>(counts[1].item<int64_t>());
+  torch::Tensor counts =
+      torch::tensor(std::vector<int64_t>{correct, mine.size(0)}, torch::kInt64);  // CPU: Gloo
+  group.all_reduce(counts, ReduceOp::kSum);
+  return static_cast<double>(counts[0].item<int64_t>()) /
+         static_cast<double>(counts[1].item<int64_t>());
 }
 
 /// The sum of `value` over all ranks (float64, one collective).
 inline double sumAcrossRanks(double value, ProcessGroup& group) {
   torch::Tensor t = torch::tensor({value}, torch::kFloat64);
-  group.allReduce(t, ReduceOp::kSum);
+  group.all_reduce(t, ReduceOp::kSum);
   return t.item<double>();
 }
 

@@ -22,7 +22,8 @@ class MetricsOutput {
       : plot_(o.plot), title_(std::move(title)) {
     if (rank != 0) return;
     std::string path = o.metrics_csv;
-    if (path.empty() && !plot_.empty()) path = std::filesystem::path(plot_).replace_extension(".csv").string();
+    if (path.empty() && !plot_.empty())
+      path = std::filesystem::path(plot_).replace_extension(".csv").string();
     if (!path.empty()) csv_.emplace(path, completed_epochs);
   }
 
@@ -36,7 +37,7 @@ class MetricsOutput {
   std::string finish() {
     if (!csv_) return "";
     if (plot_.empty()) return "metrics in " + csv_->path();
-    training::plotLossAccuracy(csv_->path(), plot_, training::PlotOptions().title(title_));
+    training::plot_loss_accuracy(csv_->path(), plot_, training::PlotOptions().title(title_));
     return "curves in " + plot_ + ", metrics in " + csv_->path();
   }
 

@@ -13,15 +13,17 @@ namespace ddp::examples {
 struct ConvNetImpl : torch::nn::Module {
   ConvNetImpl()
       : layer1(register_module(
-            "layer1", torch::nn::Sequential(
-                          torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).stride(1).padding(2)),
-                          torch::nn::BatchNorm2d(16), torch::nn::ReLU(),
-                          torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2).stride(2))))),
+            "layer1",
+            torch::nn::Sequential(
+                torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).stride(1).padding(2)),
+                torch::nn::BatchNorm2d(16), torch::nn::ReLU(),
+                torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2).stride(2))))),
         layer2(register_module(
-            "layer2", torch::nn::Sequential(
-                          torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).stride(1).padding(2)),
-                          torch::nn::BatchNorm2d(32), torch::nn::ReLU(),
-                          torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2).stride(2))))),
+            "layer2",
+            torch::nn::Sequential(
+                torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).stride(1).padding(2)),
+                torch::nn::BatchNorm2d(32), torch::nn::ReLU(),
+                torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2).stride(2))))),
         fc(register_module("fc", torch::nn::Linear(7 * 7 * 32, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) {
@@ -41,7 +43,8 @@ struct LeNet5Impl : torch::nn::Cloneable<LeNet5Impl> {
   LeNet5Impl() { reset(); }
 
   void reset() override {
-    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 6, 5).padding(2)));
+    conv1 =
+        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 6, 5).padding(2)));
     conv2 = register_module("conv2", torch::nn::Conv2d(6, 16, 5));
     fc1 = register_module("fc1", torch::nn::Linear(16 * 5 * 5, 120));
     fc2 = register_module("fc2", torch::nn::Linear(120, 84));

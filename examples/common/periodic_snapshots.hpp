@@ -21,7 +21,8 @@ class PeriodicSnapshots {
   PeriodicSnapshots(std::shared_ptr<ProcessGroup> group, const CommonOptions& o)
       : every_steps_(o.save_every_steps), every_epochs_(o.save_every_epochs) {
     if (!o.snapshot_dir.empty()) {
-      manager_ = std::make_unique<SnapshotManager>(std::move(group), SnapshotOptions(o.snapshot_dir));
+      manager_ =
+          std::make_unique<SnapshotManager>(std::move(group), SnapshotOptions(o.snapshot_dir));
     }
   }
 

@@ -13,10 +13,10 @@ namespace ddp::examples {
 /// norm on the shortcut where the shape changes.
 struct BasicBlockImpl : torch::nn::Module {
   BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3)
-                                                              .stride(stride)
-                                                              .padding(1)
-                                                              .bias(false)))),
+      : conv1(register_module(
+            "conv1",
+            torch::nn::Conv2d(
+                torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
         bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
         conv2(register_module(
             "conv2",
@@ -50,9 +50,8 @@ TORCH_MODULE(BasicBlock);
 /// pooling and a linear layer to `classes`.
 struct ResNet18Impl : torch::nn::Module {
   explicit ResNet18Impl(int64_t classes = 10)
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 64, 3)
-                                                              .padding(1)
-                                                              .bias(false)))),
+      : conv1(register_module(
+            "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 64, 3).padding(1).bias(false)))),
         bn1(register_module("bn1", torch::nn::BatchNorm2d(64))),
         layer1(register_module("layer1", stage(64, 64, 1))),
         layer2(register_module("layer2", stage(64, 128, 2))),

@@ -23,9 +23,9 @@ int runExample(Train&& train) {
   try {
     return train();
   } catch (const std::exception& e) {
-    ddp::recordError(e);
+    ddp::record_error(e);
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   }
 }
 
@@ -36,7 +36,8 @@ inline std::string weightsDigest(const torch::nn::Module& module) {
   auto add = [&](const torch::Tensor& tensor) {
     torch::Tensor bytes = tensor.contiguous().cpu();
     const auto* p = static_cast<const unsigned char*>(bytes.data_ptr());
-    for (int64_t i = 0; i < bytes.numel() * bytes.element_size(); ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+    for (int64_t i = 0; i < bytes.numel() * bytes.element_size(); ++i)
+      hash = (hash ^ p[i]) * 1099511628211ull;
   };
   for (const auto& t : module.parameters()) add(t);
   for (const auto& t : module.buffers()) add(t);

@@ -7,7 +7,7 @@
 ///   ConvNet net;                                        // float32, on its device
 ///   torch::optim::SGD optimizer(net->parameters(), 0.05);
 ///   ddp::amp::MixedPrecision amp(*net, optimizer,       // casts for O2/O3, masters for O2
-///       ddp::amp::AmpOptions(ddp::amp::parseOptLevel("O2")), group);
+///       ddp::amp::AmpOptions(ddp::amp::parse_opt_level("O2")), group);
 ///   ddp::DistributedDataParallel model(net, group);     // wrap after amp, never before
 ///   ddp::amp::GradScaler scaler({}, group);             // overflow skips agree across ranks
 ///   for (auto& batch : loader) {
@@ -99,7 +99,7 @@ class MixedPrecision {
   template <typename Model, typename... Inputs>
   at::Tensor forward(Model& model, Inputs&&... inputs) const {
     auto guard = autocast();
-    return cast_output(model->forward(castArgument(std::forward<Inputs>(inputs))...));
+    return cast_output(model->forward(cast_argument(std::forward<Inputs>(inputs))...));
   }
 
   /// Zeroes the optimizer's gradients and, at O2, the model's 16-bit ones.
@@ -128,15 +128,15 @@ class MixedPrecision {
 
  private:
   template <typename T>
-  decltype(auto) castArgument(T&& value) const {
+  decltype(auto) cast_argument(T&& value) const {
     if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
       return cast_input(value);
     } else {
       return std::forward<T>(value);
     }
   }
-  void widenGradientsIntoMasters();
-  void copyMastersIntoModel();
+  void widen_gradients_into_masters();
+  void copy_masters_into_model();
 
   AmpOptions options_;
   c10::DeviceType device_type_ = c10::DeviceType::CPU;

@@ -24,10 +24,10 @@ enum class OptLevel {
 
 /// Parses "O0", "O1", "O2" or "O3" (Apex's spelling).
 /// \throws ConfigError naming the value for anything else.
-OptLevel parseOptLevel(const std::string& text);
+OptLevel parse_opt_level(const std::string& text);
 
 /// "O0", "O1", "O2" or "O3".
-const char* toString(OptLevel level) noexcept;
+const char* to_string(OptLevel level) noexcept;
 
 /// Runs the code in its scope under autocast for one device type, as
 /// PyTorch's `torch.autocast(device_type, dtype)` context manager does:
@@ -71,6 +71,6 @@ class AutocastGuard {
 /// Checks that `dtype` is a 16-bit floating type usable on `device`:
 /// bfloat16 anywhere, float16 on CUDA only.
 /// \throws ConfigError naming the dtype and device, and what to use instead.
-void checkHalfDtype(c10::ScalarType dtype, c10::DeviceType device, const char* who);
+void check_half_dtype(c10::ScalarType dtype, c10::DeviceType device, const char* who);
 
 }  // namespace ddp::amp

@@ -31,14 +31,14 @@ class CommHook {
 };
 
 /// The default: divide by the world size, all-reduce with a sum.
-std::shared_ptr<CommHook> allReduceHook();
+std::shared_ptr<CommHook> all_reduce_hook();
 
 /// Sends float16: the bucket is cast to float16 (after dividing by the
 /// world size, so the sum stays in range), all-reduced, and cast back into
 /// the bucket's dtype. Halves the bytes on the wire.
-std::shared_ptr<CommHook> fp16CompressHook();
+std::shared_ptr<CommHook> fp16_compress_hook();
 
-/// As fp16CompressHook() with bfloat16: less precision, float32's range.
-std::shared_ptr<CommHook> bf16CompressHook();
+/// As fp16_compress_hook() with bfloat16: less precision, float32's range.
+std::shared_ptr<CommHook> bf16_compress_hook();
 
 }  // namespace ddp

@@ -55,7 +55,7 @@ struct DistributedDataParallelOptions {
   /// Reduce every bucket after backward has finished instead of during it
   /// (Apex's delay_allreduce): no overlap, one burst of communication.
   TORCH_ARG(bool, delay_allreduce) = false;
-  /// How each bucket is reduced; null means allReduceHook().
+  /// How each bucket is reduced; null means all_reduce_hook().
   TORCH_ARG(std::shared_ptr<CommHook>, comm_hook) = nullptr;
 };
 
@@ -97,7 +97,7 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   /// enabled).
   template <typename... Args>
   torch::Tensor forward(Args&&... args) {
-    prepareForward();
+    prepare_forward();
     return module_.forward(std::forward<Args>(args)...);
   }
 
@@ -128,8 +128,8 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   ReducerStats stats() const;
 
  private:
-  void prepareForward();
-  void broadcastBuffers();
+  void prepare_forward();
+  void broadcast_buffers();
 
   torch::nn::AnyModule module_;
   std::shared_ptr<ProcessGroup> group_;

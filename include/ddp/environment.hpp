@@ -6,7 +6,7 @@
 /// Slurm, optionally overridden by explicit values.
 ///
 /// Note [Environment variables are read in one place]
-/// captureEnvironment() is the only function in ddp that reads the process
+/// capture_environment() is the only function in ddp that reads the process
 /// environment. Everything else works on the EnvironmentMap it returns, so
 /// resolution is a pure function that tests can call with any variables.
 
@@ -26,13 +26,13 @@ enum class LaunchSource {
 };
 
 /// A human-readable name of a launch source ("torchrun", "Open MPI", ...).
-const char* toString(LaunchSource source) noexcept;
+const char* to_string(LaunchSource source) noexcept;
 
 /// A snapshot of environment variables, name to value.
 using EnvironmentMap = std::map<std::string, std::string>;
 
 /// Copies the process environment. The only place ddp reads it.
-EnvironmentMap captureEnvironment();
+EnvironmentMap capture_environment();
 
 /// The default rendezvous port, as torchrun's.
 inline constexpr int kDefaultMasterPort = 29500;
@@ -60,10 +60,10 @@ struct Topology {
 /// Explicit values that take precedence over the environment. Unset fields
 /// come from the environment.
 struct TopologyOverrides {
-  std::optional<int> rank;              ///< Overrides the launcher's rank.
-  std::optional<int> world_size;        ///< Overrides the world size.
-  std::optional<int> local_rank;        ///< Overrides the local rank.
-  std::optional<int> local_world_size;  ///< Overrides the local world size.
+  std::optional<int> rank;                 ///< Overrides the launcher's rank.
+  std::optional<int> world_size;           ///< Overrides the world size.
+  std::optional<int> local_rank;           ///< Overrides the local rank.
+  std::optional<int> local_world_size;     ///< Overrides the local world size.
   std::optional<std::string> master_addr;  ///< Overrides MASTER_ADDR.
   std::optional<int> master_port;          ///< Overrides MASTER_PORT.
 };
@@ -73,7 +73,6 @@ struct TopologyOverrides {
 /// them a single process (world size 1, no network).
 /// \throws ConfigError naming the variable, its value and the fix when a
 ///   value is missing, not a number, out of range or inconsistent.
-Topology resolveTopology(const EnvironmentMap& env,
-                         const TopologyOverrides& overrides = {});
+Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& overrides = {});
 
 }  // namespace ddp

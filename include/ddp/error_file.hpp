@@ -9,7 +9,7 @@
 /// \code
 ///   int main() {
 ///     try { train(); } catch (const std::exception& e) {
-///       ddp::recordError(e);   // no-op when not under a launcher
+///       ddp::record_error(e);   // no-op when not under a launcher
 ///       throw;
 ///     }
 ///   }
@@ -32,13 +32,13 @@ struct RecordedError {
 /// Writes `error`'s message, this process's rank and the time to the file
 /// named by TORCHELASTIC_ERROR_FILE (torchrun's JSON layout), if set.
 /// Returns whether a file was written; never throws.
-bool recordError(const std::exception& error) noexcept;
+bool record_error(const std::exception& error) noexcept;
 
-/// As recordError(), with the destination and rank given explicitly.
-bool recordErrorTo(const std::string& path, const std::string& message, int rank) noexcept;
+/// As record_error(), with the destination and rank given explicitly.
+bool record_error_to(const std::string& path, const std::string& message, int rank) noexcept;
 
-/// Reads an error file written by recordError() (or by torchrun's Python
+/// Reads an error file written by record_error() (or by torchrun's Python
 /// workers); nullopt when it is missing or unreadable.
-std::optional<RecordedError> readErrorFile(const std::string& path);
+std::optional<RecordedError> read_error_file(const std::string& path);
 
 }  // namespace ddp

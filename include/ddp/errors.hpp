@@ -13,7 +13,7 @@
 ///
 /// Note [Exit codes]
 /// ddp's programs (ddprun, the examples, the tools) exit with
-/// exitCodeFor(error) when an exception ends them:
+/// exit_code_for(error) when an exception ends them:
 ///
 ///   type                      ExitCode              value
 ///   (no error)                kSuccess                  0
@@ -33,7 +33,7 @@
 ///   LaunchError               kLaunch                  14
 ///
 /// The values never change once released (scripts compare them); a new kind
-/// takes the next free value and gets a row here, a case in exitCodeFor()
+/// takes the next free value and gets a row here, a case in exit_code_for()
 /// and one in tests/unit/errors_test.cpp.
 
 #include <exception>
@@ -103,7 +103,7 @@ class BackendUnavailableError : public Error {
 /// A file that is not a ddp snapshot, a corrupt or truncated one, a
 /// snapshot that cannot be written, or one that does not fit the objects it
 /// is loaded into. The message names the file and the problem. Thrown by
-/// SnapshotManager, readSnapshotFile() and restoreTrainingState().
+/// SnapshotManager, read_snapshot_file() and restore_training_state().
 class SnapshotError : public Error {
  public:
   using Error::Error;
@@ -111,7 +111,7 @@ class SnapshotError : public Error {
 
 /// A data file that cannot be read: missing, not in the expected format,
 /// truncated, or inconsistent with its companion file. The message names the
-/// file and what is wrong with it. Thrown by ddp::data::readIdx() and
+/// file and what is wrong with it. Thrown by ddp::data::read_idx() and
 /// ddp::data::FashionMnist.
 class DataError : public Error {
  public:
@@ -120,7 +120,7 @@ class DataError : public Error {
 
 /// A metrics file that cannot be written or read back: the message names
 /// the file, the line and what is wrong. Thrown by
-/// ddp::training::MetricsCsv and ddp::training::readMetricsCsv().
+/// ddp::training::MetricsCsv and ddp::training::read_metrics_csv().
 class MetricsError : public Error {
  public:
   using Error::Error;
@@ -128,7 +128,7 @@ class MetricsError : public Error {
 
 /// A plot could not be made: gnuplot is not installed, it failed (its
 /// output is quoted), or the CSV has no rows to draw. Thrown by
-/// ddp::training::plotLossAccuracy() and ddp::training::requireGnuplot().
+/// ddp::training::plot_loss_accuracy() and ddp::training::require_gnuplot().
 class PlotError : public Error {
  public:
   using Error::Error;
@@ -173,6 +173,6 @@ enum class ExitCode : int {
 
 /// Maps an exception to the exit code of its kind (kFailure for ddp::Error
 /// itself and for any other exception).
-ExitCode exitCodeFor(const std::exception& error) noexcept;
+ExitCode exit_code_for(const std::exception& error) noexcept;
 
 }  // namespace ddp

@@ -52,10 +52,10 @@ struct GradScalerOptions {
 
 /// What a GradScaler carries from one step to the next; what it saves.
 struct GradScalerState {
-  double scale = 65536.0;       ///< The current loss scale.
-  int64_t growth_tracker = 0;   ///< Overflow-free steps since the scale last changed.
-  double growth_factor = 2.0;   ///< As in GradScalerOptions.
-  double backoff_factor = 0.5;  ///< As in GradScalerOptions.
+  double scale = 65536.0;          ///< The current loss scale.
+  int64_t growth_tracker = 0;      ///< Overflow-free steps since the scale last changed.
+  double growth_factor = 2.0;      ///< As in GradScalerOptions.
+  double backoff_factor = 0.5;     ///< As in GradScalerOptions.
   int64_t growth_interval = 2000;  ///< As in GradScalerOptions.
 };
 
@@ -77,7 +77,8 @@ class GradScaler {
  public:
   /// A scaler; with `group`, overflow decisions are combined across its
   /// ranks. \throws ConfigError for invalid options, naming the value.
-  explicit GradScaler(GradScalerOptions options = {}, std::shared_ptr<ProcessGroup> group = nullptr);
+  explicit GradScaler(GradScalerOptions options = {},
+                      std::shared_ptr<ProcessGroup> group = nullptr);
 
   /// `loss * scale` (the loss itself when disabled).
   at::Tensor scale(const at::Tensor& loss) const;
@@ -128,8 +129,8 @@ class GradScaler {
     std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
     std::optional<bool> combined;  ///< The decision, once taken.
   };
-  Record& recordFor(const torch::optim::Optimizer& optimizer);
-  bool combinedFoundInf(Record& record);
+  Record& record_for(const torch::optim::Optimizer& optimizer);
+  bool combined_found_inf(Record& record);
 
   GradScalerOptions options_;
   std::shared_ptr<ProcessGroup> group_;

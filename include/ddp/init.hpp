@@ -6,7 +6,7 @@
 /// \code
 ///   auto group = ddp::init();  // torchrun, ddprun, mpirun, srun or alone
 ///   torch::Tensor t = torch::ones({4}) * group->rank();
-///   group->allReduce(t, ddp::ReduceOp::kSum);
+///   group->all_reduce(t, ddp::ReduceOp::kSum);
 /// \endcode
 
 #include <torch/arg.h>

@@ -23,13 +23,13 @@ enum class ReduceOp {
 };
 
 /// The name of a reduction ("sum", "average", ...).
-const char* toString(ReduceOp op) noexcept;
+const char* to_string(ReduceOp op) noexcept;
 
 /// The ranks of a job and the collectives between them, over one engine
 /// (Gloo, NCCL, or `auto`, which picks per tensor device).
 ///
-/// Every collective exists in two forms: `allReduce(...)` blocks until done;
-/// `allReduceAsync(...)` returns a ddp::Work to wait on later. All ranks
+/// Every collective exists in two forms: `all_reduce(...)` blocks until done;
+/// `all_reduce_async(...)` returns a ddp::Work to wait on later. All ranks
 /// must issue the same collectives in the same order. Tensors must be dense
 /// and contiguous, of dtype float32, float64, bfloat16, float16, int32 or
 /// int64.
@@ -51,49 +51,49 @@ class ProcessGroup {
   /// Rank, local rank, node and rendezvous address of this process.
   const Topology& topology() const noexcept { return topology_; }
   /// How long a collective may take before it fails with TimeoutError.
-  std::chrono::milliseconds collectiveTimeout() const noexcept { return collective_timeout_; }
+  std::chrono::milliseconds collective_timeout() const noexcept { return collective_timeout_; }
   /// The engine's name: "gloo", "nccl" or "auto(gloo,nccl)".
-  virtual std::string backendName() const = 0;
+  virtual std::string backend_name() const = 0;
 
   /// Reduces `tensor` across ranks in place; every rank gets the result.
-  Work allReduceAsync(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
-  /// Blocking form of allReduceAsync().
-  void allReduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  Work all_reduce_async(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  /// Blocking form of all_reduce_async().
+  void all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
 
   /// Copies `tensor` from rank `root` into `tensor` on every rank.
-  Work broadcastAsync(const at::Tensor& tensor, int root = 0);
-  /// Blocking form of broadcastAsync().
+  Work broadcast_async(const at::Tensor& tensor, int root = 0);
+  /// Blocking form of broadcast_async().
   void broadcast(const at::Tensor& tensor, int root = 0);
 
   /// Concatenates every rank's `input` into `output` (size() * input.numel()
   /// elements, rank r's input at offset r * input.numel()).
-  Work allGatherAsync(const at::Tensor& output, const at::Tensor& input);
-  /// Blocking form of allGatherAsync().
-  void allGather(const at::Tensor& output, const at::Tensor& input);
+  Work all_gather_async(const at::Tensor& output, const at::Tensor& input);
+  /// Blocking form of all_gather_async().
+  void all_gather(const at::Tensor& output, const at::Tensor& input);
 
   /// Reduces `input` (size() * output.numel() elements) across ranks and
   /// leaves chunk r of the result in `output` on rank r.
-  Work reduceScatterAsync(const at::Tensor& output, const at::Tensor& input,
-                          ReduceOp op = ReduceOp::kSum);
-  /// Blocking form of reduceScatterAsync().
-  void reduceScatter(const at::Tensor& output, const at::Tensor& input,
-                     ReduceOp op = ReduceOp::kSum);
+  Work reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
+                            ReduceOp op = ReduceOp::kSum);
+  /// Blocking form of reduce_scatter_async().
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                      ReduceOp op = ReduceOp::kSum);
 
   /// Completes when every rank has reached it.
-  Work barrierAsync();
-  /// Blocking form of barrierAsync().
+  Work barrier_async();
+  /// Blocking form of barrier_async().
   void barrier();
 
  protected:
   ProcessGroup(Topology topology, std::chrono::milliseconds collective_timeout);
 
   /// Backend implementations; arguments are already validated.
-  virtual Work doAllReduce(const at::Tensor& tensor, ReduceOp op) = 0;
-  virtual Work doBroadcast(const at::Tensor& tensor, int root) = 0;
-  virtual Work doAllGather(const at::Tensor& output, const at::Tensor& input) = 0;
-  virtual Work doReduceScatter(const at::Tensor& output, const at::Tensor& input,
-                               ReduceOp op) = 0;
-  virtual Work doBarrier() = 0;
+  virtual Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) = 0;
+  virtual Work do_broadcast(const at::Tensor& tensor, int root) = 0;
+  virtual Work do_all_gather(const at::Tensor& output, const at::Tensor& input) = 0;
+  virtual Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                                 ReduceOp op) = 0;
+  virtual Work do_barrier() = 0;
 
  private:
   Topology topology_;

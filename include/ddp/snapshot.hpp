@@ -112,13 +112,13 @@ struct SnapshotOptions {
 
 /// A snapshot file as read from disk, after its checksums were verified.
 struct SnapshotFile {
-  std::string path;                         ///< The file read.
-  uint32_t format_version = 0;              ///< Format version of the file.
-  uint32_t world_size = 0;                  ///< Ranks of the job that wrote it.
-  uint64_t sequence = 0;                    ///< Its number in the directory.
-  int64_t created_unix_ms = 0;              ///< When it was written.
+  std::string path;                           ///< The file read.
+  uint32_t format_version = 0;                ///< Format version of the file.
+  uint32_t world_size = 0;                    ///< Ranks of the job that wrote it.
+  uint64_t sequence = 0;                      ///< Its number in the directory.
+  int64_t created_unix_ms = 0;                ///< When it was written.
   std::map<std::string, at::Tensor> tensors;  ///< Tensor records, by name (CPU).
-  std::string scalars_json;                 ///< The "scalars" JSON record.
+  std::string scalars_json;                   ///< The "scalars" JSON record.
 };
 
 /// Saves training states into a directory and resumes from them. Every
@@ -160,11 +160,11 @@ class SnapshotManager {
 /// Reads and verifies one snapshot file (for tools and tests). Throws
 /// SnapshotError naming the file and the problem: not a ddp snapshot, a
 /// newer format, truncated, no end marker, a checksum mismatch.
-SnapshotFile readSnapshotFile(const std::string& path);
+SnapshotFile read_snapshot_file(const std::string& path);
 
 /// Checks that `file` fits every non-null part of `state`, then restores it
 /// (RNG states: those `rank` saved). Throws SnapshotError naming the first
 /// mismatch, leaving `state` untouched.
-void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int rank = 0);
+void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank = 0);
 
 }  // namespace ddp

@@ -93,9 +93,9 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 
  private:
   void validate() const;
-  void registerTensors(const at::Tensor& weight, const at::Tensor& bias,
-                       const at::Tensor& running_mean, const at::Tensor& running_var,
-                       const at::Tensor& num_batches_tracked);
+  void register_tensors(const at::Tensor& weight, const at::Tensor& bias,
+                        const at::Tensor& running_mean, const at::Tensor& running_var,
+                        const at::Tensor& num_batches_tracked);
 };
 
 /// Module holder for SyncBatchNormImpl, LibTorch style.
@@ -113,7 +113,7 @@ TORCH_MODULE(SyncBatchNorm);
 ///   re-point that module's member, whose forward would keep calling the
 ///   old layer. The message names the layer; build such a model with
 ///   ddp::SyncBatchNorm directly or hold the layer in a Sequential.
-std::shared_ptr<torch::nn::Module> convert_sync_batchnorm(
-    std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> group);
+std::shared_ptr<torch::nn::Module> convert_sync_batchnorm(std::shared_ptr<torch::nn::Module> module,
+                                                          std::shared_ptr<ProcessGroup> group);
 
 }  // namespace ddp

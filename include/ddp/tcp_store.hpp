@@ -90,9 +90,9 @@ class TcpStore : public c10d::Store {
   /// `expected_value`). Returns the value `key` holds afterwards, except
   /// that a failed compare on a missing key returns `expected_value`, as in
   /// c10d.
-  std::vector<uint8_t> compareSet(
-      const std::string& key, const std::vector<uint8_t>& expected_value,
-      const std::vector<uint8_t>& desired_value) override;
+  std::vector<uint8_t> compareSet(const std::string& key,
+                                  const std::vector<uint8_t>& expected_value,
+                                  const std::vector<uint8_t>& desired_value) override;
 
   /// Returns the value of `key`, first waiting up to getTimeout() for it to
   /// be set. Throws TimeoutError naming the key if it never appears.

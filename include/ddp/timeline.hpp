@@ -23,7 +23,7 @@
 /// get different lanes, so that no two events on a lane overlap. `name` is
 /// the innermost NameScope's name ("ddp.bucket 3", "hvd.allreduce 0",
 /// "hvd.broadcast_parameters", ...) or, for a collective issued outside any
-/// scope, the operation ("allReduce(sum)", "broadcast", ...). `args` holds
+/// scope, the operation ("all_reduce(sum)", "broadcast", ...). `args` holds
 /// the operation, reduction, root, dtype, element count and bytes (of the
 /// input tensor). A collective is recorded once, however many engines it
 /// passes through (`auto` hands it to Gloo or NCCL).
@@ -63,7 +63,7 @@ namespace timeline {
 /// The environment variable that starts the timeline without code: when it
 /// is set (to a path as TimelineOptions::path), the first ddp::init() of
 /// the process starts recording with its rank. Read through
-/// ddp::captureEnvironment(), like every variable ddp reads.
+/// ddp::capture_environment(), like every variable ddp reads.
 inline constexpr const char* kEnvironmentVariable = "DDP_TIMELINE";
 
 /// Returns `group` wrapped so that the collectives issued through the
@@ -90,13 +90,13 @@ void stop();
 bool recording() noexcept;
 
 /// The file being recorded into ("" when none).
-std::string currentPath();
+std::string current_path();
 
 /// Complete events written since start(), for tests and logs.
-int64_t eventsWritten();
+int64_t events_written();
 
 /// The file rank `rank` writes for `path` (see TimelineOptions::path).
-std::string pathForRank(const std::string& path, int rank);
+std::string path_for_rank(const std::string& path, int rank);
 
 /// Joins several ranks' timelines into one file that shows every rank.
 /// \throws InvalidArgumentError naming an input that is missing or not a

@@ -32,14 +32,14 @@ class [[nodiscard]] Work {
 
   /// True once the collective has finished (successfully or not). Does not
   /// block; a finished collective still needs wait() to apply its result.
-  bool isCompleted() const;
+  bool is_completed() const;
 
   /// A Work that completes when this one has and `after` has then run (on
   /// the waiting thread, once): for decompressing a result, copying it back,
   /// scaling it. Errors of either surface from the new Work's wait().
   Work then(std::function<void()> after) const;
 
-  /// What this collective is, e.g. "allReduce(sum) of 1024 float32 elements".
+  /// What this collective is, e.g. "all_reduce(sum) of 1024 float32 elements".
   std::string description() const;
 
  private:

@@ -6,7 +6,7 @@
 
 namespace ddp::amp {
 
-OptLevel parseOptLevel(const std::string& text) {
+OptLevel parse_opt_level(const std::string& text) {
   if (text == "O0") return OptLevel::kO0;
   if (text == "O1") return OptLevel::kO1;
   if (text == "O2") return OptLevel::kO2;
@@ -16,17 +16,21 @@ OptLevel parseOptLevel(const std::string& text) {
                     "weights) or O3 (pure 16-bit), with a capital letter O");
 }
 
-const char* toString(OptLevel level) noexcept {
+const char* to_string(OptLevel level) noexcept {
   switch (level) {
-    case OptLevel::kO0: return "O0";
-    case OptLevel::kO1: return "O1";
-    case OptLevel::kO2: return "O2";
-    case OptLevel::kO3: return "O3";
+    case OptLevel::kO0:
+      return "O0";
+    case OptLevel::kO1:
+      return "O1";
+    case OptLevel::kO2:
+      return "O2";
+    case OptLevel::kO3:
+      return "O3";
   }
   return "O?";
 }
 
-void checkHalfDtype(c10::ScalarType dtype, c10::DeviceType device, const char* who) {
+void check_half_dtype(c10::ScalarType dtype, c10::DeviceType device, const char* who) {
   const std::string prefix = std::string(who) + ": ";
   if (device != c10::kCPU && device != c10::kCUDA) {
     throw ConfigError(prefix + "mixed precision supports CPU and CUDA models, not " +
@@ -37,7 +41,8 @@ void checkHalfDtype(c10::ScalarType dtype, c10::DeviceType device, const char* w
                       "; use bfloat16 or (on CUDA) float16");
   }
   if (dtype == c10::ScalarType::Half && device == c10::kCPU) {
-    throw ConfigError(prefix + "float16 needs a CUDA model: LibTorch has no float16 convolution "
+    throw ConfigError(prefix +
+                      "float16 needs a CUDA model: LibTorch has no float16 convolution "
                       "and no float16 autocast on CPU; use bfloat16 on CPU (the default)");
   }
 }
@@ -45,7 +50,7 @@ void checkHalfDtype(c10::ScalarType dtype, c10::DeviceType device, const char* w
 AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool enabled)
     : device_(device) {
   if (!enabled) return;
-  checkHalfDtype(dtype, device, "autocast");
+  check_half_dtype(dtype, device, "autocast");
   previous_enabled_ = compat::autocastEnabled(device);
   previous_dtype_ = compat::autocastDtype(device);
   compat::setAutocastEnabled(device, true);

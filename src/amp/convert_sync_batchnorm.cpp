@@ -34,7 +34,8 @@ void collect(nn::Module& parent, const std::string& prefix, std::vector<Found>& 
       if (!isContainer(parent)) {
         throw InvalidArgumentError(
             "convert_sync_batchnorm: the batch-norm layer '" + path + "' is a child of a " +
-            parent.name() + ", which is not a Sequential, ModuleList or ModuleDict; its forward "
+            parent.name() +
+            ", which is not a Sequential, ModuleList or ModuleDict; its forward "
             "calls the layer through a C++ member that cannot be re-pointed, so it would keep "
             "running unsynchronized. Build that module with ddp::SyncBatchNorm, or hold the "
             "layer in a Sequential. Nothing was converted.");
@@ -47,8 +48,8 @@ void collect(nn::Module& parent, const std::string& prefix, std::vector<Found>& 
 }
 
 template <typename BatchNormImpl>
-bool tryConvert(const std::shared_ptr<nn::Module>& layer, const std::shared_ptr<ProcessGroup>& group,
-                SyncBatchNorm& result) {
+bool tryConvert(const std::shared_ptr<nn::Module>& layer,
+                const std::shared_ptr<ProcessGroup>& group, SyncBatchNorm& result) {
   auto* bn = dynamic_cast<BatchNormImpl*>(layer.get());
   if (bn == nullptr) return false;
   result = SyncBatchNorm(bn->options, group, bn->weight, bn->bias, bn->running_mean,
@@ -95,12 +96,13 @@ std::shared_ptr<nn::Module> convert_sync_batchnorm(std::shared_ptr<nn::Module> m
                                                    std::shared_ptr<ProcessGroup> group) {
   if (!module) throw InvalidArgumentError("convert_sync_batchnorm: the module is null");
   if (!group) {
-    throw ConfigError("convert_sync_batchnorm: the process group is null; pass the group "
-                      "returned by ddp::init()");
+    throw ConfigError(
+        "convert_sync_batchnorm: the process group is null; pass the group "
+        "returned by ddp::init()");
   }
   if (detail::isTorchBatchNorm(*module)) return convertLayer(module, group).ptr();
   std::vector<Found> found;
-  collect(*module, "", found);  // throws before anything changes
+  collect(*module, "", found);                     // throws before anything changes
   std::map<nn::Module*, SyncBatchNorm> converted;  // a layer shared by two parents stays shared
   for (const auto& item : found) {
     auto it = converted.find(item.layer.get());

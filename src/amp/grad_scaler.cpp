@@ -57,7 +57,7 @@ at::Tensor GradScaler::scale(const at::Tensor& loss) const {
   return (half ? loss.to(at::kFloat) : loss) * state_.scale;
 }
 
-GradScaler::Record& GradScaler::recordFor(const torch::optim::Optimizer& optimizer) {
+GradScaler::Record& GradScaler::record_for(const torch::optim::Optimizer& optimizer) {
   for (auto& [key, record] : records_) {
     if (key == &optimizer) return record;
   }
@@ -67,7 +67,7 @@ GradScaler::Record& GradScaler::recordFor(const torch::optim::Optimizer& optimiz
 
 void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   if (!options_.enabled()) return;
-  Record& record = recordFor(optimizer);
+  Record& record = record_for(optimizer);
   if (record.stepped) {
     throw InvalidArgumentError(
         "GradScaler::unscale_: step() already ran for this optimizer in this iteration; "
@@ -92,7 +92,8 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
       }
       if (flag == nullptr) {
         record.found_inf_per_device.emplace_back(
-            grad.device(), at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(grad.device())));
+            grad.device(),
+            at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(grad.device())));
         flag = &record.found_inf_per_device.back().second;
       }
       flag->add_(grad.isfinite().logical_not().any());  // checked before scaling, as PyTorch
@@ -102,7 +103,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   record.unscaled = true;
 }
 
-bool GradScaler::combinedFoundInf(Record& record) {
+bool GradScaler::combined_found_inf(Record& record) {
   if (record.combined) return *record.combined;
   // Note [One overflow decision for all ranks]: one float, on the gradients'
   // device so that an NCCL-only group can reduce it.
@@ -111,7 +112,7 @@ bool GradScaler::combinedFoundInf(Record& record) {
                                  : record.found_inf_per_device.front().first;
   at::Tensor flag = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
   for (auto& entry : record.found_inf_per_device) flag.add_(entry.second.to(device));
-  if (group_ && group_->size() > 1) group_->allReduce(flag, ReduceOp::kMax);
+  if (group_ && group_->size() > 1) group_->all_reduce(flag, ReduceOp::kMax);
   record.combined = flag.item<float>() > 0;
   return *record.combined;
 }
@@ -121,14 +122,14 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
     optimizer.step();
     return true;
   }
-  Record& record = recordFor(optimizer);
+  Record& record = record_for(optimizer);
   if (record.stepped) {
     throw InvalidArgumentError(
         "GradScaler::step: step() already ran for this optimizer since the last update(); "
         "call update() once per iteration, after the step");
   }
   unscale_(optimizer);  // no-op when the caller already unscaled
-  const bool overflow = combinedFoundInf(record);
+  const bool overflow = combined_found_inf(record);
   record.stepped = true;
   last_found_inf_ = overflow;
   if (!overflow) optimizer.step();
@@ -150,7 +151,7 @@ void GradScaler::update(std::optional<double> new_scale) {
         "there is no overflow check to update the scale from; call step(optimizer) first");
   }
   bool overflow = false;
-  for (auto& entry : records_) overflow = combinedFoundInf(entry.second) || overflow;
+  for (auto& entry : records_) overflow = combined_found_inf(entry.second) || overflow;
   if (overflow) {
     state_.scale = static_cast<float>(state_.scale * state_.backoff_factor);
     state_.growth_tracker = 0;
@@ -163,9 +164,7 @@ void GradScaler::update(std::optional<double> new_scale) {
   records_.clear();
 }
 
-double GradScaler::get_scale() const noexcept {
-  return options_.enabled() ? state_.scale : 1.0;
-}
+double GradScaler::get_scale() const noexcept { return options_.enabled() ? state_.scale : 1.0; }
 
 void GradScaler::load_state(const GradScalerState& state) {
   validate(state.scale, state.growth_factor, state.backoff_factor, state.growth_interval,

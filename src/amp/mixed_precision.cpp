@@ -38,12 +38,13 @@ MixedPrecision::MixedPrecision(torch::nn::Module& model, torch::optim::Optimizer
                                AmpOptions options, std::shared_ptr<ProcessGroup> group)
     : options_(options), device_type_(deviceTypeOf(model)), optimizer_(&optimizer) {
   const OptLevel level = options_.opt_level();
-  if (level != OptLevel::kO0) checkHalfDtype(options_.dtype(), device_type_, "MixedPrecision");
+  if (level != OptLevel::kO0) check_half_dtype(options_.dtype(), device_type_, "MixedPrecision");
   const bool casts = level == OptLevel::kO2 || level == OptLevel::kO3;
   if (casts && !optimizer.state().empty()) {
     throw ConfigError(std::string("MixedPrecision: the optimizer already holds state (it has "
                                   "stepped or loaded a checkpoint); opt level ") +
-                      toString(level) + " changes the parameters it steps, so create "
+                      to_string(level) +
+                      " changes the parameters it steps, so create "
                       "MixedPrecision right after the optimizer and restore state afterwards");
   }
   // Rank 0's parameters on every rank, before any casting.
@@ -121,7 +122,7 @@ void MixedPrecision::zero_grad() {
   gradients_widened_ = false;
 }
 
-void MixedPrecision::widenGradientsIntoMasters() {
+void MixedPrecision::widen_gradients_into_masters() {
   if (gradients_widened_) return;
   torch::NoGradGuard no_grad;
   for (auto& pair : masters_) {
@@ -138,28 +139,28 @@ void MixedPrecision::widenGradientsIntoMasters() {
   gradients_widened_ = true;
 }
 
-void MixedPrecision::copyMastersIntoModel() {
+void MixedPrecision::copy_masters_into_model() {
   torch::NoGradGuard no_grad;
   for (auto& pair : masters_) pair.model.copy_(pair.master);
 }
 
 void MixedPrecision::unscale_(GradScaler& scaler) {
-  widenGradientsIntoMasters();
+  widen_gradients_into_masters();
   scaler.unscale_(*optimizer_);
 }
 
 bool MixedPrecision::step(GradScaler& scaler) {
-  widenGradientsIntoMasters();
+  widen_gradients_into_masters();
   const bool stepped = scaler.step(*optimizer_);  // unscales first if needed
-  if (stepped) copyMastersIntoModel();
+  if (stepped) copy_masters_into_model();
   gradients_widened_ = false;
   return stepped;
 }
 
 void MixedPrecision::step() {
-  widenGradientsIntoMasters();
+  widen_gradients_into_masters();
   optimizer_->step();
-  copyMastersIntoModel();
+  copy_masters_into_model();
   gradients_widened_ = false;
 }
 

@@ -24,13 +24,14 @@ SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options_,
                                      const at::Tensor& num_batches_tracked_)
     : options(std::move(options_)), group(std::move(group_)) {
   validate();
-  registerTensors(weight_, bias_, running_mean_, running_var_, num_batches_tracked_);
+  register_tensors(weight_, bias_, running_mean_, running_var_, num_batches_tracked_);
 }
 
 void SyncBatchNormImpl::validate() const {
   if (!group) {
-    throw ConfigError("SyncBatchNorm: the process group is null; pass the group returned by "
-                      "ddp::init()");
+    throw ConfigError(
+        "SyncBatchNorm: the process group is null; pass the group returned by "
+        "ddp::init()");
   }
   if (options.num_features() < 1) {
     throw ConfigError("SyncBatchNorm: num_features is " + std::to_string(options.num_features()) +
@@ -46,10 +47,10 @@ void SyncBatchNormImpl::validate() const {
   }
 }
 
-void SyncBatchNormImpl::registerTensors(const at::Tensor& weight_, const at::Tensor& bias_,
-                                        const at::Tensor& running_mean_,
-                                        const at::Tensor& running_var_,
-                                        const at::Tensor& num_batches_tracked_) {
+void SyncBatchNormImpl::register_tensors(const at::Tensor& weight_, const at::Tensor& bias_,
+                                         const at::Tensor& running_mean_,
+                                         const at::Tensor& running_var_,
+                                         const at::Tensor& num_batches_tracked_) {
   // Same names, and the same undefined entries when not affine or not
   // tracking, as BatchNorm: snapshots and state dicts carry over.
   weight = register_parameter("weight", weight_, weight_.defined() && weight_.requires_grad());
@@ -71,7 +72,7 @@ void SyncBatchNormImpl::reset() {
     var = torch::ones({c});
     batches = torch::zeros({}, torch::kLong);
   }
-  registerTensors(w, b, mean, var, batches);
+  register_tensors(w, b, mean, var, batches);
 }
 
 void SyncBatchNormImpl::reset_running_stats() {
@@ -107,9 +108,10 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   if (input.dim() < 2 || input.dim() > 5) {
     std::ostringstream shape;
     shape << input.sizes();
-    throw InvalidArgumentError("SyncBatchNorm: expected an input of 2 to 5 dimensions ((N, C), "
-                               "(N, C, L), (N, C, H, W) or (N, C, D, H, W)), got " +
-                               std::to_string(input.dim()) + " dimensions " + shape.str());
+    throw InvalidArgumentError(
+        "SyncBatchNorm: expected an input of 2 to 5 dimensions ((N, C), "
+        "(N, C, L), (N, C, H, W) or (N, C, D, H, W)), got " +
+        std::to_string(input.dim()) + " dimensions " + shape.str());
   }
   if (input.size(1) != options.num_features()) {
     throw InvalidArgumentError("SyncBatchNorm: the input has " + std::to_string(input.size(1)) +
@@ -127,8 +129,8 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   if (options.track_running_stats()) {
     torch::NoGradGuard no_grad;
     num_batches_tracked.add_(1);
-    average_factor = options.momentum() ? *options.momentum()
-                                        : 1.0 / num_batches_tracked.item<double>();
+    average_factor =
+        options.momentum() ? *options.momentum() : 1.0 / num_batches_tracked.item<double>();
   }
   return detail::syncBatchNormTraining(input, weight, bias, running_mean, running_var,
                                        average_factor, options.eps(), group);

@@ -60,8 +60,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
   static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
                                const c10::optional<at::Tensor>& weight_arg,
                                const c10::optional<at::Tensor>& bias_arg,
-                               const RunningStatistics& running, double average_factor,
-                               double eps, const std::shared_ptr<ProcessGroup>& group) {
+                               const RunningStatistics& running, double average_factor, double eps,
+                               const std::shared_ptr<ProcessGroup>& group) {
     const at::Tensor weight = weight_arg.value_or(at::Tensor());
     const at::Tensor bias = bias_arg.value_or(at::Tensor());
     const at::Tensor& running_mean = running.mean;
@@ -76,19 +76,21 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     stats.narrow(0, 0, channels).copy_(at::sum(x, dims, false, at::kDouble));
     stats.narrow(0, channels, channels).copy_(at::sum(x.square(), dims, false, at::kDouble));
     stats.narrow(0, 2 * channels, 1).fill_(channels > 0 ? double(input.numel() / channels) : 0.0);
-    group->allReduce(stats, ReduceOp::kSum);
+    group->all_reduce(stats, ReduceOp::kSum);
     const double count = stats[2 * channels].item<double>();
     if (count <= 1) {
       throw InvalidArgumentError(
           "SyncBatchNorm: expected more than 1 value per channel over all ranks when training, "
-          "got " + std::to_string(static_cast<int64_t>(count)) + " (this rank's input is " +
-          shapeOf(input) + "); use larger batches, or eval mode");
+          "got " +
+          std::to_string(static_cast<int64_t>(count)) + " (this rank's input is " + shapeOf(input) +
+          "); use larger batches, or eval mode");
     }
     const at::Tensor mean = stats.narrow(0, 0, channels) / count;
     const at::Tensor variance =
         (stats.narrow(0, channels, channels) / count - mean * mean).clamp_min(0);
     if (running_mean.defined()) {
-      running_mean.copy_(running_mean.to(at::kDouble) * (1 - average_factor) + mean * average_factor);
+      running_mean.copy_(running_mean.to(at::kDouble) * (1 - average_factor) +
+                         mean * average_factor);
     }
     if (running_var.defined()) {
       const at::Tensor unbiased = variance * (count / (count - 1));
@@ -124,9 +126,10 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       // The input gradient needs the global sums; weight and bias keep
       // this rank's share (Note [Synchronized statistics]).
       at::Tensor global = at::cat({sum_dy, sum_dy_xmu});
-      auto group = c10::static_intrusive_pointer_cast<GroupCapsule>(
-                       ctx->saved_data["group"].toCapsule())->group;
-      group->allReduce(global, ReduceOp::kSum);
+      auto group =
+          c10::static_intrusive_pointer_cast<GroupCapsule>(ctx->saved_data["group"].toCapsule())
+              ->group;
+      group->all_reduce(global, ReduceOp::kSum);
       const double count = ctx->saved_data["count"].toDouble();
       const at::Tensor mean_dy = (global.narrow(0, 0, channels) / count).to(compute);
       const at::Tensor mean_dy_xmu = (global.narrow(0, channels, channels) / count).to(compute);
@@ -145,8 +148,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       grad_bias = sum_dy.to(weight.defined() ? weight.scalar_type() : compute);
     }
     // One entry per forward argument; none for the non-tensor ones.
-    return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {grad_input,   grad_weight,  grad_bias,   at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -160,8 +163,8 @@ at::Tensor syncBatchNormTraining(const at::Tensor& input, const at::Tensor& weig
     return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
   };
   return SyncBatchNormFunction::apply(input, optional(weight), optional(bias),
-                                      RunningStatistics{running_mean, running_var},
-                                      average_factor, eps, group)[0];
+                                      RunningStatistics{running_mean, running_var}, average_factor,
+                                      eps, group)[0];
 }
 
 }  // namespace ddp::detail

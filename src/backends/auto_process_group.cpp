@@ -20,24 +20,24 @@ class AutoProcessGroup final : public ProcessGroup {
         cpu_(std::move(cpu)),
         cuda_(std::move(cuda)) {}
 
-  std::string backendName() const override {
-    return "auto(" + cpu_->backendName() + (cuda_ ? "," + cuda_->backendName() : "") + ")";
+  std::string backend_name() const override {
+    return "auto(" + cpu_->backend_name() + (cuda_ ? "," + cuda_->backend_name() : "") + ")";
   }
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
-    return engineFor(tensor).allReduceAsync(tensor, op);
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
+    return engineFor(tensor).all_reduce_async(tensor, op);
   }
-  Work doBroadcast(const at::Tensor& tensor, int root) override {
-    return engineFor(tensor).broadcastAsync(tensor, root);
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
+    return engineFor(tensor).broadcast_async(tensor, root);
   }
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
-    return engineFor(input).allGatherAsync(output, input);
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
+    return engineFor(input).all_gather_async(output, input);
   }
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
-    return engineFor(input).reduceScatterAsync(output, input, op);
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    return engineFor(input).reduce_scatter_async(output, input, op);
   }
-  Work doBarrier() override { return cpu_->barrierAsync(); }
+  Work do_barrier() override { return cpu_->barrier_async(); }
 
  private:
   ProcessGroup& engineFor(const at::Tensor& tensor) {

@@ -17,20 +17,19 @@ class C10dProcessGroup : public ProcessGroup {
  public:
   C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine, std::string name);
 
-  std::string backendName() const override { return name_; }
+  std::string backend_name() const override { return name_; }
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override;
-  Work doBroadcast(const at::Tensor& tensor, int root) override;
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override;
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
-  Work doBarrier() override;
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override;
+  Work do_broadcast(const at::Tensor& tensor, int root) override;
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override;
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
+  Work do_barrier() override;
 
   /// Broadcast / all-gather of `moved`, a bit-for-bit view of the caller's
   /// tensor in a dtype the engine can carry; errors name `described`.
   Work broadcastAs(const at::Tensor& described, const at::Tensor& moved, int root);
-  Work allGatherAs(const at::Tensor& described, const at::Tensor& output,
-                   const at::Tensor& input);
+  Work allGatherAs(const at::Tensor& described, const at::Tensor& output, const at::Tensor& input);
 
   /// What an error about this collective will name.
   detail::CollectiveInfo info(const char* name, const at::Tensor& tensor,

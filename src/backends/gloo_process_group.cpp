@@ -52,9 +52,15 @@ void reduceChunks(const at::Tensor& output, const at::Tensor& received, ReduceOp
       output.copy_(received.sum(0));
       if (op == ReduceOp::kAverage) divideBySize(output, size);
       break;
-    case ReduceOp::kMin: output.copy_(std::get<0>(received.min(0))); break;
-    case ReduceOp::kMax: output.copy_(std::get<0>(received.max(0))); break;
-    case ReduceOp::kProduct: output.copy_(received.prod(0)); break;
+    case ReduceOp::kMin:
+      output.copy_(std::get<0>(received.min(0)));
+      break;
+    case ReduceOp::kMax:
+      output.copy_(std::get<0>(received.max(0)));
+      break;
+    case ReduceOp::kProduct:
+      output.copy_(received.prod(0));
+      break;
   }
 }
 
@@ -76,9 +82,10 @@ std::string localAddressTowards(const std::string& master) {
   if (fd >= 0 && connect(fd, result->ai_addr, result->ai_addrlen) == 0 &&
       getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
     char text[INET6_ADDRSTRLEN] = {};
-    const void* raw = local.ss_family == AF_INET6
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+    const void* raw =
+        local.ss_family == AF_INET6
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
     if (inet_ntop(local.ss_family, raw, text, sizeof(text))) address = text;
   }
   if (fd >= 0) close(fd);
@@ -96,19 +103,19 @@ class GlooProcessGroup final : public C10dProcessGroup {
   using C10dProcessGroup::C10dProcessGroup;
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
     const bool widen = needsWidening(tensor);
-    if (!widen && op != ReduceOp::kAverage) return C10dProcessGroup::doAllReduce(tensor, op);
+    if (!widen && op != ReduceOp::kAverage) return C10dProcessGroup::do_all_reduce(tensor, op);
     at::Tensor buffer = widen ? tensor.to(at::kFloat) : tensor;
     const ReduceOp engine_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
     const int world = size();
     return detail::startCollective(
-        info("allReduce", tensor, op),
+        info("all_reduce", tensor, op),
         [&] {
           std::vector<at::Tensor> tensors{buffer};
           c10d::AllreduceOptions options;
           options.reduceOp = toC10d(engine_op);
-          options.timeout = collectiveTimeout();
+          options.timeout = collective_timeout();
           return engine().allreduce(tensors, options);
         },
         [tensor, buffer, op, widen, world] {
@@ -117,32 +124,33 @@ class GlooProcessGroup final : public C10dProcessGroup {
         });
   }
 
-  Work doBroadcast(const at::Tensor& tensor, int root) override {
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
     return broadcastAs(tensor, asMovable(tensor), root);
   }
 
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
     return allGatherAs(input, asMovable(output), asMovable(input));
   }
 
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
     const int world = size();
     at::Tensor received = at::empty_like(input);
     return detail::startCollective(
-        info("reduceScatter", output, op),
+        info("reduce_scatter", output, op),
         [&] {
           at::Tensor send = asMovable(input).view({-1});
           at::Tensor receive = asMovable(received).view({-1});
           std::vector<int64_t> equal_splits;  // empty: equal chunks per rank
           c10d::AllToAllOptions options;
-          options.timeout = collectiveTimeout();
+          options.timeout = collective_timeout();
           return engine().alltoall_base(receive, send, equal_splits, equal_splits, options);
         },
         [output, received, op, world] {
           at::Tensor chunks = received.view({world, -1});
           // 16-bit floats are combined in float32: one rounding at the end,
           // and LibTorch 1.13's CPU kernels lack some float16 reductions.
-          if (received.element_size() == 2 && received.is_floating_point()) chunks = chunks.to(at::kFloat);
+          if (received.element_size() == 2 && received.is_floating_point())
+            chunks = chunks.to(at::kFloat);
           reduceChunks(output.view({-1}), chunks, op, world);
         });
   }
@@ -161,8 +169,8 @@ std::shared_ptr<ProcessGroup> makeGlooProcessGroup(const BackendContext& context
                                     : localAddressTowards(context.topology.master_addr);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address));
   }
-  auto engine = c10::make_intrusive<c10d::ProcessGroupGloo>(
-      context.store, context.topology.rank, context.topology.world_size, options);
+  auto engine = c10::make_intrusive<c10d::ProcessGroupGloo>(context.store, context.topology.rank,
+                                                            context.topology.world_size, options);
   return std::make_shared<GlooProcessGroup>(context, std::move(engine), "gloo");
 }
 

@@ -57,11 +57,11 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
 
   ~HierarchicalProcessGroup() override { stopWorker(); }
 
-  std::string backendName() const override { return "hierarchical(shm,gloo)"; }
+  std::string backend_name() const override { return "hierarchical(shm,gloo)"; }
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
-    auto what = info("allReduce", tensor, op);
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
+    auto what = info("all_reduce", tensor, op);
     return submit(what, [this, tensor, op, describe = describing(what)] {
       shm::HostStaging staged(tensor);
       allReduceHost(staged.host(), op, describe);
@@ -69,14 +69,14 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     });
   }
 
-  Work doBroadcast(const at::Tensor& tensor, int root) override {
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
     auto what = info("broadcast", tensor);
     return submit(what, [this, tensor, root, describe = describing(what)] {
       shm::HostStaging staged(tensor);
       const int root_node = node_of_rank_[root];
       const auto& root_ranks = nodes_[root_node];
-      const int root_local =
-          static_cast<int>(std::find(root_ranks.begin(), root_ranks.end(), root) - root_ranks.begin());
+      const int root_local = static_cast<int>(
+          std::find(root_ranks.begin(), root_ranks.end(), root) - root_ranks.begin());
       if (node_index_ == root_node) {
         node_->broadcast(staged.data(), tensor.nbytes(), root_local, describe);
       }
@@ -86,8 +86,8 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     });
   }
 
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
-    auto what = info("allGather", input);
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
+    auto what = info("all_gather", input);
     return submit(what, [this, output, input, describe = describing(what)] {
       shm::HostStaging out(output);
       shm::HostStaging in(input);
@@ -95,11 +95,11 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
       for (const auto& ranks : nodes_) widest = std::max(widest, ranks.size());
       const int64_t m = input.numel();
       at::Tensor block = at::empty({static_cast<int64_t>(widest) * m}, in.host().options());
-      node_->allGather(block.data_ptr(), in.data(), input.nbytes(), describe);
+      node_->all_gather(block.data_ptr(), in.data(), input.nbytes(), describe);
       if (leaders_) {
-        at::Tensor blocks = at::empty({static_cast<int64_t>(nodes_.size()) * block.numel()},
-                                      block.options());
-        betweenNodes(describe, [&] { leaders_->allGather(blocks, block); });
+        at::Tensor blocks =
+            at::empty({static_cast<int64_t>(nodes_.size()) * block.numel()}, block.options());
+        betweenNodes(describe, [&] { leaders_->all_gather(blocks, block); });
         at::Tensor flat = out.host().view({-1});
         for (size_t k = 0; k < nodes_.size(); ++k) {
           for (size_t i = 0; i < nodes_[k].size(); ++i) {
@@ -113,8 +113,8 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     });
   }
 
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
-    auto what = info("reduceScatter", output, op);
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    auto what = info("reduce_scatter", output, op);
     return submit(what, [this, output, input, op, describe = describing(what)] {
       at::Tensor everything = input.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true);
       allReduceHost(everything, op, describe);
@@ -122,7 +122,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     });
   }
 
-  Work doBarrier() override {
+  Work do_barrier() override {
     auto what = info("barrier", at::Tensor());
     return submit(what, [this, describe = describing(what)] {
       node_->barrier(describe);
@@ -140,19 +140,20 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     try {
       step();
     } catch (const TimeoutError&) {
-      throw TimeoutError(detail::timeoutMessage(describe(), collectiveTimeout(), "",
-                                                "its Gloo step between the node leaders timed out"));
+      throw TimeoutError(
+          detail::timeoutMessage(describe(), collective_timeout(), "",
+                                 "its Gloo step between the node leaders timed out"));
     } catch (const CollectiveError& error) {
       throw CollectiveError(describe() + " failed between nodes: " + error.what());
     }
   }
 
   void allReduceHost(const at::Tensor& host, ReduceOp op, const shm::Describe& describe) {
-    node_->allReduce(host.data_ptr(), host.numel(), shm::elementTypeOf(host.scalar_type()),
-                     shm::combineOf(op), /*average=*/false, describe);
+    node_->all_reduce(host.data_ptr(), host.numel(), shm::elementTypeOf(host.scalar_type()),
+                      shm::combineOf(op), /*average=*/false, describe);
     if (leaders_) {
       betweenNodes(describe, [&] {
-        leaders_->allReduce(host, op == ReduceOp::kAverage ? ReduceOp::kSum : op);
+        leaders_->all_reduce(host, op == ReduceOp::kAverage ? ReduceOp::kSum : op);
       });
     }
     node_->broadcast(host.data_ptr(), host.nbytes(), 0, describe);
@@ -176,8 +177,8 @@ std::shared_ptr<ProcessGroup> makeHierarchicalProcessGroup(
          nodes[node_index].end()) {
     ++node_index;
   }
-  auto node_store = c10::make_intrusive<c10d::PrefixStore>(
-      "hier/node" + std::to_string(node_index), context.store);
+  auto node_store = c10::make_intrusive<c10d::PrefixStore>("hier/node" + std::to_string(node_index),
+                                                           context.store);
   auto node = makeNodeCommunicator(context, nodes[node_index], node_store);
   std::shared_ptr<ProcessGroup> leaders;
   if (nodes[node_index].front() == rank) {

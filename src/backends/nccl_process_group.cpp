@@ -26,23 +26,23 @@ class NcclProcessGroup final : public C10dProcessGroup {
   using C10dProcessGroup::C10dProcessGroup;
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
-    if (tensor.is_cuda()) return C10dProcessGroup::doAllReduce(tensor, op);
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
+    if (tensor.is_cuda()) return C10dProcessGroup::do_all_reduce(tensor, op);
     at::Tensor buffer = staged(tensor);
     return detail::startCollective(
-        info("allReduce", tensor, op),
+        info("all_reduce", tensor, op),
         [&] {
           std::vector<at::Tensor> tensors{buffer};
           c10d::AllreduceOptions options;
           options.reduceOp = toC10d(op);
-          options.timeout = collectiveTimeout();
+          options.timeout = collective_timeout();
           return engine().allreduce(tensors, options);
         },
         [tensor, buffer] { tensor.copy_(buffer); });
   }
 
-  Work doBroadcast(const at::Tensor& tensor, int root) override {
-    if (tensor.is_cuda()) return C10dProcessGroup::doBroadcast(tensor, root);
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
+    if (tensor.is_cuda()) return C10dProcessGroup::do_broadcast(tensor, root);
     at::Tensor buffer = staged(tensor);
     return detail::startCollective(
         info("broadcast", tensor),
@@ -50,38 +50,38 @@ class NcclProcessGroup final : public C10dProcessGroup {
           std::vector<at::Tensor> tensors{buffer};
           c10d::BroadcastOptions options;
           options.rootRank = root;
-          options.timeout = collectiveTimeout();
+          options.timeout = collective_timeout();
           return engine().broadcast(tensors, options);
         },
         [tensor, buffer] { tensor.copy_(buffer); });
   }
 
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
-    if (output.is_cuda() && input.is_cuda()) return C10dProcessGroup::doAllGather(output, input);
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
+    if (output.is_cuda() && input.is_cuda()) return C10dProcessGroup::do_all_gather(output, input);
     at::Tensor output_buffer = at::empty(output.sizes(), output.options().device(at::kCUDA));
     at::Tensor input_buffer = staged(input);
     return detail::startCollective(
-        info("allGather", input),
+        info("all_gather", input),
         [&] {
           c10d::AllgatherOptions options;
-          options.timeout = collectiveTimeout();
+          options.timeout = collective_timeout();
           return engine()._allgather_base(output_buffer, input_buffer, options);
         },
         [output, output_buffer] { output.copy_(output_buffer); });
   }
 
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
     if (output.is_cuda() && input.is_cuda()) {
-      return C10dProcessGroup::doReduceScatter(output, input, op);
+      return C10dProcessGroup::do_reduce_scatter(output, input, op);
     }
     at::Tensor output_buffer = at::empty(output.sizes(), output.options().device(at::kCUDA));
     at::Tensor input_buffer = staged(input);
     return detail::startCollective(
-        info("reduceScatter", output, op),
+        info("reduce_scatter", output, op),
         [&] {
           c10d::ReduceScatterOptions options;
           options.reduceOp = toC10d(op);
-          options.timeout = collectiveTimeout();
+          options.timeout = collective_timeout();
           at::Tensor flat_output = output_buffer.view({-1});
           at::Tensor flat_input = input_buffer.view({-1});
           return engine()._reduce_scatter_base(flat_output, flat_input, options);
@@ -97,8 +97,8 @@ bool ncclCompiledIn() noexcept { return true; }
 std::shared_ptr<ProcessGroup> makeNcclProcessGroup(const BackendContext& context) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = context.collective_timeout;
-  auto engine = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-      context.store, context.topology.rank, context.topology.world_size, options);
+  auto engine = c10::make_intrusive<c10d::ProcessGroupNCCL>(context.store, context.topology.rank,
+                                                            context.topology.world_size, options);
   return std::make_shared<NcclProcessGroup>(context, std::move(engine), "nccl");
 }
 

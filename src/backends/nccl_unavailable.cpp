@@ -13,7 +13,8 @@ bool ncclCompiledIn() noexcept { return false; }
 std::shared_ptr<ProcessGroup> makeNcclProcessGroup(const BackendContext&) {
   throw BackendUnavailableError(
       std::string("backend 'nccl' is not available: this ddp was built against LibTorch ") +
-      TORCH_VERSION + " without CUDA/NCCL. Use backend 'gloo' (or 'auto', which picks Gloo "
+      TORCH_VERSION +
+      " without CUDA/NCCL. Use backend 'gloo' (or 'auto', which picks Gloo "
       "for CPU tensors), or rebuild ddp against a CUDA build of LibTorch.");
 }
 

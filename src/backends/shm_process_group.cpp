@@ -43,20 +43,20 @@ class ShmProcessGroup final : public SerialProcessGroup {
 
   ~ShmProcessGroup() override { stopWorker(); }
 
-  std::string backendName() const override { return "shm"; }
+  std::string backend_name() const override { return "shm"; }
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
-    auto what = info("allReduce", tensor, op);
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
+    auto what = info("all_reduce", tensor, op);
     return submit(what, [node = node_.get(), tensor, op, describe = describing(what)] {
       shm::HostStaging staged(tensor);
-      node->allReduce(staged.data(), tensor.numel(), shm::elementTypeOf(tensor.scalar_type()),
-                      shm::combineOf(op), op == ReduceOp::kAverage, describe);
+      node->all_reduce(staged.data(), tensor.numel(), shm::elementTypeOf(tensor.scalar_type()),
+                       shm::combineOf(op), op == ReduceOp::kAverage, describe);
       staged.copyBack();
     });
   }
 
-  Work doBroadcast(const at::Tensor& tensor, int root) override {
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
     auto what = info("broadcast", tensor);
     return submit(what, [node = node_.get(), tensor, root, describe = describing(what)] {
       shm::HostStaging staged(tensor);
@@ -65,31 +65,32 @@ class ShmProcessGroup final : public SerialProcessGroup {
     });
   }
 
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
-    auto what = info("allGather", input);
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
+    auto what = info("all_gather", input);
     return submit(what, [node = node_.get(), output, input, describe = describing(what)] {
       shm::HostStaging out(output);
       shm::HostStaging in(input);
-      node->allGather(out.data(), in.data(), input.nbytes(), describe);
+      node->all_gather(out.data(), in.data(), input.nbytes(), describe);
       out.copyBack();
     });
   }
 
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
-    auto what = info("reduceScatter", output, op);
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    auto what = info("reduce_scatter", output, op);
     return submit(what, [node = node_.get(), output, input, op, describe = describing(what)] {
       shm::HostStaging out(output);
       shm::HostStaging in(input);
-      node->reduceScatter(out.data(), in.data(), output.numel(),
-                          shm::elementTypeOf(output.scalar_type()), shm::combineOf(op),
-                          op == ReduceOp::kAverage, describe);
+      node->reduce_scatter(out.data(), in.data(), output.numel(),
+                           shm::elementTypeOf(output.scalar_type()), shm::combineOf(op),
+                           op == ReduceOp::kAverage, describe);
       out.copyBack();
     });
   }
 
-  Work doBarrier() override {
+  Work do_barrier() override {
     auto what = info("barrier", at::Tensor());
-    return submit(what, [node = node_.get(), describe = describing(what)] { node->barrier(describe); });
+    return submit(what,
+                  [node = node_.get(), describe = describing(what)] { node->barrier(describe); });
   }
 
  private:

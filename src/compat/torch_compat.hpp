@@ -10,8 +10,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#define DDP_TORCH_AT_LEAST(major, minor)   \
-  (TORCH_VERSION_MAJOR > (major) ||        \
+#define DDP_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||      \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 #if DDP_TORCH_AT_LEAST(2, 0)

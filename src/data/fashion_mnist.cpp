@@ -20,8 +20,8 @@ std::string findFile(const std::string& root, const std::string& name) {
   const std::string base = root.empty() || root.back() == '/' ? root + name : root + "/" + name;
   for (const std::string& candidate : {base + ".gz", base})
     if (isFile(candidate)) return candidate;
-  throw DataError("Fashion-MNIST file '" + name + "' not found in '" + root + "' (tried '" +
-                  base + ".gz' and '" + base +
+  throw DataError("Fashion-MNIST file '" + name + "' not found in '" + root + "' (tried '" + base +
+                  ".gz' and '" + base +
                   "'). Install the Debian package that provides it, or point root at a "
                   "directory holding the four (Fashion-)MNIST idx files");
 }
@@ -44,18 +44,19 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
   const std::string images_path = findFile(root, prefix + "-images-idx3-ubyte");
   const std::string labels_path = findFile(root, prefix + "-labels-idx1-ubyte");
 
-  torch::Tensor images = readIdx(images_path);
+  torch::Tensor images = read_idx(images_path);
   if (images.scalar_type() != torch::kUInt8 || images.dim() != 3)
-    throw DataError("idx file '" + images_path + "': expected uint8 images [N, rows, cols], found " +
-                    shapeOf(images) + ". Pass the images file of (Fashion-)MNIST");
-  torch::Tensor labels = readIdx(labels_path);
+    throw DataError("idx file '" + images_path +
+                    "': expected uint8 images [N, rows, cols], found " + shapeOf(images) +
+                    ". Pass the images file of (Fashion-)MNIST");
+  torch::Tensor labels = read_idx(labels_path);
   if (labels.scalar_type() != torch::kUInt8 || labels.dim() != 1)
     throw DataError("idx file '" + labels_path + "': expected uint8 labels [N], found " +
                     shapeOf(labels) + ". Pass the labels file of (Fashion-)MNIST");
   if (images.size(0) != labels.size(0))
     throw DataError("images and labels disagree in count: '" + images_path + "' holds " +
-                    std::to_string(images.size(0)) + " images but '" + labels_path +
-                    "' holds " + std::to_string(labels.size(0)) +
+                    std::to_string(images.size(0)) + " images but '" + labels_path + "' holds " +
+                    std::to_string(labels.size(0)) +
                     " labels. Use the two files of one split of one download");
   if (labels.numel() > 0) {
     const int max_label = labels.max().item<int>();
@@ -81,8 +82,6 @@ torch::data::Example<> FashionMnist::get(size_t index) {
   return {images_[i], labels_[i]};
 }
 
-torch::optional<size_t> FashionMnist::size() const {
-  return static_cast<size_t>(images_.size(0));
-}
+torch::optional<size_t> FashionMnist::size() const { return static_cast<size_t>(images_.size(0)); }
 
 }  // namespace ddp::data

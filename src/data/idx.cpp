@@ -70,8 +70,7 @@ class ByteSource {
     std::fclose(plain_);
     plain_ = nullptr;
     gz_ = gzopen(path.c_str(), "rb");
-    if (gz_ == nullptr)
-      fail(path, "cannot be opened as gzip", "Check the file's permissions");
+    if (gz_ == nullptr) fail(path, "cannot be opened as gzip", "Check the file's permissions");
     gzbuffer(gz_, 1 << 17);  // Larger than the default 8 KiB: fewer syscalls.
   }
   ~ByteSource() {
@@ -136,8 +135,8 @@ struct IdxType {
 };
 
 constexpr IdxType kTypes[] = {
-    {0x08, "uint8", at::kByte, 1},   {0x09, "int8", at::kChar, 1},
-    {0x0B, "int16", at::kShort, 2},  {0x0C, "int32", at::kInt, 4},
+    {0x08, "uint8", at::kByte, 1},    {0x09, "int8", at::kChar, 1},
+    {0x0B, "int16", at::kShort, 2},   {0x0C, "int32", at::kInt, 4},
     {0x0D, "float32", at::kFloat, 4}, {0x0E, "float64", at::kDouble, 8},
 };
 
@@ -166,7 +165,7 @@ std::string shapeText(const std::vector<int64_t>& dims) {
 
 }  // namespace
 
-at::Tensor readIdx(const std::string& path) {
+at::Tensor read_idx(const std::string& path) {
   ByteSource source(path);
   const std::string kind = source.gzipped() ? "gzipped file" : "file";
 
@@ -256,9 +255,8 @@ at::Tensor readIdx(const std::string& path) {
   if (extra > 0)
     fail(path,
          "trailing garbage: " + std::string(extra >= kCountLimit ? "at least " : "") +
-             std::to_string(extra) + " bytes after the " +
-             std::to_string(expected) + " bytes of data that " + shapeText(dims) + " " +
-             type->name + " elements need",
+             std::to_string(extra) + " bytes after the " + std::to_string(expected) +
+             " bytes of data that " + shapeText(dims) + " " + type->name + " elements need",
          "Check that the header's dimensions match the data, or download the file again");
 
   toHostOrder(data.data(), static_cast<size_t>(count), type->bytes);

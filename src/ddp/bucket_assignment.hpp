@@ -1,8 +1,8 @@
 #pragma once
 
 // Internal: how the gradient-bucketing engine (ddp/gradient_buckets.hpp)
-// groups parameters into buckets. Pure functions of sizes, dtypes, devices and an order (no tensors,
-// no process group), so that they can be tested on their own.
+// groups parameters into buckets. Pure functions of sizes, dtypes, devices and an order (no
+// tensors, no process group), so that they can be tested on their own.
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>

@@ -10,7 +10,7 @@ class AllReduceHook final : public CommHook {
   Work reduce(ProcessGroup& group, const at::Tensor& bucket) override {
     // Dividing first keeps large sums in range and lets the engine add.
     bucket.div_(group.size());
-    return group.allReduceAsync(bucket, ReduceOp::kSum);
+    return group.all_reduce_async(bucket, ReduceOp::kSum);
   }
   std::string name() const override { return "allreduce"; }
 };
@@ -25,7 +25,7 @@ class CompressHook final : public CommHook {
   Work reduce(ProcessGroup& group, const at::Tensor& bucket) override {
     if (bucket.scalar_type() == wire_type_) return AllReduceHook().reduce(group, bucket);
     at::Tensor compressed = bucket.div(group.size()).to(wire_type_);
-    return group.allReduceAsync(compressed, ReduceOp::kSum).then([bucket, compressed] {
+    return group.all_reduce_async(compressed, ReduceOp::kSum).then([bucket, compressed] {
       bucket.copy_(compressed);
     });
   }
@@ -38,13 +38,13 @@ class CompressHook final : public CommHook {
 
 }  // namespace
 
-std::shared_ptr<CommHook> allReduceHook() { return std::make_shared<AllReduceHook>(); }
+std::shared_ptr<CommHook> all_reduce_hook() { return std::make_shared<AllReduceHook>(); }
 
-std::shared_ptr<CommHook> fp16CompressHook() {
+std::shared_ptr<CommHook> fp16_compress_hook() {
   return std::make_shared<CompressHook>(at::kHalf, "fp16_compress");
 }
 
-std::shared_ptr<CommHook> bf16CompressHook() {
+std::shared_ptr<CommHook> bf16_compress_hook() {
   return std::make_shared<CompressHook>(at::kBFloat16, "bf16_compress");
 }
 

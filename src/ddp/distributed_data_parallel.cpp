@@ -13,13 +13,15 @@ namespace {
 void validate(const DistributedDataParallelOptions& options,
               const std::shared_ptr<ProcessGroup>& group) {
   if (!group) {
-    throw ConfigError("DistributedDataParallel: the process group is null; pass the group "
-                      "returned by ddp::init().");
+    throw ConfigError(
+        "DistributedDataParallel: the process group is null; pass the group "
+        "returned by ddp::init().");
   }
   auto positive = [](double value, const char* name) {
     if (!(value > 0)) {
       throw ConfigError(std::string("DistributedDataParallel: ") + name + " is " +
-                        std::to_string(value) + "; it must be a positive number of MiB (PyTorch "
+                        std::to_string(value) +
+                        "; it must be a positive number of MiB (PyTorch "
                         "uses 25 for bucket_cap_mb and 1 for the first bucket).");
     }
   };
@@ -53,17 +55,17 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
   }
   for (const auto& p : parameters) {
     if (p.device() != parameters.front().device()) {
-      throw ConfigError("DistributedDataParallel: the module's parameters are on several "
-                        "devices (" + parameters.front().device().str() + " and " +
-                        p.device().str() + "); move the whole module to one device first, "
-                        "one device per process.");
+      throw ConfigError(
+          "DistributedDataParallel: the module's parameters are on several "
+          "devices (" +
+          parameters.front().device().str() + " and " + p.device().str() +
+          "); move the whole module to one device first, "
+          "one device per process.");
     }
   }
 
-  detail::verifySameAcrossRanks(*group_, detail::describeTensors(names, parameters),
-                                "parameters");
-  detail::verifySameAcrossRanks(*group_, detail::describeTensors(buffer_names, buffers),
-                                "buffers");
+  detail::verifySameAcrossRanks(*group_, detail::describeTensors(names, parameters), "parameters");
+  detail::verifySameAcrossRanks(*group_, detail::describeTensors(buffer_names, buffers), "buffers");
   {
     torch::NoGradGuard no_grad;
     std::vector<at::Tensor> state = parameters;
@@ -77,11 +79,11 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
 
 DistributedDataParallelImpl::~DistributedDataParallelImpl() = default;
 
-void DistributedDataParallelImpl::prepareForward() {
-  if (options_.broadcast_buffers() && group_->size() > 1) broadcastBuffers();
+void DistributedDataParallelImpl::prepare_forward() {
+  if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers();
 }
 
-void DistributedDataParallelImpl::broadcastBuffers() {
+void DistributedDataParallelImpl::broadcast_buffers() {
   std::vector<at::Tensor> buffers = module_.ptr()->buffers();
   if (buffers.empty()) return;
   torch::NoGradGuard no_grad;

@@ -20,8 +20,8 @@ GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, BucketSetti
 
 void GradientBuckets::attach_hooks(const std::function<void(size_t)>& on_accumulated) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    accumulators_.push_back(
-        compat::addPostAccumulateGradHook(parameters_[i], [on_accumulated, i] { on_accumulated(i); }));
+    accumulators_.push_back(compat::addPostAccumulateGradHook(
+        parameters_[i], [on_accumulated, i] { on_accumulated(i); }));
   }
 }
 
@@ -30,8 +30,8 @@ void GradientBuckets::rebuild(const std::vector<size_t>& order) {
   inputs.reserve(parameters_.size());
   for (const at::Tensor& p : parameters_) {
     const c10::ScalarType wire = wireTypeOf(settings_, p.scalar_type());
-    inputs.push_back({p.numel() * static_cast<int64_t>(c10::elementSize(wire)), p.scalar_type(),
-                      p.device()});
+    inputs.push_back(
+        {p.numel() * static_cast<int64_t>(c10::elementSize(wire)), p.scalar_type(), p.device()});
   }
   auto groups = assign_buckets(inputs, order, settings_.first_cap_bytes, settings_.cap_bytes,
                                settings_.cap_rule);
@@ -48,9 +48,9 @@ void GradientBuckets::rebuild(const std::vector<size_t>& order) {
       total += parameters_[index].numel();
     }
     const at::Tensor& first = parameters_[bucket.members.front()];
-    bucket.flat = at::zeros({total}, first.options()
-                                         .dtype(wireTypeOf(settings_, first.scalar_type()))
-                                         .requires_grad(false));
+    bucket.flat = at::zeros(
+        {total},
+        first.options().dtype(wireTypeOf(settings_, first.scalar_type())).requires_grad(false));
   }
   buckets_ = std::move(buckets);
   reset();

@@ -30,7 +30,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
     : names_(std::move(names)),
       group_(std::move(group)),
       options_(options),
-      hook_(options.comm_hook() ? options.comm_hook() : allReduceHook()),
+      hook_(options.comm_hook() ? options.comm_hook() : all_reduce_hook()),
       // Reverse registration order at first; the first iteration tells the
       // real order (Note [Rebuilding buckets in gradient-ready order]).
       buckets_(std::move(parameters), bucketSettings(options)) {
@@ -119,8 +119,8 @@ void Reducer::onGradientReady(size_t index) {
   // order its gradients arrive in: the engine starts a bucket only when all
   // earlier ones have started.
   if (buckets_.mark_ready(index) && !options_.delay_allreduce()) {
-    launched_during_backward_ += static_cast<int>(
-        buckets_.launch_ready_in_order([this](size_t b) { return launch(b); }));
+    launched_during_backward_ +=
+        static_cast<int>(buckets_.launch_ready_in_order([this](size_t b) { return launch(b); }));
   }
 }
 
@@ -160,9 +160,11 @@ void Reducer::finalizeBackward() {
     }
     if (unused.size() > 8) all += ", ...";
     throw InvalidArgumentError(
-        "DistributedDataParallel: parameter '" + names_[unused.front()] + "' received no "
-        "gradient in this backward pass (" + std::to_string(unused.size()) +
-        " parameter(s) in all: " + all + "), so its bucket can never be reduced. If some "
+        "DistributedDataParallel: parameter '" + names_[unused.front()] +
+        "' received no "
+        "gradient in this backward pass (" +
+        std::to_string(unused.size()) + " parameter(s) in all: " + all +
+        "), so its bucket can never be reduced. If some "
         "parameters are legitimately unused in some iterations, construct with "
         "DistributedDataParallelOptions().find_unused_parameters(true); otherwise make sure "
         "every parameter contributes to the loss.");
@@ -194,7 +196,7 @@ std::vector<int32_t> Reducer::exchangeUsage(const std::vector<size_t>& unused) {
   at::Tensor used = at::ones({static_cast<int64_t>(names_.size())}, at::kInt);
   for (size_t index : unused) used[index] = 0;
   detail::CollectiveName name("ddp.unused_parameters");
-  group_->allReduce(used, ReduceOp::kMax);
+  group_->all_reduce(used, ReduceOp::kMax);
   return std::vector<int32_t>(used.data_ptr<int32_t>(), used.data_ptr<int32_t>() + used.numel());
 }
 

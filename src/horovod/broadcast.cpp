@@ -30,7 +30,7 @@ using nlohmann::json;
 // others pointing at it.
 void agreeOrThrow(ProcessGroup& group, const std::string& local_failure, const char* who) {
   at::Tensor failed = at::full({1}, local_failure.empty() ? -1 : group.rank(), at::kLong);
-  group.allReduce(failed, ReduceOp::kMax);
+  group.all_reduce(failed, ReduceOp::kMax);
   if (!local_failure.empty()) throw InvalidArgumentError(local_failure);
   const int64_t rank = failed.item<int64_t>();
   if (rank >= 0) {
@@ -42,15 +42,17 @@ void agreeOrThrow(ProcessGroup& group, const std::string& local_failure, const c
 
 // The parameter that a manifest entry's state tensor belongs to.
 const at::Tensor& parameterOf(const torch::optim::Optimizer& optimizer, const json& entry) {
-  return optimizer.param_groups().at(entry.at("group").get<size_t>())
-      .params().at(entry.at("index").get<size_t>());
+  return optimizer.param_groups()
+      .at(entry.at("group").get<size_t>())
+      .params()
+      .at(entry.at("index").get<size_t>());
 }
 
 }  // namespace
 
 void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
                           std::shared_ptr<ProcessGroup> group) {
-  group = detail::groupOrDefault(std::move(group), "hvd::broadcast_parameters");
+  group = detail::group_or_default(std::move(group), "hvd::broadcast_parameters");
   if (group->size() == 1) return;
   ddp::detail::CollectiveName name("hvd.broadcast_parameters");
   std::vector<std::string> names;
@@ -61,7 +63,7 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
   for (const auto& d : ddp::detail::describeTensors(names, tensors)) text += d + "\n";
   const int64_t fingerprint = static_cast<int64_t>(std::hash<std::string>{}(text) >> 2);
   at::Tensor extremes = at::tensor({fingerprint, -fingerprint}, at::kLong);
-  group->allReduce(extremes, ReduceOp::kMax);
+  group->all_reduce(extremes, ReduceOp::kMax);
   if (extremes[0].item<int64_t>() != -extremes[1].item<int64_t>()) {
     try {
       ddp::detail::verifySameAcrossRanks(*group, ddp::detail::describeTensors(names, tensors),
@@ -84,7 +86,7 @@ void broadcast_parameters(torch::nn::Module& module, int root,
 void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
                                std::shared_ptr<ProcessGroup> group) {
   constexpr const char* kWho = "hvd::broadcast_optimizer_state";
-  group = detail::groupOrDefault(std::move(group), kWho);
+  group = detail::group_or_default(std::move(group), kWho);
   if (root < 0 || root >= group->size()) {
     throw InvalidArgumentError(std::string(kWho) + ": root rank " + std::to_string(root) +
                                " is outside the group (ranks 0 to " +
@@ -115,7 +117,9 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
     for (const auto& [tensor_name, tensor] : tensors) {
       unsigned g = 0, i = 0;
       std::sscanf(tensor_name.c_str(), "optim/g%u/p%u/", &g, &i);
-      manifest.push_back({{"name", tensor_name}, {"group", g}, {"index", i},
+      manifest.push_back({{"name", tensor_name},
+                          {"group", g},
+                          {"index", i},
                           {"dtype", static_cast<int>(tensor.scalar_type())},
                           {"sizes", tensor.sizes().vec()}});
     }
@@ -135,20 +139,24 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
         tensor = tensors.at(tensor_name);
       } else {
         const at::Tensor& parameter = parameterOf(optimizer, entry);
-        tensor = at::empty(entry.at("sizes").get<std::vector<int64_t>>(),
-                           parameter.options().dtype(
-                               static_cast<at::ScalarType>(entry.at("dtype").get<int>())));
+        tensor = at::empty(
+            entry.at("sizes").get<std::vector<int64_t>>(),
+            parameter.options().dtype(static_cast<at::ScalarType>(entry.at("dtype").get<int>())));
       }
       received[tensor_name] = tensor;
       travelling.push_back(tensor);
     }
     ddp::detail::checkOptimizer(where, shared.at("optimizer"), received, optimizer);
   } catch (const SnapshotError& e) {
-    failure = std::string(e.what()) + ". Every rank must build the same optimizer over the "
+    failure = std::string(e.what()) +
+              ". Every rank must build the same optimizer over the "
               "same model.";
   } catch (const std::exception& e) {
-    failure = where + ": rank " + std::to_string(root) + "'s optimizer state does not fit this "
-              "rank's optimizer (" + e.what() + "). Every rank must build the same optimizer "
+    failure = where + ": rank " + std::to_string(root) +
+              "'s optimizer state does not fit this "
+              "rank's optimizer (" +
+              e.what() +
+              "). Every rank must build the same optimizer "
               "over the same model.";
   }
   agreeOrThrow(*group, failure, kWho);
@@ -156,7 +164,8 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
   // 4. The state tensors in one collective, then the import.
   torch::NoGradGuard no_grad;
   broadcast_tensors(*group, travelling, root);
-  if (group->rank() != root) ddp::detail::importOptimizer(shared.at("optimizer"), received, optimizer);
+  if (group->rank() != root)
+    ddp::detail::importOptimizer(shared.at("optimizer"), received, optimizer);
 }
 
 }  // namespace ddp::hvd

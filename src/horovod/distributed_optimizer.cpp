@@ -11,7 +11,7 @@ namespace {
 
 void validate(const DistributedOptimizerOptions& options) {
   if (options.op() != ReduceOp::kAverage && options.op() != ReduceOp::kSum) {
-    throw ConfigError(std::string("hvd::DistributedOptimizer: op is ") + toString(options.op()) +
+    throw ConfigError(std::string("hvd::DistributedOptimizer: op is ") + to_string(options.op()) +
                       "; gradients can only be averaged (ReduceOp::kAverage, Horovod's "
                       "hvd.Average) or summed (ReduceOp::kSum).");
   }
@@ -34,20 +34,21 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<torch::optim::Optimiz
                                            DistributedOptimizerOptions options)
     : optimizer_(std::move(optimizer)), options_(std::move(options)) {
   if (!optimizer_) {
-    throw ConfigError("hvd::DistributedOptimizer: the optimizer is null; pass the optimizer "
-                      "to wrap, e.g. std::make_shared<torch::optim::SGD>(...).");
+    throw ConfigError(
+        "hvd::DistributedOptimizer: the optimizer is null; pass the optimizer "
+        "to wrap, e.g. std::make_shared<torch::optim::SGD>(...).");
   }
   validate(options_);
   options_.process_group(
-      detail::groupOrDefault(options_.process_group(), "hvd::DistributedOptimizer"));
+      detail::group_or_default(options_.process_group(), "hvd::DistributedOptimizer"));
   std::vector<at::Tensor> trainable;
   for (const auto& group : optimizer_->param_groups()) {
     for (const auto& parameter : group.params()) {
       if (parameter.requires_grad()) trainable.push_back(parameter);
     }
   }
-  fusion_ = std::make_shared<detail::GradientFusion>(std::move(trainable),
-                                                     options_.process_group(), options_);
+  fusion_ = std::make_shared<detail::GradientFusion>(std::move(trainable), options_.process_group(),
+                                                     options_);
   fusion_->attachHooks();
 }
 

@@ -71,9 +71,14 @@ void GradientFusion::onGradientAccumulated(size_t index) {
     const int64_t k = options_.backward_passes_per_step();
     throw InvalidArgumentError(
         "hvd::DistributedOptimizer: the gradient of parameter #" + std::to_string(index) +
-        " (shape " + c10::str(buffers_.parameters()[index].sizes()) + ") was computed more "
-        "than backward_passes_per_step = " + std::to_string(k) + " time(s) before step(). "
-        "Call step() after every " + std::to_string(k) + " backward pass(es), or set "
+        " (shape " + c10::str(buffers_.parameters()[index].sizes()) +
+        ") was computed more "
+        "than backward_passes_per_step = " +
+        std::to_string(k) +
+        " time(s) before step(). "
+        "Call step() after every " +
+        std::to_string(k) +
+        " backward pass(es), or set "
         "backward_passes_per_step to the number of backward passes per step.");
   }
   if (!buffers_.count_pass(index)) return;
@@ -109,7 +114,7 @@ Work GradientFusion::launch(size_t buffer_index) {
   ddp::detail::CollectiveName name(
       options_.fusion_threshold() > 0 ? "hvd.fusion_buffer" : "hvd.allreduce",
       static_cast<int64_t>(buffer_index));
-  return group_->allReduceAsync(buffer.flat, op);
+  return group_->all_reduce_async(buffer.flat, op);
 }
 
 void GradientFusion::unpack(const Bucket& buffer) {

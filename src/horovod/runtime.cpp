@@ -28,8 +28,9 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 
 void init(std::shared_ptr<ProcessGroup> group) {
   if (!group) {
-    throw ConfigError("hvd::init: the process group is null; pass the group returned by "
-                      "ddp::init(), or call hvd::init() without arguments.");
+    throw ConfigError(
+        "hvd::init: the process group is null; pass the group returned by "
+        "ddp::init(), or call hvd::init() without arguments.");
   }
   std::lock_guard<std::mutex> lock(mutex());
   defaultGroup() = std::move(group);
@@ -46,7 +47,7 @@ bool is_initialized() {
 }
 
 std::shared_ptr<ProcessGroup> process_group() {
-  return detail::groupOrDefault(nullptr, "hvd::process_group()");
+  return detail::group_or_default(nullptr, "hvd::process_group()");
 }
 
 int rank() { return process_group()->rank(); }
@@ -59,12 +60,13 @@ int local_size() { return process_group()->topology().local_world_size; }
 
 namespace detail {
 
-std::shared_ptr<ProcessGroup> groupOrDefault(std::shared_ptr<ProcessGroup> group,
-                                             const char* who) {
+std::shared_ptr<ProcessGroup> group_or_default(std::shared_ptr<ProcessGroup> group,
+                                               const char* who) {
   if (group) return group;
   std::lock_guard<std::mutex> lock(mutex());
   if (!defaultGroup()) {
-    throw ConfigError(std::string(who) + " needs a process group, and hvd::init() has not been "
+    throw ConfigError(std::string(who) +
+                      " needs a process group, and hvd::init() has not been "
                       "called: call ddp::hvd::init() at start-up, or pass a group explicitly.");
   }
   return defaultGroup();

@@ -88,16 +88,15 @@ std::string Agent::key(int attempt, const std::string& name) const {
 }
 
 std::string Agent::errorFile(int attempt, int local_rank) const {
-  const std::string base = scratch_dir_.empty()
-                               ? plan_.options.log_dir + "/" + plan_.options.run_id
-                               : scratch_dir_;
-  const std::string dir = base + "/attempt_" + std::to_string(attempt) + "/" +
-                          std::to_string(local_rank);
+  const std::string base =
+      scratch_dir_.empty() ? plan_.options.log_dir + "/" + plan_.options.run_id : scratch_dir_;
+  const std::string dir =
+      base + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
-    throw IoError("cannot create the directory " + dir + " for a worker's error file: " +
-                  error.message() + "; check that " +
+    throw IoError("cannot create the directory " + dir +
+                  " for a worker's error file: " + error.message() + "; check that " +
                   (scratch_dir_.empty() ? "--log-dir" : std::string("TMPDIR")) + " is writable.");
   }
   return dir + "/error.json";
@@ -112,7 +111,8 @@ void Agent::claimRunId() {
   if (owner != mine) {
     throw RendezvousError("the launcher at " + plan_.options.master_addr + ":" +
                           std::to_string(plan_.options.master_port) + " belongs to run '" + owner +
-                          "', not to this run '" + mine + "'. Give every node of one job the "
+                          "', not to this run '" + mine +
+                          "'. Give every node of one job the "
                           "same --run-id, and separate jobs different ports.");
   }
 }
@@ -122,7 +122,8 @@ Agent::Attempt Agent::startAttempt(int number) {
   Attempt attempt;
   attempt.number = number;
   // Lay out ranks node by node, from every node's worker count.
-  store_->set(key(number, "nproc/" + std::to_string(o.node_rank)), bytes(std::to_string(plan_.nproc)));
+  store_->set(key(number, "nproc/" + std::to_string(o.node_rank)),
+              bytes(std::to_string(plan_.nproc)));
   int offset = 0;
   for (int node = 0; node < o.nnodes; ++node) {
     const std::string k = key(number, "nproc/" + std::to_string(node));
@@ -159,9 +160,10 @@ Agent::Attempt Agent::startAttempt(int number) {
     spec.argv = o.command;
     spec.argv[0] = plan_.program_path;
     spec.env = workerEnvironment(plan_, placement);
-    const std::string log_dir =
-        o.log_dir.empty() ? "" : o.log_dir + "/" + o.run_id + "/attempt_" + std::to_string(number) +
-                                     "/" + std::to_string(local);
+    const std::string log_dir = o.log_dir.empty()
+                                    ? ""
+                                    : o.log_dir + "/" + o.run_id + "/attempt_" +
+                                          std::to_string(number) + "/" + std::to_string(local);
     attempt.workers.push_back({placement.rank, local, placement.error_file,
                                ChildProcess(spec, /*separate_stderr=*/true),
                                RankOutput(placement.rank, log_dir, o.tee)});
@@ -186,14 +188,15 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
         continue;
       }
       if (w.process.exitCode() == 0) continue;
-      auto recorded = readErrorFile(w.error_file);
-      const std::string failure =
-          "rank " + std::to_string(w.rank) + " (node " + std::to_string(o.node_rank) +
-          ", local rank " + std::to_string(w.local_rank) + ", pid " +
-          std::to_string(w.process.pid()) + ") ended with " +
-          describeExit(w.process.exitCode(), w.process.termSignal()) +
-          (recorded ? ": " + recorded->message : " (it recorded no error)");
-      attempt.failure = text(store_->compareSet(key(attempt.number, "failure"), {}, bytes(failure)));
+      auto recorded = read_error_file(w.error_file);
+      const std::string failure = "rank " + std::to_string(w.rank) + " (node " +
+                                  std::to_string(o.node_rank) + ", local rank " +
+                                  std::to_string(w.local_rank) + ", pid " +
+                                  std::to_string(w.process.pid()) + ") ended with " +
+                                  describeExit(w.process.exitCode(), w.process.termSignal()) +
+                                  (recorded ? ": " + recorded->message : " (it recorded no error)");
+      attempt.failure =
+          text(store_->compareSet(key(attempt.number, "failure"), {}, bytes(failure)));
       return Outcome::kFailed;
     }
     if (all_succeeded && !attempt.reported_done) {

@@ -22,7 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::vector<std::string> childEnvironment(const ChildSpec& spec) {
-  EnvironmentMap merged = captureEnvironment();
+  EnvironmentMap merged = capture_environment();
   for (const auto& name : spec.unset_env) merged.erase(name);
   for (const auto& [name, value] : spec.env) merged[name] = value;
   std::vector<std::string> lines;
@@ -51,8 +51,9 @@ void makePipe(int fds[2], const std::string& program) {
 
 ChildProcess::ChildProcess(const ChildSpec& spec, bool separate_stderr) {
   if (spec.argv.empty()) {
-    throw InvalidArgumentError("ChildProcess: argv is empty; give the program's path as argv[0], "
-                               "followed by its arguments.");
+    throw InvalidArgumentError(
+        "ChildProcess: argv is empty; give the program's path as argv[0], "
+        "followed by its arguments.");
   }
   // Prepared before fork(): the child may only call async-signal-safe code.
   std::vector<std::string> argv = spec.argv;

@@ -48,7 +48,7 @@ std::string findProgram(const std::string& name) {
   if (name.find('/') != std::string::npos) {
     if (executable(name)) return fs::absolute(name).string();
   } else {
-    const EnvironmentMap env = captureEnvironment();
+    const EnvironmentMap env = capture_environment();
     std::string path = env.count("PATH") ? env.at("PATH") : "/usr/bin:/bin";
     size_t start = 0;
     while (start <= path.size()) {
@@ -59,9 +59,10 @@ std::string findProgram(const std::string& name) {
       start = end + 1;
     }
   }
-  throw ConfigError("the program '" + name + "' does not exist or is not executable" +
-                    (name.find('/') == std::string::npos ? " (searched PATH)" : "") +
-                    "; give the path of the training binary, e.g. ./build/bin/example_toy_trainer.");
+  throw ConfigError(
+      "the program '" + name + "' does not exist or is not executable" +
+      (name.find('/') == std::string::npos ? " (searched PATH)" : "") +
+      "; give the path of the training binary, e.g. ./build/bin/example_toy_trainer.");
 }
 
 // Node 0 hosts the rendezvous at master_addr:master_port; find out now,
@@ -71,7 +72,8 @@ void checkPortFree(const std::string& host, int port) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
   if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result) != 0 || !result) {
-    throw ConfigError("--master-addr '" + host + "' cannot be resolved; give a host name or "
+    throw ConfigError("--master-addr '" + host +
+                      "' cannot be resolved; give a host name or "
                       "address of this machine (node 0), e.g. 127.0.0.1.");
   }
   int fd = socket(result->ai_family, SOCK_STREAM, 0);
@@ -161,7 +163,7 @@ std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
       {"TORCHELASTIC_ERROR_FILE", p.error_file},
   };
   // As torchrun: share the cores among the workers unless the user chose.
-  const EnvironmentMap inherited = captureEnvironment();
+  const EnvironmentMap inherited = capture_environment();
   if (!inherited.count("OMP_NUM_THREADS")) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cores / plan.nproc));

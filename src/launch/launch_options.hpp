@@ -33,8 +33,8 @@ struct LaunchOptions {
 /// LaunchOptions after validation: numbers resolved, program located.
 struct LaunchPlan {
   LaunchOptions options;
-  int nproc = 1;              ///< workers on this node
-  std::string program_path;   ///< command[0] resolved through PATH
+  int nproc = 1;             ///< workers on this node
+  std::string program_path;  ///< command[0] resolved through PATH
   std::chrono::milliseconds monitor_interval{500};
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds rendezvous_timeout{300000};

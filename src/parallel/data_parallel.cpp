@@ -33,7 +33,8 @@ void checkPlacement(torch::nn::Module& module, const c10::Device& device) {
     throw ConfigError("DataParallel: '" + name + "' is on " + tensor.device().str() +
                       " but the module must live on the first device, " + device.str() +
                       ", which holds replica 0 and gathers the gradients; call "
-                      "module->to(" + device.str() + ") first or list that device first.");
+                      "module->to(" +
+                      device.str() + ") first or list that device first.");
   };
   for (const auto& item : module.named_parameters()) check(item.key(), item.value());
   for (const auto& item : module.named_buffers()) check(item.key(), item.value());
@@ -41,11 +42,11 @@ void checkPlacement(torch::nn::Module& module, const c10::Device& device) {
 
 void checkInput(const char* what, const at::Tensor& tensor) {
   if (!tensor.defined() || tensor.dim() == 0 || tensor.size(0) == 0) {
-    throw InvalidArgumentError(std::string("DataParallel: the ") + what + " is " +
-                               (!tensor.defined() ? std::string("undefined")
-                                                  : "of shape " + c10::str(tensor.sizes())) +
-                               "; it must hold at least one sample along dimension 0, which is "
-                               "split across the replicas.");
+    throw InvalidArgumentError(
+        std::string("DataParallel: the ") + what + " is " +
+        (!tensor.defined() ? std::string("undefined") : "of shape " + c10::str(tensor.sizes())) +
+        "; it must hold at least one sample along dimension 0, which is "
+        "split across the replicas.");
   }
 }
 
@@ -64,7 +65,8 @@ DataParallelImpl::DataParallelImpl(torch::nn::AnyModule module, DataParallelOpti
     replicas_ = std::make_shared<detail::ReplicaSet>(module_, options_.devices());
   } catch (const c10::Error& e) {
     throw ConfigError(std::string("DataParallel: cannot replicate the module (") +
-                      e.what_without_backtrace() + "). Replicas are deep copies made with "
+                      e.what_without_backtrace() +
+                      "). Replicas are deep copies made with "
                       "clone(): derive the module from torch::nn::Cloneable<YourImpl>.");
   }
   replicas_->attachHooks();
@@ -75,8 +77,8 @@ DataParallelImpl::~DataParallelImpl() = default;
 std::shared_ptr<torch::nn::Module> DataParallelImpl::replica(size_t index) const {
   if (index >= replicas_->size()) {
     throw InvalidArgumentError("DataParallel: replica " + std::to_string(index) +
-                               " does not exist; there are " +
-                               std::to_string(replicas_->size()) + " (one per device).");
+                               " does not exist; there are " + std::to_string(replicas_->size()) +
+                               " (one per device).");
   }
   return replicas_->module(index).ptr();
 }
@@ -92,9 +94,10 @@ torch::Tensor DataParallelImpl::forward(const torch::Tensor& input) {
   replicas_->run(count, "forward", [&](size_t i) {
     outputs[i] = replicas_->module(i).forward(chunks[i].to(replicas_->device(i)));
     if (outputs[i].dim() == 0) {
-      throw InvalidArgumentError("the output is a scalar, but DataParallel gathers outputs "
-                                 "along dimension 0; return one row per sample, or compute "
-                                 "the loss with forward_backward().");
+      throw InvalidArgumentError(
+          "the output is a scalar, but DataParallel gathers outputs "
+          "along dimension 0; return one row per sample, or compute "
+          "the loss with forward_backward().");
     }
   });
   for (auto& output : outputs) output = output.to(*options_.output_device());
@@ -114,9 +117,10 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
                                std::to_string(input.size(0)) + "; pass one target per sample.");
   }
   if (!torch::GradMode::is_enabled()) {
-    throw InvalidArgumentError("DataParallel: forward_backward() runs backward, but gradients "
-                               "are disabled here (a NoGradGuard is active); call forward() "
-                               "for inference.");
+    throw InvalidArgumentError(
+        "DataParallel: forward_backward() runs backward, but gradients "
+        "are disabled here (a NoGradGuard is active); call forward() "
+        "for inference.");
   }
   auto checkScalar = [](const torch::Tensor& loss) {
     if (loss.numel() != 1) {

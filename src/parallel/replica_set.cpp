@@ -127,7 +127,8 @@ void ReplicaSet::refresh(size_t count) {
   }
   refreshed_up_to_ = count;
   refreshed_versions_.clear();
-  for (const auto& parameter : primary.parameters) refreshed_versions_.push_back(parameter._version());
+  for (const auto& parameter : primary.parameters)
+    refreshed_versions_.push_back(parameter._version());
 }
 
 void ReplicaSet::run(size_t count, const char* phase, const std::function<void(size_t)>& task) {

@@ -82,7 +82,7 @@ class ReplicaSet : public std::enable_shared_from_this<ReplicaSet> {
   size_t used_since_reduction_ = 0;
   bool awaiting_backward_ = false;
   std::vector<int64_t> refreshed_versions_;  // the primary's, at the last refresh
-  size_t refreshed_up_to_ = 0;                // replicas below it hold those values
+  size_t refreshed_up_to_ = 0;               // replicas below it hold those values
 };
 
 }  // namespace ddp::detail

@@ -21,8 +21,10 @@ ReplicaWorkers::~ReplicaWorkers() {
 
 void ReplicaWorkers::run(size_t count, const std::function<void(size_t)>& task) {
   if (count > threads_.size() + 1) {
-    throw InvalidArgumentError("DataParallel: " + std::to_string(count) + " replicas to run but "
-                               "only " + std::to_string(threads_.size() + 1) + " threads.");
+    throw InvalidArgumentError("DataParallel: " + std::to_string(count) +
+                               " replicas to run but "
+                               "only " +
+                               std::to_string(threads_.size() + 1) + " threads.");
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -33,8 +33,8 @@ namespace {
 
 constexpr uint64_t kMagic = 0x3147424d48535044ull;  // "DDPSHMB1"
 constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 256;                // Header line, wake word.
-constexpr int64_t kShareAlignment = 64;             // Bytes; one cache line.
+constexpr size_t kHeaderBytes = 256;     // Header line, wake word.
+constexpr int64_t kShareAlignment = 64;  // Bytes; one cache line.
 
 struct alignas(128) Header {
   uint64_t magic;
@@ -94,8 +94,10 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     options_.slot_bytes = fittingSlotBytes(world, options_.slot_bytes);
     const size_t bytes = segmentBytes(world, options_.slot_bytes);
     segment_ = Segment::create(freshSegmentName(), bytes);
-    new (segment_.data()) Header{kMagic, kVersion, static_cast<uint32_t>(world), options_.slot_bytes};
-    store.set("shm/segment", storeBytes(segment_.name() + " " + std::to_string(options_.slot_bytes)));
+    new (segment_.data())
+        Header{kMagic, kVersion, static_cast<uint32_t>(world), options_.slot_bytes};
+    store.set("shm/segment",
+              storeBytes(segment_.name() + " " + std::to_string(options_.slot_bytes)));
   } else {
     store.wait({"shm/segment"}, options_.timeout);
     const std::string announced = storeText(store.get("shm/segment"));
@@ -106,12 +108,11 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     if (header->magic != kMagic || header->version != kVersion ||
         header->world != static_cast<uint32_t>(world) ||
         header->slot_bytes != options_.slot_bytes) {
-      throw BackendUnavailableError("shared memory '" + name + "' was laid out for " +
-                                    std::to_string(header->world) + " ranks (format " +
-                                    std::to_string(header->version) + "), not " +
-                                    std::to_string(world) +
-                                    ": the ranks of this node run different ddp builds or "
-                                    "disagree on the world size. Start them identically.");
+      throw BackendUnavailableError(
+          "shared memory '" + name + "' was laid out for " + std::to_string(header->world) +
+          " ranks (format " + std::to_string(header->version) + "), not " + std::to_string(world) +
+          ": the ranks of this node run different ddp builds or "
+          "disagree on the world size. Start them identically.");
     }
   }
   controls_ = reinterpret_cast<RankControl*>(segment_.data() + controlOffset());
@@ -132,9 +133,11 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
       store.wait(keys, options_.timeout);
     } catch (const std::exception& error) {
       segment_.unlink();
-      throw RendezvousError("the shared-memory segment of this node was not mapped by every "
-                            "local rank within " + std::to_string(options_.timeout.count()) +
-                            " ms (" + error.what() + "); a rank may have failed at start-up.");
+      throw RendezvousError(
+          "the shared-memory segment of this node was not mapped by every "
+          "local rank within " +
+          std::to_string(options_.timeout.count()) + " ms (" + error.what() +
+          "); a rank may have failed at start-up.");
     }
     segment_.unlink();
   }
@@ -173,8 +176,9 @@ void Communicator::checkStamps(const Describe& describe) {
   const auto parity = collectives_ % 2;
   for (int r = 0; r < size(); ++r) {
     const auto& line = controls_[r].stamps[parity];
-    const Stamp theirs{line[0].load(std::memory_order_relaxed), line[1].load(std::memory_order_relaxed),
-                       line[2].load(std::memory_order_relaxed), line[3].load(std::memory_order_relaxed)};
+    const Stamp theirs{
+        line[0].load(std::memory_order_relaxed), line[1].load(std::memory_order_relaxed),
+        line[2].load(std::memory_order_relaxed), line[3].load(std::memory_order_relaxed)};
     if (std::memcmp(&theirs, &stamp_, sizeof(Stamp)) != 0) {
       throw CollectiveError(
           describe() + " does not match rank " + std::to_string(options_.global_ranks[r]) +
@@ -185,8 +189,8 @@ void Communicator::checkStamps(const Describe& describe) {
   }
 }
 
-void Communicator::allReduce(void* data, int64_t n, ElementType type, Combine combine,
-                             bool average, const Describe& describe) {
+void Communicator::all_reduce(void* data, int64_t n, ElementType type, Combine combine,
+                              bool average, const Describe& describe) {
   const int world = size();
   const int me = options_.rank;
   const int element = elementSize(type);
@@ -210,9 +214,10 @@ void Communicator::allReduce(void* data, int64_t n, ElementType type, Combine co
     //    the others collect it) and copy it into my tensor.
     const int64_t offset = shares.bound(me) * element;
     if (shares.length(me) > 0) {
-      for (int r = 0; r < world; ++r) sources[r] = r == me ? chunk + offset : slot(r, rounds_) + offset;
-      reduce(type, combine, mine + offset, chunk + offset, sources.data(), world,
-             shares.length(me), average ? world : 1);
+      for (int r = 0; r < world; ++r)
+        sources[r] = r == me ? chunk + offset : slot(r, rounds_) + offset;
+      reduce(type, combine, mine + offset, chunk + offset, sources.data(), world, shares.length(me),
+             average ? world : 1);
     }
     meet(describe);
     // 5. Collect the shares the others reduced.
@@ -243,8 +248,8 @@ void Communicator::broadcast(void* data, int64_t bytes, int root, const Describe
   ++collectives_;
 }
 
-void Communicator::allGather(void* output, const void* input, int64_t bytes,
-                             const Describe& describe) {
+void Communicator::all_gather(void* output, const void* input, int64_t bytes,
+                              const Describe& describe) {
   begin({3, 0, static_cast<uint64_t>(bytes), 0});
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output);
@@ -264,8 +269,8 @@ void Communicator::allGather(void* output, const void* input, int64_t bytes,
   ++collectives_;
 }
 
-void Communicator::reduceScatter(void* output, const void* input, int64_t n, ElementType type,
-                                 Combine combine, bool average, const Describe& describe) {
+void Communicator::reduce_scatter(void* output, const void* input, int64_t n, ElementType type,
+                                  Combine combine, bool average, const Describe& describe) {
   const int world = size();
   const int me = options_.rank;
   const int element = elementSize(type);
@@ -273,7 +278,8 @@ void Communicator::reduceScatter(void* output, const void* input, int64_t n, Ele
          static_cast<uint64_t>(n), 0});
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output);
-  const int64_t capacity = std::max<int64_t>(1, static_cast<int64_t>(options_.slot_bytes) / element / world);
+  const int64_t capacity =
+      std::max<int64_t>(1, static_cast<int64_t>(options_.slot_bytes) / element / world);
   std::vector<const void*> sources(world);
   int64_t base = 0;
   do {
@@ -286,7 +292,8 @@ void Communicator::reduceScatter(void* output, const void* input, int64_t n, Ele
     }
     meet(describe);
     for (int r = 0; r < world; ++r) {
-      sources[r] = r == me ? in + (me * n + base) * element : slot(r, rounds_) + me * count * element;
+      sources[r] =
+          r == me ? in + (me * n + base) * element : slot(r, rounds_) + me * count * element;
     }
     reduce(type, combine, out + base * element, nullptr, sources.data(), world, count,
            average ? world : 1);

@@ -48,16 +48,16 @@ class Communicator {
   int size() const noexcept { return static_cast<int>(options_.global_ranks.size()); }
 
   /// Reduces `n` elements at `data` across the node in place.
-  void allReduce(void* data, int64_t n, ElementType type, Combine combine, bool average,
-                 const Describe& describe);
+  void all_reduce(void* data, int64_t n, ElementType type, Combine combine, bool average,
+                  const Describe& describe);
   /// Copies `bytes` at `data` from node rank `root` to every rank.
   void broadcast(void* data, int64_t bytes, int root, const Describe& describe);
   /// Concatenates every rank's `bytes` at `input` into `output`, by node rank.
-  void allGather(void* output, const void* input, int64_t bytes, const Describe& describe);
+  void all_gather(void* output, const void* input, int64_t bytes, const Describe& describe);
   /// Reduces `input` (size() chunks of `n` elements) and leaves chunk
   /// rank() of the result in `output`.
-  void reduceScatter(void* output, const void* input, int64_t n, ElementType type,
-                     Combine combine, bool average, const Describe& describe);
+  void reduce_scatter(void* output, const void* input, int64_t n, ElementType type, Combine combine,
+                      bool average, const Describe& describe);
   /// Returns once every rank of the node has called it.
   void barrier(const Describe& describe);
 

@@ -121,8 +121,7 @@ void NodeBarrier::arriveAndWait(std::chrono::steady_clock::time_point deadline,
     if (everyoneReached(target)) return;
     if (const int dead = deadRank(target); dead >= 0) {
       throw CollectiveError(describe() + " failed: rank " + std::to_string(global_ranks_[dead]) +
-                            " (pid " +
-                            std::to_string(ranks_[dead].pid.load()) +
+                            " (pid " + std::to_string(ranks_[dead].pid.load()) +
                             ") exited without reaching it. Check that rank's log for the "
                             "cause; the job cannot continue without it.");
     }

@@ -77,12 +77,15 @@ void reduceTyped(void* dst_raw, void* copy_raw, const void* const* sources, int 
 }
 
 template <typename T, typename A, typename Io>
-void reduceWith(Combine combine_kind, void* dst, void* copy, const void* const* sources,
-                int count, int64_t n, int divisor) {
+void reduceWith(Combine combine_kind, void* dst, void* copy, const void* const* sources, int count,
+                int64_t n, int divisor) {
   switch (combine_kind) {
-    case Combine::kSum: return reduceTyped<T, A, Io, Combine::kSum>(dst, copy, sources, count, n, divisor);
-    case Combine::kMin: return reduceTyped<T, A, Io, Combine::kMin>(dst, copy, sources, count, n, divisor);
-    case Combine::kMax: return reduceTyped<T, A, Io, Combine::kMax>(dst, copy, sources, count, n, divisor);
+    case Combine::kSum:
+      return reduceTyped<T, A, Io, Combine::kSum>(dst, copy, sources, count, n, divisor);
+    case Combine::kMin:
+      return reduceTyped<T, A, Io, Combine::kMin>(dst, copy, sources, count, n, divisor);
+    case Combine::kMax:
+      return reduceTyped<T, A, Io, Combine::kMax>(dst, copy, sources, count, n, divisor);
     case Combine::kProduct:
       return reduceTyped<T, A, Io, Combine::kProduct>(dst, copy, sources, count, n, divisor);
   }
@@ -93,11 +96,14 @@ void reduceWith(Combine combine_kind, void* dst, void* copy, const void* const* 
 int elementSize(ElementType type) noexcept {
   switch (type) {
     case ElementType::kFloat64:
-    case ElementType::kInt64: return 8;
+    case ElementType::kInt64:
+      return 8;
     case ElementType::kFloat32:
-    case ElementType::kInt32: return 4;
+    case ElementType::kInt32:
+      return 4;
     case ElementType::kBFloat16:
-    case ElementType::kFloat16: return 2;
+    case ElementType::kFloat16:
+      return 2;
   }
   return 1;
 }
@@ -106,9 +112,11 @@ void reduce(ElementType type, Combine combine_kind, void* dst, void* copy,
             const void* const* sources, int count, int64_t n, int divisor) {
   switch (type) {
     case ElementType::kFloat32:
-      return reduceWith<float, float, Same<float>>(combine_kind, dst, copy, sources, count, n, divisor);
+      return reduceWith<float, float, Same<float>>(combine_kind, dst, copy, sources, count, n,
+                                                   divisor);
     case ElementType::kFloat64:
-      return reduceWith<double, double, Same<double>>(combine_kind, dst, copy, sources, count, n, divisor);
+      return reduceWith<double, double, Same<double>>(combine_kind, dst, copy, sources, count, n,
+                                                      divisor);
     case ElementType::kInt32:
       return reduceWith<int32_t, int32_t, Same<int32_t>>(combine_kind, dst, copy, sources, count, n,
                                                          divisor);

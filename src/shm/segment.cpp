@@ -28,7 +28,8 @@ char* mapSegment(int fd, size_t bytes, const std::string& name) {
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int error = errno;
   close(fd);
-  if (data == MAP_FAILED) throw BackendUnavailableError(systemError("mapping shared memory", name, error));
+  if (data == MAP_FAILED)
+    throw BackendUnavailableError(systemError("mapping shared memory", name, error));
   return static_cast<char*>(data);
 }
 
@@ -44,9 +45,8 @@ Segment Segment::create(const std::string& name, size_t bytes) {
     const int error = errno;
     close(fd);
     shm_unlink(name.c_str());
-    throw BackendUnavailableError(systemError("sizing shared memory (" + std::to_string(bytes) +
-                                                  " bytes)",
-                                              name, error));
+    throw BackendUnavailableError(
+        systemError("sizing shared memory (" + std::to_string(bytes) + " bytes)", name, error));
   }
   try {
     return Segment(name, mapSegment(fd, bytes, name), bytes, /*owner=*/true);

@@ -6,13 +6,20 @@ namespace ddp::shm {
 
 ElementType elementTypeOf(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::ScalarType::Float: return ElementType::kFloat32;
-    case c10::ScalarType::Double: return ElementType::kFloat64;
-    case c10::ScalarType::BFloat16: return ElementType::kBFloat16;
-    case c10::ScalarType::Half: return ElementType::kFloat16;
-    case c10::ScalarType::Int: return ElementType::kInt32;
-    case c10::ScalarType::Long: return ElementType::kInt64;
-    default: break;
+    case c10::ScalarType::Float:
+      return ElementType::kFloat32;
+    case c10::ScalarType::Double:
+      return ElementType::kFloat64;
+    case c10::ScalarType::BFloat16:
+      return ElementType::kBFloat16;
+    case c10::ScalarType::Half:
+      return ElementType::kFloat16;
+    case c10::ScalarType::Int:
+      return ElementType::kInt32;
+    case c10::ScalarType::Long:
+      return ElementType::kInt64;
+    default:
+      break;
   }
   // ProcessGroup validated the dtype before the engine saw it.
   throw InvalidArgumentError(std::string("the shared-memory engine cannot carry dtype ") +
@@ -22,10 +29,14 @@ ElementType elementTypeOf(c10::ScalarType dtype) {
 Combine combineOf(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return Combine::kSum;
-    case ReduceOp::kMin: return Combine::kMin;
-    case ReduceOp::kMax: return Combine::kMax;
-    case ReduceOp::kProduct: return Combine::kProduct;
+    case ReduceOp::kAverage:
+      return Combine::kSum;
+    case ReduceOp::kMin:
+      return Combine::kMin;
+    case ReduceOp::kMax:
+      return Combine::kMax;
+    case ReduceOp::kProduct:
+      return Combine::kProduct;
   }
   return Combine::kSum;
 }

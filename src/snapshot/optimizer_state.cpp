@@ -41,11 +41,16 @@ const KindInfo& infoOf(Kind kind) {
   static const KindInfo kRmsprop{"rmsprop", {"square_avg"}, {"momentum_buffer", "grad_avg"}, true};
   static const KindInfo kAdagrad{"adagrad", {"sum"}, {}, true};
   switch (kind) {
-    case Kind::kSgd: return kSgd;
-    case Kind::kAdam: return kAdam;
-    case Kind::kAdamW: return kAdamW;
-    case Kind::kRmsprop: return kRmsprop;
-    case Kind::kAdagrad: return kAdagrad;
+    case Kind::kSgd:
+      return kSgd;
+    case Kind::kAdam:
+      return kAdam;
+    case Kind::kAdamW:
+      return kAdamW;
+    case Kind::kRmsprop:
+      return kRmsprop;
+    case Kind::kAdagrad:
+      return kAdagrad;
   }
   return kSgd;
 }
@@ -68,14 +73,18 @@ std::string prefixOf(size_t group, size_t index) {
 template <typename O, typename Base>
 O& as(Base& options) {
   auto* typed = dynamic_cast<O*>(&options);
-  if (!typed) throw SnapshotError("optimizer options are a " + c10::demangle(typeid(options).name()));
+  if (!typed)
+    throw SnapshotError("optimizer options are a " + c10::demangle(typeid(options).name()));
   return *typed;
 }
 
 template <typename O>
 json adamOptions(const O& o) {
-  return {{"lr", o.lr()}, {"betas", {std::get<0>(o.betas()), std::get<1>(o.betas())}},
-          {"eps", o.eps()}, {"weight_decay", o.weight_decay()}, {"amsgrad", o.amsgrad()}};
+  return {{"lr", o.lr()},
+          {"betas", {std::get<0>(o.betas()), std::get<1>(o.betas())}},
+          {"eps", o.eps()},
+          {"weight_decay", o.weight_decay()},
+          {"amsgrad", o.amsgrad()}};
 }
 
 template <typename O>
@@ -91,21 +100,32 @@ json optionsToJson(Kind kind, const optim::OptimizerOptions& options) {
   switch (kind) {
     case Kind::kSgd: {
       auto& o = as<const optim::SGDOptions>(options);
-      return {{"lr", o.lr()}, {"momentum", o.momentum()}, {"dampening", o.dampening()},
-              {"weight_decay", o.weight_decay()}, {"nesterov", o.nesterov()}};
+      return {{"lr", o.lr()},
+              {"momentum", o.momentum()},
+              {"dampening", o.dampening()},
+              {"weight_decay", o.weight_decay()},
+              {"nesterov", o.nesterov()}};
     }
-    case Kind::kAdam: return adamOptions(as<const optim::AdamOptions>(options));
-    case Kind::kAdamW: return adamOptions(as<const optim::AdamWOptions>(options));
+    case Kind::kAdam:
+      return adamOptions(as<const optim::AdamOptions>(options));
+    case Kind::kAdamW:
+      return adamOptions(as<const optim::AdamWOptions>(options));
     case Kind::kRmsprop: {
       auto& o = as<const optim::RMSpropOptions>(options);
-      return {{"lr", o.lr()}, {"alpha", o.alpha()}, {"eps", o.eps()},
-              {"weight_decay", o.weight_decay()}, {"momentum", o.momentum()},
+      return {{"lr", o.lr()},
+              {"alpha", o.alpha()},
+              {"eps", o.eps()},
+              {"weight_decay", o.weight_decay()},
+              {"momentum", o.momentum()},
               {"centered", o.centered()}};
     }
     case Kind::kAdagrad: {
       auto& o = as<const optim::AdagradOptions>(options);
-      return {{"lr", o.lr()}, {"lr_decay", o.lr_decay()}, {"weight_decay", o.weight_decay()},
-              {"initial_accumulator_value", o.initial_accumulator_value()}, {"eps", o.eps()}};
+      return {{"lr", o.lr()},
+              {"lr_decay", o.lr_decay()},
+              {"weight_decay", o.weight_decay()},
+              {"initial_accumulator_value", o.initial_accumulator_value()},
+              {"eps", o.eps()}};
     }
   }
   return {};
@@ -122,8 +142,10 @@ void optionsFromJson(Kind kind, const json& j, optim::OptimizerOptions& options)
       o.nesterov(j.at("nesterov").get<bool>());
       return;
     }
-    case Kind::kAdam: return setAdamOptions(j, as<optim::AdamOptions>(options));
-    case Kind::kAdamW: return setAdamOptions(j, as<optim::AdamWOptions>(options));
+    case Kind::kAdam:
+      return setAdamOptions(j, as<optim::AdamOptions>(options));
+    case Kind::kAdamW:
+      return setAdamOptions(j, as<optim::AdamWOptions>(options));
     case Kind::kRmsprop: {
       auto& o = as<optim::RMSpropOptions>(options);
       o.lr(j.at("lr").get<double>());
@@ -154,20 +176,27 @@ struct StateFields {
 
 template <typename S>
 StateFields adamFields(const S& s) {
-  return {s.step(), {{"exp_avg", s.exp_avg()}, {"exp_avg_sq", s.exp_avg_sq()},
-                     {"max_exp_avg_sq", s.max_exp_avg_sq()}}};
+  return {s.step(),
+          {{"exp_avg", s.exp_avg()},
+           {"exp_avg_sq", s.exp_avg_sq()},
+           {"max_exp_avg_sq", s.max_exp_avg_sq()}}};
 }
 
 StateFields fieldsOf(Kind kind, const optim::OptimizerParamState& state) {
   switch (kind) {
     case Kind::kSgd:
-      return {std::nullopt, {{"momentum_buffer", as<const optim::SGDParamState>(state).momentum_buffer()}}};
-    case Kind::kAdam: return adamFields(as<const optim::AdamParamState>(state));
-    case Kind::kAdamW: return adamFields(as<const optim::AdamWParamState>(state));
+      return {std::nullopt,
+              {{"momentum_buffer", as<const optim::SGDParamState>(state).momentum_buffer()}}};
+    case Kind::kAdam:
+      return adamFields(as<const optim::AdamParamState>(state));
+    case Kind::kAdamW:
+      return adamFields(as<const optim::AdamWParamState>(state));
     case Kind::kRmsprop: {
       auto& s = as<const optim::RMSpropParamState>(state);
-      return {s.step(), {{"square_avg", s.square_avg()}, {"momentum_buffer", s.momentum_buffer()},
-                         {"grad_avg", s.grad_avg()}}};
+      return {s.step(),
+              {{"square_avg", s.square_avg()},
+               {"momentum_buffer", s.momentum_buffer()},
+               {"grad_avg", s.grad_avg()}}};
     }
     case Kind::kAdagrad: {
       auto& s = as<const optim::AdagradParamState>(state);
@@ -198,8 +227,10 @@ std::unique_ptr<optim::OptimizerParamState> makeState(Kind kind, const json& ent
       s->momentum_buffer(get("momentum_buffer"));
       return s;
     }
-    case Kind::kAdam: return makeAdamState<optim::AdamParamState>(step, get);
-    case Kind::kAdamW: return makeAdamState<optim::AdamWParamState>(step, get);
+    case Kind::kAdam:
+      return makeAdamState<optim::AdamParamState>(step, get);
+    case Kind::kAdamW:
+      return makeAdamState<optim::AdamWParamState>(step, get);
     case Kind::kRmsprop: {
       auto s = std::make_unique<optim::RMSpropParamState>();
       s->step(step);
@@ -262,7 +293,8 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
   try {
     auto type = description.at("type").get<std::string>();
     if (type != info.name) {
-      fail("the snapshot holds the state of an optimizer of type " + type + ", this one is " + info.name);
+      fail("the snapshot holds the state of an optimizer of type " + type + ", this one is " +
+           info.name);
     }
     optionsFromJson(kind, description.at("defaults"), *optimizer.defaults().clone());
     const json& groups = description.at("groups");
@@ -295,7 +327,8 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
             }
             expected.insert(name);
             const at::Tensor& t = found->second;
-            if (!t.sizes().equals(params[i].sizes()) || t.scalar_type() != params[i].scalar_type()) {
+            if (!t.sizes().equals(params[i].sizes()) ||
+                t.scalar_type() != params[i].scalar_type()) {
               fail("optimizer state tensor " + name + " is " + describeTensor(t) +
                    ", its parameter is " + describeTensor(params[i]));
             }

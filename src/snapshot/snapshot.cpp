@@ -18,7 +18,7 @@
 #include <set>
 #include <typeinfo>
 
-#include "amp/grad_scaler_snapshot.hpp"
+#include "snapshot/grad_scaler_state.hpp"
 #include "byte_exchange.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/snapshot_format.hpp"
@@ -46,7 +46,9 @@ std::optional<uint64_t> sequenceOf(const std::string& name, const std::string& p
     return std::nullopt;
   }
   std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
-  if (digits.size() > 19 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  if (digits.size() > 19 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
   return std::stoull(digits);
 }
 
@@ -70,7 +72,8 @@ std::vector<Candidate> candidates(const std::string& directory, const std::strin
 
 // The default generators: CPU first, then each CUDA device.
 std::vector<std::pair<std::string, at::Generator>> generators() {
-  std::vector<std::pair<std::string, at::Generator>> all{{"cpu", at::detail::getDefaultCPUGenerator()}};
+  std::vector<std::pair<std::string, at::Generator>> all{
+      {"cpu", at::detail::getDefaultCPUGenerator()}};
   size_t devices = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
   for (size_t i = 0; i < devices; ++i) {
     all.emplace_back("cuda" + std::to_string(i),
@@ -89,7 +92,8 @@ TensorMap gatherRngStates(ProcessGroup& group) {
   auto local = generators();
   TensorMap result;
   if (group.size() == 1) {
-    for (auto& [device, generator] : local) result["rng/rank0/" + device] = generatorState(generator);
+    for (auto& [device, generator] : local)
+      result["rng/rank0/" + device] = generatorState(generator);
     return result;
   }
   // Ranks may differ in device count: each sends its states as bytes, each
@@ -128,18 +132,24 @@ std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& s
   const std::string& dir = options.directory();
   std::error_code error;
   fs::create_directories(dir, error);
-  if (error) throw SnapshotError("cannot create snapshot directory " + dir + ": " + error.message());
+  if (error)
+    throw SnapshotError("cannot create snapshot directory " + dir + ": " + error.message());
   auto existing = candidates(dir, options.prefix());
   sequence = existing.empty() ? 1 : existing.front().sequence + 1;
   std::string name = fileName(options.prefix(), sequence);
   std::string path = (fs::path(dir) / name).string();
 
-  json scalars = {{"epoch", state.epoch},          {"step_in_epoch", state.step_in_epoch},
-                  {"counters", state.counters},    {"metadata", state.metadata},
-                  {"model", state.model != nullptr}, {"rng", !rng.empty()},
-                  {"world_size", world_size},      {"torch_version", TORCH_VERSION}};
+  json scalars = {{"epoch", state.epoch},
+                  {"step_in_epoch", state.step_in_epoch},
+                  {"counters", state.counters},
+                  {"metadata", state.metadata},
+                  {"model", state.model != nullptr},
+                  {"rng", !rng.empty()},
+                  {"world_size", world_size},
+                  {"torch_version", TORCH_VERSION}};
   TensorMap optimizer_tensors;
-  if (state.optimizer) scalars["optimizer"] = detail::exportOptimizer(*state.optimizer, optimizer_tensors);
+  if (state.optimizer)
+    scalars["optimizer"] = detail::exportOptimizer(*state.optimizer, optimizer_tensors);
   if (state.scheduler) {
     scalars["scheduler"] = {{"type", c10::demangle(typeid(*state.scheduler).name())},
                             {"step_count", detail::schedulerStepCount(*state.scheduler)}};
@@ -221,7 +231,8 @@ std::string SnapshotManager::save(const TrainingState& state) {
     }
   }
   if (group_->size() > 1) {  // rank 0's outcome; the others wait here
-    at::Tensor outcome = at::tensor({failure ? int64_t{0} : int64_t{1}, static_cast<int64_t>(sequence)});
+    at::Tensor outcome =
+        at::tensor({failure ? int64_t{0} : int64_t{1}, static_cast<int64_t>(sequence)});
     group_->broadcast(outcome, 0);
     if (group_->rank() != 0) {
       if (outcome[0].item<int64_t>() != 1) {
@@ -251,15 +262,14 @@ bool SnapshotManager::resume(TrainingState& state) {
   }
   if (group_->size() > 1) {  // every rank must resume from the same file
     at::Tensor lowest = at::full({1}, sequence, at::kLong), highest = lowest.clone();
-    group_->allReduce(lowest, ReduceOp::kMin);
-    group_->allReduce(highest, ReduceOp::kMax);
+    group_->all_reduce(lowest, ReduceOp::kMin);
+    group_->all_reduce(highest, ReduceOp::kMax);
     if (lowest.item<int64_t>() != highest.item<int64_t>()) {
-      throw SnapshotError("ranks disagree on the newest valid snapshot in " + options_.directory() +
-                          ": rank " + std::to_string(group_->rank()) + " found sequence " +
-                          std::to_string(sequence) + " (-1: none), others between " +
-                          std::to_string(lowest.item<int64_t>()) + " and " +
-                          std::to_string(highest.item<int64_t>()) +
-                          "; every rank must see the same directory");
+      throw SnapshotError(
+          "ranks disagree on the newest valid snapshot in " + options_.directory() + ": rank " +
+          std::to_string(group_->rank()) + " found sequence " + std::to_string(sequence) +
+          " (-1: none), others between " + std::to_string(lowest.item<int64_t>()) + " and " +
+          std::to_string(highest.item<int64_t>()) + "; every rank must see the same directory");
     }
   }
   if (!chosen) return false;
@@ -267,7 +277,7 @@ bool SnapshotManager::resume(TrainingState& state) {
     warn(chosen->path + " was written by a job of " + std::to_string(chosen->world_size) +
          " ranks; this one has " + std::to_string(group_->size()));
   }
-  restoreTrainingState(*chosen, state, group_->rank());
+  restore_training_state(*chosen, state, group_->rank());
   return true;
 }
 
@@ -279,9 +289,9 @@ std::vector<std::string> SnapshotManager::list() const {
   return paths;
 }
 
-SnapshotFile readSnapshotFile(const std::string& path) { return detail::readSnapshot(path); }
+SnapshotFile read_snapshot_file(const std::string& path) { return detail::readSnapshot(path); }
 
-void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int rank) {
+void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank) {
   auto fail = [&](const std::string& problem) { throw SnapshotError(file.path + ": " + problem); };
   const TensorMap& tensors = file.tensors;
   json scalars;
@@ -297,11 +307,14 @@ void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int ra
     counters = scalars.at("counters").get<std::map<std::string, int64_t>>();
     metadata = scalars.at("metadata").get<std::map<std::string, std::string>>();
     if (state.scheduler) {
-      if (!scalars.contains("scheduler")) fail("the snapshot holds no learning-rate scheduler state");
+      if (!scalars.contains("scheduler"))
+        fail("the snapshot holds no learning-rate scheduler state");
       scheduler_steps = scalars.at("scheduler").at("step_count").get<unsigned>();
     }
-    if (state.optimizer && !scalars.contains("optimizer")) fail("the snapshot holds no optimizer state");
-    if (state.grad_scaler) scaler = detail::gradScalerFromJson(scalars, *state.grad_scaler, file.path);
+    if (state.optimizer && !scalars.contains("optimizer"))
+      fail("the snapshot holds no optimizer state");
+    if (state.grad_scaler)
+      scaler = detail::gradScalerFromJson(scalars, *state.grad_scaler, file.path);
   } catch (const json::exception& e) {
     fail(std::string("malformed scalars record: ") + e.what());
   }
@@ -310,17 +323,20 @@ void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int ra
     if (!scalars.value("model", false)) fail("the snapshot holds no model");
     std::set<std::string> expected;
     for (bool parameters : {true, false}) {
-      auto items = parameters ? state.model->named_parameters(true) : state.model->named_buffers(true);
+      auto items =
+          parameters ? state.model->named_parameters(true) : state.model->named_buffers(true);
       std::string kind = parameters ? "parameter" : "buffer";
       for (const auto& item : items) {
         if (!item.value().defined()) continue;
         std::string key = "model/" + std::string(parameters ? "param/" : "buffer/") + item.key();
         auto found = tensors.find(key);
-        if (found == tensors.end()) fail("model " + kind + " '" + item.key() + "' is not in the snapshot");
+        if (found == tensors.end())
+          fail("model " + kind + " '" + item.key() + "' is not in the snapshot");
         if (!found->second.sizes().equals(item.value().sizes()) ||
             found->second.scalar_type() != item.value().scalar_type()) {
-          fail("model " + kind + " '" + item.key() + "' is " + detail::describeTensor(found->second) +
-               " in the snapshot but " + detail::describeTensor(item.value()) + " in the model");
+          fail("model " + kind + " '" + item.key() + "' is " +
+               detail::describeTensor(found->second) + " in the snapshot but " +
+               detail::describeTensor(item.value()) + " in the model");
         }
         expected.insert(key);
         model_copies.emplace_back(item.value(), &found->second);
@@ -342,7 +358,8 @@ void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int ra
       auto found = tensors.find(head + device);
       if (found == tensors.end()) continue;
       at::Tensor current = generatorState(generator);
-      if (!found->second.sizes().equals(current.sizes()) || found->second.scalar_type() != at::kByte) {
+      if (!found->second.sizes().equals(current.sizes()) ||
+          found->second.scalar_type() != at::kByte) {
         fail("RNG state " + found->first + " is " + detail::describeTensor(found->second) +
              ", this generator's is " + detail::describeTensor(current));
       }
@@ -372,7 +389,8 @@ void restoreTrainingState(const SnapshotFile& file, TrainingState& state, int ra
     std::string name = key.substr(6);
     auto live = state.extra_tensors.find(name);
     if (live != state.extra_tensors.end() && live->second.defined() &&
-        live->second.sizes().equals(saved.sizes()) && live->second.scalar_type() == saved.scalar_type()) {
+        live->second.sizes().equals(saved.sizes()) &&
+        live->second.scalar_type() == saved.scalar_type()) {
       torch::NoGradGuard no_grad;
       live->second.copy_(saved);  // in place: aliases of the live tensor see it
       extras.emplace(name, live->second);

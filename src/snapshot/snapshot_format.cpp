@@ -26,10 +26,19 @@ namespace ddp::detail {
 namespace {
 
 // Stable dtype codes of the file format (c10's enum values may change).
-constexpr std::array<std::pair<uint32_t, c10::ScalarType>, 12> kDtypeCodes{{
-    {1, c10::kFloat}, {2, c10::kDouble}, {3, c10::kHalf}, {4, c10::kBFloat16},
-    {5, c10::kLong}, {6, c10::kInt}, {7, c10::kShort}, {8, c10::kChar},
-    {9, c10::kByte}, {10, c10::kBool}, {11, c10::kComplexFloat}, {12, c10::kComplexDouble}}};
+constexpr std::array<std::pair<uint32_t, c10::ScalarType>, 12> kDtypeCodes{
+    {{1, c10::kFloat},
+     {2, c10::kDouble},
+     {3, c10::kHalf},
+     {4, c10::kBFloat16},
+     {5, c10::kLong},
+     {6, c10::kInt},
+     {7, c10::kShort},
+     {8, c10::kChar},
+     {9, c10::kByte},
+     {10, c10::kBool},
+     {11, c10::kComplexFloat},
+     {12, c10::kComplexDouble}}};
 
 constexpr size_t kMaxName = 4096;
 constexpr uint32_t kMaxDims = 64;
@@ -89,8 +98,8 @@ class Reader {
     return at;
   }
   [[noreturn]] void fail(const std::string& problem) const {
-    throw SnapshotError(path_ + ": malformed snapshot payload at byte " +
-                        std::to_string(offset_) + ": " + problem);
+    throw SnapshotError(path_ + ": malformed snapshot payload at byte " + std::to_string(offset_) +
+                        ": " + problem);
   }
 
  private:
@@ -108,7 +117,8 @@ at::Tensor readTensor(Reader& reader, const std::string& name) {
     reader.fail("tensor '" + name + "' has unknown dtype code " + std::to_string(code));
   }
   uint32_t dims = reader.get<uint32_t>("a rank");
-  if (dims > kMaxDims) reader.fail("tensor '" + name + "' has " + std::to_string(dims) + " dimensions");
+  if (dims > kMaxDims)
+    reader.fail("tensor '" + name + "' has " + std::to_string(dims) + " dimensions");
   std::vector<int64_t> sizes(dims);
   uint64_t numel = 1;
   for (auto& size : sizes) {
@@ -220,8 +230,9 @@ void SnapshotWriter::addTensor(const std::string& name, const at::Tensor& tensor
   if (tensor.layout() != c10::kStrided || tensor.is_quantized()) {
     fail("tensor '" + name + "' is not a dense tensor");
   }
-  auto found = std::find_if(kDtypeCodes.begin(), kDtypeCodes.end(),
-                            [&](const auto& entry) { return entry.second == tensor.scalar_type(); });
+  auto found = std::find_if(kDtypeCodes.begin(), kDtypeCodes.end(), [&](const auto& entry) {
+    return entry.second == tensor.scalar_type();
+  });
   if (found == kDtypeCodes.end()) {
     fail("tensor '" + name + "' has unsupported dtype " + dtypeName(tensor.scalar_type()));
   }
@@ -242,8 +253,7 @@ void SnapshotWriter::addJson(const std::string& name, const std::string& json_te
   put(json_text.data(), json_text.size());
 }
 
-void SnapshotWriter::commit(const std::string& final_path, uint32_t world_size,
-                            uint64_t sequence) {
+void SnapshotWriter::commit(const std::string& final_path, uint32_t world_size, uint64_t sequence) {
   flush();
   writeAll(kSnapshotEndMarker, sizeof kSnapshotEndMarker);
   Header header;
@@ -278,7 +288,8 @@ std::string describeTensor(const at::Tensor& tensor) {
 
 void fsyncDirectory(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw SnapshotError("cannot open directory " + path + " to fsync it: " + systemError());
+  if (fd < 0)
+    throw SnapshotError("cannot open directory " + path + " to fsync it: " + systemError());
   int rc = ::fsync(fd);
   std::string error = systemError();
   ::close(fd);
@@ -289,7 +300,8 @@ SnapshotFile readSnapshot(const std::string& path) {
   std::vector<unsigned char> file = readWholeFile(path);
   if (file.empty()) throw SnapshotError(path + " is not a ddp snapshot: the file is empty");
   if (file.size() < sizeof kSnapshotMagic || std::memcmp(file.data(), kSnapshotMagic, 8) != 0) {
-    throw SnapshotError(path + " is not a ddp snapshot: it does not start with the magic \"DDPSNAP1\"");
+    throw SnapshotError(path +
+                        " is not a ddp snapshot: it does not start with the magic \"DDPSNAP1\"");
   }
   if (file.size() < kSnapshotHeaderSize) {
     throw SnapshotError(path + ": snapshot is truncated: " + std::to_string(file.size()) +
@@ -316,7 +328,8 @@ SnapshotFile readSnapshot(const std::string& path) {
   uint64_t expected = kSnapshotHeaderSize + sizeof kSnapshotEndMarker;
   if (h.payload_size > file.size() || expected + h.payload_size > file.size()) {
     throw SnapshotError(path + ": snapshot is truncated: " + std::to_string(file.size()) +
-                        " bytes, the header announces " + std::to_string(expected + h.payload_size));
+                        " bytes, the header announces " +
+                        std::to_string(expected + h.payload_size));
   }
   expected += h.payload_size;
   const unsigned char* end_marker = file.data() + kSnapshotHeaderSize + h.payload_size;

@@ -66,7 +66,7 @@ class SnapshotWriter {
   uint32_t payload_crc_ = 0;
 };
 
-/// Reads and verifies one snapshot file (ddp::readSnapshotFile).
+/// Reads and verifies one snapshot file (ddp::read_snapshot_file).
 SnapshotFile readSnapshot(const std::string& path);
 
 /// "[3, 4] float32": a tensor's shape and dtype, for messages.

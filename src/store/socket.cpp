@@ -42,16 +42,15 @@ AddrInfoList resolve(const std::string& host, int port, std::string& error) {
   const std::string service = std::to_string(port);
   const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &result);
   if (rc != 0) {
-    error = "could not resolve '" + host + "': " +
-            (rc == EAI_SYSTEM ? errnoText(errno) : gai_strerror(rc));
+    error = "could not resolve '" + host +
+            "': " + (rc == EAI_SYSTEM ? errnoText(errno) : gai_strerror(rc));
     return nullptr;
   }
   return AddrInfoList(result);
 }
 
 Socket openSocket(const addrinfo& address) {
-  return Socket(::socket(address.ai_family,
-                         address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+  return Socket(::socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                          address.ai_protocol));
 }
 
@@ -59,8 +58,7 @@ Socket openSocket(const addrinfo& address) {
 // negative, capped so it fits an int.
 int pollTimeout(Clock::time_point deadline) {
   if (deadline == kNoDeadline) return -1;
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-      deadline - Clock::now());
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, INT_MAX));
 }
 
@@ -75,8 +73,7 @@ bool waitReady(int fd, short events, Clock::time_point deadline) {
       continue;  // poll rounds down; wait out the remainder.
     }
     if (errno != EINTR) {
-      throw SocketError(SocketError::Kind::kFailed,
-                        "poll failed: " + errnoText(errno));
+      throw SocketError(SocketError::Kind::kFailed, "poll failed: " + errnoText(errno));
     }
   }
 }
@@ -95,8 +92,7 @@ bool connectedToItself(int fd) {
 
 // One connect attempt to one address, bounded by `deadline`. On failure
 // returns an invalid socket and sets `error`.
-Socket tryConnect(const addrinfo& address, Clock::time_point deadline,
-                  std::string& error) {
+Socket tryConnect(const addrinfo& address, Clock::time_point deadline, std::string& error) {
   Socket socket = openSocket(address);
   if (!socket.valid()) {
     error = "socket() failed: " + errnoText(errno);
@@ -132,8 +128,7 @@ Socket tryConnect(const addrinfo& address, Clock::time_point deadline,
 Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
   if (timeout <= std::chrono::milliseconds::zero()) return kNoDeadline;
   const auto now = Clock::now();
-  if (timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
-                     kNoDeadline - now)) {
+  if (timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(kNoDeadline - now)) {
     return kNoDeadline;
   }
   return now + timeout;
@@ -181,8 +176,7 @@ std::string errnoText(int error) {
 
 Socket listenOn(const std::string& host, int port) {
   const std::string endpoint = formatEndpoint(host, port);
-  const std::string prefix =
-      "cannot host the rendezvous store on " + endpoint + ": ";
+  const std::string prefix = "cannot host the rendezvous store on " + endpoint + ": ";
   std::string error;
   AddrInfoList addresses = resolve(host, port, error);
   if (!addresses) {
@@ -193,8 +187,7 @@ Socket listenOn(const std::string& host, int port) {
   // A host name may resolve to several addresses (::1 and 127.0.0.1 for
   // localhost); the first one this machine can bind is used. A port in use is
   // final: trying the next address would only hide the conflict.
-  for (const addrinfo* address = addresses.get(); address != nullptr;
-       address = address->ai_next) {
+  for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
     Socket socket = openSocket(*address);
     if (!socket.valid()) {
       error = "socket() failed: " + errnoText(errno);
@@ -209,19 +202,17 @@ Socket listenOn(const std::string& host, int port) {
     if (::bind(socket.fd(), address->ai_addr, address->ai_addrlen) != 0) {
       const int bind_errno = errno;
       if (bind_errno == EADDRINUSE) {
-        throw RendezvousError(
-            prefix + "the port is already in use. Another job or an earlier "
-            "run holds it; choose another MASTER_PORT or stop that process.");
+        throw RendezvousError(prefix +
+                              "the port is already in use. Another job or an earlier "
+                              "run holds it; choose another MASTER_PORT or stop that process.");
       }
       if (bind_errno == EACCES) {
-        throw RendezvousError(
-            prefix + "permission denied (" + errnoText(bind_errno) +
-            "). Ports below 1024 need privileges; choose a MASTER_PORT of "
-            "1024 or above.");
+        throw RendezvousError(prefix + "permission denied (" + errnoText(bind_errno) +
+                              "). Ports below 1024 need privileges; choose a MASTER_PORT of "
+                              "1024 or above.");
       }
       if (bind_errno == EADDRNOTAVAIL) {
-        error = "'" + host + "' is not an address of this machine (" +
-                errnoText(bind_errno) + ")";
+        error = "'" + host + "' is not an address of this machine (" + errnoText(bind_errno) + ")";
       } else {
         error = "bind failed (" + errnoText(bind_errno) + ")";
       }
@@ -241,8 +232,7 @@ Socket listenOn(const std::string& host, int port) {
 int localPort(const Socket& socket) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
-  if (getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&address),
-                  &length) != 0) {
+  if (getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
     return -1;
   }
   if (address.ss_family == AF_INET6) {
@@ -251,8 +241,7 @@ int localPort(const Socket& socket) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
 }
 
-Socket connectWithRetry(const std::string& host, int port,
-                        std::chrono::milliseconds timeout) {
+Socket connectWithRetry(const std::string& host, int port, std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = deadlineAfter(timeout);
   // Start retrying quickly (rank 0 usually comes up within milliseconds)
   // and back off so that many ranks do not hammer a slow master.
@@ -269,25 +258,23 @@ Socket connectWithRetry(const std::string& host, int port,
       } catch (const SocketError& error) {
         // poll() itself failed: retrying cannot help. SocketError is
         // internal (Note [Internal store errors stay inside] in socket.hpp).
-        throw RendezvousError(
-            "could not reach the rendezvous store at " + formatEndpoint(host, port) +
-            ": " + error.what() + ". The process may have run out of memory or "
-            "file descriptors; check `ulimit -n` and restart the job.");
+        throw RendezvousError("could not reach the rendezvous store at " +
+                              formatEndpoint(host, port) + ": " + error.what() +
+                              ". The process may have run out of memory or "
+                              "file descriptors; check `ulimit -n` and restart the job.");
       }
       if (socket.valid()) return socket;
     }
     const auto now = Clock::now();
     if (now >= deadline) break;
-    std::this_thread::sleep_for(
-        std::min<Clock::duration>(backoff, deadline - now));
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, max_backoff);
   }
-  throw RendezvousError(
-      "could not reach the rendezvous store at " +
-      formatEndpoint(host, port) + " within " +
-      std::to_string(timeout.count()) + " ms (last error: " + last_error +
-      "). Check MASTER_ADDR and MASTER_PORT, that rank 0 has started, and "
-      "that no firewall blocks the port; or raise the rendezvous timeout.");
+  throw RendezvousError("could not reach the rendezvous store at " + formatEndpoint(host, port) +
+                        " within " + std::to_string(timeout.count()) +
+                        " ms (last error: " + last_error +
+                        "). Check MASTER_ADDR and MASTER_PORT, that rank 0 has started, and "
+                        "that no firewall blocks the port; or raise the rendezvous timeout.");
 }
 
 void setNonBlocking(int fd) {
@@ -312,8 +299,7 @@ bool takeFrame(std::string& buffer, std::string& payload) {
   if (buffer.size() < 4) return false;
   const std::uint32_t length = WireReader(buffer).u32();
   if (length > kMaxFrameBytes) {
-    throw WireError("store frame of " + std::to_string(length) +
-                    " bytes exceeds the limit of " +
+    throw WireError("store frame of " + std::to_string(length) + " bytes exceeds the limit of " +
                     std::to_string(kMaxFrameBytes));
   }
   if (buffer.size() - 4 < length) return false;
@@ -340,8 +326,7 @@ bool writeAvailable(int fd, std::string& buffer) {
   std::size_t sent = 0;
   bool ok = true;
   while (sent < buffer.size()) {
-    const ssize_t n =
-        ::send(fd, buffer.data() + sent, buffer.size() - sent, kSendFlags);
+    const ssize_t n = ::send(fd, buffer.data() + sent, buffer.size() - sent, kSendFlags);
     if (n >= 0) {
       sent += static_cast<std::size_t>(n);
       continue;
@@ -354,13 +339,11 @@ bool writeAvailable(int fd, std::string& buffer) {
   return ok;
 }
 
-void sendFrame(const Socket& socket, std::string_view payload,
-               Clock::time_point deadline) {
+void sendFrame(const Socket& socket, std::string_view payload, Clock::time_point deadline) {
   std::string pending = encodeFrame(payload);
   while (!pending.empty()) {
     if (!writeAvailable(socket.fd(), pending)) {
-      throw SocketError(SocketError::Kind::kClosed,
-                        "send failed: " + errnoText(errno));
+      throw SocketError(SocketError::Kind::kClosed, "send failed: " + errnoText(errno));
     }
     if (!pending.empty() && !waitReady(socket.fd(), POLLOUT, deadline)) {
       throw SocketError(SocketError::Kind::kTimedOut, "send timed out");
@@ -389,8 +372,7 @@ std::string recvFrame(const Socket& socket, Clock::time_point deadline) {
   }
   if (!buffer.empty()) {
     // One request, one reply: extra bytes mean the stream is out of step.
-    throw SocketError(SocketError::Kind::kFailed,
-                      "unexpected extra bytes after a store reply");
+    throw SocketError(SocketError::Kind::kFailed, "unexpected extra bytes after a store reply");
   }
   return payload;
 }

@@ -54,8 +54,7 @@ class Socket {
 class SocketError : public std::runtime_error {
  public:
   enum class Kind { kClosed, kTimedOut, kFailed };
-  SocketError(Kind kind, const std::string& message)
-      : std::runtime_error(message), kind_(kind) {}
+  SocketError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
 
  private:
@@ -81,16 +80,14 @@ int localPort(const Socket& socket);
 /// until `timeout` has passed (the master may not have started yet). Throws
 /// ddp::RendezvousError naming host:port, the timeout and the last error.
 /// The returned socket is non-blocking with TCP_NODELAY set.
-Socket connectWithRetry(const std::string& host, int port,
-                        std::chrono::milliseconds timeout);
+Socket connectWithRetry(const std::string& host, int port, std::chrono::milliseconds timeout);
 
 void setNonBlocking(int fd);
 void setNoDelay(int fd);
 
 /// Writes `length || payload` to a non-blocking socket, waiting for room
 /// until `deadline`. Throws SocketError.
-void sendFrame(const Socket& socket, std::string_view payload,
-               Clock::time_point deadline);
+void sendFrame(const Socket& socket, std::string_view payload, Clock::time_point deadline);
 
 /// Reads one frame's payload from a non-blocking socket, waiting until
 /// `deadline`. Throws SocketError (kClosed when the peer went away).

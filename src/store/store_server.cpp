@@ -30,10 +30,9 @@ bool parseInteger(const std::string& text, std::int64_t& value) {
 }
 
 std::chrono::milliseconds clampedMillis(std::uint64_t ms) {
-  const auto max = static_cast<std::uint64_t>(
-      std::numeric_limits<std::chrono::milliseconds::rep>::max());
-  return std::chrono::milliseconds(
-      static_cast<std::chrono::milliseconds::rep>(std::min(ms, max)));
+  const auto max =
+      static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max());
+  return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(std::min(ms, max)));
 }
 
 }  // namespace
@@ -42,11 +41,10 @@ StoreServer::StoreServer(const std::string& host, int port)
     : listener_(listenOn(host, port)), port_(localPort(listener_)) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    throw RendezvousError(
-        "cannot host the rendezvous store on " + formatEndpoint(host, port_) +
-        ": pipe2 failed (" + errnoText(errno) +
-        "). The process may have run out of file descriptors; raise "
-        "`ulimit -n`.");
+    throw RendezvousError("cannot host the rendezvous store on " + formatEndpoint(host, port_) +
+                          ": pipe2 failed (" + errnoText(errno) +
+                          "). The process may have run out of file descriptors; raise "
+                          "`ulimit -n`.");
   }
   wake_read_ = Socket(fds[0]);
   wake_write_ = Socket(fds[1]);
@@ -66,8 +64,7 @@ void StoreServer::run() {
   } catch (const std::exception& error) {
     // Nothing can be thrown to a caller from here. Closing every socket below
     // makes each waiting client fail at once instead of at its deadline.
-    std::fprintf(stderr, "ddp: the rendezvous store server stopped: %s\n",
-                 error.what());
+    std::fprintf(stderr, "ddp: the rendezvous store server stopped: %s\n", error.what());
   }
   connections_.clear();
   listener_.close();
@@ -122,8 +119,7 @@ void StoreServer::pollOnce() {
     if (keys_added_) {
       keys_added_ = false;
       for (auto& [id, connection] : connections_) {
-        if (!connection.broken && connection.parked &&
-            allExist(connection.parked->keys)) {
+        if (!connection.broken && connection.parked && allExist(connection.parked->keys)) {
           replyParked(connection, /*timed_out=*/false);
           progress = true;
         }
@@ -138,8 +134,7 @@ void StoreServer::pollOnce() {
 
 void StoreServer::acceptClients() {
   for (;;) {
-    const int fd = ::accept4(listener_.fd(), nullptr, nullptr,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;  // EAGAIN: all accepted; anything else: retry on the next poll.
@@ -152,8 +147,7 @@ void StoreServer::acceptClients() {
 void StoreServer::serve(Connection& connection) {
   std::string payload;
   try {
-    while (!connection.broken && !connection.parked &&
-           takeFrame(connection.input, payload)) {
+    while (!connection.broken && !connection.parked && takeFrame(connection.input, payload)) {
       handle(connection, payload);
     }
   } catch (const WireError&) {
@@ -198,9 +192,8 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
       std::int64_t updated = 0;
       if (__builtin_add_overflow(current, delta, &updated)) {
         response.u8(static_cast<std::uint8_t>(Status::kError))
-            .bytes("cannot add " + std::to_string(delta) + " to key '" + key +
-                   "' holding " + std::to_string(current) +
-                   ": the sum overflows a 64-bit integer.");
+            .bytes("cannot add " + std::to_string(delta) + " to key '" + key + "' holding " +
+                   std::to_string(current) + ": the sum overflows a 64-bit integer.");
         break;
       }
       store(key, std::to_string(updated));
@@ -233,8 +226,7 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
       break;
     }
     case Op::kCheck:
-      response.u8(static_cast<std::uint8_t>(Status::kOk))
-          .u8(allExist(request.keys()) ? 1 : 0);
+      response.u8(static_cast<std::uint8_t>(Status::kOk)).u8(allExist(request.keys()) ? 1 : 0);
       break;
     case Op::kDelete:
       response.u8(static_cast<std::uint8_t>(Status::kOk))
@@ -245,17 +237,14 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
           .i64(static_cast<std::int64_t>(data_.size()));
       break;
     default:
-      throw WireError("unknown store op " +
-                      std::to_string(static_cast<int>(op)));
+      throw WireError("unknown store op " + std::to_string(static_cast<int>(op)));
   }
   reply(connection, response);
 }
 
-void StoreServer::handleWaitOrGet(Connection& connection, Op op,
-                                  std::vector<std::string> keys,
+void StoreServer::handleWaitOrGet(Connection& connection, Op op, std::vector<std::string> keys,
                                   std::uint64_t timeout_ms) {
-  connection.parked = ParkedRequest{
-      op, std::move(keys), deadlineAfter(clampedMillis(timeout_ms))};
+  connection.parked = ParkedRequest{op, std::move(keys), deadlineAfter(clampedMillis(timeout_ms))};
   if (allExist(connection.parked->keys)) {
     replyParked(connection, /*timed_out=*/false);
   }
@@ -288,8 +277,7 @@ void StoreServer::replyParked(Connection& connection, bool timed_out) {
 void StoreServer::expireParkedRequests() {
   const auto now = Clock::now();
   for (auto& [id, connection] : connections_) {
-    if (connection.broken || !connection.parked ||
-        connection.parked->deadline > now) {
+    if (connection.broken || !connection.parked || connection.parked->deadline > now) {
       continue;
     }
     // A key that appeared in the same instant still counts as in time.
@@ -298,9 +286,8 @@ void StoreServer::expireParkedRequests() {
 }
 
 bool StoreServer::allExist(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [this](const std::string& key) {
-    return data_.count(key) > 0;
-  });
+  return std::all_of(keys.begin(), keys.end(),
+                     [this](const std::string& key) { return data_.count(key) > 0; });
 }
 
 void StoreServer::store(const std::string& key, std::string value) {
@@ -317,8 +304,7 @@ int StoreServer::nearestDeadlineTimeout() const {
   }
   if (nearest == kNoDeadline) return -1;
   // Round up: waking a little late is harmless, waking early spins.
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-      nearest - Clock::now());
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(nearest - Clock::now());
   return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, INT_MAX));
 }
 

@@ -66,8 +66,7 @@ class StoreServer {
   void acceptClients();
   void serve(Connection& connection);
   void handle(Connection& connection, const std::string& payload);
-  void handleWaitOrGet(Connection& connection, Op op,
-                       std::vector<std::string> keys,
+  void handleWaitOrGet(Connection& connection, Op op, std::vector<std::string> keys,
                        std::uint64_t timeout_ms);
   void reply(Connection& connection, WireWriter& writer);
   void replyParked(Connection& connection, bool timed_out);

@@ -29,10 +29,9 @@ TcpStoreOptions validated(TcpStoreOptions options) {
         "or host name of the machine that runs rank 0.");
   }
   if (options.port() < 0 || options.port() > 65535) {
-    throw ConfigError(
-        "invalid rendezvous store port " + std::to_string(options.port()) +
-        ": a TCP port is between 0 and 65535. Set MASTER_PORT to a free port "
-        "such as 29500.");
+    throw ConfigError("invalid rendezvous store port " + std::to_string(options.port()) +
+                      ": a TCP port is between 0 and 65535. Set MASTER_PORT to a free port "
+                      "such as 29500.");
   }
   if (options.port() == 0 && !options.is_server()) {
     throw ConfigError(
@@ -41,11 +40,10 @@ TcpStoreOptions validated(TcpStoreOptions options) {
         "listens on.");
   }
   if (options.timeout().count() < 0) {
-    throw ConfigError(
-        "invalid rendezvous store timeout " +
-        std::to_string(options.timeout().count()) +
-        " ms: it must be positive, or 0 for no timeout. Raise the rendezvous "
-        "timeout.");
+    throw ConfigError("invalid rendezvous store timeout " +
+                      std::to_string(options.timeout().count()) +
+                      " ms: it must be positive, or 0 for no timeout. Raise the rendezvous "
+                      "timeout.");
   }
   return options;
 }
@@ -64,7 +62,7 @@ std::string describeKeys(const std::vector<std::string>& keys) {
   return text + "]";
 }
 
-std::string toString(const std::vector<uint8_t>& bytes) {
+std::string to_string(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
 }
 
@@ -89,8 +87,7 @@ class TcpStore::Impl {
       server_ = std::make_unique<store::StoreServer>(options_.host(), port_);
       port_ = server_->port();
     }
-    socket_ = store::connectWithRetry(options_.host(), port_,
-                                      options_.timeout());
+    socket_ = store::connectWithRetry(options_.host(), port_, options_.timeout());
   }
 
   const TcpStoreOptions& options() const { return options_; }
@@ -105,29 +102,27 @@ class TcpStore::Impl {
   auto roundTrip(WireWriter& request, std::chrono::milliseconds reply_timeout,
                  const std::string& operation, Parse parse) {
     std::lock_guard<std::mutex> guard(mutex_);
-    const std::string endpoint =
-        store::formatEndpoint(options_.host(), port_);
+    const std::string endpoint = store::formatEndpoint(options_.host(), port_);
     if (!lost_reason_.empty()) {
-      throw RendezvousError(
-          "cannot " + operation + ": the connection to the rendezvous store "
-          "at " + endpoint + " was lost earlier (" + lost_reason_ +
-          "). Rank 0, which hosts the store, has probably exited; check its "
-          "log and restart the job.");
+      throw RendezvousError("cannot " + operation +
+                            ": the connection to the rendezvous store "
+                            "at " +
+                            endpoint + " was lost earlier (" + lost_reason_ +
+                            "). Rank 0, which hosts the store, has probably exited; check its "
+                            "log and restart the job.");
     }
     if (request.payload().size() > store::kMaxFrameBytes) {
       // The server would drop the connection; say why instead.
-      throw InvalidArgumentError(
-          "cannot " + operation + ": the request is " +
-          std::to_string(request.payload().size()) +
-          " bytes, more than the rendezvous store's limit of " +
-          std::to_string(store::kMaxFrameBytes) +
-          " bytes. The store is meant for small rendezvous data; send large "
-          "data through a collective instead.");
+      throw InvalidArgumentError("cannot " + operation + ": the request is " +
+                                 std::to_string(request.payload().size()) +
+                                 " bytes, more than the rendezvous store's limit of " +
+                                 std::to_string(store::kMaxFrameBytes) +
+                                 " bytes. The store is meant for small rendezvous data; send large "
+                                 "data through a collective instead.");
     }
-    const auto deadline =
-        reply_timeout.count() == 0
-            ? store::kNoDeadline
-            : store::deadlineAfter(reply_timeout + kReplyGrace);
+    const auto deadline = reply_timeout.count() == 0
+                              ? store::kNoDeadline
+                              : store::deadlineAfter(reply_timeout + kReplyGrace);
     try {
       store::sendFrame(socket_, request.payload(), deadline);
       const std::string reply = store::recvFrame(socket_, deadline);
@@ -136,10 +131,9 @@ class TcpStore::Impl {
       return parse(status, reader);
     } catch (const store::SocketError& error) {
       if (error.kind() == store::SocketError::Kind::kTimedOut) {
-        throw lost(endpoint, operation,
-                   "no reply within " +
-                       std::to_string((reply_timeout + kReplyGrace).count()) +
-                       " ms");
+        throw lost(
+            endpoint, operation,
+            "no reply within " + std::to_string((reply_timeout + kReplyGrace).count()) + " ms");
       }
       throw lost(endpoint, operation, error.what());
     } catch (const store::WireError& error) {
@@ -157,16 +151,15 @@ class TcpStore::Impl {
   store::Socket socket_;
   std::string lost_reason_;  // set once the connection failed
 
-  RendezvousError lost(const std::string& endpoint,
-                       const std::string& operation, const std::string& why) {
+  RendezvousError lost(const std::string& endpoint, const std::string& operation,
+                       const std::string& why) {
     // A reply may still be in flight: the stream can no longer be trusted.
     socket_.close();
     lost_reason_ = why;
-    return RendezvousError(
-        "lost the connection to the rendezvous store at " + endpoint +
-        " during " + operation + " (" + why +
-        "). Rank 0, which hosts the store, has probably exited or crashed, "
-        "or the network failed; check rank 0's log.");
+    return RendezvousError("lost the connection to the rendezvous store at " + endpoint +
+                           " during " + operation + " (" + why +
+                           "). Rank 0, which hosts the store, has probably exited or crashed, "
+                           "or the network failed; check rank 0's log.");
   }
 };
 
@@ -182,20 +175,17 @@ const std::string& TcpStore::host() const { return impl_->options().host(); }
 
 void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   auto writer = request(Op::kSet);
-  writer.bytes(key).bytes(toString(value));
-  impl_->roundTrip(writer, timeout_, "set(\"" + key + "\")",
-                   [](Status, WireReader&) {});
+  writer.bytes(key).bytes(to_string(value));
+  impl_->roundTrip(writer, timeout_, "set(\"" + key + "\")", [](Status, WireReader&) {});
 }
 
-std::vector<uint8_t> TcpStore::compareSet(
-    const std::string& key, const std::vector<uint8_t>& expected_value,
-    const std::vector<uint8_t>& desired_value) {
+std::vector<uint8_t> TcpStore::compareSet(const std::string& key,
+                                          const std::vector<uint8_t>& expected_value,
+                                          const std::vector<uint8_t>& desired_value) {
   auto writer = request(Op::kCompareSet);
-  writer.bytes(key).bytes(toString(expected_value))
-      .bytes(toString(desired_value));
-  return impl_->roundTrip(
-      writer, timeout_, "compareSet(\"" + key + "\")",
-      [](Status, WireReader& reply) { return toBytes(reply.bytes()); });
+  writer.bytes(key).bytes(to_string(expected_value)).bytes(to_string(desired_value));
+  return impl_->roundTrip(writer, timeout_, "compareSet(\"" + key + "\")",
+                          [](Status, WireReader& reply) { return toBytes(reply.bytes()); });
 }
 
 std::vector<uint8_t> TcpStore::get(const std::string& key) {
@@ -205,15 +195,13 @@ std::vector<uint8_t> TcpStore::get(const std::string& key) {
   auto writer = request(Op::kGet);
   writer.u64(static_cast<std::uint64_t>(timeout.count())).bytes(key);
   return impl_->roundTrip(
-      writer, timeout, "get(\"" + key + "\")",
-      [&](Status status, WireReader& reply) {
+      writer, timeout, "get(\"" + key + "\")", [&](Status status, WireReader& reply) {
         if (status == Status::kTimedOut) {
-          throw TimeoutError(
-              "timed out after " + std::to_string(timeout.count()) +
-              " ms waiting for key \"" + key + "\" in the rendezvous store at " +
-              store::formatEndpoint(host(), port()) +
-              ". The rank that sets it may have failed or still be starting; "
-              "check the other ranks' logs, or raise the timeout.");
+          throw TimeoutError("timed out after " + std::to_string(timeout.count()) +
+                             " ms waiting for key \"" + key + "\" in the rendezvous store at " +
+                             store::formatEndpoint(host(), port()) +
+                             ". The rank that sets it may have failed or still be starting; "
+                             "check the other ranks' logs, or raise the timeout.");
         }
         return toBytes(reply.bytes());
       });
@@ -222,73 +210,61 @@ std::vector<uint8_t> TcpStore::get(const std::string& key) {
 int64_t TcpStore::add(const std::string& key, int64_t value) {
   auto writer = request(Op::kAdd);
   writer.bytes(key).i64(value);
-  return impl_->roundTrip(
-      writer, timeout_, "add(\"" + key + "\")",
-      [](Status status, WireReader& reply) {
-        if (status == Status::kError) {
-          throw InvalidArgumentError(reply.bytes());
-        }
-        return reply.i64();
-      });
+  return impl_->roundTrip(writer, timeout_, "add(\"" + key + "\")",
+                          [](Status status, WireReader& reply) {
+                            if (status == Status::kError) {
+                              throw InvalidArgumentError(reply.bytes());
+                            }
+                            return reply.i64();
+                          });
 }
 
 bool TcpStore::deleteKey(const std::string& key) {
   auto writer = request(Op::kDelete);
   writer.bytes(key);
-  return impl_->roundTrip(
-      writer, timeout_, "deleteKey(\"" + key + "\")",
-      [](Status, WireReader& reply) { return reply.u8() != 0; });
+  return impl_->roundTrip(writer, timeout_, "deleteKey(\"" + key + "\")",
+                          [](Status, WireReader& reply) { return reply.u8() != 0; });
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   auto writer = request(Op::kCheck);
   writer.keys(keys);
-  return impl_->roundTrip(
-      writer, timeout_, "check(" + describeKeys(keys) + ")",
-      [](Status, WireReader& reply) { return reply.u8() != 0; });
+  return impl_->roundTrip(writer, timeout_, "check(" + describeKeys(keys) + ")",
+                          [](Status, WireReader& reply) { return reply.u8() != 0; });
 }
 
 int64_t TcpStore::getNumKeys() {
   auto writer = request(Op::kNumKeys);
-  return impl_->roundTrip(
-      writer, timeout_, "getNumKeys()",
-      [](Status, WireReader& reply) { return reply.i64(); });
+  return impl_->roundTrip(writer, timeout_, "getNumKeys()",
+                          [](Status, WireReader& reply) { return reply.i64(); });
 }
 
-void TcpStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, timeout_);
-}
+void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void TcpStore::wait(const std::vector<std::string>& keys,
                     const std::chrono::milliseconds& timeout) {
   if (timeout.count() < 0) {
-    throw InvalidArgumentError(
-        "invalid store wait timeout " + std::to_string(timeout.count()) +
-        " ms for key(s) " + describeKeys(keys) +
-        ": it must be positive, or 0 to wait without a timeout.");
+    throw InvalidArgumentError("invalid store wait timeout " + std::to_string(timeout.count()) +
+                               " ms for key(s) " + describeKeys(keys) +
+                               ": it must be positive, or 0 to wait without a timeout.");
   }
   auto writer = request(Op::kWait);
   writer.u64(static_cast<std::uint64_t>(timeout.count())).keys(keys);
   impl_->roundTrip(
-      writer, timeout, "wait(" + describeKeys(keys) + ")",
-      [&](Status status, WireReader& reply) {
+      writer, timeout, "wait(" + describeKeys(keys) + ")", [&](Status status, WireReader& reply) {
         if (status != Status::kTimedOut) return;
-        throw TimeoutError(
-            "timed out after " + std::to_string(timeout.count()) +
-            " ms waiting for key(s) " + describeKeys(keys) +
-            " in the rendezvous store at " +
-            store::formatEndpoint(host(), port()) + " (still missing: " +
-            describeKeys(reply.keys()) +
-            "). The ranks that set them may have failed or still be "
-            "starting; check the other ranks' logs, or raise the timeout.");
+        throw TimeoutError("timed out after " + std::to_string(timeout.count()) +
+                           " ms waiting for key(s) " + describeKeys(keys) +
+                           " in the rendezvous store at " + store::formatEndpoint(host(), port()) +
+                           " (still missing: " + describeKeys(reply.keys()) +
+                           "). The ranks that set them may have failed or still be "
+                           "starting; check the other ranks' logs, or raise the timeout.");
       });
 }
 
 c10::intrusive_ptr<c10d::Store> TcpStore::clone() {
-  return c10::make_intrusive<TcpStore>(TcpStoreOptions(impl_->options())
-                                           .port(port())
-                                           .is_server(false)
-                                           .timeout(timeout_));
+  return c10::make_intrusive<TcpStore>(
+      TcpStoreOptions(impl_->options()).port(port()).is_server(false).timeout(timeout_));
 }
 
 }  // namespace ddp

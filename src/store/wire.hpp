@@ -71,9 +71,7 @@ class WireWriter {
   }
   WireWriter& u32(std::uint32_t value) { return fixed(value, 4); }
   WireWriter& u64(std::uint64_t value) { return fixed(value, 8); }
-  WireWriter& i64(std::int64_t value) {
-    return fixed(static_cast<std::uint64_t>(value), 8);
-  }
+  WireWriter& i64(std::int64_t value) { return fixed(static_cast<std::uint64_t>(value), 8); }
   WireWriter& bytes(std::string_view value) {
     u32(static_cast<std::uint32_t>(value.size()));
     payload_.append(value.data(), value.size());
@@ -126,8 +124,7 @@ class WireReader {
  private:
   void need(std::uint64_t size) const {
     if (size > rest_.size()) {
-      throw WireError("truncated store message: needed " +
-                      std::to_string(size) + " more bytes, " +
+      throw WireError("truncated store message: needed " + std::to_string(size) + " more bytes, " +
                       std::to_string(rest_.size()) + " left");
     }
   }

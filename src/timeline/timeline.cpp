@@ -28,8 +28,9 @@ namespace ddp {
 
 TimelineOptions::TimelineOptions(std::string path) : path_(std::move(path)) {
   if (path_.empty()) {
-    throw ConfigError("timeline: the path is empty; give a file such as "
-                      "\"/tmp/timeline-%r.json\" (%r becomes the rank) or a prefix.");
+    throw ConfigError(
+        "timeline: the path is empty; give a file such as "
+        "\"/tmp/timeline-%r.json\" (%r becomes the rank) or a prefix.");
   }
 }
 
@@ -95,8 +96,11 @@ class Recorder {
     std::lock_guard<std::mutex> lock(mutex_);
     if (active()) {
       if (path == path_) return;
-      throw ConfigError("timeline: already recording into '" + path_ + "', cannot also record "
-                        "into '" + path + "'; call ddp::timeline::stop() first (or unset "
+      throw ConfigError("timeline: already recording into '" + path_ +
+                        "', cannot also record "
+                        "into '" +
+                        path +
+                        "'; call ddp::timeline::stop() first (or unset "
                         "DDP_TIMELINE when starting the timeline from code).");
     }
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -115,9 +119,13 @@ class Recorder {
     ++session_;
     writeRaw("[\n]\n", 0);
     end_ = 1;  // The next entry replaces "\n]\n" from offset 1.
-    writeEntry({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
+    writeEntry({{"name", "process_name"},
+                {"ph", "M"},
+                {"pid", rank},
                 {"args", {{"name", "rank " + std::to_string(rank)}}}});
-    writeEntry({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank},
+    writeEntry({{"name", "process_sort_index"},
+                {"ph", "M"},
+                {"pid", rank},
                 {"args", {{"sort_index", rank}}}});
     active_.store(true, std::memory_order_release);
   }
@@ -156,10 +164,14 @@ class Recorder {
     lanes_busy_[lane] = false;
     while (lanes_named_ <= lane) {
       const int named = lanes_named_++;
-      writeEntry({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", named},
-                  {"args", {{"name", named == 0 ? std::string("collectives")
-                                                : "collectives (overlapping " +
-                                                      std::to_string(named) + ")"}}}});
+      writeEntry(
+          {{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", rank_},
+           {"tid", named},
+           {"args",
+            {{"name", named == 0 ? std::string("collectives")
+                                 : "collectives (overlapping " + std::to_string(named) + ")"}}}});
     }
     writeEntry(event(rank_));
     ++events_;
@@ -173,7 +185,7 @@ class Recorder {
  private:
   static std::string operationName(const CollectiveFacts& facts) {
     std::string name = facts.op;
-    if (facts.reduce) name += std::string("(") + toString(*facts.reduce) + ")";
+    if (facts.reduce) name += std::string("(") + to_string(*facts.reduce) + ")";
     return name;
   }
 
@@ -226,15 +238,15 @@ class Recorder {
 
 json PendingEvent::toJson(bool waited, double duration_us, int pid) const {
   json args = {{"op", op_}, {"waited", waited}};
-  if (reduce_) args["reduce"] = toString(*reduce_);
+  if (reduce_) args["reduce"] = to_string(*reduce_);
   if (root_ >= 0) args["root"] = root_;
   if (dtype_) {
     args["dtype"] = ddp::detail::dtypeName(*dtype_);
     args["numel"] = numel_;
     args["bytes"] = bytes_;
   }
-  return {{"name", name_}, {"cat", "collective"}, {"ph", "X"}, {"ts", wall_start_us_},
-          {"dur", duration_us}, {"pid", pid}, {"tid", lane_}, {"args", std::move(args)}};
+  return {{"name", name_},      {"cat", "collective"}, {"ph", "X"},    {"ts", wall_start_us_},
+          {"dur", duration_us}, {"pid", pid},          {"tid", lane_}, {"args", std::move(args)}};
 }
 
 void PendingEvent::finish(bool waited) noexcept {
@@ -242,8 +254,7 @@ void PendingEvent::finish(bool waited) noexcept {
   const double duration_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
   try {
-    Recorder::get().end(session_, lane_,
-                        [&](int pid) { return toJson(waited, duration_us, pid); });
+    Recorder::get().end(session_, lane_, [&](int pid) { return toJson(waited, duration_us, pid); });
   } catch (const std::exception& e) {
     std::cerr << "ddp timeline: an event could not be written: " << e.what() << "\n";
   }
@@ -269,14 +280,14 @@ void startFromEnvironmentOnce(const EnvironmentMap& env, int rank) {
   std::call_once(once, [&env, rank] {
     auto found = env.find(kEnvironmentVariable);
     if (found == env.end() || found->second.empty() || recording()) return;
-    Recorder::get().start(pathForRank(TimelineOptions(found->second).path(), rank), rank);
+    Recorder::get().start(path_for_rank(TimelineOptions(found->second).path(), rank), rank);
   });
 }
 
 }  // namespace detail
 
 void start(const ProcessGroup& group, const TimelineOptions& options) {
-  detail::Recorder::get().start(pathForRank(options.path(), group.rank()), group.rank());
+  detail::Recorder::get().start(path_for_rank(options.path(), group.rank()), group.rank());
 }
 
 NameScope::NameScope(std::string name) : name_(std::move(name)) {
@@ -289,16 +300,17 @@ void stop() { detail::Recorder::get().stop(); }
 
 bool recording() noexcept { return detail::Recorder::get().active(); }
 
-std::string currentPath() { return detail::Recorder::get().path(); }
+std::string current_path() { return detail::Recorder::get().path(); }
 
-int64_t eventsWritten() { return detail::Recorder::get().events(); }
+int64_t events_written() { return detail::Recorder::get().events(); }
 
-std::string pathForRank(const std::string& path, int rank) {
+std::string path_for_rank(const std::string& path, int rank) {
   const std::string rank_text = std::to_string(rank);
   const size_t marker = path.find("%r");
   if (marker == std::string::npos) return path + rank_text + ".json";
   std::string expanded = path;
-  for (size_t at = marker; at != std::string::npos; at = expanded.find("%r", at + rank_text.size())) {
+  for (size_t at = marker; at != std::string::npos;
+       at = expanded.find("%r", at + rank_text.size())) {
     expanded.replace(at, 2, rank_text);
   }
   return expanded;
@@ -316,7 +328,8 @@ void merge(const std::vector<std::string>& inputs, const std::string& output) {
     text << in.rdbuf();
     nlohmann::json events = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
     if (!events.is_array()) {
-      throw InvalidArgumentError("timeline::merge: '" + input + "' is not a JSON array of "
+      throw InvalidArgumentError("timeline::merge: '" + input +
+                                 "' is not a JSON array of "
                                  "trace events; pass the files ddp's timeline wrote.");
     }
     for (auto& event : events) all.push_back(std::move(event));

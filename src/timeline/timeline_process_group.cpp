@@ -27,38 +27,40 @@ Work record(const CollectiveFacts& facts, Issue&& issue) {
 }  // namespace
 
 TimelineProcessGroup::TimelineProcessGroup(std::shared_ptr<ProcessGroup> inner)
-    : ProcessGroup(inner->topology(), inner->collectiveTimeout()), inner_(std::move(inner)) {}
+    : ProcessGroup(inner->topology(), inner->collective_timeout()), inner_(std::move(inner)) {}
 
-Work TimelineProcessGroup::doAllReduce(const at::Tensor& tensor, ReduceOp op) {
-  return record({"allReduce", op, -1, &tensor}, [&] { return inner_->allReduceAsync(tensor, op); });
+Work TimelineProcessGroup::do_all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  return record({"all_reduce", op, -1, &tensor},
+                [&] { return inner_->all_reduce_async(tensor, op); });
 }
 
-Work TimelineProcessGroup::doBroadcast(const at::Tensor& tensor, int root) {
+Work TimelineProcessGroup::do_broadcast(const at::Tensor& tensor, int root) {
   return record({"broadcast", std::nullopt, root, &tensor},
-                [&] { return inner_->broadcastAsync(tensor, root); });
+                [&] { return inner_->broadcast_async(tensor, root); });
 }
 
-Work TimelineProcessGroup::doAllGather(const at::Tensor& output, const at::Tensor& input) {
-  return record({"allGather", std::nullopt, -1, &input},
-                [&] { return inner_->allGatherAsync(output, input); });
+Work TimelineProcessGroup::do_all_gather(const at::Tensor& output, const at::Tensor& input) {
+  return record({"all_gather", std::nullopt, -1, &input},
+                [&] { return inner_->all_gather_async(output, input); });
 }
 
-Work TimelineProcessGroup::doReduceScatter(const at::Tensor& output, const at::Tensor& input,
-                                           ReduceOp op) {
-  return record({"reduceScatter", op, -1, &input},
-                [&] { return inner_->reduceScatterAsync(output, input, op); });
+Work TimelineProcessGroup::do_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
+                                             ReduceOp op) {
+  return record({"reduce_scatter", op, -1, &input},
+                [&] { return inner_->reduce_scatter_async(output, input, op); });
 }
 
-Work TimelineProcessGroup::doBarrier() {
-  return record({"barrier", std::nullopt, -1, nullptr}, [&] { return inner_->barrierAsync(); });
+Work TimelineProcessGroup::do_barrier() {
+  return record({"barrier", std::nullopt, -1, nullptr}, [&] { return inner_->barrier_async(); });
 }
 
 }  // namespace detail
 
 std::shared_ptr<ProcessGroup> recorded(std::shared_ptr<ProcessGroup> group) {
   if (!group) {
-    throw InvalidArgumentError("timeline::recorded: the group is null; pass the group that "
-                               "ddp::init() or a backend returned.");
+    throw InvalidArgumentError(
+        "timeline::recorded: the group is null; pass the group that "
+        "ddp::init() or a backend returned.");
   }
   if (std::dynamic_pointer_cast<detail::TimelineProcessGroup>(group)) return group;
   return std::make_shared<detail::TimelineProcessGroup>(std::move(group));

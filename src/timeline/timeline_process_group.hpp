@@ -28,7 +28,7 @@ namespace ddp::timeline::detail {
 
 /// What a collective is, as the timeline shows it.
 struct CollectiveFacts {
-  const char* op = "";                 ///< "allReduce", "broadcast", ...
+  const char* op = "";                 ///< "all_reduce", "broadcast", ...
   std::optional<ReduceOp> reduce;      ///< The reduction, for reducing ops.
   int root = -1;                       ///< The root, for a broadcast.
   const at::Tensor* tensor = nullptr;  ///< The input; null for a barrier.
@@ -57,17 +57,16 @@ class TimelineProcessGroup final : public ProcessGroup {
  public:
   explicit TimelineProcessGroup(std::shared_ptr<ProcessGroup> inner);
 
-  std::string backendName() const override { return inner_->backendName(); }
+  std::string backend_name() const override { return inner_->backend_name(); }
   /// The wrapped engine.
   const std::shared_ptr<ProcessGroup>& inner() const noexcept { return inner_; }
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override;
-  Work doBroadcast(const at::Tensor& tensor, int root) override;
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override;
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input,
-                       ReduceOp op) override;
-  Work doBarrier() override;
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override;
+  Work do_broadcast(const at::Tensor& tensor, int root) override;
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override;
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
+  Work do_barrier() override;
 
  private:
   std::shared_ptr<ProcessGroup> inner_;

@@ -58,12 +58,12 @@ MetricsCsv::MetricsCsv(std::string path, int64_t completed_epochs) : path_(std::
   std::error_code error;
   if (!parent.empty()) fs::create_directories(parent, error);
   if (error) {
-    throw MetricsError("cannot create the directory '" + parent.string() + "' of the metrics file '" +
-                       path_ + "': " + error.message() + ".");
+    throw MetricsError("cannot create the directory '" + parent.string() +
+                       "' of the metrics file '" + path_ + "': " + error.message() + ".");
   }
   std::string text = std::string(kMetricsCsvHeader) + "\n";
   if (completed_epochs > 0 && fs::exists(path_)) {
-    for (const EpochMetrics& row : readMetricsCsv(path_)) {
+    for (const EpochMetrics& row : read_metrics_csv(path_)) {
       if (row.epoch <= completed_epochs) text += formatRow(row) + "\n";
     }
   }
@@ -78,10 +78,11 @@ void MetricsCsv::append(const EpochMetrics& row) {
   if (std::fclose(file) != 0 || !written) failWriting(path_);
 }
 
-std::vector<EpochMetrics> readMetricsCsv(const std::string& path) {
+std::vector<EpochMetrics> read_metrics_csv(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    throw MetricsError("cannot read the metrics file '" + path + "': " + std::strerror(errno) + ".");
+    throw MetricsError("cannot read the metrics file '" + path + "': " + std::strerror(errno) +
+                       ".");
   }
   std::string line;
   if (!std::getline(in, line) || line != kMetricsCsvHeader) {
@@ -97,8 +98,8 @@ std::vector<EpochMetrics> readMetricsCsv(const std::string& path) {
     for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
     if (!line.empty() && line.back() == ',') fields.emplace_back();
     if (fields.size() != 5) {
-      throw MetricsError(where + " has " + std::to_string(fields.size()) +
-                         " fields, expected 5 (" + kMetricsCsvHeader + "): '" + line + "'.");
+      throw MetricsError(where + " has " + std::to_string(fields.size()) + " fields, expected 5 (" +
+                         kMetricsCsvHeader + "): '" + line + "'.");
     }
     EpochMetrics row;
     const double epoch = parseNumber(fields[0], "the epoch", where);

@@ -31,7 +31,7 @@ bool executable(const fs::path& path) {
 // The program's path, or "" when it is nowhere to be found.
 std::string locate(const std::string& program) {
   if (program.find('/') != std::string::npos) return executable(program) ? program : "";
-  const EnvironmentMap env = captureEnvironment();
+  const EnvironmentMap env = capture_environment();
   const std::string path = env.count("PATH") ? env.at("PATH") : "/usr/bin:/bin";
   std::stringstream directories(path);
   for (std::string directory; std::getline(directories, directory, ':');) {
@@ -103,7 +103,7 @@ int run(const std::string& program, const std::string& script_path, const std::s
 
 }  // namespace
 
-void requireGnuplot(const PlotOptions& options) {
+void require_gnuplot(const PlotOptions& options) {
   if (locate(options.gnuplot()).empty()) {
     throw PlotError("cannot draw curves: the program '" + options.gnuplot() +
                     "' was not found (searched PATH). Install gnuplot (Debian: sudo apt-get "
@@ -112,16 +112,17 @@ void requireGnuplot(const PlotOptions& options) {
   }
 }
 
-void plotLossAccuracy(const std::string& csv, const std::string& png, const PlotOptions& options) {
+void plot_loss_accuracy(const std::string& csv, const std::string& png,
+                        const PlotOptions& options) {
   if (options.width() < 1 || options.height() < 1) {
-    throw ConfigError("plotLossAccuracy: the image size is " + std::to_string(options.width()) +
+    throw ConfigError("plot_loss_accuracy: the image size is " + std::to_string(options.width()) +
                       "x" + std::to_string(options.height()) + "; both must be positive pixels.");
   }
-  const std::vector<EpochMetrics> rows = readMetricsCsv(csv);
+  const std::vector<EpochMetrics> rows = read_metrics_csv(csv);
   if (rows.empty()) {
     throw PlotError("'" + csv + "' has no epochs yet; nothing to plot into '" + png + "'.");
   }
-  requireGnuplot(options);
+  require_gnuplot(options);
   const std::string gnuplot = locate(options.gnuplot());
   bool with_accuracy = false;
   for (const auto& row : rows) with_accuracy = with_accuracy || row.accuracy.has_value();
@@ -131,7 +132,8 @@ void plotLossAccuracy(const std::string& csv, const std::string& png, const Plot
 
   std::string base = (fs::temp_directory_path() / "ddp-plot-XXXXXX").string();
   const int fd = mkstemp(base.data());
-  if (fd < 0) throw PlotError(std::string("cannot create a temporary file: ") + std::strerror(errno));
+  if (fd < 0)
+    throw PlotError(std::string("cannot create a temporary file: ") + std::strerror(errno));
   const std::string text = script(csv, png, options, with_accuracy, rows.size());
   const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(fd);
@@ -143,8 +145,9 @@ void plotLossAccuracy(const std::string& csv, const std::string& png, const Plot
   if (!written) throw PlotError("cannot write the gnuplot script to the temporary directory.");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     throw PlotError("gnuplot ('" + gnuplot + "') failed to draw '" + png + "' from '" + csv +
-                    "' (" + (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                               : "signal " + std::to_string(WTERMSIG(status))) +
+                    "' (" +
+                    (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                       : "signal " + std::to_string(WTERMSIG(status))) +
                     "): " + output);
   }
   if (!fs::exists(png, error) || fs::file_size(png, error) == 0) {

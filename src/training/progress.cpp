@@ -24,7 +24,7 @@ std::string fixed(double value, int decimals) {
 
 }  // namespace
 
-std::string formatDuration(double seconds) {
+std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const auto total = static_cast<int64_t>(std::llround(seconds));
   char text[64];
@@ -54,15 +54,14 @@ ProgressReporter::ProgressReporter(int rank, int64_t epochs, int64_t steps_per_e
   require(epochs >= 1, "epochs is " + std::to_string(epochs) + "; it must be at least 1.");
   require(steps_per_epoch >= 1, "steps_per_epoch is " + std::to_string(steps_per_epoch) +
                                     "; it must be at least 1 (is the dataset empty?).");
-  require(steps_to_run >= 0, "steps_to_run is " + std::to_string(steps_to_run) +
-                                 "; it must be 0 or more.");
+  require(steps_to_run >= 0,
+          "steps_to_run is " + std::to_string(steps_to_run) + "; it must be 0 or more.");
   require(options.redraw_interval_s() >= 0 && options.log_interval_s() >= 0,
           "redraw_interval_s and log_interval_s must be 0 or more seconds (got " +
               std::to_string(options.redraw_interval_s()) + " and " +
               std::to_string(options.log_interval_s()) + ").");
-  in_place_ = options.in_place().has_value()
-                  ? *options.in_place()
-                  : out_ == &std::cout && isatty(STDOUT_FILENO) == 1;
+  in_place_ = options.in_place().has_value() ? *options.in_place()
+                                             : out_ == &std::cout && isatty(STDOUT_FILENO) == 1;
 }
 
 ProgressReporter::~ProgressReporter() {
@@ -120,8 +119,8 @@ std::string ProgressReporter::line(bool final) const {
                      std::to_string(epochs_) + " step " + std::to_string(step_in_epoch_) + "/" +
                      std::to_string(steps_per_epoch_) + " loss " + fixed(mean_loss, 4) + " " +
                      fixed(rate, 0) + " samples/s";
-  if (final) text += " took " + formatDuration(epoch_seconds);
-  text += " left " + formatDuration(left);
+  if (final) text += " took " + format_duration(epoch_seconds);
+  text += " left " + format_duration(left);
   return text;
 }
 
@@ -133,7 +132,8 @@ void ProgressReporter::show(bool final) {
     return;
   }
   // Pad over what the previous, possibly longer, line left on screen.
-  *out_ << '\r' << text << std::string(drawn_width_ > text.size() ? drawn_width_ - text.size() : 0, ' ');
+  *out_ << '\r' << text
+        << std::string(drawn_width_ > text.size() ? drawn_width_ - text.size() : 0, ' ');
   if (final) {
     *out_ << std::endl;
     drawn_width_ = 0;

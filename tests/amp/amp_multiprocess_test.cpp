@@ -17,8 +17,8 @@ namespace {
 std::set<std::string> scalerChecks(int world) {
   std::set<std::string> names;
   for (const char* kind : {"inf", "NaN"}) {
-    for (const char* check : {": step skipped on every rank", ": parameters unchanged",
-                              ": scale halved"}) {
+    for (const char* check :
+         {": step skipped on every rank", ": parameters unchanged", ": scale halved"}) {
       names.insert(std::string(kind) + " on the last rank" + check);
     }
   }

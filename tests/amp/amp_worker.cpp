@@ -22,15 +22,15 @@ int main(int argc, char** argv) {
       std::cerr << "usage: amp_test_worker scaler-overflow|amp-ddp\n";
       return 2;
     }
-    auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
-        std::chrono::seconds(30)));
+    auto group =
+        ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::seconds(30)));
     const int failed = scenario == "scaler-overflow" ? ddp::testing::checkScalerOverflow(group)
                                                      : ddp::testing::checkAmpWithDdp(group);
     if (failed > 0) std::cout << "rank " << group->rank() << ": " << failed << " check(s) failed\n";
     return failed > 0 ? 1 : 0;
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   } catch (const std::exception& e) {
     std::cerr << "unexpected error: " << e.what() << std::endl;
     return 1;

@@ -154,8 +154,9 @@ TEST(AmpGradScaler, GrowthThatWouldOverflowFloat32KeepsTheScale) {
 TEST(AmpGradScaler, MisuseIsAnErrorThatSaysWhatToDo) {
   LinearWithGradients s;
   GradScaler scaler;
-  EXPECT_NE(errorOf<ddp::InvalidArgumentError>([&] { scaler.update(); })
-                .find("no optimizer was unscaled or stepped since the last update()"),
+  EXPECT_NE(errorOf<ddp::InvalidArgumentError>([&] {
+              scaler.update();
+            }).find("no optimizer was unscaled or stepped since the last update()"),
             std::string::npos);
   s.gradients(1);
   scaler.step(s.optimizer);
@@ -163,8 +164,9 @@ TEST(AmpGradScaler, MisuseIsAnErrorThatSaysWhatToDo) {
                 .find("step() already ran for this optimizer since the last update(); call "
                       "update() once per iteration"),
             std::string::npos);
-  EXPECT_NE(errorOf<ddp::InvalidArgumentError>([&] { scaler.unscale_(s.optimizer); })
-                .find("unscale_() belongs between backward() and step()"),
+  EXPECT_NE(errorOf<ddp::InvalidArgumentError>([&] {
+              scaler.unscale_(s.optimizer);
+            }).find("unscale_() belongs between backward() and step()"),
             std::string::npos);
   scaler.update();
   s.gradients(1);
@@ -235,18 +237,20 @@ TEST(AmpGradScaler, StateRoundTripsThroughLoadStateAndAnArchive) {
 
   GradScalerState invalid = trained.state();
   invalid.growth_tracker = 7;
-  EXPECT_NE(errorOf<ddp::ConfigError>([&] { loaded.load_state(invalid); })
-                .find("growth_tracker is 7; it must lie in [0, 7)"),
+  EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+              loaded.load_state(invalid);
+            }).find("growth_tracker is 7; it must lie in [0, 7)"),
             std::string::npos);
   torch::serialize::InputArchive empty;
-  EXPECT_NE(errorOf<ddp::ConfigError>([&] { loaded.load(empty); })
-                .find("the archive has no scalar 'scale'"),
+  EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+              loaded.load(empty);
+            }).find("the archive has no scalar 'scale'"),
             std::string::npos);
 }
 
 TEST(AmpGradScaler, StateIsPartOfASnapshot) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("ddp_amp_snapshot_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("ddp_amp_snapshot_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   auto group = ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1));
   ddp::SnapshotManager snapshots(group, ddp::SnapshotOptions(dir.string()));

@@ -43,14 +43,15 @@ std::string errorOf(const std::function<void()>& body) {
 }
 
 TEST(AmpOptLevel, ParsesApexSpellingsAndNamesABadOne) {
-  EXPECT_EQ(ddp::amp::parseOptLevel("O0"), OptLevel::kO0);
-  EXPECT_EQ(ddp::amp::parseOptLevel("O1"), OptLevel::kO1);
-  EXPECT_EQ(ddp::amp::parseOptLevel("O2"), OptLevel::kO2);
-  EXPECT_EQ(ddp::amp::parseOptLevel("O3"), OptLevel::kO3);
-  EXPECT_STREQ(ddp::amp::toString(OptLevel::kO2), "O2");
+  EXPECT_EQ(ddp::amp::parse_opt_level("O0"), OptLevel::kO0);
+  EXPECT_EQ(ddp::amp::parse_opt_level("O1"), OptLevel::kO1);
+  EXPECT_EQ(ddp::amp::parse_opt_level("O2"), OptLevel::kO2);
+  EXPECT_EQ(ddp::amp::parse_opt_level("O3"), OptLevel::kO3);
+  EXPECT_STREQ(ddp::amp::to_string(OptLevel::kO2), "O2");
   for (const char* bad : {"O4", "o1", "01", ""}) {
-    EXPECT_NE(errorOf<ddp::ConfigError>([&] { ddp::amp::parseOptLevel(bad); })
-                  .find(std::string("unknown mixed-precision opt level '") + bad + "'"),
+    EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+                ddp::amp::parse_opt_level(bad);
+              }).find(std::string("unknown mixed-precision opt level '") + bad + "'"),
               std::string::npos);
   }
 }
@@ -83,8 +84,9 @@ TEST(AmpAutocast, Float16OnCpuAndOtherDtypesAreClearErrors) {
                          "no float16 autocast on CPU; use bfloat16 on CPU (the default)"),
             std::string::npos)
       << message;
-  EXPECT_NE(errorOf<ddp::ConfigError>([] { AutocastGuard g(c10::kCPU, torch::kDouble); })
-                .find("the 16-bit type is float64; use bfloat16 or (on CUDA) float16"),
+  EXPECT_NE(errorOf<ddp::ConfigError>([] {
+              AutocastGuard g(c10::kCPU, torch::kDouble);
+            }).find("the 16-bit type is float64; use bfloat16 or (on CUDA) float16"),
             std::string::npos);
   nn::Linear model(2, 2);
   torch::optim::SGD optimizer(model->parameters(), 0.1);
@@ -115,7 +117,8 @@ TEST(AmpMixedPrecision, O2CastsAllButBatchNormAndStepsFloat32Masters) {
   MixedPrecision mp(*net, optimizer, AmpOptions(OptLevel::kO2));
   for (const auto& item : net->named_parameters()) {
     const bool batch_norm = item.key().find(".1.") != std::string::npos;  // layerN.1 = BatchNorm2d
-    EXPECT_EQ(item.value().scalar_type(), batch_norm ? torch::kFloat : torch::kBFloat16) << item.key();
+    EXPECT_EQ(item.value().scalar_type(), batch_norm ? torch::kFloat : torch::kBFloat16)
+        << item.key();
   }
   for (const auto& item : net->named_buffers()) {
     if (item.value().is_floating_point()) EXPECT_EQ(item.value().scalar_type(), torch::kFloat);
@@ -158,8 +161,9 @@ TEST(AmpMixedPrecision, O2OverflowLeavesMastersAndModelUnchanged) {
   MixedPrecision mp(*net, optimizer, AmpOptions(OptLevel::kO2));
   GradScaler scaler;
   mp.zero_grad();
-  scaler.scale(torch::cross_entropy_loss(mp.forward(net, torch::randn({2, 1, 28, 28})),
-                                         torch::tensor({1, 2})))
+  scaler
+      .scale(torch::cross_entropy_loss(mp.forward(net, torch::randn({2, 1, 28, 28})),
+                                       torch::tensor({1, 2})))
       .backward();
   net->layer1->ptr(0)->as<nn::Conv2dImpl>()->weight.mutable_grad().view(-1)[3] =
       std::numeric_limits<float>::quiet_NaN();
@@ -171,8 +175,10 @@ TEST(AmpMixedPrecision, O2OverflowLeavesMastersAndModelUnchanged) {
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), 32768.0);
   auto model_after = net->parameters();
-  for (size_t i = 0; i < model_after.size(); ++i) EXPECT_TRUE(torch::equal(model_after[i], model_before[i]));
-  for (auto& [name, t] : mp.master_weights()) EXPECT_TRUE(torch::equal(t, masters_before[name])) << name;
+  for (size_t i = 0; i < model_after.size(); ++i)
+    EXPECT_TRUE(torch::equal(model_after[i], model_before[i]));
+  for (auto& [name, t] : mp.master_weights())
+    EXPECT_TRUE(torch::equal(t, masters_before[name])) << name;
 }
 
 TEST(AmpMixedPrecision, O3CastsEverythingAndKeepsNoMasters) {
@@ -209,8 +215,9 @@ TEST(AmpMixedPrecision, AnOptimizerWithStateIsRejectedAtO2AndO3) {
   model->forward(torch::randn({1, 2})).sum().backward();
   optimizer.step();
   for (OptLevel level : {OptLevel::kO2, OptLevel::kO3}) {
-    EXPECT_NE(errorOf<ddp::ConfigError>([&] { MixedPrecision mp(*model, optimizer, AmpOptions(level)); })
-                  .find("the optimizer already holds state"),
+    EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+                MixedPrecision mp(*model, optimizer, AmpOptions(level));
+              }).find("the optimizer already holds state"),
               std::string::npos);
   }
 }
@@ -249,8 +256,9 @@ struct O2Trainer {
 TEST(AmpMixedPrecision, O2ResumesBitExactlyFromASnapshotWithMastersAndScaler) {
   auto dir = std::filesystem::temp_directory_path() / ("ddp_amp_o2_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  ddp::SnapshotManager snapshots(ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1)),
-                                 ddp::SnapshotOptions(dir.string()));
+  ddp::SnapshotManager snapshots(
+      ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1)),
+      ddp::SnapshotOptions(dir.string()));
   torch::manual_seed(1);
   O2Trainer uninterrupted;
   uninterrupted.train(0, 3);
@@ -319,7 +327,7 @@ TEST(AmpConvergence, BFloat16LevelsReachTheFloat32LossOnTheConvNet) {
   EXPECT_LT(reference.tail(), 0.25f * reference.losses.front()) << losses;
   for (OptLevel level : {OptLevel::kO1, OptLevel::kO2, OptLevel::kO3}) {
     const TrainingRun run = trainConvNet(level);
-    std::string mine = ddp::amp::toString(level) + std::string(":");
+    std::string mine = ddp::amp::to_string(level) + std::string(":");
     for (float l : run.losses) mine += " " + std::to_string(l);
     EXPECT_NEAR(run.tail(), reference.tail(), 0.05f) << losses << "\n" << mine;
   }
@@ -355,9 +363,9 @@ TEST(AmpFloat16, LevelsTrainOnCudaWithLossScaling) {
       if (step == 0) first = loss.item<float>();
       last = loss.item<float>();
     }
-    EXPECT_TRUE(std::isfinite(last)) << ddp::amp::toString(level);
-    EXPECT_GT(stepped, 10) << ddp::amp::toString(level);
-    EXPECT_LT(last, first) << ddp::amp::toString(level);
+    EXPECT_TRUE(std::isfinite(last)) << ddp::amp::to_string(level);
+    EXPECT_GT(stepped, 10) << ddp::amp::to_string(level);
+    EXPECT_LT(last, first) << ddp::amp::to_string(level);
   }
 }
 

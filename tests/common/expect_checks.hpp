@@ -52,14 +52,16 @@ inline std::map<std::string, std::string> parseChecks(const std::string& output)
 /// Every rank R of `results` exited 0 and reported exactly the checks
 /// `expected_for(R)`, each passed (for checks that only some ranks make).
 /// Each failure is a separate gtest failure that names the rank.
-inline void expectChecksPerRank(const std::vector<launch::ChildResult>& results,
-                                const std::function<std::set<std::string>(int rank)>& expected_for) {
+inline void expectChecksPerRank(
+    const std::vector<launch::ChildResult>& results,
+    const std::function<std::set<std::string>(int rank)>& expected_for) {
   for (size_t rank = 0; rank < results.size(); ++rank) {
     const auto& result = results[rank];
     const std::set<std::string> expected = expected_for(static_cast<int>(rank));
     const auto checks = parseChecks(result.output);
     for (const auto& [name, failure] : checks) {
-      if (!failure.empty()) ADD_FAILURE() << "rank " << rank << ": check " << name << " " << failure;
+      if (!failure.empty())
+        ADD_FAILURE() << "rank " << rank << ": check " << name << " " << failure;
     }
     std::vector<std::string> missing, unexpected;
     for (const auto& name : expected) {
@@ -77,10 +79,11 @@ inline void expectChecksPerRank(const std::vector<launch::ChildResult>& results,
                                  << " check(s): " << list(missing) << "\n--- its output (pid "
                                  << result.pid << ", " << result.status() << "):\n"
                                  << result.output;
-    EXPECT_TRUE(unexpected.empty()) << "rank " << rank << " reported unexpected check(s): "
-                                    << list(unexpected);
-    EXPECT_EQ(result.exit_code, 0) << "rank " << rank << " (pid " << result.pid << "): "
-                                   << result.status() << "\n" << result.output;
+    EXPECT_TRUE(unexpected.empty())
+        << "rank " << rank << " reported unexpected check(s): " << list(unexpected);
+    EXPECT_EQ(result.exit_code, 0)
+        << "rank " << rank << " (pid " << result.pid << "): " << result.status() << "\n"
+        << result.output;
   }
 }
 

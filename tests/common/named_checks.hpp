@@ -51,8 +51,7 @@ class NamedChecks {
     const auto a = got.to(at::kCPU, at::kDouble);
     const auto b = expected.to(at::kCPU, at::kDouble);
     const bool same = got.sizes() == expected.sizes() && a.equal(b);
-    check(name, same,
-          same ? "" : "got " + preview(a) + ", expected " + preview(b));
+    check(name, same, same ? "" : "got " + preview(a) + ", expected " + preview(b));
   }
 
   /// Checks failed so far.

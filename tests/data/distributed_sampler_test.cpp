@@ -21,7 +21,8 @@ using Indices = std::vector<int64_t>;
 namespace {
 
 // Every rank's shard of `epoch`, each from its own sampler (as on real ranks).
-std::vector<Indices> shards(int64_t size, int replicas, int64_t epoch, DistributedSamplerOptions options = {}) {
+std::vector<Indices> shards(int64_t size, int replicas, int64_t epoch,
+                            DistributedSamplerOptions options = {}) {
   std::vector<Indices> out;
   for (int rank = 0; rank < replicas; ++rank) {
     DistributedSampler sampler(size, replicas, rank, options);
@@ -94,7 +95,8 @@ TEST(DataDistributedSampler, OrderDiffersAcrossEpochsAndSeedsButNotAcrossCopies)
   const Indices epoch0 = interleave(shards(1000, 2, 0));
   const Indices epoch1 = interleave(shards(1000, 2, 1));
   EXPECT_NE(epoch0, epoch1);
-  for (int rank = 0; rank < 2; ++rank) EXPECT_NE(shards(1000, 2, 0)[rank], shards(1000, 2, 1)[rank]);
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(shards(1000, 2, 0)[rank], shards(1000, 2, 1)[rank]);
   EXPECT_EQ(epoch0, interleave(shards(1000, 2, 0)));  // Deterministic.
   EXPECT_NE(epoch0, interleave(shards(1000, 2, 0, DistributedSamplerOptions().seed(1))));
   // seed + epoch, as PyTorch: seed 1 epoch 0 is seed 0 epoch 1.
@@ -162,11 +164,16 @@ TEST(DataDistributedSampler, BadArgumentsAreConfigErrorsSayingWhy) {
     return "<no ConfigError>";
   };
   EXPECT_NE(message([] { DistributedSampler(0, 2, 0); }).find("empty (size 0)"), std::string::npos);
-  EXPECT_NE(message([] { DistributedSampler(10, 2, 2); }).find("rank 2 of 2 replicas"), std::string::npos);
-  EXPECT_NE(message([] { DistributedSampler(10, 0, 0); }).find("rank 0 of 0 replicas"), std::string::npos);
-  EXPECT_NE(message([] { DistributedSampler(3, 4, 0, DistributedSamplerOptions().drop_last(true)); })
-                .find("3 samples leave nothing for 4 replicas"),
+  EXPECT_NE(message([] { DistributedSampler(10, 2, 2); }).find("rank 2 of 2 replicas"),
             std::string::npos);
-  EXPECT_NE(message([] { DistributedSampler(10, 2, 0).restore(0, 6); }).find("position 6 of a shard of 5"),
+  EXPECT_NE(message([] { DistributedSampler(10, 0, 0); }).find("rank 0 of 0 replicas"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              DistributedSampler(3, 4, 0, DistributedSamplerOptions().drop_last(true));
+            }).find("3 samples leave nothing for 4 replicas"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              DistributedSampler(10, 2, 0).restore(0, 6);
+            }).find("position 6 of a shard of 5"),
             std::string::npos);
 }

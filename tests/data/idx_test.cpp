@@ -21,7 +21,7 @@
 namespace fs = std::filesystem;
 using ddp::DataError;
 using ddp::data::FashionMnist;
-using ddp::data::readIdx;
+using ddp::data::read_idx;
 using Bytes = std::vector<unsigned char>;
 
 namespace {
@@ -66,7 +66,8 @@ class DataIdxTest : public ::testing::Test {
       gzclose(f);
     } else {
       std::ofstream(path, std::ios::binary)
-          .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+          .write(reinterpret_cast<const char*>(bytes.data()),
+                 static_cast<std::streamsize>(bytes.size()));
     }
     return path;
   }
@@ -79,7 +80,7 @@ class DataIdxTest : public ::testing::Test {
   // The DataError message of reading `path`; fails the test if none.
   static std::string errorOf(const std::string& path) {
     try {
-      readIdx(path);
+      read_idx(path);
     } catch (const DataError& e) {
       return e.what();
     }
@@ -101,7 +102,7 @@ TEST_F(DataIdxTest, ReadsUint8ImagesPlainAndGzipped) {
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<unsigned char>(i * 10);
   const Bytes file = idxBytes(0x08, {2, 3, 4}, pixels);
   for (bool gzip : {false, true}) {
-    torch::Tensor t = readIdx(write(gzip ? "a.gz" : "a", file, gzip));
+    torch::Tensor t = read_idx(write(gzip ? "a.gz" : "a", file, gzip));
     EXPECT_EQ(t.scalar_type(), torch::kUInt8);
     EXPECT_EQ(t.sizes(), (std::vector<int64_t>{2, 3, 4}));
     EXPECT_TRUE(torch::equal(t.flatten(), torch::arange(0, 240, 10).to(torch::kUInt8)));
@@ -110,31 +111,37 @@ TEST_F(DataIdxTest, ReadsUint8ImagesPlainAndGzipped) {
 
 TEST_F(DataIdxTest, GzipIsRecognisedByContentNotName) {
   const Bytes file = idxBytes(0x08, {3}, {7, 8, 9});
-  torch::Tensor t = readIdx(write("labels-without-suffix", file, /*gzip=*/true));
+  torch::Tensor t = read_idx(write("labels-without-suffix", file, /*gzip=*/true));
   EXPECT_TRUE(torch::equal(t, torch::tensor({7, 8, 9}, torch::kUInt8)));
 }
 
 TEST_F(DataIdxTest, ReadsEveryTypeCodeWithExactValues) {
   for (bool gzip : {false, true}) {
     SCOPED_TRACE(gzip ? "gzipped" : "plain");
-    auto i8 = readIdx(write("i8", idxBytes(0x09, {4}, bigEndian<int8_t>({-128, -1, 0, 127})), gzip));
+    auto i8 =
+        read_idx(write("i8", idxBytes(0x09, {4}, bigEndian<int8_t>({-128, -1, 0, 127})), gzip));
     EXPECT_EQ(i8.scalar_type(), torch::kInt8);
     EXPECT_TRUE(torch::equal(i8, torch::tensor({-128, -1, 0, 127}, torch::kInt8)));
 
-    auto i16 = readIdx(write("i16", idxBytes(0x0B, {2, 2}, bigEndian<int16_t>({-32768, -2, 258, 32767})), gzip));
+    auto i16 = read_idx(
+        write("i16", idxBytes(0x0B, {2, 2}, bigEndian<int16_t>({-32768, -2, 258, 32767})), gzip));
     EXPECT_EQ(i16.scalar_type(), torch::kInt16);
-    EXPECT_TRUE(torch::equal(i16, torch::tensor({-32768, -2, 258, 32767}, torch::kInt16).reshape({2, 2})));
+    EXPECT_TRUE(
+        torch::equal(i16, torch::tensor({-32768, -2, 258, 32767}, torch::kInt16).reshape({2, 2})));
 
-    auto i32 = readIdx(write("i32", idxBytes(0x0C, {3}, bigEndian<int32_t>({INT32_MIN, 16909060, INT32_MAX})), gzip));
+    auto i32 = read_idx(write(
+        "i32", idxBytes(0x0C, {3}, bigEndian<int32_t>({INT32_MIN, 16909060, INT32_MAX})), gzip));
     EXPECT_EQ(i32.scalar_type(), torch::kInt32);
     EXPECT_TRUE(torch::equal(i32, torch::tensor({INT32_MIN, 16909060, INT32_MAX}, torch::kInt32)));
 
-    auto f32 = readIdx(write("f32", idxBytes(0x0D, {1, 3}, bigEndian<float>({1.5f, -0.25f, 3.0e38f})), gzip));
+    auto f32 = read_idx(
+        write("f32", idxBytes(0x0D, {1, 3}, bigEndian<float>({1.5f, -0.25f, 3.0e38f})), gzip));
     EXPECT_EQ(f32.scalar_type(), torch::kFloat32);
     EXPECT_EQ(f32.sizes(), (std::vector<int64_t>{1, 3}));
     EXPECT_TRUE(torch::equal(f32, torch::tensor({{1.5f, -0.25f, 3.0e38f}})));
 
-    auto f64 = readIdx(write("f64", idxBytes(0x0E, {2}, bigEndian<double>({3.141592653589793, -1e-300})), gzip));
+    auto f64 = read_idx(
+        write("f64", idxBytes(0x0E, {2}, bigEndian<double>({3.141592653589793, -1e-300})), gzip));
     EXPECT_EQ(f64.scalar_type(), torch::kFloat64);
     EXPECT_EQ(f64[0].item<double>(), 3.141592653589793);
     EXPECT_EQ(f64[1].item<double>(), -1e-300);
@@ -142,9 +149,9 @@ TEST_F(DataIdxTest, ReadsEveryTypeCodeWithExactValues) {
 }
 
 TEST_F(DataIdxTest, EmptyDimensionAndScalarAreValid) {
-  auto empty = readIdx(write("e", idxBytes(0x0C, {0, 5}, {})));
+  auto empty = read_idx(write("e", idxBytes(0x0C, {0, 5}, {})));
   EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 5}));
-  auto scalar = readIdx(write("s", idxBytes(0x08, {}, {42})));
+  auto scalar = read_idx(write("s", idxBytes(0x08, {}, {42})));
   EXPECT_EQ(scalar.dim(), 0);
   EXPECT_EQ(scalar.item<int>(), 42);
 }
@@ -211,7 +218,8 @@ TEST_F(DataIdxTest, ImplausibleDimensionsAreRefusedBeforeAllocating) {
       errorOf(write("ovf", idxBytes(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {})));
   expectContains(overflow, "implausible dimensions 4294967295 x ...");
   // Even with no element, huge dimensions would overflow the strides.
-  const std::string strides = errorOf(write("zero", idxBytes(0x08, {0, 0xffffffffu, 0xffffffffu}, {})));
+  const std::string strides =
+      errorOf(write("zero", idxBytes(0x08, {0, 0xffffffffu, 0xffffffffu}, {})));
   expectContains(strides, "implausible dimensions 0 x 4294967295 x ...");
   expectContains(errorOf(write("dims", Bytes{0, 0, 8, 200})), "declares 200 dimensions");
 }
@@ -259,7 +267,7 @@ TEST_F(DataIdxTest, FuzzedFilesOnlyEverThrowDataError) {
     // it on close (auto_da_alloc), which made this loop I/O bound.
     const std::string path = write("fuzz-" + std::to_string(round), file);
     try {
-      readIdx(path);
+      read_idx(path);
       ++successes;
     } catch (const DataError& e) {
       ++data_errors;

@@ -62,8 +62,8 @@ std::pair<torch::Tensor, torch::Tensor> batch(int step, int64_t rows) {
   return {torch::randn({rows, 6}), torch::randn({rows, 3})};
 }
 
-void expectAllClose(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& expected,
-                    const std::string& what) {
+void expectAllClose(const std::vector<torch::Tensor>& got,
+                    const std::vector<torch::Tensor>& expected, const std::string& what) {
   ASSERT_EQ(got.size(), expected.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(torch::allclose(got[i], expected[i], 1e-5, 1e-6))
@@ -100,9 +100,10 @@ TEST_P(DataParallelTraining, TrainsLikeOneModuleOnTheWholeBatch) {
       loss = torch::mse_loss(model->forward(x), y);
       loss.backward();
     } else {
-      loss = model->forward_backward(x, y, [](const torch::Tensor& out, const torch::Tensor& target) {
-        return torch::mse_loss(out, target);
-      });
+      loss =
+          model->forward_backward(x, y, [](const torch::Tensor& out, const torch::Tensor& target) {
+            return torch::mse_loss(out, target);
+          });
     }
     reference_optimizer.zero_grad();
     torch::Tensor expected_loss = torch::mse_loss(reference->forward(x), y);
@@ -122,17 +123,18 @@ TEST_P(DataParallelTraining, TrainsLikeOneModuleOnTheWholeBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    DataParallel, DataParallelTraining,
-    ::testing::Values(Case{1, Api::kForward}, Case{2, Api::kForward}, Case{3, Api::kForward},
-                      Case{2, Api::kForwardBackward}, Case{3, Api::kForwardBackward},
-                      Case{1, Api::kBalanced}, Case{2, Api::kBalanced}, Case{3, Api::kBalanced}),
-    [](const auto& info) {
-      const char* api = info.param.api == Api::kForward           ? "Forward"
-                        : info.param.api == Api::kForwardBackward ? "ForwardBackward"
-                                                                  : "BalancedMemory";
-      return std::string(api) + "K" + std::to_string(info.param.replicas);
-    });
+INSTANTIATE_TEST_SUITE_P(DataParallel, DataParallelTraining,
+                         ::testing::Values(Case{1, Api::kForward}, Case{2, Api::kForward},
+                                           Case{3, Api::kForward}, Case{2, Api::kForwardBackward},
+                                           Case{3, Api::kForwardBackward}, Case{1, Api::kBalanced},
+                                           Case{2, Api::kBalanced}, Case{3, Api::kBalanced}),
+                         [](const auto& info) {
+                           const char* api = info.param.api == Api::kForward ? "Forward"
+                                             : info.param.api == Api::kForwardBackward
+                                                 ? "ForwardBackward"
+                                                 : "BalancedMemory";
+                           return std::string(api) + "K" + std::to_string(info.param.replicas);
+                         });
 
 // PyTorch's DataParallel semantics for batch norm: each replica normalizes
 // with its own chunk's statistics, and only replica 0's (the primary's,
@@ -210,10 +212,9 @@ TEST(DataParallelErrors, ExceptionInOneReplicaReachesTheCallerNamingIt) {
         model->forward_backward(x, y, loss_fn);
         FAIL() << "no exception";
       } catch (const Error& e) {
-        const std::string expected = "DataParallel: replica " + std::to_string(poisoned_replica) +
-                                     " (on cpu) failed in " +
-                                     (balanced ? "forward_backward" : "forward") +
-                                     ": poisoned sample in this chunk";
+        const std::string expected =
+            "DataParallel: replica " + std::to_string(poisoned_replica) + " (on cpu) failed in " +
+            (balanced ? "forward_backward" : "forward") + ": poisoned sample in this chunk";
         EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
       }
     }
@@ -301,7 +302,8 @@ TEST(DataParallelReplicas, TwoForwardsThenOneBackwardAndInference) {
   auto [x1, y1] = batch(1, 9);
   auto [x2, y2] = batch(2, 9);
   (torch::mse_loss(model->forward(x1), y1) + torch::mse_loss(model->forward(x2), y2)).backward();
-  (torch::mse_loss(reference->forward(x1), y1) + torch::mse_loss(reference->forward(x2), y2)).backward();
+  (torch::mse_loss(reference->forward(x1), y1) + torch::mse_loss(reference->forward(x2), y2))
+      .backward();
   std::vector<torch::Tensor> got, expected;
   for (const auto& p : primary->parameters()) got.push_back(p.grad());
   for (const auto& p : reference->parameters()) expected.push_back(p.grad());

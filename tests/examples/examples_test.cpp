@@ -23,8 +23,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const char* const kLauncherVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                          "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"};
+const char* const kLauncherVariables[] = {
+    "RANK",       "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"};
 
 // Runs `argv` to its end (at most `deadline`), outside any launcher.
 ChildResult run(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
@@ -35,9 +36,10 @@ ChildResult run(std::vector<std::string> argv, std::map<std::string, std::string
 }
 
 // `program args...` under ddprun with `nproc` workers on this machine.
-std::vector<std::string> underDdprun(int nproc, const std::string& program, std::vector<std::string> args) {
-  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node", std::to_string(nproc),
-                                   program};
+std::vector<std::string> underDdprun(int nproc, const std::string& program,
+                                     std::vector<std::string> args) {
+  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
+                                   std::to_string(nproc), program};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
@@ -60,12 +62,13 @@ FinalLine finalLine(const std::string& output) {
 
 std::string digestOf(const std::string& output) {
   std::smatch m;
-  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str() : "<none>";
+  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
+                                                                                     : "<none>";
 }
 
 bool gnuplotInstalled() {
   try {
-    ddp::training::requireGnuplot();
+    ddp::training::require_gnuplot();
     return true;
   } catch (const ddp::PlotError&) {
     return false;
@@ -83,6 +86,13 @@ size_t count(const std::string& text, const std::string& part) {
   return n;
 }
 
+// Skips the test when Fashion-MNIST is not installed. A macro, not a helper:
+// GTEST_SKIP() returns only from the function it is in, so in a helper the
+// test would go on and fail for want of the data.
+#define DDP_REQUIRE_FASHION_MNIST() \
+  if (!fashionMnistInstalled())     \
+  GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)"
+
 class ExamplesRun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -92,31 +102,33 @@ class ExamplesRun : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  void requireData() {
-    if (!fashionMnistInstalled()) GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
-  }
   fs::path dir_;
 };
 
 void expectHelpLists(const std::string& program, const std::vector<std::string>& flags) {
   const ChildResult help = run({program, "--help"});
   EXPECT_EQ(help.exit_code, 0) << help.output;
-  for (const auto& flag : flags) EXPECT_NE(help.output.find(flag), std::string::npos) << flag << " missing:\n" << help.output;
+  for (const auto& flag : flags)
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag << " missing:\n" << help.output;
 }
 
 }  // namespace
 
 TEST(ExamplesHelp, EveryExampleListsItsFlags) {
-  const std::vector<std::string> common = {"--epochs", "--max-steps", "--seed", "--snapshot-dir",
-                                           "--save-every-steps", "--save-every-epochs", "--metrics-csv", "--plot"};
+  const std::vector<std::string> common = {
+      "--epochs",           "--max-steps",         "--seed",        "--snapshot-dir",
+      "--save-every-steps", "--save-every-epochs", "--metrics-csv", "--plot"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return extra;
   };
-  expectHelpLists(DDP_EXAMPLE_MNIST_DDP, with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend"}));
-  expectHelpLists(DDP_EXAMPLE_LENET_DP, with({"--data-dir", "--batch-size", "--replicas", "--lr", "--lr-gamma"}));
+  expectHelpLists(DDP_EXAMPLE_MNIST_DDP,
+                  with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend"}));
+  expectHelpLists(DDP_EXAMPLE_LENET_DP,
+                  with({"--data-dir", "--batch-size", "--replicas", "--lr", "--lr-gamma"}));
   expectHelpLists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
-  expectHelpLists(DDP_EXAMPLE_HOROVOD, with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
+  expectHelpLists(DDP_EXAMPLE_HOROVOD,
+                  with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
   const ChildResult wrong = run({DDP_EXAMPLE_MNIST_DDP, "--epochs", "0"});
   EXPECT_NE(wrong.exit_code, 0) << wrong.output;
   EXPECT_NE(wrong.output.find("--epochs"), std::string::npos) << wrong.output;
@@ -125,9 +137,10 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
 // One process, no launcher: a short slice writes the final line, the CSV
 // (one row for the partial epoch, the same accuracy) and the curves.
 TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
-  requireData();
-  std::vector<std::string> argv = {DDP_EXAMPLE_MNIST_DDP, "--max-steps", "5", "--batch-size", "32",
-                                   "--metrics-csv", path("metrics.csv")};
+  DDP_REQUIRE_FASHION_MNIST();
+  std::vector<std::string> argv = {DDP_EXAMPLE_MNIST_DDP, "--max-steps", "5",
+                                   "--batch-size",        "32",          "--metrics-csv",
+                                   path("metrics.csv")};
   const bool plot = gnuplotInstalled();
   if (plot) argv.insert(argv.end(), {"--plot", path("curves.png")});
   const ChildResult r = run(argv);
@@ -141,7 +154,7 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
   EXPECT_NE(r.output.find("[rank 0] epoch 1/5 step 5/1875 loss "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank 0] done: 5 steps, test accuracy"), std::string::npos) << r.output;
 
-  const auto rows = ddp::training::readMetricsCsv(path("metrics.csv"));
+  const auto rows = ddp::training::read_metrics_csv(path("metrics.csv"));
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].epoch, 1);
   EXPECT_NEAR(rows[0].loss, final.loss, 1e-6);
@@ -159,14 +172,17 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
 // The issue's mixed-precision example: O1 (bfloat16 autocast on CPU) with
 // SyncBatchNorm, two ranks under ddprun on the default engine (shm here).
 TEST_F(ExamplesRun, MnistDdpTrainsWithAmpO1AndSyncBatchNormUnderDdprun) {
-  requireData();
-  const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
-                                        {"--max-steps", "4", "--batch-size", "32", "--amp", "O1", "--sync-bn"}),
-                            {}, 180s);
+  DDP_REQUIRE_FASHION_MNIST();
+  const ChildResult r =
+      run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
+                      {"--max-steps", "4", "--batch-size", "32", "--amp", "O1", "--sync-bn"}),
+          {}, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[0] [rank 0] mixed precision O1, SyncBatchNorm, engine auto(shm)"), std::string::npos)
+  EXPECT_NE(r.output.find("[0] [rank 0] mixed precision O1, SyncBatchNorm, engine auto(shm)"),
+            std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos)
+      << r.output;
   const FinalLine final = finalLine(r.output);
   EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
   EXPECT_GT(final.loss, 0) << r.output;
@@ -181,53 +197,64 @@ TEST_F(ExamplesRun, MnistDdpTrainsWithAmpO1AndSyncBatchNormUnderDdprun) {
 // step 8: the second run continues from the saved step, and its weights are
 // bit-identical to those of an uninterrupted 8-step run.
 TEST_F(ExamplesRun, MnistDdpUnderDdprunResumesFromTheSavedStepBitExactly) {
-  requireData();
+  DDP_REQUIRE_FASHION_MNIST();
   auto job = [&](const std::string& snapshots, int max_steps) {
     return run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
-                           {"--max-steps", std::to_string(max_steps), "--batch-size", "32", "--seed", "3",
-                            "--snapshot-dir", path(snapshots), "--save-every-steps", "3",
-                            "--metrics-csv", path(snapshots + ".csv")}));
+                           {"--max-steps", std::to_string(max_steps), "--batch-size", "32",
+                            "--seed", "3", "--snapshot-dir", path(snapshots), "--save-every-steps",
+                            "3", "--metrics-csv", path(snapshots + ".csv")}));
   };
   const ChildResult first = job("resumed", 4);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // Every rank announces its shard; rank 0 alone shows progress.
-  EXPECT_NE(first.output.find("[0] [rank 0] shard of 30000 samples"), std::string::npos) << first.output;
-  EXPECT_NE(first.output.find("[1] [rank 1] shard of 30000 samples"), std::string::npos) << first.output;
-  EXPECT_NE(first.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("[0] [rank 0] shard of 30000 samples"), std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find("[1] [rank 1] shard of 30000 samples"), std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos)
+      << first.output;
   EXPECT_EQ(first.output.find("[1] [rank 1] epoch"), std::string::npos) << first.output;
   EXPECT_EQ(count(first.output, "final loss="), 1u) << first.output;
   // Snapshots at step 3 (every 3 steps) and step 4 (where the run stopped).
   size_t files = 0;
-  for (const auto& entry : fs::directory_iterator(path("resumed"))) files += entry.path().extension() == ".ddpsnap";
+  for (const auto& entry : fs::directory_iterator(path("resumed")))
+    files += entry.path().extension() == ".ddpsnap";
   EXPECT_EQ(files, 2u);
 
   const ChildResult second = job("resumed", 8);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("[0] [rank 0] resumed from " + path("resumed") + " at epoch 1 step 4 (global step 4)"),
+  EXPECT_NE(second.output.find("[0] [rank 0] resumed from " + path("resumed") +
+                               " at epoch 1 step 4 (global step 4)"),
             std::string::npos)
       << second.output;
-  EXPECT_EQ(second.output.find("step 4/938 loss"), std::string::npos) << "step 4 was done again:\n" << second.output;
-  EXPECT_NE(second.output.find("[0] [rank 0] epoch 1/5 step 8/938 loss "), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("step 4/938 loss"), std::string::npos) << "step 4 was done again:\n"
+                                                                      << second.output;
+  EXPECT_NE(second.output.find("[0] [rank 0] epoch 1/5 step 8/938 loss "), std::string::npos)
+      << second.output;
   EXPECT_NE(second.output.find("[rank 0] done: 8 steps"), std::string::npos) << second.output;
-  const auto rows = ddp::training::readMetricsCsv(path("resumed.csv"));
+  const auto rows = ddp::training::read_metrics_csv(path("resumed.csv"));
   ASSERT_EQ(rows.size(), 1u);  // The partial epoch 1, rewritten by the resumed run.
   EXPECT_NEAR(*rows[0].accuracy, *finalLine(second.output).accuracy, 1e-4);
 
   const ChildResult straight = job("straight", 8);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   EXPECT_NE(digestOf(straight.output), "<none>") << straight.output;
-  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n" << straight.output;
+  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n"
+                                                                << straight.output;
   EXPECT_EQ(finalLine(second.output).accuracy, finalLine(straight.output).accuracy);
 }
 
 TEST_F(ExamplesRun, MnistDdpNamesAMissingDataFileAndMissingGnuplot) {
-  const ChildResult missing = run({DDP_EXAMPLE_MNIST_DDP, "--data-dir", path("nowhere"), "--max-steps", "1"});
+  const ChildResult missing =
+      run({DDP_EXAMPLE_MNIST_DDP, "--data-dir", path("nowhere"), "--max-steps", "1"});
   EXPECT_EQ(missing.exit_code, static_cast<int>(ddp::ExitCode::kData)) << missing.output;
-  EXPECT_NE(missing.output.find("train-images-idx3-ubyte' not found in '" + path("nowhere")), std::string::npos)
+  EXPECT_NE(missing.output.find("train-images-idx3-ubyte' not found in '" + path("nowhere")),
+            std::string::npos)
       << missing.output;
   // Without gnuplot on PATH, --plot fails before any training, saying what to install.
-  const ChildResult no_gnuplot = run({DDP_EXAMPLE_MNIST_DDP, "--plot", path("c.png"), "--max-steps", "1"},
-                                     {{"PATH", path("empty-bin")}});
+  const ChildResult no_gnuplot =
+      run({DDP_EXAMPLE_MNIST_DDP, "--plot", path("c.png"), "--max-steps", "1"},
+          {{"PATH", path("empty-bin")}});
   EXPECT_NE(no_gnuplot.exit_code, 0) << no_gnuplot.output;
   EXPECT_NE(no_gnuplot.output.find("--plot"), std::string::npos) << no_gnuplot.output;
   EXPECT_NE(no_gnuplot.output.find("gnuplot-nox"), std::string::npos) << no_gnuplot.output;
@@ -238,8 +265,9 @@ TEST_F(ExamplesRun, MnistDdpNamesAMissingDataFileAndMissingGnuplot) {
 // and at the stop, one CSV row per (partial) epoch without accuracy, and a
 // final line without accuracy (there is no test set).
 TEST_F(ExamplesRun, ToyTrainerUnderDdprunSavesEveryEpochAndWritesItsCsv) {
-  std::vector<std::string> args = {"--max-steps", "40", "--no-trace-steps", "--snapshot-dir", path("snap"),
-                                   "--save-every-epochs", "1", "--metrics-csv", path("toy.csv")};
+  std::vector<std::string> args = {
+      "--max-steps",         "40", "--no-trace-steps", "--snapshot-dir", path("snap"),
+      "--save-every-epochs", "1",  "--metrics-csv",    path("toy.csv")};
   const bool plot = gnuplotInstalled();
   if (plot) args.insert(args.end(), {"--plot", path("toy.png")});
   const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_TOY_TRAINER, args));
@@ -247,40 +275,46 @@ TEST_F(ExamplesRun, ToyTrainerUnderDdprunSavesEveryEpochAndWritesItsCsv) {
   const FinalLine final = finalLine(r.output);
   EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
   EXPECT_FALSE(final.accuracy) << r.output;
-  EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 32/32 loss "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 32/32 loss "), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("[0] [rank 0] epoch 2/5 step 8/32 loss "), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("[1] epoch"), std::string::npos) << "--no-trace-steps still traced:\n" << r.output;
-  const auto rows = ddp::training::readMetricsCsv(path("toy.csv"));
+  EXPECT_EQ(r.output.find("[1] epoch"), std::string::npos) << "--no-trace-steps still traced:\n"
+                                                           << r.output;
+  const auto rows = ddp::training::read_metrics_csv(path("toy.csv"));
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_FALSE(rows[0].accuracy);
   EXPECT_TRUE(std::isfinite(rows[1].loss));
   EXPECT_NEAR(rows[1].loss, final.loss, 1e-5);
   std::vector<std::string> snapshots;
-  for (const auto& entry : fs::directory_iterator(path("snap"))) snapshots.push_back(entry.path().filename());
-  EXPECT_EQ(snapshots.size(), 2u) << "expected the epoch-1 snapshot (step 32) and the stop (step 40)";
+  for (const auto& entry : fs::directory_iterator(path("snap")))
+    snapshots.push_back(entry.path().filename());
+  EXPECT_EQ(snapshots.size(), 2u)
+      << "expected the epoch-1 snapshot (step 32) and the stop (step 40)";
   if (plot) EXPECT_GT(fs::file_size(path("toy.png")), 1000u);
 }
 
 // DataParallel in one process: two CPU replicas share each batch of 64.
 // Started as two ranks, it refuses with a message saying what to run.
 TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
-  requireData();
-  const ChildResult r = run({DDP_EXAMPLE_LENET_DP, "--max-steps", "30", "--batch-size", "64", "--replicas", "2",
-                             "--metrics-csv", path("lenet.csv")});
+  DDP_REQUIRE_FASHION_MNIST();
+  const ChildResult r = run({DDP_EXAMPLE_LENET_DP, "--max-steps", "30", "--batch-size", "64",
+                             "--replicas", "2", "--metrics-csv", path("lenet.csv")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] 2 replicas (cpu, cpu); batches of 64"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] 2 replicas (cpu, cpu); batches of 64"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("[rank 0] epoch 1/5 step 30/938 loss "), std::string::npos) << r.output;
   const FinalLine final = finalLine(r.output);
   EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
   ASSERT_TRUE(final.accuracy) << r.output;
   EXPECT_GT(*final.accuracy, 0.15) << "30 steps of Adam should beat chance (0.1):\n" << r.output;
-  const auto rows = ddp::training::readMetricsCsv(path("lenet.csv"));
+  const auto rows = ddp::training::read_metrics_csv(path("lenet.csv"));
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_NEAR(*rows[0].accuracy, *final.accuracy, 1e-4);
 
   const ChildResult two = run(underDdprun(2, DDP_EXAMPLE_LENET_DP, {"--max-steps", "1"}));
   EXPECT_NE(two.exit_code, 0) << two.output;
-  EXPECT_NE(two.output.find("trains in one process (DataParallel), but it was started as 2 ranks"), std::string::npos)
+  EXPECT_NE(two.output.find("trains in one process (DataParallel), but it was started as 2 ranks"),
+            std::string::npos)
       << two.output;
 }
 
@@ -289,28 +323,34 @@ TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
 // dropout, whose random state every rank saves) ends bit-identical to a
 // straight run.
 TEST_F(ExamplesRun, HorovodUnderDdprunWarmsUpAndResumesBitExactly) {
-  requireData();
+  DDP_REQUIRE_FASHION_MNIST();
   auto job = [&](const std::string& snapshots, int max_steps) {
-    return run(underDdprun(2, DDP_EXAMPLE_HOROVOD,
-                           {"--max-steps", std::to_string(max_steps), "--warmup-steps", "4", "--seed", "5",
-                            "--snapshot-dir", path(snapshots), "--save-every-steps", "0"}));
+    return run(
+        underDdprun(2, DDP_EXAMPLE_HOROVOD,
+                    {"--max-steps", std::to_string(max_steps), "--warmup-steps", "4", "--seed", "5",
+                     "--snapshot-dir", path(snapshots), "--save-every-steps", "0"}));
   };
   const ChildResult first = job("resumed", 3);
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  EXPECT_NE(first.output.find("[1] [rank 1] rank 1 of 2 (local 1 of 2), shard of 30000 samples"), std::string::npos)
+  EXPECT_NE(first.output.find("[1] [rank 1] rank 1 of 2 (local 1 of 2), shard of 30000 samples"),
+            std::string::npos)
       << first.output;
   const ChildResult second = job("resumed", 6);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("[0] [rank 0] resumed from " + path("resumed") + " at epoch 1 step 3 (global step 3)"),
+  EXPECT_NE(second.output.find("[0] [rank 0] resumed from " + path("resumed") +
+                               " at epoch 1 step 3 (global step 3)"),
             std::string::npos)
       << second.output;
-  EXPECT_NE(second.output.find("[0] [rank 0] epoch 1/5: train loss "), std::string::npos) << second.output;
-  EXPECT_NE(second.output.find(", lr 0.02\n"), std::string::npos) << "0.01 x 2 ranks after the warm-up:\n"
-                                                                    << second.output;
+  EXPECT_NE(second.output.find("[0] [rank 0] epoch 1/5: train loss "), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find(", lr 0.02\n"), std::string::npos)
+      << "0.01 x 2 ranks after the warm-up:\n"
+      << second.output;
   EXPECT_TRUE(std::isfinite(finalLine(second.output).loss)) << second.output;
 
   const ChildResult straight = job("straight", 6);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   EXPECT_NE(digestOf(straight.output), "<none>") << straight.output;
-  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n" << straight.output;
+  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n"
+                                                                << straight.output;
 }

@@ -23,12 +23,14 @@ using examples::Mlp;
 
 const c10::Device kGpu(c10::kCUDA, 0);
 constexpr int64_t kElements = 1003;  // Odd, so that no size is a power of two.
-constexpr int64_t kPerRank = 4;       // Samples per rank and step in the training checks.
+constexpr int64_t kPerRank = 4;      // Samples per rank and step in the training checks.
 
 // 1, 2, 3, 4, 5, 1, 2, ... as float64 on the GPU.
 at::Tensor base(int64_t n) {
-  return torch::arange(n, torch::dtype(torch::kLong).device(kGpu)).remainder(5).add(1).to(
-      torch::kDouble);
+  return torch::arange(n, torch::dtype(torch::kLong).device(kGpu))
+      .remainder(5)
+      .add(1)
+      .to(torch::kDouble);
 }
 
 int64_t factorial(int n) { return n <= 1 ? 1 : n * factorial(n - 1); }
@@ -81,13 +83,20 @@ std::vector<std::pair<ReduceOp, std::string>> gpuReduceOps() {
 
 std::string dtypeLabel(c10::ScalarType dtype) {
   switch (dtype) {
-    case torch::kFloat: return "float32";
-    case torch::kDouble: return "float64";
-    case torch::kBFloat16: return "bfloat16";
-    case torch::kHalf: return "float16";
-    case torch::kInt: return "int32";
-    case torch::kLong: return "int64";
-    default: return c10::toString(dtype);
+    case torch::kFloat:
+      return "float32";
+    case torch::kDouble:
+      return "float64";
+    case torch::kBFloat16:
+      return "bfloat16";
+    case torch::kHalf:
+      return "float16";
+    case torch::kInt:
+      return "int32";
+    case torch::kLong:
+      return "int64";
+    default:
+      return c10::toString(dtype);
   }
 }
 
@@ -109,16 +118,24 @@ void checkCudaCollectives(ProcessGroup& group, NamedChecks& checks) {
     };
     for (const auto& [op, op_name] : gpuReduceOps()) {
       at::Tensor t = (b * (rank + 1)).to(dtype);
-      group.allReduce(t, op);
+      group.all_reduce(t, op);
       at::Tensor expected;
       switch (op) {
-        case ReduceOp::kSum: expected = b * (w * (w + 1) / 2); break;
+        case ReduceOp::kSum:
+          expected = b * (w * (w + 1) / 2);
+          break;
         case ReduceOp::kAverage:
           expected = integral ? (b * (w * (w + 1) / 2)).div(w, "trunc") : b * ((w + 1) / 2);
           break;
-        case ReduceOp::kMin: expected = b; break;
-        case ReduceOp::kMax: expected = b * w; break;
-        case ReduceOp::kProduct: expected = b.pow(w) * static_cast<double>(factorial(world)); break;
+        case ReduceOp::kMin:
+          expected = b;
+          break;
+        case ReduceOp::kMax:
+          expected = b * w;
+          break;
+        case ReduceOp::kProduct:
+          expected = b.pow(w) * static_cast<double>(factorial(world));
+          break;
       }
       expect("all_reduce " + op_name + " " + label, t, expected);
     }
@@ -130,7 +147,7 @@ void checkCudaCollectives(ProcessGroup& group, NamedChecks& checks) {
     {
       at::Tensor input = (b * (rank + 1)).to(dtype);
       at::Tensor output = torch::zeros({world * kElements}, input.options());
-      group.allGather(output, input);
+      group.all_gather(output, input);
       std::vector<at::Tensor> pieces;
       for (int r = 0; r < world; ++r) pieces.push_back(b * (r + 1));
       expect("all_gather " + label, output, torch::cat(pieces));
@@ -139,7 +156,7 @@ void checkCudaCollectives(ProcessGroup& group, NamedChecks& checks) {
       const at::Tensor whole = base(world * kElements);
       at::Tensor input = (whole * (rank + 1)).to(dtype);
       at::Tensor output = torch::zeros({kElements}, input.options());
-      group.reduceScatter(output, input, ReduceOp::kSum);
+      group.reduce_scatter(output, input, ReduceOp::kSum);
       expect("reduce_scatter sum " + label, output,
              whole.narrow(0, rank * kElements, kElements) * (w * (w + 1) / 2));
     }
@@ -148,27 +165,27 @@ void checkCudaCollectives(ProcessGroup& group, NamedChecks& checks) {
   {
     const at::Tensor b_cpu = b.to(at::kCPU, at::kFloat);
     at::Tensor t = b_cpu * (rank + 1);
-    group.allReduce(t, ReduceOp::kSum);
+    group.all_reduce(t, ReduceOp::kSum);
     checks.equal("cpu tensor all_reduce sum", t, b_cpu * (w * (w + 1) / 2));
     checks.check("cpu tensor stays on the cpu", t.device().is_cpu(), "on " + t.device().str());
     at::Tensor root = b_cpu * (rank + 1);
     group.broadcast(root, world - 1);
     checks.equal("cpu tensor broadcast", root, b_cpu * w);
     at::Tensor gathered = torch::zeros({world * kElements});
-    group.allGather(gathered, b_cpu * (rank + 1));
+    group.all_gather(gathered, b_cpu * (rank + 1));
     std::vector<at::Tensor> pieces;
     for (int r = 0; r < world; ++r) pieces.push_back(b_cpu * (r + 1));
     checks.equal("cpu tensor all_gather", gathered, torch::cat(pieces));
     const at::Tensor whole = base(world * kElements).to(at::kCPU, at::kFloat);
     at::Tensor scattered = torch::zeros({kElements});
-    group.reduceScatter(scattered, whole * (rank + 1), ReduceOp::kSum);
+    group.reduce_scatter(scattered, whole * (rank + 1), ReduceOp::kSum);
     checks.equal("cpu tensor reduce_scatter sum", scattered,
                  whole.narrow(0, rank * kElements, kElements) * (w * (w + 1) / 2));
   }
   group.barrier();
   checks.check("barrier", true);
   at::Tensor t = (b * (rank + 1)).to(torch::kFloat);
-  group.allReduceAsync(t, ReduceOp::kSum).wait();
+  group.all_reduce_async(t, ReduceOp::kSum).wait();
   checks.equal("asynchronous all_reduce float32", t, (b * (w * (w + 1) / 2)).to(torch::kFloat));
 }
 
@@ -269,16 +286,15 @@ void expectCloseToFloat32Training(NamedChecks& checks, const std::string& name,
   const double travelled = (expected - initial).abs().max().item<double>();
   const double deviation = (got - expected).abs().max().item<double>();
   checks.check(name, travelled > 0 && deviation <= fraction * travelled,
-               "deviation from float32 training " + std::to_string(deviation) +
-                   " > " + std::to_string(fraction) + " x distance trained " +
-                   std::to_string(travelled));
+               "deviation from float32 training " + std::to_string(deviation) + " > " +
+                   std::to_string(fraction) + " x distance trained " + std::to_string(travelled));
 }
 
 // One opt level and dtype under DDP against float32 training of the same MLP
 // on the whole batch.
 void checkOptLevel(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
                    amp::OptLevel level, c10::ScalarType dtype) {
-  const std::string prefix = std::string(amp::toString(level)) + " " + dtypeLabel(dtype);
+  const std::string prefix = std::string(amp::to_string(level)) + " " + dtypeLabel(dtype);
   const int rank = group->rank();
   const int64_t rows = group->size() * kPerRank;
   torch::manual_seed(21);
@@ -295,10 +311,12 @@ void checkOptLevel(const std::shared_ptr<ProcessGroup>& group, NamedChecks& chec
   if (level == amp::OptLevel::kO2) {
     bool all_16_bit = true;
     for (const auto& p : net->parameters()) all_16_bit = all_16_bit && p.scalar_type() == dtype;
-    checks.check(prefix + " model parameters 16-bit", all_16_bit, "a parameter is not " + dtypeLabel(dtype));
+    checks.check(prefix + " model parameters 16-bit", all_16_bit,
+                 "a parameter is not " + dtypeLabel(dtype));
     const auto masters = mixed.master_weights();
     bool all_float = masters.size() == net->parameters().size();
-    for (const auto& [name, master] : masters) all_float = all_float && master.scalar_type() == torch::kFloat;
+    for (const auto& [name, master] : masters)
+      all_float = all_float && master.scalar_type() == torch::kFloat;
     checks.check(prefix + " float32 masters", all_float,
                  std::to_string(masters.size()) + " masters for " +
                      std::to_string(net->parameters().size()) + " parameters, or not float32");
@@ -359,7 +377,8 @@ void checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group, NamedChecks
   Mlp net(16, 64, 4);
   net->to(kGpu);
   torch::optim::SGD optimizer(net->parameters(), 0.1);
-  amp::MixedPrecision mixed(*net, optimizer, amp::AmpOptions(amp::OptLevel::kO1).dtype(dtype), group);
+  amp::MixedPrecision mixed(*net, optimizer, amp::AmpOptions(amp::OptLevel::kO1).dtype(dtype),
+                            group);
   DistributedDataParallel model(net, group);
   amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024), group);
   for (int step = 0; step < 2; ++step) {
@@ -402,7 +421,8 @@ void checkCudaAmp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& check
       amp::AutocastGuard guard(c10::kCUDA, dtype);
       const at::Tensor product = torch::mm(a, a);
       checks.check("O1 " + dtypeLabel(dtype) + " autocast runs matmul in 16 bits",
-                   product.scalar_type() == dtype, "matmul gave " + dtypeLabel(product.scalar_type()));
+                   product.scalar_type() == dtype,
+                   "matmul gave " + dtypeLabel(product.scalar_type()));
     }
     checkOptLevel(group, checks, amp::OptLevel::kO1, dtype);
     checkOptLevel(group, checks, amp::OptLevel::kO2, dtype);
@@ -457,11 +477,12 @@ void checkSyncBatchNormCase(const std::shared_ptr<ProcessGroup>& group, NamedChe
 
   checks.check(name + " output on the GPU", output.is_cuda(), "output on " + output.device().str());
   checks.close(name + " output", output, expected.narrow(0, offset, my_rows), 1e-5);
-  checks.close(name + " input gradient", input.grad(), whole.grad().narrow(0, offset, my_rows), 1e-4);
+  checks.close(name + " input gradient", input.grad(), whole.grad().narrow(0, offset, my_rows),
+               1e-4);
   at::Tensor weight_grad = layer->weight.grad().clone();
   at::Tensor bias_grad = layer->bias.grad().clone();
-  group->allReduce(weight_grad, ReduceOp::kSum);
-  group->allReduce(bias_grad, ReduceOp::kSum);
+  group->all_reduce(weight_grad, ReduceOp::kSum);
+  group->all_reduce(bias_grad, ReduceOp::kSum);
   checks.close(name + " weight gradient summed over ranks", weight_grad,
                reference_parameters["weight"].grad(), 1e-5);
   checks.close(name + " bias gradient summed over ranks", bias_grad,
@@ -494,7 +515,8 @@ void checkCudaSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group, NamedChe
   for (const auto& item : reference->named_buffers()) {
     if (item.key().find("running_") != std::string::npos) expected.push_back(item.value());
   }
-  checks.close("convnet sync batch norm running statistics", flat(statistics), flat(expected), 1e-4);
+  checks.close("convnet sync batch norm running statistics", flat(statistics), flat(expected),
+               1e-4);
 }
 
 }  // namespace ddp::testing

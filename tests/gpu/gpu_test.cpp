@@ -25,15 +25,15 @@
 namespace ddp::testing {
 namespace {
 
-#define DDP_REQUIRE_GPU()                                                                \
-  if (!torch::cuda::is_available())                                                      \
-  GTEST_SKIP() << (at::hasCUDA() ? "no CUDA device visible to this process"              \
-                                 : "LibTorch " TORCH_VERSION " here is CPU-only")          \
+#define DDP_REQUIRE_GPU()                                                         \
+  if (!torch::cuda::is_available())                                               \
+  GTEST_SKIP() << (at::hasCUDA() ? "no CUDA device visible to this process"       \
+                                 : "LibTorch " TORCH_VERSION " here is CPU-only") \
                << "; the GPU tests run on a GPU machine: bash scripts/gpu-check.sh"
 
-#define DDP_REQUIRE_NCCL()                                                                  \
-  if (!backends::ncclCompiledIn())                                                          \
-  GTEST_SKIP() << "this build of ddp has no NCCL engine (LibTorch " TORCH_VERSION           \
+#define DDP_REQUIRE_NCCL()                                                        \
+  if (!backends::ncclCompiledIn())                                                \
+  GTEST_SKIP() << "this build of ddp has no NCCL engine (LibTorch " TORCH_VERSION \
                   " without CUDA/NCCL); build against a CUDA LibTorch"
 
 constexpr auto kDeadline = std::chrono::seconds(300);
@@ -44,14 +44,10 @@ std::vector<launch::ChildResult> runGpuRanks(int world, const std::string& scena
 }
 
 std::set<std::string> collectiveChecks(const std::string& backend) {
-  std::set<std::string> names{"backend is " + backend,
-                              "barrier",
-                              "asynchronous all_reduce float32",
-                              "cpu tensor all_reduce sum",
-                              "cpu tensor stays on the cpu",
-                              "cpu tensor broadcast",
-                              "cpu tensor all_gather",
-                              "cpu tensor reduce_scatter sum"};
+  std::set<std::string> names{"backend is " + backend,           "barrier",
+                              "asynchronous all_reduce float32", "cpu tensor all_reduce sum",
+                              "cpu tensor stays on the cpu",     "cpu tensor broadcast",
+                              "cpu tensor all_gather",           "cpu tensor reduce_scatter sum"};
   for (auto dtype : gpuCollectiveDtypes()) {
     const std::string label = dtypeLabel(dtype);
     for (const auto& op : gpuReduceOps()) names.insert("all_reduce " + op.second + " " + label);
@@ -82,15 +78,16 @@ std::set<std::string> ampChecks() {
     names.insert("O1 " + d + " autocast runs matmul in 16 bits");
     for (const char* level : {"O1", "O2"}) {
       const std::string prefix = std::string(level) + " " + d;
-      for (const char* check : {" output float32", " close to float32 training", " replicas identical"}) {
+      for (const char* check :
+           {" output float32", " close to float32 training", " replicas identical"}) {
         names.insert(prefix + check);
       }
     }
     names.insert("O2 " + d + " model parameters 16-bit");
     names.insert("O2 " + d + " float32 masters");
-    for (const char* check : {" inf on the last rank skips the step",
-                              " parameters unchanged after the skipped step", " scale halved",
-                              " clean step runs", " replicas identical"}) {
+    for (const char* check :
+         {" inf on the last rank skips the step", " parameters unchanged after the skipped step",
+          " scale halved", " clean step runs", " replicas identical"}) {
       names.insert("scaler " + d + check);
     }
   }
@@ -100,10 +97,9 @@ std::set<std::string> ampChecks() {
 std::set<std::string> syncBatchNormChecks() {
   std::set<std::string> names{"convnet sync batch norm running statistics"};
   for (const char* layer : {"batch norm 1d", "batch norm 2d"}) {
-    for (const char* check : {" output on the GPU", " output", " input gradient",
-                              " weight gradient summed over ranks",
-                              " bias gradient summed over ranks", " running mean",
-                              " running var"}) {
+    for (const char* check :
+         {" output on the GPU", " output", " input gradient", " weight gradient summed over ranks",
+          " bias gradient summed over ranks", " running mean", " running var"}) {
       names.insert(std::string(layer) + check);
     }
   }
@@ -190,7 +186,8 @@ TEST(GpuDataParallel, TwoReplicasOnOneGpuEqualOneModule) {
           << expected_loss.item<double>();
       std::vector<torch::Tensor> grads, expected_grads;
       for (const auto& p : primary->parameters()) grads.push_back(p.grad().reshape({-1}));
-      for (const auto& p : reference->parameters()) expected_grads.push_back(p.grad().reshape({-1}));
+      for (const auto& p : reference->parameters())
+        expected_grads.push_back(p.grad().reshape({-1}));
       EXPECT_LE(NamedChecks::relative_error(torch::cat(grads), torch::cat(expected_grads)), 1e-5)
           << "step " << step << " gradients";
       optimizer.step();
@@ -198,7 +195,8 @@ TEST(GpuDataParallel, TwoReplicasOnOneGpuEqualOneModule) {
     }
     std::vector<torch::Tensor> params, expected_params;
     for (const auto& p : primary->parameters()) params.push_back(p.detach().reshape({-1}));
-    for (const auto& p : reference->parameters()) expected_params.push_back(p.detach().reshape({-1}));
+    for (const auto& p : reference->parameters())
+      expected_params.push_back(p.detach().reshape({-1}));
     EXPECT_LE(NamedChecks::relative_error(torch::cat(params), torch::cat(expected_params)), 1e-5)
         << "parameters after 4 steps";
   }

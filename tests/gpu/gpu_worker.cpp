@@ -29,12 +29,12 @@ int main(int argc, char** argv) {
     return 3;
   }
   try {
-    auto group = ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(
-        std::chrono::seconds(60)));
+    auto group =
+        ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(std::chrono::seconds(60)));
     ddp::testing::NamedChecks checks;
     if (scenario == "collectives") {
-      checks.check("backend is " + std::string(argv[2]), group->backendName() == argv[2],
-                   "backend " + group->backendName());
+      checks.check("backend is " + std::string(argv[2]), group->backend_name() == argv[2],
+                   "backend " + group->backend_name());
       ddp::testing::checkCudaCollectives(*group, checks);
     } else if (scenario == "ddp") {
       ddp::testing::checkCudaDdp(group, checks);
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     return checks.failed() == 0 ? 0 : 1;
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   } catch (const std::exception& e) {
     std::cerr << "unexpected error: " << e.what() << std::endl;
     return 1;

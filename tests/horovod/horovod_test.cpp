@@ -52,18 +52,19 @@ TEST_P(HorovodTraining, MatchesOneProcessOnTheConcatenatedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Horovod, HorovodTraining,
-    ::testing::Values(TrainingCase{"N2_Fused", 2, {}}, TrainingCase{"N3_Fused", 3, {}},
-                      TrainingCase{"N2_NoFusion", 2, {"--fusion", "0"}},
-                      TrainingCase{"N3_NoFusion", 3, {"--fusion", "0"}},
-                      TrainingCase{"N3_SmallBuffers", 3, {"--fusion", "300"}},
-                      TrainingCase{"N2_TwoPassesSummed", 2, {"--passes", "2"}},
-                      TrainingCase{"N3_TwoPassesAveraged", 3, {"--passes", "2", "--average-aggregated"}},
-                      TrainingCase{"N2_Fp16", 2, {"--fp16"}},
-                      TrainingCase{"N3_Fp16NoFusion", 3, {"--fp16", "--fusion", "0"}},
-                      TrainingCase{"N3_Sum", 3, {"--sum"}},
-                      // The shared-memory engine underneath, unchanged API.
-                      TrainingCase{"N3_FusedOnShm", 3, {"--backend", "shm"}},
-                      TrainingCase{"N2_Fp16NoFusionOnShm", 2, {"--fp16", "--fusion", "0", "--backend", "shm"}}),
+    ::testing::Values(
+        TrainingCase{"N2_Fused", 2, {}}, TrainingCase{"N3_Fused", 3, {}},
+        TrainingCase{"N2_NoFusion", 2, {"--fusion", "0"}},
+        TrainingCase{"N3_NoFusion", 3, {"--fusion", "0"}},
+        TrainingCase{"N3_SmallBuffers", 3, {"--fusion", "300"}},
+        TrainingCase{"N2_TwoPassesSummed", 2, {"--passes", "2"}},
+        TrainingCase{"N3_TwoPassesAveraged", 3, {"--passes", "2", "--average-aggregated"}},
+        TrainingCase{"N2_Fp16", 2, {"--fp16"}},
+        TrainingCase{"N3_Fp16NoFusion", 3, {"--fp16", "--fusion", "0"}},
+        TrainingCase{"N3_Sum", 3, {"--sum"}},
+        // The shared-memory engine underneath, unchanged API.
+        TrainingCase{"N3_FusedOnShm", 3, {"--backend", "shm"}},
+        TrainingCase{"N2_Fp16NoFusionOnShm", 2, {"--fp16", "--fusion", "0", "--backend", "shm"}}),
     [](const auto& info) { return info.param.name; });
 
 class HorovodBroadcast : public ::testing::TestWithParam<int> {};
@@ -73,9 +74,9 @@ TEST_P(HorovodBroadcast, EveryRankEndsWithRankZerosModelAndOptimizer) {
   auto results = runRanks(world, {"broadcast-state"});
   std::set<std::string> expected;
   for (const char* optimizer : {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"}) {
-    for (const char* check : {": options and steps equal rank 0's",
-                              ": every state tensor equals rank 0's", ": parameters equal rank 0's",
-                              ": the next step continues rank 0's trajectory exactly"}) {
+    for (const char* check :
+         {": options and steps equal rank 0's", ": every state tensor equals rank 0's",
+          ": parameters equal rank 0's", ": the next step continues rank 0's trajectory exactly"}) {
       expected.insert(optimizer + std::string(check));
     }
   }
@@ -125,10 +126,10 @@ TEST(HorovodLearningRate, LinearWarmupFromTheBaseRateToSizeTimesIt) {
 
   torch::Tensor a = torch::zeros({2}, torch::requires_grad());
   torch::Tensor b = torch::zeros({2}, torch::requires_grad());
-  torch::optim::SGD sgd({torch::optim::OptimizerParamGroup({a}),
-                         torch::optim::OptimizerParamGroup(
-                             {b}, std::make_unique<torch::optim::SGDOptions>(0.5))},
-                        torch::optim::SGDOptions(0.1));
+  torch::optim::SGD sgd(
+      {torch::optim::OptimizerParamGroup({a}),
+       torch::optim::OptimizerParamGroup({b}, std::make_unique<torch::optim::SGDOptions>(0.5))},
+      torch::optim::SGDOptions(0.1));
   hvd::LearningRateWarmup warmup(sgd, hvd::LearningRateWarmupOptions(4).size(3));
   EXPECT_EQ(warmup.base_lrs(), (std::vector<double>{0.1, 0.5}));
   std::vector<double> first, second;
@@ -160,8 +161,9 @@ TEST_F(HorovodLocal, NeedsInitOrAGroup) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(hvd::LearningRateWarmup(*std::make_shared<torch::optim::SGD>(model->parameters(), 0.1), 5),
-               ConfigError);
+  EXPECT_THROW(
+      hvd::LearningRateWarmup(*std::make_shared<torch::optim::SGD>(model->parameters(), 0.1), 5),
+      ConfigError);
   EXPECT_THROW(hvd::init(std::shared_ptr<ProcessGroup>()), ConfigError);
 }
 
@@ -180,8 +182,9 @@ TEST_F(HorovodLocal, InvalidOptionsAreConfigErrors) {
 TEST_F(HorovodLocal, TooManyBackwardPassesBeforeStepAreAnError) {
   hvd::init(InitOptions().backend("gloo").rank(0).world_size(1));
   torch::nn::Linear model(3, 1);
-  hvd::DistributedOptimizer optimizer(torch::optim::SGD(model->parameters(), 0.1),
-                                      hvd::DistributedOptimizerOptions().backward_passes_per_step(2));
+  hvd::DistributedOptimizer optimizer(
+      torch::optim::SGD(model->parameters(), 0.1),
+      hvd::DistributedOptimizerOptions().backward_passes_per_step(2));
   auto backward = [&] { model->forward(torch::ones({2, 3})).sum().backward(); };
   backward();
   backward();

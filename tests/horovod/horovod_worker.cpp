@@ -14,7 +14,7 @@
 //
 // Prints each check by name (tests/common/named_checks.hpp) and exits 0 when
 // none failed; on a ddp::Error prints "error: <message>" and exits with
-// ddp::exitCodeFor(error).
+// ddp::exit_code_for(error).
 
 #include <torch/torch.h>
 
@@ -41,9 +41,7 @@ struct MlpImpl : torch::nn::Module {
       : fc1(register_module("fc1", torch::nn::Linear(6, 16))),
         fc2(register_module("fc2", torch::nn::Linear(16, 16))),
         fc3(register_module("fc3", torch::nn::Linear(16, 3))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
   torch::nn::Linear fc1, fc2, fc3;
 };
 TORCH_MODULE(Mlp);
@@ -56,7 +54,8 @@ class Checks {
   }
   int report() const {
     if (checks_.failed() == 0) return 0;
-    std::cout << "rank " << hvd::rank() << ": " << checks_.failed() << " check(s) failed" << std::endl;
+    std::cout << "rank " << hvd::rank() << ": " << checks_.failed() << " check(s) failed"
+              << std::endl;
     return 1;
   }
 
@@ -64,7 +63,8 @@ class Checks {
   ddp::testing::NamedChecks checks_;
 };
 
-double relativeError(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& expected) {
+double relativeError(const std::vector<torch::Tensor>& got,
+                     const std::vector<torch::Tensor>& expected) {
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double scale = std::max(expected[i].abs().max().item<double>(), 1e-12);
@@ -109,7 +109,8 @@ int train(const std::vector<std::string>& args) {
   torch::manual_seed(7);
   Mlp reference;
   hvd::DistributedOptimizer optimizer(
-      torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)), options);
+      torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)),
+      options);
   torch::optim::SGD reference_optimizer(reference->parameters(),
                                         torch::optim::SGDOptions(0.05).momentum(0.9));
   // The reduced gradient is factor x the gradient of the mean loss over the
@@ -168,8 +169,8 @@ int train(const std::vector<std::string>& args) {
   checks.expect("one reduction per step", stats.synchronizations == kSteps,
                 std::to_string(stats.synchronizations) + " reductions in " +
                     std::to_string(kSteps) + " steps");
-  std::cout << "rank " << rank << ": " << stats.buffer_bytes.size() << " buffers, max relative error "
-            << error << "\n";
+  std::cout << "rank " << rank << ": " << stats.buffer_bytes.size()
+            << " buffers, max relative error " << error << "\n";
   return checks.report();
 }
 
@@ -181,8 +182,7 @@ struct Trainee {
   Mlp model;
   Optimizer optimizer;
   Trainee(int as_rank, Options options)
-      : model((torch::manual_seed(40 + as_rank), Mlp())),
-        optimizer(model->parameters(), options) {
+      : model((torch::manual_seed(40 + as_rank), Mlp())), optimizer(model->parameters(), options) {
     const int steps = as_rank == 0 ? 3 : as_rank == 1 ? 0 : 1;
     for (int step = 0; step < steps; ++step) {
       torch::manual_seed(900 + 10 * as_rank + step);
@@ -225,8 +225,8 @@ void checkBroadcastState(Checks& checks, const std::string& name,
     params = params && torch::equal(mine.model->parameters()[i], rank0.model->parameters()[i]);
   }
   checks.expect(name + ": parameters equal rank 0's", params,
-                "max relative error " +
-                    std::to_string(relativeError(mine.model->parameters(), rank0.model->parameters())));
+                "max relative error " + std::to_string(relativeError(mine.model->parameters(),
+                                                                     rank0.model->parameters())));
   mine.oneMoreStep();
   rank0.oneMoreStep();
   const double next_error = relativeError(mine.model->parameters(), rank0.model->parameters());
@@ -238,19 +238,30 @@ int broadcastState() {
   namespace optim = torch::optim;
   Checks checks;
   checkBroadcastState<optim::SGD, optim::SGDOptions>(checks, "SGD", [](int r) {
-    return optim::SGDOptions(0.01 * (r + 1)).momentum(0.5 + 0.1 * r).weight_decay(1e-3 * r).nesterov(r == 0);
+    return optim::SGDOptions(0.01 * (r + 1))
+        .momentum(0.5 + 0.1 * r)
+        .weight_decay(1e-3 * r)
+        .nesterov(r == 0);
   });
   checkBroadcastState<optim::Adam, optim::AdamOptions>(checks, "Adam", [](int r) {
-    return optim::AdamOptions(1e-3 * (r + 1)).betas(std::make_tuple(0.9 - 0.05 * r, 0.999 - 0.01 * r)).weight_decay(1e-2 * r).amsgrad(r == 0);
+    return optim::AdamOptions(1e-3 * (r + 1))
+        .betas(std::make_tuple(0.9 - 0.05 * r, 0.999 - 0.01 * r))
+        .weight_decay(1e-2 * r)
+        .amsgrad(r == 0);
   });
   checkBroadcastState<optim::AdamW, optim::AdamWOptions>(checks, "AdamW", [](int r) {
     return optim::AdamWOptions(2e-3 * (r + 1)).weight_decay(0.05 * (r + 1)).eps(1e-8 * (r + 1));
   });
   checkBroadcastState<optim::RMSprop, optim::RMSpropOptions>(checks, "RMSprop", [](int r) {
-    return optim::RMSpropOptions(1e-3 * (r + 1)).alpha(0.9 + 0.01 * r).momentum(0.1 * (r + 1)).centered(r == 0);
+    return optim::RMSpropOptions(1e-3 * (r + 1))
+        .alpha(0.9 + 0.01 * r)
+        .momentum(0.1 * (r + 1))
+        .centered(r == 0);
   });
   checkBroadcastState<optim::Adagrad, optim::AdagradOptions>(checks, "Adagrad", [](int r) {
-    return optim::AdagradOptions(0.05 * (r + 1)).lr_decay(1e-3 * r).initial_accumulator_value(0.1 * r);
+    return optim::AdagradOptions(0.05 * (r + 1))
+        .lr_decay(1e-3 * r)
+        .initial_accumulator_value(0.1 * r);
   });
   return checks.report();
 }
@@ -259,8 +270,9 @@ int api() {
   Checks checks;
   auto expectEnv = [&](const std::string& name, int got, const char* variable) {
     const char* value = std::getenv(variable);
-    checks.expect(name + " is " + variable, value && got == std::stoi(value),
-                  "got " + std::to_string(got) + ", " + variable + "=" + (value ? value : "(unset)"));
+    checks.expect(
+        name + " is " + variable, value && got == std::stoi(value),
+        "got " + std::to_string(got) + ", " + variable + "=" + (value ? value : "(unset)"));
   };
   expectEnv("size()", hvd::size(), "WORLD_SIZE");
   expectEnv("rank()", hvd::rank(), "RANK");
@@ -269,7 +281,7 @@ int api() {
   checks.expect("init() again returns the same group", hvd::init() == hvd::process_group(),
                 "another group");
   torch::Tensor t = torch::full({3}, static_cast<double>(hvd::rank()));
-  hvd::process_group()->allReduce(t, ddp::ReduceOp::kSum);
+  hvd::process_group()->all_reduce(t, ddp::ReduceOp::kSum);
   const int world = hvd::size();
   checks.expect("the group works", t[0].item<double>() == world * (world - 1) / 2.0,
                 "sum of ranks " + std::to_string(t[0].item<double>()) + ", expected " +
@@ -322,6 +334,6 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ddp::Error& e) {
     std::cout << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   }
 }

@@ -24,7 +24,7 @@
 
 namespace {
 
-const ddp::EnvironmentMap kEnv = ddp::captureEnvironment();
+const ddp::EnvironmentMap kEnv = ddp::capture_environment();
 
 std::string var(const std::string& name) {
   auto it = kEnv.find(name);
@@ -40,7 +40,7 @@ void sleepForever() {
 int allReduceRanks(std::chrono::milliseconds timeout) {
   auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(timeout));
   at::Tensor t = at::full({1}, group->rank(), at::kLong);
-  group->allReduce(t);
+  group->all_reduce(t);
   std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
   return 0;
 }
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
         raise(stop ? SIGSTOP : SIGKILL);
       }
       at::Tensor t = at::full({1}, rank, at::kLong);
-      group->allReduce(t);
+      group->all_reduce(t);
       std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
       return 0;
     }
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     std::cerr << "unknown scenario '" << scenario << "'" << std::endl;
     return 2;
   } catch (const std::exception& e) {
-    ddp::recordError(e);
+    ddp::record_error(e);
     std::cerr << "error: " << e.what() << std::endl;
     return 3;
   }

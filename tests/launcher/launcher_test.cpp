@@ -23,8 +23,12 @@ using ddp::testing::PortHolder;
 using namespace std::chrono_literals;
 
 // Launcher variables of the test runner itself must not leak into ddprun.
-const std::vector<std::string> kUnset = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                         "MASTER_PORT", "OMP_NUM_THREADS",
+const std::vector<std::string> kUnset = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "OMP_NUM_THREADS",
                                          "TORCHELASTIC_RESTART_COUNT"};
 
 ChildSpec ddprun(std::vector<std::string> args) {
@@ -43,8 +47,8 @@ int count(const std::string& text, const std::string& what) {
 }
 
 TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
-  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--run-id", "envtest",
-                        DDP_LAUNCH_WORKER, "env"});
+  auto r = runLauncher(
+      {"--standalone", "--nproc-per-node", "2", "--run-id", "envtest", DDP_LAUNCH_WORKER, "env"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank : {0, 1}) {
     const std::string p = "[" + std::to_string(rank) + "] ";
@@ -57,7 +61,7 @@ TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
           std::string("attempt 0: sum of ranks 1"),
           std::string("a line without a newline at exit")}) {
       EXPECT_NE(r.output.find(p + line), std::string::npos) << "missing '" << p + line << "' in\n"
-                                                           << r.output;
+                                                            << r.output;
     }
   }
   // Every line of worker output carries a rank prefix: none was split.
@@ -79,8 +83,8 @@ TEST(LauncherRun, LogDirKeepsEachRanksStreamsAndTeeShowsThemToo) {
   for (bool tee : {false, true}) {
     std::string dir = (std::filesystem::temp_directory_path() / "ddprun-logs-XXXXXX").string();
     ASSERT_NE(mkdtemp(dir.data()), nullptr);
-    std::vector<std::string> args = {"--standalone", "--nproc-per-node", "2", "--run-id", "logs",
-                                     "--log-dir", dir};
+    std::vector<std::string> args = {"--standalone", "--nproc-per-node", "2", "--run-id",
+                                     "logs",         "--log-dir",        dir};
     if (tee) args.push_back("--tee");
     args.insert(args.end(), {DDP_LAUNCH_WORKER, "env"});
     auto r = runLauncher(args);
@@ -99,8 +103,8 @@ TEST(LauncherRun, LogDirKeepsEachRanksStreamsAndTeeShowsThemToo) {
 
 TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
   auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
-                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
-                        "fail", "1"});
+                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER, "fail",
+                        "1"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(count(r.output, "failing on purpose"), 3) << r.output;  // first start + 2 restarts
   EXPECT_NE(r.output.find("(restart 1 of 2)"), std::string::npos) << r.output;
@@ -120,7 +124,8 @@ TEST(LauncherRestarts, StoppedWorkerIsRestartedAfterCollectiveTimeout) {
   auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
                         "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
                         "stop-once", "1"});
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[1] stopping myself"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did not finish within 1500 ms"), std::string::npos) << r.output;
@@ -189,9 +194,9 @@ TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
   const int fd = mkstemp(file.data());
   ASSERT_GE(fd, 0);
   close(fd);
-  auto unwritable = runLauncher({"--standalone", "--run-id", "io", "--log-dir", file + "/logs",
-                                 DDP_LAUNCH_WORKER, "env"},
-                                30s);
+  auto unwritable = runLauncher(
+      {"--standalone", "--run-id", "io", "--log-dir", file + "/logs", DDP_LAUNCH_WORKER, "env"},
+      30s);
   std::filesystem::remove(file);
   EXPECT_EQ(unwritable.exit_code, static_cast<int>(ExitCode::kIo)) << unwritable.output;
   EXPECT_NE(unwritable.output.find("ddprun: error: cannot create the directory " + file +
@@ -208,11 +213,25 @@ std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
                                   const std::string& rendezvous_timeout = "20") {
   const std::string port = std::to_string(findFreePort());
   auto node = [&](int rank, const std::string& run_id) {
-    std::vector<std::string> args = {"--nnodes", "2", "--node-rank", std::to_string(rank),
-                                     "--master-addr", "127.0.0.1", "--master-port", port,
-                                     "--nproc-per-node", "1", "--run-id", run_id,
-                                     "--max-restarts", "1", "--monitor-interval", "0.1",
-                                     "--rendezvous-timeout", rendezvous_timeout, DDP_LAUNCH_WORKER};
+    std::vector<std::string> args = {"--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--master-addr",
+                                     "127.0.0.1",
+                                     "--master-port",
+                                     port,
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--run-id",
+                                     run_id,
+                                     "--max-restarts",
+                                     "1",
+                                     "--monitor-interval",
+                                     "0.1",
+                                     "--rendezvous-timeout",
+                                     rendezvous_timeout,
+                                     DDP_LAUNCH_WORKER};
     args.insert(args.end(), worker.begin(), worker.end());
     return ddprun(args);
   };
@@ -223,8 +242,8 @@ TEST(LauncherNodes, TwoNodesOnLoopbackMeetAndAllReduce) {
   auto results = twoNodes({"env"});
   for (int node : {0, 1}) {
     EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
-    EXPECT_NE(results[node].output.find("[" + std::to_string(node) + "] GROUP_RANK=" +
-                                        std::to_string(node)),
+    EXPECT_NE(results[node].output.find("[" + std::to_string(node) +
+                                        "] GROUP_RANK=" + std::to_string(node)),
               std::string::npos)
         << results[node].output;
     EXPECT_NE(results[node].output.find("WORLD_SIZE=2"), std::string::npos);
@@ -247,8 +266,8 @@ TEST(LauncherNodes, TwoNodesOnLoopbackTrainTheToyTrainer) {
   const std::string port = std::to_string(findFreePort());
   auto node = [&](int rank) {
     return ddprun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
-                   "127.0.0.1", "--master-port", port, "--nproc-per-node", "1", "--run-id",
-                   "toy", "--rendezvous-timeout", "20", DDP_TOY_TRAINER, "--epochs", "1"});
+                   "127.0.0.1", "--master-port", port, "--nproc-per-node", "1", "--run-id", "toy",
+                   "--rendezvous-timeout", "20", DDP_TOY_TRAINER, "--epochs", "1"});
   };
   auto results = runChildren({node(0), node(1)}, 90s);
   for (int n : {0, 1}) EXPECT_EQ(results[n].exit_code, 0) << results[n].output;

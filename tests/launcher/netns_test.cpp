@@ -27,17 +27,19 @@ class NamespacePair {
     address_a_ = "10.250." + n + ".1";
     address_b_ = "10.250." + n + ".2";
     const std::string va = "dva" + n, vb = "dvb" + n;
-    auto r = shell("set -e; ip netns add " + a_ + "; ip netns add " + b_ +
-                   "; ip link add " + va + " type veth peer name " + vb + "; ip link set " + va +
-                   " netns " + a_ + "; ip link set " + vb + " netns " + b_ + "; ip -n " + a_ +
-                   " addr add " + address_a_ + "/24 dev " + va + "; ip -n " + b_ + " addr add " +
-                   address_b_ + "/24 dev " + vb + "; for ns in " + a_ + " " + b_ +
-                   "; do ip -n $ns link set lo up; done; ip -n " + a_ + " link set " + va +
-                   " up; ip -n " + b_ + " link set " + vb + " up");
+    auto r =
+        shell("set -e; ip netns add " + a_ + "; ip netns add " + b_ + "; ip link add " + va +
+              " type veth peer name " + vb + "; ip link set " + va + " netns " + a_ +
+              "; ip link set " + vb + " netns " + b_ + "; ip -n " + a_ + " addr add " + address_a_ +
+              "/24 dev " + va + "; ip -n " + b_ + " addr add " + address_b_ + "/24 dev " + vb +
+              "; for ns in " + a_ + " " + b_ + "; do ip -n $ns link set lo up; done; ip -n " + a_ +
+              " link set " + va + " up; ip -n " + b_ + " link set " + vb + " up");
     ready_ = r.exit_code == 0;
     why_ = r.output;
   }
-  ~NamespacePair() { shell("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null"); }
+  ~NamespacePair() {
+    shell("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null");
+  }
 
   bool ready() const { return ready_; }
   const std::string& why() const { return why_; }
@@ -54,11 +56,32 @@ TEST(LauncherNetns, TwoNodesAcrossAVethPairSurviveAWorkerKill) {
   NamespacePair pair;
   if (!pair.ready()) GTEST_SKIP() << "cannot create network namespaces here: " << pair.why();
   auto node = [&](int rank, const std::string& ns) {
-    return ChildSpec{{"/usr/sbin/ip", "netns", "exec", ns, DDP_DDPRUN, "--nnodes", "2",
-                      "--node-rank", std::to_string(rank), "--master-addr", pair.addressA(),
-                      "--master-port", "29500", "--nproc-per-node", "1", "--run-id", "netns",
-                      "--max-restarts", "1", "--monitor-interval", "0.1",
-                      "--rendezvous-timeout", "20", DDP_LAUNCH_WORKER, "kill-once", "1"},
+    return ChildSpec{{"/usr/sbin/ip",
+                      "netns",
+                      "exec",
+                      ns,
+                      DDP_DDPRUN,
+                      "--nnodes",
+                      "2",
+                      "--node-rank",
+                      std::to_string(rank),
+                      "--master-addr",
+                      pair.addressA(),
+                      "--master-port",
+                      "29500",
+                      "--nproc-per-node",
+                      "1",
+                      "--run-id",
+                      "netns",
+                      "--max-restarts",
+                      "1",
+                      "--monitor-interval",
+                      "0.1",
+                      "--rendezvous-timeout",
+                      "20",
+                      DDP_LAUNCH_WORKER,
+                      "kill-once",
+                      "1"},
                      {},
                      {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}};
   };

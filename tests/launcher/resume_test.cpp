@@ -25,10 +25,27 @@ std::string temporaryDirectory() {
 }
 
 ChildSpec toyJob(const std::string& snapshot_dir) {
-  return ChildSpec{{DDP_DDPRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
-                    "--monitor-interval", "0.1", "--stop-grace", "2", DDP_TOY_TRAINER, "--epochs",
-                    "2", "--seed", "7", "--save-every-steps", "4", "--step-delay-ms", "15",
-                    "--snapshot-dir", snapshot_dir},
+  return ChildSpec{{DDP_DDPRUN,
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    "--max-restarts",
+                    "3",
+                    "--monitor-interval",
+                    "0.1",
+                    "--stop-grace",
+                    "2",
+                    DDP_TOY_TRAINER,
+                    "--epochs",
+                    "2",
+                    "--seed",
+                    "7",
+                    "--save-every-steps",
+                    "4",
+                    "--step-delay-ms",
+                    "15",
+                    "--snapshot-dir",
+                    snapshot_dir},
                    {},
                    {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}};
 }
@@ -36,7 +53,7 @@ ChildSpec toyJob(const std::string& snapshot_dir) {
 std::string digestOf(const std::string& output) {
   std::smatch m;
   return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
-                                                                                   : "<none>";
+                                                                                     : "<none>";
 }
 
 class LauncherResume : public ::testing::TestWithParam<int> {};
@@ -66,7 +83,8 @@ TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
       victim = std::stoi(m[1]);
     }
     if (!killed && victim > 0 &&
-        std::regex_search(output, std::regex("\\[1\\] epoch \\d+ step " + std::to_string(kill_at) + " "))) {
+        std::regex_search(output,
+                          std::regex("\\[1\\] epoch \\d+ step " + std::to_string(kill_at) + " "))) {
       kill(victim, SIGKILL);
       killed = true;
     }

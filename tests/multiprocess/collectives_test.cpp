@@ -31,9 +31,9 @@ void expectTopology(const std::vector<launch::ChildResult>& results, const std::
   for (int rank = 0; rank < world; ++rank) {
     const auto& r = results[rank];
     EXPECT_EQ(r.exit_code, 0) << describe(results);
-    EXPECT_NE(r.output.find("rank=" + std::to_string(rank) + " world_size=" +
-                            std::to_string(world)),
-              std::string::npos)
+    EXPECT_NE(
+        r.output.find("rank=" + std::to_string(rank) + " world_size=" + std::to_string(world)),
+        std::string::npos)
         << describe(results);
     EXPECT_NE(r.output.find("source=" + source), std::string::npos) << describe(results);
     EXPECT_NE(r.output.find("sum of ranks=" + std::to_string(sum_of_ranks)), std::string::npos)
@@ -65,13 +65,11 @@ TEST(FoundationLaunchers, StartsFromSlurmVariables) {
   // Two "nodes" of two tasks each; Slurm's compressed node list names the
   // master, which is this machine's "localhost".
   auto results = runRanks(4, {"topology"}, [](int rank, int world, int port) {
-    return Environment{{"SLURM_PROCID", std::to_string(rank)},
-                       {"SLURM_NTASKS", std::to_string(world)},
-                       {"SLURM_LOCALID", std::to_string(rank % 2)},
-                       {"SLURM_NODEID", std::to_string(rank / 2)},
-                       {"SLURM_TASKS_PER_NODE", "2(x2)"},
-                       {"SLURM_JOB_NODELIST", "localhost"},
-                       {"MASTER_PORT", std::to_string(port)}};
+    return Environment{
+        {"SLURM_PROCID", std::to_string(rank)},      {"SLURM_NTASKS", std::to_string(world)},
+        {"SLURM_LOCALID", std::to_string(rank % 2)}, {"SLURM_NODEID", std::to_string(rank / 2)},
+        {"SLURM_TASKS_PER_NODE", "2(x2)"},           {"SLURM_JOB_NODELIST", "localhost"},
+        {"MASTER_PORT", std::to_string(port)}};
   });
   expectTopology(results, "Slurm", 4);
   EXPECT_NE(results[3].output.find("local_rank=1 local_world_size=2 group_rank=1"),

@@ -65,8 +65,8 @@ class DdpChecker {
   void expectClose(const std::string& what, const std::vector<torch::Tensor>& got,
                    const std::vector<torch::Tensor>& expected, float tolerance) {
     if (got.size() != expected.size()) {
-      record(what, false, std::to_string(got.size()) + " tensors, expected " +
-                              std::to_string(expected.size()));
+      record(what, false,
+             std::to_string(got.size()) + " tensors, expected " + std::to_string(expected.size()));
       return;
     }
     float worst = 0;
@@ -142,8 +142,10 @@ class DdpChecker {
     auto with_views = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(true), 1);
     auto without = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(false), 1);
     bool identical = true;
-    for (size_t i = 0; i < with_views.size(); ++i) identical &= torch::equal(with_views[i], without[i]);
-    record("gradient_as_bucket_view on and off give identical parameters", identical, "they differ");
+    for (size_t i = 0; i < with_views.size(); ++i)
+      identical &= torch::equal(with_views[i], without[i]);
+    record("gradient_as_bucket_view on and off give identical parameters", identical,
+           "they differ");
     // Identical parameters would also come from an option that does nothing:
     // with it the gradients must share the (single) bucket's memory, without
     // it each its own.
@@ -158,12 +160,15 @@ class DdpChecker {
                std::to_string(storages(without)) + " without (expected 1 and " +
                std::to_string(without.size()) + ")");
     expectClose("MLP with tiny buckets and delay_allreduce",
-                trainMlp(DistributedDataParallelOptions().bucket_cap_mb(0.0001).first_bucket_cap_mb(0.0001)
-                             .delay_allreduce(true), 1),
+                trainMlp(DistributedDataParallelOptions()
+                             .bucket_cap_mb(0.0001)
+                             .first_bucket_cap_mb(0.0001)
+                             .delay_allreduce(true),
+                         1),
                 expected, 1e-5f);
     ReducerStats stats;
-    expectClose("no_sync over 2 micro-batches equals one step on both",
-                trainMlp({}, 2, &stats), referenceMlp(2), 1e-5f);
+    expectClose("no_sync over 2 micro-batches equals one step on both", trainMlp({}, 2, &stats),
+                referenceMlp(2), 1e-5f);
     // Reducing inside no_sync() too would give the same average: the number
     // of reductions tells them apart.
     record("no_sync over 2 micro-batches reduces once per step",
@@ -296,12 +301,13 @@ class DdpChecker {
       const ReducerStats stats = model->stats();
       const int buckets = static_cast<int>(stats.bucket_bytes.size());
       const int expected = delay ? 0 : buckets;
-      record(std::string("reductions started during backward") + (delay ? " (delay_allreduce)" : ""),
-             buckets >= 3 && stats.launched_during_backward == expected && stats.rebuilt &&
-                 stats.synchronized_iterations == 2,
-             std::to_string(stats.launched_during_backward) + " of " + std::to_string(buckets) +
-                 " buckets started during backward, expected " + std::to_string(expected) +
-                 " (of at least 3)");
+      record(
+          std::string("reductions started during backward") + (delay ? " (delay_allreduce)" : ""),
+          buckets >= 3 && stats.launched_during_backward == expected && stats.rebuilt &&
+              stats.synchronized_iterations == 2,
+          std::to_string(stats.launched_during_backward) + " of " + std::to_string(buckets) +
+              " buckets started during backward, expected " + std::to_string(expected) +
+              " (of at least 3)");
     }
   }
 
@@ -309,8 +315,8 @@ class DdpChecker {
     mlp();
     convNet();
     unusedBranch();
-    compressionHook(fp16CompressHook(), at::kHalf, 2e-3f);
-    compressionHook(bf16CompressHook(), at::kBFloat16, 1.6e-2f);
+    compressionHook(fp16_compress_hook(), at::kHalf, 2e-3f);
+    compressionHook(bf16_compress_hook(), at::kBFloat16, 1.6e-2f);
     overlap();
     return checks_.failed();
   }

@@ -23,21 +23,20 @@ int checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group);
 /// buffers are checked one way on rank 0, another on the others), for the
 /// parent test.
 inline std::set<std::string> ddpCheckNames(int rank) {
-  std::set<std::string> names{
-      "MLP matches single-process training",
-      "gradient_as_bucket_view on and off give identical parameters",
-      "gradient_as_bucket_view gradients share the bucket's memory",
-      "MLP with tiny buckets and delay_allreduce",
-      "no_sync over 2 micro-batches equals one step on both",
-      "no_sync over 2 micro-batches reduces once per step",
-      "ConvNet parameters match single-process training",
-      "branch unused on some steps (find_unused_parameters)",
-      "fp16_compress hook stays within its precision",
-      "fp16_compress hook result is exactly representable in float16",
-      "bf16_compress hook stays within its precision",
-      "bf16_compress hook result is exactly representable in bfloat16",
-      "reductions started during backward",
-      "reductions started during backward (delay_allreduce)"};
+  std::set<std::string> names{"MLP matches single-process training",
+                              "gradient_as_bucket_view on and off give identical parameters",
+                              "gradient_as_bucket_view gradients share the bucket's memory",
+                              "MLP with tiny buckets and delay_allreduce",
+                              "no_sync over 2 micro-batches equals one step on both",
+                              "no_sync over 2 micro-batches reduces once per step",
+                              "ConvNet parameters match single-process training",
+                              "branch unused on some steps (find_unused_parameters)",
+                              "fp16_compress hook stays within its precision",
+                              "fp16_compress hook result is exactly representable in float16",
+                              "bf16_compress hook stays within its precision",
+                              "bf16_compress hook result is exactly representable in bfloat16",
+                              "reductions started during backward",
+                              "reductions started during backward (delay_allreduce)"};
   names.insert(rank == 0 ? "ConvNet buffers on rank 0 follow rank 0's batches"
                          : "ConvNet buffers are rank 0's updated by this rank's last batch");
   return names;

@@ -19,8 +19,10 @@ constexpr int kCollective = static_cast<int>(ExitCode::kCollective);
 constexpr int kBackendUnavailable = static_cast<int>(ExitCode::kBackendUnavailable);
 
 // Runs one worker with exactly `env` (on top of a clean environment).
-launch::ChildResult runOne(const Environment& env, const std::vector<std::string>& args = {"topology"}) {
-  auto results = runRanks(1, args, [&](int, int, int) { return env; }, std::chrono::seconds(30));
+launch::ChildResult runOne(const Environment& env,
+                           const std::vector<std::string>& args = {"topology"}) {
+  auto results = runRanks(
+      1, args, [&](int, int, int) { return env; }, std::chrono::seconds(30));
   return results.at(0);
 }
 
@@ -29,14 +31,14 @@ void expectFailure(const launch::ChildResult& r, int exit_code,
   EXPECT_FALSE(r.killed_at_deadline) << r.output;
   EXPECT_EQ(r.exit_code, exit_code) << r.output;
   for (const auto& fragment : fragments) {
-    EXPECT_NE(r.output.find(fragment), std::string::npos)
-        << "expected \"" << fragment << "\" in:\n" << r.output;
+    EXPECT_NE(r.output.find(fragment), std::string::npos) << "expected \"" << fragment << "\" in:\n"
+                                                          << r.output;
   }
 }
 
 TEST(FoundationErrors, RankNotBelowWorldSize) {
-  auto r = runOne({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                   {"MASTER_PORT", "29500"}});
+  auto r = runOne(
+      {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   expectFailure(r, kConfig, {"RANK (torchrun) is 2", "ranks run from 0 to 1"});
 }
 
@@ -56,8 +58,8 @@ TEST(FoundationErrors, MissingMasterAddress) {
 }
 
 TEST(FoundationErrors, MasterPortOutOfRange) {
-  auto r = runOne({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                   {"MASTER_PORT", "70000"}});
+  auto r = runOne(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "70000"}});
   expectFailure(r, kConfig, {"MASTER_PORT (torchrun) is 70000", "between 1 and 65535"});
 }
 
@@ -74,7 +76,9 @@ TEST(FoundationErrors, NcclUnavailableWithoutCuda) {
 
 TEST(FoundationErrors, MasterUnreachableFailsAfterRendezvousTimeout) {
   const int port = launch::findFreePort();  // Nothing listens there.
-  auto r = runOne({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+  auto r = runOne({{"RANK", "1"},
+                   {"WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "127.0.0.1"},
                    {"MASTER_PORT", std::to_string(port)}},
                   {"topology", "--rendezvous-timeout-ms", "1500"});
   expectFailure(r, kRendezvous, {"127.0.0.1:" + std::to_string(port), "rendezvous timeout"});
@@ -85,7 +89,9 @@ TEST(FoundationErrors, MasterUnreachableFailsAfterRendezvousTimeout) {
 TEST(FoundationErrors, MasterPortAlreadyInUse) {
   PortHolder holder;
   const int port = holder.port();
-  auto r = runOne({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+  auto r = runOne({{"RANK", "0"},
+                   {"WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "127.0.0.1"},
                    {"MASTER_PORT", std::to_string(port)}});
   expectFailure(r, kRendezvous, {"127.0.0.1:" + std::to_string(port), "already in use"});
 }
@@ -141,14 +147,14 @@ std::vector<std::string> stallOn(const std::string& backend) {
 
 TEST(FoundationErrors, StalledPeerTimesOutOnGloo) {
   auto results = runRanks(2, stallOn("gloo"), torchrunEnvironment, std::chrono::seconds(60));
-  expectTimedOut(results[0], "gloo allReduce(sum) of 1024 float32 elements on rank 0 of 2",
+  expectTimedOut(results[0], "gloo all_reduce(sum) of 1024 float32 elements on rank 0 of 2",
                  " (the engine does not say which ranks were missing; it said: ");
   expectStalledPeerLeftLast(results[1]);
 }
 
 TEST(FoundationErrors, StalledPeerTimesOutOnShm) {
   auto results = runRanks(2, stallOn("shm"), torchrunEnvironment, std::chrono::seconds(60));
-  expectTimedOut(results[0], "shm allReduce(sum) of 1024 float32 elements on rank 0 of 2",
+  expectTimedOut(results[0], "shm all_reduce(sum) of 1024 float32 elements on rank 0 of 2",
                  ": rank(s) 1 did not reach it.");
   expectStalledPeerLeftLast(results[1]);
 }
@@ -156,10 +162,9 @@ TEST(FoundationErrors, StalledPeerTimesOutOnShm) {
 TEST(FoundationErrors, StalledPeerTimesOutOnTheDefaultEngine) {
   auto results = runRanks(3, kStall, torchrunEnvironment, std::chrono::seconds(60));
   for (int rank : {0, 2}) {
-    expectTimedOut(results[rank],
-                   "allReduce(sum) of 1024 float32 elements on rank " + std::to_string(rank) +
-                       " of 3",
-                   "");
+    expectTimedOut(
+        results[rank],
+        "all_reduce(sum) of 1024 float32 elements on rank " + std::to_string(rank) + " of 3", "");
   }
   expectStalledPeerLeftLast(results[1]);
 }
@@ -172,14 +177,14 @@ TEST(FoundationErrors, StalledLeaderTimesOutOnTheHierarchicalEngine) {
   auto args = kStall;
   args.insert(args.end(), {"--stall-rank", "2"});
   auto results = runRanks(4, args, onNodes(2), std::chrono::seconds(60));
-  expectTimedOut(results[0], "hierarchical allReduce(sum) of 1024 float32 elements on rank 0 of 4",
+  expectTimedOut(results[0], "hierarchical all_reduce(sum) of 1024 float32 elements on rank 0 of 4",
                  " (its Gloo step between the node leaders timed out).");
-  expectTimedOut(results[3], "hierarchical allReduce(sum) of 1024 float32 elements on rank 3 of 4",
+  expectTimedOut(results[3], "hierarchical all_reduce(sum) of 1024 float32 elements on rank 3 of 4",
                  ": rank(s) 2 did not reach it.");
   // Rank 0 gives up at about rank 1's deadline: rank 1 either times out
   // first or sees rank 0's process gone first; both name rank 0.
   const auto& r1 = results[1];
-  const std::string what = "hierarchical allReduce(sum) of 1024 float32 elements on rank 1 of 4";
+  const std::string what = "hierarchical all_reduce(sum) of 1024 float32 elements on rank 1 of 4";
   if (r1.exit_code == kTimeout) {
     expectTimedOut(r1, what, ": rank(s) 0 did not reach it.");
   } else {
@@ -196,11 +201,12 @@ TEST(FoundationErrors, StalledLeaderTimesOutOnTheHierarchicalEngine) {
 // collective. The shared-memory engine's case, which also names the dead
 // rank's pid: ShmErrors.DeadPeerFailsQuicklyNamingIt.
 TEST(FoundationErrors, PeerExitFailsGlooCollectiveBeforeTheTimeout) {
-  auto results = runRanks(2, {"exit-early", "--backend", "gloo", "--collective-timeout-ms", "20000"},
-                          torchrunEnvironment, std::chrono::seconds(60));
+  auto results =
+      runRanks(2, {"exit-early", "--backend", "gloo", "--collective-timeout-ms", "20000"},
+               torchrunEnvironment, std::chrono::seconds(60));
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
   expectFailure(results[0], kCollective,
-                {"gloo allReduce(sum) of 1024 float32 elements on rank 0 of 2 failed: "});
+                {"gloo all_reduce(sum) of 1024 float32 elements on rank 0 of 2 failed: "});
   EXPECT_GE(failedAfterMs(results[0]), 0) << describe(results);
   EXPECT_LT(failedAfterMs(results[0]), 20000) << describe(results);
 }

@@ -5,12 +5,26 @@ namespace {
 
 // Launcher variables the test runner itself might have (a CI job under
 // Slurm, say): a worker must see only what its test gives it.
-const std::vector<std::string> kLauncherVariables = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-    "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
-    "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "GLOO_SOCKET_IFNAME"};
+const std::vector<std::string> kLauncherVariables = {"RANK",
+                                                     "WORLD_SIZE",
+                                                     "LOCAL_RANK",
+                                                     "LOCAL_WORLD_SIZE",
+                                                     "GROUP_RANK",
+                                                     "MASTER_ADDR",
+                                                     "MASTER_PORT",
+                                                     "OMPI_COMM_WORLD_RANK",
+                                                     "OMPI_COMM_WORLD_SIZE",
+                                                     "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                     "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                     "SLURM_PROCID",
+                                                     "SLURM_NTASKS",
+                                                     "SLURM_LOCALID",
+                                                     "SLURM_NODEID",
+                                                     "SLURM_NTASKS_PER_NODE",
+                                                     "SLURM_TASKS_PER_NODE",
+                                                     "SLURM_JOB_NODELIST",
+                                                     "SLURM_STEP_NODELIST",
+                                                     "GLOO_SOCKET_IFNAME"};
 
 }  // namespace
 
@@ -53,7 +67,7 @@ std::vector<launch::ChildResult> runRanks(int world, const std::vector<std::stri
 }
 
 long failedAfterMs(const launch::ChildResult& result) {
-  const std::string marker = "allReduce failed after ";
+  const std::string marker = "all_reduce failed after ";
   const auto at = result.output.find(marker);
   return at == std::string::npos ? -1 : std::stol(result.output.substr(at + marker.size()));
 }

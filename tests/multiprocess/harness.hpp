@@ -34,7 +34,7 @@ std::vector<launch::ChildResult> runRanks(
     std::chrono::milliseconds deadline = std::chrono::seconds(90));
 
 /// How long the worker's failed collective took, as it reported it
-/// ("allReduce failed after N ms"); -1 when it reported none.
+/// ("all_reduce failed after N ms"); -1 when it reported none.
 long failedAfterMs(const launch::ChildResult& result);
 
 /// Every rank's status and output, for assertion messages.

@@ -24,7 +24,7 @@
 //                and checks it against the Gloo one (tests/shm/)
 //   stress       overlapping randomly sized collectives, each checked
 // On a ddp::Error the worker prints "error: <message>" and exits with
-// ddp::exitCodeFor(error).
+// ddp::exit_code_for(error).
 
 #include <ATen/ATen.h>
 #include <signal.h>
@@ -92,9 +92,10 @@ int runTopology(ddp::ProcessGroup& group) {
   std::cout << "rank=" << t.rank << " world_size=" << t.world_size << " local_rank=" << t.local_rank
             << " local_world_size=" << t.local_world_size << " group_rank=" << t.group_rank
             << " master=" << t.master_addr << ":" << t.master_port
-            << " source=" << ddp::toString(t.source) << " backend=" << group.backendName() << "\n";
+            << " source=" << ddp::to_string(t.source) << " backend=" << group.backend_name()
+            << "\n";
   at::Tensor t_rank = at::full({4}, group.rank(), at::kLong);
-  group.allReduce(t_rank);
+  group.all_reduce(t_rank);
   std::cout << "sum of ranks=" << t_rank[0].item<int64_t>() << "\n";
   return 0;
 }
@@ -104,15 +105,15 @@ int timedAllReduce(ddp::ProcessGroup& group) {
   at::Tensor t = at::ones({1024});
   const auto start = std::chrono::steady_clock::now();
   try {
-    group.allReduce(t);
+    group.all_reduce(t);
   } catch (const ddp::Error&) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::steady_clock::now() - start)
                         .count();
-    std::cout << "rank " << group.rank() << ": allReduce failed after " << ms << " ms\n";
+    std::cout << "rank " << group.rank() << ": all_reduce failed after " << ms << " ms\n";
     throw;
   }
-  std::cout << "rank " << group.rank() << ": allReduce returned\n";
+  std::cout << "rank " << group.rank() << ": all_reduce returned\n";
   return 0;
 }
 
@@ -131,12 +132,13 @@ int runExitEarly(ddp::ProcessGroup& group) {
 // catches a hang).
 int runStall(ddp::ProcessGroup& group, const Arguments& args) {
   at::Tensor pids = at::empty({group.size()}, at::kLong);
-  group.allGather(pids, at::full({1}, static_cast<int64_t>(getpid()), at::kLong));
+  group.all_gather(pids, at::full({1}, static_cast<int64_t>(getpid()), at::kLong));
   if (group.rank() != args.stall_rank) return timedAllReduce(group);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.stall_ms);
   auto alive = [&] {
     for (int r = 0; r < group.size(); ++r) {
-      if (r != group.rank() && kill(static_cast<pid_t>(pids[r].item<int64_t>()), 0) == 0) return true;
+      if (r != group.rank() && kill(static_cast<pid_t>(pids[r].item<int64_t>()), 0) == 0)
+        return true;
     }
     return false;
   };
@@ -193,7 +195,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   } catch (const std::exception& e) {
     std::cerr << "unexpected error: " << e.what() << std::endl;
     return 1;

@@ -20,13 +20,16 @@ double valueOf(int rank, int64_t j) { return rank + 1 + static_cast<double>(j % 
 double reduced(ReduceOp op, int world, int64_t j, bool integral) {
   const double offset = static_cast<double>(j % 3);
   switch (op) {
-    case ReduceOp::kSum: return world * (world + 1) / 2.0 + world * offset;
+    case ReduceOp::kSum:
+      return world * (world + 1) / 2.0 + world * offset;
     case ReduceOp::kAverage: {
       double sum = world * (world + 1) / 2.0 + world * offset;
       return integral ? std::trunc(sum / world) : sum / world;
     }
-    case ReduceOp::kMin: return 1 + offset;
-    case ReduceOp::kMax: return world + offset;
+    case ReduceOp::kMin:
+      return 1 + offset;
+    case ReduceOp::kMax:
+      return world + offset;
     case ReduceOp::kProduct: {
       double product = 1;
       for (int r = 0; r < world; ++r) product *= r + 1 + offset;
@@ -63,13 +66,14 @@ class Checker {
                       std::to_string(expected.reshape(-1)[j].item<double>()));
   }
 
-  void allReduce(at::ScalarType dtype, ReduceOp op) {
+  void all_reduce(at::ScalarType dtype, ReduceOp op) {
     const int64_t n = 1031;  // Odd, so that ring chunks are uneven.
     const bool integral = at::isIntegralType(dtype, false);
     at::Tensor t = filled(n, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); });
-    group_.allReduce(t, op);
-    expectEqual(std::string("allReduce(") + toString(op) + ") " + detail::dtypeName(dtype), t,
-                filled(n, dtype, [&](int64_t j) { return reduced(op, group_.size(), j, integral); }));
+    group_.all_reduce(t, op);
+    expectEqual(
+        std::string("all_reduce(") + to_string(op) + ") " + detail::dtypeName(dtype), t,
+        filled(n, dtype, [&](int64_t j) { return reduced(op, group_.size(), j, integral); }));
   }
 
   void broadcast(at::ScalarType dtype, int root) {
@@ -81,25 +85,25 @@ class Checker {
                 filled(n, dtype, value));
   }
 
-  void allGather(at::ScalarType dtype) {
+  void all_gather(at::ScalarType dtype) {
     const int64_t n = 257;
     const int world = group_.size();
     at::Tensor input = filled(n, dtype, [&](int64_t j) { return 10.0 * group_.rank() + j % 5; });
     at::Tensor output = at::full({world * n}, -1, dtype);
-    group_.allGather(output, input);
-    expectEqual(std::string("allGather ") + detail::dtypeName(dtype), output,
+    group_.all_gather(output, input);
+    expectEqual(std::string("all_gather ") + detail::dtypeName(dtype), output,
                 filled(world * n, dtype, [&](int64_t j) { return 10.0 * (j / n) + (j % n) % 5; }));
   }
 
-  void reduceScatter(at::ScalarType dtype, ReduceOp op) {
+  void reduce_scatter(at::ScalarType dtype, ReduceOp op) {
     const int64_t chunk = 129;
     const int world = group_.size();
     const int rank = group_.rank();
     const bool integral = at::isIntegralType(dtype, false);
     at::Tensor input = filled(world * chunk, dtype, [&](int64_t j) { return valueOf(rank, j); });
     at::Tensor output = at::full({chunk}, -1, dtype);
-    group_.reduceScatter(output, input, op);
-    expectEqual(std::string("reduceScatter(") + toString(op) + ") " + detail::dtypeName(dtype),
+    group_.reduce_scatter(output, input, op);
+    expectEqual(std::string("reduce_scatter(") + to_string(op) + ") " + detail::dtypeName(dtype),
                 output, filled(chunk, dtype, [&](int64_t k) {
                   return reduced(op, world, rank * chunk + k, integral);
                 }));
@@ -112,23 +116,25 @@ class Checker {
     std::vector<at::Tensor> tensors;
     std::vector<Work> works;
     for (int k = 0; k < 3; ++k) {
-      tensors.push_back(filled(100 + k, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); }));
-      works.push_back(group_.allReduceAsync(tensors.back(), ReduceOp::kSum));
+      tensors.push_back(
+          filled(100 + k, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); }));
+      works.push_back(group_.all_reduce_async(tensors.back(), ReduceOp::kSum));
     }
     at::Tensor gathered = at::zeros({world * 5}, dtype);
-    works.push_back(group_.allGatherAsync(gathered, at::full({5}, group_.rank(), dtype)));
+    works.push_back(group_.all_gather_async(gathered, at::full({5}, group_.rank(), dtype)));
     for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
     for (int k = 0; k < 3; ++k) {
-      expectEqual(std::string("allReduceAsync #") + std::to_string(k) + " " + detail::dtypeName(dtype),
-                  tensors[k], filled(100 + k, dtype, [&](int64_t j) {
-                    return reduced(ReduceOp::kSum, world, j, integral);
-                  }));
+      expectEqual(
+          std::string("all_reduce_async #") + std::to_string(k) + " " + detail::dtypeName(dtype),
+          tensors[k], filled(100 + k, dtype, [&](int64_t j) {
+            return reduced(ReduceOp::kSum, world, j, integral);
+          }));
     }
-    expectEqual(std::string("allGatherAsync ") + detail::dtypeName(dtype), gathered,
+    expectEqual(std::string("all_gather_async ") + detail::dtypeName(dtype), gathered,
                 filled(world * 5, dtype, [](int64_t j) { return static_cast<double>(j / 5); }));
     bool all_completed = true;
-    for (auto& w : works) all_completed = all_completed && w.isCompleted();
-    checks_.check(std::string("isCompleted after wait ") + detail::dtypeName(dtype), all_completed,
+    for (auto& w : works) all_completed = all_completed && w.is_completed();
+    checks_.check(std::string("is_completed after wait ") + detail::dtypeName(dtype), all_completed,
                   "a Work is not completed after wait()");
   }
 
@@ -150,19 +156,19 @@ class Checker {
     group_.barrier();
     const int64_t left = ns(Clock::now());
     at::Tensor arrivals = at::empty({group_.size()}, at::kLong);
-    group_.allGather(arrivals, at::full({1}, arrived, at::kLong));
+    group_.all_gather(arrivals, at::full({1}, arrived, at::kLong));
     const int64_t last = arrivals.max().item<int64_t>();
-    checks_.check("barrier waited for the last rank", left >= last,
-                  "left " + std::to_string((last - left) / 1000000) +
-                      " ms before the last rank arrived");
+    checks_.check(
+        "barrier waited for the last rank", left >= last,
+        "left " + std::to_string((last - left) / 1000000) + " ms before the last rank arrived");
   }
 
   int run() {
     for (auto dtype : collectiveDtypes()) {
-      for (auto op : collectiveOps()) allReduce(dtype, op);
+      for (auto op : collectiveOps()) all_reduce(dtype, op);
       for (int root = 0; root < group_.size(); ++root) broadcast(dtype, root);
-      allGather(dtype);
-      for (auto op : collectiveOps()) reduceScatter(dtype, op);
+      all_gather(dtype);
+      for (auto op : collectiveOps()) reduce_scatter(dtype, op);
       asynchronous(dtype);
     }
     barrier();

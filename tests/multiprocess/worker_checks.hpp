@@ -39,16 +39,16 @@ inline std::set<std::string> collectiveCheckNames(int world) {
   for (auto dtype : collectiveDtypes()) {
     const std::string d = " " + detail::dtypeName(dtype);
     for (auto op : collectiveOps()) {
-      names.insert(std::string("allReduce(") + toString(op) + ")" + d);
-      names.insert(std::string("reduceScatter(") + toString(op) + ")" + d);
+      names.insert(std::string("all_reduce(") + to_string(op) + ")" + d);
+      names.insert(std::string("reduce_scatter(") + to_string(op) + ")" + d);
     }
     for (int root = 0; root < world; ++root) {
       names.insert("broadcast(root " + std::to_string(root) + ")" + d);
     }
-    names.insert("allGather" + d);
-    for (int k = 0; k < 3; ++k) names.insert("allReduceAsync #" + std::to_string(k) + d);
-    names.insert("allGatherAsync" + d);
-    names.insert("isCompleted after wait" + d);
+    names.insert("all_gather" + d);
+    for (int k = 0; k < 3; ++k) names.insert("all_reduce_async #" + std::to_string(k) + d);
+    names.insert("all_gather_async" + d);
+    names.insert("is_completed after wait" + d);
   }
   return names;
 }

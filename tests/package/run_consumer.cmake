@@ -1,4 +1,5 @@
-# Installs ddp into a scratch prefix, builds the consumer against it, runs it.
+# Installs ddp into a scratch prefix, builds the consumers against it (one
+# linking only the core, one linking ddp::data and ddp::training), runs them.
 function(run step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err
                   TIMEOUT 500)
@@ -24,3 +25,4 @@ run("configure consumer" ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DI
     "-DCMAKE_PREFIX_PATH=${prefix_path}" -DCMAKE_BUILD_TYPE=Release ${launcher} ${torch})
 run("build consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run("run consumer" ${WORK_DIR}/build/consumer)
+run("run consumer_data_training" ${WORK_DIR}/build/consumer_data_training ${WORK_DIR})

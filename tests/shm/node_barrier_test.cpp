@@ -76,7 +76,7 @@ pid_t deadPid() {
   return child;
 }
 
-const auto kDescribe = [] { return std::string("allReduce of 4 floats (test collective)"); };
+const auto kDescribe = [] { return std::string("all_reduce of 4 floats (test collective)"); };
 
 // How an arriveAndWait ended.
 struct Outcome {
@@ -198,8 +198,9 @@ TEST(ShmNodeBarrier, MissingRankTimesOutNamingIt) {
     EXPECT_GE(outcomes[r].ended, deadlines[r]);
     EXPECT_LT(outcomes[r].ended - deadlines[r], kGenerous / 2);
     EXPECT_TRUE(contains(outcomes[r].message, kDescribe())) << outcomes[r].message;
-    EXPECT_TRUE(contains(outcomes[r].message,
-                         kDescribe() + " did not finish within 1000 ms: rank(s) 11 did not reach it"))
+    EXPECT_TRUE(
+        contains(outcomes[r].message,
+                 kDescribe() + " did not finish within 1000 ms: rank(s) 11 did not reach it"))
         << outcomes[r].message;
   }
 }
@@ -213,7 +214,8 @@ TEST(ShmNodeBarrier, TimeoutListsEveryMissingRank) {
   const Outcome outcome = arriveAndWait(barrier, deadline, milliseconds(200));
   EXPECT_EQ(outcome.type, "TimeoutError") << outcome.message;
   EXPECT_GE(outcome.ended, deadline);
-  EXPECT_TRUE(contains(outcome.message, "did not finish within 200 ms: rank(s) 5, 6, 7 did not reach it"))
+  EXPECT_TRUE(
+      contains(outcome.message, "did not finish within 200 ms: rank(s) 5, 6, 7 did not reach it"))
       << outcome.message;
   EXPECT_TRUE(contains(outcome.message, kDescribe())) << outcome.message;
 }
@@ -259,9 +261,9 @@ TEST(ShmNodeBarrier, DeadPidOutsideOurNamespaceWaitsForTheDeadline) {
     uint64_t peer_namespace;
     uint64_t own_namespace;
   };
-  for (const Case& c : {Case{"peer in another namespace", dead, own + 1, own},
-                        Case{"peer without a pid", 0, own, own},
-                        Case{"own namespace unknown", dead, 0, 0}}) {
+  for (const Case& c :
+       {Case{"peer in another namespace", dead, own + 1, own},
+        Case{"peer without a pid", 0, own, own}, Case{"own namespace unknown", dead, 0, 0}}) {
     SCOPED_TRACE(c.name);
     Node node(2);
     node.ranks[0].pid.store(getpid());

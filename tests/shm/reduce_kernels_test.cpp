@@ -41,12 +41,18 @@ const std::vector<CopyMode> kCopyModes = {CopyMode::kNone, CopyMode::kDistinct,
 
 at::ScalarType scalarTypeOf(ElementType type) {
   switch (type) {
-    case ElementType::kFloat32: return at::kFloat;
-    case ElementType::kFloat64: return at::kDouble;
-    case ElementType::kBFloat16: return at::kBFloat16;
-    case ElementType::kFloat16: return at::kHalf;
-    case ElementType::kInt32: return at::kInt;
-    case ElementType::kInt64: return at::kLong;
+    case ElementType::kFloat32:
+      return at::kFloat;
+    case ElementType::kFloat64:
+      return at::kDouble;
+    case ElementType::kBFloat16:
+      return at::kBFloat16;
+    case ElementType::kFloat16:
+      return at::kHalf;
+    case ElementType::kInt32:
+      return at::kInt;
+    case ElementType::kInt64:
+      return at::kLong;
   }
   return at::kFloat;
 }
@@ -75,10 +81,13 @@ at::Tensor valuesFor(ElementType type, Combine combine, int64_t n) {
     }
   }
   switch (combine) {
-    case Combine::kSum: return (at::randint(-32, 33, {n}, at::kLong).to(at::kFloat) / 4).to(dtype);
-    case Combine::kProduct: return at::randint(-4, 5, {n}, at::kLong).to(dtype);
+    case Combine::kSum:
+      return (at::randint(-32, 33, {n}, at::kLong).to(at::kFloat) / 4).to(dtype);
+    case Combine::kProduct:
+      return at::randint(-4, 5, {n}, at::kLong).to(dtype);
     case Combine::kMin:
-    case Combine::kMax: return (at::randn({n}, at::kDouble) * 100).to(dtype);
+    case Combine::kMax:
+      return (at::randn({n}, at::kDouble) * 100).to(dtype);
   }
   return {};
 }
@@ -93,10 +102,18 @@ at::Tensor reference(ElementType type, Combine combine, const std::vector<at::Te
   const at::Tensor stacked = at::stack(sources).to(accumulator);
   at::Tensor result;
   switch (combine) {
-    case Combine::kSum: result = stacked.sum(0).to(accumulator); break;  // ints sum in int64
-    case Combine::kProduct: result = stacked.prod(0).to(accumulator); break;
-    case Combine::kMin: result = stacked.amin(0); break;
-    case Combine::kMax: result = stacked.amax(0); break;
+    case Combine::kSum:
+      result = stacked.sum(0).to(accumulator);
+      break;  // ints sum in int64
+    case Combine::kProduct:
+      result = stacked.prod(0).to(accumulator);
+      break;
+    case Combine::kMin:
+      result = stacked.amin(0);
+      break;
+    case Combine::kMax:
+      result = stacked.amax(0);
+      break;
   }
   if (divisor > 1) {
     const at::Tensor d = at::full_like(result, divisor);
@@ -113,9 +130,9 @@ at::Tensor guarded(ElementType type, int64_t n, double fill) {
 std::string caseName(ElementType type, Combine combine, int64_t n, int count, int divisor,
                      CopyMode mode) {
   return std::string(c10::toString(scalarTypeOf(type))) + " combine " +
-         std::to_string(static_cast<int>(combine)) + " n=" + std::to_string(n) + " sources=" +
-         std::to_string(count) + " divisor=" + std::to_string(divisor) + " copy mode " +
-         std::to_string(static_cast<int>(mode));
+         std::to_string(static_cast<int>(combine)) + " n=" + std::to_string(n) +
+         " sources=" + std::to_string(count) + " divisor=" + std::to_string(divisor) +
+         " copy mode " + std::to_string(static_cast<int>(mode));
 }
 
 void checkCase(ElementType type, Combine combine, int64_t n, int count, int divisor,
@@ -134,10 +151,17 @@ void checkCase(ElementType type, Combine combine, int64_t n, int count, int divi
   at::Tensor dst = guarded(type, n, 77);
   at::Tensor copy_buffer;
   switch (mode) {
-    case CopyMode::kNone: break;
-    case CopyMode::kDistinct: copy_buffer = guarded(type, n, 66); break;
-    case CopyMode::kAliasFirst: copy_buffer = buffers.front(); break;
-    case CopyMode::kAliasLast: copy_buffer = buffers.back(); break;
+    case CopyMode::kNone:
+      break;
+    case CopyMode::kDistinct:
+      copy_buffer = guarded(type, n, 66);
+      break;
+    case CopyMode::kAliasFirst:
+      copy_buffer = buffers.front();
+      break;
+    case CopyMode::kAliasLast:
+      copy_buffer = buffers.back();
+      break;
   }
   std::vector<const void*> pointers;
   for (const at::Tensor& b : buffers) pointers.push_back(b.data_ptr());
@@ -224,8 +248,7 @@ TEST(ShmReduceKernels, SixteenBitFloatsRoundOnce) {
     std::vector<at::Tensor> sources = {at::full({3}, 1.0, dtype), at::full({3}, half_ulp, dtype),
                                        at::full({3}, half_ulp, dtype)};
     at::Tensor dst = at::empty({3}, dtype);
-    const void* pointers[] = {sources[0].data_ptr(), sources[1].data_ptr(),
-                              sources[2].data_ptr()};
+    const void* pointers[] = {sources[0].data_ptr(), sources[1].data_ptr(), sources[2].data_ptr()};
     reduce(type, Combine::kSum, dst.data_ptr(), nullptr, pointers, 3, 3, 1);
     EXPECT_EQ(dst.to(at::kDouble)[0].item<double>(), 1.0 + 2 * half_ulp) << dtype;
     // Averaged: (1 + 2 half_ulp) / 3 rounded once from float32.

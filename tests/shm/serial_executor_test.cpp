@@ -103,8 +103,8 @@ TEST(ShmSerialExecutor, WorkCompletesAfterItsTask) {
 TEST(ShmSerialExecutor, FailedTaskRethrowsItsException) {
   {
     SerialExecutor executor;
-    auto work = executor.submit([] { throw TimeoutError("allReduce timed out (test)"); });
-    EXPECT_EQ(errorOf<TimeoutError>(work), "allReduce timed out (test)");
+    auto work = executor.submit([] { throw TimeoutError("all_reduce timed out (test)"); });
+    EXPECT_EQ(errorOf<TimeoutError>(work), "all_reduce timed out (test)");
   }
   {
     SerialExecutor executor;

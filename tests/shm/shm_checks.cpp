@@ -34,13 +34,22 @@ at::Tensor expectedOf(ReduceOp op, int world, int64_t numel, at::ScalarType dtyp
   at::Tensor all = at::stack(inputs);
   at::Tensor result;
   switch (op) {
-    case ReduceOp::kSum: result = all.sum(0); break;
-    case ReduceOp::kAverage:
-      result = at::isIntegralType(dtype, false) ? all.sum(0).div(world, "trunc") : all.sum(0) / world;
+    case ReduceOp::kSum:
+      result = all.sum(0);
       break;
-    case ReduceOp::kMin: result = std::get<0>(all.min(0)); break;
-    case ReduceOp::kMax: result = std::get<0>(all.max(0)); break;
-    case ReduceOp::kProduct: result = all.prod(0); break;
+    case ReduceOp::kAverage:
+      result =
+          at::isIntegralType(dtype, false) ? all.sum(0).div(world, "trunc") : all.sum(0) / world;
+      break;
+    case ReduceOp::kMin:
+      result = std::get<0>(all.min(0));
+      break;
+    case ReduceOp::kMax:
+      result = std::get<0>(all.max(0));
+      break;
+    case ReduceOp::kProduct:
+      result = all.prod(0);
+      break;
   }
   // float64 -> float32 -> 16 bits, as the engines round.
   if (dtype == at::kBFloat16 || dtype == at::kHalf) result = result.to(at::kFloat);
@@ -88,13 +97,14 @@ int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
     for (int64_t numel : shmSizesFor(dtype)) {
       for (ReduceOp op : collectiveOps()) {
         const std::string what =
-            name("allReduce", dtype, numel) + " " + toString(op) + " on " + std::to_string(world);
+            name("all_reduce", dtype, numel) + " " + to_string(op) + " on " + std::to_string(world);
         at::Tensor by_gloo = inputOf(me, numel, dtype);
         at::Tensor by_shm = by_gloo.clone();
-        gloo.allReduce(by_gloo, op);
-        shm.allReduce(by_shm, op);
+        gloo.all_reduce(by_gloo, op);
+        shm.all_reduce(by_shm, op);
         report.expectEqual(what + " (shm vs gloo)", by_shm, by_gloo);
-        report.expectEqual(what + " (shm vs closed form)", by_shm, expectedOf(op, world, numel, dtype));
+        report.expectEqual(what + " (shm vs closed form)", by_shm,
+                           expectedOf(op, world, numel, dtype));
       }
       for (int root = 0; root < world; ++root) {
         at::Tensor t = me == root ? inputOf(root, numel, dtype) : at::zeros({numel}, dtype);
@@ -103,10 +113,10 @@ int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
                            inputOf(root, numel, dtype));
       }
       at::Tensor gathered = at::empty({world * numel}, dtype);
-      shm.allGather(gathered, inputOf(me, numel, dtype));
+      shm.all_gather(gathered, inputOf(me, numel, dtype));
       std::vector<at::Tensor> parts;
       for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
-      report.expectEqual(name("allGather", dtype, numel), gathered, at::cat(parts));
+      report.expectEqual(name("all_gather", dtype, numel), gathered, at::cat(parts));
 
       // Reduce-scatter moves world x numel elements: up to one slot per chunk.
       if (numel > kShmReduceScatterMaxNumel) continue;
@@ -114,12 +124,13 @@ int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
         at::Tensor input = inputOf(me, world * numel, dtype);
         at::Tensor by_shm = at::empty({numel}, dtype);
         at::Tensor by_gloo = at::empty({numel}, dtype);
-        shm.reduceScatter(by_shm, input, op);
-        gloo.reduceScatter(by_gloo, input, op);
-        report.expectEqual(name("reduceScatter", dtype, numel) + " " + toString(op) + " (shm vs gloo)",
-                           by_shm, by_gloo);
+        shm.reduce_scatter(by_shm, input, op);
+        gloo.reduce_scatter(by_gloo, input, op);
         report.expectEqual(
-            name("reduceScatter", dtype, numel) + " " + toString(op) + " (closed form)", by_shm,
+            name("reduce_scatter", dtype, numel) + " " + to_string(op) + " (shm vs gloo)", by_shm,
+            by_gloo);
+        report.expectEqual(
+            name("reduce_scatter", dtype, numel) + " " + to_string(op) + " (closed form)", by_shm,
             expectedOf(op, world, world * numel, dtype).narrow(0, me * numel, numel));
       }
     }
@@ -129,21 +140,21 @@ int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
     const int64_t numel = shmSeveralRoundsNumel(world);
     at::Tensor input = inputOf(me, world * numel, at::kFloat);
     at::Tensor by_shm = at::empty({numel}, at::kFloat);
-    shm.reduceScatter(by_shm, input, ReduceOp::kSum);
-    report.expectEqual(name("reduceScatter", at::kFloat, numel) + " sum, several rounds", by_shm,
-                       expectedOf(ReduceOp::kSum, world, world * numel, at::kFloat)
-                           .narrow(0, me * numel, numel));
+    shm.reduce_scatter(by_shm, input, ReduceOp::kSum);
+    report.expectEqual(
+        name("reduce_scatter", at::kFloat, numel) + " sum, several rounds", by_shm,
+        expectedOf(ReduceOp::kSum, world, world * numel, at::kFloat).narrow(0, me * numel, numel));
   }
   // 64 MiB of float32, the benchmark's size.
   const int64_t big = kShmBigNumel;
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
     at::Tensor by_gloo = inputOf(me, big, at::kFloat);
     at::Tensor by_shm = by_gloo.clone();
-    gloo.allReduce(by_gloo, op);
-    shm.allReduce(by_shm, op);
-    report.expectEqual(name("allReduce", at::kFloat, big) + " " + toString(op) + " (shm vs gloo)",
+    gloo.all_reduce(by_gloo, op);
+    shm.all_reduce(by_shm, op);
+    report.expectEqual(name("all_reduce", at::kFloat, big) + " " + to_string(op) + " (shm vs gloo)",
                        by_shm, by_gloo);
-    report.expectEqual(name("allReduce", at::kFloat, big) + " " + toString(op) + " (closed form)",
+    report.expectEqual(name("all_reduce", at::kFloat, big) + " " + to_string(op) + " (closed form)",
                        by_shm, expectedOf(op, world, big, at::kFloat));
   }
   shm.barrier();
@@ -165,17 +176,18 @@ int stressCollectives(ProcessGroup& group, int iterations) {
     for (const StressCollective& c : batch) {
       const int64_t numel = c.numel;
       const at::ScalarType dtype = c.dtype;
-      if (c.kind == "allReduce") {
+      if (c.kind == "all_reduce") {
         at::Tensor t = inputOf(me, numel, dtype);
-        Work w = group.allReduceAsync(t, ReduceOp::kSum);
-        in_flight.push_back({std::move(w), t, expectedOf(ReduceOp::kSum, world, numel, dtype), c.name});
+        Work w = group.all_reduce_async(t, ReduceOp::kSum);
+        in_flight.push_back(
+            {std::move(w), t, expectedOf(ReduceOp::kSum, world, numel, dtype), c.name});
       } else if (c.kind == "broadcast") {
         at::Tensor t = me == c.root ? inputOf(c.root, numel, dtype) : at::zeros({numel}, dtype);
-        Work w = group.broadcastAsync(t, c.root);
+        Work w = group.broadcast_async(t, c.root);
         in_flight.push_back({std::move(w), t, inputOf(c.root, numel, dtype), c.name});
       } else {
         at::Tensor out = at::empty({world * numel}, dtype);
-        Work w = group.allGatherAsync(out, inputOf(me, numel, dtype));
+        Work w = group.all_gather_async(out, inputOf(me, numel, dtype));
         std::vector<at::Tensor> parts;
         for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
         in_flight.push_back({std::move(w), out, at::cat(parts), c.name});

@@ -40,7 +40,7 @@ inline int64_t shmSeveralRoundsNumel(int world) { return (int64_t{1} << 20) / wo
 /// 64 MiB of float32, the benchmark's size, all-reduced with sum and average.
 constexpr int64_t kShmBigNumel = (int64_t{64} << 20) / 4;
 
-/// "allReduce float32 x17": a check's collective, dtype and size.
+/// "all_reduce float32 x17": a check's collective, dtype and size.
 inline std::string shmCheckName(const std::string& collective, at::ScalarType dtype,
                                 int64_t numel) {
   return collective + " " + detail::dtypeName(dtype) + " x" + std::to_string(numel);
@@ -57,7 +57,7 @@ inline std::set<std::string> shmAgainstGlooCheckNames(int world) {
   for (auto dtype : collectiveDtypes()) {
     for (int64_t numel : shmSizesFor(dtype)) {
       for (auto op : collectiveOps()) {
-        const std::string what = shmCheckName("allReduce", dtype, numel) + " " + toString(op) +
+        const std::string what = shmCheckName("all_reduce", dtype, numel) + " " + to_string(op) +
                                  " on " + std::to_string(world);
         names.insert(what + " (shm vs gloo)");
         names.insert(what + " (shm vs closed form)");
@@ -65,19 +65,20 @@ inline std::set<std::string> shmAgainstGlooCheckNames(int world) {
       for (int root = 0; root < world; ++root) {
         names.insert(shmCheckName("broadcast", dtype, numel) + " from " + std::to_string(root));
       }
-      names.insert(shmCheckName("allGather", dtype, numel));
+      names.insert(shmCheckName("all_gather", dtype, numel));
       if (numel > kShmReduceScatterMaxNumel) continue;
       for (auto op : shmReduceScatterOps()) {
-        const std::string what = shmCheckName("reduceScatter", dtype, numel) + " " + toString(op);
+        const std::string what = shmCheckName("reduce_scatter", dtype, numel) + " " + to_string(op);
         names.insert(what + " (shm vs gloo)");
         names.insert(what + " (closed form)");
       }
     }
   }
-  names.insert(shmCheckName("reduceScatter", at::kFloat, shmSeveralRoundsNumel(world)) +
+  names.insert(shmCheckName("reduce_scatter", at::kFloat, shmSeveralRoundsNumel(world)) +
                " sum, several rounds");
   for (auto op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-    const std::string what = shmCheckName("allReduce", at::kFloat, kShmBigNumel) + " " + toString(op);
+    const std::string what =
+        shmCheckName("all_reduce", at::kFloat, kShmBigNumel) + " " + to_string(op);
     names.insert(what + " (shm vs gloo)");
     names.insert(what + " (closed form)");
   }
@@ -86,10 +87,10 @@ inline std::set<std::string> shmAgainstGlooCheckNames(int world) {
 
 /// One collective of the stress plan.
 struct StressCollective {
-  std::string kind;  // "allReduce" (sum), "broadcast" or "allGather"
+  std::string kind;  // "all_reduce" (sum), "broadcast" or "all_gather"
   at::ScalarType dtype;
   int64_t numel;
-  int root;  // of a broadcast
+  int root;          // of a broadcast
   std::string name;  // "stress I.K <kind> <dtype> x<numel>"
 };
 
@@ -106,7 +107,7 @@ inline std::vector<std::vector<StressCollective>> stressPlan(int iterations, int
     for (int k = 0; k < batch; ++k) {
       StressCollective c;
       c.numel = size_of(random);
-      c.kind = std::vector<std::string>{"allReduce", "broadcast", "allGather"}[kind_of(random)];
+      c.kind = std::vector<std::string>{"all_reduce", "broadcast", "all_gather"}[kind_of(random)];
       c.dtype = dtypes[(i + k) % dtypes.size()];
       c.root = (i + k) % world;
       c.name = "stress " + std::to_string(i) + "." + std::to_string(k) + " " +

@@ -88,7 +88,8 @@ TEST(ShmAuto, PicksSharedMemoryOnOneNode) {
   auto results = runRanks(2, {"topology"});
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << describe(results);
-    EXPECT_NE(r.output.find("backend=" + autoBackendName("shm")), std::string::npos) << describe(results);
+    EXPECT_NE(r.output.find("backend=" + autoBackendName("shm")), std::string::npos)
+        << describe(results);
     EXPECT_NE(r.output.find("sum of ranks=1"), std::string::npos) << describe(results);
   }
 }
@@ -98,7 +99,8 @@ TEST(ShmHierarchical, AutoPicksItAcrossNodesAndEveryCollectiveIsRight) {
   expectChecks(results, collectiveCheckNames(4));
   auto topology = runRanks(4, {"topology"}, onNodes(2));
   for (const auto& r : topology) {
-    EXPECT_NE(r.output.find("backend=" + autoBackendName("hierarchical(shm,gloo)")), std::string::npos)
+    EXPECT_NE(r.output.find("backend=" + autoBackendName("hierarchical(shm,gloo)")),
+              std::string::npos)
         << describe(topology);
   }
 }
@@ -121,7 +123,8 @@ TEST(ShmHierarchical, DistributedDataParallelTrainsAsOneProcess) {
 }
 
 TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
-  auto results = runRanks(2, {"topology", "--backend", "shm"}, onNodes(2), std::chrono::seconds(30));
+  auto results =
+      runRanks(2, {"topology", "--backend", "shm"}, onNodes(2), std::chrono::seconds(30));
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kConfig)) << describe(results);
     EXPECT_NE(r.output.find("backend 'shm' needs every rank on one node, but the 2 ranks are "
@@ -138,10 +141,11 @@ TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
                           torchrunEnvironment, std::chrono::seconds(40));
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
   EXPECT_EQ(results[0].exit_code, kCollective) << describe(results);
-  EXPECT_NE(results[0].output.find("shm allReduce(sum) of 1024 float32 elements on rank 0 of 2 failed: "
-                                   "rank 1 (pid " + std::to_string(results[1].pid) +
-                                   ") exited without reaching it"),
-            std::string::npos)
+  EXPECT_NE(
+      results[0].output.find("shm all_reduce(sum) of 1024 float32 elements on rank 0 of 2 failed: "
+                             "rank 1 (pid " +
+                             std::to_string(results[1].pid) + ") exited without reaching it"),
+      std::string::npos)
       << describe(results);
   // Noticed before the timeout, not by it (a hang is the harness's deadline).
   EXPECT_GE(failedAfterMs(results[0]), 0) << describe(results);

@@ -45,7 +45,11 @@ bool contains(const std::string& text, const std::string& part) {
 
 // The message of the SnapshotError `body` throws ("" if none).
 std::string snapshotError(const std::function<void()>& body) {
-  try { body(); } catch (const ddp::SnapshotError& e) { return e.what(); }
+  try {
+    body();
+  } catch (const ddp::SnapshotError& e) {
+    return e.what();
+  }
   return "";
 }
 
@@ -67,7 +71,8 @@ void expectModulesEqual(torch::nn::Module& a, torch::nn::Module& b) {
     auto ta = parameters ? a.named_parameters() : a.named_buffers();
     auto tb = parameters ? b.named_parameters() : b.named_buffers();
     ASSERT_EQ(ta.size(), tb.size());
-    for (const auto& item : ta) EXPECT_TRUE(torch::equal(item.value(), tb[item.key()])) << item.key();
+    for (const auto& item : ta)
+      EXPECT_TRUE(torch::equal(item.value(), tb[item.key()])) << item.key();
   }
 }
 
@@ -92,8 +97,8 @@ class SnapshotTest : public ::testing::Test {
  protected:
   void SetUp() override {
     static int counter = 0;
-    dir_ = fs::temp_directory_path() / ("ddp_snapshot_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter++));
+    dir_ = fs::temp_directory_path() /
+           ("ddp_snapshot_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::create_directories(dir_);
     group_ = ddp::init(ddp::InitOptions(), ddp::EnvironmentMap{});
   }
@@ -126,7 +131,8 @@ class SnapshotTest : public ::testing::Test {
 TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
   torch::manual_seed(1);
   Mlp model(6, 16, 3);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+  torch::optim::SGD optimizer(model->parameters(),
+                              torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
   torch::optim::StepLR scheduler(optimizer, /*step_size=*/2, /*gamma=*/0.5);
   trainMlp(model, optimizer, 5, &scheduler);
   ddp::TrainingState saved = bound(*model, &optimizer, &scheduler);
@@ -134,14 +140,16 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
   saved.step_in_epoch = 7;
   saved.counters = {{"global_step", 5}, {"sampler_offset", 40}};
   saved.metadata = {{"run", "abc"}, {"note", "x=1; y=\"2\""}};
-  saved.extra_tensors = {{"scale", torch::full({1}, 65536.0)}, {"growth", torch::tensor({3}, torch::kInt)}};
+  saved.extra_tensors = {{"scale", torch::full({1}, 65536.0)},
+                         {"growth", torch::tensor({3}, torch::kInt)}};
   std::string path = manager().save(saved);
   EXPECT_EQ(fs::path(path).filename(), "snapshot-000000000001.ddpsnap");
   at::Tensor expected_draws = torch::rand({5});
 
   torch::manual_seed(99);
   Mlp fresh(6, 16, 3);
-  torch::optim::SGD fresh_optimizer(fresh->parameters(), torch::optim::SGDOptions(1.0).momentum(0.9));
+  torch::optim::SGD fresh_optimizer(fresh->parameters(),
+                                    torch::optim::SGDOptions(1.0).momentum(0.9));
   torch::optim::StepLR fresh_scheduler(fresh_optimizer, 2, 0.5);
   ASSERT_FALSE(torch::equal(model->fc1->weight, fresh->fc1->weight));
   at::Tensor scale_alias = torch::zeros({1});
@@ -152,11 +160,14 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
   EXPECT_TRUE(torch::equal(torch::rand({5}), expected_draws));  // RNG restored
   expectModulesEqual(*model, *fresh);
   for (size_t i = 0; i < model->parameters().size(); ++i) {
-    EXPECT_TRUE(torch::equal(paramState<torch::optim::SGDParamState>(optimizer, i).momentum_buffer(),
-                             paramState<torch::optim::SGDParamState>(fresh_optimizer, i).momentum_buffer()));
+    EXPECT_TRUE(torch::equal(
+        paramState<torch::optim::SGDParamState>(optimizer, i).momentum_buffer(),
+        paramState<torch::optim::SGDParamState>(fresh_optimizer, i).momentum_buffer()));
   }
-  const auto& want = static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups()[0].options());
-  const auto& got = static_cast<const torch::optim::SGDOptions&>(fresh_optimizer.param_groups()[0].options());
+  const auto& want =
+      static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups()[0].options());
+  const auto& got =
+      static_cast<const torch::optim::SGDOptions&>(fresh_optimizer.param_groups()[0].options());
   EXPECT_EQ(want.lr(), 0.1 * 0.5 * 0.5);  // StepLR changed it twice in 5 steps
   EXPECT_TRUE(want == got);
   EXPECT_EQ(ddp::detail::schedulerStepCount(fresh_scheduler), 5u);
@@ -176,7 +187,8 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
 TEST_F(SnapshotTest, RoundTripConvNetBatchNormBuffersAndAdam) {
   torch::manual_seed(2);
   ConvNet model;
-  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3).amsgrad(true).betas({0.8, 0.95}));
+  torch::optim::Adam optimizer(model->parameters(),
+                               torch::optim::AdamOptions(1e-3).amsgrad(true).betas({0.8, 0.95}));
   for (int i = 0; i < 3; ++i) {
     optimizer.zero_grad();
     auto logits = model->forward(torch::rand({4, 1, 28, 28}));
@@ -202,8 +214,9 @@ TEST_F(SnapshotTest, RoundTripConvNetBatchNormBuffersAndAdam) {
     EXPECT_TRUE(torch::equal(a.exp_avg_sq(), b.exp_avg_sq()));
     EXPECT_TRUE(torch::equal(a.max_exp_avg_sq(), b.max_exp_avg_sq()));
   }
-  EXPECT_TRUE(static_cast<const torch::optim::AdamOptions&>(optimizer.param_groups()[0].options()) ==
-              static_cast<const torch::optim::AdamOptions&>(fresh_optimizer.param_groups()[0].options()));
+  EXPECT_TRUE(
+      static_cast<const torch::optim::AdamOptions&>(optimizer.param_groups()[0].options()) ==
+      static_cast<const torch::optim::AdamOptions&>(fresh_optimizer.param_groups()[0].options()));
 }
 
 // Save, go on 3 steps; a fresh program resumes and goes on 3 steps alike.
@@ -212,8 +225,10 @@ TEST_F(SnapshotTest, EveryOptimizerContinuesBitExactly) {
   std::vector<std::function<Optimizer(Mlp&)>> optimizers = {
       [](Mlp& m) { return std::make_unique<torch::optim::Adam>(m->parameters()); },
       [](Mlp& m) { return std::make_unique<torch::optim::AdamW>(m->parameters()); },
-      [](Mlp& m) { return std::make_unique<torch::optim::RMSprop>(
-                       m->parameters(), torch::optim::RMSpropOptions(1e-2).momentum(0.5).centered(true)); },
+      [](Mlp& m) {
+        return std::make_unique<torch::optim::RMSprop>(
+            m->parameters(), torch::optim::RMSpropOptions(1e-2).momentum(0.5).centered(true));
+      },
       [](Mlp& m) { return std::make_unique<torch::optim::Adagrad>(m->parameters()); }};
   for (const auto& make : optimizers) {
     SCOPED_TRACE(&make - optimizers.data());
@@ -261,7 +276,8 @@ TEST_F(SnapshotTest, ContinuationAfterRestartIsBitIdentical) {
   };
   auto straight = run(false), resumed = run(true);
   ASSERT_EQ(straight.size(), resumed.size());
-  for (size_t i = 0; i < straight.size(); ++i) EXPECT_TRUE(torch::equal(straight[i], resumed[i])) << i;
+  for (size_t i = 0; i < straight.size(); ++i)
+    EXPECT_TRUE(torch::equal(straight[i], resumed[i])) << i;
 }
 
 TEST_F(SnapshotTest, KeepsTheNewestKeepLastAndNoTemporaryFiles) {
@@ -275,16 +291,22 @@ TEST_F(SnapshotTest, KeepsTheNewestKeepLastAndNoTemporaryFiles) {
   std::vector<std::string> names;  // and nothing else, no temporary files
   for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"snapshot-000000000004.ddpsnap", "snapshot-000000000005.ddpsnap"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"snapshot-000000000004.ddpsnap",
+                                             "snapshot-000000000005.ddpsnap"}));
 }
 
 TEST_F(SnapshotTest, CorruptNewestIsSkippedWithAWarningNamingIt) {
-  struct Damage { const char* name; const char* expected; std::function<void(Bytes&)> apply; };
+  struct Damage {
+    const char* name;
+    const char* expected;
+    std::function<void(Bytes&)> apply;
+  };
   std::vector<Damage> damages = {
       {"flipped payload byte", "payload is corrupt", [](Bytes& b) { b[b.size() / 2] ^= 0x5a; }},
       {"flipped header byte", "header is corrupt", [](Bytes& b) { b[17] ^= 0x01; }},
       {"truncated", "truncated", [](Bytes& b) { b.resize(b.size() / 2); }},
-      {"no end marker", "no end marker", [](Bytes& b) { std::memset(b.data() + b.size() - 8, 0, 8); }},
+      {"no end marker", "no end marker",
+       [](Bytes& b) { std::memset(b.data() + b.size() - 8, 0, 8); }},
   };
   for (const auto& damage : damages) {
     SCOPED_TRACE(damage.name);
@@ -299,7 +321,7 @@ TEST_F(SnapshotTest, CorruptNewestIsSkippedWithAWarningNamingIt) {
     std::string warnings = testing::internal::GetCapturedStderr();
     EXPECT_TRUE(contains(warnings, newest)) << warnings;
     EXPECT_TRUE(contains(warnings, damage.expected)) << warnings;
-    EXPECT_TRUE(contains(snapshotError([&] { ddp::readSnapshotFile(newest); }), damage.expected));
+    EXPECT_TRUE(contains(snapshotError([&] { ddp::read_snapshot_file(newest); }), damage.expected));
   }
 }
 
@@ -311,11 +333,12 @@ TEST_F(SnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
   writeBytes(random, noise);
   writeBytes(empty, {});
   for (const auto& path : {random, empty}) {
-    std::string message = snapshotError([&] { ddp::readSnapshotFile(path); });
+    std::string message = snapshotError([&] { ddp::read_snapshot_file(path); });
     EXPECT_TRUE(contains(message, path)) << message;
     EXPECT_TRUE(contains(message, "is not a ddp snapshot")) << message;
   }
-  EXPECT_TRUE(contains(snapshotError([&] { ddp::readSnapshotFile(dir_ + "/missing"); }), "cannot open"));
+  EXPECT_TRUE(
+      contains(snapshotError([&] { ddp::read_snapshot_file(dir_ + "/missing"); }), "cannot open"));
 }
 
 TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouched) {
@@ -326,7 +349,8 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
   ddp::TrainingState state = bound(*other);
   std::string message = snapshotError([&] { manager().resume(state); });
   EXPECT_TRUE(contains(message, path)) << message;
-  EXPECT_TRUE(contains(message, "'fc1.weight' is [16, 6] float32 in the snapshot but [32, 6] float32"))
+  EXPECT_TRUE(
+      contains(message, "'fc1.weight' is [16, 6] float32 in the snapshot but [32, 6] float32"))
       << message;
   EXPECT_TRUE(torch::equal(before, other->fc1->weight));
   EXPECT_TRUE(state.counters.empty());
@@ -336,7 +360,8 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
   state.model = same.ptr().get();
   state.optimizer = &adam;
   at::Tensor same_before = same->fc1->weight.clone();
-  message = snapshotError([&] { ddp::restoreTrainingState(ddp::readSnapshotFile(path), state); });
+  message =
+      snapshotError([&] { ddp::restore_training_state(ddp::read_snapshot_file(path), state); });
   EXPECT_TRUE(contains(message, "of type sgd, this one is adam")) << message;
   EXPECT_TRUE(torch::equal(same_before, same->fc1->weight));
 
@@ -351,17 +376,21 @@ TEST_F(SnapshotTest, FileLayoutHeaderRecordsAndEndMarker) {
   Bytes bytes = readBytes(path);
   ASSERT_GT(bytes.size(), 72u);
   EXPECT_EQ(std::string(bytes.data(), 8), "DDPSNAP1");
-  auto u32 = [&](size_t offset) { uint32_t v; std::memcpy(&v, bytes.data() + offset, 4); return v; };
+  auto u32 = [&](size_t offset) {
+    uint32_t v;
+    std::memcpy(&v, bytes.data() + offset, 4);
+    return v;
+  };
   EXPECT_EQ(u32(8), 1u);    // format version
   EXPECT_EQ(u32(12), 64u);  // header size
   EXPECT_EQ(u32(16), 1u);   // world size
   EXPECT_EQ(std::string(bytes.data() + bytes.size() - 8, 8), "DDPSEND1");
-  ddp::SnapshotFile file = ddp::readSnapshotFile(path);
+  ddp::SnapshotFile file = ddp::read_snapshot_file(path);
   EXPECT_EQ(file.sequence, 1u);
   EXPECT_EQ(file.world_size, 1u);
-  for (const char* name : {"model/param/fc1.weight", "model/param/fc3.bias",
-                           "optim/g0/p0/momentum_buffer", "optim/g0/p5/momentum_buffer",
-                           "rng/rank0/cpu"}) {
+  for (const char* name :
+       {"model/param/fc1.weight", "model/param/fc3.bias", "optim/g0/p0/momentum_buffer",
+        "optim/g0/p5/momentum_buffer", "rng/rank0/cpu"}) {
     EXPECT_EQ(file.tensors.count(name), 1u) << name;
   }
   EXPECT_TRUE(contains(file.scalars_json, "\"global_step\": 42")) << file.scalars_json;
@@ -404,8 +433,10 @@ TEST_F(SnapshotTest, TwoRanksSaveOnRankZeroAndResumeTogether) {
   at::Tensor weights[2];
   auto rank_main = [&](int rank) {
     try {
-      ddp::EnvironmentMap env = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
-                                 {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+      ddp::EnvironmentMap env = {{"RANK", std::to_string(rank)},
+                                 {"WORLD_SIZE", "2"},
+                                 {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(port)}};
       auto group = ddp::init(ddp::InitOptions().backend("gloo"), env);
       ddp::SnapshotManager snapshots(group, ddp::SnapshotOptions(dir_));
       Mlp model(6, 16, 3), fresh(6, 16, 3);
@@ -428,7 +459,7 @@ TEST_F(SnapshotTest, TwoRanksSaveOnRankZeroAndResumeTogether) {
   EXPECT_EQ(paths[0], paths[1]);
   ASSERT_TRUE(weights[0].defined() && weights[1].defined());
   EXPECT_TRUE(torch::equal(weights[0], weights[1]));
-  ddp::SnapshotFile file = ddp::readSnapshotFile(paths[0]);
+  ddp::SnapshotFile file = ddp::read_snapshot_file(paths[0]);
   EXPECT_EQ(file.world_size, 2u);
   EXPECT_EQ(file.tensors.count("rng/rank0/cpu") + file.tensors.count("rng/rank1/cpu"), 2u);
   for (const auto& error : errors) EXPECT_TRUE(contains(error, "ranks disagree")) << error;
@@ -436,9 +467,12 @@ TEST_F(SnapshotTest, TwoRanksSaveOnRankZeroAndResumeTogether) {
 
 TEST_F(SnapshotTest, OptionsAreValidated) {
   EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions("")), ddp::ConfigError);
-  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).keep_last(0)), ddp::ConfigError);
-  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).prefix("a/b")), ddp::ConfigError);
-  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).prefix(".x")), ddp::ConfigError);
+  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).keep_last(0)),
+               ddp::ConfigError);
+  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).prefix("a/b")),
+               ddp::ConfigError);
+  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).prefix(".x")),
+               ddp::ConfigError);
   EXPECT_THROW(ddp::SnapshotManager(nullptr, ddp::SnapshotOptions(dir_)), ddp::ConfigError);
 }
 

@@ -74,7 +74,7 @@ class Checker {
   // The sum over ranks of this rank's tensor (a weight gradient's share).
   torch::Tensor sumOverRanks(const torch::Tensor& t) const {
     torch::Tensor total = t.detach().clone().contiguous();
-    group_->allReduce(total, ReduceOp::kSum);
+    group_->all_reduce(total, ReduceOp::kSum);
     return total;
   }
 
@@ -99,7 +99,8 @@ class Checker {
       sync->weight.copy_(ref_params["weight"]);
       sync->bias.copy_(ref_params["bias"]);
     }
-    const int64_t total = std::accumulate(c.batch_per_rank.begin(), c.batch_per_rank.end(), int64_t{0});
+    const int64_t total =
+        std::accumulate(c.batch_per_rank.begin(), c.batch_per_rank.end(), int64_t{0});
     std::vector<int64_t> shape{total, channels};
     shape.insert(shape.end(), c.spatial.begin(), c.spatial.end());
     for (int step = 0; step < 3; ++step) {
@@ -164,7 +165,9 @@ class Checker {
   // One sample per rank: fine in any group (a rank adds L values per
   // channel); an error only when all ranks together hold one value.
   void oneSamplePerRank() {
-    layer({"one (N=1, C, L) sample per rank", {4}, std::vector<int64_t>(world_, 1),
+    layer({"one (N=1, C, L) sample per rank",
+           {4},
+           std::vector<int64_t>(world_, 1),
            nn::BatchNormOptions(3)});
     if (world_ > 1) return;
     SyncBatchNorm sync(nn::BatchNormOptions(3), group_);
@@ -188,13 +191,20 @@ class Checker {
     return {
         {"(N,C) equal batches", {}, equal, nn::BatchNormOptions(5)},
         {"(N,C) unequal batches", {}, unequal, nn::BatchNormOptions(5)},
-        {"(N,C,L) unequal batches, momentum 0.3", {7}, unequal, nn::BatchNormOptions(4).momentum(0.3)},
+        {"(N,C,L) unequal batches, momentum 0.3",
+         {7},
+         unequal,
+         nn::BatchNormOptions(4).momentum(0.3)},
         {"(N,C,H,W) equal batches", {5, 6}, equal, nn::BatchNormOptions(3)},
-        {"(N,C,H,W) unequal batches, cumulative average", {4, 3}, unequal,
+        {"(N,C,H,W) unequal batches, cumulative average",
+         {4, 3},
+         unequal,
          nn::BatchNormOptions(3).momentum(c10::nullopt)},
         {"(N,C,D,H,W) unequal batches", {3, 4, 2}, unequal, nn::BatchNormOptions(2)},
         {"(N,C,H,W) no affine", {3, 3}, unequal, nn::BatchNormOptions(3).affine(false)},
-        {"(N,C,L) no running statistics", {5}, unequal,
+        {"(N,C,L) no running statistics",
+         {5},
+         unequal,
          nn::BatchNormOptions(2).track_running_stats(false)},
     };
   }
@@ -267,7 +277,8 @@ class Checker {
     }
     auto got = net->parameters(), expected = reference->parameters();
     float worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = maxKeepingNaN(worst, relativeError(got[i], expected[i]));
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = maxKeepingNaN(worst, relativeError(got[i], expected[i]));
     record("SyncBatchNorm ConvNet under DDP trains as one process on the whole batch",
            worst <= kTolerance, "max relative error " + std::to_string(worst));
     auto got_buffers = net->buffers(), expected_buffers = reference->buffers();

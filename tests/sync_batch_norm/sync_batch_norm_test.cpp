@@ -42,16 +42,15 @@ std::set<std::string> syncBatchNormChecks(int world) {
     std::string name;
     bool affine, running_statistics;
   };
-  const std::vector<LayerCase> cases{
-      {"(N,C) equal batches", true, true},
-      {"(N,C) unequal batches", true, true},
-      {"(N,C,L) unequal batches, momentum 0.3", true, true},
-      {"(N,C,H,W) equal batches", true, true},
-      {"(N,C,H,W) unequal batches, cumulative average", true, true},
-      {"(N,C,D,H,W) unequal batches", true, true},
-      {"(N,C,H,W) no affine", false, true},
-      {"(N,C,L) no running statistics", true, false},
-      {"one (N=1, C, L) sample per rank", true, true}};
+  const std::vector<LayerCase> cases{{"(N,C) equal batches", true, true},
+                                     {"(N,C) unequal batches", true, true},
+                                     {"(N,C,L) unequal batches, momentum 0.3", true, true},
+                                     {"(N,C,H,W) equal batches", true, true},
+                                     {"(N,C,H,W) unequal batches, cumulative average", true, true},
+                                     {"(N,C,D,H,W) unequal batches", true, true},
+                                     {"(N,C,H,W) no affine", false, true},
+                                     {"(N,C,L) no running statistics", true, false},
+                                     {"one (N=1, C, L) sample per rank", true, true}};
   std::set<std::string> names;
   for (const auto& c : cases) {
     for (int step = 0; step < 3; ++step) {
@@ -144,7 +143,8 @@ TEST(SyncBatchNormConvert, ChildrenOfSequentialModuleListAndModuleDictAreReplace
 }
 
 struct HoldsAMemberImpl : nn::Module {
-  nn::Sequential body{register_module("body", nn::Sequential(nn::Linear(3, 3), nn::BatchNorm1d(3)))};
+  nn::Sequential body{
+      register_module("body", nn::Sequential(nn::Linear(3, 3), nn::BatchNorm1d(3)))};
   nn::BatchNorm1d norm{register_module("norm", nn::BatchNorm1d(3))};
   torch::Tensor forward(torch::Tensor x) { return norm(body->forward(x)); }
 };
@@ -152,9 +152,10 @@ TORCH_MODULE(HoldsAMember);
 
 TEST(SyncBatchNormConvert, BatchNormHeldAsAMemberIsAnErrorNamingItAndNothingChanges) {
   HoldsAMember model;
-  auto message = errorOf<InvalidArgumentError>(
-      [&] { convert_sync_batchnorm(model.ptr(), groupOfOne()); });
-  EXPECT_NE(message.find("the batch-norm layer 'norm' is a child of a"), std::string::npos) << message;
+  auto message =
+      errorOf<InvalidArgumentError>([&] { convert_sync_batchnorm(model.ptr(), groupOfOne()); });
+  EXPECT_NE(message.find("the batch-norm layer 'norm' is a child of a"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("which is not a Sequential, ModuleList or ModuleDict"), std::string::npos);
   EXPECT_NE(message.find("Nothing was converted"), std::string::npos);
   EXPECT_NE(model->body->ptr(1)->as<nn::BatchNorm1dImpl>(), nullptr);
@@ -164,8 +165,9 @@ TEST(SyncBatchNormOptions, InvalidValuesAreNamed) {
   auto make = [](nn::BatchNormOptions options, std::shared_ptr<ProcessGroup> group) {
     return [=] { SyncBatchNorm layer(options, group); };
   };
-  EXPECT_NE(errorOf<ConfigError>(make(nn::BatchNormOptions(3), nullptr)).find("process group is null"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf<ConfigError>(make(nn::BatchNormOptions(3), nullptr)).find("process group is null"),
+      std::string::npos);
   EXPECT_NE(errorOf<ConfigError>(make(nn::BatchNormOptions(0), groupOfOne()))
                 .find("num_features is 0; it must be the (positive) number of channels"),
             std::string::npos);
@@ -179,14 +181,17 @@ TEST(SyncBatchNormOptions, InvalidValuesAreNamed) {
 
 TEST(SyncBatchNormInput, WrongRankOrChannelCountIsAnErrorNamingIt) {
   SyncBatchNorm layer(nn::BatchNormOptions(3), groupOfOne());
-  EXPECT_NE(errorOf<InvalidArgumentError>([&] { layer->forward(torch::randn({3})); })
-                .find("expected an input of 2 to 5 dimensions"),
+  EXPECT_NE(errorOf<InvalidArgumentError>([&] {
+              layer->forward(torch::randn({3}));
+            }).find("expected an input of 2 to 5 dimensions"),
             std::string::npos);
-  EXPECT_NE(errorOf<InvalidArgumentError>([&] { layer->forward(torch::randn({1, 3, 1, 1, 1, 2})); })
-                .find("got 6 dimensions [1, 3, 1, 1, 1, 2]"),
+  EXPECT_NE(errorOf<InvalidArgumentError>([&] {
+              layer->forward(torch::randn({1, 3, 1, 1, 1, 2}));
+            }).find("got 6 dimensions [1, 3, 1, 1, 1, 2]"),
             std::string::npos);
-  EXPECT_NE(errorOf<InvalidArgumentError>([&] { layer->forward(torch::randn({4, 2, 5})); })
-                .find("the input has 2 channels (dimension 1) but the layer was built for 3"),
+  EXPECT_NE(errorOf<InvalidArgumentError>([&] {
+              layer->forward(torch::randn({4, 2, 5}));
+            }).find("the input has 2 channels (dimension 1) but the layer was built for 3"),
             std::string::npos);
 }
 
@@ -200,8 +205,9 @@ TEST(SyncBatchNormModule, CloneIsIndependentAndPrettyPrintNamesTheOptions) {
   EXPECT_EQ(copy->num_batches_tracked.item<int64_t>(), 1);
   std::ostringstream text;
   text << *layer;
-  EXPECT_EQ(text.str(), "ddp::SyncBatchNorm(2, eps=1e-05, momentum=None, affine=true, "
-                        "track_running_stats=true, world_size=1)");
+  EXPECT_EQ(text.str(),
+            "ddp::SyncBatchNorm(2, eps=1e-05, momentum=None, affine=true, "
+            "track_running_stats=true, world_size=1)");
 }
 
 // O1/O2 feed 16-bit activations into float32 batch norm: the output keeps

@@ -23,14 +23,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string backend = argc > 2 ? argv[2] : "gloo";
-    auto group = ddp::init(ddp::InitOptions().backend(backend).collective_timeout(
-        std::chrono::seconds(30)));
+    auto group =
+        ddp::init(ddp::InitOptions().backend(backend).collective_timeout(std::chrono::seconds(30)));
     const int failed = ddp::testing::checkSyncBatchNorm(group);
     if (failed > 0) std::cout << "rank " << group->rank() << ": " << failed << " check(s) failed\n";
     return failed > 0 ? 1 : 0;
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   } catch (const std::exception& e) {
     std::cerr << "unexpected error: " << e.what() << std::endl;
     return 1;

@@ -16,32 +16,32 @@ namespace ddp::testing {
 class CountingGroup final : public ProcessGroup {
  public:
   explicit CountingGroup(std::shared_ptr<ProcessGroup> inner)
-      : ProcessGroup(inner->topology(), inner->collectiveTimeout()), inner_(std::move(inner)) {}
+      : ProcessGroup(inner->topology(), inner->collective_timeout()), inner_(std::move(inner)) {}
 
-  std::string backendName() const override { return "counting(" + inner_->backendName() + ")"; }
+  std::string backend_name() const override { return "counting(" + inner_->backend_name() + ")"; }
   /// Collectives issued so far.
   int64_t issued() const { return issued_.load(); }
 
  protected:
-  Work doAllReduce(const at::Tensor& tensor, ReduceOp op) override {
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
     ++issued_;
-    return inner_->allReduceAsync(tensor, op);
+    return inner_->all_reduce_async(tensor, op);
   }
-  Work doBroadcast(const at::Tensor& tensor, int root) override {
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
     ++issued_;
-    return inner_->broadcastAsync(tensor, root);
+    return inner_->broadcast_async(tensor, root);
   }
-  Work doAllGather(const at::Tensor& output, const at::Tensor& input) override {
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
     ++issued_;
-    return inner_->allGatherAsync(output, input);
+    return inner_->all_gather_async(output, input);
   }
-  Work doReduceScatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
     ++issued_;
-    return inner_->reduceScatterAsync(output, input, op);
+    return inner_->reduce_scatter_async(output, input, op);
   }
-  Work doBarrier() override {
+  Work do_barrier() override {
     ++issued_;
-    return inner_->barrierAsync();
+    return inner_->barrier_async();
   }
 
  private:

@@ -62,23 +62,20 @@ TEST_P(TimelineRecording, TwoRanksWriteOneEventPerCollective) {
   auto results = runRanks(2, {"record", GetParam()}, withTimeline(dir.file("tl-%r.json")),
                           std::chrono::seconds(120));
   // The worker's checks of its own file (timeline_worker.cpp, record()).
-  expectChecks(results,
-               {"DDP_TIMELINE started the timeline",
-                "the file parses as a JSON array while recording",
-                "one event per collective",
-                "eventsWritten() counts them",
-                "one ddp.bucket event per DDP bucket reduced",
-                "one fusion-buffer all-reduce per fused step",
-                "one all-reduce per gradient without fusion",
-                "broadcast_parameters: a fingerprint all-reduce and one broadcast, twice",
-                "broadcast_optimizer_state: two agreements, the description (2) and the state (1), "
-                "twice",
-                "a NameScope names",
-                "collectives outside any scope are named by their operation",
-                "no two events overlap on a lane",
-                "every event has pid = rank, a wall-clock ts and dur >= 0",
-                "the one Work never waited on is marked waited=false",
-                "the first event describes a 1000-element float32 sum"});
+  expectChecks(
+      results,
+      {"DDP_TIMELINE started the timeline", "the file parses as a JSON array while recording",
+       "one event per collective", "events_written() counts them",
+       "one ddp.bucket event per DDP bucket reduced", "one fusion-buffer all-reduce per fused step",
+       "one all-reduce per gradient without fusion",
+       "broadcast_parameters: a fingerprint all-reduce and one broadcast, twice",
+       "broadcast_optimizer_state: two agreements, the description (2) and the state (1), "
+       "twice",
+       "a NameScope names", "collectives outside any scope are named by their operation",
+       "no two events overlap on a lane",
+       "every event has pid = rank, a wall-clock ts and dur >= 0",
+       "the one Work never waited on is marked waited=false",
+       "the first event describes a 1000-element float32 sum"});
   std::vector<std::string> files;
   int64_t total = 0;
   for (int rank = 0; rank < 2; ++rank) {
@@ -117,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(Timeline, TimelineRecording, ::testing::Values("gloo", 
 
 TEST(TimelineKilled, SigkillMidRunLeavesValidJson) {
   TempDir dir;
-  auto results =
-      runRanks(2, {"killed", "gloo"}, withTimeline(dir.file("tl-%r.json")), std::chrono::seconds(60));
+  auto results = runRanks(2, {"killed", "gloo"}, withTimeline(dir.file("tl-%r.json")),
+                          std::chrono::seconds(60));
   ASSERT_EQ(results[1].term_signal, SIGKILL) << describe(results);
   EXPECT_NE(results[0].exit_code, 0) << describe(results);
   EXPECT_FALSE(results[0].killed_at_deadline) << describe(results);
@@ -133,17 +130,15 @@ TEST(TimelineKilled, SigkillMidRunLeavesValidJson) {
 }
 
 TEST(TimelinePaths, RankReplacesPercentROrFollowsThePrefix) {
-  EXPECT_EQ(timeline::pathForRank("/tmp/t-%r.json", 3), "/tmp/t-3.json");
-  EXPECT_EQ(timeline::pathForRank("/tmp/%r/t-%r.json", 12), "/tmp/12/t-12.json");
-  EXPECT_EQ(timeline::pathForRank("/tmp/t-", 0), "/tmp/t-0.json");
+  EXPECT_EQ(timeline::path_for_rank("/tmp/t-%r.json", 3), "/tmp/t-3.json");
+  EXPECT_EQ(timeline::path_for_rank("/tmp/%r/t-%r.json", 12), "/tmp/12/t-12.json");
+  EXPECT_EQ(timeline::path_for_rank("/tmp/t-", 0), "/tmp/t-0.json");
   EXPECT_THROW(TimelineOptions(""), ConfigError);
 }
 
 class TimelineLocal : public ::testing::Test {
  protected:
-  void SetUp() override {
-    group_ = init(InitOptions().backend("gloo").rank(0).world_size(1));
-  }
+  void SetUp() override { group_ = init(InitOptions().backend("gloo").rank(0).world_size(1)); }
   void TearDown() override { timeline::stop(); }
 
   std::shared_ptr<ProcessGroup> group_;
@@ -153,19 +148,19 @@ class TimelineLocal : public ::testing::Test {
 TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
   timeline::start(*group_, TimelineOptions(dir_.file("t%r.json")));
   const std::string path = dir_.file("t0.json");
-  EXPECT_EQ(timeline::currentPath(), path);
+  EXPECT_EQ(timeline::current_path(), path);
   for (int i = 1; i <= 3; ++i) {
-    group_->allReduce(torch::ones({8}), ReduceOp::kSum);
+    group_->all_reduce(torch::ones({8}), ReduceOp::kSum);
     nlohmann::json trace = readTrace(path);
     ASSERT_TRUE(trace.is_array()) << "invalid after event " << i;
     EXPECT_EQ(completeEvents(trace).size(), static_cast<size_t>(i));
   }
   timeline::start(*group_, TimelineOptions(dir_.file("t%r.json")));  // same path: no-op
-  EXPECT_EQ(timeline::eventsWritten(), 3);
+  EXPECT_EQ(timeline::events_written(), 3);
   timeline::stop();
   EXPECT_FALSE(timeline::recording());
-  EXPECT_EQ(timeline::currentPath(), "");
-  group_->allReduce(torch::ones({8}), ReduceOp::kSum);  // not recorded
+  EXPECT_EQ(timeline::current_path(), "");
+  group_->all_reduce(torch::ones({8}), ReduceOp::kSum);  // not recorded
   EXPECT_EQ(completeEvents(readTrace(path)).size(), 3u);
 }
 
@@ -195,7 +190,7 @@ TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
   timeline::start(*group_, TimelineOptions(dir_.file("n%r.json")));
   {
     timeline::NameScope outer("outer");
-    group_->allReduce(torch::ones({2}));
+    group_->all_reduce(torch::ones({2}));
     {
       timeline::NameScope inner("inner");
       group_->broadcast(torch::ones({2}), 0);
@@ -206,18 +201,18 @@ TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
   {
     ddp::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
     ddp::detail::CollectiveName bucket("bucket", 7);
-    group_->allReduce(torch::ones({2}));
+    group_->all_reduce(torch::ones({2}));
   }
   {
     ddp::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
-    group_->allGather(torch::empty({2}), torch::ones({2}));
+    group_->all_gather(torch::empty({2}), torch::ones({2}));
   }
-  group_->reduceScatter(torch::empty({2}), torch::ones({2}), ReduceOp::kMax);
+  group_->reduce_scatter(torch::empty({2}), torch::ones({2}), ReduceOp::kMax);
   auto events = completeEvents(readTrace(dir_.file("n0.json")));
   std::vector<std::string> names;
   for (const auto& e : events) names.push_back(e.at("name"));
   EXPECT_EQ(names, (std::vector<std::string>{"outer", "inner", "outer", "bucket 7", "helper",
-                                             "reduceScatter(max)"}));
+                                             "reduce_scatter(max)"}));
   EXPECT_EQ(events[1].at("args").at("root"), 0);
   EXPECT_FALSE(events[2].at("args").contains("bytes"));  // a barrier carries no tensor
 }
@@ -226,7 +221,7 @@ TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
   auto counting = std::make_shared<CountingGroup>(group_);
   auto twice = std::make_shared<CountingGroup>(counting);
   timeline::start(*group_, TimelineOptions(dir_.file("c%r.json")));
-  twice->allReduce(torch::ones({4}));
+  twice->all_reduce(torch::ones({4}));
   twice->broadcast(torch::ones({4}), 0);
   counting->barrier();
   EXPECT_EQ(twice->issued(), 2);
@@ -240,20 +235,21 @@ TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
 // changes nothing.
 TEST_F(TimelineLocal, RecordsGroupsFromInitAndGroupsWrappedByRecorded) {
   auto decorated = std::dynamic_pointer_cast<timeline::detail::TimelineProcessGroup>(group_);
-  ASSERT_NE(decorated, nullptr) << "init() returned " << group_->backendName() << " undecorated";
-  EXPECT_EQ(group_->backendName(), "gloo");
+  ASSERT_NE(decorated, nullptr) << "init() returned " << group_->backend_name() << " undecorated";
+  EXPECT_EQ(group_->backend_name(), "gloo");
   EXPECT_EQ(timeline::recorded(group_), group_);
   EXPECT_THROW(timeline::recorded(nullptr), InvalidArgumentError);
 
   auto by_hand = std::make_shared<CountingGroup>(decorated->inner());
   timeline::start(*group_, TimelineOptions(dir_.file("d%r.json")));
-  by_hand->allReduce(torch::ones({4}));       // not recorded: not wrapped
-  group_->broadcast(torch::ones({4}), 0);     // recorded
+  by_hand->all_reduce(torch::ones({4}));   // not recorded: not wrapped
+  group_->broadcast(torch::ones({4}), 0);  // recorded
   auto wrapped = timeline::recorded(by_hand);
-  wrapped->allReduce(torch::ones({4}));       // recorded, once
+  wrapped->all_reduce(torch::ones({4}));  // recorded, once
   std::vector<std::string> names;
-  for (const auto& e : completeEvents(readTrace(dir_.file("d0.json")))) names.push_back(e.at("name"));
-  EXPECT_EQ(names, (std::vector<std::string>{"broadcast", "allReduce(sum)"}));
+  for (const auto& e : completeEvents(readTrace(dir_.file("d0.json"))))
+    names.push_back(e.at("name"));
+  EXPECT_EQ(names, (std::vector<std::string>{"broadcast", "all_reduce(sum)"}));
   EXPECT_EQ(by_hand->issued(), 2);
 }
 

@@ -36,9 +36,7 @@ struct MlpImpl : torch::nn::Module {
       : fc1(register_module("fc1", torch::nn::Linear(6, 8))),
         fc2(register_module("fc2", torch::nn::Linear(8, 8))),
         fc3(register_module("fc3", torch::nn::Linear(8, 2))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
   torch::nn::Linear fc1, fc2, fc3;
 };
 TORCH_MODULE(Mlp);
@@ -62,27 +60,28 @@ class Checks {
 // "name: got N, expected M" for a count check.
 std::string counted(const std::vector<nlohmann::json>& events, const std::string& prefix,
                     int64_t expected) {
-  return "'" + prefix + "' events: got " + std::to_string(ddp::testing::countNamed(events, prefix)) +
-         ", expected " + std::to_string(expected);
+  return "'" + prefix + "' events: got " +
+         std::to_string(ddp::testing::countNamed(events, prefix)) + ", expected " +
+         std::to_string(expected);
 }
 
 // User collectives: 9 in all, 8 outside any scope and 1 named.
 void userCollectives(ddp::ProcessGroup& group) {
   const int world = group.size();
   torch::Tensor values = torch::ones({1000});
-  group.allReduce(values, ddp::ReduceOp::kSum);
-  group.allReduceAsync(values, ddp::ReduceOp::kAverage).wait();
+  group.all_reduce(values, ddp::ReduceOp::kSum);
+  group.all_reduce_async(values, ddp::ReduceOp::kAverage).wait();
   group.broadcast(values, world - 1);
   torch::Tensor gathered = torch::empty({world * 1000});
-  group.allGather(gathered, values);
+  group.all_gather(gathered, values);
   torch::Tensor scattered = torch::empty({1000});
-  group.reduceScatter(scattered, gathered, ddp::ReduceOp::kSum);
+  group.reduce_scatter(scattered, gathered, ddp::ReduceOp::kSum);
   group.barrier();
   torch::Tensor never_waited = torch::ones({10}, torch::kLong);
-  { ddp::Work dropped = group.allReduceAsync(never_waited, ddp::ReduceOp::kMax); }
-  group.allReduce(torch::zeros({3}, torch::kDouble), ddp::ReduceOp::kMin);
+  { ddp::Work dropped = group.all_reduce_async(never_waited, ddp::ReduceOp::kMax); }
+  group.all_reduce(torch::zeros({3}, torch::kDouble), ddp::ReduceOp::kMin);
   ddp::timeline::NameScope scope("user.metrics");
-  group.allReduce(torch::ones({4}), ddp::ReduceOp::kSum);
+  group.all_reduce(torch::ones({4}), ddp::ReduceOp::kSum);
 }
 
 int64_t trainDdp(const std::shared_ptr<ddp::ProcessGroup>& group, int steps) {
@@ -120,7 +119,7 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   auto group = std::make_shared<CountingGroup>(real);
   Checks checks;
   checks.expect("DDP_TIMELINE started the timeline", ddp::timeline::recording(), "not recording");
-  const std::string path = ddp::timeline::currentPath();
+  const std::string path = ddp::timeline::current_path();
 
   userCollectives(*group);
   const int64_t ddp_buckets = trainDdp(group, 3);
@@ -134,12 +133,12 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   checks.expect("the file parses as a JSON array while recording", trace.is_array(),
                 "it does not: " + path);
   auto events = ddp::testing::completeEvents(trace);
-  checks.expect("one event per collective", static_cast<int64_t>(events.size()) == issued,
-                std::to_string(events.size()) + " events, " + std::to_string(issued) +
-                    " collectives issued");
-  checks.expect("eventsWritten() counts them", ddp::timeline::eventsWritten() == issued,
-                std::to_string(ddp::timeline::eventsWritten()) + ", expected " +
-                    std::to_string(issued));
+  checks.expect(
+      "one event per collective", static_cast<int64_t>(events.size()) == issued,
+      std::to_string(events.size()) + " events, " + std::to_string(issued) + " collectives issued");
+  checks.expect(
+      "events_written() counts them", ddp::timeline::events_written() == issued,
+      std::to_string(ddp::timeline::events_written()) + ", expected " + std::to_string(issued));
   checks.expect("one ddp.bucket event per DDP bucket reduced",
                 ddp::testing::countNamed(events, "ddp.bucket ") == ddp_buckets,
                 counted(events, "ddp.bucket ", ddp_buckets));
@@ -152,26 +151,27 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   checks.expect("broadcast_parameters: a fingerprint all-reduce and one broadcast, twice",
                 ddp::testing::countNamed(events, "hvd.broadcast_parameters") == 2 * 2,
                 counted(events, "hvd.broadcast_parameters", 2 * 2));
-  checks.expect("broadcast_optimizer_state: two agreements, the description (2) and the "
-                "state (1), twice",
-                ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
-                counted(events, "hvd.broadcast_optimizer_state", 2 * 5));
+  checks.expect(
+      "broadcast_optimizer_state: two agreements, the description (2) and the "
+      "state (1), twice",
+      ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
+      counted(events, "hvd.broadcast_optimizer_state", 2 * 5));
   checks.expect("a NameScope names", ddp::testing::countNamed(events, "user.metrics") == 1,
                 counted(events, "user.metrics", 1));
   std::string unscoped;
-  for (const char* op : {"allReduce(sum)", "allReduce(average)", "allReduce(max)",
-                         "allReduce(min)", "broadcast", "allGather", "reduceScatter(sum)",
-                         "barrier"}) {
+  for (const char* op :
+       {"all_reduce(sum)", "all_reduce(average)", "all_reduce(max)", "all_reduce(min)", "broadcast",
+        "all_gather", "reduce_scatter(sum)", "barrier"}) {
     unscoped += std::string(unscoped.empty() ? "" : "; ") + counted(events, op, 1);
   }
   checks.expect("collectives outside any scope are named by their operation",
-                ddp::testing::countNamed(events, "allReduce(sum)") == 1 &&
-                    ddp::testing::countNamed(events, "allReduce(average)") == 1 &&
-                    ddp::testing::countNamed(events, "allReduce(max)") == 1 &&
-                    ddp::testing::countNamed(events, "allReduce(min)") == 1 &&
+                ddp::testing::countNamed(events, "all_reduce(sum)") == 1 &&
+                    ddp::testing::countNamed(events, "all_reduce(average)") == 1 &&
+                    ddp::testing::countNamed(events, "all_reduce(max)") == 1 &&
+                    ddp::testing::countNamed(events, "all_reduce(min)") == 1 &&
                     ddp::testing::countNamed(events, "broadcast") == 1 &&
-                    ddp::testing::countNamed(events, "allGather") == 1 &&
-                    ddp::testing::countNamed(events, "reduceScatter(sum)") == 1 &&
+                    ddp::testing::countNamed(events, "all_gather") == 1 &&
+                    ddp::testing::countNamed(events, "reduce_scatter(sum)") == 1 &&
                     ddp::testing::countNamed(events, "barrier") == 1,
                 unscoped);
   checks.expect("no two events overlap on a lane", ddp::testing::firstOverlap(events).empty(),
@@ -192,7 +192,8 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   checks.expect("the first event describes a 1000-element float32 sum",
                 first.at("args").at("bytes") == 4000 && first.at("args").at("numel") == 1000 &&
                     first.at("args").at("dtype") == "float32" &&
-                    first.at("args").at("op") == "allReduce" && first.at("args").at("reduce") == "sum",
+                    first.at("args").at("op") == "all_reduce" &&
+                    first.at("args").at("reduce") == "sum",
                 first.dump());
   std::cout << "rank " << real->rank() << ": collectives issued: " << issued << "\n";
   return checks.report(real->rank());
@@ -202,13 +203,13 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
 // ones; rank 0 carries on until its collective fails.
 int killed(const std::shared_ptr<ddp::ProcessGroup>& group) {
   torch::Tensor values = torch::ones({256});
-  for (int i = 0; i < 5; ++i) group->allReduce(values, ddp::ReduceOp::kSum);
+  for (int i = 0; i < 5; ++i) group->all_reduce(values, ddp::ReduceOp::kSum);
   if (group->rank() == 1) {
-    ddp::Work pending = group->allReduceAsync(values, ddp::ReduceOp::kSum);
+    ddp::Work pending = group->all_reduce_async(values, ddp::ReduceOp::kSum);
     std::cout << "rank 1: killing myself" << std::endl;
     std::raise(SIGKILL);
   }
-  for (int i = 0; i < 1000; ++i) group->allReduce(values, ddp::ReduceOp::kSum);
+  for (int i = 0; i < 1000; ++i) group->all_reduce(values, ddp::ReduceOp::kSum);
   return 0;
 }
 
@@ -221,14 +222,14 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   try {
-    auto group = ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(
-        std::chrono::seconds(20)));
+    auto group =
+        ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(std::chrono::seconds(20)));
     if (scenario == "record") return record(group);
     if (scenario == "killed") return killed(group);
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;
   } catch (const ddp::Error& e) {
     std::cout << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   }
 }

@@ -55,7 +55,8 @@ inline std::string firstOverlap(const std::vector<nlohmann::json>& events) {
     for (size_t i = 0; i < spans.size(); ++i) {
       for (size_t j = i + 1; j < spans.size(); ++j) {
         // Microsecond timestamps: touching ends are not an overlap.
-        const bool overlap = spans[i].first < spans[j].second - 1 && spans[j].first < spans[i].second - 1;
+        const bool overlap =
+            spans[i].first < spans[j].second - 1 && spans[j].first < spans[i].second - 1;
         if (overlap) return names[key][i] + " and " + names[key][j];
       }
     }

@@ -2,13 +2,12 @@
 // (ddp::detail::assign_buckets and the orders it is given), against bucket
 // lists written out by hand.
 //
-// DistributedDataParallel's rule (CapRule::kCloseOnReaching): parameters are taken in the given order; each joins the open
-// bucket of its (dtype, device), which closes as soon as its bytes reach its
-// cap (the first-bucket cap for the first bucket of each dtype and device,
-// the bucket cap after that); buckets come out ordered by the position of
-// their first member in the order. PyTorch's compute_bucket_assignment_by_size
-// closes buckets the same way (add, then compare with the cap). The
-// Horovod-style optimizer's rule (CapRule::kNeverExceed) is tested last.
+// DistributedDataParallel's rule (CapRule::kCloseOnReaching): parameters are taken in the given
+// order; each joins the open bucket of its (dtype, device), which closes as soon as its bytes reach
+// its cap (the first-bucket cap for the first bucket of each dtype and device, the bucket cap after
+// that); buckets come out ordered by the position of their first member in the order. PyTorch's
+// compute_bucket_assignment_by_size closes buckets the same way (add, then compare with the cap).
+// The Horovod-style optimizer's rule (CapRule::kNeverExceed) is tested last.
 
 #include <gtest/gtest.h>
 
@@ -56,8 +55,7 @@ TEST(DdpBucketAssignment, BucketsCloseWhenTheyReachTheirCap) {
   EXPECT_EQ(assign_buckets(inputs, {5, 4, 3, 2, 1, 0}, 100, 150),
             (Buckets{{5, 4}, {3, 2, 1}, {0}}));
   // One byte short of each cap: one more member per bucket.
-  EXPECT_EQ(assign_buckets(inputs, {5, 4, 3, 2, 1, 0}, 101, 151),
-            (Buckets{{5, 4, 3}, {2, 1, 0}}));
+  EXPECT_EQ(assign_buckets(inputs, {5, 4, 3, 2, 1, 0}, 101, 151), (Buckets{{5, 4, 3}, {2, 1, 0}}));
 }
 
 // A parameter at least as large as the cap closes its bucket at once: alone
@@ -65,8 +63,7 @@ TEST(DdpBucketAssignment, BucketsCloseWhenTheyReachTheirCap) {
 // gradients before it (1, 2); what follows starts a new bucket.
 TEST(DdpBucketAssignment, LargeParameterClosesItsBucket) {
   const auto inputs = sameKind({500, 10, 600, 700, 10});
-  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 100, 100),
-            (Buckets{{0}, {1, 2}, {3}, {4}}));
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 100, 100), (Buckets{{0}, {1, 2}, {3}, {4}}));
 }
 
 // Cap 0: every parameter is a bucket of its own, in order.
@@ -77,10 +74,10 @@ TEST(DdpBucketAssignment, ZeroCapGivesOneBucketPerParameter) {
 // The first-bucket cap applies to the first bucket of each dtype: float
 // and double gradients, 60 bytes each, alternating; first cap 100, then 1000.
 TEST(DdpBucketAssignment, FirstBucketCapAppliesPerDtype) {
-  const std::vector<BucketInput> inputs = {input(60, c10::kFloat),  input(60, c10::kDouble),
-                                           input(60, c10::kFloat),  input(60, c10::kDouble),
-                                           input(60, c10::kFloat),  input(60, c10::kDouble),
-                                           input(60, c10::kFloat),  input(60, c10::kDouble)};
+  const std::vector<BucketInput> inputs = {input(60, c10::kFloat), input(60, c10::kDouble),
+                                           input(60, c10::kFloat), input(60, c10::kDouble),
+                                           input(60, c10::kFloat), input(60, c10::kDouble),
+                                           input(60, c10::kFloat), input(60, c10::kDouble)};
   EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4, 5, 6, 7}, 100, 1000),
             (Buckets{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   // The first cap, not the bucket cap, governs each dtype's first bucket:
@@ -106,14 +103,12 @@ TEST(DdpBucketAssignment, DeviceChangesSplitBuckets) {
   const c10::Device gpu0(c10::kCUDA, 0);
   const c10::Device gpu1(c10::kCUDA, 1);
   const std::vector<BucketInput> inputs = {input(4, c10::kFloat, cpu), input(4, c10::kFloat, gpu0),
-                                           input(4, c10::kFloat, gpu1),
-                                           input(4, c10::kFloat, gpu0), input(4, c10::kFloat, cpu)};
-  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 1000, 1000),
-            (Buckets{{0, 4}, {1, 3}, {2}}));
+                                           input(4, c10::kFloat, gpu1), input(4, c10::kFloat, gpu0),
+                                           input(4, c10::kFloat, cpu)};
+  EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 1000, 1000), (Buckets{{0, 4}, {1, 3}, {2}}));
   // The first-bucket cap is per device too: each device's first bucket
   // closes at 4 bytes, the second ones (1 on cuda:0, 0 on cpu) stay open.
-  EXPECT_EQ(assign_buckets(inputs, {4, 3, 2, 1, 0}, 4, 1000),
-            (Buckets{{4}, {3}, {2}, {1}, {0}}));
+  EXPECT_EQ(assign_buckets(inputs, {4, 3, 2, 1, 0}, 4, 1000), (Buckets{{4}, {3}, {2}, {1}, {0}}));
 }
 
 // Before the first iteration the order is reverse registration order; the
@@ -158,8 +153,7 @@ TEST(DdpBucketAssignment, DefaultCapsOnALayeredModel) {
             (Buckets{{5, 4, 3, 2}, {1, 0}}));
   // A 1 MiB parameter last: it fills the first bucket alone; with 3 MiB
   // buckets after it, the second closes only when the 4 MiB weight joins.
-  const auto bigger = sameKind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40,
-                                1 * kMiB});
+  const auto bigger = sameKind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40, 1 * kMiB});
   EXPECT_EQ(assign_buckets(bigger, {6, 5, 4, 3, 2, 1, 0}, 1 * kMiB, 3 * kMiB),
             (Buckets{{6}, {5, 4, 3, 2, 1, 0}}));
 }
@@ -189,8 +183,7 @@ TEST(DdpBucketAssignment, NeverExceedSendsLargeGradientsAlone) {
             (Buckets{{0}, {1}, {2, 3}}));
   EXPECT_EQ(assign_buckets(sameKind({8, 0, 8}), {2, 1, 0}, 0, 0, CapRule::kNeverExceed),
             (Buckets{{2}, {1}, {0}}));
-  EXPECT_EQ(assign_buckets(sameKind({10, 10, 10, 10}), {0, 1, 2, 3}, 10, 30,
-                           CapRule::kNeverExceed),
+  EXPECT_EQ(assign_buckets(sameKind({10, 10, 10, 10}), {0, 1, 2, 3}, 10, 30, CapRule::kNeverExceed),
             (Buckets{{0}, {1, 2, 3}}));
 }
 

@@ -54,8 +54,8 @@ TEST(FoundationChildProcess, DeadlineKillsWhatHangs) {
 }
 
 TEST(FoundationChildProcess, MissingProgramExits127) {
-  auto results = runChildren({ChildSpec{{"/nonexistent/program"}, {}, {}}},
-                             std::chrono::seconds(10));
+  auto results =
+      runChildren({ChildSpec{{"/nonexistent/program"}, {}, {}}}, std::chrono::seconds(10));
   EXPECT_EQ(results[0].exit_code, 127);
   EXPECT_NE(results[0].output.find("exec failed"), std::string::npos);
 }

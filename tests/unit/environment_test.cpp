@@ -1,4 +1,4 @@
-// resolveTopology(): every launcher's variables, precedence, overrides, and
+// resolve_topology(): every launcher's variables, precedence, overrides, and
 // the message of each kind of bad value.
 
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@ namespace {
 
 std::string configErrorOf(const EnvironmentMap& env, const TopologyOverrides& overrides = {}) {
   try {
-    resolveTopology(env, overrides);
+    resolve_topology(env, overrides);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -19,7 +19,7 @@ std::string configErrorOf(const EnvironmentMap& env, const TopologyOverrides& ov
 }
 
 TEST(FoundationEnvironment, NoVariablesMeansOneProcess) {
-  Topology t = resolveTopology({});
+  Topology t = resolve_topology({});
   EXPECT_EQ(t.rank, 0);
   EXPECT_EQ(t.world_size, 1);
   EXPECT_EQ(t.local_rank, 0);
@@ -28,9 +28,13 @@ TEST(FoundationEnvironment, NoVariablesMeansOneProcess) {
 }
 
 TEST(FoundationEnvironment, Torchrun) {
-  Topology t = resolveTopology({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                                {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"},
-                                {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
+  Topology t = resolve_topology({{"RANK", "5"},
+                                 {"WORLD_SIZE", "8"},
+                                 {"LOCAL_RANK", "1"},
+                                 {"LOCAL_WORLD_SIZE", "4"},
+                                 {"GROUP_RANK", "1"},
+                                 {"MASTER_ADDR", "node0"},
+                                 {"MASTER_PORT", "1234"}});
   EXPECT_EQ(t.rank, 5);
   EXPECT_EQ(t.world_size, 8);
   EXPECT_EQ(t.local_rank, 1);
@@ -42,7 +46,7 @@ TEST(FoundationEnvironment, Torchrun) {
 }
 
 TEST(FoundationEnvironment, TorchrunWithoutLocalVariablesAssumesOneNode) {
-  Topology t = resolveTopology({{"RANK", "2"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "h"}});
+  Topology t = resolve_topology({{"RANK", "2"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "h"}});
   EXPECT_EQ(t.local_rank, 2);
   EXPECT_EQ(t.local_world_size, 3);
   EXPECT_EQ(t.group_rank, 0);
@@ -50,10 +54,12 @@ TEST(FoundationEnvironment, TorchrunWithoutLocalVariablesAssumesOneNode) {
 }
 
 TEST(FoundationEnvironment, OpenMpi) {
-  Topology t = resolveTopology({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"},
-                                {"MASTER_PORT", "4000"}});
+  Topology t = resolve_topology({{"OMPI_COMM_WORLD_RANK", "3"},
+                                 {"OMPI_COMM_WORLD_SIZE", "4"},
+                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                 {"MASTER_ADDR", "10.0.0.1"},
+                                 {"MASTER_PORT", "4000"}});
   EXPECT_EQ(t.rank, 3);
   EXPECT_EQ(t.world_size, 4);
   EXPECT_EQ(t.local_rank, 1);
@@ -63,10 +69,12 @@ TEST(FoundationEnvironment, OpenMpi) {
 }
 
 TEST(FoundationEnvironment, SlurmDerivesMasterFromNodeList) {
-  Topology t = resolveTopology({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"},
-                                {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "3"},
-                                {"SLURM_TASKS_PER_NODE", "2(x3),1"},
-                                {"SLURM_JOB_NODELIST", "gpu[007-010,012],cpu1"}});
+  Topology t = resolve_topology({{"SLURM_PROCID", "6"},
+                                 {"SLURM_NTASKS", "7"},
+                                 {"SLURM_LOCALID", "0"},
+                                 {"SLURM_NODEID", "3"},
+                                 {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                                 {"SLURM_JOB_NODELIST", "gpu[007-010,012],cpu1"}});
   EXPECT_EQ(t.rank, 6);
   EXPECT_EQ(t.world_size, 7);
   EXPECT_EQ(t.local_world_size, 1);  // The fourth node holds one task.
@@ -76,9 +84,12 @@ TEST(FoundationEnvironment, SlurmDerivesMasterFromNodeList) {
 }
 
 TEST(FoundationEnvironment, SlurmNtasksPerNodeWins) {
-  Topology t = resolveTopology({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"},
-                                {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "2"},
-                                {"SLURM_TASKS_PER_NODE", "4"}, {"MASTER_ADDR", "n1"}});
+  Topology t = resolve_topology({{"SLURM_PROCID", "1"},
+                                 {"SLURM_NTASKS", "4"},
+                                 {"SLURM_LOCALID", "1"},
+                                 {"SLURM_NTASKS_PER_NODE", "2"},
+                                 {"SLURM_TASKS_PER_NODE", "4"},
+                                 {"MASTER_ADDR", "n1"}});
   EXPECT_EQ(t.local_world_size, 2);
   EXPECT_EQ(t.master_addr, "n1");
 }
@@ -86,8 +97,11 @@ TEST(FoundationEnvironment, SlurmNtasksPerNodeWins) {
 TEST(FoundationEnvironment, TorchrunTakesPrecedenceOverSlurm) {
   // torchrun started inside an salloc shell: Slurm's variables describe the
   // allocation, torchrun's the worker.
-  Topology t = resolveTopology({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"},
-                                {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  Topology t = resolve_topology({{"RANK", "1"},
+                                 {"WORLD_SIZE", "2"},
+                                 {"MASTER_ADDR", "a"},
+                                 {"SLURM_PROCID", "0"},
+                                 {"SLURM_NTASKS", "1"}});
   EXPECT_EQ(t.source, LaunchSource::kTorchrun);
   EXPECT_EQ(t.rank, 1);
 }
@@ -97,7 +111,7 @@ TEST(FoundationEnvironment, OverridesWin) {
   o.rank = 0;
   o.world_size = 2;
   o.master_port = 5555;
-  Topology t = resolveTopology({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "x"}}, o);
+  Topology t = resolve_topology({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "x"}}, o);
   EXPECT_EQ(t.rank, 0);
   EXPECT_EQ(t.world_size, 2);
   EXPECT_EQ(t.master_port, 5555);
@@ -117,15 +131,18 @@ TEST(FoundationEnvironment, BadValuesNameVariableValueAndFix) {
             std::string::npos);
   EXPECT_NE(configErrorOf({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("WORLD_SIZE (torchrun) is 0"),
             std::string::npos);
-  EXPECT_NE(configErrorOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
-                           {"MASTER_PORT", "0"}})
+  EXPECT_NE(configErrorOf(
+                {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "0"}})
                 .find("MASTER_PORT (torchrun) is 0, but a TCP port must be between 1 and 65535"),
             std::string::npos);
   EXPECT_NE(configErrorOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", ""}})
                 .find("MASTER_ADDR is empty"),
             std::string::npos);
-  EXPECT_NE(configErrorOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "3"},
-                           {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}})
+  EXPECT_NE(configErrorOf({{"RANK", "0"},
+                           {"WORLD_SIZE", "2"},
+                           {"LOCAL_RANK", "3"},
+                           {"LOCAL_WORLD_SIZE", "2"},
+                           {"MASTER_ADDR", "h"}})
                 .find("LOCAL_RANK (torchrun) is 3, but local ranks run from 0 to 1"),
             std::string::npos);
   TopologyOverrides only_rank;
@@ -136,7 +153,7 @@ TEST(FoundationEnvironment, BadValuesNameVariableValueAndFix) {
 
 TEST(FoundationEnvironment, CaptureSeesTheProcessEnvironment) {
   setenv("DDP_TEST_CAPTURE", "42", 1);
-  EXPECT_EQ(captureEnvironment().at("DDP_TEST_CAPTURE"), "42");
+  EXPECT_EQ(capture_environment().at("DDP_TEST_CAPTURE"), "42");
   unsetenv("DDP_TEST_CAPTURE");
 }
 

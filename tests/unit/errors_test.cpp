@@ -1,6 +1,6 @@
 // Every error type of ddp/errors.hpp has its own exit code, the one that
 // Note [Exit codes] lists: the table below is the closed list of kinds, and
-// a new kind must be added to it (and to exitCodeFor()).
+// a new kind must be added to it (and to exit_code_for()).
 
 #include <gtest/gtest.h>
 
@@ -35,8 +35,8 @@ const std::vector<Kind>& allKinds() {
       {"TimeoutError", raising<TimeoutError>(), ExitCode::kTimeout, 5},
       {"CollectiveError", raising<CollectiveError>(), ExitCode::kCollective, 6},
       {"InvalidArgumentError", raising<InvalidArgumentError>(), ExitCode::kInvalidArgument, 7},
-      {"BackendUnavailableError", raising<BackendUnavailableError>(),
-       ExitCode::kBackendUnavailable, 8},
+      {"BackendUnavailableError", raising<BackendUnavailableError>(), ExitCode::kBackendUnavailable,
+       8},
       {"SnapshotError", raising<SnapshotError>(), ExitCode::kSnapshot, 9},
       {"DataError", raising<DataError>(), ExitCode::kData, 10},
       {"MetricsError", raising<MetricsError>(), ExitCode::kMetrics, 11},
@@ -56,10 +56,10 @@ TEST(FoundationExitCodes, EveryKindMapsToItsOwnDocumentedCode) {
       ADD_FAILURE() << "nothing thrown";
     } catch (const Error& e) {  // Every kind is a ddp::Error ...
       EXPECT_STREQ(e.what(), "what went wrong");
-      EXPECT_EQ(exitCodeFor(e), kind.code);
+      EXPECT_EQ(exit_code_for(e), kind.code);
       // ... and is classified as well through a std::exception.
       const std::exception& plain = e;
-      EXPECT_EQ(exitCodeFor(plain), kind.code);
+      EXPECT_EQ(exit_code_for(plain), kind.code);
     }
   }
 }
@@ -84,10 +84,10 @@ TEST(FoundationExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
 }
 
 TEST(FoundationExitCodes, OtherExceptionsAreGenericFailures) {
-  EXPECT_EQ(exitCodeFor(Error("a failure of no particular kind")), ExitCode::kFailure);
-  EXPECT_EQ(exitCodeFor(std::runtime_error("foreign")), ExitCode::kFailure);
-  EXPECT_EQ(exitCodeFor(std::logic_error("foreign")), ExitCode::kFailure);
-  EXPECT_EQ(exitCodeFor(std::out_of_range("foreign")), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(Error("a failure of no particular kind")), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(std::runtime_error("foreign")), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(std::logic_error("foreign")), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(std::out_of_range("foreign")), ExitCode::kFailure);
 }
 
 }  // namespace

@@ -38,17 +38,14 @@ StorePtr startServer(const std::string& host = "127.0.0.1") {
 }
 
 StorePtr connectTo(const ddp::TcpStore& server) {
-  return c10::make_intrusive<ddp::TcpStore>(
-      options(server.host(), server.port()));
+  return c10::make_intrusive<ddp::TcpStore>(options(server.host(), server.port()));
 }
 
 std::vector<uint8_t> bytes(const std::string& text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
-std::string text(const std::vector<uint8_t>& data) {
-  return std::string(data.begin(), data.end());
-}
+std::string text(const std::vector<uint8_t>& data) { return std::string(data.begin(), data.end()); }
 
 milliseconds elapsedSince(Clock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - start);
@@ -63,11 +60,9 @@ class ListeningSocket {
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t length = sizeof(address);
-    if (fd_ < 0 ||
-        ::bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
         ::listen(fd_, 1) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) !=
-            0) {
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
       ADD_FAILURE() << "could not set up a listening socket";
     }
     port_ = ntohs(address.sin_port);
@@ -87,8 +82,7 @@ std::string nonLoopbackIPv4() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return "";
   std::string found;
-  for (const ifaddrs* entry = list; entry != nullptr && found.empty();
-       entry = entry->ifa_next) {
+  for (const ifaddrs* entry = list; entry != nullptr && found.empty(); entry = entry->ifa_next) {
     if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET) {
       continue;
     }
@@ -126,8 +120,7 @@ TEST(FoundationStore, GetBlocksUntilAnotherThreadSetsTheKey) {
   auto server = startServer();
   auto client = connectTo(*server);
   const auto start = Clock::now();
-  auto value = std::async(std::launch::async,
-                          [&] { return text(client->get("late")); });
+  auto value = std::async(std::launch::async, [&] { return text(client->get("late")); });
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_EQ(value.wait_for(milliseconds(0)), std::future_status::timeout)
       << "get() returned before the key was set";
@@ -175,8 +168,7 @@ TEST(FoundationStore, AddToANonIntegerValueThrowsInvalidArgumentError) {
     server->add("word", 1);
     FAIL() << "add() on a non-integer value did not throw";
   } catch (const ddp::InvalidArgumentError& error) {
-    EXPECT_NE(std::string(error.what()).find("'word'"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find("'word'"), std::string::npos) << error.what();
   }
   EXPECT_EQ(server->add("other", 2), 2);  // the connection is still usable
 }
@@ -193,8 +185,7 @@ TEST(FoundationStore, CompareSetFollowsC10dSemantics) {
   EXPECT_EQ(text(server->compareSet("a", bytes("one"), bytes("two"))), "two");
   EXPECT_EQ(text(server->get("a")), "two");
   // Current value differs: unchanged, current returned.
-  EXPECT_EQ(text(server->compareSet("a", bytes("one"), bytes("three"))),
-            "two");
+  EXPECT_EQ(text(server->compareSet("a", bytes("one"), bytes("three"))), "two");
   EXPECT_EQ(text(server->get("a")), "two");
 }
 
@@ -237,9 +228,7 @@ TEST(FoundationStore, WaitTimesOutWithTimeoutErrorNamingKeysAndTimeout) {
     const std::string message = error.what();
     EXPECT_NE(message.find("missing_key"), std::string::npos) << message;
     EXPECT_NE(message.find("500 ms"), std::string::npos) << message;
-    EXPECT_NE(message.find("still missing: [\"missing_key\"]"),
-              std::string::npos)
-        << message;
+    EXPECT_NE(message.find("still missing: [\"missing_key\"]"), std::string::npos) << message;
   }
   // The timed-out request left nothing behind on the connection.
   client->set("after", bytes("ok"));
@@ -288,9 +277,7 @@ TEST(FoundationStore, ClientThrowsRendezvousErrorWhenNothingListens) {
     EXPECT_GE(elapsedSince(start), timeout);
     EXPECT_LT(elapsedSince(start), timeout + std::chrono::seconds(2));
     const std::string message = error.what();
-    EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)),
-              std::string::npos)
-        << message;
+    EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << message;
     EXPECT_NE(message.find("500 ms"), std::string::npos) << message;
   }
 }
@@ -302,8 +289,7 @@ TEST(FoundationStore, ServerOnAPortInUseThrowsRendezvousError) {
     FAIL() << "hosted a store on a port that is already taken";
   } catch (const ddp::RendezvousError& error) {
     const std::string message = error.what();
-    EXPECT_NE(message.find(std::to_string(taken.port())), std::string::npos)
-        << message;
+    EXPECT_NE(message.find(std::to_string(taken.port())), std::string::npos) << message;
     EXPECT_NE(message.find("already in use"), std::string::npos) << message;
   }
 }
@@ -315,9 +301,8 @@ TEST(FoundationStore, ServerBoundToLoopbackIsNotReachableOnOtherAddresses) {
   }
   auto server = startServer("127.0.0.1");
   EXPECT_NO_THROW(connectTo(*server));  // reachable where it is bound
-  EXPECT_THROW(
-      ddp::TcpStore(options(other, server->port()).timeout(milliseconds(300))),
-      ddp::RendezvousError)
+  EXPECT_THROW(ddp::TcpStore(options(other, server->port()).timeout(milliseconds(300))),
+               ddp::RendezvousError)
       << "a store bound to 127.0.0.1 answered on " << other;
 }
 
@@ -336,14 +321,12 @@ TEST(FoundationStore, ServerOnIPv6Loopback) {
 TEST(FoundationStore, ClientThrowsWhenTheServerGoesAwayDuringAWait) {
   auto server = startServer();
   auto client = connectTo(*server);
-  auto waiter = std::async(std::launch::async, [&] {
-    client->wait({"never"}, std::chrono::seconds(30));
-  });
+  auto waiter =
+      std::async(std::launch::async, [&] { client->wait({"never"}, std::chrono::seconds(30)); });
   std::this_thread::sleep_for(milliseconds(200));
   const auto start = Clock::now();
   server.reset();  // stops the server and closes its sockets
-  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(5)),
-            std::future_status::ready)
+  ASSERT_EQ(waiter.wait_for(std::chrono::seconds(5)), std::future_status::ready)
       << "the client kept waiting after the server went away";
   EXPECT_THROW(waiter.get(), ddp::RendezvousError);
   EXPECT_LT(elapsedSince(start), std::chrono::seconds(5));
@@ -352,8 +335,7 @@ TEST(FoundationStore, ClientThrowsWhenTheServerGoesAwayDuringAWait) {
     client->set("k", bytes("v"));
     FAIL() << "set() succeeded on a lost connection";
   } catch (const ddp::RendezvousError& error) {
-    EXPECT_NE(std::string(error.what()).find("lost"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find("lost"), std::string::npos) << error.what();
   }
 }
 
@@ -387,9 +369,7 @@ TEST(FoundationStore, InvalidOptionsThrowConfigError) {
   EXPECT_THROW(ddp::TcpStore(TcpStoreOptions().port(-1)), ddp::ConfigError);
   EXPECT_THROW(ddp::TcpStore(TcpStoreOptions().port(0)), ddp::ConfigError);
   EXPECT_THROW(ddp::TcpStore(TcpStoreOptions().host("")), ddp::ConfigError);
-  EXPECT_THROW(
-      ddp::TcpStore(TcpStoreOptions().timeout(milliseconds(-1))),
-      ddp::ConfigError);
+  EXPECT_THROW(ddp::TcpStore(TcpStoreOptions().timeout(milliseconds(-1))), ddp::ConfigError);
 }
 
 }  // namespace

@@ -31,16 +31,16 @@ int runRank(const Options& options) {
   const int world = group->size();
   torch::Tensor t = torch::full({options.numel}, group->rank() + 1, torch::kFloat32);
   const auto start = std::chrono::steady_clock::now();
-  group->allReduce(t, ddp::ReduceOp::kSum);
+  group->all_reduce(t, ddp::ReduceOp::kSum);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const float expected = world * (world + 1) / 2.0f;
   const bool ok = torch::all(t == expected).item<bool>();
   std::ostringstream line;
-  line << "rank " << group->rank() << "/" << world << " (" << group->backendName() << ", "
-       << ddp::toString(group->topology().source) << "): allReduce(sum) of " << options.numel
-       << " float32 elements = " << t[0].item<float>() << " (expected " << expected << ") in "
-       << ms << " ms: " << (ok ? "OK" : "WRONG");
+  line << "rank " << group->rank() << "/" << world << " (" << group->backend_name() << ", "
+       << ddp::to_string(group->topology().source) << "): all_reduce(sum) of " << options.numel
+       << " float32 elements = " << t[0].item<float>() << " (expected " << expected << ") in " << ms
+       << " ms: " << (ok ? "OK" : "WRONG");
   std::cout << line.str() << std::endl;
   group->barrier();
   return ok ? 0 : 1;
@@ -67,7 +67,8 @@ int startRanks(const Options& options, const std::string& self) {
   int failures = 0;
   for (size_t rank = 0; rank < results.size(); ++rank) {
     std::istringstream output(results[rank].output);
-    for (std::string line; std::getline(output, line);) std::cout << "[" << rank << "] " << line << "\n";
+    for (std::string line; std::getline(output, line);)
+      std::cout << "[" << rank << "] " << line << "\n";
     if (results[rank].exit_code != 0) {
       ++failures;
       std::cout << "[" << rank << "] " << results[rank].status() << "\n";
@@ -92,12 +93,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 3600));
   CLI11_PARSE(app, argc, argv);
   try {
-    const bool under_launcher = ddp::resolveTopology(ddp::captureEnvironment()).source !=
-                                ddp::LaunchSource::kNone;
+    const bool under_launcher =
+        ddp::resolve_topology(ddp::capture_environment()).source != ddp::LaunchSource::kNone;
     if (under_launcher || options.nproc == 1) return runRank(options);
     return startRanks(options, "/proc/self/exe");
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   }
 }

@@ -70,8 +70,9 @@ size_t programStart(int argc, char** argv, const CLI::App& app) {
 int main(int argc, char** argv) {
   CLI::App app{"ddprun: start a data-parallel job, torchrun style, with elastic restarts.",
                "ddprun"};
-  app.footer("After the options: PROGRAM [ARGS...], started once per worker with torchrun's\n"
-             "worker environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).");
+  app.footer(
+      "After the options: PROGRAM [ARGS...], started once per worker with torchrun's\n"
+      "worker environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).");
   ddp::launch::LaunchOptions options;
   parse(app, options);
   const size_t start = programStart(argc, argv, app);
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
     return agent.run();
   } catch (const ddp::Error& e) {
     std::cerr << "ddprun: error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exitCodeFor(e));
+    return static_cast<int>(ddp::exit_code_for(e));
   } catch (const std::exception& e) {
     std::cerr << "ddprun: error: " << e.what() << std::endl;
     return 1;

@@ -47,7 +47,7 @@ class FashionMnist : public torch::data::datasets::Dataset<FashionMnist> {
   /// Reads the split's images and labels from `root`, each from
   /// `<name>.gz` or, when absent, the uncompressed `<name>`.
   /// \throws ddp::DataError when a file is missing (naming the names tried),
-  ///   malformed (see readIdx()), not uint8 images [N,H,W] / labels [N], has
+  ///   malformed (see read_idx()), not uint8 images [N,H,W] / labels [N], has
   ///   a label outside 0..9, or when images and labels differ in count
   ///   (naming both files and counts); ddp::ConfigError for a stddev <= 0.
   explicit FashionMnist(const std::string& root = kDefaultRoot, Split split = Split::kTrain,

@@ -18,7 +18,7 @@
 
 namespace ddp::data {
 
-/// The most elements readIdx() accepts in one file (2^31): a larger count
+/// The most elements read_idx() accepts in one file (2^31): a larger count
 /// is almost certainly a corrupted header, and would otherwise make the
 /// reader try to allocate it.
 inline constexpr int64_t kMaxIdxElements = int64_t{1} << 31;
@@ -33,6 +33,6 @@ inline constexpr int64_t kMaxIdxElements = int64_t{1} << 31;
 ///   hex), has an unknown type code, declares more than kMaxIdxElements
 ///   elements, is truncated (expected and found byte counts), is corrupt
 ///   gzip, or has bytes after the data.
-at::Tensor readIdx(const std::string& path);
+at::Tensor read_idx(const std::string& path);
 
 }  // namespace ddp::data

@@ -99,14 +99,12 @@ class DistributedOptimizer {
 
   /// Wraps an optimizer given by value, e.g.
   /// `DistributedOptimizer(torch::optim::Adam(model->parameters()))`.
-  template <typename OptimizerType,
-            typename = std::enable_if_t<std::is_base_of_v<
-                torch::optim::Optimizer, std::decay_t<OptimizerType>>>>
-  explicit DistributedOptimizer(OptimizerType&& optimizer,
-                                DistributedOptimizerOptions options = {})
-      : DistributedOptimizer(std::make_shared<std::decay_t<OptimizerType>>(
-                                 std::forward<OptimizerType>(optimizer)),
-                             std::move(options)) {}
+  template <typename OptimizerType, typename = std::enable_if_t<std::is_base_of_v<
+                                        torch::optim::Optimizer, std::decay_t<OptimizerType>>>>
+  explicit DistributedOptimizer(OptimizerType&& optimizer, DistributedOptimizerOptions options = {})
+      : DistributedOptimizer(
+            std::make_shared<std::decay_t<OptimizerType>>(std::forward<OptimizerType>(optimizer)),
+            std::move(options)) {}
 
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;

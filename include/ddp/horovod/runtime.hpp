@@ -54,8 +54,8 @@ int local_size();
 namespace detail {
 /// `group` when given, else the default group; `who` names the caller in
 /// the error when neither exists.
-std::shared_ptr<ProcessGroup> groupOrDefault(std::shared_ptr<ProcessGroup> group,
-                                             const char* who);
+std::shared_ptr<ProcessGroup> group_or_default(std::shared_ptr<ProcessGroup> group,
+                                               const char* who);
 }  // namespace detail
 
 }  // namespace ddp::hvd

@@ -2,7 +2,7 @@
 
 /// \file metrics_csv.hpp
 /// A per-epoch metrics file: one CSV row per epoch, readable by
-/// spreadsheets, gnuplot (ddp::training::plotLossAccuracy) and scripts.
+/// spreadsheets, gnuplot (ddp::training::plot_loss_accuracy) and scripts.
 ///
 /// \code
 ///   ddp::training::MetricsCsv csv("metrics.csv", /*completed_epochs=*/state.epoch);
@@ -27,11 +27,11 @@ namespace ddp::training {
 
 /// One row: an epoch's figures.
 struct EpochMetrics {
-  int64_t epoch = 0;                  ///< 1-based epoch number.
-  double loss = 0;                    ///< Mean training loss of the epoch.
-  std::optional<double> accuracy;     ///< Test accuracy in [0,1]; empty without a test set.
-  double samples_per_s = 0;           ///< Training throughput over all ranks.
-  double seconds = 0;                 ///< Wall time of the epoch's training.
+  int64_t epoch = 0;               ///< 1-based epoch number.
+  double loss = 0;                 ///< Mean training loss of the epoch.
+  std::optional<double> accuracy;  ///< Test accuracy in [0,1]; empty without a test set.
+  double samples_per_s = 0;        ///< Training throughput over all ranks.
+  double seconds = 0;              ///< Wall time of the epoch's training.
 };
 
 /// The header line MetricsCsv writes.
@@ -63,6 +63,6 @@ class MetricsCsv {
 /// Reads every row of a metrics CSV.
 /// \throws ddp::MetricsError when the file is missing, has another header,
 ///   or a row is malformed (naming the line).
-std::vector<EpochMetrics> readMetricsCsv(const std::string& path);
+std::vector<EpochMetrics> read_metrics_csv(const std::string& path);
 
 }  // namespace ddp::training

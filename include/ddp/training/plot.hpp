@@ -5,7 +5,7 @@
 /// rendered to a PNG by gnuplot.
 ///
 /// \code
-///   ddp::training::plotLossAccuracy("metrics.csv", "curves.png");
+///   ddp::training::plot_loss_accuracy("metrics.csv", "curves.png");
 /// \endcode
 ///
 /// Note [Why gnuplot]
@@ -23,7 +23,7 @@
 
 namespace ddp::training {
 
-/// Options of plotLossAccuracy().
+/// Options of plot_loss_accuracy().
 struct PlotOptions {
   /// The title above the curves.
   TORCH_ARG(std::string, title) = "training";
@@ -42,11 +42,12 @@ struct PlotOptions {
 ///   when it has no rows, gnuplot is not found (naming the package to
 ///   install), or gnuplot fails or writes no image (quoting its output);
 ///   ddp::ConfigError for a non-positive size.
-void plotLossAccuracy(const std::string& csv, const std::string& png, const PlotOptions& options = {});
+void plot_loss_accuracy(const std::string& csv, const std::string& png,
+                        const PlotOptions& options = {});
 
-/// Checks, before training starts, that plotLossAccuracy() will find
+/// Checks, before training starts, that plot_loss_accuracy() will find
 /// gnuplot. \throws ddp::PlotError naming options.gnuplot() and the
 /// package to install when it cannot be found.
-void requireGnuplot(const PlotOptions& options = {});
+void require_gnuplot(const PlotOptions& options = {});
 
 }  // namespace ddp::training

@@ -7,8 +7,8 @@
 /// prefixed with "[rank r]".
 ///
 /// \code
-///   ddp::training::ProgressReporter progress(group->rank(), epochs, steps_per_epoch, steps_to_run);
-///   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+///   ddp::training::ProgressReporter progress(group->rank(), epochs, steps_per_epoch,
+///   steps_to_run); for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 ///     progress.begin_epoch(epoch);
 ///     for (...) { ...; progress.step(loss.item<double>(), global_batch); }
 ///     ddp::training::EpochProgress done = progress.end_epoch();
@@ -56,11 +56,11 @@ struct ProgressOptions {
 
 /// One epoch as this rank saw it.
 struct EpochProgress {
-  int64_t epoch = 0;            ///< 0-based epoch index.
-  int64_t steps = 0;            ///< Steps done in this epoch by this process.
-  double mean_loss = 0;         ///< Mean of the losses passed to step().
-  double samples_per_s = 0;     ///< Samples passed to step() per second.
-  double seconds = 0;           ///< From begin_epoch() to end_epoch().
+  int64_t epoch = 0;         ///< 0-based epoch index.
+  int64_t steps = 0;         ///< Steps done in this epoch by this process.
+  double mean_loss = 0;      ///< Mean of the losses passed to step().
+  double samples_per_s = 0;  ///< Samples passed to step() per second.
+  double seconds = 0;        ///< From begin_epoch() to end_epoch().
 };
 
 /// Shows training progress (rank 0) and rank-prefixed messages (all ranks).
@@ -116,6 +116,6 @@ class ProgressReporter {
 };
 
 /// "1h02m", "4m05s", "12s": a duration for people.
-std::string formatDuration(double seconds);
+std::string format_duration(double seconds);
 
 }  // namespace ddp::training

@@ -25,15 +25,19 @@ int main() {
   const int port = freePort();
   float results[2] = {0, 0};
   auto rank = [&](int r) {
-    auto group = ddp::init(ddp::InitOptions().backend("gloo").rank(r).world_size(2)
-                               .master_addr("127.0.0.1").master_port(port));
+    auto group = ddp::init(ddp::InitOptions()
+                               .backend("gloo")
+                               .rank(r)
+                               .world_size(2)
+                               .master_addr("127.0.0.1")
+                               .master_port(port));
     at::Tensor t = at::full({8}, r + 1.0f);
-    group->allReduce(t, ddp::ReduceOp::kSum);
+    group->all_reduce(t, ddp::ReduceOp::kSum);
     results[r] = t[7].item<float>();
   };
   std::thread other(rank, 1);
   rank(0);
   other.join();
-  std::cout << "consumer: allReduce(sum) = " << results[0] << ", " << results[1] << std::endl;
+  std::cout << "consumer: all_reduce(sum) = " << results[0] << ", " << results[1] << std::endl;
   return results[0] == 3.0f && results[1] == 3.0f ? 0 : 1;
 }
