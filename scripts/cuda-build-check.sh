@@ -118,6 +118,9 @@ if [[ -n "$unresolved" ]]; then
   exit 0
 fi
 say "running the test suite (no GPU: GPU tests skip)"
+tests=0
 in_root "$root" env "${test_env[@]}" bash -c "cd '$repo' && ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-2} --timeout 600" |
-  tee "$repo/$build/ctest.log"
-say "summary: the CUDA build compiles, links, and $(grep -E 'tests passed' "$repo/$build/ctest.log" | tail -n 1)"
+  tee "$repo/$build/ctest.log" || tests=$?
+skipped=$(grep -cE '^\s+[0-9]+ - Gpu.*\(Skipped\)' "$repo/$build/ctest.log" || true)
+say "summary: the CUDA build compiles, links, and $(grep -E 'tests passed' "$repo/$build/ctest.log" | tail -n 1) ($skipped GPU tests skipped: no GPU)"
+exit $tests
