@@ -24,7 +24,10 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 
 status=0
-mapfile -t sources < <(git ls-files '*.cpp' '*.hpp' '*.h')
+# The tracked C++ files (all of them under the source folders when this is
+# not a git checkout).
+mapfile -t sources < <(git ls-files '*.cpp' '*.hpp' '*.h' 2>/dev/null ||
+  find src include tests tools examples benchmarks -name '*.cpp' -o -name '*.hpp' -o -name '*.h')
 if ! clang-format --dry-run --Werror "${sources[@]}" 2>/tmp/ddp-clang-format.log; then
   grep -E "error:" /tmp/ddp-clang-format.log | head -n 40
   say "FAILED: $(grep -c "error:" /tmp/ddp-clang-format.log) place(s) not laid out as .clang-format says; run clang-format -i on the files named"
