@@ -16,8 +16,11 @@ out=build/runs/mnist_ddp
 rm -rf "$out"  # A fresh run; the snapshots serve restarts within it.
 mkdir -p "$out"
 start=$(date +%s)
+# 5 epochs unless the arguments say how many.
+epochs=(--epochs 5)
+for arg in "$@"; do [[ $arg == --epochs || $arg == --epochs=* ]] && epochs=(); done
 ./build/bin/ddprun --standalone --nproc-per-node 2 --max-restarts 2 \
-  ./build/bin/example_mnist_ddp --epochs 5 \
+  ./build/bin/example_mnist_ddp "${epochs[@]}" \
   --metrics-csv "$out/metrics.csv" --plot "$out/curves.png" \
   --snapshot-dir "$out/snapshots" "$@"
 echo "run-main: trained in $(( $(date +%s) - start )) s; curves in $out/curves.png, metrics in $out/metrics.csv"
