@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "compat/torch_compat.hpp"
 #include "ddp/errors.hpp"
 
 namespace ddp::amp {
@@ -78,6 +79,14 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   // The reciprocal in double, rounded once to float32, as PyTorch does.
   const float inverse = static_cast<float>(1.0 / state_.scale);
   torch::NoGradGuard no_grad;
+  // Gradients grouped by device and dtype, so that each group is checked and
+  // unscaled by one fused kernel where LibTorch has one (Note [Fused unscaling]).
+  struct Batch {
+    c10::Device device;
+    at::ScalarType dtype;
+    std::vector<at::Tensor> grads;
+  };
+  std::vector<Batch> batches;
   for (auto& group : optimizer.param_groups()) {
     for (auto& parameter : group.params()) {
       if (!parameter.grad().defined()) continue;
@@ -86,18 +95,38 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
         parameter.mutable_grad() = grad = grad.coalesce();
         grad = grad._values();
       }
-      at::Tensor* flag = nullptr;
-      for (auto& [device, found] : record.found_inf_per_device) {
-        if (device == grad.device()) flag = &found;
+      Batch* batch = nullptr;
+      for (auto& candidate : batches) {
+        if (candidate.device == grad.device() && candidate.dtype == grad.scalar_type()) {
+          batch = &candidate;
+        }
       }
-      if (flag == nullptr) {
-        record.found_inf_per_device.emplace_back(
-            grad.device(),
-            at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(grad.device())));
-        flag = &record.found_inf_per_device.back().second;
+      if (batch == nullptr) batch = &batches.emplace_back(Batch{grad.device(), grad.scalar_type(), {}});
+      batch->grads.push_back(grad);
+    }
+  }
+  for (auto& batch : batches) {
+    at::Tensor* flag = nullptr;
+    for (auto& [device, found] : record.found_inf_per_device) {
+      if (device == batch.device) flag = &found;
+    }
+    if (flag == nullptr) {
+      record.found_inf_per_device.emplace_back(
+          batch.device,
+          at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(batch.device)));
+      flag = &record.found_inf_per_device.back().second;
+    }
+    if (compat::hasFusedUnscale(batch.device.type())) {
+      const at::Tensor inverse_scale =
+          at::full({1}, inverse, at::TensorOptions().dtype(at::kFloat).device(batch.device));
+      // Sets the flag to 1 when a gradient holds inf or NaN (checked before
+      // scaling), and multiplies every gradient by the inverse scale.
+      at::_amp_foreach_non_finite_check_and_unscale_(batch.grads, *flag, inverse_scale);
+    } else {
+      for (auto& grad : batch.grads) {
+        flag->add_(grad.isfinite().logical_not().any());  // checked before scaling, as PyTorch
+        grad.mul_(inverse);
       }
-      flag->add_(grad.isfinite().logical_not().any());  // checked before scaling, as PyTorch
-      grad.mul_(inverse);
     }
   }
   record.unscaled = true;

@@ -108,6 +108,19 @@ inline void queueBackwardCallback(std::function<void()> callback) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
 }
 
+// Note [Fused unscaling]
+// at::_amp_foreach_non_finite_check_and_unscale_ checks a list of gradients
+// for inf/NaN and multiplies them by the inverse scale in one kernel. Its CUDA
+// kernel exists in every supported version; the CPU kernel came with 2.3
+// (pytorch#109281). Elsewhere GradScaler checks and scales each gradient.
+inline bool hasFusedUnscale(c10::DeviceType device) {
+#if DDP_TORCH_AT_LEAST(2, 3)
+  return device == c10::DeviceType::CUDA || device == c10::DeviceType::CPU;
+#else
+  return device == c10::DeviceType::CUDA;
+#endif
+}
+
 // Note [Autocast across versions]
 // LibTorch 1.13 up to 2.3 have one set of autocast functions per device type
 // (set_enabled/set_autocast_gpu_dtype for CUDA, set_cpu_enabled/

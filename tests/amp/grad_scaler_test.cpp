@@ -128,6 +128,42 @@ TEST(AmpGradScaler, InfOrNaNSkipsTheStepKeepsTheParametersAndHalvesTheScale) {
   }
 }
 
+// Gradients of several dtypes in one optimizer are unscaled group by group
+// (one fused kernel per device and dtype where LibTorch has one); an inf in
+// any group skips the step.
+TEST(AmpGradScaler, GradientsOfEveryDtypeAreUnscaledAndChecked) {
+  for (const auto bad_dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble}) {
+    std::vector<torch::Tensor> params = {
+        torch::ones({2, 3}, torch::kFloat).requires_grad_(),
+        torch::ones({4}, torch::kBFloat16).requires_grad_(),
+        torch::ones({5}, torch::kDouble).requires_grad_(),
+        torch::ones({3}, torch::kFloat).requires_grad_()};
+    torch::optim::SGD optimizer(params, 0.25);
+    GradScaler scaler(GradScalerOptions().init_scale(8));
+    for (auto& p : params) p.mutable_grad() = torch::full_like(p, 24);
+    scaler.unscale_(optimizer);
+    for (auto& p : params) {
+      EXPECT_TRUE(torch::equal(p.grad(), torch::full_like(p, 3))) << p.scalar_type();
+    }
+    ASSERT_TRUE(scaler.step(optimizer));
+    scaler.update();
+    for (auto& p : params) {
+      EXPECT_TRUE(torch::equal(p.detach(), torch::full_like(p, 1 - 0.25 * 3))) << p.scalar_type();
+    }
+    // The next step has an inf in one group only.
+    for (auto& p : params) {
+      p.mutable_grad() = torch::full_like(p, 24);
+      if (p.scalar_type() == bad_dtype) p.mutable_grad()[0] = std::numeric_limits<float>::infinity();
+    }
+    EXPECT_FALSE(scaler.step(optimizer)) << bad_dtype;
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 4.0) << bad_dtype;
+    for (auto& p : params) {
+      EXPECT_TRUE(torch::equal(p.detach(), torch::full_like(p, 0.25))) << p.scalar_type();
+    }
+  }
+}
+
 TEST(AmpGradScaler, GrowsAfterExactlyGrowthIntervalCleanSteps) {
   LinearWithGradients s;
   GradScaler scaler(GradScalerOptions().init_scale(16).growth_interval(4).growth_factor(3));
