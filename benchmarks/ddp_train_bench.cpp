@@ -141,7 +141,7 @@ int run(Options options) {
     net = torch::nn::AnyModule(ddp::examples::ConvNet());
     lr = 0.01;
   }
-  ddp::DistributedDataParallel model(std::move(net), group, options.ddp);
+  ddp::DistributedDataParallel model(std::move(net), options.ddp, group);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr));
   ShardedBatches data(inputs, targets, options.batch, rank, world, options.seed);
   auto loss_fn = [linear](const torch::Tensor& out, const torch::Tensor& target) {

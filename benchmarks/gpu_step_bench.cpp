@@ -36,11 +36,11 @@
 
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
-#include "ddp/amp.hpp"
+#include "ddp/amp/mixed_precision.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/ddp.hpp"
 #include "ddp/distributed_data_parallel.hpp"
-#include "ddp/grad_scaler.hpp"
+#include "ddp/amp/grad_scaler.hpp"
 
 namespace {
 

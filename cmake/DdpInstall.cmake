@@ -1,11 +1,11 @@
 # Installs ddp so that a user's project can do
 #   find_package(ddp REQUIRED)
 #   target_link_libraries(app PRIVATE ddp::ddp)   # the core
-#   target_link_libraries(app PRIVATE ddp::snapshot ddp::horovod ddp::data ddp::training)
+#   target_link_libraries(app PRIVATE ddp::snapshot ddp::hvd ddp::data ddp::training)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS ddp ddp_snapshot ddp_horovod ddp_data ddp_training EXPORT ddpTargets
+install(TARGETS ddp ddp_snapshot ddp_hvd ddp_data ddp_training EXPORT ddpTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

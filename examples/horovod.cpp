@@ -23,8 +23,8 @@
 #include "common/run_example.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
-#include "ddp/horovod.hpp"
-#include "ddp/snapshot.hpp"
+#include "ddp/hvd.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/training/progress.hpp"
 
 namespace hvd = ddp::hvd;
@@ -57,7 +57,7 @@ int train(const Options& o) {
   hvd::LearningRateWarmup warmup(optimizer.optimizer(),
                                  hvd::LearningRateWarmupOptions(o.warmup_steps));
 
-  ddp::TrainingState state;
+  ddp::snapshot::TrainingState state;
   state.model = net.ptr().get();
   state.optimizer = &optimizer.optimizer();
   state.scheduler = &warmup;

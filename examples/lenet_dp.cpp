@@ -75,7 +75,7 @@ int train(const Options& o) {
                                         ddp::data::DistributedSamplerOptions().seed(o.seed));
   const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
 
-  ddp::TrainingState state;
+  ddp::snapshot::TrainingState state;
   state.model = net.ptr().get();
   state.optimizer = &optimizer;
   state.scheduler = &scheduler;

@@ -55,7 +55,7 @@ ddp::examples::ConvNet buildModel(const Options& o,
   torch::manual_seed(o.seed);
   ddp::examples::ConvNet net;
   if (o.sync_bn)
-    ddp::convert_sync_batchnorm(net.ptr(), group);  // in place: the BNs sit in Sequentials
+    ddp::nn::convert_sync_batchnorm(net.ptr(), group);  // in place: the BNs sit in Sequentials
   return net;
 }
 
@@ -102,7 +102,7 @@ int train(const Options& o) {
   const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
   Trainer t(o, group);
 
-  ddp::TrainingState state;
+  ddp::snapshot::TrainingState state;
   state.model = t.net.ptr().get();
   state.optimizer = &t.optimizer;
   state.scheduler = &t.scheduler;

@@ -2,8 +2,10 @@
 # CI's style check: every C++ file as .clang-format lays it out, and every
 # name declared in the public headers (include/ddp/) as the naming rule of
 # CONTRIBUTING.md says, checked by clang-tidy's readability-identifier-naming
-# (.clang-tidy). Installs clang-format and clang-tidy (Debian 12's, 14) when
-# missing. Exits non-zero, listing each finding, when either check fails.
+# (.clang-tidy), and the layout rule (scripts/check-layout.sh: parts in their
+# folders and namespaces, no include cycle between parts). Installs
+# clang-format and clang-tidy (Debian 12's, 14) when missing. Exits non-zero,
+# listing each finding, when a check fails.
 #
 #   bash scripts/check-style.sh
 #
@@ -51,5 +53,6 @@ if ! clang-tidy --quiet --config-file=.clang-tidy "$unit" -- -std=gnu++17 -I"$(p
 else
   say "${#headers[@]} public headers follow the naming rule"
 fi
+bash scripts/check-layout.sh || status=1
 say "$([[ $status -eq 0 ]] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $status

@@ -6,7 +6,7 @@
 #include "backends/backends.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/tcp_store.hpp"
-#include "ddp/timeline.hpp"
+#include "ddp/timeline/timeline.hpp"
 #include "timeline/timeline_process_group.hpp"
 
 namespace ddp {

@@ -10,7 +10,7 @@
 
 #include "common/cli.hpp"
 #include "ddp/process_group.hpp"
-#include "ddp/snapshot.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::examples {
 
@@ -21,18 +21,18 @@ class PeriodicSnapshots {
   PeriodicSnapshots(std::shared_ptr<ProcessGroup> group, const CommonOptions& o)
       : every_steps_(o.save_every_steps), every_epochs_(o.save_every_epochs) {
     if (!o.snapshot_dir.empty()) {
-      manager_ =
-          std::make_unique<SnapshotManager>(std::move(group), SnapshotOptions(o.snapshot_dir));
+      manager_ = std::make_unique<snapshot::SnapshotManager>(
+          snapshot::SnapshotOptions(o.snapshot_dir), std::move(group));
     }
   }
 
   /// Loads the newest valid snapshot into `state`; false on a fresh start.
-  bool resume(TrainingState& state) { return manager_ && manager_->resume(state); }
+  bool resume(snapshot::TrainingState& state) { return manager_ && manager_->resume(state); }
 
   /// Call after every step. `state` holds where training would continue
   /// (epoch, step_in_epoch, counters["global_step"]); `epoch_done` says the
   /// step ended an epoch, `stopping` that the run ends here (--max-steps).
-  void afterStep(const TrainingState& state, bool epoch_done, bool stopping) {
+  void afterStep(const snapshot::TrainingState& state, bool epoch_done, bool stopping) {
     if (!manager_) return;
     const int64_t global_step = state.counters.at("global_step");
     const bool by_steps = every_steps_ > 0 && global_step % every_steps_ == 0;
@@ -44,7 +44,7 @@ class PeriodicSnapshots {
   }
 
  private:
-  std::unique_ptr<SnapshotManager> manager_;
+  std::unique_ptr<snapshot::SnapshotManager> manager_;
   int64_t every_steps_, every_epochs_;
   int64_t last_saved_ = -1;
 };

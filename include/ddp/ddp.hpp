@@ -3,19 +3,19 @@
 /// \file ddp.hpp
 /// Everything of ddp's public API in one include.
 
-#include "ddp/amp.hpp"                        // IWYU pragma: export
-#include "ddp/autocast.hpp"                   // IWYU pragma: export
+// The core: process groups, DistributedDataParallel, DataParallel.
 #include "ddp/broadcast_tensors.hpp"          // IWYU pragma: export
 #include "ddp/comm_hook.hpp"                  // IWYU pragma: export
 #include "ddp/data_parallel.hpp"              // IWYU pragma: export
 #include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export
 #include "ddp/environment.hpp"                // IWYU pragma: export
 #include "ddp/errors.hpp"                     // IWYU pragma: export
-#include "ddp/grad_scaler.hpp"                // IWYU pragma: export
-#include "ddp/horovod.hpp"                    // IWYU pragma: export
 #include "ddp/init.hpp"                       // IWYU pragma: export
 #include "ddp/process_group.hpp"              // IWYU pragma: export
-#include "ddp/snapshot.hpp"                   // IWYU pragma: export
-#include "ddp/sync_batch_norm.hpp"            // IWYU pragma: export
-#include "ddp/timeline.hpp"                   // IWYU pragma: export
 #include "ddp/work.hpp"                       // IWYU pragma: export
+// The parts, each a folder of include/ddp/ with a namespace of its own.
+#include "ddp/amp.hpp"       // IWYU pragma: export
+#include "ddp/hvd.hpp"       // IWYU pragma: export
+#include "ddp/nn.hpp"        // IWYU pragma: export
+#include "ddp/snapshot.hpp"  // IWYU pragma: export
+#include "ddp/timeline.hpp"  // IWYU pragma: export

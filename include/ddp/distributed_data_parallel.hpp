@@ -77,19 +77,32 @@ struct ReducerStats {
 /// backward() leaves every gradient averaged over the ranks.
 class DistributedDataParallelImpl : public torch::nn::Module {
  public:
-  /// Wraps `module`, which must live on one device.
+  /// Wraps `module`, which must live on one device. The process group is
+  /// the last argument of every ddp constructor (CONTRIBUTING.md).
   /// \throws ConfigError for invalid options or a module on several devices;
   ///   InvalidArgumentError naming the first parameter or buffer that
   ///   differs between ranks, on every rank.
-  DistributedDataParallelImpl(torch::nn::AnyModule module, std::shared_ptr<ProcessGroup> group,
-                              DistributedDataParallelOptions options = {});
+  DistributedDataParallelImpl(torch::nn::AnyModule module, DistributedDataParallelOptions options,
+                              std::shared_ptr<ProcessGroup> group);
+
+  /// Wraps `module` with the default options.
+  DistributedDataParallelImpl(torch::nn::AnyModule module, std::shared_ptr<ProcessGroup> group)
+      : DistributedDataParallelImpl(std::move(module), DistributedDataParallelOptions(),
+                                    std::move(group)) {}
 
   /// Wraps a module given by its holder (e.g. `Net()`) or shared_ptr.
   template <typename ModuleType>
-  DistributedDataParallelImpl(ModuleType module, std::shared_ptr<ProcessGroup> group,
-                              DistributedDataParallelOptions options = {})
-      : DistributedDataParallelImpl(torch::nn::AnyModule(std::move(module)), std::move(group),
-                                    std::move(options)) {}
+  DistributedDataParallelImpl(ModuleType module, DistributedDataParallelOptions options,
+                              std::shared_ptr<ProcessGroup> group)
+      : DistributedDataParallelImpl(torch::nn::AnyModule(std::move(module)), std::move(options),
+                                    std::move(group)) {}
+
+  /// Wraps a module given by its holder or shared_ptr, with the default
+  /// options.
+  template <typename ModuleType>
+  DistributedDataParallelImpl(ModuleType module, std::shared_ptr<ProcessGroup> group)
+      : DistributedDataParallelImpl(torch::nn::AnyModule(std::move(module)),
+                                    DistributedDataParallelOptions(), std::move(group)) {}
 
   ~DistributedDataParallelImpl() override;
 

@@ -95,6 +95,29 @@ class ProcessGroup {
                                  ReduceOp op) = 0;
   virtual Work do_barrier() = 0;
 
+  /// Note [Decorators]: a group that wraps another (the timeline's recorder,
+  /// or a user's statistics) issues on the wrapped group through these,
+  /// which skip the validation the outer call has already done.
+  static Work forward_all_reduce(ProcessGroup& inner, const at::Tensor& tensor, ReduceOp op) {
+    return inner.do_all_reduce(tensor, op);
+  }
+  /// See forward_all_reduce().
+  static Work forward_broadcast(ProcessGroup& inner, const at::Tensor& tensor, int root) {
+    return inner.do_broadcast(tensor, root);
+  }
+  /// See forward_all_reduce().
+  static Work forward_all_gather(ProcessGroup& inner, const at::Tensor& output,
+                                 const at::Tensor& input) {
+    return inner.do_all_gather(output, input);
+  }
+  /// See forward_all_reduce().
+  static Work forward_reduce_scatter(ProcessGroup& inner, const at::Tensor& output,
+                                     const at::Tensor& input, ReduceOp op) {
+    return inner.do_reduce_scatter(output, input, op);
+  }
+  /// See forward_all_reduce().
+  static Work forward_barrier(ProcessGroup& inner) { return inner.do_barrier(); }
+
  private:
   Topology topology_;
   std::chrono::milliseconds collective_timeout_;

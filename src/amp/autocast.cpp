@@ -1,4 +1,4 @@
-#include "ddp/autocast.hpp"
+#include "ddp/amp/autocast.hpp"
 
 #include "compat/torch_compat.hpp"
 #include "ddp/errors.hpp"

@@ -1,4 +1,4 @@
-#include "ddp/grad_scaler.hpp"
+#include "ddp/amp/grad_scaler.hpp"
 
 #include <torch/torch.h>
 
@@ -101,7 +101,8 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
           batch = &candidate;
         }
       }
-      if (batch == nullptr) batch = &batches.emplace_back(Batch{grad.device(), grad.scalar_type(), {}});
+      if (batch == nullptr)
+        batch = &batches.emplace_back(Batch{grad.device(), grad.scalar_type(), {}});
       batch->grads.push_back(grad);
     }
   }
@@ -112,8 +113,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
     }
     if (flag == nullptr) {
       record.found_inf_per_device.emplace_back(
-          batch.device,
-          at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(batch.device)));
+          batch.device, at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(batch.device)));
       flag = &record.found_inf_per_device.back().second;
     }
     if (compat::hasFusedUnscale(batch.device.type())) {

@@ -3,8 +3,8 @@
 #include <optional>
 #include <unordered_map>
 
-#include "amp/batch_norm_layers.hpp"
-#include "ddp/amp.hpp"
+#include "nn/batch_norm_layers.hpp"
+#include "ddp/amp/mixed_precision.hpp"
 #include "ddp/broadcast_tensors.hpp"
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "ddp/errors.hpp"
-#include "ddp/grad_scaler.hpp"
-#include "ddp/snapshot.hpp"
+#include "ddp/amp/grad_scaler.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::detail {
 

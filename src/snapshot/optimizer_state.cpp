@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "compat/torch_compat.hpp"
-#include "ddp/snapshot.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 #include "snapshot/snapshot_format.hpp"
 
 namespace ddp::detail {

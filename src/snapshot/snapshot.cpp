@@ -1,4 +1,4 @@
-#include "ddp/snapshot.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -23,7 +23,7 @@
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/snapshot_format.hpp"
 
-namespace ddp {
+namespace ddp::snapshot {
 namespace {
 
 using nlohmann::json;
@@ -200,7 +200,7 @@ std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& s
 
 }  // namespace
 
-SnapshotManager::SnapshotManager(std::shared_ptr<ProcessGroup> group, SnapshotOptions options)
+SnapshotManager::SnapshotManager(SnapshotOptions options, std::shared_ptr<ProcessGroup> group)
     : group_(std::move(group)), options_(std::move(options)) {
   if (!group_) throw ConfigError("SnapshotManager needs a process group, got a null pointer");
   if (options_.directory().empty()) {
@@ -405,4 +405,4 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
   }
 }
 
-}  // namespace ddp
+}  // namespace ddp::snapshot

@@ -296,7 +296,7 @@ void fsyncDirectory(const std::string& path) {
   if (rc != 0) throw SnapshotError("cannot fsync directory " + path + ": " + error);
 }
 
-SnapshotFile readSnapshot(const std::string& path) {
+snapshot::SnapshotFile readSnapshot(const std::string& path) {
   std::vector<unsigned char> file = readWholeFile(path);
   if (file.empty()) throw SnapshotError(path + " is not a ddp snapshot: the file is empty");
   if (file.size() < sizeof kSnapshotMagic || std::memcmp(file.data(), kSnapshotMagic, 8) != 0) {
@@ -346,7 +346,7 @@ SnapshotFile readSnapshot(const std::string& path) {
     throw SnapshotError(path + ": snapshot payload is corrupt: its checksum is " + hex32(crc) +
                         ", the header records " + hex32(h.payload_crc));
   }
-  SnapshotFile result;
+  snapshot::SnapshotFile result;
   result.path = path;
   result.format_version = h.version;
   result.world_size = h.world_size;

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ddp/snapshot.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::detail {
 
@@ -66,8 +66,8 @@ class SnapshotWriter {
   uint32_t payload_crc_ = 0;
 };
 
-/// Reads and verifies one snapshot file (ddp::read_snapshot_file).
-SnapshotFile readSnapshot(const std::string& path);
+/// Reads and verifies one snapshot file (ddp::snapshot::read_snapshot_file).
+snapshot::SnapshotFile readSnapshot(const std::string& path);
 
 /// "[3, 4] float32": a tensor's shape and dtype, for messages.
 std::string describeTensor(const at::Tensor& tensor);

@@ -1,7 +1,7 @@
 // The timeline recorder: one file per rank, one pwrite() per event (see
 // Note [The file is valid JSON at every moment] in ddp/timeline.hpp).
 
-#include "ddp/timeline.hpp"
+#include "ddp/timeline/timeline.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -25,6 +25,7 @@
 #include "timeline/timeline_process_group.hpp"
 
 namespace ddp {
+namespace timeline {
 
 TimelineOptions::TimelineOptions(std::string path) : path_(std::move(path)) {
   if (path_.empty()) {
@@ -34,7 +35,6 @@ TimelineOptions::TimelineOptions(std::string path) : path_(std::move(path)) {
   }
 }
 
-namespace timeline {
 namespace detail {
 
 using nlohmann::json;

@@ -1,7 +1,7 @@
 #include "timeline/timeline_process_group.hpp"
 
 #include "ddp/errors.hpp"
-#include "ddp/timeline.hpp"
+#include "ddp/timeline/timeline.hpp"
 
 namespace ddp::timeline {
 namespace detail {
@@ -31,27 +31,27 @@ TimelineProcessGroup::TimelineProcessGroup(std::shared_ptr<ProcessGroup> inner)
 
 Work TimelineProcessGroup::do_all_reduce(const at::Tensor& tensor, ReduceOp op) {
   return record({"all_reduce", op, -1, &tensor},
-                [&] { return inner_->all_reduce_async(tensor, op); });
+                [&] { return forward_all_reduce(*inner_, tensor, op); });
 }
 
 Work TimelineProcessGroup::do_broadcast(const at::Tensor& tensor, int root) {
   return record({"broadcast", std::nullopt, root, &tensor},
-                [&] { return inner_->broadcast_async(tensor, root); });
+                [&] { return forward_broadcast(*inner_, tensor, root); });
 }
 
 Work TimelineProcessGroup::do_all_gather(const at::Tensor& output, const at::Tensor& input) {
   return record({"all_gather", std::nullopt, -1, &input},
-                [&] { return inner_->all_gather_async(output, input); });
+                [&] { return forward_all_gather(*inner_, output, input); });
 }
 
 Work TimelineProcessGroup::do_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                                              ReduceOp op) {
   return record({"reduce_scatter", op, -1, &input},
-                [&] { return inner_->reduce_scatter_async(output, input, op); });
+                [&] { return forward_reduce_scatter(*inner_, output, input, op); });
 }
 
 Work TimelineProcessGroup::do_barrier() {
-  return record({"barrier", std::nullopt, -1, nullptr}, [&] { return inner_->barrier_async(); });
+  return record({"barrier", std::nullopt, -1, nullptr}, [&] { return forward_barrier(*inner_); });
 }
 
 }  // namespace detail

@@ -56,10 +56,10 @@ ProgressReporter::ProgressReporter(int rank, int64_t epochs, int64_t steps_per_e
                                     "; it must be at least 1 (is the dataset empty?).");
   require(steps_to_run >= 0,
           "steps_to_run is " + std::to_string(steps_to_run) + "; it must be 0 or more.");
-  require(options.redraw_interval_s() >= 0 && options.log_interval_s() >= 0,
-          "redraw_interval_s and log_interval_s must be 0 or more seconds (got " +
-              std::to_string(options.redraw_interval_s()) + " and " +
-              std::to_string(options.log_interval_s()) + ").");
+  require(options.redraw_interval().count() >= 0 && options.log_interval().count() >= 0,
+          "redraw_interval and log_interval must be 0 or more (got " +
+              std::to_string(options.redraw_interval().count()) + " ms and " +
+              std::to_string(options.log_interval().count()) + " ms).");
   in_place_ = options.in_place().has_value() ? *options.in_place()
                                              : out_ == &std::cout && isatty(STDOUT_FILENO) == 1;
 }
@@ -85,8 +85,8 @@ void ProgressReporter::step(double loss, int64_t samples) {
   epoch_samples_ += samples;
   epoch_loss_sum_ += loss;
   if (rank_ != 0) return;
-  const double since = std::chrono::duration<double>(Clock::now() - last_shown_).count();
-  if (since >= (in_place_ ? options_.redraw_interval_s() : options_.log_interval_s())) show(false);
+  const auto since = Clock::now() - last_shown_;
+  if (since >= (in_place_ ? options_.redraw_interval() : options_.log_interval())) show(false);
 }
 
 EpochProgress ProgressReporter::end_epoch() {

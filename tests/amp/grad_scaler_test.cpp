@@ -13,9 +13,9 @@
 #include <string>
 
 #include "ddp/errors.hpp"
-#include "ddp/grad_scaler.hpp"
+#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/init.hpp"
-#include "ddp/snapshot.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace {
 
@@ -133,11 +133,10 @@ TEST(AmpGradScaler, InfOrNaNSkipsTheStepKeepsTheParametersAndHalvesTheScale) {
 // any group skips the step.
 TEST(AmpGradScaler, GradientsOfEveryDtypeAreUnscaledAndChecked) {
   for (const auto bad_dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble}) {
-    std::vector<torch::Tensor> params = {
-        torch::ones({2, 3}, torch::kFloat).requires_grad_(),
-        torch::ones({4}, torch::kBFloat16).requires_grad_(),
-        torch::ones({5}, torch::kDouble).requires_grad_(),
-        torch::ones({3}, torch::kFloat).requires_grad_()};
+    std::vector<torch::Tensor> params = {torch::ones({2, 3}, torch::kFloat).requires_grad_(),
+                                         torch::ones({4}, torch::kBFloat16).requires_grad_(),
+                                         torch::ones({5}, torch::kDouble).requires_grad_(),
+                                         torch::ones({3}, torch::kFloat).requires_grad_()};
     torch::optim::SGD optimizer(params, 0.25);
     GradScaler scaler(GradScalerOptions().init_scale(8));
     for (auto& p : params) p.mutable_grad() = torch::full_like(p, 24);
@@ -153,7 +152,8 @@ TEST(AmpGradScaler, GradientsOfEveryDtypeAreUnscaledAndChecked) {
     // The next step has an inf in one group only.
     for (auto& p : params) {
       p.mutable_grad() = torch::full_like(p, 24);
-      if (p.scalar_type() == bad_dtype) p.mutable_grad()[0] = std::numeric_limits<float>::infinity();
+      if (p.scalar_type() == bad_dtype)
+        p.mutable_grad()[0] = std::numeric_limits<float>::infinity();
     }
     EXPECT_FALSE(scaler.step(optimizer)) << bad_dtype;
     scaler.update();
@@ -289,20 +289,21 @@ TEST(AmpGradScaler, StateIsPartOfASnapshot) {
       std::filesystem::temp_directory_path() / ("ddp_amp_snapshot_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   auto group = ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1));
-  ddp::SnapshotManager snapshots(group, ddp::SnapshotOptions(dir.string()));
+  ddp::snapshot::SnapshotManager snapshots(ddp::snapshot::SnapshotOptions(dir.string()), group);
   GradScaler trained = scalerAfterSomeSteps();
-  ddp::TrainingState saved;
+  ddp::snapshot::TrainingState saved;
   saved.grad_scaler = &trained;
   snapshots.save(saved);
 
   GradScaler fresh;
-  ddp::TrainingState resumed;
+  ddp::snapshot::TrainingState resumed;
   resumed.grad_scaler = &fresh;
   ASSERT_TRUE(snapshots.resume(resumed));
   expectSameState(fresh.state(), trained.state());
 
-  ddp::SnapshotManager other(group, ddp::SnapshotOptions(dir.string()).prefix("noscaler"));
-  other.save(ddp::TrainingState());
+  ddp::snapshot::SnapshotManager other(
+      ddp::snapshot::SnapshotOptions(dir.string()).prefix("noscaler"), group);
+  other.save(ddp::snapshot::TrainingState());
   std::string message = errorOf<ddp::SnapshotError>([&] { other.resume(resumed); });
   EXPECT_NE(message.find("the snapshot holds no gradient scaler state"), std::string::npos)
       << message;

@@ -15,11 +15,11 @@
 
 #include "common/models.hpp"
 #include "compat/torch_compat.hpp"
-#include "ddp/amp.hpp"
+#include "ddp/amp/mixed_precision.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
-#include "ddp/snapshot.hpp"
-#include "ddp/sync_batch_norm.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
+#include "ddp/nn/sync_batch_norm.hpp"
 
 namespace {
 
@@ -199,13 +199,14 @@ TEST(AmpMixedPrecision, O3CastsEverythingAndKeepsNoMasters) {
 
 TEST(AmpMixedPrecision, O2KeepsSyncBatchNormInFloat32) {
   auto group = ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1));
-  nn::Sequential net(nn::Linear(4, 4), ddp::SyncBatchNorm(nn::BatchNormOptions(4), group),
+  nn::Sequential net(nn::Linear(4, 4), ddp::nn::SyncBatchNorm(nn::BatchNormOptions(4), group),
                      nn::Linear(4, 2));
   torch::optim::SGD optimizer(net->parameters(), 0.1);
   MixedPrecision mp(*net, optimizer, AmpOptions(OptLevel::kO2));
   EXPECT_EQ(net->ptr(0)->as<nn::LinearImpl>()->weight.scalar_type(), torch::kBFloat16);
-  EXPECT_EQ(net->ptr(1)->as<ddp::SyncBatchNormImpl>()->weight.scalar_type(), torch::kFloat);
-  EXPECT_EQ(net->ptr(1)->as<ddp::SyncBatchNormImpl>()->running_var.scalar_type(), torch::kFloat);
+  EXPECT_EQ(net->ptr(1)->as<ddp::nn::SyncBatchNormImpl>()->weight.scalar_type(), torch::kFloat);
+  EXPECT_EQ(net->ptr(1)->as<ddp::nn::SyncBatchNormImpl>()->running_var.scalar_type(),
+            torch::kFloat);
   EXPECT_EQ(mp.forward(net, torch::randn({3, 4})).scalar_type(), torch::kFloat);
 }
 
@@ -241,8 +242,8 @@ struct O2Trainer {
       scaler.update();
     }
   }
-  ddp::TrainingState state() {
-    ddp::TrainingState s;
+  ddp::snapshot::TrainingState state() {
+    ddp::snapshot::TrainingState s;
     s.model = net.ptr().get();
     s.optimizer = &optimizer;
     s.grad_scaler = &scaler;
@@ -256,9 +257,9 @@ struct O2Trainer {
 TEST(AmpMixedPrecision, O2ResumesBitExactlyFromASnapshotWithMastersAndScaler) {
   auto dir = std::filesystem::temp_directory_path() / ("ddp_amp_o2_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  ddp::SnapshotManager snapshots(
-      ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1)),
-      ddp::SnapshotOptions(dir.string()));
+  ddp::snapshot::SnapshotManager snapshots(
+      ddp::snapshot::SnapshotOptions(dir.string()),
+      ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1)));
   torch::manual_seed(1);
   O2Trainer uninterrupted;
   uninterrupted.train(0, 3);

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "common/models.hpp"
-#include "ddp/amp.hpp"
+#include "ddp/amp/mixed_precision.hpp"
 #include "ddp/distributed_data_parallel.hpp"
-#include "ddp/grad_scaler.hpp"
-#include "ddp/sync_batch_norm.hpp"
+#include "ddp/amp/grad_scaler.hpp"
+#include "ddp/nn/sync_batch_norm.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -203,7 +203,7 @@ void compareTraining(const std::string& name, Net net, Net reference,
   const int64_t rows = group->size() * kPerRank;
   net->to(kGpu);
   reference->to(kGpu);
-  DistributedDataParallel model(net, group, options);
+  DistributedDataParallel model(net, options, group);
   auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
   torch::optim::SGD optimizer(model->parameters(), sgd);
   torch::optim::SGD reference_optimizer(reference->parameters(), sgd);
@@ -454,7 +454,7 @@ void checkSyncBatchNormCase(const std::shared_ptr<ProcessGroup>& group, NamedChe
   const at::Tensor bias = torch::randn({channels}, torch::device(kGpu));
 
   auto options = nn::BatchNormOptions(channels).momentum(0.1);
-  SyncBatchNorm layer(options, group);
+  ddp::nn::SyncBatchNorm layer(options, group);
   nn::AnyModule reference = spatial.empty() ? nn::AnyModule(nn::BatchNorm1d(options))
                                             : nn::AnyModule(nn::BatchNorm2d(options));
   layer->to(kGpu);
@@ -505,7 +505,7 @@ void checkCudaSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group, NamedChe
   ConvNet net;
   torch::manual_seed(5);
   ConvNet reference;
-  convert_sync_batchnorm(net.ptr(), group);
+  ddp::nn::convert_sync_batchnorm(net.ptr(), group);
   compareTraining("convnet sync batch norm", net, reference, group, checks, {1, 28, 28}, 10,
                   DistributedDataParallelOptions(), 3);
   std::vector<at::Tensor> statistics, expected;

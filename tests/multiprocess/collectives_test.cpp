@@ -11,9 +11,9 @@
 namespace ddp::testing {
 namespace {
 
-class FoundationCollectives : public ::testing::TestWithParam<int> {};
+class CoreCollectives : public ::testing::TestWithParam<int> {};
 
-TEST_P(FoundationCollectives, EveryDtypeAndOpMatchesClosedForm) {
+TEST_P(CoreCollectives, EveryDtypeAndOpMatchesClosedForm) {
   const int world = GetParam();
   auto results = runRanks(world, {"collectives", "--backend", "gloo"});
   ASSERT_EQ(results.size(), static_cast<size_t>(world));
@@ -22,7 +22,7 @@ TEST_P(FoundationCollectives, EveryDtypeAndOpMatchesClosedForm) {
   expectChecks(results, collectiveCheckNames(world));
 }
 
-INSTANTIATE_TEST_SUITE_P(Foundation, FoundationCollectives, ::testing::Values(1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Core, CoreCollectives, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 void expectTopology(const std::vector<launch::ChildResult>& results, const std::string& source,
@@ -41,7 +41,7 @@ void expectTopology(const std::vector<launch::ChildResult>& results, const std::
   }
 }
 
-TEST(FoundationLaunchers, StartsFromTorchrunVariables) {
+TEST(CoreLaunchers, StartsFromTorchrunVariables) {
   auto results = runRanks(3, {"topology"});
   expectTopology(results, "torchrun", 3);
   EXPECT_NE(results[2].output.find("local_rank=2 local_world_size=3 group_rank=0"),
@@ -49,7 +49,7 @@ TEST(FoundationLaunchers, StartsFromTorchrunVariables) {
       << describe(results);
 }
 
-TEST(FoundationLaunchers, StartsFromOpenMpiVariables) {
+TEST(CoreLaunchers, StartsFromOpenMpiVariables) {
   auto results = runRanks(2, {"topology"}, [](int rank, int world, int port) {
     return Environment{{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
                        {"OMPI_COMM_WORLD_SIZE", std::to_string(world)},
@@ -61,7 +61,7 @@ TEST(FoundationLaunchers, StartsFromOpenMpiVariables) {
   expectTopology(results, "Open MPI", 2);
 }
 
-TEST(FoundationLaunchers, StartsFromSlurmVariables) {
+TEST(CoreLaunchers, StartsFromSlurmVariables) {
   // Two "nodes" of two tasks each; Slurm's compressed node list names the
   // master, which is this machine's "localhost".
   auto results = runRanks(4, {"topology"}, [](int rank, int world, int port) {

@@ -97,7 +97,7 @@ class DdpChecker {
   std::vector<torch::Tensor> trainMlp(DistributedDataParallelOptions options, int micro_batches,
                                       ReducerStats* stats = nullptr) {
     torch::manual_seed(7 + rank_);
-    DistributedDataParallel model(Mlp(8, 16, 4), group_, options);
+    DistributedDataParallel model(Mlp(8, 16, 4), options, group_);
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < kSteps; ++step) {
       optimizer.zero_grad();
@@ -223,8 +223,8 @@ class DdpChecker {
 
   void unusedBranch() {
     torch::manual_seed(21 + rank_);
-    DistributedDataParallel model(BranchNet(), group_,
-                                  DistributedDataParallelOptions().find_unused_parameters(true));
+    DistributedDataParallel model(
+        BranchNet(), DistributedDataParallelOptions().find_unused_parameters(true), group_);
     torch::manual_seed(21);
     BranchNet reference;
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -254,8 +254,8 @@ class DdpChecker {
   void compressionHook(std::shared_ptr<CommHook> hook, at::ScalarType wire, float tolerance) {
     const std::string name = hook->name();
     torch::manual_seed(31);
-    DistributedDataParallel model(Mlp(8, 16, 4), group_,
-                                  DistributedDataParallelOptions().comm_hook(hook));
+    DistributedDataParallel model(Mlp(8, 16, 4), DistributedDataParallelOptions().comm_hook(hook),
+                                  group_);
     torch::manual_seed(31);
     Mlp reference(8, 16, 4);
     Batch b = makeBatch(0, world_ * kPerRank, {8}, false);
@@ -289,11 +289,12 @@ class DdpChecker {
   // delay_allreduce none does.
   void overlap() {
     for (bool delay : {false, true}) {
-      DistributedDataParallel model(Mlp(64, 256, 64), group_,
+      DistributedDataParallel model(Mlp(64, 256, 64),
                                     DistributedDataParallelOptions()
                                         .first_bucket_cap_mb(0.05)
                                         .bucket_cap_mb(0.2)
-                                        .delay_allreduce(delay));
+                                        .delay_allreduce(delay),
+                                    group_);
       for (int step = 0; step < 2; ++step) {
         torch::mse_loss(model->forward(torch::randn({kPerRank, 64})), torch::randn({kPerRank, 64}))
             .backward();

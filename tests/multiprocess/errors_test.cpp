@@ -36,45 +36,45 @@ void expectFailure(const launch::ChildResult& r, int exit_code,
   }
 }
 
-TEST(FoundationErrors, RankNotBelowWorldSize) {
+TEST(CoreErrors, RankNotBelowWorldSize) {
   auto r = runOne(
       {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   expectFailure(r, kConfig, {"RANK (torchrun) is 2", "ranks run from 0 to 1"});
 }
 
-TEST(FoundationErrors, MissingWorldSize) {
+TEST(CoreErrors, MissingWorldSize) {
   auto r = runOne({{"RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   expectFailure(r, kConfig, {"RANK is set but WORLD_SIZE is missing", "Set WORLD_SIZE"});
 }
 
-TEST(FoundationErrors, WorldSizeNotANumber) {
+TEST(CoreErrors, WorldSizeNotANumber) {
   auto r = runOne({{"RANK", "0"}, {"WORLD_SIZE", "two"}});
   expectFailure(r, kConfig, {"WORLD_SIZE (torchrun) is 'two'", "not a whole number"});
 }
 
-TEST(FoundationErrors, MissingMasterAddress) {
+TEST(CoreErrors, MissingMasterAddress) {
   auto r = runOne({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
   expectFailure(r, kConfig, {"MASTER_ADDR is not set", "Open MPI", "mpirun -x MASTER_ADDR"});
 }
 
-TEST(FoundationErrors, MasterPortOutOfRange) {
+TEST(CoreErrors, MasterPortOutOfRange) {
   auto r = runOne(
       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "70000"}});
   expectFailure(r, kConfig, {"MASTER_PORT (torchrun) is 70000", "between 1 and 65535"});
 }
 
-TEST(FoundationErrors, UnknownBackend) {
+TEST(CoreErrors, UnknownBackend) {
   auto r = runOne({}, {"topology", "--backend", "mpi"});
   expectFailure(r, kConfig, {"unknown backend 'mpi'", "'gloo'"});
 }
 
-TEST(FoundationErrors, NcclUnavailableWithoutCuda) {
+TEST(CoreErrors, NcclUnavailableWithoutCuda) {
   if (backends::ncclCompiledIn()) GTEST_SKIP() << "this LibTorch has NCCL";
   auto r = runOne({}, {"topology", "--backend", "nccl"});
   expectFailure(r, kBackendUnavailable, {"backend 'nccl' is not available", "'gloo'"});
 }
 
-TEST(FoundationErrors, MasterUnreachableFailsAfterRendezvousTimeout) {
+TEST(CoreErrors, MasterUnreachableFailsAfterRendezvousTimeout) {
   const int port = launch::findFreePort();  // Nothing listens there.
   auto r = runOne({{"RANK", "1"},
                    {"WORLD_SIZE", "2"},
@@ -86,7 +86,7 @@ TEST(FoundationErrors, MasterUnreachableFailsAfterRendezvousTimeout) {
   EXPECT_LT(r.seconds, 15.0);
 }
 
-TEST(FoundationErrors, MasterPortAlreadyInUse) {
+TEST(CoreErrors, MasterPortAlreadyInUse) {
   PortHolder holder;
   const int port = holder.port();
   auto r = runOne({{"RANK", "0"},
@@ -96,7 +96,7 @@ TEST(FoundationErrors, MasterPortAlreadyInUse) {
   expectFailure(r, kRendezvous, {"127.0.0.1:" + std::to_string(port), "already in use"});
 }
 
-TEST(FoundationErrors, MissingRankNamedAfterRendezvousTimeout) {
+TEST(CoreErrors, MissingRankNamedAfterRendezvousTimeout) {
   auto results = runRanks(
       2, {"topology", "--rendezvous-timeout-ms", "1500"},
       [](int rank, int world, int port) {
@@ -145,21 +145,21 @@ std::vector<std::string> stallOn(const std::string& backend) {
   return args;
 }
 
-TEST(FoundationErrors, StalledPeerTimesOutOnGloo) {
+TEST(CoreErrors, StalledPeerTimesOutOnGloo) {
   auto results = runRanks(2, stallOn("gloo"), torchrunEnvironment, std::chrono::seconds(60));
   expectTimedOut(results[0], "gloo all_reduce(sum) of 1024 float32 elements on rank 0 of 2",
                  " (the engine does not say which ranks were missing; it said: ");
   expectStalledPeerLeftLast(results[1]);
 }
 
-TEST(FoundationErrors, StalledPeerTimesOutOnShm) {
+TEST(CoreErrors, StalledPeerTimesOutOnShm) {
   auto results = runRanks(2, stallOn("shm"), torchrunEnvironment, std::chrono::seconds(60));
   expectTimedOut(results[0], "shm all_reduce(sum) of 1024 float32 elements on rank 0 of 2",
                  ": rank(s) 1 did not reach it.");
   expectStalledPeerLeftLast(results[1]);
 }
 
-TEST(FoundationErrors, StalledPeerTimesOutOnTheDefaultEngine) {
+TEST(CoreErrors, StalledPeerTimesOutOnTheDefaultEngine) {
   auto results = runRanks(3, kStall, torchrunEnvironment, std::chrono::seconds(60));
   for (int rank : {0, 2}) {
     expectTimedOut(
@@ -173,7 +173,7 @@ TEST(FoundationErrors, StalledPeerTimesOutOnTheDefaultEngine) {
 // stalls. Rank 3 waits for it inside node 1; rank 0 reached node 0's part
 // and waits for node 1 between the leaders; rank 1 waits for rank 0, which
 // arrived and stalled inside the collective from its point of view.
-TEST(FoundationErrors, StalledLeaderTimesOutOnTheHierarchicalEngine) {
+TEST(CoreErrors, StalledLeaderTimesOutOnTheHierarchicalEngine) {
   auto args = kStall;
   args.insert(args.end(), {"--stall-rank", "2"});
   auto results = runRanks(4, args, onNodes(2), std::chrono::seconds(60));
@@ -200,7 +200,7 @@ TEST(FoundationErrors, StalledLeaderTimesOutOnTheHierarchicalEngine) {
 // [Classifying foreign errors] in src/work.cpp), and it names the
 // collective. The shared-memory engine's case, which also names the dead
 // rank's pid: ShmErrors.DeadPeerFailsQuicklyNamingIt.
-TEST(FoundationErrors, PeerExitFailsGlooCollectiveBeforeTheTimeout) {
+TEST(CoreErrors, PeerExitFailsGlooCollectiveBeforeTheTimeout) {
   auto results =
       runRanks(2, {"exit-early", "--backend", "gloo", "--collective-timeout-ms", "20000"},
                torchrunEnvironment, std::chrono::seconds(60));

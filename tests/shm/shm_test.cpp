@@ -134,7 +134,7 @@ TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
   }
 }
 
-// A stalled peer: FoundationErrors.StalledPeerTimesOutOnShm (tests/multiprocess/errors_test.cpp).
+// A stalled peer: CoreErrors.StalledPeerTimesOutOnShm (tests/multiprocess/errors_test.cpp).
 
 TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
   auto results = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "20000"},

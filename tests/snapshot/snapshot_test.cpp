@@ -19,7 +19,7 @@
 #include "common/models.hpp"
 #include "compat/torch_compat.hpp"
 #include "ddp/init.hpp"
-#include "ddp/snapshot.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 #include "launch/child_process.hpp"
 #include "snapshot/optimizer_state.hpp"
 
@@ -77,9 +77,10 @@ void expectModulesEqual(torch::nn::Module& a, torch::nn::Module& b) {
 }
 
 // A training state pointing at the given objects.
-ddp::TrainingState bound(torch::nn::Module& model, torch::optim::Optimizer* optimizer = nullptr,
-                         torch::optim::LRScheduler* scheduler = nullptr) {
-  ddp::TrainingState state;
+ddp::snapshot::TrainingState bound(torch::nn::Module& model,
+                                   torch::optim::Optimizer* optimizer = nullptr,
+                                   torch::optim::LRScheduler* scheduler = nullptr) {
+  ddp::snapshot::TrainingState state;
   state.model = &model;
   state.optimizer = optimizer;
   state.scheduler = scheduler;
@@ -104,8 +105,9 @@ class SnapshotTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  ddp::SnapshotManager manager(int keep_last = 3) {
-    return ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).keep_last(keep_last));
+  ddp::snapshot::SnapshotManager manager(int keep_last = 3) {
+    return ddp::snapshot::SnapshotManager(ddp::snapshot::SnapshotOptions(dir_).keep_last(keep_last),
+                                          group_);
   }
   // Saves an MLP state with counters["global_step"] = step; returns the path.
   std::string saveMlpAt(int64_t step) {
@@ -113,13 +115,13 @@ class SnapshotTest : public ::testing::Test {
     Mlp model(6, 16, 3);
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     trainMlp(model, optimizer, 2);
-    ddp::TrainingState state = bound(*model, &optimizer);
+    ddp::snapshot::TrainingState state = bound(*model, &optimizer);
     state.counters["global_step"] = step;
     return manager().save(state);
   }
   int64_t resumedStep() {
     Mlp model(6, 16, 3);
-    ddp::TrainingState state = bound(*model);
+    ddp::snapshot::TrainingState state = bound(*model);
     EXPECT_TRUE(manager().resume(state));
     return state.counters["global_step"];
   }
@@ -135,7 +137,7 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
                               torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
   torch::optim::StepLR scheduler(optimizer, /*step_size=*/2, /*gamma=*/0.5);
   trainMlp(model, optimizer, 5, &scheduler);
-  ddp::TrainingState saved = bound(*model, &optimizer, &scheduler);
+  ddp::snapshot::TrainingState saved = bound(*model, &optimizer, &scheduler);
   saved.epoch = 3;
   saved.step_in_epoch = 7;
   saved.counters = {{"global_step", 5}, {"sampler_offset", 40}};
@@ -153,7 +155,7 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
   torch::optim::StepLR fresh_scheduler(fresh_optimizer, 2, 0.5);
   ASSERT_FALSE(torch::equal(model->fc1->weight, fresh->fc1->weight));
   at::Tensor scale_alias = torch::zeros({1});
-  ddp::TrainingState state = bound(*fresh, &fresh_optimizer, &fresh_scheduler);
+  ddp::snapshot::TrainingState state = bound(*fresh, &fresh_optimizer, &fresh_scheduler);
   state.extra_tensors = {{"scale", scale_alias}, {"stale", torch::ones({2})}};
   ASSERT_TRUE(manager().resume(state));
 
@@ -200,7 +202,7 @@ TEST_F(SnapshotTest, RoundTripConvNetBatchNormBuffersAndAdam) {
   torch::manual_seed(3);
   ConvNet fresh;
   torch::optim::Adam fresh_optimizer(fresh->parameters(), torch::optim::AdamOptions(5e-2));
-  ddp::TrainingState state = bound(*fresh, &fresh_optimizer);
+  ddp::snapshot::TrainingState state = bound(*fresh, &fresh_optimizer);
   ASSERT_TRUE(manager().resume(state));
 
   expectModulesEqual(*model, *fresh);  // includes running_mean/var, num_batches_tracked
@@ -241,7 +243,7 @@ TEST_F(SnapshotTest, EveryOptimizerContinuesBitExactly) {
     torch::manual_seed(5);
     Mlp fresh(6, 16, 3);
     auto fresh_optimizer = make(fresh);
-    ddp::TrainingState state = bound(*fresh, fresh_optimizer.get());
+    ddp::snapshot::TrainingState state = bound(*fresh, fresh_optimizer.get());
     ASSERT_TRUE(manager().resume(state));
     trainMlp(fresh, *fresh_optimizer, 3);
     expectModulesEqual(*model, *fresh);
@@ -254,7 +256,7 @@ struct Program {
   Mlp model;
   torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)};
   torch::optim::StepLR scheduler{optimizer, 3, 0.5};
-  ddp::TrainingState state = bound(*model, &optimizer, &scheduler);
+  ddp::snapshot::TrainingState state = bound(*model, &optimizer, &scheduler);
 };
 
 TEST_F(SnapshotTest, ContinuationAfterRestartIsBitIdentical) {
@@ -321,7 +323,8 @@ TEST_F(SnapshotTest, CorruptNewestIsSkippedWithAWarningNamingIt) {
     std::string warnings = testing::internal::GetCapturedStderr();
     EXPECT_TRUE(contains(warnings, newest)) << warnings;
     EXPECT_TRUE(contains(warnings, damage.expected)) << warnings;
-    EXPECT_TRUE(contains(snapshotError([&] { ddp::read_snapshot_file(newest); }), damage.expected));
+    EXPECT_TRUE(contains(snapshotError([&] { ddp::snapshot::read_snapshot_file(newest); }),
+                         damage.expected));
   }
 }
 
@@ -333,12 +336,12 @@ TEST_F(SnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
   writeBytes(random, noise);
   writeBytes(empty, {});
   for (const auto& path : {random, empty}) {
-    std::string message = snapshotError([&] { ddp::read_snapshot_file(path); });
+    std::string message = snapshotError([&] { ddp::snapshot::read_snapshot_file(path); });
     EXPECT_TRUE(contains(message, path)) << message;
     EXPECT_TRUE(contains(message, "is not a ddp snapshot")) << message;
   }
-  EXPECT_TRUE(
-      contains(snapshotError([&] { ddp::read_snapshot_file(dir_ + "/missing"); }), "cannot open"));
+  EXPECT_TRUE(contains(snapshotError([&] { ddp::snapshot::read_snapshot_file(dir_ + "/missing"); }),
+                       "cannot open"));
 }
 
 TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouched) {
@@ -346,7 +349,7 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
   torch::manual_seed(9);
   Mlp other(6, 32, 3);  // fc1.weight is [32, 6], not [16, 6]
   at::Tensor before = other->fc1->weight.clone();
-  ddp::TrainingState state = bound(*other);
+  ddp::snapshot::TrainingState state = bound(*other);
   std::string message = snapshotError([&] { manager().resume(state); });
   EXPECT_TRUE(contains(message, path)) << message;
   EXPECT_TRUE(
@@ -360,8 +363,9 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
   state.model = same.ptr().get();
   state.optimizer = &adam;
   at::Tensor same_before = same->fc1->weight.clone();
-  message =
-      snapshotError([&] { ddp::restore_training_state(ddp::read_snapshot_file(path), state); });
+  message = snapshotError([&] {
+    ddp::snapshot::restore_training_state(ddp::snapshot::read_snapshot_file(path), state);
+  });
   EXPECT_TRUE(contains(message, "of type sgd, this one is adam")) << message;
   EXPECT_TRUE(torch::equal(same_before, same->fc1->weight));
 
@@ -385,7 +389,7 @@ TEST_F(SnapshotTest, FileLayoutHeaderRecordsAndEndMarker) {
   EXPECT_EQ(u32(12), 64u);  // header size
   EXPECT_EQ(u32(16), 1u);   // world size
   EXPECT_EQ(std::string(bytes.data() + bytes.size() - 8, 8), "DDPSEND1");
-  ddp::SnapshotFile file = ddp::read_snapshot_file(path);
+  ddp::snapshot::SnapshotFile file = ddp::snapshot::read_snapshot_file(path);
   EXPECT_EQ(file.sequence, 1u);
   EXPECT_EQ(file.world_size, 1u);
   for (const char* name :
@@ -416,7 +420,7 @@ TEST_F(SnapshotTest, LeftoverTemporaryFileOfAKilledWriterIsIgnored) {
 TEST_F(SnapshotTest, EmptyOrMissingDirectoryResumesNothing) {
   Mlp model(6, 16, 3);
   at::Tensor before = model->fc1->weight.clone();
-  ddp::TrainingState state = bound(*model);
+  ddp::snapshot::TrainingState state = bound(*model);
   EXPECT_FALSE(manager().resume(state));
   fs::remove_all(dir_);
   EXPECT_FALSE(manager().resume(state));
@@ -438,16 +442,17 @@ TEST_F(SnapshotTest, TwoRanksSaveOnRankZeroAndResumeTogether) {
                                  {"MASTER_ADDR", "127.0.0.1"},
                                  {"MASTER_PORT", std::to_string(port)}};
       auto group = ddp::init(ddp::InitOptions().backend("gloo"), env);
-      ddp::SnapshotManager snapshots(group, ddp::SnapshotOptions(dir_));
+      ddp::snapshot::SnapshotManager snapshots(ddp::snapshot::SnapshotOptions(dir_), group);
       Mlp model(6, 16, 3), fresh(6, 16, 3);
-      ddp::TrainingState state = bound(*model);
+      ddp::snapshot::TrainingState state = bound(*model);
       state.counters["rank"] = rank;
       paths[rank] = snapshots.save(state);
-      ddp::TrainingState resumed = bound(*fresh);
+      ddp::snapshot::TrainingState resumed = bound(*fresh);
       EXPECT_TRUE(snapshots.resume(resumed));
       EXPECT_EQ(resumed.counters["rank"], 0);
       weights[rank] = fresh->fc1->weight.clone();
-      ddp::SnapshotManager split(group, ddp::SnapshotOptions(dir_ + (rank ? "/elsewhere" : "")));
+      ddp::snapshot::SnapshotManager split(
+          ddp::snapshot::SnapshotOptions(dir_ + (rank ? "/elsewhere" : "")), group);
       errors[rank] = snapshotError([&] { split.resume(resumed); });
     } catch (const std::exception& e) {
       ADD_FAILURE() << "rank " << rank << ": " << e.what();
@@ -459,21 +464,26 @@ TEST_F(SnapshotTest, TwoRanksSaveOnRankZeroAndResumeTogether) {
   EXPECT_EQ(paths[0], paths[1]);
   ASSERT_TRUE(weights[0].defined() && weights[1].defined());
   EXPECT_TRUE(torch::equal(weights[0], weights[1]));
-  ddp::SnapshotFile file = ddp::read_snapshot_file(paths[0]);
+  ddp::snapshot::SnapshotFile file = ddp::snapshot::read_snapshot_file(paths[0]);
   EXPECT_EQ(file.world_size, 2u);
   EXPECT_EQ(file.tensors.count("rng/rank0/cpu") + file.tensors.count("rng/rank1/cpu"), 2u);
   for (const auto& error : errors) EXPECT_TRUE(contains(error, "ranks disagree")) << error;
 }
 
 TEST_F(SnapshotTest, OptionsAreValidated) {
-  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions("")), ddp::ConfigError);
-  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).keep_last(0)),
+  EXPECT_THROW(ddp::snapshot::SnapshotManager(ddp::snapshot::SnapshotOptions(""), group_),
                ddp::ConfigError);
-  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).prefix("a/b")),
+  EXPECT_THROW(
+      ddp::snapshot::SnapshotManager(ddp::snapshot::SnapshotOptions(dir_).keep_last(0), group_),
+      ddp::ConfigError);
+  EXPECT_THROW(
+      ddp::snapshot::SnapshotManager(ddp::snapshot::SnapshotOptions(dir_).prefix("a/b"), group_),
+      ddp::ConfigError);
+  EXPECT_THROW(
+      ddp::snapshot::SnapshotManager(ddp::snapshot::SnapshotOptions(dir_).prefix(".x"), group_),
+      ddp::ConfigError);
+  EXPECT_THROW(ddp::snapshot::SnapshotManager(ddp::snapshot::SnapshotOptions(dir_), nullptr),
                ddp::ConfigError);
-  EXPECT_THROW(ddp::SnapshotManager(group_, ddp::SnapshotOptions(dir_).prefix(".x")),
-               ddp::ConfigError);
-  EXPECT_THROW(ddp::SnapshotManager(nullptr, ddp::SnapshotOptions(dir_)), ddp::ConfigError);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 #include "common/expect_checks.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
-#include "ddp/timeline.hpp"
+#include "ddp/timeline/timeline.hpp"
 #include "collective_name.hpp"
 #include "timeline/timeline_process_group.hpp"
 #include "multiprocess/harness.hpp"
@@ -133,7 +133,7 @@ TEST(TimelinePaths, RankReplacesPercentROrFollowsThePrefix) {
   EXPECT_EQ(timeline::path_for_rank("/tmp/t-%r.json", 3), "/tmp/t-3.json");
   EXPECT_EQ(timeline::path_for_rank("/tmp/%r/t-%r.json", 12), "/tmp/12/t-12.json");
   EXPECT_EQ(timeline::path_for_rank("/tmp/t-", 0), "/tmp/t-0.json");
-  EXPECT_THROW(TimelineOptions(""), ConfigError);
+  EXPECT_THROW(timeline::TimelineOptions(""), ConfigError);
 }
 
 class TimelineLocal : public ::testing::Test {
@@ -146,7 +146,7 @@ class TimelineLocal : public ::testing::Test {
 };
 
 TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
-  timeline::start(*group_, TimelineOptions(dir_.file("t%r.json")));
+  timeline::start(*group_, timeline::TimelineOptions(dir_.file("t%r.json")));
   const std::string path = dir_.file("t0.json");
   EXPECT_EQ(timeline::current_path(), path);
   for (int i = 1; i <= 3; ++i) {
@@ -155,7 +155,7 @@ TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
     ASSERT_TRUE(trace.is_array()) << "invalid after event " << i;
     EXPECT_EQ(completeEvents(trace).size(), static_cast<size_t>(i));
   }
-  timeline::start(*group_, TimelineOptions(dir_.file("t%r.json")));  // same path: no-op
+  timeline::start(*group_, timeline::TimelineOptions(dir_.file("t%r.json")));  // same path: no-op
   EXPECT_EQ(timeline::events_written(), 3);
   timeline::stop();
   EXPECT_FALSE(timeline::recording());
@@ -165,9 +165,9 @@ TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
 }
 
 TEST_F(TimelineLocal, StartingElsewhereIsAConfigErrorAndAMissingDirectoryAnIoError) {
-  timeline::start(*group_, TimelineOptions(dir_.file("a%r.json")));
+  timeline::start(*group_, timeline::TimelineOptions(dir_.file("a%r.json")));
   try {
-    timeline::start(*group_, TimelineOptions(dir_.file("b%r.json")));
+    timeline::start(*group_, timeline::TimelineOptions(dir_.file("b%r.json")));
     FAIL() << "a second timeline started";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("already recording into '" + dir_.file("a0.json")),
@@ -176,7 +176,7 @@ TEST_F(TimelineLocal, StartingElsewhereIsAConfigErrorAndAMissingDirectoryAnIoErr
   }
   timeline::stop();
   try {
-    timeline::start(*group_, TimelineOptions(dir_.file("missing/t%r.json")));
+    timeline::start(*group_, timeline::TimelineOptions(dir_.file("missing/t%r.json")));
     FAIL() << "started into a missing directory";
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot create '" + dir_.file("missing/t0.json") +
@@ -187,7 +187,7 @@ TEST_F(TimelineLocal, StartingElsewhereIsAConfigErrorAndAMissingDirectoryAnIoErr
 }
 
 TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
-  timeline::start(*group_, TimelineOptions(dir_.file("n%r.json")));
+  timeline::start(*group_, timeline::TimelineOptions(dir_.file("n%r.json")));
   {
     timeline::NameScope outer("outer");
     group_->all_reduce(torch::ones({2}));
@@ -220,7 +220,7 @@ TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
 TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
   auto counting = std::make_shared<CountingGroup>(group_);
   auto twice = std::make_shared<CountingGroup>(counting);
-  timeline::start(*group_, TimelineOptions(dir_.file("c%r.json")));
+  timeline::start(*group_, timeline::TimelineOptions(dir_.file("c%r.json")));
   twice->all_reduce(torch::ones({4}));
   twice->broadcast(torch::ones({4}), 0);
   counting->barrier();
@@ -241,7 +241,7 @@ TEST_F(TimelineLocal, RecordsGroupsFromInitAndGroupsWrappedByRecorded) {
   EXPECT_THROW(timeline::recorded(nullptr), InvalidArgumentError);
 
   auto by_hand = std::make_shared<CountingGroup>(decorated->inner());
-  timeline::start(*group_, TimelineOptions(dir_.file("d%r.json")));
+  timeline::start(*group_, timeline::TimelineOptions(dir_.file("d%r.json")));
   by_hand->all_reduce(torch::ones({4}));   // not recorded: not wrapped
   group_->broadcast(torch::ones({4}), 0);  // recorded
   auto wrapped = timeline::recorded(by_hand);

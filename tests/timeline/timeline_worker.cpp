@@ -21,9 +21,9 @@
 #include "common/named_checks.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/errors.hpp"
-#include "ddp/horovod.hpp"
+#include "ddp/hvd.hpp"
 #include "ddp/init.hpp"
-#include "ddp/timeline.hpp"
+#include "ddp/timeline/timeline.hpp"
 #include "timeline/counting_group.hpp"
 #include "timeline/trace_checks.hpp"
 
@@ -98,14 +98,14 @@ int64_t trainDdp(const std::shared_ptr<ddp::ProcessGroup>& group, int steps) {
   return buckets;
 }
 
-void trainHorovod(const std::shared_ptr<ddp::ProcessGroup>& group, int64_t fusion_threshold,
+void trainHorovod(const std::shared_ptr<ddp::ProcessGroup>& group, int64_t fusion_threshold_bytes,
                   int steps) {
   torch::manual_seed(2);
   Mlp model;
   ddp::hvd::DistributedOptimizer optimizer(
       torch::optim::Adam(model->parameters(), 1e-3),
-      ddp::hvd::DistributedOptimizerOptions().process_group(group).fusion_threshold(
-          fusion_threshold));
+      ddp::hvd::DistributedOptimizerOptions().process_group(group).fusion_threshold_bytes(
+          fusion_threshold_bytes));
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
     model->forward(torch::randn({4, 6})).pow(2).mean().backward();
@@ -123,8 +123,8 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
 
   userCollectives(*group);
   const int64_t ddp_buckets = trainDdp(group, 3);
-  trainHorovod(group, /*fusion_threshold=*/64 << 20, 2);  // 1 buffer per step
-  trainHorovod(group, /*fusion_threshold=*/0, 1);         // 6 gradients, 6 all-reduces
+  trainHorovod(group, /*fusion_threshold_bytes=*/64 << 20, 2);  // 1 buffer per step
+  trainHorovod(group, /*fusion_threshold_bytes=*/0, 1);         // 6 gradients, 6 all-reduces
   const int64_t issued = group->issued();
 
   // The file is read while the timeline is still being recorded: it must

@@ -18,10 +18,10 @@
 ///
 /// Note [Progress on a terminal and in a log]
 /// A terminal shows the latest state best: the epoch's line is rewritten
-/// after '\r' at most every redraw_interval_s, and ends with a newline when
+/// after '\r' at most every redraw_interval, and ends with a newline when
 /// the epoch does, so the screen keeps one line per epoch. A log file (or
 /// ddprun's pipe) cannot be rewritten: there the reporter prints a plain
-/// line at most every log_interval_s, so that a long epoch still shows that
+/// line at most every log_interval, so that a long epoch still shows that
 /// it advances, and always the epoch's last line.
 
 #include <torch/arg.h>
@@ -44,11 +44,11 @@ struct ProgressOptions {
   /// Redraw the line in place with '\r' (true) or print plain lines (false).
   /// Unset: in place when the stream is std::cout and that is a terminal.
   TORCH_ARG(std::optional<bool>, in_place) = std::nullopt;
-  /// Least seconds between two redraws on a terminal.
-  TORCH_ARG(double, redraw_interval_s) = 0.2;
-  /// Least seconds between two intermediate plain lines in a log; 0 prints
-  /// a line after every step. The epoch's last line is always printed.
-  TORCH_ARG(double, log_interval_s) = 30;
+  /// Least time between two redraws on a terminal.
+  TORCH_ARG(std::chrono::milliseconds, redraw_interval) = std::chrono::milliseconds(200);
+  /// Least time between two intermediate plain lines in a log; 0 prints a
+  /// line after every step. The epoch's last line is always printed.
+  TORCH_ARG(std::chrono::milliseconds, log_interval) = std::chrono::seconds(30);
   /// Where lines go (not owned; must outlive the reporter); null means
   /// std::cout.
   TORCH_ARG(OutputStream, stream) = nullptr;

@@ -1,0 +1,173 @@
+#pragma once
+
+/// \file snapshot.hpp
+/// Training-state snapshots: one call saves what a restart needs, one call at
+/// start-up resumes from the newest valid snapshot.
+///
+/// \code
+///   ddp::snapshot::SnapshotManager snapshots(group,
+///   ddp::snapshot::SnapshotOptions("ckpt").keep_last(3)); ddp::snapshot::TrainingState state;
+///   state.model = model.ptr().get();
+///   state.optimizer = &optimizer;
+///   snapshots.resume(state);            // false on a fresh start
+///   for (; state.epoch < epochs; ++state.epoch, state.step_in_epoch = 0) {
+///     for (...; ++state.step_in_epoch) { ...; snapshots.save(state); }
+///   }
+/// \endcode
+///
+/// Note [What a snapshot file is]
+/// A snapshot is one little-endian file, `<prefix>-<sequence>.ddpsnap`, whose
+/// 12-digit sequence number grows by one with every save in the directory:
+///   header (64 bytes): magic "DDPSNAP1", format version (u32), header size
+///     (u32), world size (u32), CRC-32 of the payload (u32), sequence (u64),
+///     creation time in Unix milliseconds (i64), payload size (u64), 12 zero
+///     bytes, CRC-32 of the 60 bytes before it (u32);
+///   payload: records until its end, each a kind (u32: 1 tensor, 2 JSON), a
+///     name (u32 length + bytes), then a tensor's dtype code (u32), rank
+///     (u32), sizes (i64 each), byte count (u64) and raw bytes, or a JSON
+///     text's byte count (u64) and bytes;
+///   end marker "DDPSEND1", written after the payload.
+/// Tensors are named model/param/<name>, model/buffer/<name>,
+/// optim/g<group>/p<index>/<field>, extra/<name> and rng/rank<r>/<device>;
+/// the one JSON record, "scalars", holds everything else. Reading parses only
+/// these records (never torch::load, which deserializes TorchScript code),
+/// after the checksums and the end marker have been verified.
+///
+/// Note [Writing is atomic]
+/// Rank 0 writes `.<name>.tmp` in the directory, fsyncs it, renames it into
+/// place and fsyncs the directory, so a reader sees either the previous set
+/// of snapshots or the new complete file, never a partial one. The other
+/// ranks wait for rank 0's outcome (a broadcast that doubles as a barrier),
+/// so save() returns on every rank only once the file is durable, and fails
+/// on every rank if rank 0 could not write it.
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/errors.hpp"
+#include "ddp/process_group.hpp"
+
+namespace ddp {
+
+namespace amp {
+class GradScaler;
+}  // namespace amp
+
+namespace snapshot {
+
+/// What a snapshot holds: pointers to the live objects (null parts are
+/// neither saved nor restored) and plain values.
+struct TrainingState {
+  /// Parameters and buffers, by their (recursive) names.
+  torch::nn::Module* model = nullptr;
+  /// Per-parameter state and every param group's options. Supported: SGD,
+  /// Adam, AdamW, RMSprop, Adagrad; parameters are matched by position.
+  torch::optim::Optimizer* optimizer = nullptr;
+  /// Its step count (the learning rates live in the optimizer's options).
+  /// The schedule's own settings (StepLR's step size and gamma) are the
+  /// program's constructor arguments and are not saved.
+  torch::optim::LRScheduler* scheduler = nullptr;
+  /// The epoch to resume in.
+  int64_t epoch = 0;
+  /// Steps already done in that epoch.
+  int64_t step_in_epoch = 0;
+  /// Sampler position, global step, ...; replaced wholesale on resume.
+  std::map<std::string, int64_t> counters;
+  /// Other tensors (a gradient scaler's scale and growth tracker, ...). On
+  /// resume an entry of the same shape and dtype is overwritten in place,
+  /// others become new CPU tensors; the map's keys become the snapshot's.
+  std::map<std::string, at::Tensor> extra_tensors;
+  /// A gradient scaler (ddp/grad_scaler.hpp): its scale, growth tracker and
+  /// factors. At opt level O2, also add MixedPrecision::master_weights() to
+  /// extra_tensors.
+  amp::GradScaler* grad_scaler = nullptr;
+  /// User strings; replaced wholesale on resume.
+  std::map<std::string, std::string> metadata;
+  /// Whether the default CPU generator's state (and each CUDA device's,
+  /// where available) is saved for every rank and restored on resume. All
+  /// ranks must agree: saving gathers the states with a collective.
+  bool include_rng = true;
+};
+
+/// Options of a SnapshotManager.
+struct SnapshotOptions {
+  /// Creates options for snapshots in `directory`.
+  /* implicit */ SnapshotOptions(std::string directory = "") : directory_(std::move(directory)) {}
+  /// Where snapshots live (created by the first save). Required; all ranks
+  /// must see the same directory (a shared file system across nodes).
+  TORCH_ARG(std::string, directory);
+  /// How many snapshots save() keeps, newest first; at least 1.
+  TORCH_ARG(int, keep_last) = 3;
+  /// File name prefix: `<prefix>-<sequence>.ddpsnap`. Must not be empty,
+  /// contain '/' or start with '.'.
+  TORCH_ARG(std::string, prefix) = "snapshot";
+};
+
+/// A snapshot file as read from disk, after its checksums were verified.
+struct SnapshotFile {
+  std::string path;                           ///< The file read.
+  uint32_t format_version = 0;                ///< Format version of the file.
+  uint32_t world_size = 0;                    ///< Ranks of the job that wrote it.
+  uint64_t sequence = 0;                      ///< Its number in the directory.
+  int64_t created_unix_ms = 0;                ///< When it was written.
+  std::map<std::string, at::Tensor> tensors;  ///< Tensor records, by name (CPU).
+  std::string scalars_json;                   ///< The "scalars" JSON record.
+};
+
+/// Saves training states into a directory and resumes from them. Every
+/// rank of `group` must call save() and resume() together.
+class SnapshotManager {
+ public:
+  /// Validates `options` (ConfigError for an empty directory, keep_last < 1
+  /// or a bad prefix).
+  SnapshotManager(SnapshotOptions options, std::shared_ptr<ProcessGroup> group);
+
+  /// Rank 0 writes `state` atomically (Note [Writing is atomic]) as the next
+  /// sequence number, then deletes all but the newest keep_last snapshots and
+  /// any leftover temporary files; the others wait for it. Returns the
+  /// path of the new snapshot on every rank. Throws SnapshotError when the
+  /// file cannot be written (on every rank) or the optimizer is unsupported.
+  std::string save(const TrainingState& state);
+
+  /// Loads the newest snapshot whose checksums verify into `state`; every
+  /// rank reads the file itself and all ranks must pick the same one. Skips
+  /// truncated or corrupt files with a warning on std::cerr naming the file
+  /// and why. Returns false when there is none (empty or missing directory).
+  /// Everything is checked before anything live changes: a snapshot that
+  /// does not fit (another model, another optimizer) throws SnapshotError
+  /// naming the first mismatch.
+  bool resume(TrainingState& state);
+
+  /// The files named like snapshots in the directory, newest first (their
+  /// contents are not checked).
+  std::vector<std::string> list() const;
+
+  /// The options in use.
+  const SnapshotOptions& options() const noexcept { return options_; }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+  SnapshotOptions options_;
+};
+
+/// Reads and verifies one snapshot file (for tools and tests). Throws
+/// SnapshotError naming the file and the problem: not a ddp snapshot, a
+/// newer format, truncated, no end marker, a checksum mismatch.
+SnapshotFile read_snapshot_file(const std::string& path);
+
+/// Checks that `file` fits every non-null part of `state`, then restores it
+/// (RNG states: those `rank` saved). Throws SnapshotError naming the first
+/// mismatch, leaving `state` untouched.
+void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank = 0);
+
+}  // namespace snapshot
+}  // namespace ddp

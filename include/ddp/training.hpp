@@ -1,0 +1,9 @@
+#pragma once
+
+/// \file training.hpp
+/// Training feedback in one include (namespace ddp::training, library
+/// ddp::training): progress lines, the metrics CSV and gnuplot curves.
+
+#include "ddp/training/metrics_csv.hpp"  // IWYU pragma: export
+#include "ddp/training/plot.hpp"         // IWYU pragma: export
+#include "ddp/training/progress.hpp"     // IWYU pragma: export

@@ -1,0 +1,104 @@
+#include "ddp/distributed_data_parallel.hpp"
+
+#include <torch/torch.h>
+
+#include "ddp/broadcast_tensors.hpp"
+#include "ddp/errors.hpp"
+#include "distributed_data_parallel/model_sync.hpp"
+#include "distributed_data_parallel/reducer.hpp"
+
+namespace ddp {
+namespace {
+
+void validate(const DistributedDataParallelOptions& options,
+              const std::shared_ptr<ProcessGroup>& group) {
+  if (!group) {
+    throw ConfigError(
+        "DistributedDataParallel: the process group is null; pass the group "
+        "returned by ddp::init().");
+  }
+  auto positive = [](double value, const char* name) {
+    if (!(value > 0)) {
+      throw ConfigError(std::string("DistributedDataParallel: ") + name + " is " +
+                        std::to_string(value) +
+                        "; it must be a positive number of MiB (PyTorch "
+                        "uses 25 for bucket_cap_mb and 1 for the first bucket).");
+    }
+  };
+  positive(options.bucket_cap_mb(), "bucket_cap_mb");
+  positive(options.first_bucket_cap_mb(), "first_bucket_cap_mb");
+}
+
+}  // namespace
+
+DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule module,
+                                                         DistributedDataParallelOptions options,
+                                                         std::shared_ptr<ProcessGroup> group)
+    : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
+  validate(options_, group_);
+  register_module("module", module_.ptr());
+
+  std::vector<std::string> names, buffer_names;
+  std::vector<at::Tensor> parameters, buffers, trainable;
+  std::vector<std::string> trainable_names;
+  for (const auto& item : module_.ptr()->named_parameters()) {
+    names.push_back(item.key());
+    parameters.push_back(item.value());
+    if (item.value().requires_grad()) {
+      trainable_names.push_back(item.key());
+      trainable.push_back(item.value());
+    }
+  }
+  for (const auto& item : module_.ptr()->named_buffers()) {
+    buffer_names.push_back(item.key());
+    buffers.push_back(item.value());
+  }
+  for (const auto& p : parameters) {
+    if (p.device() != parameters.front().device()) {
+      throw ConfigError(
+          "DistributedDataParallel: the module's parameters are on several "
+          "devices (" +
+          parameters.front().device().str() + " and " + p.device().str() +
+          "); move the whole module to one device first, "
+          "one device per process.");
+    }
+  }
+
+  detail::verifySameAcrossRanks(*group_, detail::describeTensors(names, parameters), "parameters");
+  detail::verifySameAcrossRanks(*group_, detail::describeTensors(buffer_names, buffers), "buffers");
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> state = parameters;
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    broadcast_tensors(*group_, state, 0);
+  }
+  reducer_ = std::make_shared<detail::Reducer>(std::move(trainable), std::move(trainable_names),
+                                               group_, options_);
+  reducer_->attachHooks();
+}
+
+DistributedDataParallelImpl::~DistributedDataParallelImpl() = default;
+
+void DistributedDataParallelImpl::prepare_forward() {
+  if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers();
+}
+
+void DistributedDataParallelImpl::broadcast_buffers() {
+  std::vector<at::Tensor> buffers = module_.ptr()->buffers();
+  if (buffers.empty()) return;
+  torch::NoGradGuard no_grad;
+  broadcast_tensors(*group_, buffers, 0);
+}
+
+ReducerStats DistributedDataParallelImpl::stats() const { return reducer_->stats(); }
+
+DistributedDataParallelImpl::NoSyncGuard::NoSyncGuard(DistributedDataParallelImpl& owner)
+    : owner_(owner), previous_(owner.reducer_->requireSync()) {
+  owner_.reducer_->setRequireSync(false);
+}
+
+DistributedDataParallelImpl::NoSyncGuard::~NoSyncGuard() {
+  owner_.reducer_->setRequireSync(previous_);
+}
+
+}  // namespace ddp

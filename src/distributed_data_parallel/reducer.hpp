@@ -1,0 +1,64 @@
+#pragma once
+
+// Internal: the reducer behind DistributedDataParallel. It has two entry
+// points, as Flashlight's reducers do: a hook per parameter that marks its
+// gradient ready, and a finalization at the end of backward. The buckets,
+// hooks and ordered launch are the shared engine's (Note [One bucketing
+// engine, two policies] in ddp/gradient_buckets.hpp); DDP's policy is here.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ddp/distributed_data_parallel.hpp"
+#include "distributed_data_parallel/gradient_buckets.hpp"
+
+namespace ddp::detail {
+
+class Reducer : public std::enable_shared_from_this<Reducer> {
+ public:
+  Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
+          std::shared_ptr<ProcessGroup> group, const DistributedDataParallelOptions& options);
+
+  /// Installs the per-parameter hooks; call once, after construction.
+  void attachHooks();
+
+  /// Whether backward passes reduce gradients (false inside no_sync()).
+  void setRequireSync(bool value);
+  bool requireSync() const;
+
+  ReducerStats stats() const;
+
+ private:
+  void onGradientReady(size_t index);
+  void finalizeBackward();
+  void copyIntoBucket(size_t index);
+  Work launch(size_t bucket);
+  void waitAndCopyOut(const std::vector<int32_t>& globally_used);
+  std::vector<int32_t> exchangeUsage(const std::vector<size_t>& unused);
+  void adoptBuckets();
+  void rebuildInReadyOrder();
+  void resetIteration();
+  at::Tensor gradientAlias(size_t index) const;
+
+  std::vector<std::string> names_;
+  std::shared_ptr<ProcessGroup> group_;
+  DistributedDataParallelOptions options_;
+  std::shared_ptr<CommHook> hook_;
+  GradientBuckets buckets_;
+
+  mutable std::mutex mutex_;
+  bool require_sync_ = true;
+  // Per iteration.
+  bool finalize_queued_ = false;
+  int launched_during_backward_ = 0;
+  std::vector<size_t> ready_order_;  // first iteration only, for the rebuild
+  // Across iterations.
+  bool rebuilt_ = false;
+  ReducerStats stats_;
+};
+
+}  // namespace ddp::detail

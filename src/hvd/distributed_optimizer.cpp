@@ -1,0 +1,72 @@
+#include "ddp/hvd/distributed_optimizer.hpp"
+
+#include <string>
+
+#include "ddp/errors.hpp"
+#include "ddp/hvd/runtime.hpp"
+#include "hvd/gradient_fusion.hpp"
+
+namespace ddp::hvd {
+namespace {
+
+void validate(const DistributedOptimizerOptions& options) {
+  if (options.op() != ReduceOp::kAverage && options.op() != ReduceOp::kSum) {
+    throw ConfigError(std::string("hvd::DistributedOptimizer: op is ") + to_string(options.op()) +
+                      "; gradients can only be averaged (ReduceOp::kAverage, Horovod's "
+                      "hvd.Average) or summed (ReduceOp::kSum).");
+  }
+  if (options.fusion_threshold_bytes() < 0) {
+    throw ConfigError("hvd::DistributedOptimizer: fusion_threshold_bytes is " +
+                      std::to_string(options.fusion_threshold_bytes()) +
+                      " bytes; use a size such as 64 MiB (the default), or 0 to disable "
+                      "fusion.");
+  }
+  if (options.backward_passes_per_step() < 1) {
+    throw ConfigError("hvd::DistributedOptimizer: backward_passes_per_step is " +
+                      std::to_string(options.backward_passes_per_step()) +
+                      "; it must be at least 1 (the number of backward passes per step()).");
+  }
+}
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
+                                           DistributedOptimizerOptions options)
+    : optimizer_(std::move(optimizer)), options_(std::move(options)) {
+  if (!optimizer_) {
+    throw ConfigError(
+        "hvd::DistributedOptimizer: the optimizer is null; pass the optimizer "
+        "to wrap, e.g. std::make_shared<torch::optim::SGD>(...).");
+  }
+  validate(options_);
+  options_.process_group(
+      detail::group_or_default(options_.process_group(), "hvd::DistributedOptimizer"));
+  std::vector<at::Tensor> trainable;
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& parameter : group.params()) {
+      if (parameter.requires_grad()) trainable.push_back(parameter);
+    }
+  }
+  fusion_ = std::make_shared<detail::GradientFusion>(std::move(trainable), options_.process_group(),
+                                                     options_);
+  fusion_->attachHooks();
+}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+void DistributedOptimizer::synchronize() {
+  fusion_->synchronize();
+  synchronized_ = true;
+}
+
+void DistributedOptimizer::step() {
+  if (!synchronized_) fusion_->synchronize();
+  synchronized_ = false;
+  optimizer_->step();
+}
+
+void DistributedOptimizer::zero_grad() { optimizer_->zero_grad(); }
+
+DistributedOptimizerStats DistributedOptimizer::stats() const { return fusion_->stats(); }
+
+}  // namespace ddp::hvd

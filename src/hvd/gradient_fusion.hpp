@@ -1,0 +1,48 @@
+#pragma once
+
+// Internal: what hvd::DistributedOptimizer does with gradients (see Note
+// [When gradients travel] in ddp/hvd/distributed_optimizer.hpp): its
+// policy over the shared bucketing engine (Note [One bucketing engine, two
+// policies] in ddp/gradient_buckets.hpp). Its buckets are fusion buffers.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "distributed_data_parallel/gradient_buckets.hpp"
+#include "ddp/hvd/distributed_optimizer.hpp"
+
+namespace ddp::hvd::detail {
+
+class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
+ public:
+  GradientFusion(std::vector<at::Tensor> parameters, std::shared_ptr<ProcessGroup> group,
+                 const DistributedOptimizerOptions& options);
+
+  /// Installs the per-parameter hooks; call once, after construction.
+  void attachHooks();
+
+  /// Starts every buffer not started yet, waits for all and writes the
+  /// reduced gradients into .grad; then a new step begins.
+  void synchronize();
+
+  DistributedOptimizerStats stats() const;
+
+ private:
+  void onGradientAccumulated(size_t index);
+  Work launch(size_t buffer_index);
+  void unpack(const ddp::detail::Bucket& buffer);
+  void resetStep();
+
+  std::shared_ptr<ProcessGroup> group_;
+  DistributedOptimizerOptions options_;
+  ddp::detail::GradientBuckets buffers_;
+
+  mutable std::mutex mutex_;
+  DistributedOptimizerStats stats_;
+  int64_t launched_during_backward_ = 0;
+};
+
+}  // namespace ddp::hvd::detail
