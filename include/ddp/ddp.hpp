@@ -11,6 +11,7 @@
 #include "ddp/environment.hpp"                // IWYU pragma: export
 #include "ddp/errors.hpp"                     // IWYU pragma: export
 #include "ddp/init.hpp"                       // IWYU pragma: export
+#include "ddp/join.hpp"                       // IWYU pragma: export
 #include "ddp/process_group.hpp"              // IWYU pragma: export
 #include "ddp/work.hpp"                       // IWYU pragma: export
 // The parts, each a folder of include/ddp/ with a namespace of its own.

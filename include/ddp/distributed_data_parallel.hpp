@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ddp/comm_hook.hpp"
+#include "ddp/join.hpp"
 #include "ddp/process_group.hpp"
 
 namespace ddp {
@@ -75,7 +76,12 @@ struct ReducerStats {
 /// module has the same parameters (names, shapes, dtypes) on every rank and
 /// copies rank 0's parameters and buffers to all; forward() passes through;
 /// backward() leaves every gradient averaged over the ranks.
-class DistributedDataParallelImpl : public torch::nn::Module {
+/// Under a Join (ddp/join.hpp), ranks may run different numbers of
+/// iterations: each training forward (grad mode on, module in training
+/// mode) starts the iteration's round, and a joined rank shadows the buffer
+/// broadcast and the gradient all-reduces. Forwards in eval mode or without
+/// grad neither start a round nor broadcast buffers while a Join is active.
+class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
  public:
   /// Wraps `module`, which must live on one device. The process group is
   /// the last argument of every ddp constructor (CONTRIBUTING.md).
@@ -140,9 +146,17 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   /// What the last synchronized backward pass did.
   ReducerStats stats() const;
 
+  /// Joinable: the group gradients are reduced over.
+  ProcessGroup& join_process_group() override { return *group_; }
+  /// Joinable: the buffer broadcast and, when the ranks still training
+  /// synchronize, one all-reduce of zeros per bucket (Note [Joining]).
+  void join_shadow(const JoinRound& round) override;
+  /// Joinable: copies parameters and buffers from `source` to every rank.
+  void join_finish(int source) override;
+
  private:
   void prepare_forward();
-  void broadcast_buffers();
+  void broadcast_buffers(int source);
 
   torch::nn::AnyModule module_;
   std::shared_ptr<ProcessGroup> group_;

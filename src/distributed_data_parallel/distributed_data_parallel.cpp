@@ -80,14 +80,37 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
 DistributedDataParallelImpl::~DistributedDataParallelImpl() = default;
 
 void DistributedDataParallelImpl::prepare_forward() {
-  if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers();
+  int source = 0;
+  if (Join* join = active_join()) {
+    // Note [Joining]: only training forwards are iterations.
+    if (!torch::GradMode::is_enabled() || !is_training()) return;
+    const JoinRound round = join->notify(*this, reducer_->requireSync());
+    source = round.source;
+    const bool by_contributors = !join->options().divide_by_initial_world_size();
+    reducer_->set_join_round(
+        source, by_contributors ? static_cast<double>(round.world) / round.active : 1.0);
+  }
+  if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(source);
 }
 
-void DistributedDataParallelImpl::broadcast_buffers() {
+void DistributedDataParallelImpl::broadcast_buffers(int source) {
   std::vector<at::Tensor> buffers = module_.ptr()->buffers();
   if (buffers.empty()) return;
   torch::NoGradGuard no_grad;
-  broadcast_tensors(*group_, buffers, 0);
+  broadcast_tensors(*group_, buffers, source);
+}
+
+void DistributedDataParallelImpl::join_shadow(const JoinRound& round) {
+  reducer_->set_join_round(round.source, 1.0);
+  if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(round.source);
+  if (round.sync) reducer_->shadow_iteration();
+}
+
+void DistributedDataParallelImpl::join_finish(int source) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> state = module_.ptr()->parameters();
+  for (const auto& buffer : module_.ptr()->buffers()) state.push_back(buffer);
+  broadcast_tensors(*group_, state, source);
 }
 
 ReducerStats DistributedDataParallelImpl::stats() const { return reducer_->stats(); }

@@ -89,7 +89,30 @@ void Reducer::adoptBuckets() {
   }
 }
 
+void Reducer::set_join_round(int source, double scale) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  source_rank_ = source;
+  join_scale_ = scale;
+}
+
+void Reducer::shadow_iteration() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  struct ResetAtExit {
+    Reducer* reducer;
+    ~ResetAtExit() { reducer->resetIteration(); }
+  } reset_at_exit{this};
+  std::vector<size_t> all(names_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  for (Bucket& bucket : buckets_.buckets()) bucket.flat.zero_();
+  buckets_.launch_rest([this](size_t b) { return launch(b); });
+  if (options_.find_unused_parameters()) exchangeUsage(all);
+  for (Bucket& bucket : buckets_.buckets()) bucket.work.wait();
+  if (!rebuilt_) rebuildInReadyOrder();
+}
+
 void Reducer::resetIteration() {
+  source_rank_ = 0;
+  join_scale_ = 1.0;
   buckets_.reset();
   finalize_queued_ = false;
   launched_during_backward_ = 0;
@@ -204,6 +227,7 @@ void Reducer::waitAndCopyOut(const std::vector<int32_t>& globally_used) {
   const auto& parameters = buckets_.parameters();
   for (Bucket& bucket : buckets_.buckets()) {
     bucket.work.wait();
+    if (join_scale_ != 1.0) bucket.flat.mul_(join_scale_);  // Note [Joining]
     for (size_t index : bucket.members) {
       // A parameter no rank used keeps its .grad as it was, as in PyTorch.
       if (!globally_used.empty() && globally_used[index] == 0) continue;
@@ -232,7 +256,7 @@ void Reducer::rebuildInReadyOrder() {
   std::vector<int64_t> order(local.begin(), local.end());
   at::Tensor shared = at::tensor(order, at::kLong);
   detail::CollectiveName name("ddp.rebuild_buckets");
-  group_->broadcast(shared, 0);
+  group_->broadcast(shared, source_rank_);  // rank 0, or the Join's source
   std::vector<size_t> adopted(order.size());
   for (size_t k = 0; k < adopted.size(); ++k) adopted[k] = shared[k].item<int64_t>();
   buckets_.rebuild(adopted);

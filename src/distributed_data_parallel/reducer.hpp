@@ -32,6 +32,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   ReducerStats stats() const;
 
+  /// Under a Join, for the coming iteration: the rank bucket layouts are
+  /// broadcast from, and the factor applied to every reduced bucket (world
+  /// size / contributing ranks when averaging over contributors, else 1).
+  void set_join_round(int source, double scale);
+  /// On a joined rank: issues the collectives of one synchronized backward
+  /// pass with zero gradients (every bucket; the usage exchange with
+  /// find_unused_parameters; the first iteration's rebuild), leaving the
+  /// parameters' gradients alone.
+  void shadow_iteration();
+
  private:
   void onGradientReady(size_t index);
   void finalizeBackward();
@@ -59,6 +69,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // Across iterations.
   bool rebuilt_ = false;
   ReducerStats stats_;
+  // Set per iteration under a Join (set_join_round), reset after it.
+  int source_rank_ = 0;
+  double join_scale_ = 1.0;
 };
 
 }  // namespace ddp::detail

@@ -1,7 +1,11 @@
 #include "ddp/hvd/distributed_optimizer.hpp"
 
-#include <string>
+#include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
+#include "ddp/broadcast_tensors.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
 #include "hvd/gradient_fusion.hpp"
@@ -50,6 +54,27 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<torch::optim::Optimiz
   fusion_ = std::make_shared<detail::GradientFusion>(std::move(trainable), options_.process_group(),
                                                      options_);
   fusion_->attachHooks();
+  fusion_->set_step_start([this] {
+    Join* join = active_join();
+    if (join == nullptr) return 1.0;
+    const JoinRound round = join->notify(*this, /*sync=*/true);
+    const bool by_contributors =
+        options_.op() == ReduceOp::kAverage && !join->options().divide_by_initial_world_size();
+    return by_contributors ? static_cast<double>(round.world) / round.active : 1.0;
+  });
+}
+
+void DistributedOptimizer::join_shadow(const JoinRound& round) {
+  if (round.sync) fusion_->shadow_step();
+}
+
+void DistributedOptimizer::join_finish(int source) {
+  std::vector<at::Tensor> parameters;
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& parameter : group.params()) parameters.push_back(parameter);
+  }
+  torch::NoGradGuard no_grad;
+  broadcast_tensors(*options_.process_group(), parameters, source);
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;

@@ -60,9 +60,33 @@ DistributedOptimizerStats GradientFusion::stats() const {
   return stats_;
 }
 
+void GradientFusion::set_step_start(std::function<double()> step_start) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_start_ = std::move(step_start);
+}
+
+void GradientFusion::startStep() {
+  if (step_started_) return;
+  step_started_ = true;
+  join_scale_ = step_start_ ? step_start_() : 1.0;
+}
+
 void GradientFusion::resetStep() {
   buffers_.reset();
   launched_during_backward_ = 0;
+  step_started_ = false;
+  join_scale_ = 1.0;
+}
+
+void GradientFusion::shadow_step() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  struct ResetAtExit {
+    GradientFusion* fusion;
+    ~ResetAtExit() { fusion->resetStep(); }
+  } reset_at_exit{this};
+  for (Bucket& buffer : buffers_.buckets()) buffer.flat.zero_();
+  buffers_.launch_rest([this](size_t b) { return issue(b); });
+  for (Bucket& buffer : buffers_.buckets()) buffer.work.wait();
 }
 
 void GradientFusion::onGradientAccumulated(size_t index) {
@@ -81,6 +105,7 @@ void GradientFusion::onGradientAccumulated(size_t index) {
         " backward pass(es), or set "
         "backward_passes_per_step to the number of backward passes per step.");
   }
+  startStep();
   if (!buffers_.count_pass(index)) return;
   // Every rank issues the buffers' collectives in the same order, whatever
   // order its gradients arrive in.
@@ -108,8 +133,15 @@ Work GradientFusion::launch(size_t buffer_index) {
       slice.copy_(grad.reshape({-1}));
     }
   }
+  return issue(buffer_index);
+}
+
+// The all-reduce of one packed buffer (a joined rank's holds zeros).
+Work GradientFusion::issue(size_t buffer_index) {
+  Bucket& buffer = buffers_.buckets()[buffer_index];
+  const bool average = options_.op() == ReduceOp::kAverage;
   const bool compressed =
-      buffer.flat.scalar_type() != parameters[buffer.members.front()].scalar_type();
+      buffer.flat.scalar_type() != buffers_.parameters()[buffer.members.front()].scalar_type();
   const ReduceOp op = average && !compressed ? ReduceOp::kAverage : ReduceOp::kSum;
   ddp::detail::CollectiveName name(
       options_.fusion_threshold_bytes() > 0 ? "hvd.fusion_buffer" : "hvd.allreduce",
@@ -140,10 +172,12 @@ void GradientFusion::synchronize() {
     GradientFusion* fusion;
     ~ResetAtExit() { fusion->resetStep(); }
   } reset_at_exit{this};
+  startStep();
   buffers_.launch_rest([this](size_t b) { return launch(b); });
   at::NoGradGuard no_grad;
   for (Bucket& buffer : buffers_.buckets()) {
     buffer.work.wait();
+    if (join_scale_ != 1.0) buffer.flat.mul_(join_scale_);  // Note [Joining]
     unpack(buffer);
   }
   stats_.launched_during_backward = launched_during_backward_;

@@ -7,6 +7,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -29,10 +31,19 @@ class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
   void synchronize();
 
   DistributedOptimizerStats stats() const;
+  /// Called once per step, before its first collective (at the first
+  /// gradient, or in synchronize()): starts a Join round and returns the
+  /// factor applied to the averaged buffers (Note [Joining]).
+  void set_step_start(std::function<double()> step_start);
+  /// On a joined rank: issues one step's all-reduces with zeros, leaving
+  /// the gradients alone.
+  void shadow_step();
 
  private:
   void onGradientAccumulated(size_t index);
   Work launch(size_t buffer_index);
+  Work issue(size_t buffer_index);
+  void startStep();
   void unpack(const ddp::detail::Bucket& buffer);
   void resetStep();
 
@@ -43,6 +54,9 @@ class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
   mutable std::mutex mutex_;
   DistributedOptimizerStats stats_;
   int64_t launched_during_backward_ = 0;
+  std::function<double()> step_start_;
+  bool step_started_ = false;
+  double join_scale_ = 1.0;
 };
 
 }  // namespace ddp::hvd::detail

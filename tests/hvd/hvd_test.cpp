@@ -115,6 +115,20 @@ TEST(HvdApi, DifferentOptimizerTypesFailOnEveryRankWithoutHanging) {
       << describe(results);
 }
 
+// Uneven inputs: ranks with 3, 5 and 8 steps under ddp::Join, fused and
+// one all-reduce per gradient, averaged over the world size or over the
+// ranks that contributed.
+TEST(HvdJoin, UnevenStepsMatchOneProcessAndEndTogether) {
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, {"--fusion", "0", "--by-contributors"}}) {
+    std::vector<std::string> args = {"join"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto results = runRanks(3, args);
+    expectChecks(results, {"Join, batches 3/5/8: parameters match one process",
+                           "Join, batches 3/5/8: join() names rank 2, the last to join"});
+  }
+}
+
 TEST(HvdLearningRate, LinearWarmupFromTheBaseRateToSizeTimesIt) {
   EXPECT_DOUBLE_EQ(hvd::scaled_learning_rate(0.1, 4, 0, 10), 0.1);
   EXPECT_DOUBLE_EQ(hvd::scaled_learning_rate(0.1, 4, 5, 10), 0.1 * (1 + 3 * 0.5));

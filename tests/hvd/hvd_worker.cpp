@@ -30,6 +30,7 @@
 #include "../common/named_checks.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/hvd.hpp"
+#include "ddp/join.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace {
@@ -302,6 +303,59 @@ int mismatch() {
   return 1;
 }
 
+// Uneven inputs under ddp::Join: rank r runs batches[r] steps (3, 5, 8),
+// fused (--fusion 0: one all-reduce per gradient) or not; the reference
+// applies at each step the sum of the gradients of the ranks that had a
+// batch, divided by the world size (kAverage), or by their number with
+// --by-contributors.
+int join(const std::vector<std::string>& args) {
+  const int world = hvd::size(), rank = hvd::rank();
+  const std::vector<int> batches = {3, 5, 8};
+  const bool by_contributors = hasFlag(args, "--by-contributors");
+  torch::manual_seed(9);
+  Mlp model;
+  torch::manual_seed(9);
+  Mlp reference;
+  hvd::DistributedOptimizer optimizer(torch::optim::SGD(model->parameters(), 0.05),
+                                      hvd::DistributedOptimizerOptions().fusion_threshold_bytes(
+                                          valueOf(args, "--fusion", 64 << 20)));
+  torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
+  int source = -1;
+  {
+    ddp::Join join({&optimizer}, ddp::JoinOptions().divide_by_initial_world_size(!by_contributors));
+    for (int step = 0; step < batches[rank]; ++step) {
+      auto [x, y] = stepData(step, world);
+      optimizer.zero_grad();
+      torch::mse_loss(model->forward(x.narrow(0, rank * kRows, kRows)),
+                      y.narrow(0, rank * kRows, kRows))
+          .backward();
+      optimizer.step();
+    }
+    source = join.join();
+  }
+  for (int step = 0; step < 8; ++step) {
+    auto [x, y] = stepData(step, world);
+    int active = 0;
+    for (int b : batches) active += b > step;
+    reference_optimizer.zero_grad();
+    for (int r = 0; r < world; ++r) {
+      if (batches[r] <= step) continue;
+      (torch::mse_loss(reference->forward(x.narrow(0, r * kRows, kRows)),
+                       y.narrow(0, r * kRows, kRows)) /
+       (by_contributors ? active : world))
+          .backward();
+    }
+    reference_optimizer.step();
+  }
+  Checks checks;
+  const double error = relativeError(model->parameters(), reference->parameters());
+  checks.expect("Join, batches 3/5/8: parameters match one process", error <= 1e-5,
+                "max relative error " + std::to_string(error));
+  checks.expect("Join, batches 3/5/8: join() names rank 2, the last to join", source == 2,
+                "returned " + std::to_string(source));
+  return checks.report();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -330,6 +384,7 @@ int main(int argc, char** argv) {
     if (args[0] == "broadcast-state") return broadcastState();
     if (args[0] == "api") return api();
     if (args[0] == "mismatch") return mismatch();
+    if (args[0] == "join") return join(args);
     std::cerr << "unknown scenario " << args[0] << "\n";
     return 2;
   } catch (const ddp::Error& e) {

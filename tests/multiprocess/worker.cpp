@@ -20,6 +20,7 @@
 //   ddp-mismatch wraps a model that differs on the last rank (must fail)
 //   ddp-unused   trains with a parameter no rank uses, without
 //                find_unused_parameters (must fail)
+//   join         uneven inputs under ddp::Join (3 ranks)
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
 //                and checks it against the Gloo one (tests/shm/)
 //   stress       overlapping randomly sized collectives, each checked
@@ -39,6 +40,7 @@
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "multiprocess/ddp_checks.hpp"
+#include "multiprocess/join_checks.hpp"
 #include "multiprocess/worker_checks.hpp"
 #include "launch/child_process.hpp"
 #include "shm/shm_checks.hpp"
@@ -172,6 +174,7 @@ int main(int argc, char** argv) {
     if (args.scenario == "ddp") {
       return printReport(*group, ddp::testing::checkDistributedDataParallel(group));
     }
+    if (args.scenario == "join") return printReport(*group, ddp::testing::checkJoin(group));
     if (args.scenario == "ddp-mismatch") {
       ddp::testing::wrapMismatchedModel(group);
       std::cout << "rank " << group->rank() << ": the mismatched model was accepted\n";

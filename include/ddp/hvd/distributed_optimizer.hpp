@@ -37,6 +37,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ddp/join.hpp"
 #include "ddp/process_group.hpp"
 
 namespace ddp::hvd {
@@ -89,7 +90,7 @@ struct DistributedOptimizerStats {
 /// Averages (or sums) gradients across the ranks of a group, then steps the
 /// wrapped optimizer. Pass `optimizer()` to learning-rate schedulers and
 /// snapshots. Parameters that do not require a gradient are left alone.
-class DistributedOptimizer {
+class DistributedOptimizer : public Joinable {
  public:
   /// Wraps `optimizer`; its parameters must be the same (shapes, dtypes,
   /// order) on every rank.
@@ -131,6 +132,15 @@ class DistributedOptimizer {
   const DistributedOptimizerOptions& options() const { return options_; }
   /// What the fusion did.
   DistributedOptimizerStats stats() const;
+
+  /// Joinable (ddp/join.hpp): each step starts a round at its first
+  /// gradient; a joined rank issues the step's all-reduces with zeros.
+  ProcessGroup& join_process_group() override { return *options_.process_group(); }
+  /// Joinable: one step's all-reduces with zeros, when the others sync.
+  void join_shadow(const JoinRound& round) override;
+  /// Joinable: copies the wrapped optimizer's parameters from `source`
+  /// (buffers, which the optimizer does not hold, stay as they are).
+  void join_finish(int source) override;
 
  private:
   std::shared_ptr<torch::optim::Optimizer> optimizer_;

@@ -1,0 +1,172 @@
+#include "multiprocess/join_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/models.hpp"
+#include "common/named_checks.hpp"
+#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/errors.hpp"
+#include "ddp/join.hpp"
+
+namespace ddp::testing {
+namespace {
+
+using examples::ConvNet;
+using examples::Mlp;
+
+constexpr int64_t kRows = 4;  // samples per batch
+
+// Rank r's batch number `step`: the same on every rank that computes it.
+std::pair<torch::Tensor, torch::Tensor> batchOf(int rank, int step, bool images) {
+  torch::manual_seed(5000 + 97 * rank + step);
+  if (images) {
+    return {torch::randn({kRows, 1, 28, 28}), torch::randint(0, 10, {kRows})};
+  }
+  return {torch::randn({kRows, 8}), torch::randn({kRows, 4})};
+}
+
+torch::Tensor lossOf(const torch::Tensor& output, const torch::Tensor& target, bool images) {
+  return images ? torch::cross_entropy_loss(output, target) : torch::mse_loss(output, target);
+}
+
+// Every rank's values, concatenated: equal everywhere iff the maximum over
+// the ranks equals the minimum.
+bool sameOnEveryRank(ProcessGroup& group, const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : tensors) flat.push_back(t.detach().to(torch::kDouble).reshape({-1}));
+  torch::Tensor high = torch::cat(flat), low = high.clone();
+  group.all_reduce(high, ReduceOp::kMax);
+  group.all_reduce(low, ReduceOp::kMin);
+  return torch::equal(high, low);
+}
+
+float worstRelativeError(const std::vector<torch::Tensor>& got,
+                         const std::vector<torch::Tensor>& expected) {
+  float worst = got.size() == expected.size() ? 0.f : 1e30f;
+  for (size_t i = 0; i < got.size() && i < expected.size(); ++i) {
+    const float scale = std::max(expected[i].abs().max().item<float>(), 1e-12f);
+    const float error = (got[i] - expected[i]).abs().max().item<float>() / scale;
+    if (std::isnan(error) || error > worst) worst = error;
+  }
+  return worst;
+}
+
+class JoinChecker {
+ public:
+  explicit JoinChecker(std::shared_ptr<ProcessGroup> group)
+      : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
+
+  // Rank r trains on batches[r] batches, then joins; the reference applies
+  // at each step the gradients of the ranks that still had a batch, divided
+  // by the world size or by their number.
+  template <typename Model>
+  void uneven(const std::string& name, std::vector<int> batches, bool by_contributors,
+              bool images) {
+    torch::manual_seed(31 + rank_);  // DDP must copy rank 0's weights
+    Model net = makeModel<Model>();
+    DistributedDataParallel model(net, group_);
+    torch::optim::SGD optimizer(model->parameters(), 0.05);
+    int source = -1;
+    {
+      Join join({model.get()}, JoinOptions().divide_by_initial_world_size(!by_contributors));
+      for (int step = 0; step < batches[rank_]; ++step) {
+        auto [x, y] = batchOf(rank_, step, images);
+        optimizer.zero_grad();
+        lossOf(model->forward(x), y, images).backward();
+        optimizer.step();
+      }
+      source = join.join();
+    }
+    torch::manual_seed(31);
+    Model reference = makeModel<Model>();
+    torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
+    const int steps = *std::max_element(batches.begin(), batches.end());
+    for (int step = 0; step < steps; ++step) {
+      int active = 0;
+      for (int b : batches) active += b > step;
+      const double divisor = by_contributors ? active : world_;
+      reference_optimizer.zero_grad();
+      for (int r = 0; r < world_; ++r) {
+        if (batches[r] <= step) continue;
+        auto [x, y] = batchOf(r, step, images);
+        (lossOf(reference->forward(x), y, images) / divisor).backward();
+      }
+      reference_optimizer.step();
+    }
+    const float error = worstRelativeError(net->parameters(), reference->parameters());
+    checks_.check(name + ": parameters match one process", error <= 1e-5f,
+                  "max relative error " + std::to_string(error) + " > 1e-5");
+    std::vector<torch::Tensor> state = net->parameters();
+    for (const auto& b : net->buffers()) state.push_back(b);
+    checks_.check(name + ": every rank ends with the same parameters and buffers",
+                  sameOnEveryRank(*group_, state));
+    int last = 0;
+    for (int r = 0; r < world_; ++r) {
+      if (batches[r] >= batches[last]) last = r;  // the highest of the longest
+    }
+    checks_.check(name + ": join() names the last rank to join", source == last,
+                  "returned " + std::to_string(source) + ", expected " + std::to_string(last));
+  }
+
+  // Ranks with 2, 3 and 3 batches: the ranks still training throw at their
+  // third forward, the joined rank in its first round; nobody hangs.
+  void earlyTermination() {
+    const std::vector<int> batches = {2, 3, 3};
+    torch::manual_seed(31);
+    DistributedDataParallel model(Mlp(8, 16, 4), group_);
+    torch::optim::SGD optimizer(model->parameters(), 0.05);
+    std::string message;
+    try {
+      Join join({model.get()}, JoinOptions().throw_on_early_termination(true));
+      for (int step = 0; step < batches[rank_]; ++step) {
+        auto [x, y] = batchOf(rank_, step, false);
+        optimizer.zero_grad();
+        torch::mse_loss(model->forward(x), y).backward();
+        optimizer.step();
+      }
+      join.join();
+    } catch (const CollectiveError& e) {
+      message = e.what();
+    }
+    checks_.check(
+        "throw_on_early_termination: every rank throws CollectiveError naming the count",
+        message.find("sees 1 of the 3 ranks out of inputs, and throw_on_early_termination is "
+                     "set") != std::string::npos,
+        "message: '" + message + "'");
+  }
+
+  int failed() const { return checks_.failed(); }
+
+ private:
+  template <typename Model>
+  Model makeModel() {
+    if constexpr (std::is_same_v<Model, Mlp>) {
+      return Mlp(8, 16, 4);
+    } else {
+      return Model();
+    }
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  int rank_;
+  int world_;
+  NamedChecks checks_;
+};
+
+}  // namespace
+
+int checkJoin(const std::shared_ptr<ProcessGroup>& group) {
+  JoinChecker checker(group);
+  checker.uneven<Mlp>("MLP, batches 3/5/8, divide by initial world size", {3, 5, 8}, false, false);
+  checker.uneven<Mlp>("MLP, batches 8/3/5, divide by contributing ranks", {8, 3, 5}, true, false);
+  checker.uneven<ConvNet>("ConvNet, batches 0/2/3 (rank 0 joins before its first batch)", {0, 2, 3},
+                          false, true);
+  checker.earlyTermination();
+  return checker.failed();
+}
+
+}  // namespace ddp::testing

@@ -1,0 +1,35 @@
+#pragma once
+
+// Uneven inputs under ddp::Join, run on each rank of a 3-process group by
+// ddp_test_worker ("join"): ranks train on different numbers of batches and
+// are compared with one process that applies, at each step, the average of
+// the gradients of the ranks that still had a batch. Each check is reported
+// by name; the parent test expects joinCheckNames().
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "ddp/process_group.hpp"
+
+namespace ddp::testing {
+
+/// Runs every Join case; prints each check by name and returns how many
+/// failed. Needs a group of 3 ranks.
+int checkJoin(const std::shared_ptr<ProcessGroup>& group);
+
+/// The names checkJoin() reports on every rank.
+inline std::set<std::string> joinCheckNames() {
+  std::set<std::string> names;
+  for (const std::string& name : {"MLP, batches 3/5/8, divide by initial world size",
+                                  "MLP, batches 8/3/5, divide by contributing ranks",
+                                  "ConvNet, batches 0/2/3 (rank 0 joins before its first batch)"}) {
+    names.insert(name + ": parameters match one process");
+    names.insert(name + ": every rank ends with the same parameters and buffers");
+    names.insert(name + ": join() names the last rank to join");
+  }
+  names.insert("throw_on_early_termination: every rank throws CollectiveError naming the count");
+  return names;
+}
+
+}  // namespace ddp::testing
