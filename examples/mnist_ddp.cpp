@@ -5,6 +5,10 @@
 //   ddprun --standalone --nproc-per-node 2 build/bin/example_mnist_ddp \
 //       --epochs 5 --metrics-csv metrics.csv --plot curves.png --snapshot-dir snapshots
 //
+// --comm-hook picks how DDP reduces gradients: allreduce (the default), fp16
+// or bf16 (16-bit on the wire), or powersgd (rank --powersgd-rank factors
+// with error feedback, after --powersgd-start-iteration plain steps).
+//
 // --amp O1 trains with mixed precision (bfloat16 on CPU; Apex's levels O0 to
 // O3 with a loss scaler whose overflow skips agree across ranks); --sync-bn
 // turns the batch norms into SyncBatchNorm (statistics over the global batch).
@@ -46,7 +50,21 @@ struct Options : ddp::examples::CommonOptions {
   std::string amp = "O0";        // mixed-precision level, O0 (float32) to O3
   bool sync_bn = false;          // batch norms synchronized across ranks
   std::string backend = "auto";  // shm on one node, Gloo between nodes
+  std::string comm_hook = "allreduce";
+  int64_t powersgd_rank = 2;
+  int64_t powersgd_start_iteration = 1000;
 };
+
+std::shared_ptr<ddp::CommHook> commHook(const Options& o) {
+  if (o.comm_hook == "fp16") return ddp::fp16_compress_hook();
+  if (o.comm_hook == "bf16") return ddp::bf16_compress_hook();
+  if (o.comm_hook == "powersgd") {
+    return std::make_shared<ddp::PowerSgdHook>(ddp::PowerSgdOptions()
+                                                   .matrix_approximation_rank(o.powersgd_rank)
+                                                   .start_iteration(o.powersgd_start_iteration));
+  }
+  return ddp::all_reduce_hook();
+}
 
 // The model, identical on every rank: DDP copies rank 0's weights anyway,
 // and the seed makes a single-process run reproducible too.
@@ -70,7 +88,8 @@ struct Trainer {
         scheduler(optimizer, o.lr_step_epochs, o.lr_gamma),
         amp(*net, optimizer, ddp::amp::AmpOptions(ddp::amp::parse_opt_level(o.amp)), group),
         scaler(ddp::amp::GradScalerOptions().enabled(o.amp != "O0"), group),
-        model(net, std::move(group)) {}
+        model(net, ddp::DistributedDataParallelOptions().comm_hook(commHook(o)), std::move(group)) {
+  }
 
   ddp::examples::ConvNet net;  // the model itself (saved, evaluated)
   torch::optim::SGD optimizer;
@@ -121,9 +140,10 @@ int train(const Options& o) {
                      std::to_string(state.step_in_epoch) + " (global step " +
                      std::to_string(global_step) + ")");
   }
-  if (rank == 0 && (o.amp != "O0" || o.sync_bn)) {
+  if (rank == 0 && (o.amp != "O0" || o.sync_bn || o.comm_hook != "allreduce")) {
     progress.message("mixed precision " + o.amp + (o.sync_bn ? ", SyncBatchNorm" : "") +
-                     ", engine " + group->backend_name());
+                     ", engine " + group->backend_name() + ", comm hook " +
+                     t.model->options().comm_hook()->name());
   }
   progress.message("shard of " + std::to_string(sampler.shard_size()) + " samples, " +
                    std::to_string(steps_per_epoch) + " steps of " + std::to_string(o.batch_size) +
@@ -226,6 +246,17 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-bn", o.sync_bn, "SyncBatchNorm: batch statistics over every rank's batch");
   app.add_option("--backend", o.backend, "process-group engine: auto, shm, gloo or nccl")
       ->check(CLI::IsMember({"auto", "shm", "gloo", "nccl"}))
+      ->capture_default_str();
+  app.add_option("--comm-hook", o.comm_hook,
+                 "how DDP reduces gradients: allreduce, fp16, bf16 or powersgd")
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16", "powersgd"}))
+      ->capture_default_str();
+  app.add_option("--powersgd-rank", o.powersgd_rank, "rank of PowerSGD's approximation")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  app.add_option("--powersgd-start-iteration", o.powersgd_start_iteration,
+                 "steps reduced uncompressed before PowerSGD starts")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 40))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return ddp::examples::runExample([&] { return train(o); });

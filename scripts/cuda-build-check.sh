@@ -112,7 +112,7 @@ say "built: $configured; $targets targets linked; libddp.a references c10d::Proc
 [[ "$configured" == *"nccl backend: ON"* && $nccl_symbols -gt 0 ]] || { say "the NCCL engine was not compiled in"; exit 1; }
 
 # --- The suite, where the binaries can load.
-unresolved=$(in_root "$root" env "${test_env[@]}" ldd "$repo/$build/bin/unit_tests" | awk '/not found/ {print $1}' | tr '\n' ' ')
+unresolved=$(in_root "$root" env "${test_env[@]}" ldd "$repo/$build/bin/core_tests" | awk '/not found/ {print $1}' | tr '\n' ' ')
 if [[ -n "$unresolved" ]]; then
   say "summary: the CUDA build compiles and links; its binaries cannot load here (missing: $unresolved), so no test ran"
   exit 0

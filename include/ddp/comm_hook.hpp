@@ -6,26 +6,44 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/process_group.hpp"
 #include "ddp/work.hpp"
 
 namespace ddp {
 
+/// One bucket of gradients as a comm hook sees it (PyTorch's GradBucket).
+struct GradBucket {
+  /// The bucket's position in launch order, the same on every rank. Buckets
+  /// are regrouped once, after the first synchronized iteration, so a hook
+  /// that keeps state per bucket must check that the layout is unchanged.
+  size_t index = 0;
+  /// This rank's gradients back to back (one dtype, one device).
+  at::Tensor buffer;
+  /// Each parameter's gradient: a view into `buffer` with the parameter's
+  /// shape, in the order they lie in `buffer`.
+  std::vector<at::Tensor> gradients;
+  /// Whether this is the last bucket of the iteration.
+  bool is_last = false;
+};
+
 /// Reduces one bucket of gradients across the ranks of a group.
 ///
 /// `reduce()` is called during backward, as soon as every gradient of the
-/// bucket is ready, with `bucket` holding this rank's gradients flattened
-/// (one dtype, one device). When the returned Work completes, `bucket` must
-/// hold the average of all ranks' gradients in the bucket's dtype. Buckets
-/// are handed over in the same order on every rank.
+/// bucket is ready, in the same bucket order on every rank. When the
+/// returned Work completes, `bucket.buffer` must hold the average of all
+/// ranks' gradients (or the hook's approximation of it) in its own dtype.
+/// Work::then() callbacks run on the thread that waits, in bucket order on
+/// every rank, so a hook may issue further collectives there.
 class CommHook {
  public:
   virtual ~CommHook() = default;
   /// Starts reducing `bucket` over `group`; see the class comment.
-  virtual Work reduce(ProcessGroup& group, const at::Tensor& bucket) = 0;
+  virtual Work reduce(ProcessGroup& group, const GradBucket& bucket) = 0;
   /// A short name for logs ("allreduce", "fp16_compress", ...).
   virtual std::string name() const = 0;
 };

@@ -12,8 +12,10 @@
 #include "ddp/errors.hpp"                     // IWYU pragma: export
 #include "ddp/init.hpp"                       // IWYU pragma: export
 #include "ddp/join.hpp"                       // IWYU pragma: export
+#include "ddp/powersgd_hook.hpp"              // IWYU pragma: export
 #include "ddp/process_group.hpp"              // IWYU pragma: export
 #include "ddp/work.hpp"                       // IWYU pragma: export
+#include "ddp/zero_redundancy_optimizer.hpp"  // IWYU pragma: export
 // The parts, each a folder of include/ddp/ with a namespace of its own.
 #include "ddp/amp.hpp"       // IWYU pragma: export
 #include "ddp/hvd.hpp"       // IWYU pragma: export

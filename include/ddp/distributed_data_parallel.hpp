@@ -56,6 +56,15 @@ struct DistributedDataParallelOptions {
   /// Reduce every bucket after backward has finished instead of during it
   /// (Apex's delay_allreduce): no overlap, one burst of communication.
   TORCH_ARG(bool, delay_allreduce) = false;
+  /// The graph is the same in every iteration (PyTorch's static_graph): the
+  /// first iteration records how many gradients each parameter receives per
+  /// backward pass, and later ones reduce each gradient once, when all have
+  /// accumulated. Makes reentrant activation checkpointing and a module
+  /// applied twice under it work, and skips the unused-parameter search
+  /// (parameters the first iteration did not use stay untouched). Ranks
+  /// whose first iterations differ fail together, naming the parameters;
+  /// an iteration that differs from the first is an error naming them.
+  TORCH_ARG(bool, static_graph) = false;
   /// How each bucket is reduced; null means all_reduce_hook().
   TORCH_ARG(std::shared_ptr<CommHook>, comm_hook) = nullptr;
 };
@@ -70,6 +79,12 @@ struct ReducerStats {
   bool rebuilt = false;
   /// Iterations that synchronized gradients so far.
   int64_t synchronized_iterations = 0;
+  /// Usage exchanges of find_unused_parameters so far (none with
+  /// static_graph).
+  int64_t unused_parameter_searches = 0;
+  /// With static_graph, once recorded: the gradients each trainable
+  /// parameter receives per backward pass, in registration order.
+  std::vector<int64_t> static_gradient_counts;
 };
 
 /// Wraps a module for data-parallel training. Construction checks that the
@@ -117,7 +132,7 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   template <typename... Args>
   torch::Tensor forward(Args&&... args) {
     prepare_forward();
-    return module_.forward(std::forward<Args>(args)...);
+    return finish_forward(module_.forward(std::forward<Args>(args)...));
   }
 
   /// Turns gradient synchronization off while alive: backward passes
@@ -156,6 +171,7 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
 
  private:
   void prepare_forward();
+  torch::Tensor finish_forward(torch::Tensor output);
   void broadcast_buffers(int source);
 
   torch::nn::AnyModule module_;

@@ -7,10 +7,10 @@ namespace {
 
 class AllReduceHook final : public CommHook {
  public:
-  Work reduce(ProcessGroup& group, const at::Tensor& bucket) override {
+  Work reduce(ProcessGroup& group, const GradBucket& bucket) override {
     // Dividing first keeps large sums in range and lets the engine add.
-    bucket.div_(group.size());
-    return group.all_reduce_async(bucket, ReduceOp::kSum);
+    bucket.buffer.div_(group.size());
+    return group.all_reduce_async(bucket.buffer, ReduceOp::kSum);
   }
   std::string name() const override { return "allreduce"; }
 };
@@ -22,12 +22,11 @@ class CompressHook final : public CommHook {
   CompressHook(at::ScalarType wire_type, std::string name)
       : wire_type_(wire_type), name_(std::move(name)) {}
 
-  Work reduce(ProcessGroup& group, const at::Tensor& bucket) override {
-    if (bucket.scalar_type() == wire_type_) return AllReduceHook().reduce(group, bucket);
-    at::Tensor compressed = bucket.div(group.size()).to(wire_type_);
-    return group.all_reduce_async(compressed, ReduceOp::kSum).then([bucket, compressed] {
-      bucket.copy_(compressed);
-    });
+  Work reduce(ProcessGroup& group, const GradBucket& bucket) override {
+    if (bucket.buffer.scalar_type() == wire_type_) return AllReduceHook().reduce(group, bucket);
+    at::Tensor compressed = bucket.buffer.div(group.size()).to(wire_type_);
+    return group.all_reduce_async(compressed, ReduceOp::kSum)
+        .then([buffer = bucket.buffer, compressed] { buffer.copy_(compressed); });
   }
   std::string name() const override { return name_; }
 

@@ -93,6 +93,11 @@ void DistributedDataParallelImpl::prepare_forward() {
   if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(source);
 }
 
+torch::Tensor DistributedDataParallelImpl::finish_forward(torch::Tensor output) {
+  if (torch::GradMode::is_enabled()) reducer_->watchOutput(output);
+  return output;
+}
+
 void DistributedDataParallelImpl::broadcast_buffers(int source) {
   std::vector<at::Tensor> buffers = module_.ptr()->buffers();
   if (buffers.empty()) return;

@@ -57,12 +57,24 @@ void GradientBuckets::rebuild(const std::vector<size_t>& order) {
 }
 
 void GradientBuckets::reset() {
-  passes_left_.assign(parameters_.size(), settings_.passes_per_step);
+  if (passes_.empty()) {
+    passes_left_.assign(parameters_.size(), settings_.passes_per_step);
+  } else {
+    passes_left_ = passes_;
+  }
   next_to_launch_ = 0;
   for (Bucket& bucket : buckets_) {
     bucket.pending = bucket.members.size();
     bucket.work = Work();
   }
+  for (size_t i = 0; i < passes_left_.size(); ++i) {
+    if (passes_left_[i] == 0) --buckets_[location_[i].first].pending;
+  }
+}
+
+void GradientBuckets::set_passes(std::vector<int64_t> passes) {
+  passes_ = std::move(passes);
+  reset();
 }
 
 bool GradientBuckets::mark_ready(size_t index) {

@@ -77,6 +77,13 @@ class GradientBuckets {
   /// Starts a new step: every gradient not ready, no bucket launched.
   void reset();
 
+  /// Gives each parameter its own number of hook calls per step (DDP's
+  /// static graph: what the first iteration counted), replacing
+  /// passes_per_step. A parameter given 0 is ready at the start of every
+  /// step; its bucket slice keeps whatever it holds (zeros, as built).
+  /// Starts a new step.
+  void set_passes(std::vector<int64_t> passes);
+
   /// Backward passes still to come before `index`'s gradient is ready; 0
   /// once it is (the caller decides whether one more is an error).
   int64_t passes_left(size_t index) const { return passes_left_[index]; }
@@ -113,6 +120,7 @@ class GradientBuckets {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<size_t, size_t>> location_;  // parameter -> (bucket, position)
+  std::vector<int64_t> passes_;                      // per parameter; empty: passes_per_step
   std::vector<int64_t> passes_left_;
   size_t next_to_launch_ = 0;
 };

@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 
-#include "compat/torch_compat.hpp"
-#include "distributed_data_parallel/bucket_assignment.hpp"
-#include "ddp/errors.hpp"
+#include <numeric>
+
 #include "collective_name.hpp"
+#include "compat/torch_compat.hpp"
+#include "ddp/errors.hpp"
+#include "distributed_data_parallel/bucket_assignment.hpp"
+#include "scope_exit.hpp"
 
 namespace ddp::detail {
 namespace {
@@ -45,6 +48,36 @@ void Reducer::attachHooks() {
   });
 }
 
+// Note [The end of backward]
+// An iteration ends (buckets waited for, averages copied out, the static
+// graph recorded) in a callback that the autograd engine runs when a
+// backward pass finishes. Queued from a parameter's hook, it would belong to
+// the pass that hook ran in: with reentrant activation checkpointing that is
+// the inner pass recomputing one segment, which finishes before the layers
+// below the segment have their gradients. So the callback is queued from a
+// hook on DDP's output, which runs first in the outermost pass, as PyTorch's
+// _DDPSink does; a parameter's hook still queues it when no output hook ran
+// (a backward from a tensor that does not reach DDP's output).
+void Reducer::watchOutput(at::Tensor& output) {
+  if (!output.requires_grad()) return;
+  std::weak_ptr<Reducer> weak = weak_from_this();
+  output.register_hook([weak](const at::Tensor& /*grad*/) {
+    if (auto self = weak.lock()) {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->require_sync_) self->queueFinalize();
+    }
+  });
+}
+
+void Reducer::queueFinalize() {
+  if (finalize_queued_) return;
+  finalize_queued_ = true;
+  std::weak_ptr<Reducer> weak = weak_from_this();
+  compat::queueBackwardCallback([weak] {
+    if (auto self = weak.lock()) self->finalizeBackward();
+  });
+}
+
 void Reducer::setRequireSync(bool value) {
   std::lock_guard<std::mutex> lock(mutex_);
   require_sync_ = value;
@@ -77,14 +110,28 @@ at::Tensor Reducer::gradientAlias(size_t index) const {
 // After the buckets were (re)built: their sizes, and with
 // gradient_as_bucket_view, gradients that alias them (keeping their values),
 // so that accumulation writes straight into the memory that is communicated.
+// A gradient not defined yet stays so until its first reduction, as in
+// PyTorch: an optimizer skips a parameter without one (a defined zero would
+// still get weight decay and momentum).
 void Reducer::adoptBuckets() {
   stats_.bucket_bytes = buckets_.bucket_bytes();
+  const auto& buckets = buckets_.buckets();
+  hook_buckets_.assign(buckets.size(), GradBucket());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    GradBucket& view = hook_buckets_[b];
+    view.index = b;
+    view.buffer = buckets[b].flat;
+    view.is_last = b + 1 == buckets.size();
+    for (size_t index : buckets[b].members) {
+      view.gradients.push_back(buckets_.slice(index).view(buckets_.parameters()[index].sizes()));
+    }
+  }
   if (!options_.gradient_as_bucket_view()) return;
   const auto& parameters = buckets_.parameters();
   for (size_t i = 0; i < parameters.size(); ++i) {
-    at::Tensor view = buckets_.slice(i);
     at::Tensor& grad = parameters[i].mutable_grad();
-    if (grad.defined()) view.copy_(grad.reshape({-1}));
+    if (!grad.defined()) continue;
+    buckets_.slice(i).copy_(grad.reshape({-1}));
     grad = gradientAlias(i);
   }
 }
@@ -97,17 +144,22 @@ void Reducer::set_join_round(int source, double scale) {
 
 void Reducer::shadow_iteration() {
   std::lock_guard<std::mutex> lock(mutex_);
-  struct ResetAtExit {
-    Reducer* reducer;
-    ~ResetAtExit() { reducer->resetIteration(); }
-  } reset_at_exit{this};
-  std::vector<size_t> all(names_.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  ScopeExit reset_at_exit([this] { resetIteration(); });
+  // The same collectives, in the same order, as finalizeBackward() and
+  // finalizeRecording() on the ranks still training.
+  const bool record = recording();
+  at::Tensor table;
+  if (record) table = exchangeArrivals(/*joined=*/true);
   for (Bucket& bucket : buckets_.buckets()) bucket.flat.zero_();
   buckets_.launch_rest([this](size_t b) { return launch(b); });
-  if (options_.find_unused_parameters()) exchangeUsage(all);
+  if (options_.find_unused_parameters() && !options_.static_graph()) {
+    std::vector<size_t> all(names_.size());
+    std::iota(all.begin(), all.end(), size_t{0});
+    exchangeUsage(all);
+  }
   for (Bucket& bucket : buckets_.buckets()) bucket.work.wait();
   if (!rebuilt_) rebuildInReadyOrder();
+  if (record) adoptRecordedCounts(table);
 }
 
 void Reducer::resetIteration() {
@@ -115,27 +167,52 @@ void Reducer::resetIteration() {
   join_scale_ = 1.0;
   buckets_.reset();
   finalize_queued_ = false;
+  arrivals_this_iteration_ = 0;
   launched_during_backward_ = 0;
   ready_order_.clear();
+  if (recording()) {
+    recorded_arrivals_.assign(names_.size(), 0);
+    last_arrival_.assign(names_.size(), 0);
+  }
 }
 
 void Reducer::onGradientReady(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!require_sync_) return;  // no_sync(): gradients accumulate locally.
-  if (!finalize_queued_) {
-    finalize_queued_ = true;
-    std::weak_ptr<Reducer> weak = weak_from_this();
-    compat::queueBackwardCallback([weak] {
-      if (auto self = weak.lock()) self->finalizeBackward();
-    });
+  queueFinalize();
+  ++arrivals_this_iteration_;
+  if (recording()) {  // Note [Static graph]: count only, reduce at the end.
+    ++recorded_arrivals_[index];
+    last_arrival_[index] = static_cast<int64_t>(arrivals_this_iteration_);
+    return;
   }
   if (buckets_.passes_left(index) == 0) {
+    if (!expected_.empty()) {
+      throw InvalidArgumentError(
+          "DistributedDataParallel(static_graph): parameter '" + names_[index] +
+          "' received more than the " + std::to_string(expected_[index]) +
+          " gradient(s) per backward pass that the first iteration recorded, "
+          "in synchronized "
+          "iteration " +
+          std::to_string(stats_.synchronized_iterations + 1) +
+          ": the graph changed. static_graph needs the same graph in every "
+          "iteration; construct "
+          "without it when the graph changes.");
+    }
     throw InvalidArgumentError(
         "DistributedDataParallel: parameter '" + names_[index] +
-        "' received its gradient twice in one backward pass. Reentrant backward or "
-        "retain_graph with several backward calls per iteration is not supported: call "
-        "backward once per forward, or accumulate inside no_sync().");
+        "' received its gradient twice in one backward pass (a module applied "
+        "twice under "
+        "reentrant activation checkpointing, or several backward calls per "
+        "iteration). When the "
+        "graph is the same in every iteration, construct with "
+        "DistributedDataParallelOptions().static_graph(true), which reduces "
+        "the accumulated "
+        "gradient once; otherwise call backward once per forward, or "
+        "accumulate inside "
+        "no_sync().");
   }
+  if (!buckets_.count_pass(index)) return;  // More passes to come (static graph).
   if (!rebuilt_) ready_order_.push_back(index);
   copyIntoBucket(index);
   // Every rank issues the buckets' collectives in the same order, whatever
@@ -161,21 +238,29 @@ void Reducer::copyIntoBucket(size_t index) {
 
 Work Reducer::launch(size_t bucket) {
   detail::CollectiveName name("ddp.bucket", static_cast<int64_t>(bucket));
-  return hook_->reduce(*group_, buckets_.buckets()[bucket].flat);
+  return hook_->reduce(*group_, hook_buckets_[bucket]);
 }
 
 void Reducer::finalizeBackward() {
   std::lock_guard<std::mutex> lock(mutex_);
-  struct ResetAtExit {
-    Reducer* reducer;
-    ~ResetAtExit() { reducer->resetIteration(); }
-  } reset_at_exit{this};
+  if (arrivals_this_iteration_ == 0) {
+    // The pass reached DDP's output but no parameter (autograd::grad with
+    // respect to inputs): not an iteration.
+    finalize_queued_ = false;
+    return;
+  }
+  ScopeExit reset_at_exit([this] { resetIteration(); });
+  if (recording()) {
+    finalizeRecording();
+    return;
+  }
 
   const auto& parameters = buckets_.parameters();
   std::vector<size_t> unused;
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (buckets_.passes_left(i) > 0) unused.push_back(i);
   }
+  if (!unused.empty() && !expected_.empty()) throwMissingGradients(unused);
   if (!unused.empty() && !options_.find_unused_parameters()) {
     std::string all;
     for (size_t k = 0; k < unused.size() && k < 8; ++k) {
@@ -189,7 +274,8 @@ void Reducer::finalizeBackward() {
         std::to_string(unused.size()) + " parameter(s) in all: " + all +
         "), so its bucket can never be reduced. If some "
         "parameters are legitimately unused in some iterations, construct with "
-        "DistributedDataParallelOptions().find_unused_parameters(true); otherwise make sure "
+        "DistributedDataParallelOptions().find_unused_parameters(true); "
+        "otherwise make sure "
         "every parameter contributes to the loss.");
   }
   for (size_t index : unused) {
@@ -207,7 +293,12 @@ void Reducer::finalizeBackward() {
   buckets_.launch_rest([this](size_t b) { return launch(b); });
 
   std::vector<int32_t> globally_used;
-  if (options_.find_unused_parameters()) globally_used = exchangeUsage(unused);
+  if (!expected_.empty()) {
+    // Static graph: what every rank uses is known; no search.
+    for (int64_t count : expected_) globally_used.push_back(count > 0 ? 1 : 0);
+  } else if (options_.find_unused_parameters()) {
+    globally_used = exchangeUsage(unused);
+  }
   waitAndCopyOut(globally_used);
 
   stats_.launched_during_backward = launched_during_backward_;
@@ -220,6 +311,7 @@ std::vector<int32_t> Reducer::exchangeUsage(const std::vector<size_t>& unused) {
   for (size_t index : unused) used[index] = 0;
   detail::CollectiveName name("ddp.unused_parameters");
   group_->all_reduce(used, ReduceOp::kMax);
+  ++stats_.unused_parameter_searches;
   return std::vector<int32_t>(used.data_ptr<int32_t>(), used.data_ptr<int32_t>() + used.numel());
 }
 

@@ -26,6 +26,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   /// Installs the per-parameter hooks; call once, after construction.
   void attachHooks();
 
+  /// Makes the end of the backward pass that reaches `output` (DDP's
+  /// forward result) the end of the iteration (Note [The end of backward]).
+  void watchOutput(at::Tensor& output);
+
   /// Whether backward passes reduce gradients (false inside no_sync()).
   void setRequireSync(bool value);
   bool requireSync() const;
@@ -44,11 +48,17 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
  private:
   void onGradientReady(size_t index);
+  void queueFinalize();
   void finalizeBackward();
+  void finalizeRecording();
+  void adoptRecordedCounts(const at::Tensor& table);
+  [[noreturn]] void throwMissingGradients(const std::vector<size_t>& missing) const;
   void copyIntoBucket(size_t index);
   Work launch(size_t bucket);
   void waitAndCopyOut(const std::vector<int32_t>& globally_used);
   std::vector<int32_t> exchangeUsage(const std::vector<size_t>& unused);
+  at::Tensor exchangeArrivals(bool joined);
+  bool recording() const { return options_.static_graph() && expected_.empty(); }
   void adoptBuckets();
   void rebuildInReadyOrder();
   void resetIteration();
@@ -59,15 +69,23 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   DistributedDataParallelOptions options_;
   std::shared_ptr<CommHook> hook_;
   GradientBuckets buckets_;
+  std::vector<GradBucket> hook_buckets_;  // what the comm hook sees, per bucket
 
   mutable std::mutex mutex_;
   bool require_sync_ = true;
   // Per iteration.
   bool finalize_queued_ = false;
+  size_t arrivals_this_iteration_ = 0;  // hook calls
   int launched_during_backward_ = 0;
   std::vector<size_t> ready_order_;  // first iteration only, for the rebuild
   // Across iterations.
   bool rebuilt_ = false;
+  // static_graph (Note [Static graph]): the recording iteration's hook calls
+  // per parameter and the order of each one's last call, then the counts
+  // every rank agreed on.
+  std::vector<int64_t> recorded_arrivals_;
+  std::vector<int64_t> last_arrival_;
+  std::vector<int64_t> expected_;  // empty until recorded
   ReducerStats stats_;
   // Set per iteration under a Join (set_join_round), reset after it.
   int source_rank_ = 0;

@@ -7,6 +7,7 @@
 
 #include "ddp/errors.hpp"
 #include "collective_name.hpp"
+#include "scope_exit.hpp"
 
 namespace ddp::hvd::detail {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 using ddp::detail::Bucket;
 using ddp::detail::BucketSettings;
 using ddp::detail::CapRule;
+using ddp::detail::ScopeExit;
 
 // Note [Fusion buffers]
 // Gradients are grouped, in the order they are expected to become ready
@@ -80,10 +82,7 @@ void GradientFusion::resetStep() {
 
 void GradientFusion::shadow_step() {
   std::lock_guard<std::mutex> lock(mutex_);
-  struct ResetAtExit {
-    GradientFusion* fusion;
-    ~ResetAtExit() { fusion->resetStep(); }
-  } reset_at_exit{this};
+  ScopeExit reset_at_exit([this] { resetStep(); });
   for (Bucket& buffer : buffers_.buckets()) buffer.flat.zero_();
   buffers_.launch_rest([this](size_t b) { return issue(b); });
   for (Bucket& buffer : buffers_.buckets()) buffer.work.wait();
@@ -168,10 +167,7 @@ void GradientFusion::unpack(const Bucket& buffer) {
 
 void GradientFusion::synchronize() {
   std::lock_guard<std::mutex> lock(mutex_);
-  struct ResetAtExit {
-    GradientFusion* fusion;
-    ~ResetAtExit() { fusion->resetStep(); }
-  } reset_at_exit{this};
+  ScopeExit reset_at_exit([this] { resetStep(); });
   startStep();
   buffers_.launch_rest([this](size_t b) { return launch(b); });
   at::NoGradGuard no_grad;

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <string>
+#include <vector>
 
 namespace ddp::testing {
 
@@ -43,6 +45,33 @@ class NamedChecks {
     const double error = relative_error(got, expected);
     check(name, error <= tolerance,
           "max relative error " + std::to_string(error) + " > tolerance " +
+              std::to_string(tolerance));
+  }
+
+  /// As close() for lists of tensors (a model's parameters), pair by pair:
+  /// the worst relative error counts. Fails with `error` when that is not
+  /// empty (what the run that produced `got` threw).
+  void close_all(const std::string& name, const std::vector<at::Tensor>& got,
+                 const std::vector<at::Tensor>& expected, double tolerance,
+                 const std::string& error = "") {
+    if (!error.empty()) {
+      check(name, false, "threw: " + error);
+      return;
+    }
+    if (got.size() != expected.size()) {
+      check(name, false,
+            std::to_string(got.size()) + " tensors, expected " + std::to_string(expected.size()));
+      return;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double e = got[i].sizes() == expected[i].sizes()
+                           ? relative_error(got[i], expected[i])
+                           : std::numeric_limits<double>::infinity();
+      if (!(e <= worst)) worst = e;  // keeps a NaN
+    }
+    check(name, worst <= tolerance,
+          "max relative error " + std::to_string(worst) + " > tolerance " +
               std::to_string(tolerance));
   }
 

@@ -14,84 +14,15 @@
 #include "ddp/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
+#include "example_runs.hpp"
 #include "launch/child_process.hpp"
 
 namespace fs = std::filesystem;
 using ddp::launch::ChildResult;
-using ddp::launch::ChildSpec;
+using namespace ddp::testing;  // NOLINT(google-build-using-namespace)
 using namespace std::chrono_literals;
 
 namespace {
-
-const char* const kLauncherVariables[] = {
-    "RANK",       "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-    "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"};
-
-// Runs `argv` to its end (at most `deadline`), outside any launcher.
-ChildResult run(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
-                std::chrono::seconds deadline = 120s) {
-  ChildSpec spec{std::move(argv), std::move(env), {}};
-  for (const char* name : kLauncherVariables) spec.unset_env.push_back(name);
-  return ddp::launch::runChildren({spec}, deadline).at(0);
-}
-
-// `program args...` under ddprun with `nproc` workers on this machine.
-std::vector<std::string> underDdprun(int nproc, const std::string& program,
-                                     std::vector<std::string> args) {
-  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
-                                   std::to_string(nproc), program};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
-
-struct FinalLine {
-  double loss = NAN;
-  std::optional<double> accuracy;
-};
-
-// The example's last result line: "final loss=L accuracy=A" (accuracy optional).
-FinalLine finalLine(const std::string& output) {
-  std::smatch m;
-  FinalLine line;
-  if (std::regex_search(output, m, std::regex(R"(final loss=(\S+)(?: accuracy=(\S+))?\n)"))) {
-    line.loss = std::stod(m[1]);
-    if (m[2].matched) line.accuracy = std::stod(m[2]);
-  }
-  return line;
-}
-
-std::string digestOf(const std::string& output) {
-  std::smatch m;
-  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
-                                                                                     : "<none>";
-}
-
-bool gnuplotInstalled() {
-  try {
-    ddp::training::require_gnuplot();
-    return true;
-  } catch (const ddp::PlotError&) {
-    return false;
-  }
-}
-
-bool fashionMnistInstalled() {
-  return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") ||
-         fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte");
-}
-
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
-
-// Skips the test when Fashion-MNIST is not installed. A macro, not a helper:
-// GTEST_SKIP() returns only from the function it is in, so in a helper the
-// test would go on and fail for want of the data.
-#define DDP_REQUIRE_FASHION_MNIST() \
-  if (!fashionMnistInstalled())     \
-  GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)"
 
 class ExamplesRun : public ::testing::Test {
  protected:
@@ -123,7 +54,8 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
     return extra;
   };
   expectHelpLists(DDP_EXAMPLE_MNIST_DDP,
-                  with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend"}));
+                  with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend",
+                        "--comm-hook", "--powersgd-rank", "--powersgd-start-iteration"}));
   expectHelpLists(DDP_EXAMPLE_LENET_DP,
                   with({"--data-dir", "--batch-size", "--replicas", "--lr", "--lr-gamma"}));
   expectHelpLists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));

@@ -23,7 +23,10 @@ inline std::set<std::string> joinCheckNames() {
   std::set<std::string> names;
   for (const std::string& name : {"MLP, batches 3/5/8, divide by initial world size",
                                   "MLP, batches 8/3/5, divide by contributing ranks",
-                                  "ConvNet, batches 0/2/3 (rank 0 joins before its first batch)"}) {
+                                  "ConvNet, batches 0/2/3 (rank 0 joins before its first batch)",
+                                  "MLP with static_graph, batches 0/3/5 (rank 0 shadows the "
+                                  "recording)",
+                                  "MLP, batches 2/4/3 of 3 micro-batches, 2 under no_sync"}) {
     names.insert(name + ": parameters match one process");
     names.insert(name + ": every rank ends with the same parameters and buffers");
     names.insert(name + ": join() names the last rank to join");

@@ -21,6 +21,9 @@
 //   ddp-unused   trains with a parameter no rank uses, without
 //                find_unused_parameters (must fail)
 //   join         uneven inputs under ddp::Join (3 ranks)
+//   static-graph DistributedDataParallel's static_graph (2 ranks)
+//   powersgd     the PowerSGD comm hook (2 ranks)
+//   zero         ZeroRedundancyOptimizer against plain DDP
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
 //                and checks it against the Gloo one (tests/shm/)
 //   stress       overlapping randomly sized collectives, each checked
@@ -41,7 +44,10 @@
 #include "ddp/init.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/join_checks.hpp"
+#include "multiprocess/powersgd_checks.hpp"
+#include "multiprocess/static_graph_checks.hpp"
 #include "multiprocess/worker_checks.hpp"
+#include "multiprocess/zero_checks.hpp"
 #include "launch/child_process.hpp"
 #include "shm/shm_checks.hpp"
 
@@ -175,6 +181,13 @@ int main(int argc, char** argv) {
       return printReport(*group, ddp::testing::checkDistributedDataParallel(group));
     }
     if (args.scenario == "join") return printReport(*group, ddp::testing::checkJoin(group));
+    if (args.scenario == "zero") return printReport(*group, ddp::testing::checkZero(group));
+    if (args.scenario == "powersgd") {
+      return printReport(*group, ddp::testing::checkPowerSgd(group));
+    }
+    if (args.scenario == "static-graph") {
+      return printReport(*group, ddp::testing::checkStaticGraph(group));
+    }
     if (args.scenario == "ddp-mismatch") {
       ddp::testing::wrapMismatchedModel(group);
       std::cout << "rank " << group->rank() << ": the mismatched model was accepted\n";

@@ -1,0 +1,42 @@
+// Whole trainings whose accuracy is the result: the DDP tutorial's ConvNet on
+// Fashion-MNIST, 5 epochs on 2 ranks under the real ddprun, with PowerSGD
+// against plain all-reduce in the same test (same seed, data, machine).
+// Minutes each, so in an executable of their own with a longer timeout.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "example_runs.hpp"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(ExamplesAccuracy, MnistDdpWithPowerSgdIsWithinHalfAPointOfAllReduceAfterFiveEpochs) {
+  DDP_REQUIRE_FASHION_MNIST();
+  const ChildResult plain = run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP, {"--epochs", "5"}), {}, 840s);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const ChildResult compressed =
+      run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
+                      {"--epochs", "5", "--comm-hook", "powersgd", "--powersgd-rank", "4",
+                       "--powersgd-start-iteration", "10"}),
+          {}, 840s);
+  ASSERT_EQ(compressed.exit_code, 0) << compressed.output;
+  EXPECT_NE(compressed.output.find("comm hook powersgd"), std::string::npos) << compressed.output;
+
+  const FinalLine with_allreduce = finalLine(plain.output);
+  const FinalLine with_powersgd = finalLine(compressed.output);
+  ASSERT_TRUE(with_allreduce.accuracy && with_powersgd.accuracy)
+      << plain.output << compressed.output;
+  EXPECT_GT(*with_allreduce.accuracy, 0.88) << "the tutorial's figure is about 0.91\n"
+                                            << plain.output;
+  EXPECT_NEAR(*with_powersgd.accuracy, *with_allreduce.accuracy, 0.005)
+      << "all-reduce " << *with_allreduce.accuracy << ", PowerSGD " << *with_powersgd.accuracy;
+  std::cout << "test accuracy after 5 epochs: all-reduce " << *with_allreduce.accuracy
+            << ", PowerSGD rank 4 " << *with_powersgd.accuracy << "\n";
+}
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,0 +1,42 @@
+#pragma once
+
+// The PowerSGD comm hook (ddp/powersgd_hook.hpp) on each rank of a
+// 2-process group, run by ddp_test_worker ("powersgd"): buckets of known
+// gradients reduced by the hook against their average, the error-feedback
+// invariant, what is compressed and how much is sent, warm start, the
+// options' validation, and DistributedDataParallel training with the hook
+// at full rank against one process. Each check is reported by name; the
+// parent test expects powerSgdCheckNames().
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "ddp/process_group.hpp"
+
+namespace ddp::testing {
+
+/// Runs every PowerSGD case; prints each check by name and returns how many
+/// failed. Needs a group of 2 ranks.
+int checkPowerSgd(const std::shared_ptr<ProcessGroup>& group);
+
+/// The names checkPowerSgd() reports on every rank.
+inline std::set<std::string> powerSgdCheckNames() {
+  return {
+      "the start_iteration iterations before compression are plain averages",
+      "at full rank, compressed gradients equal the average",
+      "at full rank, each iteration sends the vector plus both factors (127 elements)",
+      "error feedback: the updates applied plus the ranks' mean error equal the sum of the mean "
+      "gradients",
+      "error feedback: at rank 1 the updates differ from the mean gradients",
+      "rate 2, rank 2: the 4x4 matrix and the vector are averaged exactly",
+      "rate 2, rank 2: the 64x64 matrix is compressed",
+      "rate 2, rank 2: each iteration sends 16 + 64 + 2 x 128 elements",
+      "warm start: a fixed gradient's approximation reaches the best rank-1 approximation",
+      "without warm start: each iteration draws a new factor",
+      "start_iteration below 2 with error feedback is a ConfigError naming it",
+      "DistributedDataParallel with PowerSGD at full rank matches one process",
+  };
+}
+
+}  // namespace ddp::testing

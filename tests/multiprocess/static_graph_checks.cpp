@@ -1,0 +1,242 @@
+#include "multiprocess/static_graph_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.hpp"
+#include "common/named_checks.hpp"
+#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/errors.hpp"
+
+namespace ddp::testing {
+namespace {
+
+namespace nn = torch::nn;
+
+constexpr int64_t kPerRank = 4;  // samples per rank and step
+constexpr int kSteps = 4;
+
+// input -> block applied `uses` times -> output, where each application of
+// the block is a checkpointed segment and the last one includes the output
+// layer: the first gradients of a backward pass then arrive inside a nested
+// pass (Note [The end of backward]). `spare` is registered, never used.
+struct SharedBlockNetImpl : nn::Module {
+  SharedBlockNetImpl()
+      : input(register_module("input", nn::Linear(8, 16))),
+        block(register_module("block", nn::Linear(16, 16))),
+        output(register_module("output", nn::Linear(16, 4))),
+        spare(register_module("spare", nn::Linear(16, 16))) {}
+  torch::Tensor forward(torch::Tensor x, int64_t uses, bool checkpointed) {
+    torch::Tensor h = torch::tanh(input->forward(x));
+    const auto segment = [this](const torch::Tensor& t) { return torch::tanh(block->forward(t)); };
+    const auto last = [this, segment](const torch::Tensor& t) {
+      return output->forward(segment(t));
+    };
+    for (int64_t k = 0; k + 1 < uses; ++k) h = checkpointed ? checkpoint(segment, h) : segment(h);
+    return checkpointed ? checkpoint(last, h) : last(h);
+  }
+  nn::Linear input, block, output, spare;
+};
+TORCH_MODULE(SharedBlockNet);
+
+// The step's whole batch, the same on every rank; rank r trains on chunk r.
+std::pair<torch::Tensor, torch::Tensor> batchOf(int step, int64_t rows) {
+  torch::manual_seed(7000 + step);
+  return {torch::randn({rows, 8}), torch::randn({rows, 4})};
+}
+
+class StaticGraphChecker {
+ public:
+  explicit StaticGraphChecker(std::shared_ptr<ProcessGroup> group)
+      : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
+
+  // kSteps of SGD with momentum through DDP, each rank on its chunk, against
+  // one process on the whole batch (without checkpointing: the same math).
+  void matchesOneProcess(const std::string& variant, DistributedDataParallelOptions options) {
+    const std::string prefix = variant + ", block applied twice under reentrant checkpointing: ";
+    torch::manual_seed(11 + rank_);  // DDP must copy rank 0's weights
+    SharedBlockNet net;
+    DistributedDataParallel model(net, options.bucket_cap_mb(0.0005).first_bucket_cap_mb(0.0005),
+                                  group_);
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    std::string error;
+    try {
+      for (int step = 0; step < kSteps; ++step) {
+        auto [x, y] = batchOf(step, kPerRank * world_);
+        optimizer.zero_grad();
+        torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{2}, true),
+                        y.chunk(world_)[rank_])
+            .backward();
+        optimizer.step();
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    torch::manual_seed(11);
+    SharedBlockNet reference;
+    torch::optim::SGD reference_optimizer(reference->parameters(),
+                                          torch::optim::SGDOptions(0.05).momentum(0.9));
+    for (int step = 0; step < kSteps; ++step) {
+      auto [x, y] = batchOf(step, kPerRank * world_);
+      reference_optimizer.zero_grad();
+      torch::mse_loss(reference->forward(x, 2, false), y).backward();
+      reference_optimizer.step();
+    }
+    checks_.close_all(prefix + "parameters match one process after 4 steps", net->parameters(),
+                      reference->parameters(), 1e-5, error);
+
+    const ReducerStats stats = model->stats();
+    const std::vector<int64_t> expected = {1, 1, 2, 2, 1, 1, 0, 0};
+    checks_.check(prefix + "records 2 gradients per pass for the block, 0 for the spare layer",
+                  stats.static_gradient_counts == expected,
+                  "recorded " + listOf(stats.static_gradient_counts) + ", expected " +
+                      listOf(expected) + " (input, block, output, spare; weight and bias)");
+    checks_.check(prefix + "the spare layer, never used, keeps no gradient",
+                  !net->spare->weight.grad().defined() && !net->spare->bias.grad().defined());
+    checks_.check(prefix + "no unused-parameter search", stats.unused_parameter_searches == 0,
+                  std::to_string(stats.unused_parameter_searches) + " searches");
+    const int buckets = static_cast<int>(stats.bucket_bytes.size());
+    checks_.check(prefix + "every bucket is reduced during backward after the first iteration",
+                  buckets > 1 && stats.launched_during_backward == buckets,
+                  std::to_string(stats.launched_during_backward) + " of " +
+                      std::to_string(buckets) + " buckets");
+  }
+
+  // The same model without static_graph: the block's second gradient is an
+  // error; applied once, reentrant checkpointing works and matches.
+  void withoutStaticGraph() {
+    std::string error;
+    {
+      torch::manual_seed(11);
+      DistributedDataParallel model(SharedBlockNet(), group_);
+      auto [x, y] = batchOf(0, kPerRank * world_);
+      try {
+        torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{2}, true),
+                        y.chunk(world_)[rank_])
+            .backward();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    checks_.check(
+        "without static_graph: the second gradient is an error naming the option",
+        error.find("DistributedDataParallel: parameter 'block.") != std::string::npos &&
+            error.find("received its gradient twice in one backward pass") != std::string::npos &&
+            error.find("static_graph(true)") != std::string::npos,
+        "message: '" + error + "'");
+
+    torch::manual_seed(11);
+    SharedBlockNet net;
+    DistributedDataParallel model(
+        net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
+    torch::optim::SGD optimizer(model->parameters(), 0.05);
+    error.clear();
+    try {
+      for (int step = 0; step < kSteps; ++step) {
+        auto [x, y] = batchOf(step, kPerRank * world_);
+        optimizer.zero_grad();
+        torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{1}, true),
+                        y.chunk(world_)[rank_])
+            .backward();
+        optimizer.step();
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    torch::manual_seed(11);
+    SharedBlockNet reference;
+    torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
+    for (int step = 0; step < kSteps; ++step) {
+      auto [x, y] = batchOf(step, kPerRank * world_);
+      reference_optimizer.zero_grad();
+      torch::mse_loss(reference->forward(x, 1, false), y).backward();
+      reference_optimizer.step();
+    }
+    checks_.close_all(
+        "without static_graph: reentrant checkpointing of a block applied once matches one "
+        "process",
+        net->parameters(), reference->parameters(), 1e-5, error);
+  }
+
+  // Rank 1 applies the block twice in the first iteration, rank 0 once.
+  void ranksDiffer() {
+    torch::manual_seed(11);
+    DistributedDataParallel model(SharedBlockNet(),
+                                  DistributedDataParallelOptions().static_graph(true), group_);
+    auto [x, y] = batchOf(0, kPerRank * world_);
+    std::string error;
+    try {
+      torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{rank_ + 1}, true),
+                      y.chunk(world_)[rank_])
+          .backward();
+    } catch (const InvalidArgumentError& e) {
+      error = e.what();
+    }
+    checks_.check(
+        "first iterations that differ between ranks: every rank fails naming the block's "
+        "parameters and each rank's count",
+        error.find("the ranks' first iterations differ: 2 parameter(s) received different "
+                   "numbers of gradients per backward pass: 'block.weight' (rank 0: 1, rank 1: "
+                   "2); 'block.bias' (rank 0: 1, rank 1: 2)") != std::string::npos,
+        "message: '" + error + "'");
+  }
+
+  // Every rank applies the block once in the third iteration.
+  void laterIterationDiffers() {
+    torch::manual_seed(11);
+    DistributedDataParallel model(SharedBlockNet(),
+                                  DistributedDataParallelOptions().static_graph(true), group_);
+    std::string error;
+    try {
+      for (int step = 0; step < 3; ++step) {
+        auto [x, y] = batchOf(step, kPerRank * world_);
+        const int64_t uses = step == 2 ? 1 : 2;
+        torch::mse_loss(model->forward(x.chunk(world_)[rank_], uses, true), y.chunk(world_)[rank_])
+            .backward();
+      }
+    } catch (const InvalidArgumentError& e) {
+      error = e.what();
+    }
+    checks_.check(
+        "an iteration that differs from the first: an error naming the parameters and the "
+        "iteration",
+        error.find("DistributedDataParallel(static_graph): 2 parameter(s) received fewer "
+                   "gradients in synchronized iteration 3 than the first iteration recorded: "
+                   "'block.weight' (1 of 2), 'block.bias' (1 of 2)") != std::string::npos,
+        "message: '" + error + "'");
+  }
+
+  int failed() const { return checks_.failed(); }
+
+ private:
+  static std::string listOf(const std::vector<int64_t>& values) {
+    std::string text = "{";
+    for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+    return text + "}";
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  int rank_;
+  int world_;
+  NamedChecks checks_;
+};
+
+}  // namespace
+
+int checkStaticGraph(const std::shared_ptr<ProcessGroup>& group) {
+  StaticGraphChecker checker(group);
+  checker.matchesOneProcess("static_graph", DistributedDataParallelOptions().static_graph(true));
+  checker.matchesOneProcess("static_graph, find_unused_parameters and gradient_as_bucket_view",
+                            DistributedDataParallelOptions()
+                                .static_graph(true)
+                                .find_unused_parameters(true)
+                                .gradient_as_bucket_view(true));
+  checker.withoutStaticGraph();
+  checker.ranksDiffer();
+  checker.laterIterationDiffers();
+  return checker.failed();
+}
+
+}  // namespace ddp::testing
