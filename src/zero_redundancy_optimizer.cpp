@@ -154,16 +154,15 @@ void ZeroRedundancyOptimizer::reduce_scatter_gradients(FlatGroup& flat) {
 void ZeroRedundancyOptimizer::step() {
   torch::NoGradGuard no_grad;
   // Which parameters have a gradient: here, or (stage 2) on any rank.
-  at::Tensor used = at::zeros({static_cast<int64_t>(parameters_.size())}, at::kInt);
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    used[i] = parameters_[i].grad().defined() ? 1 : 0;
-  }
+  std::vector<int32_t> is_used(parameters_.size());
+  for (size_t i = 0; i < parameters_.size(); ++i) is_used[i] = parameters_[i].grad().defined();
   if (options_.stage() == 2) {
+    at::Tensor used = at::tensor(is_used, at::kInt);
     detail::CollectiveName name("zero.gradients_used");
     group_->all_reduce(used, ReduceOp::kMax);
+    std::copy_n(used.data_ptr<int32_t>(), is_used.size(), is_used.begin());
     for (auto& flat : flats_) reduce_scatter_gradients(*flat);
   }
-  const int32_t* is_used = used.data_ptr<int32_t>();
   for (auto& flat : flats_) {
     for (FlatGroup::Piece& piece : flat->pieces) {
       at::Tensor grad;

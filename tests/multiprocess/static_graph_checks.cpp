@@ -60,30 +60,8 @@ class StaticGraphChecker {
     SharedBlockNet net;
     DistributedDataParallel model(net, options.bucket_cap_mb(0.0005).first_bucket_cap_mb(0.0005),
                                   group_);
-    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-    std::string error;
-    try {
-      for (int step = 0; step < kSteps; ++step) {
-        auto [x, y] = batchOf(step, kPerRank * world_);
-        optimizer.zero_grad();
-        torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{2}, true),
-                        y.chunk(world_)[rank_])
-            .backward();
-        optimizer.step();
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    torch::manual_seed(11);
-    SharedBlockNet reference;
-    torch::optim::SGD reference_optimizer(reference->parameters(),
-                                          torch::optim::SGDOptions(0.05).momentum(0.9));
-    for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batchOf(step, kPerRank * world_);
-      reference_optimizer.zero_grad();
-      torch::mse_loss(reference->forward(x, 2, false), y).backward();
-      reference_optimizer.step();
-    }
+    const std::string error = trainDdp(model, 2, 0.9);
+    SharedBlockNet reference = trainedReference(2, 0.9);
     checks_.close_all(prefix + "parameters match one process after 4 steps", net->parameters(),
                       reference->parameters(), 1e-5, error);
 
@@ -131,29 +109,8 @@ class StaticGraphChecker {
     SharedBlockNet net;
     DistributedDataParallel model(
         net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
-    torch::optim::SGD optimizer(model->parameters(), 0.05);
-    error.clear();
-    try {
-      for (int step = 0; step < kSteps; ++step) {
-        auto [x, y] = batchOf(step, kPerRank * world_);
-        optimizer.zero_grad();
-        torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{1}, true),
-                        y.chunk(world_)[rank_])
-            .backward();
-        optimizer.step();
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    torch::manual_seed(11);
-    SharedBlockNet reference;
-    torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
-    for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batchOf(step, kPerRank * world_);
-      reference_optimizer.zero_grad();
-      torch::mse_loss(reference->forward(x, 1, false), y).backward();
-      reference_optimizer.step();
-    }
+    error = trainDdp(model, 1, 0);
+    SharedBlockNet reference = trainedReference(1, 0);
     checks_.close_all(
         "without static_graph: reentrant checkpointing of a block applied once matches one "
         "process",
@@ -211,6 +168,41 @@ class StaticGraphChecker {
   int failed() const { return checks_.failed(); }
 
  private:
+  // kSteps of SGD (lr 0.05) through `model`, each rank on its chunk, the
+  // block applied `uses` times under checkpointing; what it threw, or "".
+  std::string trainDdp(DistributedDataParallel& model, int64_t uses, double momentum) {
+    torch::optim::SGD optimizer(model->parameters(),
+                                torch::optim::SGDOptions(0.05).momentum(momentum));
+    try {
+      for (int step = 0; step < kSteps; ++step) {
+        auto [x, y] = batchOf(step, kPerRank * world_);
+        optimizer.zero_grad();
+        torch::mse_loss(model->forward(x.chunk(world_)[rank_], uses, true), y.chunk(world_)[rank_])
+            .backward();
+        optimizer.step();
+      }
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  // The same steps in one process on the whole batch, without checkpointing
+  // (the same math), from rank 0's initial weights.
+  SharedBlockNet trainedReference(int64_t uses, double momentum) const {
+    torch::manual_seed(11);
+    SharedBlockNet reference;
+    torch::optim::SGD optimizer(reference->parameters(),
+                                torch::optim::SGDOptions(0.05).momentum(momentum));
+    for (int step = 0; step < kSteps; ++step) {
+      auto [x, y] = batchOf(step, kPerRank * world_);
+      optimizer.zero_grad();
+      torch::mse_loss(reference->forward(x, uses, false), y).backward();
+      optimizer.step();
+    }
+    return reference;
+  }
+
   static std::string listOf(const std::vector<int64_t>& values) {
     std::string text = "{";
     for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
