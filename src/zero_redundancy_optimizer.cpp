@@ -137,10 +137,12 @@ void ZeroRedundancyOptimizer::zero_grad() {
 }
 
 // Stage 2: every rank's gradients, flattened as the parameters are, summed
-// into the owner's shard and averaged; the full gradients are released.
-void ZeroRedundancyOptimizer::reduce_scatter_gradients(FlatGroup& flat) {
+// into the owner's shard and averaged; the full gradients are released. A
+// joined rank contributes zeros.
+void ZeroRedundancyOptimizer::reduce_scatter_gradients(FlatGroup& flat, bool joined,
+                                                       double divisor) {
   at::Tensor full = at::zeros_like(flat.flat);
-  for (size_t k = 0; k < flat.members.size(); ++k) {
+  for (size_t k = 0; k < flat.members.size() && !joined; ++k) {
     at::Tensor& grad = parameters_[flat.members[k]].mutable_grad();
     if (!grad.defined()) continue;
     full.narrow(0, flat.offsets[k], grad.numel()).copy_(grad.reshape({-1}));
@@ -148,20 +150,40 @@ void ZeroRedundancyOptimizer::reduce_scatter_gradients(FlatGroup& flat) {
   }
   detail::CollectiveName name("zero.reduce_scatter");
   group_->reduce_scatter(flat.grad_shard, full, ReduceOp::kSum);
-  flat.grad_shard.div_(group_->size());
+  flat.grad_shard.div_(divisor);
 }
 
 void ZeroRedundancyOptimizer::step() {
+  double divisor = group_->size();
+  if (Join* join = active_join()) {
+    const JoinRound round = join->notify(*this, /*sync=*/true);
+    if (!join->options().divide_by_initial_world_size() && round.active > 0) {
+      divisor = round.active;
+    }
+  }
+  run_step(/*joined=*/false, divisor);
+}
+
+void ZeroRedundancyOptimizer::join_shadow(const JoinRound& round) {
+  if (!round.sync) return;
+  const bool by_world = active_join()->options().divide_by_initial_world_size();
+  run_step(/*joined=*/true, by_world ? group_->size() : round.active);
+}
+
+void ZeroRedundancyOptimizer::run_step(bool joined, double divisor) {
   torch::NoGradGuard no_grad;
   // Which parameters have a gradient: here, or (stage 2) on any rank.
   std::vector<int32_t> is_used(parameters_.size());
-  for (size_t i = 0; i < parameters_.size(); ++i) is_used[i] = parameters_[i].grad().defined();
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const bool stale = joined && options_.stage() == 2;  // this rank's last own gradients
+    is_used[i] = !stale && parameters_[i].grad().defined();
+  }
   if (options_.stage() == 2) {
     at::Tensor used = at::tensor(is_used, at::kInt);
     detail::CollectiveName name("zero.gradients_used");
     group_->all_reduce(used, ReduceOp::kMax);
     std::copy_n(used.data_ptr<int32_t>(), is_used.size(), is_used.begin());
-    for (auto& flat : flats_) reduce_scatter_gradients(*flat);
+    for (auto& flat : flats_) reduce_scatter_gradients(*flat, joined, divisor);
   }
   for (auto& flat : flats_) {
     for (FlatGroup::Piece& piece : flat->pieces) {
@@ -196,6 +218,16 @@ int64_t ZeroRedundancyOptimizer::shard_elements() const {
     for (const auto& piece : flat->pieces) elements += piece.length;
   }
   return elements;
+}
+
+std::vector<ZeroRedundancyOptimizer::Piece> ZeroRedundancyOptimizer::pieces() const {
+  std::vector<Piece> result;
+  for (const auto& flat : flats_) {
+    for (const auto& piece : flat->pieces) {
+      result.push_back({piece.parameter, piece.begin, piece.length});
+    }
+  }
+  return result;
 }
 
 int64_t ZeroRedundancyOptimizer::state_bytes() const {

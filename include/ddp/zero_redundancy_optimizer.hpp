@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "ddp/join.hpp"
 #include "ddp/process_group.hpp"
 
 namespace ddp {
@@ -70,7 +71,18 @@ struct ZeroRedundancyOptimizerOptions {
 /// A parameter without a gradient gives its pieces none, so the optimizer
 /// skips it as it would. The parameters become views into the flat buffer:
 /// construct after moving the model to its device and dtype.
-class ZeroRedundancyOptimizer {
+///
+/// Under a ddp::Join (uneven inputs) it is a Joinable: a rank that has
+/// joined keeps its role as the owner of its shard, stepping it in every
+/// round that synchronizes, so that the all-gather still has every shard.
+/// Stage 1: list it after the DistributedDataParallel it serves,
+/// `Join({model.get(), &optimizer})`, whose shadow leaves the averaged
+/// gradients of the ranks still training in the joined rank's .grad.
+/// Stage 2: a joined rank contributes zeros to the reduce-scatter, and the
+/// average is over the world or the contributing ranks as the Join's
+/// divide_by_initial_world_size says. Call step() only in iterations that
+/// synchronize (not after a no_sync() micro-batch).
+class ZeroRedundancyOptimizer : public Joinable {
  public:
   /// \throws ConfigError for a null group, an unknown stage, no parameters,
   ///   or a parameter that does not require grad.
@@ -82,7 +94,7 @@ class ZeroRedundancyOptimizer {
                           std::shared_ptr<ProcessGroup> group)
       : ZeroRedundancyOptimizer(std::move(parameters), std::move(make_optimizer), {},
                                 std::move(group)) {}
-  ~ZeroRedundancyOptimizer();
+  ~ZeroRedundancyOptimizer() override;
 
   /// Updates every parameter on every rank: (stage 2: averages the
   /// gradients into the shards,) steps the wrapped optimizer on this rank's
@@ -93,6 +105,8 @@ class ZeroRedundancyOptimizer {
 
   /// The optimizer over this rank's shard (its param_groups hold the pieces).
   torch::optim::Optimizer& local_optimizer() { return *optimizer_; }
+  /// The optimizer over this rank's shard.
+  const torch::optim::Optimizer& local_optimizer() const { return *optimizer_; }
   /// Elements of the parameters this rank owns (the shard, without padding).
   int64_t shard_elements() const;
   /// Bytes of optimizer state this rank holds (momentum, Adam's moments, ...)
@@ -101,9 +115,34 @@ class ZeroRedundancyOptimizer {
   /// The options in force.
   const ZeroRedundancyOptimizerOptions& options() const { return options_; }
 
+  /// A part of one parameter that this rank owns.
+  struct Piece {
+    size_t parameter = 0;  ///< Index into parameters().
+    int64_t begin = 0;     ///< First element, in the flattened parameter.
+    int64_t length = 0;    ///< Elements.
+  };
+  /// This rank's pieces, in the order of local_optimizer()'s parameters
+  /// (what snapshots save and re-shard; ddp/snapshot/snapshot_manager.hpp).
+  std::vector<Piece> pieces() const;
+  /// The parameters, in the order given (views into the flat buffers).
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  /// The process group.
+  ProcessGroup& group() const { return *group_; }
+
+  /// Joinable: the group.
+  ProcessGroup& join_process_group() override { return *group_; }
+  /// Joinable: in a round that synchronizes, steps this rank's shard with
+  /// the gradients the others averaged and takes part in the all-gather.
+  void join_shadow(const JoinRound& round) override;
+  /// Joinable: nothing; every step ends with equal parameters everywhere,
+  /// and each rank keeps its own shard's state.
+  void join_finish(int source) override {}
+
  private:
   struct FlatGroup;
-  void reduce_scatter_gradients(FlatGroup& flat);
+  void reduce_scatter_gradients(FlatGroup& flat, bool joined, double divisor);
+  // step() on a rank still training (joined = false) or shadowing one.
+  void run_step(bool joined, double divisor);
 
   std::vector<at::Tensor> parameters_;
   ZeroRedundancyOptimizerOptions options_;

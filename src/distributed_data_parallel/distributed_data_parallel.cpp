@@ -106,7 +106,12 @@ void DistributedDataParallelImpl::broadcast_buffers(int source) {
 }
 
 void DistributedDataParallelImpl::join_shadow(const JoinRound& round) {
-  reducer_->set_join_round(round.source, 1.0);
+  // The same scale as on the ranks still training: the averaged gradients
+  // the shadow leaves in .grad are theirs (a ZeroRedundancyOptimizer joined
+  // after DDP steps this rank's shard with them).
+  const bool by_contributors = !active_join()->options().divide_by_initial_world_size();
+  reducer_->set_join_round(round.source,
+                           by_contributors ? static_cast<double>(round.world) / round.active : 1.0);
   if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(round.source);
   if (round.sync) reducer_->shadow_iteration();
 }

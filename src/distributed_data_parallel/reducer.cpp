@@ -152,12 +152,19 @@ void Reducer::shadow_iteration() {
   if (record) table = exchangeArrivals(/*joined=*/true);
   for (Bucket& bucket : buckets_.buckets()) bucket.flat.zero_();
   buckets_.launch_rest([this](size_t b) { return launch(b); });
-  if (options_.find_unused_parameters() && !options_.static_graph()) {
+  std::vector<int32_t> globally_used;
+  if (!expected_.empty()) {
+    for (int64_t count : expected_) globally_used.push_back(count > 0 ? 1 : 0);
+  } else if (options_.find_unused_parameters() && !options_.static_graph()) {
     std::vector<size_t> all(names_.size());
     std::iota(all.begin(), all.end(), size_t{0});
-    exchangeUsage(all);
+    globally_used = exchangeUsage(all);
   }
-  for (Bucket& bucket : buckets_.buckets()) bucket.work.wait();
+  if (record) {
+    for (Bucket& bucket : buckets_.buckets()) bucket.work.wait();
+  } else {
+    waitAndCopyOut(globally_used);  // the averages into .grad, as on the others
+  }
   if (!rebuilt_) rebuildInReadyOrder();
   if (record) adoptRecordedCounts(table);
 }

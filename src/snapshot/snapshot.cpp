@@ -21,7 +21,9 @@
 #include "snapshot/grad_scaler_state.hpp"
 #include "byte_exchange.hpp"
 #include "snapshot/optimizer_state.hpp"
+#include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "snapshot/zero_state.hpp"
 
 namespace ddp::snapshot {
 namespace {
@@ -29,46 +31,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 using detail::TensorMap;
-
-constexpr char kExtension[] = ".ddpsnap";
-
-std::string fileName(const std::string& prefix, uint64_t sequence) {
-  char digits[32];
-  std::snprintf(digits, sizeof digits, "%012llu", static_cast<unsigned long long>(sequence));
-  return prefix + "-" + digits + kExtension;
-}
-
-// The sequence number of `<prefix>-<digits>.ddpsnap`, if `name` is one.
-std::optional<uint64_t> sequenceOf(const std::string& name, const std::string& prefix) {
-  const std::string head = prefix + "-", tail = kExtension;
-  if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
-      name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
-    return std::nullopt;
-  }
-  std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
-  if (digits.size() > 19 ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return std::nullopt;
-  return std::stoull(digits);
-}
-
-struct Candidate {
-  uint64_t sequence;
-  std::string path;
-};
-
-// Snapshot files in `directory`, newest (highest sequence) first.
-std::vector<Candidate> candidates(const std::string& directory, const std::string& prefix) {
-  std::vector<Candidate> found;
-  std::error_code error;
-  for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
-    auto sequence = sequenceOf(it->path().filename().string(), prefix);
-    if (sequence && it->is_regular_file(error)) found.push_back({*sequence, it->path().string()});
-  }
-  std::sort(found.begin(), found.end(),
-            [](const Candidate& a, const Candidate& b) { return a.sequence > b.sequence; });
-  return found;
-}
 
 // The default generators: CPU first, then each CUDA device.
 std::vector<std::pair<std::string, at::Generator>> generators() {
@@ -126,17 +88,15 @@ TensorMap gatherRngStates(ProcessGroup& group) {
 
 void warn(const std::string& message) { std::cerr << "ddp: warning: " << message << std::endl; }
 
-// Writes `state` (and the gathered RNG states) as the next snapshot; rank 0.
+// Writes `state` (and the gathered RNG states) as the next snapshot, or as
+// number `sequence` if it is not 0; rank 0.
 std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& state,
-                          const TensorMap& rng, int world_size, uint64_t& sequence) {
+                          const TensorMap& rng, const json& zero_record, int world_size,
+                          uint64_t& sequence) {
   const std::string& dir = options.directory();
   std::error_code error;
-  fs::create_directories(dir, error);
-  if (error)
-    throw SnapshotError("cannot create snapshot directory " + dir + ": " + error.message());
-  auto existing = candidates(dir, options.prefix());
-  sequence = existing.empty() ? 1 : existing.front().sequence + 1;
-  std::string name = fileName(options.prefix(), sequence);
+  if (sequence == 0) sequence = detail::nextSnapshotSequence(options);
+  std::string name = detail::snapshotFileName(options.prefix(), sequence);
   std::string path = (fs::path(dir) / name).string();
 
   json scalars = {{"epoch", state.epoch},
@@ -155,6 +115,7 @@ std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& s
                             {"step_count", detail::schedulerStepCount(*state.scheduler)}};
   }
   if (state.grad_scaler) scalars["grad_scaler"] = detail::gradScalerToJson(*state.grad_scaler);
+  if (!zero_record.is_null()) scalars["zero"] = zero_record;
   std::string scalars_text;
   try {
     scalars_text = scalars.dump(1);
@@ -180,20 +141,7 @@ std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& s
 
   // Keep the newest keep_last snapshots; remove temporary files of writers
   // that died before their rename (Note [Writing is atomic]).
-  auto all = candidates(dir, options.prefix());
-  for (size_t i = static_cast<size_t>(options.keep_last()); i < all.size(); ++i) {
-    fs::remove(all[i].path, error);
-  }
-  const std::string temp_head = "." + options.prefix() + "-";
-  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
-    std::string file = it->path().filename().string();
-    if (file.rfind(temp_head, 0) == 0 && file.size() > 4 &&
-        file.compare(file.size() - 4, 4, ".tmp") == 0 &&
-        sequenceOf(file.substr(1, file.size() - 5), options.prefix())) {
-      std::error_code ignored;
-      fs::remove(it->path(), ignored);
-    }
-  }
+  detail::pruneSnapshots(options);
   detail::fsyncDirectory(dir);
   return path;
 }
@@ -218,14 +166,22 @@ SnapshotManager::SnapshotManager(SnapshotOptions options, std::shared_ptr<Proces
 }
 
 std::string SnapshotManager::save(const TrainingState& state) {
+  if (state.optimizer && state.zero_optimizer) {
+    throw SnapshotError(
+        "the training state has both an optimizer and a zero_optimizer; set the one in use");
+  }
   TensorMap rng;
   if (state.include_rng) rng = gatherRngStates(*group_);  // a collective: every rank
-  std::exception_ptr failure;
   uint64_t sequence = 0;
+  json zero_record;
+  if (state.zero_optimizer) {
+    zero_record = detail::saveZeroShards(options_, *group_, *state.zero_optimizer, sequence);
+  }
+  std::exception_ptr failure;
   std::string path;
   if (group_->rank() == 0) {
     try {
-      path = writeSnapshot(options_, state, rng, group_->size(), sequence);
+      path = writeSnapshot(options_, state, rng, zero_record, group_->size(), sequence);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -240,7 +196,8 @@ std::string SnapshotManager::save(const TrainingState& state) {
                             "; its error says why");
       }
       path = (fs::path(options_.directory()) /
-              fileName(options_.prefix(), static_cast<uint64_t>(outcome[1].item<int64_t>())))
+              detail::snapshotFileName(options_.prefix(),
+                                       static_cast<uint64_t>(outcome[1].item<int64_t>())))
                  .string();
     }
   }
@@ -251,7 +208,8 @@ std::string SnapshotManager::save(const TrainingState& state) {
 bool SnapshotManager::resume(TrainingState& state) {
   std::optional<SnapshotFile> chosen;
   int64_t sequence = -1;
-  for (const auto& candidate : candidates(options_.directory(), options_.prefix())) {
+  for (const auto& candidate :
+       detail::snapshotCandidates(options_.directory(), options_.prefix())) {
     try {
       chosen = detail::readSnapshot(candidate.path);
       sequence = static_cast<int64_t>(candidate.sequence);
@@ -283,7 +241,7 @@ bool SnapshotManager::resume(TrainingState& state) {
 
 std::vector<std::string> SnapshotManager::list() const {
   std::vector<std::string> paths;
-  for (auto& candidate : candidates(options_.directory(), options_.prefix())) {
+  for (auto& candidate : detail::snapshotCandidates(options_.directory(), options_.prefix())) {
     paths.push_back(std::move(candidate.path));
   }
   return paths;
@@ -311,8 +269,18 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
         fail("the snapshot holds no learning-rate scheduler state");
       scheduler_steps = scalars.at("scheduler").at("step_count").get<unsigned>();
     }
+    if (state.optimizer && scalars.contains("zero")) {
+      fail(
+          "the snapshot holds a ZeroRedundancyOptimizer's sharded state; resume it through "
+          "TrainingState::zero_optimizer");
+    }
     if (state.optimizer && !scalars.contains("optimizer"))
       fail("the snapshot holds no optimizer state");
+    if (state.zero_optimizer && !scalars.contains("zero")) {
+      fail(
+          "the snapshot holds no sharded optimizer state (it was saved without "
+          "TrainingState::zero_optimizer)");
+    }
     if (state.grad_scaler)
       scaler = detail::gradScalerFromJson(scalars, *state.grad_scaler, file.path);
   } catch (const json::exception& e) {
@@ -351,6 +319,10 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
   if (state.optimizer) {
     detail::checkOptimizer(file.path, scalars.at("optimizer"), tensors, *state.optimizer);
   }
+  std::optional<detail::ZeroImport> zero;
+  if (state.zero_optimizer) {
+    zero = detail::prepareZeroImport(file.path, scalars.at("zero"), *state.zero_optimizer);
+  }
   std::vector<std::pair<at::Generator, const at::Tensor*>> rng_states;
   if (state.include_rng) {
     std::string head = "rng/rank" + std::to_string(rank) + "/";
@@ -377,6 +349,10 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     for (auto& [live, saved] : model_copies) live.copy_(*saved);
   }
   if (state.optimizer) detail::importOptimizer(scalars.at("optimizer"), tensors, *state.optimizer);
+  if (zero) {
+    detail::importOptimizer(zero->description, zero->tensors,
+                            state.zero_optimizer->local_optimizer());
+  }
   if (state.scheduler) detail::setSchedulerStepCount(*state.scheduler, scheduler_steps);
   if (state.grad_scaler) state.grad_scaler->load_state(scaler);
   state.epoch = epoch;

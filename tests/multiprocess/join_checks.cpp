@@ -11,6 +11,7 @@
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/join.hpp"
+#include "ddp/zero_redundancy_optimizer.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -109,6 +110,51 @@ class JoinChecker {
                   "returned " + std::to_string(source) + ", expected " + std::to_string(last));
   }
 
+  // ZeroRedundancyOptimizer under a Join: stage 1 beside DDP (joined after
+  // it) or stage 2 alone; the joined ranks keep stepping their shards.
+  void zeroUneven(const std::string& name, int stage, const ZeroOptimizerFactory& factory,
+                  std::vector<int> batches, bool by_contributors) {
+    torch::manual_seed(31);
+    Mlp net(8, 16, 4);
+    std::shared_ptr<DistributedDataParallel> model;
+    if (stage == 1) model = std::make_shared<DistributedDataParallel>(net, group_);
+    ZeroRedundancyOptimizer optimizer(net->parameters(), factory,
+                                      ZeroRedundancyOptimizerOptions().stage(stage), group_);
+    std::vector<Joinable*> joinables;
+    if (model) joinables.push_back(model->get());
+    joinables.push_back(&optimizer);
+    {
+      Join join(joinables, JoinOptions().divide_by_initial_world_size(!by_contributors));
+      for (int step = 0; step < batches[rank_]; ++step) {
+        optimizer.zero_grad();
+        auto [x, y] = batchOf(rank_, step, false);
+        torch::mse_loss(model ? (*model)->forward(x) : net->forward(x), y).backward();
+        optimizer.step();
+      }
+      join.join();
+    }
+    torch::manual_seed(31);
+    Mlp reference(8, 16, 4);
+    auto reference_optimizer = factory(reference->parameters());
+    const int steps = *std::max_element(batches.begin(), batches.end());
+    for (int step = 0; step < steps; ++step) {
+      int active = 0;
+      for (int b : batches) active += b > step;
+      reference_optimizer->zero_grad();
+      for (int r = 0; r < world_; ++r) {
+        if (batches[r] <= step) continue;
+        auto [x, y] = batchOf(r, step, false);
+        (torch::mse_loss(reference->forward(x), y) / (by_contributors ? active : world_))
+            .backward();
+      }
+      reference_optimizer->step();
+    }
+    checks_.close_all(name + ": parameters match one process", net->parameters(),
+                      reference->parameters(), 1e-5);
+    checks_.check(name + ": every rank ends with the same parameters",
+                  sameOnEveryRank(*group_, net->parameters()));
+  }
+
   // Ranks with 2, 3 and 3 batches: the ranks still training throw at their
   // third forward, the joined rank in its first round; nobody hangs.
   void earlyTermination() {
@@ -166,6 +212,13 @@ int checkJoin(const std::shared_ptr<ProcessGroup>& group) {
                       {0, 3, 5}, false, false, DistributedDataParallelOptions().static_graph(true));
   checker.uneven<Mlp>("MLP, batches 2/4/3 of 3 micro-batches, 2 under no_sync", {2, 4, 3}, true,
                       false, {}, 3);
+  checker.zeroUneven(
+      "ZeRO stage 1 with Adam beside DDP, batches 3/5/8, divide by initial world size", 1,
+      zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)), {3, 5, 8}, false);
+  checker.zeroUneven(
+      "ZeRO stage 2 with SGD with momentum, batches 8/0/5, divide by contributing ranks", 2,
+      zero_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(0.05).momentum(0.9)), {8, 0, 5},
+      true);
   checker.earlyTermination();
   return checker.failed();
 }

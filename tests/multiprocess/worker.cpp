@@ -24,6 +24,7 @@
 //   static-graph DistributedDataParallel's static_graph (2 ranks)
 //   powersgd     the PowerSGD comm hook (2 ranks)
 //   zero         ZeroRedundancyOptimizer against plain DDP
+//   zero-snapshot  ZeroRedundancyOptimizer snapshots (--phase save|resume --directory D)
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
 //                and checks it against the Gloo one (tests/shm/)
 //   stress       overlapping randomly sized collectives, each checked
@@ -48,6 +49,7 @@
 #include "multiprocess/static_graph_checks.hpp"
 #include "multiprocess/worker_checks.hpp"
 #include "multiprocess/zero_checks.hpp"
+#include "multiprocess/zero_snapshot_checks.hpp"
 #include "launch/child_process.hpp"
 #include "shm/shm_checks.hpp"
 
@@ -58,6 +60,8 @@ struct Arguments {
   ddp::InitOptions init;
   int stall_ms = 60000;
   int stall_rank = 1;
+  std::string phase;      // zero-snapshot: save or resume
+  std::string directory;  // zero-snapshot: where snapshots go
 };
 
 Arguments parse(int argc, char** argv) {
@@ -77,6 +81,10 @@ Arguments parse(int argc, char** argv) {
       args.stall_ms = std::stoi(value);
     } else if (flag == "--stall-rank") {
       args.stall_rank = std::stoi(value);
+    } else if (flag == "--phase") {
+      args.phase = value;
+    } else if (flag == "--directory") {
+      args.directory = value;
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -182,6 +190,10 @@ int main(int argc, char** argv) {
     }
     if (args.scenario == "join") return printReport(*group, ddp::testing::checkJoin(group));
     if (args.scenario == "zero") return printReport(*group, ddp::testing::checkZero(group));
+    if (args.scenario == "zero-snapshot") {
+      return printReport(*group,
+                         ddp::testing::checkZeroSnapshot(group, args.phase, args.directory));
+    }
     if (args.scenario == "powersgd") {
       return printReport(*group, ddp::testing::checkPowerSgd(group));
     }

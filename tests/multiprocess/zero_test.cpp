@@ -1,13 +1,18 @@
 // ZeroRedundancyOptimizer with N = 1, 2, 3 and 4 real processes: stages 1
 // and 2 with SGD with momentum, Adam and AdamW equal plain
 // DistributedDataParallel with the same optimizer
-// (tests/multiprocess/zero_checks.cpp).
+// (tests/multiprocess/zero_checks.cpp); snapshots of the shards resumed at
+// another world size.
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "common/expect_checks.hpp"
 #include "multiprocess/harness.hpp"
 #include "multiprocess/zero_checks.hpp"
+#include "multiprocess/zero_snapshot_checks.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -23,6 +28,24 @@ TEST_P(DdpZero, ShardedOptimizerMatchesPlainDdp) {
 
 INSTANTIATE_TEST_SUITE_P(Ddp, DdpZero, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// Saved on 2 ranks, each writing its shard; resumed on 1 and on 3, each
+// cutting its new shard out of the saved ones (zero_snapshot_checks.cpp).
+TEST(DdpZeroSnapshot, ResumesAtAnotherWorldSize) {
+  namespace fs = std::filesystem;
+  std::string directory = (fs::temp_directory_path() / "ddp-zero-snapshot-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(directory.data()), nullptr);
+  auto run = [&](int world, const std::string& phase) {
+    auto results = runRanks(world, {"zero-snapshot", "--phase", phase, "--directory", directory,
+                                    "--backend", "gloo", "--collective-timeout-ms", "60000"});
+    for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
+    expectChecksPerRank(results, [&](int rank) { return zeroSnapshotCheckNames(phase, rank); });
+  };
+  run(2, "save");
+  run(1, "resume");
+  run(3, "resume");
+  fs::remove_all(directory);
+}
 
 }  // namespace
 }  // namespace ddp::testing

@@ -33,6 +33,18 @@
 /// these records (never torch::load, which deserializes TorchScript code),
 /// after the checksums and the end marker have been verified.
 ///
+/// Note [Sharded optimizer state in a snapshot]
+/// With TrainingState::zero_optimizer, each rank also writes its shard of the
+/// optimizer state as `<prefix>-<sequence>.shard-<rank>-of-<world>.ddpsnap`
+/// (the same format: its pieces' state named by position, and the
+/// optimizer's description), atomically, before rank 0 writes the main
+/// file; the main file records which elements of which parameter every
+/// shard holds. A main file therefore exists only once all its shards are
+/// durable, and removing it (keep_last) removes them. On resume each rank
+/// reads only the shard files that overlap the elements it now owns and
+/// cuts its state out of them by element, so the job may resume at any
+/// world size (exact for the element-wise optimizers ZeRO supports).
+///
 /// Note [Writing is atomic]
 /// Rank 0 writes `.<name>.tmp` in the directory, fsyncs it, renames it into
 /// place and fsyncs the directory, so a reader sees either the previous set
@@ -58,6 +70,8 @@
 
 namespace ddp {
 
+class ZeroRedundancyOptimizer;
+
 namespace amp {
 class GradScaler;
 }  // namespace amp
@@ -72,6 +86,10 @@ struct TrainingState {
   /// Per-parameter state and every param group's options. Supported: SGD,
   /// Adam, AdamW, RMSprop, Adagrad; parameters are matched by position.
   torch::optim::Optimizer* optimizer = nullptr;
+  /// A sharded optimizer (ddp/zero_redundancy_optimizer.hpp), instead of
+  /// `optimizer`: every rank saves its own shard (Note [Sharded optimizer
+  /// state in a snapshot]), and resuming at another world size re-shards.
+  ZeroRedundancyOptimizer* zero_optimizer = nullptr;
   /// Its step count (the learning rates live in the optimizer's options).
   /// The schedule's own settings (StepLR's step size and gamma) are the
   /// program's constructor arguments and are not saved.

@@ -1,0 +1,228 @@
+#include "snapshot/zero_state.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "ddp/errors.hpp"
+#include "byte_exchange.hpp"
+#include "snapshot/snapshot_directory.hpp"
+#include "snapshot/snapshot_format.hpp"
+
+namespace ddp::detail {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// A piece of a parameter saved by one rank, as the local optimizer's
+// parameter `index` there.
+struct SavedPiece {
+  int rank = 0;
+  size_t index = 0;
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+
+// Writes this rank's shard file atomically; returns its pieces as
+// [parameter, begin, length] triples.
+json writeZeroShard(const std::string& directory, const std::string& main_name,
+                    const ZeroRedundancyOptimizer& zero, uint64_t sequence) {
+  const torch::optim::Optimizer& optimizer = zero.local_optimizer();
+  if (optimizer.param_groups().size() != 1) {
+    throw SnapshotError("cannot save a ZeroRedundancyOptimizer whose local optimizer has " +
+                        std::to_string(optimizer.param_groups().size()) +
+                        " param groups; its factory must make one (as zero_optimizer() does)");
+  }
+  TensorMap tensors;
+  json description = exportOptimizer(optimizer, tensors);
+  json pieces = json::array();
+  for (const auto& piece : zero.pieces())
+    pieces.push_back({piece.parameter, piece.begin, piece.length});
+
+  const int rank = zero.group().rank(), world = zero.group().size();
+  const std::string name = zeroShardName(main_name, rank, world);
+  SnapshotWriter writer((fs::path(directory) / ("." + name + ".tmp")).string());
+  for (const auto& [key, tensor] : tensors) writer.addTensor(key, tensor);
+  writer.addJson("scalars",
+                 json{{"optimizer", description}, {"rank", rank}, {"pieces", pieces}}.dump());
+  writer.commit((fs::path(directory) / name).string(), static_cast<uint32_t>(world), sequence);
+  return pieces;
+}
+
+// The main file's record: every rank's pieces, each parameter's elements.
+json zeroRecord(const ZeroRedundancyOptimizer& zero, const std::vector<json>& pieces_by_rank) {
+  std::vector<int64_t> numels;
+  for (const at::Tensor& parameter : zero.parameters()) numels.push_back(parameter.numel());
+  return {{"world", pieces_by_rank.size()}, {"numels", numels}, {"pieces", pieces_by_rank}};
+}
+
+}  // namespace
+
+json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
+                    const ZeroRedundancyOptimizer& zero, uint64_t& sequence) {
+  if (zero.group().size() != group.size() || zero.group().rank() != group.rank()) {
+    throw SnapshotError("the ZeroRedundancyOptimizer's process group (rank " +
+                        std::to_string(zero.group().rank()) + " of " +
+                        std::to_string(zero.group().size()) + ") is not the snapshot's (rank " +
+                        std::to_string(group.rank()) + " of " + std::to_string(group.size()) +
+                        "); give both the same group");
+  }
+  std::exception_ptr failure;
+  if (group.rank() == 0) {
+    try {
+      sequence = nextSnapshotSequence(options);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (group.size() > 1) {  // 0: rank 0 failed
+    at::Tensor chosen = at::full({1}, static_cast<int64_t>(sequence), at::kLong);
+    group.broadcast(chosen, 0);
+    sequence = static_cast<uint64_t>(chosen.item<int64_t>());
+  }
+  std::string mine;  // this rank's pieces; empty if it failed
+  if (sequence != 0) {
+    try {
+      mine = writeZeroShard(options.directory(), snapshotFileName(options.prefix(), sequence), zero,
+                            sequence)
+                 .dump();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  const std::vector<std::string> everyone =
+      group.size() > 1 ? all_gather_bytes(group, mine) : std::vector<std::string>{mine};
+  if (failure) std::rethrow_exception(failure);
+  std::vector<json> pieces;
+  for (int r = 0; r < group.size(); ++r) {
+    if (everyone[r].empty()) {
+      throw SnapshotError("rank " + std::to_string(r) +
+                          " could not write its shard of the optimizer state into " +
+                          options.directory() + "; its error says why");
+    }
+    pieces.push_back(json::parse(everyone[r]));
+  }
+  return zeroRecord(zero, pieces);
+}
+
+ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
+                             const ZeroRedundancyOptimizer& zero) {
+  auto fail = [&](const std::string& problem) { throw SnapshotError(main_path + ": " + problem); };
+  const std::vector<at::Tensor>& parameters = zero.parameters();
+  ZeroImport result;
+  try {
+    const int old_world = record.at("world").get<int>();
+    const auto numels = record.at("numels").get<std::vector<int64_t>>();
+    if (numels.size() != parameters.size()) {
+      fail("its sharded optimizer state covers " + std::to_string(numels.size()) +
+           " parameters; this ZeroRedundancyOptimizer has " + std::to_string(parameters.size()));
+    }
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      if (numels[p] != parameters[p].numel()) {
+        fail("parameter #" + std::to_string(p) + " has " + std::to_string(numels[p]) +
+             " elements in the sharded optimizer state and " +
+             std::to_string(parameters[p].numel()) + " here");
+      }
+    }
+    // Every saved piece, by parameter.
+    std::vector<std::vector<SavedPiece>> saved(parameters.size());
+    const json& ranks = record.at("pieces");
+    if (!ranks.is_array() || static_cast<int>(ranks.size()) != old_world)
+      fail("its ZeRO record lists " + std::to_string(ranks.size()) + " shards for a world of " +
+           std::to_string(old_world));
+    for (int r = 0; r < old_world; ++r) {
+      for (size_t i = 0; i < ranks[r].size(); ++i) {
+        const auto triple = ranks[r][i].get<std::vector<int64_t>>();
+        if (triple.size() != 3 || triple[0] < 0 ||
+            triple[0] >= static_cast<int64_t>(parameters.size()))
+          fail("its ZeRO record has a malformed piece " + ranks[r][i].dump());
+        saved[triple[0]].push_back({r, i, triple[1], triple[2]});
+      }
+    }
+
+    // Shard files, read as needed (Note [Sharded optimizer state in a snapshot]).
+    const fs::path directory = fs::path(main_path).parent_path();
+    const std::string main_name = fs::path(main_path).filename().string();
+    std::map<int, snapshot::SnapshotFile> files;
+    std::map<int, json> descriptions;
+    auto shard = [&](int r) -> const snapshot::SnapshotFile& {
+      auto found = files.find(r);
+      if (found != files.end()) return found->second;
+      auto file = readSnapshot((directory / zeroShardName(main_name, r, old_world)).string());
+      json scalars = json::parse(file.scalars_json);
+      if (scalars.at("rank").get<int>() != r || scalars.at("pieces") != ranks[r]) {
+        fail(file.path + " is not rank " + std::to_string(r) + "'s shard of this snapshot");
+      }
+      descriptions[r] = scalars.at("optimizer");
+      return files.emplace(r, std::move(file)).first->second;
+    };
+
+    json states = json::array();
+    const auto mine = zero.pieces();
+    for (size_t j = 0; j < mine.size(); ++j) {
+      const auto& piece = mine[j];
+      const std::string target_prefix = "optim/g0/p" + std::to_string(j) + "/";
+      std::optional<json> entry;
+      bool without_state = false;
+      int64_t covered = 0;
+      for (const SavedPiece& old : saved[piece.parameter]) {
+        const int64_t lo = std::max(piece.begin, old.begin);
+        const int64_t hi = std::min(piece.begin + piece.length, old.begin + old.length);
+        if (lo >= hi) continue;
+        covered += hi - lo;
+        const snapshot::SnapshotFile& file = shard(old.rank);
+        const json& old_entry = descriptions[old.rank].at("groups").at(0).at("state").at(old.index);
+        if (old_entry.is_null()) {
+          without_state = true;
+          continue;
+        }
+        if (entry && *entry != old_entry) {
+          fail("the shards disagree on the state of parameter #" + std::to_string(piece.parameter) +
+               ": " + entry->dump() + " and " + old_entry.dump());
+        }
+        entry = old_entry;
+        const std::string source_prefix = "optim/g0/p" + std::to_string(old.index) + "/";
+        for (auto it = file.tensors.lower_bound(source_prefix);
+             it != file.tensors.end() && it->first.rfind(source_prefix, 0) == 0; ++it) {
+          if (it->second.numel() != old.length) {
+            fail(file.path + ": " + it->first + " is " + describeTensor(it->second) +
+                 " for a piece of " + std::to_string(old.length) + " elements");
+          }
+          at::Tensor& state =
+              result.tensors[target_prefix + it->first.substr(source_prefix.size())];
+          if (!state.defined()) state = at::zeros({piece.length}, it->second.options());
+          state.narrow(0, lo - piece.begin, hi - lo)
+              .copy_(it->second.reshape({-1}).narrow(0, lo - old.begin, hi - lo));
+        }
+      }
+      if (covered != piece.length) {
+        fail("its shards hold " + std::to_string(covered) + " of the " +
+             std::to_string(piece.length) + " elements of parameter #" +
+             std::to_string(piece.parameter) + " from element " + std::to_string(piece.begin) +
+             " that this rank owns");
+      }
+      if (entry && without_state) {
+        fail("parameter #" + std::to_string(piece.parameter) +
+             " has optimizer state in some shards and none in others");
+      }
+      states.push_back(entry ? *entry : json(nullptr));
+    }
+    if (descriptions.empty()) shard(0);  // a rank without pieces: options only
+    result.description = descriptions.begin()->second;
+    result.description.at("groups").at(0)["params"] = mine.size();
+    result.description.at("groups").at(0)["state"] = std::move(states);
+  } catch (const json::exception& e) {
+    fail(std::string("malformed ZeRO record: ") + e.what());
+  }
+  checkOptimizer(main_path + " (this rank's shard of the optimizer state)", result.description,
+                 result.tensors, zero.local_optimizer());
+  return result;
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,193 @@
+#include "multiprocess/zero_snapshot_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/named_checks.hpp"
+#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
+#include "ddp/zero_redundancy_optimizer.hpp"
+
+namespace ddp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+namespace nn = torch::nn;
+namespace optim = torch::optim;
+
+constexpr int64_t kBatch = 12;  // divides evenly over 1, 2 and 3 ranks
+constexpr int kSavedSteps = 4;
+constexpr int kSteps = 8;
+
+// 8*16 + 16 + 16*4 + 4 = 212 trained elements, so every world size cuts
+// parameters in the middle; `spare` never gets a gradient.
+struct SnapNetImpl : nn::Module {
+  SnapNetImpl()
+      : hidden(register_module("hidden", nn::Linear(8, 16))),
+        out(register_module("out", nn::Linear(16, 4))),
+        spare(register_module("spare", nn::Linear(4, 4))) {}
+  torch::Tensor forward(torch::Tensor x) { return out->forward(torch::tanh(hidden->forward(x))); }
+  nn::Linear hidden, out, spare;
+};
+TORCH_MODULE(SnapNet);
+
+std::pair<torch::Tensor, torch::Tensor> batchOf(int step) {
+  torch::manual_seed(900 + step);
+  return {torch::randn({kBatch, 8}), torch::randn({kBatch, 4})};
+}
+
+struct Case {
+  std::string name;
+  int stage;
+  ZeroOptimizerFactory factory;
+  int64_t state_per_element;  // bytes of state per float32 element
+};
+
+std::vector<Case> cases() {
+  return {{"stage 1, Adam", 1,
+           zero_optimizer<optim::Adam>(optim::AdamOptions(1e-2).weight_decay(1e-2)), 8},
+          {"stage 2, SGD with momentum", 2,
+           zero_optimizer<optim::SGD>(optim::SGDOptions(0.05).momentum(0.9)), 4}};
+}
+
+class ZeroSnapshotChecker {
+ public:
+  ZeroSnapshotChecker(std::shared_ptr<ProcessGroup> group, std::string directory)
+      : group_(std::move(group)), directory_(std::move(directory)) {}
+
+  // Trains steps [first, last) of `c` on this rank's part of each batch;
+  // `after_step` runs after each.
+  void train(const Case& c, SnapNet& net, ZeroRedundancyOptimizer& optimizer,
+             const std::shared_ptr<DistributedDataParallel>& model, int first, int last,
+             const std::function<void(int)>& after_step) {
+    const int world = group_->size(), rank = group_->rank();
+    for (int step = first; step < last; ++step) {
+      auto [x, y] = batchOf(step);
+      optimizer.zero_grad();
+      const at::Tensor input = x.chunk(world)[rank];
+      const at::Tensor output = c.stage == 1 ? (*model)->forward(input) : net->forward(input);
+      torch::mse_loss(output, y.chunk(world)[rank]).backward();
+      optimizer.step();
+      after_step(step);
+    }
+  }
+
+  void run(const Case& c, bool save) {
+    const std::string dir = (fs::path(directory_) / std::to_string(c.stage)).string();
+    torch::manual_seed(save ? 31 : 77);  // resuming must overwrite everything
+    SnapNet net;
+    std::shared_ptr<DistributedDataParallel> model;
+    if (c.stage == 1) {
+      model = std::make_shared<DistributedDataParallel>(
+          net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
+    }
+    ZeroRedundancyOptimizer optimizer(net->parameters(), c.factory,
+                                      ZeroRedundancyOptimizerOptions().stage(c.stage), group_);
+    snapshot::SnapshotManager snapshots(snapshot::SnapshotOptions(dir).keep_last(1), group_);
+    snapshot::TrainingState state;
+    state.model = net.ptr().get();
+    state.zero_optimizer = &optimizer;
+    if (save) {
+      train(c, net, optimizer, model, 0, kSavedSteps, [&](int step) {
+        if (step + 1 < kSavedSteps - 1) return;
+        state.step_in_epoch = step + 1;
+        snapshots.save(state);
+      });
+      if (group_->rank() == 0) listsShards(c, dir);
+      return;
+    }
+    const bool resumed = snapshots.resume(state);
+    checks_.check(
+        c.name + ": resume finds the snapshot of step 4",
+        resumed && state.step_in_epoch == kSavedSteps,
+        "resumed " + std::to_string(resumed) + ", step " + std::to_string(state.step_in_epoch));
+    holdsNewShard(c, net, optimizer);
+    train(c, net, optimizer, model, kSavedSteps, kSteps, [](int) {});
+
+    torch::manual_seed(31);
+    SnapNet reference;
+    auto whole = c.factory(reference->parameters());
+    for (int step = 0; step < kSteps; ++step) {
+      auto [x, y] = batchOf(step);
+      whole->zero_grad();
+      torch::mse_loss(reference->forward(x), y).backward();
+      whole->step();
+    }
+    checks_.close_all(c.name + ": parameters equal one process's after 8 steps (1e-5)",
+                      net->parameters(), reference->parameters(), 1e-5);
+    if (c.stage == 1) plainOptimizerRefused(dir, net);
+  }
+
+  int failed() const { return checks_.failed(); }
+
+ private:
+  void listsShards(const Case& c, const std::string& dir) {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    const std::vector<std::string> expected = {"snapshot-000000000002.ddpsnap",
+                                               "snapshot-000000000002.shard-0-of-2.ddpsnap",
+                                               "snapshot-000000000002.shard-1-of-2.ddpsnap"};
+    std::string listed;
+    for (const auto& name : names) listed += name + " ";
+    checks_.check(c.name + ": the directory holds the newest main file and one shard per rank",
+                  names == expected, "found " + listed);
+  }
+
+  // Closed form: shards of ceil(232 / N) elements; the spare layer's 20
+  // elements come last and never get state.
+  void holdsNewShard(const Case& c, SnapNet& net, const ZeroRedundancyOptimizer& optimizer) {
+    const int world = group_->size(), rank = group_->rank();
+    int64_t elements = 0;
+    for (const auto& p : net->parameters()) elements += p.numel();
+    const int64_t trained = elements - net->spare->weight.numel() - net->spare->bias.numel();
+    const int64_t shard = (elements + world - 1) / world;
+    const int64_t lo = rank * shard;
+    const int64_t with_state = std::max<int64_t>(0, std::min(lo + shard, trained) - lo);
+    checks_.check(c.name + ": this rank holds the state of its new shard",
+                  optimizer.state_bytes() == with_state * c.state_per_element,
+                  std::to_string(optimizer.state_bytes()) + " bytes; expected " +
+                      std::to_string(with_state * c.state_per_element));
+  }
+
+  void plainOptimizerRefused(const std::string& dir, SnapNet& net) {
+    optim::Adam plain(net->parameters(), optim::AdamOptions(1e-2));
+    snapshot::TrainingState state;
+    state.model = net.ptr().get();
+    state.optimizer = &plain;
+    std::string message;
+    try {
+      snapshot::SnapshotManager(snapshot::SnapshotOptions(dir), group_).resume(state);
+    } catch (const SnapshotError& e) {
+      message = e.what();
+    }
+    checks_.check(
+        "a plain optimizer cannot resume sharded state: SnapshotError naming zero_optimizer",
+        message.find("sharded state; resume it through TrainingState::zero_optimizer") !=
+            std::string::npos,
+        "message: '" + message + "'");
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  std::string directory_;
+  NamedChecks checks_;
+};
+
+}  // namespace
+
+int checkZeroSnapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
+                      const std::string& directory) {
+  ZeroSnapshotChecker checker(group, directory);
+  for (const Case& c : cases()) checker.run(c, phase == "save");
+  return checker.failed();
+}
+
+}  // namespace ddp::testing
