@@ -69,6 +69,7 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
   }
 }
 
+// The rendezvous store: a TcpStore hosted by rank 0 (a HashStore alone).
 compat::StorePtr connectStore(const Topology& topology, std::chrono::milliseconds timeout) {
   if (topology.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   auto store = c10::make_intrusive<TcpStore>(TcpStoreOptions()
@@ -77,11 +78,12 @@ compat::StorePtr connectStore(const Topology& topology, std::chrono::millisecond
                                                  .is_server(topology.rank == 0)
                                                  .timeout(timeout));
   joinAllRanks(*store, topology, timeout);
-  return c10::make_intrusive<c10d::PrefixStore>("ddp/engine", store);
+  return store;
 }
 
 // The engine InitOptions::backend names.
-std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const EnvironmentMap& env) {
+std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const EnvironmentMap& env,
+                                        compat::StorePtr& rendezvous) {
   validate(options);
   TopologyOverrides overrides;
   overrides.rank = options.rank();
@@ -102,7 +104,8 @@ std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const Enviro
   if (options.backend() == "nccl" && !backends::ncclCompiledIn()) {
     return backends::makeNcclProcessGroup(context);
   }
-  context.store = connectStore(context.topology, options.rendezvous_timeout());
+  rendezvous = connectStore(context.topology, options.rendezvous_timeout());
+  context.store = c10::make_intrusive<c10d::PrefixStore>("ddp/engine", rendezvous);
   if (options.backend() == "gloo") return backends::makeGlooProcessGroup(context);
   if (options.backend() == "nccl") return backends::makeNcclProcessGroup(context);
   if (options.backend() == "shm") {
@@ -118,7 +121,12 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 }
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
-  std::shared_ptr<ProcessGroup> group = timeline::recorded(makeGroup(options, env));
+  compat::StorePtr rendezvous;
+  std::shared_ptr<ProcessGroup> group = timeline::recorded(makeGroup(options, env, rendezvous));
+  if (rendezvous) {  // the group shares the store; this keeps it alive
+    group->set_rendezvous_store(
+        std::shared_ptr<c10d::Store>(rendezvous.get(), [rendezvous](c10d::Store*) {}));
+  }
   timeline::detail::startFromEnvironmentOnce(env, group->rank());
   return group;
 }

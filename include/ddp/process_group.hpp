@@ -6,10 +6,15 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "ddp/environment.hpp"
 #include "ddp/work.hpp"
+
+namespace c10d {
+class Store;
+}  // namespace c10d
 
 namespace ddp {
 
@@ -54,6 +59,16 @@ class ProcessGroup {
   std::chrono::milliseconds collective_timeout() const noexcept { return collective_timeout_; }
   /// The engine's name: "gloo", "nccl" or "auto(gloo,nccl)".
   virtual std::string backend_name() const = 0;
+
+  /// The rendezvous store the group was formed through (a ddp::TcpStore
+  /// hosted by rank 0), or null for a group not made by ddp::init(). A
+  /// channel beside the collectives for small messages, which still works
+  /// when a collective does not: DistributedDataParallel names a mismatch
+  /// between ranks through it. Take a connection of your own
+  /// (TcpStore::clone()) before using it from another thread.
+  const std::shared_ptr<c10d::Store>& rendezvous_store() const noexcept { return store_; }
+  /// Sets what rendezvous_store() returns (ddp::init() does).
+  void set_rendezvous_store(std::shared_ptr<c10d::Store> store) { store_ = std::move(store); }
 
   /// Reduces `tensor` across ranks in place; every rank gets the result.
   Work all_reduce_async(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
@@ -121,6 +136,7 @@ class ProcessGroup {
  private:
   Topology topology_;
   std::chrono::milliseconds collective_timeout_;
+  std::shared_ptr<c10d::Store> store_;
 };
 
 }  // namespace ddp

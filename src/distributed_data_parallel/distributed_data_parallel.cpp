@@ -75,6 +75,12 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
   reducer_ = std::make_shared<detail::Reducer>(std::move(trainable), std::move(trainable_names),
                                                group_, options_);
   reducer_->attachHooks();
+  // The same collectives in every iteration (Note [Naming a mismatch on
+  // every rank]): one all-gather at construction.
+  detail::verifySameAcrossRanks(
+      *group_, reducer_->describe_layout(), "DDP options and gradient buckets",
+      "Give every rank the same DistributedDataParallelOptions (bucket_cap_mb, "
+      "first_bucket_cap_mb, find_unused_parameters, static_graph, broadcast_buffers).");
 }
 
 DistributedDataParallelImpl::~DistributedDataParallelImpl() = default;
@@ -90,7 +96,15 @@ void DistributedDataParallelImpl::prepare_forward() {
     reducer_->set_join_round(
         source, by_contributors ? static_cast<double>(round.world) / round.active : 1.0);
   }
-  if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(source);
+  if (options_.broadcast_buffers() && group_->size() > 1) {
+    try {
+      broadcast_buffers(source);
+    } catch (const TimeoutError& e) {
+      reducer_->explain_failure(e, "the buffer broadcast");
+    } catch (const CollectiveError& e) {
+      reducer_->explain_failure(e, "the buffer broadcast");
+    }
+  }
 }
 
 torch::Tensor DistributedDataParallelImpl::finish_forward(torch::Tensor output) {

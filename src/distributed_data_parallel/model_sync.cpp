@@ -38,7 +38,7 @@ std::vector<std::string> describeTensors(const std::vector<std::string>& names,
 }
 
 void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& descriptions,
-                           const std::string& what) {
+                           const std::string& what, const std::string& advice) {
   if (group.size() == 1) return;
   std::string text;
   for (const auto& d : descriptions) text += d + "\n";
@@ -67,7 +67,7 @@ void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& 
         ": rank 0 has " + entry(0) + ", rank " + std::to_string(differ[0]) + " has " +
         entry(differ[0]) + " (ranks that differ from rank 0: " + join(differ) +
         "; ranks that agree: " + join(agree) + "; rank 0 has " + std::to_string(reference.size()) +
-        " in all). Every rank must build the same model before wrapping it.");
+        " in all). " + advice);
   }
 }
 

@@ -17,8 +17,10 @@ std::vector<std::string> describeTensors(const std::vector<std::string>& names,
 
 /// Checks that every rank has the same descriptions (names, dtypes and
 /// shapes, in order). Otherwise throws InvalidArgumentError on every rank,
-/// naming the first entry that differs and which ranks differ.
-void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& descriptions,
-                           const std::string& what);
+/// naming the first entry that differs and which ranks differ, then
+/// `advice`.
+void verifySameAcrossRanks(
+    ProcessGroup& group, const std::vector<std::string>& descriptions, const std::string& what,
+    const std::string& advice = "Every rank must build the same model before wrapping it.");
 
 }  // namespace ddp::detail

@@ -36,7 +36,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       hook_(options.comm_hook() ? options.comm_hook() : all_reduce_hook()),
       // Reverse registration order at first; the first iteration tells the
       // real order (Note [Rebuilding buckets in gradient-ready order]).
-      buckets_(std::move(parameters), bucketSettings(options)) {
+      buckets_(std::move(parameters), bucketSettings(options)),
+      board_(*group_) {
   adoptBuckets();
   resetIteration();
 }
@@ -60,13 +61,44 @@ void Reducer::attachHooks() {
 // (a backward from a tensor that does not reach DDP's output).
 void Reducer::watchOutput(at::Tensor& output) {
   if (!output.requires_grad()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Note [Naming a mismatch on every rank]: legal if every rank skips it.
+    if (awaiting_backward_) board_.note_skipped_backward(forwards_);
+    ++forwards_;
+    awaiting_backward_ = require_sync_;
+  }
   std::weak_ptr<Reducer> weak = weak_from_this();
   output.register_hook([weak](const at::Tensor& /*grad*/) {
     if (auto self = weak.lock()) {
       std::lock_guard<std::mutex> lock(self->mutex_);
+      self->awaiting_backward_ = false;
       if (self->require_sync_) self->queueFinalize();
     }
   });
+}
+
+std::vector<std::string> Reducer::describe_layout() const {
+  std::vector<std::string> lines = {
+      "bucket_cap_mb=" + std::to_string(options_.bucket_cap_mb()) +
+      " first_bucket_cap_mb=" + std::to_string(options_.first_bucket_cap_mb()) +
+      " find_unused_parameters=" + std::to_string(options_.find_unused_parameters()) +
+      " static_graph=" + std::to_string(options_.static_graph()) +
+      " broadcast_buffers=" + std::to_string(options_.broadcast_buffers())};
+  for (size_t b = 0; b < buckets_.buckets().size(); ++b) {
+    const Bucket& bucket = buckets_.buckets()[b];
+    std::string line =
+        "bucket " + std::to_string(b) + ": " + std::to_string(bucket.flat.numel()) + " elements of";
+    for (size_t index : bucket.members) line += " '" + names_[index] + "'";
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+Reducer::~Reducer() { board_.note_left(forwards_, stats_.synchronized_iterations); }
+
+void Reducer::explain_failure(const Error& failure, const std::string& what) {
+  board_.explain(failure, what, forwards_);
 }
 
 void Reducer::queueFinalize() {
@@ -249,7 +281,18 @@ Work Reducer::launch(size_t bucket) {
 }
 
 void Reducer::finalizeBackward() {
+  try {
+    finishIteration();
+  } catch (const TimeoutError& e) {
+    explain_failure(e, "the gradient collectives");
+  } catch (const CollectiveError& e) {
+    explain_failure(e, "the gradient collectives");
+  }
+}
+
+void Reducer::finishIteration() {
   std::lock_guard<std::mutex> lock(mutex_);
+  awaiting_backward_ = false;
   if (arrivals_this_iteration_ == 0) {
     // The pass reached DDP's output but no parameter (autograd::grad with
     // respect to inputs): not an iteration.
@@ -274,16 +317,17 @@ void Reducer::finalizeBackward() {
       all += (k ? ", '" : "'") + names_[unused[k]] + "'";
     }
     if (unused.size() > 8) all += ", ...";
-    throw InvalidArgumentError(
-        "DistributedDataParallel: parameter '" + names_[unused.front()] +
-        "' received no "
-        "gradient in this backward pass (" +
-        std::to_string(unused.size()) + " parameter(s) in all: " + all +
-        "), so its bucket can never be reduced. If some "
-        "parameters are legitimately unused in some iterations, construct with "
-        "DistributedDataParallelOptions().find_unused_parameters(true); "
-        "otherwise make sure "
-        "every parameter contributes to the loss.");
+    const std::string message =
+        "DistributedDataParallel: rank " + std::to_string(group_->rank()) + ", iteration " +
+        std::to_string(forwards_) + ": parameter '" + names_[unused.front()] +
+        "' received no gradient in this backward pass (" + std::to_string(unused.size()) +
+        " parameter(s) in all: " + all +
+        "), so its bucket can never be reduced. If some parameters are legitimately unused in "
+        "some iterations, construct with "
+        "DistributedDataParallelOptions().find_unused_parameters(true); otherwise make sure "
+        "every parameter contributes to the loss.";
+    board_.report_error(message);
+    throw InvalidArgumentError(message);
   }
   for (size_t index : unused) {
     // Unused here: contribute the gradient held so far (or zero), but leave

@@ -15,6 +15,7 @@
 
 #include "ddp/distributed_data_parallel.hpp"
 #include "distributed_data_parallel/gradient_buckets.hpp"
+#include "distributed_data_parallel/mismatch_board.hpp"
 
 namespace ddp::detail {
 
@@ -22,6 +23,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
           std::shared_ptr<ProcessGroup> group, const DistributedDataParallelOptions& options);
+  /// Notes on the mismatch board that this rank leaves.
+  ~Reducer();
 
   /// Installs the per-parameter hooks; call once, after construction.
   void attachHooks();
@@ -35,6 +38,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool requireSync() const;
 
   ReducerStats stats() const;
+
+  /// The options that decide which collectives an iteration issues, then
+  /// one line per bucket (its parameters and elements): what every rank
+  /// must agree on.
+  std::vector<std::string> describe_layout() const;
+
+  /// Replaces `failure` of a collective DDP issued for `what` in the
+  /// current iteration with what the mismatch board tells (Note [Naming a
+  /// mismatch on every rank]); call from the handler that caught it.
+  [[noreturn]] void explain_failure(const Error& failure, const std::string& what);
 
   /// Under a Join, for the coming iteration: the rank bucket layouts are
   /// broadcast from, and the factor applied to every reduced bucket (world
@@ -50,9 +63,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void onGradientReady(size_t index);
   void queueFinalize();
   void finalizeBackward();
+  void finishIteration();
   void finalizeRecording();
   void adoptRecordedCounts(const at::Tensor& table);
-  [[noreturn]] void throwMissingGradients(const std::vector<size_t>& missing) const;
+  [[noreturn]] void throwMissingGradients(const std::vector<size_t>& missing);
   void copyIntoBucket(size_t index);
   Work launch(size_t bucket);
   void waitAndCopyOut(const std::vector<int32_t>& globally_used);
@@ -80,6 +94,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<size_t> ready_order_;  // first iteration only, for the rebuild
   // Across iterations.
   bool rebuilt_ = false;
+  MismatchBoard board_;
+  int64_t forwards_ = 0;            // training forwards whose output needs grad
+  bool awaiting_backward_ = false;  // the last one's backward has not run
   // static_graph (Note [Static graph]): the recording iteration's hook calls
   // per parameter and the order of each one's last call, then the counts
   // every rank agreed on.

@@ -113,7 +113,7 @@ void Reducer::adoptRecordedCounts(const at::Tensor& table) {
   buckets_.set_passes(expected_);
 }
 
-void Reducer::throwMissingGradients(const std::vector<size_t>& missing) const {
+void Reducer::throwMissingGradients(const std::vector<size_t>& missing) {
   std::string all;
   for (size_t k = 0; k < missing.size() && k < 8; ++k) {
     const size_t i = missing[k];
@@ -122,15 +122,16 @@ void Reducer::throwMissingGradients(const std::vector<size_t>& missing) const {
            std::to_string(expected_[i]) + ")";
   }
   if (missing.size() > 8) all += ", ...";
-  throw InvalidArgumentError(
-      "DistributedDataParallel(static_graph): " + std::to_string(missing.size()) +
+  const std::string message =
+      "DistributedDataParallel(static_graph): rank " + std::to_string(group_->rank()) + ": " +
+      std::to_string(missing.size()) +
       " parameter(s) received fewer gradients in synchronized iteration " +
       std::to_string(stats_.synchronized_iterations + 1) +
       " than the first iteration recorded: " + all +
-      ". static_graph needs the same graph in every iteration; construct "
-      "without it when the "
-      "graph changes (with find_unused_parameters for parameters that some "
-      "iterations skip).");
+      ". static_graph needs the same graph in every iteration; construct without it when the "
+      "graph changes (with find_unused_parameters for parameters that some iterations skip).";
+  board_.report_error(message);  // Note [Naming a mismatch on every rank]
+  throw InvalidArgumentError(message);
 }
 
 }  // namespace ddp::detail

@@ -11,6 +11,7 @@
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "ddp/distributed_data_parallel.hpp"
+#include "multiprocess/branch_net.hpp"
 #include "dtype_name.hpp"
 
 namespace ddp::testing {
@@ -23,21 +24,7 @@ using examples::Mlp;
 constexpr int64_t kPerRank = 4;  // samples per rank and step
 constexpr int kSteps = 4;
 
-// A model whose middle branch is used only on some steps by some ranks.
-struct BranchNetImpl : nn::Module {
-  BranchNetImpl()
-      : trunk(register_module("trunk", nn::Linear(8, 8))),
-        branch(register_module("branch", nn::Linear(8, 8))),
-        head(register_module("head", nn::Linear(8, 2))) {}
-  torch::Tensor forward(torch::Tensor x, bool use_branch) {
-    auto h = torch::relu(trunk->forward(x));
-    if (use_branch) h = h + torch::relu(branch->forward(h));
-    return head->forward(h);
-  }
-  nn::Linear trunk, branch, head;
-};
-TORCH_MODULE(BranchNet);
-
+// BranchNet's branch is used only on some steps by some ranks.
 bool branchUsed(int step, int rank) { return (step + rank) % 3 == 0; }
 
 // The whole step's data, identical on every rank: rank r trains on chunk r.

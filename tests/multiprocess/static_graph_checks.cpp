@@ -159,9 +159,10 @@ class StaticGraphChecker {
     checks_.check(
         "an iteration that differs from the first: an error naming the parameters and the "
         "iteration",
-        error.find("DistributedDataParallel(static_graph): 2 parameter(s) received fewer "
-                   "gradients in synchronized iteration 3 than the first iteration recorded: "
-                   "'block.weight' (1 of 2), 'block.bias' (1 of 2)") != std::string::npos,
+        error.find("DistributedDataParallel(static_graph): rank " + std::to_string(rank_) +
+                   ": 2 parameter(s) received fewer gradients in synchronized iteration 3 than "
+                   "the first iteration recorded: 'block.weight' (1 of 2), 'block.bias' (1 of "
+                   "2)") != std::string::npos,
         "message: '" + error + "'");
   }
 

@@ -20,6 +20,7 @@
 //   ddp-mismatch wraps a model that differs on the last rank (must fail)
 //   ddp-unused   trains with a parameter no rank uses, without
 //                find_unused_parameters (must fail)
+//   ddp-disagree ranks that disagree (--phase, see disagreement_checks.hpp)
 //   join         uneven inputs under ddp::Join (3 ranks)
 //   static-graph DistributedDataParallel's static_graph (2 ranks)
 //   powersgd     the PowerSGD comm hook (2 ranks)
@@ -44,6 +45,7 @@
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "multiprocess/ddp_checks.hpp"
+#include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/join_checks.hpp"
 #include "multiprocess/powersgd_checks.hpp"
 #include "multiprocess/static_graph_checks.hpp"
@@ -204,6 +206,10 @@ int main(int argc, char** argv) {
       ddp::testing::wrapMismatchedModel(group);
       std::cout << "rank " << group->rank() << ": the mismatched model was accepted\n";
       return 1;
+    }
+    if (args.scenario == "ddp-disagree") {
+      ddp::testing::runDisagreement(group, args.phase);
+      return 0;
     }
     if (args.scenario == "ddp-unused") {
       ddp::testing::trainWithUnusedParameter(group);
