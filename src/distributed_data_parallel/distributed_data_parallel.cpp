@@ -29,6 +29,13 @@ void validate(const DistributedDataParallelOptions& options,
   positive(options.first_bucket_cap_mb(), "first_bucket_cap_mb");
 }
 
+// The factor on every reduced bucket in a Join round (Note [Joining]):
+// world / contributing ranks when averaging over contributors, else 1.
+double joinScale(const Join& join, const JoinRound& round) {
+  if (join.options().divide_by_initial_world_size()) return 1.0;
+  return static_cast<double>(round.world) / round.active;
+}
+
 }  // namespace
 
 DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule module,
@@ -92,9 +99,7 @@ void DistributedDataParallelImpl::prepare_forward() {
     if (!torch::GradMode::is_enabled() || !is_training()) return;
     const JoinRound round = join->notify(*this, reducer_->requireSync());
     source = round.source;
-    const bool by_contributors = !join->options().divide_by_initial_world_size();
-    reducer_->set_join_round(
-        source, by_contributors ? static_cast<double>(round.world) / round.active : 1.0);
+    reducer_->set_join_round(source, joinScale(*join, round));
   }
   if (options_.broadcast_buffers() && group_->size() > 1) {
     try {
@@ -123,9 +128,7 @@ void DistributedDataParallelImpl::join_shadow(const JoinRound& round) {
   // The same scale as on the ranks still training: the averaged gradients
   // the shadow leaves in .grad are theirs (a ZeroRedundancyOptimizer joined
   // after DDP steps this rank's shard with them).
-  const bool by_contributors = !active_join()->options().divide_by_initial_world_size();
-  reducer_->set_join_round(round.source,
-                           by_contributors ? static_cast<double>(round.world) / round.active : 1.0);
+  reducer_->set_join_round(round.source, joinScale(*active_join(), round));
   if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(round.source);
   if (round.sync) reducer_->shadow_iteration();
 }

@@ -11,6 +11,7 @@
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/zero_redundancy_optimizer.hpp"
+#include "multiprocess/zero_net.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -20,18 +21,6 @@ namespace optim = torch::optim;
 
 constexpr int64_t kPerRank = 4;
 constexpr int kSteps = 5;
-
-// 8*16 + 16 + 16*4 + 4 = 212 trained elements, so shards of 212 / N cut
-// parameters in the middle; `spare` never gets a gradient.
-struct ZeroNetImpl : nn::Module {
-  ZeroNetImpl()
-      : hidden(register_module("hidden", nn::Linear(8, 16))),
-        out(register_module("out", nn::Linear(16, 4))),
-        spare(register_module("spare", nn::Linear(4, 4))) {}
-  torch::Tensor forward(torch::Tensor x) { return out->forward(torch::tanh(hidden->forward(x))); }
-  nn::Linear hidden, out, spare;
-};
-TORCH_MODULE(ZeroNet);
 
 std::pair<torch::Tensor, torch::Tensor> batchOf(int step, int world) {
   torch::manual_seed(600 + step);

@@ -13,6 +13,7 @@
 #include "ddp/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/zero_redundancy_optimizer.hpp"
+#include "multiprocess/zero_net.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -24,18 +25,6 @@ namespace optim = torch::optim;
 constexpr int64_t kBatch = 12;  // divides evenly over 1, 2 and 3 ranks
 constexpr int kSavedSteps = 4;
 constexpr int kSteps = 8;
-
-// 8*16 + 16 + 16*4 + 4 = 212 trained elements, so every world size cuts
-// parameters in the middle; `spare` never gets a gradient.
-struct SnapNetImpl : nn::Module {
-  SnapNetImpl()
-      : hidden(register_module("hidden", nn::Linear(8, 16))),
-        out(register_module("out", nn::Linear(16, 4))),
-        spare(register_module("spare", nn::Linear(4, 4))) {}
-  torch::Tensor forward(torch::Tensor x) { return out->forward(torch::tanh(hidden->forward(x))); }
-  nn::Linear hidden, out, spare;
-};
-TORCH_MODULE(SnapNet);
 
 std::pair<torch::Tensor, torch::Tensor> batchOf(int step) {
   torch::manual_seed(900 + step);
@@ -63,7 +52,7 @@ class ZeroSnapshotChecker {
 
   // Trains steps [first, last) of `c` on this rank's part of each batch;
   // `after_step` runs after each.
-  void train(const Case& c, SnapNet& net, ZeroRedundancyOptimizer& optimizer,
+  void train(const Case& c, ZeroNet& net, ZeroRedundancyOptimizer& optimizer,
              const std::shared_ptr<DistributedDataParallel>& model, int first, int last,
              const std::function<void(int)>& after_step) {
     const int world = group_->size(), rank = group_->rank();
@@ -81,7 +70,7 @@ class ZeroSnapshotChecker {
   void run(const Case& c, bool save) {
     const std::string dir = (fs::path(directory_) / std::to_string(c.stage)).string();
     torch::manual_seed(save ? 31 : 77);  // resuming must overwrite everything
-    SnapNet net;
+    ZeroNet net;
     std::shared_ptr<DistributedDataParallel> model;
     if (c.stage == 1) {
       model = std::make_shared<DistributedDataParallel>(
@@ -111,7 +100,7 @@ class ZeroSnapshotChecker {
     train(c, net, optimizer, model, kSavedSteps, kSteps, [](int) {});
 
     torch::manual_seed(31);
-    SnapNet reference;
+    ZeroNet reference;
     auto whole = c.factory(reference->parameters());
     for (int step = 0; step < kSteps; ++step) {
       auto [x, y] = batchOf(step);
@@ -144,7 +133,7 @@ class ZeroSnapshotChecker {
 
   // Closed form: shards of ceil(232 / N) elements; the spare layer's 20
   // elements come last and never get state.
-  void holdsNewShard(const Case& c, SnapNet& net, const ZeroRedundancyOptimizer& optimizer) {
+  void holdsNewShard(const Case& c, ZeroNet& net, const ZeroRedundancyOptimizer& optimizer) {
     const int world = group_->size(), rank = group_->rank();
     int64_t elements = 0;
     for (const auto& p : net->parameters()) elements += p.numel();
@@ -158,7 +147,7 @@ class ZeroSnapshotChecker {
                       std::to_string(with_state * c.state_per_element));
   }
 
-  void plainOptimizerRefused(const std::string& dir, SnapNet& net) {
+  void plainOptimizerRefused(const std::string& dir, ZeroNet& net) {
     optim::Adam plain(net->parameters(), optim::AdamOptions(1e-2));
     snapshot::TrainingState state;
     state.model = net.ptr().get();
