@@ -13,6 +13,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/auto_backend_name.hpp"
 #include "common/expect_checks.hpp"
@@ -153,13 +154,25 @@ TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
 }
 
 TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
-  const auto before = segmentsInDevShm();
-  runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "5000"},
-           torchrunEnvironment, std::chrono::seconds(40));
+  // Only this test's processes count: under ctest -j other tests create
+  // segments of their own (and a deliberately stale one) meanwhile. A
+  // segment's name carries its creator's pid ("ddp-shm-<pid>-...").
+  auto crashed = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "5000"},
+                          torchrunEnvironment, std::chrono::seconds(40));
   auto results = runRanks(3, {"collectives", "--backend", "shm"});
   expectChecks(results, collectiveCheckNames(3));
-  const auto after = segmentsInDevShm();
-  for (const auto& name : after) EXPECT_TRUE(before.count(name)) << "left behind: " << name;
+  std::vector<std::string> ours;
+  for (const auto* run : {&crashed, &results}) {
+    for (const auto& r : *run) {
+      ASSERT_GT(r.pid, 0) << describe(*run);
+      ours.push_back("ddp-shm-" + std::to_string(r.pid) + "-");
+    }
+  }
+  for (const auto& name : segmentsInDevShm()) {
+    for (const auto& prefix : ours) {
+      EXPECT_NE(name.rfind(prefix, 0), 0u) << "left behind by one of this test's ranks: " << name;
+    }
+  }
 }
 
 TEST(ShmSegments, StaleSegmentOfADeadCreatorIsRemovedAndDoesNotDisturb) {
