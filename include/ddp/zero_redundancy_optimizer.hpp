@@ -14,7 +14,7 @@
 ///       ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-3)), group);
 ///   ...  loss.backward(); optimizer.step();
 ///
-///   // Stage 2, on the bare model: step() reduce-scatters the gradients.
+///   // Stage 2, on the bare model: backward reduce-scatters the gradients.
 ///   ddp::ZeroRedundancyOptimizer optimizer(
 ///       net->parameters(), ddp::zero_optimizer<torch::optim::AdamW>(...),
 ///       ddp::ZeroRedundancyOptimizerOptions().stage(2), group);
@@ -32,6 +32,9 @@
 #include "ddp/process_group.hpp"
 
 namespace ddp {
+namespace detail {
+class GradientShards;
+}  // namespace detail
 
 /// Makes the wrapped optimizer over a rank's shard (the parameter pieces it
 /// owns); see zero_optimizer().
@@ -50,27 +53,45 @@ ZeroOptimizerFactory zero_optimizer(OptionsType options) {
 /// Options of ZeroRedundancyOptimizer.
 struct ZeroRedundancyOptimizerOptions {
   /// 1: each rank keeps the optimizer state of its shard only; gradients
-  /// come averaged (from DistributedDataParallel). 2: step() also averages
-  /// the gradients, by a reduce-scatter into each rank's shard, and releases
-  /// every full gradient (the model must not be wrapped in DDP).
+  /// come averaged (from DistributedDataParallel). 2: the gradients are
+  /// averaged too, each bucket reduce-scattered into its owners' chunks
+  /// while backward still runs, and every full gradient is released (the
+  /// model must not be wrapped in DDP).
   TORCH_ARG(int, stage) = 1;
+  /// Parameters are grouped, from the last registered to the first (the
+  /// order backward produces their gradients in), into buckets of about
+  /// this many MiB; a bucket closes once it reaches the cap, as DDP's do.
+  /// Each bucket is sharded on its own and, at stage 2, reduce-scattered as
+  /// soon as its last gradient is ready.
+  TORCH_ARG(double, bucket_cap_mb) = 25;
+  /// Stage 2: backward passes whose gradients accumulate (summed, in .grad)
+  /// before a step; the last one launches the reduce-scatters. Stage 1
+  /// takes 1 (accumulate with DDP's no_sync()).
+  TORCH_ARG(int64_t, backward_passes_per_step) = 1;
 };
 
 /// Shards the optimizer state: the parameters (of each dtype and device)
-/// are laid out back to back in one flat buffer, cut into equal shards, one
-/// per rank; the wrapped optimizer sees only this rank's shard, as one piece
-/// per parameter it overlaps. step() runs it on the shard and all-gathers
-/// the updated shards into every rank's parameters.
+/// are grouped into buckets, each laid out back to back in one flat buffer
+/// and cut into world-size equal chunks; rank r owns chunk r of every
+/// bucket. The wrapped optimizer sees only this rank's chunks, as one piece
+/// per parameter it overlaps. step() runs it on them and all-gathers each
+/// bucket's updated chunks into every rank's parameters.
 ///
 /// Note [Sharding by element]
-/// Shards are cut at element boundaries, not at parameter boundaries, so
-/// every rank owns the same number of elements (to the padding of fewer
-/// than world-size elements) whatever the parameter sizes. This is exact for
-/// element-wise optimizers (SGD, Adam, AdamW, RMSprop, Adagrad): a parameter
-/// split over two ranks is updated piece by piece just as it would be whole.
-/// A parameter without a gradient gives its pieces none, so the optimizer
-/// skips it as it would. The parameters become views into the flat buffer:
-/// construct after moving the model to its device and dtype.
+/// Chunks are cut at element boundaries, not at parameter boundaries, so
+/// every rank owns the same number of elements of each bucket (to the
+/// padding of fewer than world-size elements) whatever the parameter sizes.
+/// This is exact for element-wise optimizers (SGD, Adam, AdamW, RMSprop,
+/// Adagrad): a parameter split over two ranks is updated piece by piece
+/// just as it would be whole. A parameter without a gradient gives its
+/// pieces none, so the optimizer skips it as it would. The parameters
+/// become views into the buckets' buffers: construct after moving the model
+/// to its device and dtype.
+///
+/// Stage 2 reduce-scatters each bucket as soon as backward has produced
+/// its gradients, releasing them, so no full gradient is kept after
+/// backward (Note [Stage 2 overlaps backward], in
+/// src/zero_redundancy_optimizer/gradient_shards.hpp).
 ///
 /// Under a ddp::Join (uneven inputs) it is a Joinable: a rank that has
 /// joined keeps its role as the owner of its shard, stepping it in every
@@ -78,14 +99,16 @@ struct ZeroRedundancyOptimizerOptions {
 /// Stage 1: list it after the DistributedDataParallel it serves,
 /// `Join({model.get(), &optimizer})`, whose shadow leaves the averaged
 /// gradients of the ranks still training in the joined rank's .grad.
-/// Stage 2: a joined rank contributes zeros to the reduce-scatter, and the
-/// average is over the world or the contributing ranks as the Join's
-/// divide_by_initial_world_size says. Call step() only in iterations that
-/// synchronize (not after a no_sync() micro-batch).
+/// Stage 2: a step's round starts before its first reduce-scatter; a joined
+/// rank contributes zeros, and the average is over the world or the
+/// contributing ranks as the Join's divide_by_initial_world_size says.
+/// Call step() only in iterations that synchronize (stage 1: not after a
+/// no_sync() micro-batch).
 class ZeroRedundancyOptimizer : public Joinable {
  public:
-  /// \throws ConfigError for a null group, an unknown stage, no parameters,
-  ///   or a parameter that does not require grad.
+  /// \throws ConfigError for a null group, an unknown stage, a cap that is
+  ///   not positive, backward_passes_per_step below 1 (or above 1 at stage
+  ///   1), no parameters, or a parameter that does not require grad.
   ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters, ZeroOptimizerFactory make_optimizer,
                           ZeroRedundancyOptimizerOptions options,
                           std::shared_ptr<ProcessGroup> group);
@@ -96,11 +119,13 @@ class ZeroRedundancyOptimizer : public Joinable {
                                 std::move(group)) {}
   ~ZeroRedundancyOptimizer() override;
 
-  /// Updates every parameter on every rank: (stage 2: averages the
-  /// gradients into the shards,) steps the wrapped optimizer on this rank's
-  /// shard, and all-gathers the shards.
+  /// Updates every parameter on every rank: (stage 2: finishes averaging
+  /// the gradients into the shards,) steps the wrapped optimizer on this
+  /// rank's shard, and all-gathers the shards.
   void step();
   /// Clears every parameter's gradient (sets it undefined).
+  /// \throws InvalidArgumentError at stage 2 between a backward pass that
+  ///   launched reduce-scatters and step().
   void zero_grad();
 
   /// The optimizer over this rank's shard (its param_groups hold the pieces).
@@ -109,6 +134,8 @@ class ZeroRedundancyOptimizer : public Joinable {
   const torch::optim::Optimizer& local_optimizer() const { return *optimizer_; }
   /// Elements of the parameters this rank owns (the shard, without padding).
   int64_t shard_elements() const;
+  /// Elements of each bucket (without padding), in bucket order.
+  std::vector<int64_t> bucket_elements() const;
   /// Bytes of optimizer state this rank holds (momentum, Adam's moments, ...)
   /// for SGD, Adam, AdamW, RMSprop and Adagrad.
   int64_t state_bytes() const;
@@ -139,15 +166,17 @@ class ZeroRedundancyOptimizer : public Joinable {
   void join_finish(int source) override {}
 
  private:
-  struct FlatGroup;
-  void reduce_scatter_gradients(FlatGroup& flat, bool joined, double divisor);
+  struct ShardedBucket;
   // step() on a rank still training (joined = false) or shadowing one.
   void run_step(bool joined, double divisor);
+  // Stage 1: the Join round's divisor (stage 2's start in the first hook).
+  double start_round();
 
   std::vector<at::Tensor> parameters_;
   ZeroRedundancyOptimizerOptions options_;
   std::shared_ptr<ProcessGroup> group_;
-  std::vector<std::unique_ptr<FlatGroup>> flats_;
+  std::vector<std::unique_ptr<ShardedBucket>> buckets_;
+  std::shared_ptr<detail::GradientShards> gradients_;  // stage 2
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 

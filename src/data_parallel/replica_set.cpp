@@ -28,6 +28,7 @@ std::vector<at::Tensor> buffersOf(const torch::nn::AnyModule& module) {
     throw;
   } catch (const Error& e) {
     e.rethrow_with_prefix(where);  // keeps the kind, and so the exit code
+    throw;                         // not reached: rethrow_with_prefix always throws
   } catch (const c10::Error& e) {
     throw Error(where + e.what_without_backtrace());
   } catch (const std::exception& e) {

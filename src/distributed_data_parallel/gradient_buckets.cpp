@@ -25,16 +25,22 @@ void GradientBuckets::attach_hooks(const std::function<void(size_t)>& on_accumul
   }
 }
 
-void GradientBuckets::rebuild(const std::vector<size_t>& order) {
+std::vector<std::vector<size_t>> group_parameters(const std::vector<at::Tensor>& parameters,
+                                                  const BucketSettings& settings,
+                                                  const std::vector<size_t>& order) {
   std::vector<BucketInput> inputs;
-  inputs.reserve(parameters_.size());
-  for (const at::Tensor& p : parameters_) {
-    const c10::ScalarType wire = wireTypeOf(settings_, p.scalar_type());
+  inputs.reserve(parameters.size());
+  for (const at::Tensor& p : parameters) {
+    const c10::ScalarType wire = wireTypeOf(settings, p.scalar_type());
     inputs.push_back(
         {p.numel() * static_cast<int64_t>(c10::elementSize(wire)), p.scalar_type(), p.device()});
   }
-  auto groups = assign_buckets(inputs, order, settings_.first_cap_bytes, settings_.cap_bytes,
-                               settings_.cap_rule);
+  return assign_buckets(inputs, order, settings.first_cap_bytes, settings.cap_bytes,
+                        settings.cap_rule);
+}
+
+void GradientBuckets::rebuild(const std::vector<size_t>& order) {
+  auto groups = group_parameters(parameters_, settings_, order);
   std::vector<Bucket> buckets(groups.size());
   location_.assign(parameters_.size(), {0, 0});
   for (size_t b = 0; b < groups.size(); ++b) {

@@ -60,6 +60,13 @@ struct Bucket {
   Work work;                     ///< The reduction in flight.
 };
 
+/// The buckets GradientBuckets(parameters, settings) groups the parameters
+/// listed in `order` into (members only, nothing allocated): what
+/// ZeroRedundancyOptimizer lays its parameters out by.
+std::vector<std::vector<size_t>> group_parameters(const std::vector<at::Tensor>& parameters,
+                                                  const BucketSettings& settings,
+                                                  const std::vector<size_t>& order);
+
 class GradientBuckets {
  public:
   /// Groups `parameters` into zeroed buckets in reverse registration order

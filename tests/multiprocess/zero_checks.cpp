@@ -12,6 +12,7 @@
 #include "ddp/errors.hpp"
 #include "ddp/zero_redundancy_optimizer.hpp"
 #include "multiprocess/zero_net.hpp"
+#include "timeline/counting_group.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -21,6 +22,25 @@ namespace optim = torch::optim;
 
 constexpr int64_t kPerRank = 4;
 constexpr int kSteps = 5;
+// ZeroNet in two buckets (zeroNetBuckets), ThreeLayers in three.
+constexpr double kSmallCapMb = 256.0 / (1024 * 1024);
+
+// Every parameter gets a gradient: 8x16, 16x16 and 16x4 layers, in buckets
+// (under kSmallCapMb, from the last layer) of 68, 272 and 144 elements.
+nn::Sequential threeLayers() {
+  return nn::Sequential(nn::Linear(8, 16), nn::Tanh(), nn::Linear(16, 16), nn::Tanh(),
+                        nn::Linear(16, 4));
+}
+
+template <typename Call>
+std::string messageOf(Call call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
 
 std::pair<torch::Tensor, torch::Tensor> batchOf(int step, int world) {
   torch::manual_seed(600 + step);
@@ -47,8 +67,9 @@ class ZeroChecker {
   explicit ZeroChecker(std::shared_ptr<ProcessGroup> group)
       : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
 
-  void matchesPlainDdp(int stage, const OptimizerCase& c) {
-    const std::string prefix = "stage " + std::to_string(stage) + ", " + c.name + ": ";
+  void matchesPlainDdp(int stage, const OptimizerCase& c, bool two_buckets = false) {
+    const std::string prefix = "stage " + std::to_string(stage) + ", " + c.name +
+                               (two_buckets ? ", 2 buckets" : "") + ": ";
     // Plain DDP with the whole optimizer on every rank.
     torch::manual_seed(21);
     ZeroNet plain_net;
@@ -70,8 +91,10 @@ class ZeroChecker {
       model = std::make_shared<DistributedDataParallel>(
           net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
     }
-    ZeroRedundancyOptimizer optimizer(net->parameters(), c.factory,
-                                      ZeroRedundancyOptimizerOptions().stage(stage), group_);
+    ZeroRedundancyOptimizer optimizer(
+        net->parameters(), c.factory,
+        ZeroRedundancyOptimizerOptions().stage(stage).bucket_cap_mb(two_buckets ? kSmallCapMb : 25),
+        group_);
     bool released = true;
     for (int step = 0; step < kSteps; ++step) {
       auto [x, y] = batchOf(step, world_);
@@ -86,22 +109,23 @@ class ZeroChecker {
 
     checks_.close_all(prefix + "parameters equal plain DDP's after 5 steps (1e-6)",
                       net->parameters(), plain_net->parameters(), 1e-6);
-    // Closed forms: shards of ceil(232 / N) elements, rank r's from r * S;
-    // the spare layer's 20 elements come last and never get state.
+    // Closed forms (zeroNetShare): chunk r of each bucket.
+    const std::vector<int64_t> buckets = zeroNetBuckets(two_buckets);
+    checks_.check(prefix + "the buckets are as the cap makes them",
+                  optimizer.bucket_elements() == buckets,
+                  std::to_string(optimizer.bucket_elements().size()) + " bucket(s), the first of " +
+                      std::to_string(optimizer.bucket_elements().front()) + " elements");
+    const ZeroNetShare share = zeroNetShare(rank_, world_, buckets);
+    const int64_t owned = optimizer.shard_elements();
+    checks_.check(
+        prefix + "the state held is that of this rank's shard",
+        owned == share.owned && optimizer.state_bytes() == share.trained * c.state_per_element,
+        std::to_string(optimizer.state_bytes()) + " bytes for " + std::to_string(owned) +
+            " elements; expected " + std::to_string(share.trained * c.state_per_element) +
+            " bytes for " + std::to_string(share.owned) + " elements, " +
+            std::to_string(share.trained) + " of them trained");
     int64_t elements = 0;
     for (const auto& p : net->parameters()) elements += p.numel();
-    const int64_t trained = elements - net->spare->weight.numel() - net->spare->bias.numel();
-    const int64_t shard = (elements + world_ - 1) / world_;
-    const int64_t lo = rank_ * shard, hi = std::min(lo + shard, elements);
-    const int64_t with_state = std::max<int64_t>(0, std::min(hi, trained) - lo);
-    const int64_t owned = optimizer.shard_elements();
-    checks_.check(prefix + "the state held is that of this rank's shard",
-                  owned == std::max<int64_t>(0, hi - lo) &&
-                      optimizer.state_bytes() == with_state * c.state_per_element,
-                  std::to_string(optimizer.state_bytes()) + " bytes for " + std::to_string(owned) +
-                      " elements; expected " + std::to_string(with_state * c.state_per_element) +
-                      " bytes for " + std::to_string(std::max<int64_t>(0, hi - lo)) +
-                      " elements, " + std::to_string(with_state) + " of them trained");
     at::Tensor total = torch::tensor({owned}, torch::kLong);
     group_->all_reduce(total, ReduceOp::kSum);
     checks_.check(prefix + "the shards cover every parameter element once",
@@ -110,6 +134,112 @@ class ZeroChecker {
                       " in the model");
     checks_.equal(prefix + "the parameter that never gets a gradient is left alone",
                   net->spare->weight.detach(), spare_before);
+  }
+
+  // Stage 2 with two backward passes per step against plain DDP with the
+  // first pass under no_sync(): both average the summed gradients.
+  void accumulatesPasses() {
+    const std::string prefix = "stage 2, 2 passes per step: ";
+    const auto factory = optimizerCases()[1].factory;  // Adam
+    torch::manual_seed(21);
+    ZeroNet plain_net;
+    DistributedDataParallel plain(
+        plain_net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
+    auto plain_optimizer = factory(plain_net->parameters());
+    torch::manual_seed(21);
+    ZeroNet net;
+    ZeroRedundancyOptimizer optimizer(net->parameters(), factory,
+                                      ZeroRedundancyOptimizerOptions()
+                                          .stage(2)
+                                          .bucket_cap_mb(kSmallCapMb)
+                                          .backward_passes_per_step(2),
+                                      group_);
+    bool kept = true;
+    for (int step = 0; step < kSteps; ++step) {
+      auto [x, y] = batchOf(step, world_);
+      const auto xs = x.chunk(world_)[rank_].chunk(2), ys = y.chunk(world_)[rank_].chunk(2);
+      plain_optimizer->zero_grad();
+      {
+        auto no_sync = plain->no_sync();
+        torch::mse_loss(plain->forward(xs[0]), ys[0]).backward();
+      }
+      torch::mse_loss(plain->forward(xs[1]), ys[1]).backward();
+      plain_optimizer->step();
+
+      optimizer.zero_grad();
+      torch::mse_loss(net->forward(xs[0]), ys[0]).backward();
+      kept = kept && net->out->weight.grad().defined() && net->hidden->weight.grad().defined();
+      torch::mse_loss(net->forward(xs[1]), ys[1]).backward();
+      optimizer.step();
+    }
+    checks_.check(prefix + "the first pass's gradients stay in .grad", kept);
+    checks_.close_all(prefix + "parameters equal plain DDP's with no_sync() after 5 steps (1e-6)",
+                      net->parameters(), plain_net->parameters(), 1e-6);
+  }
+
+  // Counts the collectives ZeRO issues: the reduce-scatters of the last two
+  // layers' buckets start before the first layer's gradient exists.
+  void overlapsBackward() {
+    const std::string prefix = "stage 2 overlaps backward: ";
+    torch::manual_seed(5);
+    nn::Sequential net = threeLayers();
+    auto counting = std::make_shared<CountingGroup>(group_);
+    ZeroRedundancyOptimizer optimizer(
+        net->parameters(), optimizerCases()[0].factory,
+        ZeroRedundancyOptimizerOptions().stage(2).bucket_cap_mb(kSmallCapMb), counting);
+    int64_t before_first_layer = -1;
+    net[0]->as<nn::Linear>()->weight.register_hook(
+        [&](const at::Tensor&) { before_first_layer = counting->issued(); });
+    checks_.check(prefix + "three buckets of 68, 272 and 144 elements",
+                  optimizer.bucket_elements() == std::vector<int64_t>{68, 272, 144});
+    auto [x, y] = batchOf(0, world_);
+    optimizer.zero_grad();
+    torch::mse_loss(net->forward(x.chunk(world_)[rank_]), y.chunk(world_)[rank_]).backward();
+    const int64_t after_backward = counting->issued();
+    bool released = true;
+    for (const auto& p : net->parameters()) released = released && !p.grad().defined();
+    optimizer.step();
+    checks_.check(prefix + "2 reduce-scatters issued before the first layer's gradient",
+                  before_first_layer == 2, std::to_string(before_first_layer) + " issued");
+    checks_.check(prefix + "all 3 issued and every .grad released when backward returns",
+                  after_backward == 3 && released,
+                  std::to_string(after_backward) + " issued, released " + std::to_string(released));
+    checks_.check(prefix + "step() issues 1 all-reduce and 3 all-gathers",
+                  counting->issued() - after_backward == 4,
+                  std::to_string(counting->issued() - after_backward) + " issued");
+  }
+
+  void misuseIsNamed() {
+    torch::manual_seed(5);
+    nn::Sequential net = threeLayers();
+    ZeroRedundancyOptimizer optimizer(net->parameters(), optimizerCases()[0].factory,
+                                      ZeroRedundancyOptimizerOptions().stage(2), group_);
+    const at::Tensor x = torch::ones({2, 8});
+    net->forward(x).sum().backward();
+    const std::string twice = messageOf([&] { net->forward(x).sum().backward(); });
+    checks_.check("stage 2: a second backward before step() is refused",
+                  twice.find("was computed more than backward_passes_per_step = 1 time(s) before "
+                             "step()") != std::string::npos,
+                  "message: '" + twice + "'");
+    const std::string zeroed = messageOf([&] { optimizer.zero_grad(); });
+    checks_.check("stage 2: zero_grad() between backward and step() is refused",
+                  zeroed.find("zero_grad() after a backward pass whose gradients are already "
+                              "being reduce-scattered") != std::string::npos,
+                  "message: '" + zeroed + "'");
+    optimizer.step();
+    const std::string cap = messageOf([&] {
+      ZeroRedundancyOptimizer bad(net->parameters(), optimizerCases()[0].factory,
+                                  ZeroRedundancyOptimizerOptions().bucket_cap_mb(0), group_);
+    });
+    const std::string passes = messageOf([&] {
+      ZeroRedundancyOptimizer bad(net->parameters(), optimizerCases()[0].factory,
+                                  ZeroRedundancyOptimizerOptions().backward_passes_per_step(2),
+                                  group_);
+    });
+    checks_.check("a cap of 0 and 2 passes at stage 1 are refused naming the option",
+                  cap.find("bucket_cap_mb is 0; it must be positive") != std::string::npos &&
+                      passes.find("backward_passes_per_step is 2 at stage 1") != std::string::npos,
+                  "messages: '" + cap + "', '" + passes + "'");
   }
 
   void releasedGradients() {
@@ -147,7 +277,11 @@ int checkZero(const std::shared_ptr<ProcessGroup>& group) {
   ZeroChecker checker(group);
   for (int stage : {1, 2}) {
     for (const OptimizerCase& c : optimizerCases()) checker.matchesPlainDdp(stage, c);
+    checker.matchesPlainDdp(stage, optimizerCases()[1], /*two_buckets=*/true);
   }
+  checker.accumulatesPasses();
+  checker.overlapsBackward();
+  checker.misuseIsNamed();
   checker.releasedGradients();
   checker.badStage();
   return checker.failed();
