@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddp/tcp_store.hpp"
+#include "distributed_data_parallel/reducer.hpp"
 
 namespace ddp::detail {
 namespace {
@@ -121,6 +122,30 @@ void MismatchBoard::explain(const Error& failure, const std::string& what, int64
                    "crashed.";
   if (dynamic_cast<const TimeoutError*>(&failure) != nullptr) throw TimeoutError(message);
   throw CollectiveError(message);
+}
+
+// The reducer's side of Note [Naming a mismatch on every rank]: what its
+// DDP verifies to be the same on every rank at construction, and the
+// failure it explains with the board.
+std::vector<std::string> Reducer::describe_layout() const {
+  std::vector<std::string> lines = {
+      "bucket_cap_mb=" + std::to_string(options_.bucket_cap_mb()) +
+      " first_bucket_cap_mb=" + std::to_string(options_.first_bucket_cap_mb()) +
+      " find_unused_parameters=" + std::to_string(options_.find_unused_parameters()) +
+      " static_graph=" + std::to_string(options_.static_graph()) +
+      " broadcast_buffers=" + std::to_string(options_.broadcast_buffers())};
+  for (size_t b = 0; b < buckets_.buckets().size(); ++b) {
+    const Bucket& bucket = buckets_.buckets()[b];
+    std::string line =
+        "bucket " + std::to_string(b) + ": " + std::to_string(bucket.flat.numel()) + " elements of";
+    for (size_t index : bucket.members) line += " '" + names_[index] + "'";
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+void Reducer::explain_failure(const Error& failure, const std::string& what) {
+  board_.explain(failure, what, forwards_);
 }
 
 }  // namespace ddp::detail

@@ -78,28 +78,7 @@ void Reducer::watchOutput(at::Tensor& output) {
   });
 }
 
-std::vector<std::string> Reducer::describe_layout() const {
-  std::vector<std::string> lines = {
-      "bucket_cap_mb=" + std::to_string(options_.bucket_cap_mb()) +
-      " first_bucket_cap_mb=" + std::to_string(options_.first_bucket_cap_mb()) +
-      " find_unused_parameters=" + std::to_string(options_.find_unused_parameters()) +
-      " static_graph=" + std::to_string(options_.static_graph()) +
-      " broadcast_buffers=" + std::to_string(options_.broadcast_buffers())};
-  for (size_t b = 0; b < buckets_.buckets().size(); ++b) {
-    const Bucket& bucket = buckets_.buckets()[b];
-    std::string line =
-        "bucket " + std::to_string(b) + ": " + std::to_string(bucket.flat.numel()) + " elements of";
-    for (size_t index : bucket.members) line += " '" + names_[index] + "'";
-    lines.push_back(std::move(line));
-  }
-  return lines;
-}
-
 Reducer::~Reducer() { board_.note_left(forwards_, stats_.synchronized_iterations); }
-
-void Reducer::explain_failure(const Error& failure, const std::string& what) {
-  board_.explain(failure, what, forwards_);
-}
 
 void Reducer::queueFinalize() {
   if (finalize_queued_) return;
