@@ -21,8 +21,8 @@ GradientShards::GradientShards(std::vector<at::Tensor> parameters, BucketSetting
       received_(buckets_.parameters().size(), 0) {
   const int64_t world = group_->size();
   for (Bucket& bucket : buckets_.buckets()) {
-    chunks_.push_back((bucket.flat.numel() + world - 1) / world);
-    grad_chunks_.push_back(at::zeros({chunks_.back()}, bucket.flat.options()));
+    const int64_t chunk = (bucket.flat.numel() + world - 1) / world;
+    grad_chunks_.push_back(at::zeros({chunk}, bucket.flat.options()));
     bucket.flat = at::Tensor();  // Allocated at launch, released by step().
   }
   divisor_ = static_cast<double>(world);
@@ -83,7 +83,8 @@ Work GradientShards::launch(size_t b, bool contribute) {
   at::NoGradGuard no_grad;
   const at::Tensor& first = parameters[bucket.members.front()];
   const int64_t used = bucket.offsets.back() + parameters[bucket.members.back()].numel();
-  bucket.flat = at::empty({group_->size() * chunks_[b]}, first.options().requires_grad(false));
+  bucket.flat =
+      at::empty({group_->size() * grad_chunks_[b].numel()}, first.options().requires_grad(false));
   bucket.flat.narrow(0, used, bucket.flat.numel() - used).zero_();  // The padding.
   for (size_t index : bucket.members) {
     at::Tensor slice = buckets_.slice(index);
@@ -114,14 +115,12 @@ std::vector<int32_t> GradientShards::shadow(double divisor) {
 }
 
 std::vector<int32_t> GradientShards::finish(bool contribute) {
-  ScopeExit reset_at_exit([this] { resetStep(); });
+  ScopeExit reset_at_exit([this] { resetStep(); });  // Also releases the flat buffers.
   buckets_.launch_rest([this, contribute](size_t b) { return launch(b, contribute); });
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.buckets().size(); ++b) {
-    Bucket& bucket = buckets_.buckets()[b];
-    bucket.work.wait();
+    buckets_.buckets()[b].work.wait();
     grad_chunks_[b].div_(divisor_);
-    bucket.flat = at::Tensor();
   }
   // Which parameters got a gradient on any rank (the others' pieces get
   // none, so the optimizer skips them as it would skip the parameter).

@@ -49,8 +49,6 @@ class GradientShards : public std::enable_shared_from_this<GradientShards> {
   /// The buckets' members, in bucket order (their flats are empty between
   /// steps).
   const std::vector<Bucket>& buckets() const { return buckets_.buckets(); }
-  /// Elements per rank of bucket `b`: ceil(elements / world).
-  int64_t chunk(size_t b) const { return chunks_[b]; }
   /// This rank's averaged gradients of bucket `b`, after synchronize().
   const at::Tensor& grad_chunk(size_t b) const { return grad_chunks_[b]; }
 
@@ -79,8 +77,7 @@ class GradientShards : public std::enable_shared_from_this<GradientShards> {
   std::shared_ptr<ProcessGroup> group_;
   int64_t passes_per_step_;
   GradientBuckets buckets_;
-  std::vector<int64_t> chunks_;
-  std::vector<at::Tensor> grad_chunks_;
+  std::vector<at::Tensor> grad_chunks_;  // per bucket: ceil(elements / world)
   mutable std::mutex mutex_;
   std::vector<int32_t> received_;  // per parameter, this step
   std::function<double()> step_start_;

@@ -109,16 +109,12 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> paramet
   validate(parameters_, options_, group_);
   const int world = group_->size(), rank = group_->rank();
 
-  // The buckets: stage 2's gradient engine groups them; stage 1 groups them
-  // the same way without it.
+  // The buckets, as stage 2's gradient engine groups them.
   const detail::BucketSettings settings = bucketSettings(options_);
-  std::vector<std::vector<size_t>> groups;
+  std::vector<std::vector<size_t>> groups = detail::group_parameters(
+      parameters_, settings, detail::initial_bucket_order(parameters_.size()));
   if (options_.stage() == 2) {
     gradients_ = std::make_shared<detail::GradientShards>(parameters_, settings, group_);
-    for (const detail::Bucket& bucket : gradients_->buckets()) groups.push_back(bucket.members);
-  } else {
-    groups = detail::group_parameters(parameters_, settings,
-                                      detail::initial_bucket_order(parameters_.size()));
   }
 
   torch::NoGradGuard no_grad;

@@ -22,11 +22,8 @@ namespace optim = torch::optim;
 
 constexpr int64_t kPerRank = 4;
 constexpr int kSteps = 5;
-// ZeroNet in two buckets (zeroNetBuckets), ThreeLayers in three.
-constexpr double kSmallCapMb = 256.0 / (1024 * 1024);
-
 // Every parameter gets a gradient: 8x16, 16x16 and 16x4 layers, in buckets
-// (under kSmallCapMb, from the last layer) of 68, 272 and 144 elements.
+// (under kTwoBucketsCapMb, from the last layer) of 68, 272 and 144 elements.
 nn::Sequential threeLayers() {
   return nn::Sequential(nn::Linear(8, 16), nn::Tanh(), nn::Linear(16, 16), nn::Tanh(),
                         nn::Linear(16, 4));
@@ -91,10 +88,10 @@ class ZeroChecker {
       model = std::make_shared<DistributedDataParallel>(
           net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
     }
-    ZeroRedundancyOptimizer optimizer(
-        net->parameters(), c.factory,
-        ZeroRedundancyOptimizerOptions().stage(stage).bucket_cap_mb(two_buckets ? kSmallCapMb : 25),
-        group_);
+    ZeroRedundancyOptimizer optimizer(net->parameters(), c.factory,
+                                      ZeroRedundancyOptimizerOptions().stage(stage).bucket_cap_mb(
+                                          two_buckets ? kTwoBucketsCapMb : 25),
+                                      group_);
     bool released = true;
     for (int step = 0; step < kSteps; ++step) {
       auto [x, y] = batchOf(step, world_);
@@ -151,7 +148,7 @@ class ZeroChecker {
     ZeroRedundancyOptimizer optimizer(net->parameters(), factory,
                                       ZeroRedundancyOptimizerOptions()
                                           .stage(2)
-                                          .bucket_cap_mb(kSmallCapMb)
+                                          .bucket_cap_mb(kTwoBucketsCapMb)
                                           .backward_passes_per_step(2),
                                       group_);
     bool kept = true;
@@ -186,7 +183,7 @@ class ZeroChecker {
     auto counting = std::make_shared<CountingGroup>(group_);
     ZeroRedundancyOptimizer optimizer(
         net->parameters(), optimizerCases()[0].factory,
-        ZeroRedundancyOptimizerOptions().stage(2).bucket_cap_mb(kSmallCapMb), counting);
+        ZeroRedundancyOptimizerOptions().stage(2).bucket_cap_mb(kTwoBucketsCapMb), counting);
     int64_t before_first_layer = -1;
     net[0]->as<nn::Linear>()->weight.register_hook(
         [&](const at::Tensor&) { before_first_layer = counting->issued(); });

@@ -24,8 +24,11 @@ struct ZeroNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(ZeroNet);
 
+/// A bucket cap of 256 bytes, which cuts ZeroNet in two buckets.
+constexpr double kTwoBucketsCapMb = 256.0 / (1024 * 1024);
+
 /// ZeroNet's buckets under the default cap (one of all 232 elements) and
-/// under a cap of 256 bytes (spare and out: 88 elements; hidden: 144).
+/// under kTwoBucketsCapMb (spare and out: 88 elements; hidden: 144).
 inline std::vector<int64_t> zeroNetBuckets(bool two) {
   return two ? std::vector<int64_t>{88, 144} : std::vector<int64_t>{232};
 }

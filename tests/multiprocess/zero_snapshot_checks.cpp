@@ -78,7 +78,7 @@ class ZeroSnapshotChecker {
     }
     // Stage 2 saves from two buckets and resumes into one: the snapshot
     // records pieces of parameters, not a layout.
-    const double cap_mb = save && c.stage == 2 ? 256.0 / (1024 * 1024) : 25;
+    const double cap_mb = save && c.stage == 2 ? kTwoBucketsCapMb : 25;
     ZeroRedundancyOptimizer optimizer(
         net->parameters(), c.factory,
         ZeroRedundancyOptimizerOptions().stage(c.stage).bucket_cap_mb(cap_mb), group_);
