@@ -34,7 +34,7 @@ build=build-cuda
 packages=(
   cmake g++ make ninja-build ccache pkg-config
   libtorch-cuda-dev libgloo-cuda-dev nvidia-cuda-toolkit libnccl-dev
-  libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist   # the examples' tests, as on the host
 )

@@ -8,7 +8,7 @@
 #      DDP on the same GPU);
 #   4. with --full, builds everything else and runs the CPU test suite too;
 # and prints a short table last. What the machine lacks (CLI11, nlohmann-json,
-# zlib's headers, GoogleTest's sources, Fashion-MNIST) comes from .gpu-pack/,
+# zlib's and OpenSSL's headers, GoogleTest's sources, Fashion-MNIST) comes from .gpu-pack/,
 # made beforehand on a Debian machine by scripts/gpu-pack.sh.
 #
 # Usage: bash scripts/gpu-check.sh [--full] [--rounds N] [--logs DIR]
@@ -68,10 +68,14 @@ cuda_args=()
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cuda_args=(-DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
-zlib_args=()
+pack_args=()
 if [[ ! -f /usr/include/zlib.h ]]; then
   zlib_so=$(ldconfig -p | sed -n 's/.*libz\.so\.1 (libc6,x86-64) => //p' | head -n 1)
-  zlib_args=(-DZLIB_INCLUDE_DIR="$pack/include" -DZLIB_LIBRARY="$zlib_so")
+  pack_args=(-DZLIB_INCLUDE_DIR="$pack/include" -DZLIB_LIBRARY="$zlib_so")
+fi
+if [[ ! -f /usr/include/openssl/hmac.h ]]; then
+  crypto_so=$(ldconfig -p | sed -n 's/.*libcrypto\.so\.[0-9.]* (libc6,x86-64) => //p' | head -n 1)
+  pack_args+=(-DOPENSSL_INCLUDE_DIR="$pack/include" -DOPENSSL_CRYPTO_LIBRARY="$crypto_so")
 fi
 gtest_args=()
 if [[ ! -f /usr/include/gtest/gtest.h ]]; then
@@ -83,7 +87,7 @@ echo "== configure" | tee "$logs/build.txt"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD="$cxx_standard" \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$pack" -DCMAKE_CXX_FLAGS="-isystem $pack/include" \
   -DDDP_NCCL_INCLUDE_DIR="$nccl_include" -DDDP_USE_CCACHE=OFF \
-  "${cuda_args[@]}" "${zlib_args[@]}" "${gtest_args[@]}" >>"$logs/build.txt" 2>&1
+  "${cuda_args[@]}" "${pack_args[@]}" "${gtest_args[@]}" >>"$logs/build.txt" 2>&1
 configured=$?
 grep -E "ddp: LibTorch" "$logs/build.txt" | tee -a "$summary"
 if [[ $configured -ne 0 ]]; then

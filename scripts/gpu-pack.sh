@@ -5,6 +5,8 @@
 #   include/CLI, include/nlohmann   CLI11 and nlohmann-json (header-only)
 #   share/cmake/CLI11               CLI11's CMake package (relocatable)
 #   include/zlib.h, zconf.h         zlib's headers (the library is on every machine)
+#   include/openssl                 OpenSSL's headers (libcrypto is on every machine;
+#                                   the store's HMAC handshake uses it)
 #   include/gloo                    Gloo's headers, which c10d's ProcessGroupGloo.hpp
 #                                   includes and PyTorch's wheels do not ship; from
 #                                   Debian 13's libgloo-dev (Debian 12's predates the
@@ -28,6 +30,8 @@ rm -rf "$pack"
 mkdir -p "$pack/include" "$pack/share/cmake" "$pack/src" "$pack/data"
 cp -r /usr/include/CLI /usr/include/nlohmann "$pack/include/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$pack/include/"
+cp -r /usr/include/openssl "$pack/include/"
+cp /usr/include/x86_64-linux-gnu/openssl/*.h "$pack/include/openssl/"  # Debian's per-arch part
 cp -r "$debian13/usr/include/gloo" "$pack/include/"
 cp -r /usr/share/cmake/CLI11 "$pack/share/cmake/"
 cp -r /usr/src/googletest "$pack/src/googletest"
@@ -35,7 +39,7 @@ cp -r /usr/share/datasets/fashion-mnist "$pack/data/fashion-mnist"
 {
   echo "Packed $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME") from:"
   dpkg-query -W -f '  ${Package} ${Version}\n' libcli11-dev nlohmann-json3-dev zlib1g-dev \
-    googletest dataset-fashion-mnist
+    libssl-dev googletest dataset-fashion-mnist
   chroot "$debian13" dpkg-query -W -f '  ${Package} ${Version} (Debian 13)\n' libgloo-dev
 } >"$pack/PACKED"
 cat "$pack/PACKED"

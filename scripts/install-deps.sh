@@ -7,8 +7,10 @@ packages=(
   cmake g++ make ccache pkg-config
   libtorch-dev libgloo-dev       # LibTorch 1.13.1 with c10d, and Gloo's headers
   libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libssl-dev                     # libcrypto: the rendezvous store's HMAC handshake
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox                    # the examples' --plot (loss/accuracy curves)
+  clang libclang-rt-dev          # libFuzzer: the store's fuzz test (scripts/fuzz-store.sh)
   dataset-fashion-mnist          # the examples' data (/usr/share/datasets/fashion-mnist)
 )
 

@@ -31,7 +31,7 @@ esac
 packages=(
   cmake g++ make ninja-build ccache pkg-config
   libtorch-dev libgloo-dev
-  libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist
 )

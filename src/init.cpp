@@ -3,10 +3,13 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <iostream>
+
 #include "backends/backends.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/tcp_store.hpp"
 #include "ddp/timeline/timeline.hpp"
+#include "store/job_secret.hpp"
 #include "timeline/timeline_process_group.hpp"
 
 namespace ddp {
@@ -69,14 +72,35 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
   }
 }
 
+// The job's secret, from the file ddprun (or the user) names; without one
+// the store admits anyone who can reach it, as c10d's does, and rank 0 says
+// so once.
+std::string jobSecret(const EnvironmentMap& env, const Topology& topology) {
+  const auto file = env.find(store::kJobSecretFileVariable);
+  if (file != env.end() && !file->second.empty()) return store::read_job_secret(file->second);
+  if (topology.rank == 0) {
+    const std::string& host = topology.master_addr;
+    const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+    std::cerr << "ddp: warning: the rendezvous store at " << host << ":" << topology.master_port
+              << " has no job secret, so "
+              << (loopback ? "any process on this machine" : "any machine that reaches it")
+              << " can read and change the job's keys. Start the job with ddprun, or set "
+              << store::kJobSecretFileVariable << " on every rank to the same secret file."
+              << std::endl;
+  }
+  return {};
+}
+
 // The rendezvous store: a TcpStore hosted by rank 0 (a HashStore alone).
-compat::StorePtr connectStore(const Topology& topology, std::chrono::milliseconds timeout) {
+compat::StorePtr connectStore(const Topology& topology, const EnvironmentMap& env,
+                              std::chrono::milliseconds timeout) {
   if (topology.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   auto store = c10::make_intrusive<TcpStore>(TcpStoreOptions()
                                                  .host(topology.master_addr)
                                                  .port(topology.master_port)
                                                  .is_server(topology.rank == 0)
-                                                 .timeout(timeout));
+                                                 .timeout(timeout)
+                                                 .secret(jobSecret(env, topology)));
   joinAllRanks(*store, topology, timeout);
   return store;
 }
@@ -104,7 +128,7 @@ std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const Enviro
   if (options.backend() == "nccl" && !backends::ncclCompiledIn()) {
     return backends::makeNcclProcessGroup(context);
   }
-  rendezvous = connectStore(context.topology, options.rendezvous_timeout());
+  rendezvous = connectStore(context.topology, env, options.rendezvous_timeout());
   context.store = c10::make_intrusive<c10d::PrefixStore>("ddp/engine", rendezvous);
   if (options.backend() == "gloo") return backends::makeGlooProcessGroup(context);
   if (options.backend() == "nccl") return backends::makeNcclProcessGroup(context);

@@ -44,6 +44,13 @@ struct TcpStoreOptions {
   /// later), and the default timeout of get() and wait(). Zero means no
   /// timeout, as in c10d.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::seconds(300);
+
+  /// The job's secret (any bytes, at least 16; empty: none). A server with a
+  /// secret serves only clients that prove they know it, by challenge and
+  /// response (the secret never crosses the wire), and logs the others; a
+  /// client with a secret talks only to a server that proves it knows the
+  /// same one. ddprun gives every worker one (DDP_JOB_SECRET_FILE).
+  TORCH_ARG(std::string, secret);
 };
 
 /// A c10d::Store over TCP. Every instance holds one connection to the server;
@@ -53,13 +60,15 @@ struct TcpStoreOptions {
 /// rank's), not through the same instance from another thread.
 ///
 /// Failures throw ddp exceptions: RendezvousError when the server cannot be
-/// hosted or reached or the connection is lost, TimeoutError when get() or
+/// hosted or reached, the secrets of client and server differ, or the
+/// connection is lost, TimeoutError when get() or
 /// wait() times out, InvalidArgumentError when add() meets a value that is
 /// not a counter.
 class TcpStore : public c10d::Store {
  public:
   /// Validates `options` (ConfigError for an empty host, a port outside
-  /// 0..65535, port 0 on a client, or a negative timeout), hosts the server
+  /// 0..65535, port 0 on a client, a negative timeout, or a secret shorter
+  /// than 16 bytes), hosts the server
   /// if `is_server`, then connects within `timeout`. Throws RendezvousError
   /// when the port is taken, the host is not this machine's address (server),
   /// or the store cannot be reached in time (client).

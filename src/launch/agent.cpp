@@ -15,6 +15,7 @@
 #include "ddp/tcp_store.hpp"
 #include "launch/child_process.hpp"
 #include "launch/rank_output.hpp"
+#include "store/job_secret.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -49,38 +50,42 @@ void Agent::requestStop(int signal) noexcept { stop_signal_ = signal; }
 
 Agent::Agent(LaunchPlan plan) : plan_(std::move(plan)) {
   const auto& o = plan_.options;
+  std::error_code error;
+  const std::filesystem::path temp = std::filesystem::temp_directory_path(error);
+  if (error) {
+    throw IoError("cannot find a temporary directory for the job's secret and error files: " +
+                  error.message() + ". Point TMPDIR at a writable directory.");
+  }
+  std::string pattern = (temp / "ddprun-XXXXXX").string();
+  if (!mkdtemp(pattern.data())) {  // mode 0700
+    const int code = errno;
+    throw IoError("cannot create a private directory in " + temp.string() +
+                  " for the job's secret and error files: " + std::strerror(code) +
+                  ". Point TMPDIR at a writable directory.");
+  }
+  private_dir_ = pattern;
   if (o.nnodes == 1) {
+    if (plan_.secret_file.empty()) plan_.secret_file = store::write_job_secret(private_dir_);
     store_ = c10::make_intrusive<c10d::HashStore>();
-  } else {
-    store_ = c10::make_intrusive<TcpStore>(TcpStoreOptions()
-                                               .host(o.master_addr)
-                                               .port(o.master_port)
-                                               .is_server(o.node_rank == 0)
-                                               .timeout(plan_.rendezvous_timeout));
+    return;
   }
-  if (o.log_dir.empty()) {
-    std::error_code error;
-    const std::filesystem::path temp = std::filesystem::temp_directory_path(error);
-    if (error) {
-      throw IoError("cannot find a temporary directory for the workers' error files: " +
-                    error.message() + ". Point TMPDIR at a writable directory, or give --log-dir.");
-    }
-    std::string pattern = (temp / "ddprun-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) {
-      const int code = errno;
-      throw IoError("cannot create a scratch directory in " + temp.string() +
-                    " for the workers' error files: " + std::strerror(code) +
-                    ". Point TMPDIR at a writable directory, or give --log-dir.");
-    }
-    scratch_dir_ = pattern;
+  if (plan_.secret_file.empty() && o.node_rank == 0) {
+    say("warning: no --secret-file, so the rendezvous stores at " + o.master_addr +
+        " admit any machine that reaches them (as torchrun's do). Give every node the same "
+        "--secret-file (mode 0600) to admit only this job.");
   }
+  store_ = c10::make_intrusive<TcpStore>(
+      TcpStoreOptions()
+          .host(o.master_addr)
+          .port(o.master_port)
+          .is_server(o.node_rank == 0)
+          .timeout(plan_.rendezvous_timeout)
+          .secret(plan_.secret_file.empty() ? "" : store::read_job_secret(plan_.secret_file)));
 }
 
 Agent::~Agent() {
-  if (!scratch_dir_.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(scratch_dir_, ignored);
-  }
+  std::error_code ignored;
+  std::filesystem::remove_all(private_dir_, ignored);
 }
 
 std::string Agent::key(int attempt, const std::string& name) const {
@@ -88,8 +93,9 @@ std::string Agent::key(int attempt, const std::string& name) const {
 }
 
 std::string Agent::errorFile(int attempt, int local_rank) const {
-  const std::string base =
-      scratch_dir_.empty() ? plan_.options.log_dir + "/" + plan_.options.run_id : scratch_dir_;
+  const std::string base = plan_.options.log_dir.empty()
+                               ? private_dir_
+                               : plan_.options.log_dir + "/" + plan_.options.run_id;
   const std::string dir =
       base + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
   std::error_code error;
@@ -97,7 +103,8 @@ std::string Agent::errorFile(int attempt, int local_rank) const {
   if (error) {
     throw IoError("cannot create the directory " + dir +
                   " for a worker's error file: " + error.message() + "; check that " +
-                  (scratch_dir_.empty() ? "--log-dir" : std::string("TMPDIR")) + " is writable.");
+                  (plan_.options.log_dir.empty() ? std::string("TMPDIR") : "--log-dir") +
+                  " is writable.");
   }
   return dir + "/error.json";
 }

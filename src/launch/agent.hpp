@@ -17,6 +17,12 @@
 // An agent polls its workers continuously and the store every monitor
 // interval, so a failure on one node stops the job on all of them within a
 // few intervals.
+//
+// The job's secret (Note [Store authentication]) guards both stores: the
+// agents' (several nodes, --secret-file) and the workers' (rank 0's). On
+// one node the agent writes a fresh secret for every job; for several
+// nodes only a file every node has can serve, so without --secret-file the
+// job runs unauthenticated, as torchrun's does, and ddprun says so.
 
 #include <c10/util/intrusive_ptr.h>
 
@@ -34,10 +40,11 @@ namespace ddp::launch {
 
 class Agent {
  public:
-  /// Hosts or joins the agents' store (several nodes) and creates the
-  /// scratch directory for error files (no --log-dir).
+  /// Creates a private directory (the job's secret on one node, error files
+  /// without --log-dir) and hosts or joins the agents' store (several
+  /// nodes, authenticated with --secret-file when given).
   /// \throws ddp::RendezvousError when the store cannot be hosted or
-  ///   reached; ddp::IoError when the scratch directory cannot be created.
+  ///   reached; ddp::IoError when the private directory cannot be created.
   explicit Agent(LaunchPlan plan);
   ~Agent();
 
@@ -66,7 +73,7 @@ class Agent {
 
   LaunchPlan plan_;
   c10::intrusive_ptr<c10d::Store> store_;
-  std::string scratch_dir_;  // error files when no --log-dir
+  std::string private_dir_;  // mode 0700: the secret, and error files when no --log-dir
   static volatile std::sig_atomic_t stop_signal_;
 };
 

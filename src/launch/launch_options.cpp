@@ -12,6 +12,7 @@
 
 #include "ddp/environment.hpp"
 #include "ddp/errors.hpp"
+#include "store/job_secret.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -135,6 +136,10 @@ LaunchPlan resolveLaunch(const LaunchOptions& options) {
                       "; a TCP port must be between 1 and 65535.");
   }
   plan.program_path = findProgram(options.command.front());
+  if (!options.secret_file.empty()) {
+    store::read_job_secret(options.secret_file);  // fail now, not in every worker
+    plan.secret_file = std::filesystem::absolute(options.secret_file).string();
+  }
   if (!options.standalone && options.node_rank == 0) {
     checkPortFree(options.master_addr, options.master_port);
   }
@@ -162,6 +167,7 @@ std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", p.error_file},
   };
+  if (!plan.secret_file.empty()) env[store::kJobSecretFileVariable] = plan.secret_file;
   // As torchrun: share the cores among the workers unless the user chose.
   const EnvironmentMap inherited = capture_environment();
   if (!inherited.count("OMP_NUM_THREADS")) {

@@ -26,6 +26,9 @@ struct LaunchOptions {
   double stop_grace_s = 5;
   /// How long nodes wait for each other at each (re)start.
   double rendezvous_timeout_s = 300;
+  /// The job's secret, the same file on every node (ddp's own option; one
+  /// node generates its own when none is given).
+  std::string secret_file;
   /// The program and its arguments.
   std::vector<std::string> command;
 };
@@ -38,6 +41,9 @@ struct LaunchPlan {
   std::chrono::milliseconds monitor_interval{500};
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds rendezvous_timeout{300000};
+  /// Absolute path of the job's secret file, handed to the workers; empty
+  /// for several nodes without --secret-file (no authentication).
+  std::string secret_file;
 };
 
 /// Validates `options` (nproc at least 1, ports in range, node rank below

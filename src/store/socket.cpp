@@ -295,12 +295,12 @@ std::string encodeFrame(std::string_view payload) {
   return std::move(writer.payload());
 }
 
-bool takeFrame(std::string& buffer, std::string& payload) {
+bool takeFrame(std::string& buffer, std::string& payload, std::uint32_t max_bytes) {
   if (buffer.size() < 4) return false;
   const std::uint32_t length = WireReader(buffer).u32();
-  if (length > kMaxFrameBytes) {
+  if (length > max_bytes) {
     throw WireError("store frame of " + std::to_string(length) + " bytes exceeds the limit of " +
-                    std::to_string(kMaxFrameBytes));
+                    std::to_string(max_bytes));
   }
   if (buffer.size() - 4 < length) return false;
   payload.assign(buffer, 4, length);
@@ -308,9 +308,9 @@ bool takeFrame(std::string& buffer, std::string& payload) {
   return true;
 }
 
-bool readAvailable(int fd, std::string& buffer) {
+bool readAvailable(int fd, std::string& buffer, std::size_t limit) {
   char chunk[64 * 1024];
-  for (;;) {
+  while (buffer.size() < limit) {
     const ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
     if (n > 0) {
       buffer.append(chunk, static_cast<std::size_t>(n));
@@ -320,6 +320,7 @@ bool readAvailable(int fd, std::string& buffer) {
     if (errno == EINTR) continue;
     return errno == EAGAIN || errno == EWOULDBLOCK;
   }
+  return true;
 }
 
 bool writeAvailable(int fd, std::string& buffer) {
@@ -356,7 +357,7 @@ std::string recvFrame(const Socket& socket, Clock::time_point deadline) {
   std::string payload;
   for (;;) {
     // A reply followed at once by the server closing still counts.
-    const bool open = readAvailable(socket.fd(), buffer);
+    const bool open = readAvailable(socket.fd(), buffer, std::size_t{kMaxFrameBytes} + 4);
     try {
       if (takeFrame(buffer, payload)) break;
     } catch (const WireError& error) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "store/wire.hpp"
+
 namespace ddp::store {
 
 using Clock = std::chrono::steady_clock;
@@ -98,12 +100,13 @@ std::string encodeFrame(std::string_view payload);
 
 /// Moves one complete frame's payload out of `buffer` into `payload`; false
 /// if the buffer does not hold a whole frame yet. Throws WireError for a
-/// frame longer than kMaxFrameBytes.
-bool takeFrame(std::string& buffer, std::string& payload);
+/// frame longer than `max_bytes`.
+bool takeFrame(std::string& buffer, std::string& payload, std::uint32_t max_bytes = kMaxFrameBytes);
 
-/// Appends whatever a non-blocking socket has to `buffer`. Returns false when
-/// the peer closed the connection or it failed.
-bool readAvailable(int fd, std::string& buffer);
+/// Appends what a non-blocking socket has to `buffer`, until the socket is
+/// drained or `buffer` holds `limit` bytes (the rest waits in the kernel).
+/// Returns false when the peer closed the connection or it failed.
+bool readAvailable(int fd, std::string& buffer, std::size_t limit);
 
 /// Sends as much of `buffer` as the socket takes now and erases it from the
 /// front. Returns false when the connection failed.

@@ -1,6 +1,8 @@
 #include "store/store_server.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <limits>
 
 #include "ddp/errors.hpp"
+#include "store/handshake.hpp"
 
 namespace ddp::store {
 namespace {
@@ -35,10 +38,35 @@ std::chrono::milliseconds clampedMillis(std::uint64_t ms) {
   return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(std::min(ms, max)));
 }
 
+// The address a connection came from, for the log of refused clients.
+std::string peerName(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+    ::inet_ntop(AF_INET, &v4.sin_addr, text, sizeof(text));
+    port = ntohs(v4.sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+    ::inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
+    port = ntohs(v6.sin6_port);
+  }
+  return formatEndpoint(text, port);
+}
+
+// Input held per connection: one whole frame and a read's worth more.
+std::size_t inputLimit(bool admitted) {
+  return (admitted ? std::size_t{kMaxFrameBytes} : std::size_t{kMaxHandshakeFrame}) + 4 + 64 * 1024;
+}
+
+// Refusals logged before the server stops logging them (a port scan or a
+// fuzzer would flood the rank's log); all are counted.
+constexpr std::uint64_t kRefusalsLogged = 10;
+
 }  // namespace
 
-StoreServer::StoreServer(const std::string& host, int port)
-    : listener_(listenOn(host, port)), port_(localPort(listener_)) {
+StoreServer::StoreServer(const std::string& host, int port, std::string secret)
+    : listener_(listenOn(host, port)), port_(localPort(listener_)), secret_(std::move(secret)) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw RendezvousError("cannot host the rendezvous store on " + formatEndpoint(host, port_) +
@@ -77,7 +105,10 @@ void StoreServer::pollOnce() {
   fds.push_back({wake_read_.fd(), POLLIN, 0});
   fds.push_back({listener_.fd(), POLLIN, 0});
   for (auto& [id, connection] : connections_) {
-    const short events = connection.output.empty() ? POLLIN : POLLIN | POLLOUT;
+    // A client that sends faster than it is served, or does not read its
+    // replies, waits in the kernel: the server holds a bounded amount of it.
+    short events = connection.output.empty() ? 0 : POLLOUT;
+    if (connection.input.size() < inputLimit(connection.admitted)) events |= POLLIN;
     fds.push_back({connection.socket.fd(), events, 0});
     ids.push_back(id);
   }
@@ -99,8 +130,12 @@ void StoreServer::pollOnce() {
     const short revents = fds[i + 2].revents;
     Connection& connection = connections_.at(ids[i]);
     if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0 &&
-        !readAvailable(connection.socket.fd(), connection.input)) {
+        !readAvailable(connection.socket.fd(), connection.input, inputLimit(connection.admitted))) {
       connection.broken = true;
+    }
+    if ((revents & (POLLHUP | POLLERR)) != 0 &&
+        connection.input.size() >= inputLimit(connection.admitted)) {
+      connection.broken = true;  // gone, and its input cannot be taken in
     }
     if ((revents & POLLOUT) != 0 && !connection.broken &&
         !writeAvailable(connection.socket.fd(), connection.output)) {
@@ -108,7 +143,7 @@ void StoreServer::pollOnce() {
     }
   }
 
-  expireParkedRequests();
+  expireDeadlines();
   // Serving one connection can create keys another one waits for, and a
   // request answered that way lets its connection's queued requests run.
   // Repeat until no parked request was answered.
@@ -134,24 +169,68 @@ void StoreServer::pollOnce() {
 
 void StoreServer::acceptClients() {
   for (;;) {
-    const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    const int fd = ::accept4(listener_.fd(), reinterpret_cast<sockaddr*>(&address), &length,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;  // EAGAIN: all accepted; anything else: retry on the next poll.
     }
     setNoDelay(fd);
-    connections_[next_connection_id_++].socket = Socket(fd);
+    Connection& connection = connections_[next_connection_id_++];
+    connection.socket = Socket(fd);
+    connection.peer = peerName(address);
+    connection.admitted = secret_.empty();
+    if (!connection.admitted) {
+      connection.nonce = random_bytes(kNonceBytes);
+      connection.handshake_deadline = Clock::now() + kHandshakeTimeout;
+    }
+    connection.output = encodeFrame(hello_payload(connection.nonce));
+    if (!writeAvailable(fd, connection.output)) connection.broken = true;
+  }
+}
+
+void StoreServer::admit(Connection& connection, const std::string& payload) {
+  const HandshakeVerdict verdict = judge_client(payload, secret_, connection.nonce);
+  connection.output += encodeFrame(verdict.reply);
+  const bool sent = writeAvailable(connection.socket.fd(), connection.output);
+  if (!verdict.admitted) {
+    refuse(connection, verdict.reason);
+    return;
+  }
+  connection.admitted = true;
+  connection.handshake_deadline = kNoDeadline;
+  if (!sent) connection.broken = true;
+}
+
+void StoreServer::refuse(Connection& connection, const std::string& reason) {
+  connection.broken = true;
+  const std::uint64_t count = ++refused_;
+  if (count <= kRefusalsLogged) {
+    std::fprintf(stderr,
+                 "ddp: the rendezvous store on port %d refused a client from %s: %s; nothing "
+                 "it sent was stored.%s\n",
+                 port_, connection.peer.c_str(), reason.c_str(),
+                 count == kRefusalsLogged ? " (Further refused clients are not logged.)" : "");
   }
 }
 
 void StoreServer::serve(Connection& connection) {
   std::string payload;
   try {
-    while (!connection.broken && !connection.parked && takeFrame(connection.input, payload)) {
+    while (!connection.broken && !connection.admitted &&
+           takeFrame(connection.input, payload, kMaxHandshakeFrame)) {
+      admit(connection, payload);
+    }
+    // Replies a client leaves unread hold back its next requests.
+    while (!connection.broken && !connection.parked && connection.output.size() < kMaxFrameBytes &&
+           takeFrame(connection.input, payload)) {
       handle(connection, payload);
     }
-  } catch (const WireError&) {
+  } catch (const WireError& error) {
     // Not a ddp client, or one out of step: nothing it sends can be trusted.
+    if (!connection.admitted) refuse(connection, error.what());
     connection.broken = true;
   }
 }
@@ -274,9 +353,13 @@ void StoreServer::replyParked(Connection& connection, bool timed_out) {
   reply(connection, response);
 }
 
-void StoreServer::expireParkedRequests() {
+void StoreServer::expireDeadlines() {
   const auto now = Clock::now();
   for (auto& [id, connection] : connections_) {
+    if (!connection.broken && !connection.admitted && connection.handshake_deadline <= now) {
+      refuse(connection,
+             "it did not authenticate within " + std::to_string(kHandshakeTimeout.count()) + " ms");
+    }
     if (connection.broken || !connection.parked || connection.parked->deadline > now) {
       continue;
     }
@@ -298,9 +381,9 @@ void StoreServer::store(const std::string& key, std::string value) {
 int StoreServer::nearestDeadlineTimeout() const {
   auto nearest = kNoDeadline;
   for (const auto& [id, connection] : connections_) {
-    if (connection.parked && !connection.broken) {
-      nearest = std::min(nearest, connection.parked->deadline);
-    }
+    if (connection.broken) continue;
+    if (connection.parked) nearest = std::min(nearest, connection.parked->deadline);
+    nearest = std::min(nearest, connection.handshake_deadline);
   }
   if (nearest == kNoDeadline) return -1;
   // Round up: waking a little late is harmless, waking early spins.

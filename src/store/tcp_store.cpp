@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "ddp/errors.hpp"
+#include "store/handshake.hpp"
 #include "store/socket.hpp"
 #include "store/store_server.hpp"
 #include "store/wire.hpp"
@@ -21,6 +22,12 @@ using store::WireWriter;
 // matters when the server is stuck or the network dropped the connection
 // silently; it keeps a caller from hanging forever either way.
 constexpr std::chrono::milliseconds kReplyGrace = std::chrono::seconds(5);
+
+// Enough that guessing is hopeless; any longer secret is fine.
+constexpr std::size_t kMinSecretBytes = 16;
+
+// How long the handshake may take when the store has no timeout at all.
+constexpr std::chrono::milliseconds kUntimedHandshake = std::chrono::seconds(60);
 
 TcpStoreOptions validated(TcpStoreOptions options) {
   if (options.host().empty()) {
@@ -44,6 +51,12 @@ TcpStoreOptions validated(TcpStoreOptions options) {
                       std::to_string(options.timeout().count()) +
                       " ms: it must be positive, or 0 for no timeout. Raise the rendezvous "
                       "timeout.");
+  }
+  if (!options.secret().empty() && options.secret().size() < kMinSecretBytes) {
+    throw ConfigError("the rendezvous store's secret has " +
+                      std::to_string(options.secret().size()) + " bytes; it needs at least " +
+                      std::to_string(kMinSecretBytes) +
+                      " (e.g. `head -c 32 /dev/urandom | base64 > job.secret`).");
   }
   return options;
 }
@@ -84,10 +97,14 @@ class TcpStore::Impl {
   explicit Impl(TcpStoreOptions options) : options_(std::move(options)) {
     port_ = options_.port();
     if (options_.is_server()) {
-      server_ = std::make_unique<store::StoreServer>(options_.host(), port_);
+      server_ = std::make_unique<store::StoreServer>(options_.host(), port_, options_.secret());
       port_ = server_->port();
     }
     socket_ = store::connectWithRetry(options_.host(), port_, options_.timeout());
+    store::client_handshake(
+        socket_, options_.secret(), store::formatEndpoint(options_.host(), port_),
+        store::deadlineAfter(options_.timeout().count() == 0 ? kUntimedHandshake
+                                                             : options_.timeout()));
   }
 
   const TcpStoreOptions& options() const { return options_; }

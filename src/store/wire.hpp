@@ -19,6 +19,11 @@
 ///   DELETE       key                            -> OK u8 existed
 ///   NUM_KEYS                                    -> OK i64 count
 ///   WAIT         u64 timeout_ms, u32 n, n keys  -> OK | TIMED_OUT missing
+///   AUTH         client nonce, proof            -> OK proof | ERROR message
+///
+/// The server speaks first, with HELLO, and a client's first request must be
+/// AUTH when the store has a secret (Note [Store authentication] in
+/// handshake.hpp).
 ///
 /// GET and WAIT block on the server, not on the client: the server replies
 /// once every key exists, or TIMED_OUT (followed by a u32 count and the keys
@@ -43,6 +48,7 @@ enum class Op : std::uint8_t {
   kDelete = 6,
   kNumKeys = 7,
   kWait = 8,
+  kAuth = 9,
 };
 
 enum class Status : std::uint8_t {

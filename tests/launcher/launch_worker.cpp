@@ -8,9 +8,12 @@
 //   stop-once RANK   on the first attempt rank RANK stops itself (SIGSTOP)
 //                    after joining; the others' all-reduce times out
 //   sleep            prints its pid and sleeps until stopped
+//   intrude          rank 1 also tries the job's store without the secret
+//                    and with a wrong one, then all ranks all-reduce
 
 #include <ATen/ATen.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +24,7 @@
 #include "ddp/error_file.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
+#include "ddp/tcp_store.hpp"
 
 namespace {
 
@@ -37,12 +41,15 @@ void sleepForever() {
   while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-int allReduceRanks(std::chrono::milliseconds timeout) {
-  auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(timeout));
+int allReduceRanks(const std::shared_ptr<ddp::ProcessGroup>& group) {
   at::Tensor t = at::full({1}, group->rank(), at::kLong);
   group->all_reduce(t);
   std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
   return 0;
+}
+
+int allReduceRanks(std::chrono::milliseconds timeout) {
+  return allReduceRanks(ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(timeout)));
 }
 
 }  // namespace
@@ -82,6 +89,31 @@ int main(int argc, char** argv) {
       group->all_reduce(t);
       std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
       return 0;
+    }
+    if (scenario == "intrude") {
+      auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+      struct stat info {};
+      const std::string file = var("DDP_JOB_SECRET_FILE");
+      if (::stat(file.c_str(), &info) == 0) {
+        std::cout << "secret file " << file << " mode " << std::oct << (info.st_mode & 0777)
+                  << std::dec << std::endl;
+      }
+      if (rank == 1) {
+        for (const std::string secret : {"", "a wrong secret, long enough"}) {
+          const char* who = secret.empty() ? "without a secret" : "with a wrong secret";
+          try {
+            ddp::TcpStore intruder(ddp::TcpStoreOptions()
+                                       .host(var("MASTER_ADDR"))
+                                       .port(std::stoi(var("MASTER_PORT")))
+                                       .timeout(std::chrono::seconds(10))
+                                       .secret(secret));
+            std::cout << "intruder " << who << ": admitted" << std::endl;
+          } catch (const ddp::RendezvousError& error) {
+            std::cout << "intruder " << who << ": refused" << std::endl;
+          }
+        }
+      }
+      return allReduceRanks(group);
     }
     if (scenario == "sleep") {
       std::cout << "pid " << getpid() << std::endl;

@@ -14,6 +14,7 @@
 #include "common/port_holder.hpp"
 #include "ddp/errors.hpp"
 #include "launch/child_process.hpp"
+#include "launcher/launcher_runs.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -21,30 +22,6 @@ namespace {
 using ddp::testing::PortHolder;
 
 using namespace std::chrono_literals;
-
-// Launcher variables of the test runner itself must not leak into ddprun.
-const std::vector<std::string> kUnset = {"RANK",
-                                         "WORLD_SIZE",
-                                         "LOCAL_RANK",
-                                         "MASTER_ADDR",
-                                         "MASTER_PORT",
-                                         "OMP_NUM_THREADS",
-                                         "TORCHELASTIC_RESTART_COUNT"};
-
-ChildSpec ddprun(std::vector<std::string> args) {
-  args.insert(args.begin(), DDP_DDPRUN);
-  return ChildSpec{args, {}, kUnset};
-}
-
-ChildResult runLauncher(const std::vector<std::string>& args, std::chrono::seconds deadline = 90s) {
-  return runChildren({ddprun(args)}, deadline).at(0);
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
   auto r = runLauncher(

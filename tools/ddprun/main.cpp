@@ -46,6 +46,9 @@ void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
                  "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_option("--rendezvous-timeout,--rendezvous_timeout", o.rendezvous_timeout_s,
                  "seconds nodes wait for each other");
+  app.add_option("--secret-file,--secret_file", o.secret_file,
+                 "the job's secret (mode 0600), the same file on every node; one node makes "
+                 "its own");
 }
 
 // Note [Where the launcher's options end]
