@@ -52,7 +52,10 @@ void MismatchBoard::report_error(const std::string& message) {
     post(key("error", rank_), message);
     if (rank_ != 0) return;
     // This process hosts the store: keep it up until the others have seen.
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    // A peer's collective times out `timeout_` after that peer started it,
+    // which on a loaded machine may be later than now: twice the timeout
+    // covers a peer up to one timeout behind.
+    const auto deadline = std::chrono::steady_clock::now() + 2 * timeout_;
     while (std::chrono::steady_clock::now() < deadline) {
       bool everyone = true;
       for (int r = 1; r < world_ && everyone; ++r) {

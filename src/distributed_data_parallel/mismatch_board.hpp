@@ -20,8 +20,10 @@
 // A rank whose collective fails reads the board and throws a message
 // naming the other ranks' reports, the iteration and its own collective.
 // Rank 0 hosts the store, so when rank 0 detects a mismatch it waits (at
-// most the collective timeout) until every other rank has read the board,
-// reported its own error or left, before it throws and takes the store down.
+// most twice the collective timeout: a peer that started its collective
+// later than rank 0 noticed times out later too) until every other rank has
+// read the board, reported its own error or left, before it throws and takes
+// the store down.
 
 #include <c10/util/intrusive_ptr.h>
 

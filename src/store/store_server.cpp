@@ -194,11 +194,11 @@ void StoreServer::acceptClients() {
 void StoreServer::admit(Connection& connection, const std::string& payload) {
   const HandshakeVerdict verdict = judge_client(payload, secret_, connection.nonce);
   connection.output += encodeFrame(verdict.reply);
+  // A refusal is counted and logged before the client can read it, so whoever
+  // sees the refusal also sees it on record.
+  if (!verdict.admitted) refuse(connection, verdict.reason);
   const bool sent = writeAvailable(connection.socket.fd(), connection.output);
-  if (!verdict.admitted) {
-    refuse(connection, verdict.reason);
-    return;
-  }
+  if (!verdict.admitted) return;
   connection.admitted = true;
   connection.handshake_deadline = kNoDeadline;
   if (!sent) connection.broken = true;
