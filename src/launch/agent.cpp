@@ -1,7 +1,5 @@
 #include "launch/agent.hpp"
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +10,6 @@
 
 #include "ddp/error_file.hpp"
 #include "ddp/errors.hpp"
-#include "ddp/tcp_store.hpp"
 #include "launch/child_process.hpp"
 #include "launch/rank_output.hpp"
 #include "store/job_secret.hpp"
@@ -64,23 +61,20 @@ Agent::Agent(LaunchPlan plan) : plan_(std::move(plan)) {
                   ". Point TMPDIR at a writable directory.");
   }
   private_dir_ = pattern;
-  if (o.nnodes == 1) {
-    if (plan_.secret_file.empty()) plan_.secret_file = store::write_job_secret(private_dir_);
-    store_ = c10::make_intrusive<c10d::HashStore>();
-    return;
+  if (plan_.max_nodes == 1 && plan_.secret_file.empty()) {
+    plan_.secret_file = store::write_job_secret(private_dir_);
   }
-  if (plan_.secret_file.empty() && o.node_rank == 0) {
-    say("warning: no --secret-file, so the rendezvous stores at " + o.master_addr +
-        " admit any machine that reaches them (as torchrun's do). Give every node the same "
-        "--secret-file (mode 0600) to admit only this job.");
+  if (o.log_dir.empty() && (plan_.redirects.any() || plan_.tee.any())) {
+    // torchrun's way: the files go to a fresh directory, kept, and named.
+    std::string logs = (temp / "ddprun-logs-XXXXXX").string();
+    if (!mkdtemp(logs.data())) {
+      const int code = errno;
+      throw IoError("cannot create a directory in " + temp.string() + " for the workers' logs: " +
+                    std::strerror(code) + ". Give a writable --log-dir.");
+    }
+    plan_.options.log_dir = logs;
+    say("--redirects/--tee without --log-dir: the workers' logs go to " + logs);
   }
-  store_ = c10::make_intrusive<TcpStore>(
-      TcpStoreOptions()
-          .host(o.master_addr)
-          .port(o.master_port)
-          .is_server(o.node_rank == 0)
-          .timeout(plan_.rendezvous_timeout)
-          .secret(plan_.secret_file.empty() ? "" : store::read_job_secret(plan_.secret_file)));
 }
 
 Agent::~Agent() {
@@ -109,50 +103,38 @@ std::string Agent::errorFile(int attempt, int local_rank) const {
   return dir + "/error.json";
 }
 
-void Agent::claimRunId() {
-  // Node 0 hosts the store and names the job; the others read its name.
-  const std::string mine = plan_.options.run_id;
-  if (plan_.options.node_rank == 0) store_->set("ddprun/run_id", bytes(mine));
-  store_->wait({"ddprun/run_id"}, plan_.rendezvous_timeout);
-  const std::string owner = text(store_->get("ddprun/run_id"));
-  if (owner != mine) {
-    throw RendezvousError("the launcher at " + plan_.options.master_addr + ":" +
-                          std::to_string(plan_.options.master_port) + " belongs to run '" + owner +
-                          "', not to this run '" + mine +
-                          "'. Give every node of one job the "
-                          "same --run-id, and separate jobs different ports.");
-  }
-}
-
 Agent::Attempt Agent::startAttempt(int number) {
   const auto& o = plan_.options;
   Attempt attempt;
   attempt.number = number;
   // Lay out ranks node by node, from every node's worker count.
-  store_->set(key(number, "nproc/" + std::to_string(o.node_rank)),
-              bytes(std::to_string(plan_.nproc)));
+  node_.store->set(key(number, "nproc/" + std::to_string(node_.node_rank)),
+                   bytes(std::to_string(plan_.nproc)));
   int offset = 0;
-  for (int node = 0; node < o.nnodes; ++node) {
+  for (int node = 0; node < node_.nnodes; ++node) {
     const std::string k = key(number, "nproc/" + std::to_string(node));
-    store_->wait({k}, plan_.rendezvous_timeout);
-    const int count = std::stoi(text(store_->get(k)));
-    if (node < o.node_rank) offset += count;
+    node_.store->wait({k}, plan_.rendezvous_timeout);
+    const int count = std::stoi(text(node_.store->get(k)));
+    if (node < node_.node_rank) offset += count;
     attempt.world_size += count;
   }
   // The workers meet at a port of their own, fresh for every attempt.
-  if (o.node_rank == 0) {
-    const int port = o.nnodes == 1 && !o.standalone ? o.master_port : findFreePort();
-    store_->set(key(number, "port"), bytes(std::to_string(port)));
+  if (node_.node_rank == 0) {
+    const bool given = plan_.max_nodes == 1 && !plan_.c10d && !o.standalone;
+    const int port = given ? o.master_port : findFreePort();
+    node_.store->set(key(number, "port"), bytes(std::to_string(port)));
   }
-  store_->wait({key(number, "port")}, plan_.rendezvous_timeout);
-  const int port = std::stoi(text(store_->get(key(number, "port"))));
+  node_.store->wait({key(number, "port")}, plan_.rendezvous_timeout);
+  const int port = std::stoi(text(node_.store->get(key(number, "port"))));
 
   for (int local = 0; local < plan_.nproc; ++local) {
     WorkerPlacement placement;
     placement.local_rank = local;
     placement.rank = offset + local;
     placement.world_size = attempt.world_size;
-    placement.master_addr = o.standalone ? "127.0.0.1" : o.master_addr;
+    placement.node_rank = node_.node_rank;
+    placement.nnodes = node_.nnodes;
+    placement.master_addr = node_.master_addr;
     placement.master_port = port;
     placement.restart_count = number;
     placement.error_file = errorFile(number, local);
@@ -171,9 +153,18 @@ Agent::Attempt Agent::startAttempt(int number) {
                                     ? ""
                                     : o.log_dir + "/" + o.run_id + "/attempt_" +
                                           std::to_string(number) + "/" + std::to_string(local);
+    // torchrun's --redirects (to files only) and --tee (files and console).
+    unsigned to_files = 0;
+    unsigned to_console = 0;
+    for (int stream = 0; stream < 2; ++stream) {
+      const bool redirect = plan_.redirects.has(local, stream);
+      const bool tee = plan_.tee.has(local, stream);
+      if (redirect || tee) to_files |= 1u << stream;
+      if (!redirect || tee) to_console |= 1u << stream;
+    }
     attempt.workers.push_back({placement.rank, local, placement.error_file,
                                ChildProcess(spec, /*separate_stderr=*/true),
-                               RankOutput(placement.rank, log_dir, o.tee)});
+                               RankOutput(placement.rank, log_dir, to_files, to_console)});
   }
   return attempt;
 }
@@ -197,47 +188,53 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
       if (w.process.exitCode() == 0) continue;
       auto recorded = read_error_file(w.error_file);
       const std::string failure = "rank " + std::to_string(w.rank) + " (node " +
-                                  std::to_string(o.node_rank) + ", local rank " +
+                                  std::to_string(node_.node_rank) + ", local rank " +
                                   std::to_string(w.local_rank) + ", pid " +
                                   std::to_string(w.process.pid()) + ") ended with " +
                                   describeExit(w.process.exitCode(), w.process.termSignal()) +
                                   (recorded ? ": " + recorded->message : " (it recorded no error)");
       attempt.failure =
-          text(store_->compareSet(key(attempt.number, "failure"), {}, bytes(failure)));
+          text(node_.store->compareSet(key(attempt.number, "failure"), {}, bytes(failure)));
       return Outcome::kFailed;
     }
     if (all_succeeded && !attempt.reported_done) {
       attempt.reported_done = true;
-      store_->set(key(attempt.number, "done/" + std::to_string(o.node_rank)), bytes("1"));
+      node_.store->set(key(attempt.number, "done/" + std::to_string(node_.node_rank)), bytes("1"));
     }
     if (Clock::now() - last_poll < plan_.monitor_interval && !all_succeeded) continue;
     last_poll = Clock::now();
-    if (store_->check({key(attempt.number, "failure")})) {
-      attempt.failure = text(store_->get(key(attempt.number, "failure")));
+    if (node_.store->check({key(attempt.number, "failure")})) {
+      attempt.failure = text(node_.store->get(key(attempt.number, "failure")));
       return Outcome::kFailed;
     }
     std::vector<std::string> done;
-    for (int node = 0; node < o.nnodes; ++node) {
+    for (int node = 0; node < node_.nnodes; ++node) {
       done.push_back(key(attempt.number, "done/" + std::to_string(node)));
     }
-    if (all_succeeded && store_->check(done)) return Outcome::kSucceeded;
+    if (all_succeeded && node_.store->check(done)) return Outcome::kSucceeded;
   }
 }
 
 // Node 0 hosts the store: it leaves last, once every agent has read what it
 // needs of this attempt (bounded, in case a node died).
 void Agent::leave(int attempt) {
-  store_->add(key(attempt, "left"), 1);
-  if (plan_.options.node_rank != 0 || plan_.options.nnodes == 1) return;
+  node_.store->add(key(attempt, "left"), 1);
+  if (node_.node_rank != 0 || node_.nnodes == 1) return;
   const auto give_up = Clock::now() + plan_.rendezvous_timeout;
-  while (store_->add(key(attempt, "left"), 0) < plan_.options.nnodes && Clock::now() < give_up) {
+  while (node_.store->add(key(attempt, "left"), 0) < node_.nnodes && Clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
 int Agent::run() {
   const auto& o = plan_.options;
-  claimRunId();
+  const bool authenticated = !plan_.secret_file.empty();
+  node_ = meet_nodes(plan_, authenticated ? store::read_job_secret(plan_.secret_file) : "");
+  if (!authenticated && node_.node_rank == 0) {
+    say("warning: no --secret-file, so the rendezvous stores at " + plan_.store_host +
+        " admit any machine that reaches them (as torchrun's do). Give every node the same "
+        "--secret-file (mode 0600) to admit only this job.");
+  }
   for (int number = 0;; ++number) {
     Attempt attempt = startAttempt(number);
     const Outcome outcome = monitor(attempt);
@@ -257,9 +254,9 @@ int Agent::run() {
     }
     if (outcome == Outcome::kInterrupted) {
       say("received signal " + std::to_string(stop_signal_) + "; stopping every worker");
-      store_->compareSet(key(number, "failure"), {},
-                         bytes("the launcher on node " + std::to_string(o.node_rank) +
-                               " was interrupted by signal " + std::to_string(stop_signal_)));
+      node_.store->compareSet(key(number, "failure"), {},
+                              bytes("the launcher on node " + std::to_string(node_.node_rank) +
+                                    " was interrupted by signal " + std::to_string(stop_signal_)));
       stopAll(processes, plan_.stop_grace, pump);
       return 128 + stop_signal_;
     }

@@ -5,10 +5,9 @@
 // and starts them all again, up to --max-restarts times.
 //
 // Note [How agents on several nodes agree]
-// Node 0's agent hosts a ddp::TcpStore at --master-addr:--master-port; the
-// others connect to it (one node needs no network: an in-memory store).
-// Every key is under the job's run id, and the first agent to arrive claims
-// the run id, so two jobs on one host never merge. For each attempt k:
+// The agents meet in a store hosted by node 0 (Note [How nodes meet] in
+// launch/node_rendezvous.hpp). Every key is under the job's run id. For
+// each attempt k:
 //   k/nproc/<node>  each node's worker count (ranks are laid out by node);
 //   k/port          the workers' MASTER_PORT, a free port chosen by node 0;
 //   k/failure       the first failure, set once (compare-and-set);
@@ -24,33 +23,28 @@
 // nodes only a file every node has can serve, so without --secret-file the
 // job runs unauthenticated, as torchrun's does, and ddprun says so.
 
-#include <c10/util/intrusive_ptr.h>
-
 #include <csignal>
 #include <memory>
 #include <string>
 
 #include "launch/launch_options.hpp"
-
-namespace c10d {
-class Store;
-}  // namespace c10d
+#include "launch/node_rendezvous.hpp"
 
 namespace ddp::launch {
 
 class Agent {
  public:
   /// Creates a private directory (the job's secret on one node, error files
-  /// without --log-dir) and hosts or joins the agents' store (several
-  /// nodes, authenticated with --secret-file when given).
-  /// \throws ddp::RendezvousError when the store cannot be hosted or
-  ///   reached; ddp::IoError when the private directory cannot be created.
+  /// without --log-dir), and a log directory for --redirects or --tee
+  /// without --log-dir.
+  /// \throws ddp::IoError when a directory cannot be created.
   explicit Agent(LaunchPlan plan);
   ~Agent();
 
-  /// Runs the job to its end; returns the launcher's exit status: 0 when
-  /// every worker of the last attempt succeeded, 1 when restarts ran out,
-  /// 128 + signal when interrupted.
+  /// Meets the other nodes (hosting or joining the agents' store, which
+  /// --secret-file authenticates), then runs the job to its end; returns
+  /// the launcher's exit status: 0 when every worker of the last attempt
+  /// succeeded, 1 when restarts ran out, 128 + signal when interrupted.
   /// \throws ddp::LaunchError when a worker cannot be started or no port
   ///   can be found for the workers; ddp::IoError when a worker's log or
   ///   error file cannot be created; ddp::RendezvousError or
@@ -64,7 +58,6 @@ class Agent {
   struct Attempt;
   enum class Outcome { kSucceeded, kFailed, kInterrupted };
 
-  void claimRunId();
   Attempt startAttempt(int attempt);
   Outcome monitor(Attempt& attempt);
   void leave(int attempt);
@@ -72,7 +65,7 @@ class Agent {
   std::string errorFile(int attempt, int local_rank) const;
 
   LaunchPlan plan_;
-  c10::intrusive_ptr<c10d::Store> store_;
+  NodeAssignment node_;
   std::string private_dir_;  // mode 0700: the secret, and error files when no --log-dir
   static volatile std::sig_atomic_t stop_signal_;
 };

@@ -5,10 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
+#include <tuple>
 
 #include "ddp/environment.hpp"
 #include "ddp/errors.hpp"
@@ -17,28 +21,145 @@
 namespace ddp::launch {
 namespace {
 
-int resolveNproc(const std::string& text) {
-  if (text == "auto") {
-    // torchrun's meaning: one worker per GPU, else one per CPU core.
-    if (at::hasCUDA()) return static_cast<int>(at::getNumGPUs());
-    return std::max(1u, std::thread::hardware_concurrency());
-  }
+// `text` as a whole decimal int, or nothing.
+std::optional<int> toInt(const std::string& text) {
   size_t used = 0;
   int value = 0;
   try {
     value = std::stoi(text, &used);
   } catch (...) {
-    used = 0;
+    return std::nullopt;
   }
-  if (used != text.size() || text.empty()) {
+  if (used != text.size()) return std::nullopt;
+  return value;
+}
+
+int resolveNproc(const std::string& text) {
+  // torchrun's meanings: one worker per GPU ("gpu", and "auto" when there
+  // are GPUs) or per CPU core ("cpu", and "auto" without GPUs).
+  if (text == "gpu") {
+    if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+      throw ConfigError(
+          "--nproc-per-node is 'gpu', but LibTorch sees no CUDA GPU on this node; give a number "
+          "of workers, or 'cpu' for one per core.");
+    }
+    return static_cast<int>(at::getNumGPUs());
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (text == "cpu") return cores;
+  if (text == "auto") return at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : cores;
+  const std::optional<int> value = toInt(text);
+  if (!value) {
     throw ConfigError("--nproc-per-node is '" + text +
-                      "'; it must be a number of workers such as 2, or 'auto'.");
+                      "'; it must be a number of workers such as 2, or 'gpu', 'cpu' or 'auto'.");
   }
-  if (value < 1) {
+  if (*value < 1) {
     throw ConfigError("--nproc-per-node is " + text +
                       "; it must be at least 1 (or 'auto' for one per GPU or core).");
   }
+  return *value;
+}
+
+// torchrun's --nnodes: N, or MIN:MAX.
+std::pair<int, int> parseNnodes(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::optional<int> low = toInt(text.substr(0, colon));
+  const std::optional<int> high = colon == std::string::npos ? low : toInt(text.substr(colon + 1));
+  if (!low || !high) {
+    throw ConfigError("--nnodes is '" + text +
+                      "'; it must be a number of nodes such as 2, or a range MIN:MAX such as 1:4.");
+  }
+  if (*low < 1 || *high < *low) {
+    throw ConfigError("--nnodes is '" + text +
+                      "'; a job needs at least 1 node, and MIN must not exceed MAX.");
+  }
+  return {*low, *high};
+}
+
+double toSeconds(const std::string& text, const std::string& name) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || !(value > 0)) {
+    throw ConfigError(name + " is '" + text + "'; it must be a positive number of seconds.");
+  }
   return value;
+}
+
+std::chrono::milliseconds duration(double seconds, const std::string& name) {
+  if (!(seconds > 0)) {
+    throw ConfigError(name + " is " + std::to_string(seconds) +
+                      "; it must be a positive number of seconds.");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// torchrun's --rdzv-conf: KEY=VALUE pairs separated by commas.
+void applyRdzvConf(const std::string& conf, LaunchPlan& plan) {
+  size_t start = 0;
+  while (start < conf.size()) {
+    size_t end = conf.find(',', start);
+    if (end == std::string::npos) end = conf.size();
+    const std::string item = conf.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos) {
+      throw ConfigError("--rdzv-conf has '" + item +
+                        "', which is not KEY=VALUE; write pairs separated by commas, e.g. "
+                        "join_timeout=900,last_call_timeout=30.");
+    }
+    const std::string key = item.substr(0, equals);
+    const std::string value = item.substr(equals + 1);
+    const std::string name = "--rdzv-conf " + key;
+    if (key == "join_timeout" || key == "timeout") {
+      plan.rendezvous_timeout = duration(toSeconds(value, name), name);
+    } else if (key == "last_call_timeout") {
+      plan.last_call_timeout = duration(toSeconds(value, name), name);
+    } else if (key == "is_host") {
+      std::string lower = value;
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (lower == "1" || lower == "true" || lower == "yes" || lower == "y" || lower == "t") {
+        plan.is_host = true;
+      } else if (lower == "0" || lower == "false" || lower == "no" || lower == "n" ||
+                 lower == "f") {
+        plan.is_host = false;
+      } else {
+        throw ConfigError(name + " is '" + value + "'; it must be true or false.");
+      }
+    } else {
+      throw ConfigError("--rdzv-conf has the key '" + key +
+                        "', which ddprun does not use; it takes join_timeout and "
+                        "last_call_timeout (seconds) and is_host (true or false).");
+    }
+  }
+}
+
+// HOST[:PORT] or [IPv6]:PORT.
+std::pair<std::string, int> parseEndpoint(const std::string& text, int default_port) {
+  std::string host = text;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    host = text.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+    if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == ':') {
+      port = text.substr(close + 2);
+    }
+  } else if (std::count(text.begin(), text.end(), ':') == 1) {
+    host = text.substr(0, text.find(':'));
+    port = text.substr(text.find(':') + 1);
+  }
+  const std::optional<int> number = port.empty() ? default_port : toInt(port);
+  if (host.empty() || !number || *number < 1 || *number > 65535) {
+    throw ConfigError("--rdzv-endpoint is '" + text +
+                      "'; it must be HOST[:PORT] with a port between 1 and 65535, e.g. "
+                      "node0:29400.");
+  }
+  return {host, *number};
 }
 
 std::string findProgram(const std::string& name) {
@@ -102,48 +223,105 @@ LaunchPlan resolveLaunch(const LaunchOptions& options) {
     throw ConfigError("no program given; usage: ddprun [options] PROGRAM [ARGS...]");
   }
   plan.nproc = resolveNproc(options.nproc_per_node);
-  if (options.nnodes < 1) {
-    throw ConfigError("--nnodes is " + std::to_string(options.nnodes) + "; it must be at least 1.");
+  std::tie(plan.min_nodes, plan.max_nodes) = parseNnodes(options.nnodes);
+  if (options.rdzv_backend == "c10d") {
+    plan.c10d = true;
+  } else if (options.rdzv_backend == "etcd" || options.rdzv_backend == "etcd-v2") {
+    throw ConfigError("--rdzv-backend is '" + options.rdzv_backend +
+                      "': ddprun has no etcd client. Use c10d (the nodes meet at "
+                      "--rdzv-endpoint, one of them hosting the store) or static.");
+  } else if (options.rdzv_backend != "static") {
+    throw ConfigError("--rdzv-backend is '" + options.rdzv_backend +
+                      "'; it must be static (node ranks given) or c10d (nodes meet at "
+                      "--rdzv-endpoint).");
   }
-  if (options.node_rank < 0 || options.node_rank >= options.nnodes) {
+  if (options.standalone && plan.max_nodes != 1) {
+    throw ConfigError("--standalone runs one node, but --nnodes is " + options.nnodes +
+                      "; drop one of them.");
+  }
+  if (!plan.c10d && plan.min_nodes != plan.max_nodes) {
+    throw ConfigError("--nnodes is " + options.nnodes +
+                      ", a range, but the static rendezvous needs a fixed number of nodes; add "
+                      "--rdzv-backend c10d --rdzv-endpoint HOST:PORT.");
+  }
+  if (!plan.c10d && (options.node_rank < 0 || options.node_rank >= plan.max_nodes)) {
     throw ConfigError("--node-rank is " + std::to_string(options.node_rank) +
-                      ", but nodes are numbered 0 to " + std::to_string(options.nnodes - 1) +
-                      " for --nnodes " + std::to_string(options.nnodes) + ".");
-  }
-  if (options.standalone && options.nnodes != 1) {
-    throw ConfigError("--standalone runs one node, but --nnodes is " +
-                      std::to_string(options.nnodes) + "; drop one of them.");
+                      ", but nodes are numbered 0 to " + std::to_string(plan.max_nodes - 1) +
+                      " for --nnodes " + options.nnodes + ".");
   }
   if (options.max_restarts < 0) {
     throw ConfigError("--max-restarts is " + std::to_string(options.max_restarts) +
                       "; it must be 0 or more.");
   }
-  auto duration = [](double seconds, const char* name) {
-    if (!(seconds > 0)) {
-      throw ConfigError(std::string(name) + " is " + std::to_string(seconds) +
-                        "; it must be a positive number of seconds.");
-    }
-    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  };
   plan.monitor_interval = duration(options.monitor_interval_s, "--monitor-interval");
   plan.stop_grace = duration(options.stop_grace_s, "--stop-grace");
   plan.rendezvous_timeout = duration(options.rendezvous_timeout_s, "--rendezvous-timeout");
+  applyRdzvConf(options.rdzv_conf, plan);
+  plan.redirects = StreamChoice::parse(options.redirects, "--redirects");
+  plan.tee = StreamChoice::parse(options.tee, "--tee");
   if (options.standalone) {
     plan.options.master_addr = "127.0.0.1";
     plan.options.master_port = 0;  // chosen when the job starts
+  } else if (!options.rdzv_endpoint.empty()) {
+    // torchrun's endpoint: where the agents meet, for either backend.
+    std::tie(plan.store_host, plan.store_port) = parseEndpoint(options.rdzv_endpoint, 29400);
+    if (!plan.c10d) plan.options.master_addr = plan.store_host;
+  } else if (plan.c10d && plan.max_nodes > 1) {
+    throw ConfigError(
+        "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]: the address where the nodes "
+        "meet (the first node that can bind it hosts the rendezvous there).");
   } else if (options.master_port < 1 || options.master_port > 65535) {
     throw ConfigError("--master-port is " + std::to_string(options.master_port) +
                       "; a TCP port must be between 1 and 65535.");
+  } else {
+    plan.store_host = options.master_addr;
+    plan.store_port = options.master_port;
   }
   plan.program_path = findProgram(options.command.front());
   if (!options.secret_file.empty()) {
     store::read_job_secret(options.secret_file);  // fail now, not in every worker
     plan.secret_file = std::filesystem::absolute(options.secret_file).string();
   }
-  if (!options.standalone && options.node_rank == 0) {
-    checkPortFree(options.master_addr, options.master_port);
+  if (!options.standalone && !plan.c10d && options.node_rank == 0) {
+    checkPortFree(plan.store_host, plan.store_port);
   }
   return plan;
+}
+
+StreamChoice StreamChoice::parse(const std::string& text, const std::string& option) {
+  auto streams = [&](const std::string& value) {
+    const std::optional<int> number = toInt(value);
+    if (!number || *number < 0 || *number > 3) {
+      throw ConfigError(option + " is '" + text +
+                        "'; torchrun's values are 0 (none), 1 (stdout), 2 (stderr) or 3 (both), "
+                        "for every local rank or as LOCAL_RANK:VALUE pairs such as 0:1,1:2.");
+    }
+    return *number;
+  };
+  StreamChoice choice;
+  if (text.find(':') == std::string::npos) {
+    choice.all_ = streams(text);
+    return choice;
+  }
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string pair = text.substr(start, end - start);
+    start = end + 1;
+    const size_t colon = pair.find(':');
+    const std::optional<int> rank =
+        colon == std::string::npos ? std::nullopt : toInt(pair.substr(0, colon));
+    if (!rank || *rank < 0) streams("-1");  // throws, naming the whole value
+    choice.by_rank_[*rank] = streams(pair.substr(colon + 1));
+  }
+  return choice;
+}
+
+bool StreamChoice::has(int local_rank, int stdout_or_stderr) const {
+  auto found = by_rank_.find(local_rank);
+  const int bits = found == by_rank_.end() ? all_ : found->second;
+  return (bits >> stdout_or_stderr & 1) != 0;
 }
 
 std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
@@ -152,13 +330,13 @@ std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
   std::map<std::string, std::string> env = {
       {"RANK", std::to_string(p.rank)},
       {"LOCAL_RANK", std::to_string(p.local_rank)},
-      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"GROUP_RANK", std::to_string(p.node_rank)},
       {"ROLE_RANK", std::to_string(p.rank)},
       {"ROLE_NAME", "default"},
       {"LOCAL_WORLD_SIZE", std::to_string(plan.nproc)},
       {"WORLD_SIZE", std::to_string(p.world_size)},
       {"ROLE_WORLD_SIZE", std::to_string(p.world_size)},
-      {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+      {"GROUP_WORLD_SIZE", std::to_string(p.nnodes)},
       {"MASTER_ADDR", p.master_addr},
       {"MASTER_PORT", std::to_string(p.master_port)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count)},

@@ -4,27 +4,36 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace ddp::launch {
 
-/// ddprun's options, torchrun's names.
+/// ddprun's options, torchrun's names and meanings (docs/guide/ddprun.md).
 struct LaunchOptions {
-  std::string nproc_per_node = "1";  ///< a number, or "auto"
-  int nnodes = 1;
-  int node_rank = 0;
+  std::string nproc_per_node = "1";  ///< a number, "gpu", "cpu" or "auto"
+  std::string nnodes = "1";          ///< a number of nodes, or MIN:MAX
+  int node_rank = 0;                 ///< the static backend's node index
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool standalone = false;
+  /// "static" (node ranks given, node 0 hosts at --master-addr) or "c10d"
+  /// (nodes meet at --rdzv-endpoint and are ranked as they join).
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;  ///< HOST[:PORT] of the c10d rendezvous
+  std::string rdzv_conf;      ///< KEY=VALUE,...: join_timeout, last_call_timeout, is_host
+  std::string local_addr;     ///< this node's address for the others
   int max_restarts = 0;
   double monitor_interval_s = 0.5;
   std::string run_id = "none";
   std::string log_dir;
-  bool tee = false;
+  std::string redirects = "0";  ///< torchrun's 0-3, or LOCAL_RANK:VALUE,...
+  std::string tee = "0";        ///< as redirects, and shown on the console too
   /// Seconds between SIGTERM and SIGKILL when stopping workers.
   double stop_grace_s = 5;
-  /// How long nodes wait for each other at each (re)start.
+  /// How long nodes wait for each other at each (re)start; --rdzv-conf's
+  /// join_timeout overrides it.
   double rendezvous_timeout_s = 300;
   /// The job's secret, the same file on every node (ddp's own option; one
   /// node generates its own when none is given).
@@ -33,23 +42,54 @@ struct LaunchOptions {
   std::vector<std::string> command;
 };
 
+/// torchrun's --redirects/--tee values, resolved: for each local rank,
+/// which streams (bit 0 stdout, bit 1 stderr; torchrun's 0 to 3).
+class StreamChoice {
+ public:
+  StreamChoice() = default;
+  /// Parses "3" (every local rank) or "0:1,1:2" (ranks not named: 0).
+  /// \throws ddp::ConfigError naming `option` and the bad value.
+  static StreamChoice parse(const std::string& text, const std::string& option);
+  /// Whether local rank `local_rank`'s `stdout_or_stderr` (0 or 1) is chosen.
+  bool has(int local_rank, int stdout_or_stderr) const;
+  /// Whether any local rank has any stream chosen.
+  bool any() const { return all_ != 0 || !by_rank_.empty(); }
+
+ private:
+  int all_ = 0;
+  std::map<int, int> by_rank_;
+};
+
 /// LaunchOptions after validation: numbers resolved, program located.
 struct LaunchPlan {
   LaunchOptions options;
-  int nproc = 1;             ///< workers on this node
+  int nproc = 1;           ///< workers on this node
+  int min_nodes = 1;       ///< --nnodes MIN (or N)
+  int max_nodes = 1;       ///< --nnodes MAX (or N)
+  bool c10d = false;       ///< --rdzv-backend c10d: ranks by joining order
+  std::string store_host;  ///< where the agents' store is: the endpoint, or
+  int store_port = 0;      ///<   --master-addr:--master-port for static
+  /// --rdzv-conf is_host: unset, the node whose bind of the endpoint
+  /// succeeds hosts (torchrun's fallback to client on an address in use).
+  std::optional<bool> is_host;
+  StreamChoice redirects;
+  StreamChoice tee;
   std::string program_path;  ///< command[0] resolved through PATH
   std::chrono::milliseconds monitor_interval{500};
   std::chrono::milliseconds stop_grace{5000};
-  std::chrono::milliseconds rendezvous_timeout{300000};
+  std::chrono::milliseconds rendezvous_timeout{300000};  ///< join_timeout
+  std::chrono::milliseconds last_call_timeout{30000};
   /// Absolute path of the job's secret file, handed to the workers; empty
   /// for several nodes without --secret-file (no authentication).
   std::string secret_file;
 };
 
-/// Validates `options` (nproc at least 1, ports in range, node rank below
-/// nnodes, the program exists and is executable, the master port free on
-/// node 0) and resolves them. Throws ddp::ConfigError (bad values) or
-/// ddp::RendezvousError (port in use) with a message saying what to do.
+/// Validates `options` (nproc at least 1, --nnodes N or MIN:MAX with the
+/// static backend's MIN equal to MAX, ports in range, node rank below
+/// nnodes, known --rdzv-conf keys, the program exists and is executable,
+/// the master port free on the static backend's node 0) and resolves them.
+/// Throws ddp::ConfigError (bad values) or ddp::RendezvousError (port in
+/// use) with a message saying what to do.
 LaunchPlan resolveLaunch(const LaunchOptions& options);
 
 /// The environment of local worker `local_rank`, as torchrun gives it.
@@ -57,6 +97,8 @@ struct WorkerPlacement {
   int rank = 0;
   int local_rank = 0;
   int world_size = 1;
+  int node_rank = 0;    ///< GROUP_RANK
+  int nnodes = 1;       ///< GROUP_WORLD_SIZE
   int rank_offset = 0;  ///< global rank of this node's local rank 0
   std::string master_addr;
   int master_port = 0;

@@ -11,9 +11,9 @@
 
 namespace ddp::launch {
 
-RankOutput::RankOutput(int rank, const std::string& log_dir, bool tee)
-    : prefix_("[" + std::to_string(rank) + "] "), console_(log_dir.empty() || tee) {
-  if (log_dir.empty()) return;
+RankOutput::RankOutput(int rank, const std::string& log_dir, unsigned to_files, unsigned to_console)
+    : prefix_("[" + std::to_string(rank) + "] "), console_(to_console) {
+  if (to_files == 0) return;
   std::error_code error;
   std::filesystem::create_directories(log_dir, error);
   if (error) {
@@ -22,11 +22,12 @@ RankOutput::RankOutput(int rank, const std::string& log_dir, bool tee)
   }
   const char* names[2] = {"stdout.log", "stderr.log"};
   for (int i = 0; i < 2; ++i) {
+    if ((to_files >> i & 1) == 0) continue;
     const std::string path = log_dir + "/" + names[i];
     logs_[i] = std::fopen(path.c_str(), "a");
     if (!logs_[i]) {
       const int code = errno;
-      if (i == 1) std::fclose(logs_[0]);  // The destructor does not run.
+      if (logs_[0]) std::fclose(logs_[0]);  // The destructor does not run.
       throw IoError("cannot open the log file " + path + ": " + std::strerror(code) +
                     "; check that --log-dir is writable");
     }
@@ -75,7 +76,7 @@ void RankOutput::emit(Stream stream, std::string_view line) {
     std::fwrite(line.data(), 1, line.size(), logs_[index]);
     std::fflush(logs_[index]);
   }
-  if (!console_) return;
+  if ((console_ >> index & 1) == 0) return;
   // One write() per line: POSIX keeps writes to a pipe up to PIPE_BUF
   // atomic, and a terminal or file gets whole lines in order.
   const std::string text = prefix_ + std::string(line);

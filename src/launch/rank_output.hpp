@@ -17,11 +17,12 @@ namespace ddp::launch {
 /// workers never mix), and/or appends it unprefixed to a log file.
 class RankOutput {
  public:
-  /// `log_dir` empty: console only. Otherwise stdout and stderr go to
-  /// `log_dir`/stdout.log and stderr.log, and to the console too if `tee`.
+  /// Where each stream goes: bit 0 is stdout, bit 1 stderr. A stream in
+  /// `to_files` goes to `log_dir`/stdout.log or stderr.log, one in
+  /// `to_console` to the console (torchrun's --redirects and --tee).
   /// \throws ddp::IoError when the directory or a log file cannot be
   ///   created.
-  RankOutput(int rank, const std::string& log_dir, bool tee);
+  RankOutput(int rank, const std::string& log_dir, unsigned to_files, unsigned to_console);
   ~RankOutput();
   RankOutput(RankOutput&& other) noexcept;
   RankOutput(const RankOutput&) = delete;
@@ -37,7 +38,7 @@ class RankOutput {
   void emit(Stream stream, std::string_view line);
 
   std::string prefix_;
-  bool console_;
+  unsigned console_;
   std::FILE* logs_[2] = {nullptr, nullptr};
   std::string partial_[2];
 };

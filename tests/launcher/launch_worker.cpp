@@ -1,6 +1,7 @@
 // ddp_launch_worker: a worker for the launcher tests, started by ddprun.
 //
-//   env              prints the launcher variables, all-reduces the ranks
+//   env              prints the launcher variables (and a line to stderr),
+//                    all-reduces the ranks
 //   fail RANK        rank RANK records an error and exits 3 at every start;
 //                    the others wait to be stopped
 //   kill-once RANK   on the first attempt rank RANK kills itself (SIGKILL)
@@ -61,11 +62,13 @@ int main(int argc, char** argv) {
   try {
     if (scenario == "env") {
       for (const char* name :
-           {"RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR",
-            "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-            "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS"}) {
+           {"RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE",
+            "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+            "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
+            "OMP_NUM_THREADS"}) {
         std::cout << name << "=" << var(name) << "\n";
       }
+      std::cerr << "stderr of local rank " << var("LOCAL_RANK") << std::endl;
       allReduceRanks(std::chrono::seconds(30));
       std::cout << "a line without a newline at exit";
       return 0;

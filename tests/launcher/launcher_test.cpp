@@ -56,13 +56,20 @@ std::string readFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-TEST(LauncherRun, LogDirKeepsEachRanksStreamsAndTeeShowsThemToo) {
+TEST(LauncherRun, RedirectsKeepEachRanksStreamsAndTeeShowsThemToo) {
   for (bool tee : {false, true}) {
     std::string dir = (std::filesystem::temp_directory_path() / "ddprun-logs-XXXXXX").string();
     ASSERT_NE(mkdtemp(dir.data()), nullptr);
-    std::vector<std::string> args = {"--standalone", "--nproc-per-node", "2", "--run-id",
-                                     "logs",         "--log-dir",        dir};
-    if (tee) args.push_back("--tee");
+    std::vector<std::string> args = {"--standalone",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--run-id",
+                                     "logs",
+                                     "--log-dir",
+                                     dir,
+                                     "--redirects",
+                                     "3"};
+    if (tee) args.insert(args.end(), {"--tee", "3"});
     args.insert(args.end(), {DDP_LAUNCH_WORKER, "env"});
     auto r = runLauncher(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -5,6 +5,8 @@
 //   ddprun --standalone --nproc-per-node 2 ./build/bin/example_toy_trainer
 //   ddprun --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 \
 //          --nproc-per-node 4 --max-restarts 3 ./train --epochs 10
+//   ddprun --nnodes 1:4 --nproc-per-node 4 --rdzv-backend c10d \
+//          --rdzv-endpoint node0:29400 --rdzv-id job7 ./train --epochs 10
 //
 // Exit status: 0 when the job succeeded, 1 when it failed after its last
 // restart, 128 + signal when interrupted; when ddprun itself fails, the code
@@ -26,26 +28,43 @@ namespace {
 
 void onSignal(int signal) { ddp::launch::Agent::requestStop(signal); }
 
-void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
+void parse(CLI::App& app, ddp::launch::LaunchOptions& o, bool& no_python) {
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
-                 "workers on this node: a number, or 'auto' (one per GPU, else per core)");
-  app.add_option("--nnodes", o.nnodes, "nodes in the job");
-  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's index, 0 to nnodes-1");
-  app.add_option("--master-addr,--master_addr", o.master_addr, "address of node 0");
-  app.add_option("--master-port,--master_port", o.master_port, "port of node 0's rendezvous");
+                 "workers on this node: a number, 'gpu', 'cpu', or 'auto' (per GPU, else core)");
+  app.add_option("--nnodes", o.nnodes, "nodes in the job: N, or MIN:MAX (with c10d)");
+  app.add_option("--node-rank,--node_rank", o.node_rank,
+                 "this node's index, 0 to nnodes-1 (static backend)");
+  app.add_option("--master-addr,--master_addr", o.master_addr,
+                 "address of node 0 (static backend)");
+  app.add_option("--master-port,--master_port", o.master_port,
+                 "port of node 0's rendezvous (static backend)");
   app.add_flag("--standalone", o.standalone, "one node: loopback and a free port");
+  app.add_option("--rdzv-backend,--rdzv_backend", o.rdzv_backend,
+                 "static (node ranks given) or c10d (nodes meet at --rdzv-endpoint)");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
+                 "HOST[:PORT] where the nodes meet (port 29400 by default)");
+  app.add_option("--rdzv-id,--rdzv_id,--run-id,--run_id", o.run_id,
+                 "job id; nodes of one job share it");
+  app.add_option("--rdzv-conf,--rdzv_conf", o.rdzv_conf,
+                 "join_timeout=S,last_call_timeout=S,is_host=true|false");
+  app.add_option("--local-addr,--local_addr", o.local_addr,
+                 "this node's address, given to the workers when it is node 0");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
                  "times the job is restarted after a failure");
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval_s,
                  "seconds between checks of the other nodes");
-  app.add_option("--run-id,--run_id", o.run_id, "job id; nodes of one job share it");
   app.add_option("--log-dir,--log_dir", o.log_dir,
-                 "write each worker's stdout/stderr to files under this directory");
-  app.add_flag("--tee", o.tee, "with --log-dir, also show the output on the console");
+                 "directory for the workers' error files and redirected streams");
+  app.add_option("-r,--redirects", o.redirects,
+                 "streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or "
+                 "LOCAL_RANK:VALUE,...");
+  app.add_option("-t,--tee", o.tee, "streams to log files and the console, as --redirects");
+  app.add_flag("--no-python,--no_python", no_python,
+               "accepted for torchrun's command lines: ddprun always runs the program itself");
   app.add_option("--stop-grace,--stop_grace", o.stop_grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_option("--rendezvous-timeout,--rendezvous_timeout", o.rendezvous_timeout_s,
-                 "seconds nodes wait for each other");
+                 "seconds nodes wait for each other (--rdzv-conf join_timeout)");
   app.add_option("--secret-file,--secret_file", o.secret_file,
                  "the job's secret (mode 0600), the same file on every node; one node makes "
                  "its own");
@@ -77,7 +96,8 @@ int main(int argc, char** argv) {
       "After the options: PROGRAM [ARGS...], started once per worker with torchrun's\n"
       "worker environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).");
   ddp::launch::LaunchOptions options;
-  parse(app, options);
+  bool no_python = false;
+  parse(app, options, no_python);
   const size_t start = programStart(argc, argv, app);
   std::vector<std::string> own(argv + 1, argv + start);
   if (!own.empty() && own.back() == "--") own.pop_back();
