@@ -154,9 +154,11 @@ int train(const Options& o) {
   auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
   for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
-    const int64_t first_step = epoch == state.epoch ? state.step_in_epoch : 0;
-    sampler.set_epoch(epoch);  // a new shuffle every epoch, the same on every rank
-    if (first_step > 0) sampler.restore(epoch, first_step * o.batch_size);
+    // A new shuffle every epoch, the same on every rank; a resumed epoch
+    // continues from the samples the whole job consumed, at any world size.
+    const int64_t consumed = epoch == state.epoch ? state.samples_in_epoch : 0;
+    sampler.restore_global(epoch, consumed);
+    const int64_t first_step = consumed / (o.batch_size * world);
     progress.begin_epoch(epoch, first_step);
     for (int64_t step = first_step; !limitReached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
@@ -170,6 +172,7 @@ int train(const Options& o) {
       if (epoch_done) t.scheduler.step();
       state.epoch = epoch_done ? epoch + 1 : epoch;
       state.step_in_epoch = epoch_done ? 0 : step + 1;
+      state.samples_in_epoch = epoch_done ? 0 : sampler.global_position();
       state.counters["global_step"] = global_step;
       snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
     }

@@ -35,6 +35,7 @@ struct Options : ddp::examples::CommonOptions {
   int64_t batch_size = 32;
   int64_t samples = 2048;
   bool trace_steps = true;
+  bool trace_samples = false;
   int step_delay_ms = 0;
 };
 
@@ -74,8 +75,11 @@ int train(const Options& o) {
   auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN;
   for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
-    const int64_t first_step = epoch == state.epoch ? state.step_in_epoch : 0;
-    sampler.restore(epoch, first_step * o.batch_size);  // set_epoch(epoch), then skip what was done
+    // The epoch continues from the samples the whole job consumed, so a
+    // job re-formed at another world size neither skips nor repeats any.
+    const int64_t consumed = epoch == state.epoch ? state.samples_in_epoch : 0;
+    sampler.restore_global(epoch, consumed);
+    const int64_t first_step = consumed / (o.batch_size * world);
     progress.begin_epoch(epoch, first_step);
     for (int64_t step = first_step; !limitReached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
@@ -92,9 +96,15 @@ int train(const Options& o) {
         std::cout << "epoch " << epoch << " step " << global_step << " loss "
                   << step_loss.item<float>() << std::endl;
       }
+      if (o.trace_samples) {
+        std::cout << "epoch " << epoch << " samples";
+        for (int64_t i : batch) std::cout << ' ' << i;
+        std::cout << std::endl;
+      }
       const bool epoch_done = sampler.position() == sampler.shard_size();
       state.epoch = epoch_done ? epoch + 1 : epoch;
       state.step_in_epoch = epoch_done ? 0 : step + 1;
+      state.samples_in_epoch = epoch_done ? 0 : sampler.global_position();
       state.counters["global_step"] = global_step;
       snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
       if (o.step_delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_delay_ms));
@@ -126,6 +136,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--trace-steps,!--no-trace-steps", o.trace_steps,
                "print 'epoch E step S loss L' on every rank after every step (default on)");
+  app.add_flag("--trace-samples", o.trace_samples,
+               "print 'epoch E samples I ...' (the batch's indices) on every rank after every "
+               "step (for tests)");
   app.add_option("--step-delay-ms", o.step_delay_ms, "sleep after each step (for tests)");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);  // A tiny model: more threads only add overhead.

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <string>
 
 #include "ddp/errors.hpp"
@@ -31,8 +32,11 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
   set_epoch(0);
 }
 
-void DistributedSampler::set_epoch(int64_t epoch) {
+void DistributedSampler::set_epoch(int64_t epoch) { arrange(epoch, 0); }
+
+void DistributedSampler::arrange(int64_t epoch, int64_t start) {
   epoch_ = epoch;
+  start_ = std::min(start, dataset_size_);
   position_ = 0;
   std::vector<int64_t> order(dataset_size_);
   if (options_.shuffle()) {
@@ -45,10 +49,18 @@ void DistributedSampler::set_epoch(int64_t epoch) {
   } else {
     for (int64_t i = 0; i < dataset_size_; ++i) order[i] = i;
   }
+  // What is left of the epoch, padded with its first samples (PyTorch's
+  // padding) or truncated to a multiple of the replicas.
+  const int64_t remaining = dataset_size_ - start_;
+  shard_size_ = options_.drop_last() ? remaining / num_replicas_
+                                     : (remaining + num_replicas_ - 1) / num_replicas_;
   const int64_t total = shard_size_ * num_replicas_;
-  for (int64_t i = dataset_size_; i < total; ++i) order.push_back(order[i % dataset_size_]);
+  std::vector<int64_t> arranged(order.begin() + start_, order.end());
+  for (int64_t i = 0; static_cast<int64_t>(arranged.size()) < total; ++i) {
+    arranged.push_back(order[i % dataset_size_]);
+  }
   shard_.clear();
-  for (int64_t i = rank_; i < total; i += num_replicas_) shard_.push_back(order[i]);
+  for (int64_t i = rank_; i < total; i += num_replicas_) shard_.push_back(arranged[i]);
 }
 
 std::vector<int64_t> DistributedSampler::next(int64_t batch_size) {
@@ -56,6 +68,15 @@ std::vector<int64_t> DistributedSampler::next(int64_t batch_size) {
   std::vector<int64_t> batch(shard_.begin() + position_, shard_.begin() + end);
   position_ = end;
   return batch;
+}
+
+void DistributedSampler::restore_global(int64_t epoch, int64_t global_position) {
+  if (global_position < 0) {
+    throw ConfigError("DistributedSampler: cannot resume at global position " +
+                      std::to_string(global_position) +
+                      "; it counts the samples of the epoch already handed out, from 0.");
+  }
+  arrange(epoch, global_position);
 }
 
 void DistributedSampler::restore(int64_t epoch, int64_t position) {

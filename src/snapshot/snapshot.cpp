@@ -21,6 +21,7 @@
 #include "snapshot/grad_scaler_state.hpp"
 #include "byte_exchange.hpp"
 #include "snapshot/optimizer_state.hpp"
+#include "snapshot/rng_states.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/zero_state.hpp"
@@ -30,61 +31,10 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
+using detail::gatherRngStates;
+using detail::generators;
+using detail::generatorState;
 using detail::TensorMap;
-
-// The default generators: CPU first, then each CUDA device.
-std::vector<std::pair<std::string, at::Generator>> generators() {
-  std::vector<std::pair<std::string, at::Generator>> all{
-      {"cpu", at::detail::getDefaultCPUGenerator()}};
-  size_t devices = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
-  for (size_t i = 0; i < devices; ++i) {
-    all.emplace_back("cuda" + std::to_string(i),
-                     at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i)));
-  }
-  return all;
-}
-
-at::Tensor generatorState(at::Generator& generator) {
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-// Every rank's generator states, on rank 0 (named rng/rank<r>/<device>).
-TensorMap gatherRngStates(ProcessGroup& group) {
-  auto local = generators();
-  TensorMap result;
-  if (group.size() == 1) {
-    for (auto& [device, generator] : local)
-      result["rng/rank0/" + device] = generatorState(generator);
-    return result;
-  }
-  // Ranks may differ in device count: each sends its states as bytes, each
-  // state after its length (Note [Bytes through a collective]).
-  std::string mine;
-  for (auto& [device, generator] : local) {
-    const at::Tensor state = generatorState(generator).contiguous();
-    const int64_t length = state.numel();
-    mine.append(reinterpret_cast<const char*>(&length), sizeof(length));
-    mine.append(static_cast<const char*>(state.data_ptr()), static_cast<size_t>(length));
-  }
-  const std::vector<std::string> everyone = detail::all_gather_bytes(group, mine);
-  if (group.rank() != 0) return result;
-  for (int r = 0; r < group.size(); ++r) {
-    const std::string& bytes = everyone[r];
-    size_t offset = 0;
-    for (int i = 0; offset + sizeof(int64_t) <= bytes.size(); ++i) {
-      int64_t length = 0;
-      std::memcpy(&length, bytes.data() + offset, sizeof(length));
-      offset += sizeof(length);
-      at::Tensor state = at::empty({length}, at::kByte);
-      std::memcpy(state.data_ptr(), bytes.data() + offset, static_cast<size_t>(length));
-      offset += static_cast<size_t>(length);
-      const std::string device = i == 0 ? "cpu" : "cuda" + std::to_string(i - 1);
-      result["rng/rank" + std::to_string(r) + "/" + device] = state;
-    }
-  }
-  return result;
-}
 
 void warn(const std::string& message) { std::cerr << "ddp: warning: " << message << std::endl; }
 
@@ -101,6 +51,7 @@ std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& s
 
   json scalars = {{"epoch", state.epoch},
                   {"step_in_epoch", state.step_in_epoch},
+                  {"samples_in_epoch", state.samples_in_epoch},
                   {"counters", state.counters},
                   {"metadata", state.metadata},
                   {"model", state.model != nullptr},
@@ -231,11 +182,19 @@ bool SnapshotManager::resume(TrainingState& state) {
     }
   }
   if (!chosen) return false;
-  if (chosen->world_size != static_cast<uint32_t>(group_->size())) {
-    warn(chosen->path + " was written by a job of " + std::to_string(chosen->world_size) +
-         " ranks; this one has " + std::to_string(group_->size()));
+  restore_training_state(*chosen, state, group_->rank(), group_->size());
+  if (chosen->world_size != static_cast<uint32_t>(group_->size()) && group_->rank() == 0) {
+    // Note [Resuming at another world size]
+    std::cerr << "ddp: resuming " << chosen->path << ", written by " << chosen->world_size
+              << " rank(s), at " << group_->size() << ": the model, optimizer, scheduler and "
+              << "scaler load unchanged; the epoch continues from sample " << state.samples_in_epoch
+              << " of its order (TrainingState::samples_in_epoch), shared out among "
+              << group_->size() << " rank(s); "
+              << (state.include_rng ? "each rank's generators are seeded from rank 0's saved "
+                                      "state and its rank"
+                                    : "the generators keep their state")
+              << "." << std::endl;
   }
-  restore_training_state(*chosen, state, group_->rank());
   return true;
 }
 
@@ -249,11 +208,12 @@ std::vector<std::string> SnapshotManager::list() const {
 
 SnapshotFile read_snapshot_file(const std::string& path) { return detail::readSnapshot(path); }
 
-void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank) {
+void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank,
+                            int world_size) {
   auto fail = [&](const std::string& problem) { throw SnapshotError(file.path + ": " + problem); };
   const TensorMap& tensors = file.tensors;
   json scalars;
-  int64_t epoch = 0, step_in_epoch = 0;
+  int64_t epoch = 0, step_in_epoch = 0, samples_in_epoch = 0;
   unsigned scheduler_steps = 0;
   std::map<std::string, int64_t> counters;
   std::map<std::string, std::string> metadata;
@@ -262,6 +222,7 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     scalars = json::parse(file.scalars_json);
     epoch = scalars.at("epoch").get<int64_t>();
     step_in_epoch = scalars.at("step_in_epoch").get<int64_t>();
+    samples_in_epoch = scalars.value("samples_in_epoch", int64_t{0});
     counters = scalars.at("counters").get<std::map<std::string, int64_t>>();
     metadata = scalars.at("metadata").get<std::map<std::string, std::string>>();
     if (state.scheduler) {
@@ -324,7 +285,16 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     zero = detail::prepareZeroImport(file.path, scalars.at("zero"), *state.zero_optimizer);
   }
   std::vector<std::pair<at::Generator, const at::Tensor*>> rng_states;
-  if (state.include_rng) {
+  std::optional<uint64_t> rng_seed;  // Note [Resuming at another world size]
+  const bool resized = world_size != 0 && static_cast<uint32_t>(world_size) != file.world_size;
+  if (state.include_rng && resized) {
+    auto saved = tensors.find("rng/rank0/cpu");
+    if (saved == tensors.end()) {
+      warn(file.path + " holds no RNG state; the generators keep their current state");
+    } else {
+      rng_seed = derived_rng_seed(saved->second, rank);
+    }
+  } else if (state.include_rng) {
     std::string head = "rng/rank" + std::to_string(rank) + "/";
     for (auto& [device, generator] : generators()) {
       auto found = tensors.find(head + device);
@@ -357,6 +327,7 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
   if (state.grad_scaler) state.grad_scaler->load_state(scaler);
   state.epoch = epoch;
   state.step_in_epoch = step_in_epoch;
+  state.samples_in_epoch = samples_in_epoch;
   state.counters = std::move(counters);
   state.metadata = std::move(metadata);
   std::map<std::string, at::Tensor> extras;
@@ -378,6 +349,12 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
   for (auto& [generator, saved] : rng_states) {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(*saved);
+  }
+  if (rng_seed) {
+    for (auto& [device, generator] : generators()) {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_current_seed(*rng_seed);
+    }
   }
 }
 

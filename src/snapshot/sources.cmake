@@ -5,6 +5,7 @@
 add_library(ddp_snapshot STATIC
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_format.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/optimizer_state.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/rng_states.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_directory.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/zero_state.cpp)

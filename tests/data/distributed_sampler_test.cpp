@@ -154,6 +154,84 @@ TEST(DataDistributedSampler, RestoreContinuesMidEpochExactly) {
   EXPECT_TRUE(resumed.next(64).empty());
 }
 
+// A job of 2 ranks that consumed `steps` batches of `batch` in epoch 5,
+// resumed at `world` ranks: what each side saw.
+struct Resumed {
+  std::multiset<int64_t> before, after;
+  int64_t global_position = 0;
+  std::vector<int64_t> shard_sizes;
+};
+Resumed resumeAt(int world, int64_t size, int64_t steps, int64_t batch,
+                 DistributedSamplerOptions options) {
+  Resumed r;
+  for (int rank = 0; rank < 2; ++rank) {
+    DistributedSampler sampler(size, 2, rank, options);
+    sampler.set_epoch(5);
+    for (int64_t s = 0; s < steps; ++s) {
+      for (int64_t i : sampler.next(batch)) r.before.insert(i);
+    }
+    r.global_position = sampler.global_position();  // the same on both ranks
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    DistributedSampler sampler(size, world, rank, options);
+    sampler.restore_global(5, r.global_position);
+    r.shard_sizes.push_back(sampler.shard_size());
+    for (auto batch_indices = sampler.next(batch); !batch_indices.empty();
+         batch_indices = sampler.next(batch)) {
+      for (int64_t i : batch_indices) r.after.insert(i);
+    }
+  }
+  return r;
+}
+
+TEST(DataDistributedSampler, GlobalPositionResumesTheEpochAtAnotherWorldSize) {
+  const int64_t size = 103;  // prime: padding at every world size
+  for (int world : {1, 2, 3}) {
+    SCOPED_TRACE("resumed at " + std::to_string(world) + " ranks");
+    const auto options = DistributedSamplerOptions().seed(4);
+    const Resumed r = resumeAt(world, size, /*steps=*/3, /*batch=*/7, options);
+    EXPECT_EQ(r.global_position, 2 * 3 * 7);
+    EXPECT_EQ(r.before.size(), 42u);
+    // Every rank has the same number of samples left: ceil(61 / world).
+    for (int64_t n : r.shard_sizes) EXPECT_EQ(n, (size - 42 + world - 1) / world);
+    // Before and after cover the data set; the only repeats are the
+    // padding, fewer than `world` samples from the epoch's start.
+    std::set<int64_t> seen(r.before.begin(), r.before.end());
+    seen.insert(r.after.begin(), r.after.end());
+    const Indices all = iota(size);
+    EXPECT_EQ(seen, std::set<int64_t>(all.begin(), all.end()));
+    const int64_t padding = static_cast<int64_t>(r.after.size()) - (size - 42);
+    EXPECT_GE(padding, 0);
+    EXPECT_LT(padding, world);
+    EXPECT_EQ(std::set<int64_t>(r.before.begin(), r.before.end()).size(), 42u);
+    int64_t repeated = 0;
+    for (int64_t i : r.after) repeated += static_cast<int64_t>(r.before.count(i));
+    EXPECT_EQ(repeated, padding);
+  }
+  // drop_last: nothing repeats, and fewer than `world` samples are dropped.
+  const Resumed dropped = resumeAt(3, size, 3, 7, DistributedSamplerOptions().drop_last(true));
+  for (int64_t i : dropped.after) EXPECT_EQ(dropped.before.count(i), 0u) << i;
+  EXPECT_EQ(dropped.after.size(), 60u);  // 61 left, 3 ranks: 20 each
+}
+
+TEST(DataDistributedSampler, GlobalRestoreAtTheSameWorldSizeEqualsRestore) {
+  for (int rank = 0; rank < 3; ++rank) {
+    DistributedSampler by_position(100, 3, rank, DistributedSamplerOptions().seed(2));
+    by_position.restore(1, 10);
+    DistributedSampler by_global(100, 3, rank, DistributedSamplerOptions().seed(2));
+    by_global.restore_global(1, 30);
+    EXPECT_EQ(by_global.next(1000), by_position.next(1000)) << "rank " << rank;
+    EXPECT_EQ(by_global.global_position(), 100 + 2);  // 30 + 24 × 3, with 2 padded
+    by_global.set_epoch(2);                           // the next epoch is whole again
+    EXPECT_EQ(by_global.shard_size(), 34);
+    EXPECT_EQ(by_global.global_position(), 0);
+  }
+  EXPECT_THROW(DistributedSampler(10, 1, 0).restore_global(0, -1), ddp::ConfigError);
+  DistributedSampler finished(10, 3, 0);
+  finished.restore_global(0, 12);  // a 2-rank job's padded end: nothing left
+  EXPECT_TRUE(finished.next(4).empty());
+}
+
 TEST(DataDistributedSampler, BadArgumentsAreConfigErrorsSayingWhy) {
   auto message = [](auto&& make) -> std::string {
     try {

@@ -3,6 +3,7 @@
 // restart; retention; corrupt, truncated, foreign and half-written files.
 // Every test uses a group of one process and its own temporary directory.
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -373,6 +374,42 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
   state.optimizer = &lbfgs;
   EXPECT_TRUE(contains(snapshotError([&] { manager().save(state); }), "torch::optim::LBFGS"));
   EXPECT_EQ(manager().list().size(), 1u);  // nothing new written
+}
+
+// Note [Resuming at another world size]: the saved states cannot map rank
+// for rank, so each rank's generators are seeded from rank 0's saved CPU
+// state and its rank; at the same world size the saved state returns.
+TEST_F(SnapshotTest, AnotherWorldSizeDerivesEachRanksGeneratorsAndKeepsTheGlobalPosition) {
+  torch::manual_seed(11);
+  Mlp model(6, 16, 3);
+  ddp::snapshot::TrainingState saved = bound(*model);
+  saved.samples_in_epoch = 640;
+  const std::string path = manager().save(saved);  // world size 1
+  const at::Tensor next_draws = torch::rand({4});
+  const ddp::snapshot::SnapshotFile file = ddp::snapshot::read_snapshot_file(path);
+  const at::Tensor rank0_state = file.tensors.at("rng/rank0/cpu");
+
+  std::vector<at::Tensor> draws;
+  for (int rank : {0, 1, 2}) {
+    torch::manual_seed(99);  // whatever the process drew before resuming
+    ddp::snapshot::TrainingState state = bound(*model);
+    ddp::snapshot::restore_training_state(file, state, rank, /*world_size=*/3);
+    EXPECT_EQ(state.samples_in_epoch, 640);
+    EXPECT_EQ(at::detail::getDefaultCPUGenerator().current_seed(),
+              ddp::snapshot::derived_rng_seed(rank0_state, rank));
+    draws.push_back(torch::rand({4}));
+    // Deterministic: the same snapshot, rank and world size draw the same.
+    ddp::snapshot::restore_training_state(file, state, rank, 3);
+    EXPECT_TRUE(torch::equal(torch::rand({4}), draws.back())) << "rank " << rank;
+  }
+  EXPECT_FALSE(torch::equal(draws[0], draws[1]));
+  EXPECT_FALSE(torch::equal(draws[1], draws[2]));
+  EXPECT_NE(ddp::snapshot::derived_rng_seed(rank0_state, 1),
+            ddp::snapshot::derived_rng_seed(torch::zeros_like(rank0_state), 1));
+  // The same world size restores the saved stream itself.
+  ddp::snapshot::TrainingState state = bound(*model);
+  ddp::snapshot::restore_training_state(file, state, 0, /*world_size=*/1);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), next_draws));
 }
 
 TEST_F(SnapshotTest, FileLayoutHeaderRecordsAndEndMarker) {

@@ -46,13 +46,31 @@ class DistributedSampler {
 
   /// Indices of this rank's shard already handed out in this epoch.
   int64_t position() const { return position_; }
-  /// Continues an epoch where a snapshot left it: set_epoch(epoch), then
-  /// skip `position` indices.
+  /// Continues an epoch where a snapshot of the same world size left it:
+  /// set_epoch(epoch), then skip `position` indices.
   void restore(int64_t epoch, int64_t position);
+
+  /// Samples of the epoch's order the whole job has been handed, every rank
+  /// having taken position(): the epoch's start (0, or restore_global()'s)
+  /// plus position() × num_replicas. Unlike position(), it means the same
+  /// at any world size: save it in a snapshot (TrainingState::
+  /// samples_in_epoch).
+  int64_t global_position() const { return start_ + position_ * num_replicas_; }
+  /// Continues an epoch that a job of any world size left at
+  /// `global_position`. The epoch's order from that position on is shared
+  /// out as set_epoch() shares a whole epoch: padded with the epoch's first
+  /// samples (or truncated, with drop_last) to a multiple of num_replicas,
+  /// rank r taking every num_replicas-th from r. So the samples seen before
+  /// and after cover the data set once (padding aside), and at the same
+  /// world size this equals restore(epoch, global_position / num_replicas).
+  /// Epochs after it are whole again.
+  /// \throws ddp::ConfigError for a negative position.
+  void restore_global(int64_t epoch, int64_t global_position);
 
   /// This rank's shard of the current epoch, in order.
   const std::vector<int64_t>& indices() const { return shard_; }
-  /// Length of each rank's shard.
+  /// Length of each rank's shard this epoch (shorter in an epoch resumed by
+  /// restore_global()).
   int64_t shard_size() const { return shard_size_; }
 
  private:
@@ -61,7 +79,11 @@ class DistributedSampler {
   int rank_;
   DistributedSamplerOptions options_;
   int64_t shard_size_;
+  // Lays out epoch `epoch` from sample `start` of its order on.
+  void arrange(int64_t epoch, int64_t start);
+
   int64_t epoch_ = 0;
+  int64_t start_ = 0;  // where in the epoch's order this shard begins
   int64_t position_ = 0;
   std::vector<int64_t> shard_;
 };

@@ -96,8 +96,13 @@ struct TrainingState {
   torch::optim::LRScheduler* scheduler = nullptr;
   /// The epoch to resume in.
   int64_t epoch = 0;
-  /// Steps already done in that epoch.
+  /// Steps already done in that epoch (meaningful at the same world size).
   int64_t step_in_epoch = 0;
+  /// Samples of that epoch the whole job has consumed
+  /// (DistributedSampler::global_position()): what a job re-formed at
+  /// another world size resumes from (restore_global()). 0 in snapshots
+  /// written before it existed.
+  int64_t samples_in_epoch = 0;
   /// Sampler position, global step, ...; replaced wholesale on resume.
   std::map<std::string, int64_t> counters;
   /// Other tensors (a gradient scaler's scale and growth tracker, ...). On
@@ -112,7 +117,10 @@ struct TrainingState {
   std::map<std::string, std::string> metadata;
   /// Whether the default CPU generator's state (and each CUDA device's,
   /// where available) is saved for every rank and restored on resume. All
-  /// ranks must agree: saving gathers the states with a collective.
+  /// ranks must agree: saving gathers the states with a collective. A job
+  /// resumed at another world size cannot take the saved states rank for
+  /// rank; each rank's generators are seeded instead from rank 0's saved
+  /// CPU state and the new rank (Note [Resuming at another world size]).
   bool include_rng = true;
 };
 
@@ -183,9 +191,15 @@ class SnapshotManager {
 SnapshotFile read_snapshot_file(const std::string& path);
 
 /// Checks that `file` fits every non-null part of `state`, then restores it
-/// (RNG states: those `rank` saved). Throws SnapshotError naming the first
-/// mismatch, leaving `state` untouched.
-void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank = 0);
+/// (RNG states: those `rank` saved, or, when `world_size` is neither 0 nor
+/// the file's, seeds derived from rank 0's and `rank`). Throws
+/// SnapshotError naming the first mismatch, leaving `state` untouched.
+void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank = 0,
+                            int world_size = 0);
+
+/// The seed rank `rank` of a job resumed at another world size gives its
+/// generators: a hash of rank 0's saved CPU generator state and `rank`.
+uint64_t derived_rng_seed(const at::Tensor& rank0_cpu_state, int rank);
 
 }  // namespace snapshot
 }  // namespace ddp
