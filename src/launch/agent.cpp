@@ -103,18 +103,18 @@ std::string Agent::errorFile(int attempt, int local_rank) const {
   return dir + "/error.json";
 }
 
-Agent::Attempt Agent::startAttempt(int number) {
+Agent::Attempt Agent::startAttempt(int number, int restarts) {
   const auto& o = plan_.options;
   Attempt attempt;
   attempt.number = number;
   // Lay out ranks node by node, from every node's worker count.
-  node_.store->set(key(number, "nproc/" + std::to_string(node_.node_rank)),
-                   bytes(std::to_string(plan_.nproc)));
+  rendezvous_->store().set(key(number, "nproc/" + std::to_string(node_.node_rank)),
+                           bytes(std::to_string(plan_.nproc)));
   int offset = 0;
   for (int node = 0; node < node_.nnodes; ++node) {
     const std::string k = key(number, "nproc/" + std::to_string(node));
-    node_.store->wait({k}, plan_.rendezvous_timeout);
-    const int count = std::stoi(text(node_.store->get(k)));
+    rendezvous_->store().wait({k}, plan_.rendezvous_timeout);
+    const int count = std::stoi(text(rendezvous_->store().get(k)));
     if (node < node_.node_rank) offset += count;
     attempt.world_size += count;
   }
@@ -122,10 +122,10 @@ Agent::Attempt Agent::startAttempt(int number) {
   if (node_.node_rank == 0) {
     const bool given = plan_.max_nodes == 1 && !plan_.c10d && !o.standalone;
     const int port = given ? o.master_port : findFreePort();
-    node_.store->set(key(number, "port"), bytes(std::to_string(port)));
+    rendezvous_->store().set(key(number, "port"), bytes(std::to_string(port)));
   }
-  node_.store->wait({key(number, "port")}, plan_.rendezvous_timeout);
-  const int port = std::stoi(text(node_.store->get(key(number, "port"))));
+  rendezvous_->store().wait({key(number, "port")}, plan_.rendezvous_timeout);
+  const int port = std::stoi(text(rendezvous_->store().get(key(number, "port"))));
 
   for (int local = 0; local < plan_.nproc; ++local) {
     WorkerPlacement placement;
@@ -136,7 +136,8 @@ Agent::Attempt Agent::startAttempt(int number) {
     placement.nnodes = node_.nnodes;
     placement.master_addr = node_.master_addr;
     placement.master_port = port;
-    placement.restart_count = number;
+    placement.restart_count = restarts;
+    placement.round = number;
     placement.error_file = errorFile(number, local);
     // An earlier job's file would be taken for this attempt's error.
     std::error_code error;
@@ -194,34 +195,39 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
                                   describeExit(w.process.exitCode(), w.process.termSignal()) +
                                   (recorded ? ": " + recorded->message : " (it recorded no error)");
       attempt.failure =
-          text(node_.store->compareSet(key(attempt.number, "failure"), {}, bytes(failure)));
+          text(rendezvous_->store().compareSet(key(attempt.number, "failure"), {}, bytes(failure)));
       return Outcome::kFailed;
     }
     if (all_succeeded && !attempt.reported_done) {
       attempt.reported_done = true;
-      node_.store->set(key(attempt.number, "done/" + std::to_string(node_.node_rank)), bytes("1"));
+      rendezvous_->store().set(key(attempt.number, "done/" + std::to_string(node_.node_rank)),
+                               bytes("1"));
     }
     if (Clock::now() - last_poll < plan_.monitor_interval && !all_succeeded) continue;
     last_poll = Clock::now();
-    if (node_.store->check({key(attempt.number, "failure")})) {
-      attempt.failure = text(node_.store->get(key(attempt.number, "failure")));
+    if (rendezvous_->store().check({key(attempt.number, "failure")})) {
+      attempt.failure = text(rendezvous_->store().get(key(attempt.number, "failure")));
       return Outcome::kFailed;
     }
+    // After the failure check: a node that failed sets the failure before
+    // it joins the next round, so every node counts the same restarts.
+    if (rendezvous_->nodes_waiting(node_)) return Outcome::kReformed;
     std::vector<std::string> done;
     for (int node = 0; node < node_.nnodes; ++node) {
       done.push_back(key(attempt.number, "done/" + std::to_string(node)));
     }
-    if (all_succeeded && node_.store->check(done)) return Outcome::kSucceeded;
+    if (all_succeeded && rendezvous_->store().check(done)) return Outcome::kSucceeded;
   }
 }
 
 // Node 0 hosts the store: it leaves last, once every agent has read what it
 // needs of this attempt (bounded, in case a node died).
 void Agent::leave(int attempt) {
-  node_.store->add(key(attempt, "left"), 1);
+  rendezvous_->store().add(key(attempt, "left"), 1);
   if (node_.node_rank != 0 || node_.nnodes == 1) return;
   const auto give_up = Clock::now() + plan_.rendezvous_timeout;
-  while (node_.store->add(key(attempt, "left"), 0) < node_.nnodes && Clock::now() < give_up) {
+  while (rendezvous_->store().add(key(attempt, "left"), 0) < node_.nnodes &&
+         Clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -229,14 +235,18 @@ void Agent::leave(int attempt) {
 int Agent::run() {
   const auto& o = plan_.options;
   const bool authenticated = !plan_.secret_file.empty();
-  node_ = meet_nodes(plan_, authenticated ? store::read_job_secret(plan_.secret_file) : "");
-  if (!authenticated && node_.node_rank == 0) {
-    say("warning: no --secret-file, so the rendezvous stores at " + plan_.store_host +
-        " admit any machine that reaches them (as torchrun's do). Give every node the same "
-        "--secret-file (mode 0600) to admit only this job.");
-  }
-  for (int number = 0;; ++number) {
-    Attempt attempt = startAttempt(number);
+  rendezvous_ = std::make_unique<NodeRendezvous>(
+      plan_, authenticated ? store::read_job_secret(plan_.secret_file) : "");
+  int restarts = 0;
+  while (true) {
+    node_ = rendezvous_->next_round();
+    if (!authenticated && node_.node_rank == 0 && node_.round == 0) {
+      say("warning: no --secret-file, so the rendezvous stores at " + plan_.store_host +
+          " admit any machine that reaches them (as torchrun's do). Give every node the same "
+          "--secret-file (mode 0600) to admit only this job.");
+    }
+    const int round = node_.round;
+    Attempt attempt = startAttempt(round, restarts);
     const Outcome outcome = monitor(attempt);
     std::vector<ChildProcess*> processes;
     for (auto& w : attempt.workers) processes.push_back(&w.process);
@@ -249,25 +259,33 @@ int Agent::run() {
     };
     if (outcome == Outcome::kSucceeded) {
       stopAll(processes, plan_.stop_grace, pump);
-      leave(number);
+      leave(round);
       return 0;
     }
     if (outcome == Outcome::kInterrupted) {
       say("received signal " + std::to_string(stop_signal_) + "; stopping every worker");
-      node_.store->compareSet(key(number, "failure"), {},
-                              bytes("the launcher on node " + std::to_string(node_.node_rank) +
-                                    " was interrupted by signal " + std::to_string(stop_signal_)));
+      rendezvous_->store().compareSet(
+          key(round, "failure"), {},
+          bytes("the launcher on node " + std::to_string(node_.node_rank) +
+                " was interrupted by signal " + std::to_string(stop_signal_)));
       stopAll(processes, plan_.stop_grace, pump);
       return 128 + stop_signal_;
     }
     stopAll(processes, plan_.stop_grace, pump);
-    leave(number);
-    if (number >= o.max_restarts) {
-      say("job failed after " + std::to_string(number) + " restart(s) (--max-restarts " +
+    if (outcome == Outcome::kReformed) {
+      say("a node is waiting to join the job of " + std::to_string(node_.nnodes) +
+          " node(s); stopping every worker to re-form it (rendezvous round " +
+          std::to_string(round + 1) + "; no restart counted)");
+      continue;
+    }
+    if (restarts >= o.max_restarts) {
+      leave(round);
+      say("job failed after " + std::to_string(restarts) + " restart(s) (--max-restarts " +
           std::to_string(o.max_restarts) + "). First failure: " + attempt.failure);
       return 1;
     }
-    say(attempt.failure + "; restarting every worker (restart " + std::to_string(number + 1) +
+    ++restarts;
+    say(attempt.failure + "; restarting every worker (restart " + std::to_string(restarts) +
         " of " + std::to_string(o.max_restarts) + ")");
   }
 }

@@ -7,7 +7,7 @@
 // Note [How agents on several nodes agree]
 // The agents meet in a store hosted by node 0 (Note [How nodes meet] in
 // launch/node_rendezvous.hpp). Every key is under the job's run id. For
-// each attempt k:
+// each attempt k (one per rendezvous round):
 //   k/nproc/<node>  each node's worker count (ranks are laid out by node);
 //   k/port          the workers' MASTER_PORT, a free port chosen by node 0;
 //   k/failure       the first failure, set once (compare-and-set);
@@ -56,16 +56,17 @@ class Agent {
 
  private:
   struct Attempt;
-  enum class Outcome { kSucceeded, kFailed, kInterrupted };
+  enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed };
 
-  Attempt startAttempt(int attempt);
+  Attempt startAttempt(int round, int restarts);
   Outcome monitor(Attempt& attempt);
   void leave(int attempt);
   std::string key(int attempt, const std::string& name) const;
   std::string errorFile(int attempt, int local_rank) const;
 
   LaunchPlan plan_;
-  NodeAssignment node_;
+  std::unique_ptr<NodeRendezvous> rendezvous_;
+  NodeAssignment node_;      // this round's
   std::string private_dir_;  // mode 0700: the secret, and error files when no --log-dir
   static volatile std::sig_atomic_t stop_signal_;
 };

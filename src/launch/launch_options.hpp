@@ -103,6 +103,7 @@ struct WorkerPlacement {
   std::string master_addr;
   int master_port = 0;
   int restart_count = 0;
+  int round = 0;  ///< the rendezvous round (DDP_RENDEZVOUS_ROUND)
   std::string error_file;
 };
 std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,

@@ -50,88 +50,111 @@ void claimRunId(c10d::Store& store, bool host, const LaunchPlan& plan) {
   }
 }
 
-// c10d: the host closes the round (Note [How nodes meet]) and returns the
+}  // namespace
+
+NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret) : plan_(plan) {
+  if (plan.max_nodes == 1) {
+    store_ = c10::make_intrusive<c10d::HashStore>();
+    host_ = true;
+  } else if (!plan.c10d) {
+    host_ = plan.options.node_rank == 0;
+    store_ = storeAt(plan, host_, secret);
+  } else {
+    if (plan.is_host.value_or(true)) {
+      try {
+        store_ = storeAt(plan, /*server=*/true, secret);
+        host_ = true;
+      } catch (const RendezvousError&) {
+        if (plan.is_host.value_or(false)) throw;  // told to host: say why it cannot
+      }
+    }
+    if (!host_) store_ = storeAt(plan, /*server=*/false, secret);
+  }
+  claimRunId(*store_, host_, plan);
+  if (host_ && plan.c10d) {
+    const std::string& local = plan.options.local_addr;
+    store_->set(key(-1, "master_addr"), bytes(local.empty() ? plan.store_host : local));
+  }
+}
+
+NodeRendezvous::~NodeRendezvous() = default;
+
+std::string NodeRendezvous::key(int round, const std::string& name) const {
+  return "ddprun/" + plan_.options.run_id + "/rdzv/" +
+         (round < 0 ? std::string() : std::to_string(round) + "/") + name;
+}
+
+NodeAssignment NodeRendezvous::next_round() {
+  const auto& o = plan_.options;
+  NodeAssignment node;
+  if (!plan_.c10d || plan_.max_nodes == 1) {
+    node.round = ++next_round_;
+    node.node_rank = plan_.max_nodes == 1 ? 0 : o.node_rank;
+    node.nnodes = plan_.max_nodes;
+    if (!o.standalone) node.master_addr = plan_.c10d ? "127.0.0.1" : o.master_addr;
+    if (plan_.max_nodes == 1 && !o.standalone && !o.local_addr.empty()) {
+      node.master_addr = o.local_addr;
+    }
+    return node;
+  }
+  if (next_round_ < 0) {
+    // A node that arrives at a running job joins the round after it.
+    next_round_ = 0;
+    if (!host_ && store_->check({key(-1, "closed")})) {
+      next_round_ = std::stoi(text(store_->get(key(-1, "closed")))) + 1;
+    }
+  }
+  int round = next_round_;
+  if (host_) {
+    node.nnodes = closeRound(round);
+    store_->set(key(round, "nnodes"), bytes(std::to_string(node.nnodes)));
+    store_->set(key(-1, "closed"), bytes(std::to_string(round)));
+  } else {
+    while (true) {
+      node.node_rank = static_cast<int>(store_->add(key(round, "joined"), 1));
+      store_->wait({key(round, "nnodes")}, plan_.rendezvous_timeout);
+      node.nnodes = std::stoi(text(store_->get(key(round, "nnodes"))));
+      if (node.node_rank < node.nnodes) break;
+      // The round closed without this node (it was full, or the last call
+      // had passed): wait in the next one.
+      ++round;
+    }
+  }
+  node.round = round;
+  node.master_addr = text(store_->get(key(-1, "master_addr")));
+  next_round_ = round + 1;
+  return node;
+}
+
+bool NodeRendezvous::nodes_waiting(const NodeAssignment& running) {
+  if (!plan_.c10d || running.nnodes >= plan_.max_nodes) return false;
+  return store_->add(key(running.round + 1, "joined"), 0) > 0;
+}
+
+// The host closes round `round` (Note [How nodes meet]) and returns its
 // node count.
-int closeRound(c10d::Store& store, const LaunchPlan& plan, const std::string& prefix) {
+int NodeRendezvous::closeRound(int round) {
   const auto start = Clock::now();
   auto minimum_reached = Clock::time_point::max();
   while (true) {
-    const int joined = 1 + static_cast<int>(store.add(prefix + "joined", 0));
+    const int joined = 1 + static_cast<int>(store_->add(key(round, "joined"), 0));
     const auto now = Clock::now();
-    if (joined >= plan.min_nodes && minimum_reached == Clock::time_point::max()) {
+    if (joined >= plan_.min_nodes && minimum_reached == Clock::time_point::max()) {
       minimum_reached = now;
     }
-    if (joined >= plan.max_nodes || now - minimum_reached >= plan.last_call_timeout) {
-      return std::min(joined, plan.max_nodes);
+    if (joined >= plan_.max_nodes || now - minimum_reached >= plan_.last_call_timeout) {
+      return std::min(joined, plan_.max_nodes);
     }
-    if (now - start >= plan.rendezvous_timeout) {
+    if (now - start >= plan_.rendezvous_timeout) {
       throw TimeoutError("only " + std::to_string(joined) + " of at least " +
-                         std::to_string(plan.min_nodes) + " node(s) joined the rendezvous at " +
-                         endpoint(plan) + " within its join_timeout of " +
-                         seconds(plan.rendezvous_timeout) +
+                         std::to_string(plan_.min_nodes) + " node(s) joined the rendezvous at " +
+                         endpoint(plan_) + " within its join_timeout of " +
+                         seconds(plan_.rendezvous_timeout) +
                          ". Start ddprun on the other nodes with the same --rdzv-endpoint and "
                          "--rdzv-id, or lower --nnodes.");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-}
-
-NodeAssignment meetC10d(const LaunchPlan& plan, const std::string& secret) {
-  NodeAssignment node;
-  bool host = false;
-  if (plan.is_host.value_or(true)) {
-    try {
-      node.store = storeAt(plan, /*server=*/true, secret);
-      host = true;
-    } catch (const RendezvousError&) {
-      if (plan.is_host.value_or(false)) throw;  // told to host: say why it cannot
-    }
-  }
-  if (!host) node.store = storeAt(plan, /*server=*/false, secret);
-  claimRunId(*node.store, host, plan);
-  const std::string prefix = "ddprun/" + plan.options.run_id + "/rdzv/";
-  if (host) {
-    const std::string& local = plan.options.local_addr;
-    node.store->set(prefix + "master_addr", bytes(local.empty() ? plan.store_host : local));
-    node.nnodes = closeRound(*node.store, plan, prefix);
-    node.store->set(prefix + "nnodes", bytes(std::to_string(node.nnodes)));
-  } else {
-    node.node_rank = static_cast<int>(node.store->add(prefix + "joined", 1));
-    node.store->wait({prefix + "nnodes"}, plan.rendezvous_timeout);
-    node.nnodes = std::stoi(text(node.store->get(prefix + "nnodes")));
-    if (node.node_rank >= node.nnodes) {
-      throw RendezvousError(
-          "this node joined the rendezvous at " + endpoint(plan) +
-          " after the job had started "
-          "with " +
-          std::to_string(node.nnodes) + " node(s) (--nnodes " + plan.options.nnodes +
-          ", last_call_timeout " + seconds(plan.last_call_timeout) +
-          "). Start the nodes within the last call, or raise --rdzv-conf last_call_timeout.");
-    }
-  }
-  node.master_addr = text(node.store->get(prefix + "master_addr"));
-  return node;
-}
-
-}  // namespace
-
-NodeAssignment meet_nodes(const LaunchPlan& plan, const std::string& secret) {
-  NodeAssignment node;
-  const auto& o = plan.options;
-  if (plan.max_nodes == 1) {
-    node.store = c10::make_intrusive<c10d::HashStore>();
-    if (!o.standalone) node.master_addr = plan.c10d ? "127.0.0.1" : o.master_addr;
-    if (!o.local_addr.empty() && !o.standalone) node.master_addr = o.local_addr;
-    claimRunId(*node.store, /*host=*/true, plan);
-    return node;
-  }
-  if (plan.c10d) return meetC10d(plan, secret);
-  node.store = storeAt(plan, /*server=*/o.node_rank == 0, secret);
-  claimRunId(*node.store, o.node_rank == 0, plan);
-  node.node_rank = o.node_rank;
-  node.nnodes = plan.max_nodes;
-  node.master_addr = o.master_addr;
-  return node;
 }
 
 }  // namespace ddp::launch

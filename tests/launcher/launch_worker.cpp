@@ -2,6 +2,8 @@
 //
 //   env              prints the launcher variables (and a line to stderr),
 //                    all-reduces the ranks
+//   grow             rendezvous round 0: sleeps until stopped; later: env
+//   shrink           round 0: all-reduces until a peer is lost; later: env
 //   fail RANK        rank RANK records an error and exits 3 at every start;
 //                    the others wait to be stopped
 //   kill-once RANK   on the first attempt rank RANK kills itself (SIGKILL)
@@ -60,18 +62,34 @@ int main(int argc, char** argv) {
   const int target = argc > 2 ? std::stoi(argv[2]) : -1;
   const int rank = std::stoi(var("RANK"));
   try {
-    if (scenario == "env") {
+    const int round =
+        kEnv.count("DDP_RENDEZVOUS_ROUND") ? std::stoi(var("DDP_RENDEZVOUS_ROUND")) : 0;
+    if (scenario == "env" || ((scenario == "grow" || scenario == "shrink") && round > 0)) {
       for (const char* name :
            {"RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE",
             "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
-            "OMP_NUM_THREADS"}) {
+            "OMP_NUM_THREADS", "DDP_RENDEZVOUS_ROUND"}) {
         std::cout << name << "=" << var(name) << "\n";
       }
       std::cerr << "stderr of local rank " << var("LOCAL_RANK") << std::endl;
       allReduceRanks(std::chrono::seconds(30));
       std::cout << "a line without a newline at exit";
       return 0;
+    }
+    if (scenario == "grow") {  // round 0
+      std::cout << "waiting in round 0" << std::endl;
+      sleepForever();
+    }
+    if (scenario == "shrink") {  // round 0: all-reduce until a peer is lost
+      auto group = ddp::init(
+          ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::seconds(10)));
+      for (int i = 0;; ++i) {
+        at::Tensor t = at::ones({1});
+        group->all_reduce(t);
+        if (i == 0) std::cout << "round 0: all-reduced over " << t.item<float>() << std::endl;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     }
     if (scenario == "fail") {
       if (rank != target) sleepForever();

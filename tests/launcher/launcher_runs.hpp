@@ -30,6 +30,10 @@ inline ChildResult runLauncher(const std::vector<std::string>& args,
   return runChildren({ddprun(args)}, deadline).at(0);
 }
 
+inline bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
 // How often `what` occurs in `text`.
 inline int count(const std::string& text, const std::string& what) {
   int n = 0;

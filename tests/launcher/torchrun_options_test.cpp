@@ -25,10 +25,6 @@ std::string readFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-bool contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
-
 // The multi-node command lines of PyTorch's DDP tutorial series
 // (multinode.py), run on two "nodes" on loopback: only the program and its
 // arguments differ.
@@ -96,32 +92,6 @@ TEST(LauncherTorchrun, MinimumAloneStartsAfterTheLastCallAndTooFewTimeOut) {
                            port + " within its join_timeout of 2 s"))
       << too_few.output;
   EXPECT_FALSE(contains(too_few.output, "RANK=")) << "no worker may start";
-}
-
-TEST(LauncherTorchrun, NodeArrivingAfterTheRoundClosedIsRefused) {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(findFreePort());
-  auto args = [&](const std::string& scenario) {
-    return ddprun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                   "--rdzv-id", "late", "--rdzv-conf", "last_call_timeout=1", DDP_LAUNCH_WORKER,
-                   scenario});
-  };
-  ChildProcess first(args("sleep"), false);
-  std::string output;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (!contains(output, "] pid ") && std::chrono::steady_clock::now() < deadline) {
-    waitForOutput({&first}, 100ms);
-    first.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
-  }
-  ASSERT_TRUE(contains(output, "] pid ")) << output;
-  auto late = runChildren({args("env")}, 60s).at(0);
-  first.signalGroup(SIGTERM);
-  first.reapBlocking();
-  EXPECT_EQ(late.exit_code, static_cast<int>(ExitCode::kRendezvous)) << late.output;
-  EXPECT_TRUE(contains(late.output, "this node joined the rendezvous at " + endpoint +
-                                        " after the job had started with 1 node(s) (--nnodes "
-                                        "1:2, last_call_timeout 1 s)"))
-      << late.output;
-  EXPECT_FALSE(contains(late.output, "RANK=")) << "no worker may start";
 }
 
 TEST(LauncherTorchrun, RedirectsAndTeeTakeTorchrunsValuesPerLocalRank) {
