@@ -3,19 +3,25 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
+#include <mutex>
 
 #include "ddp/environment.hpp"
+#include "ddp/errors.hpp"
 
 namespace ddp {
 
-bool record_error_to(const std::string& path, const std::string& message, int rank) noexcept {
+bool record_error_to(const std::string& path, const std::string& message, int rank,
+                     int error_code) noexcept {
   try {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     // torchrun's layout: {"message": {"message": ..., "extraInfo": {...}}}.
     nlohmann::json record = {{"message",
                               {{"message", message},
+                               {"errorCode", error_code},
                                {"extraInfo",
                                 {{"timestamp", std::to_string(static_cast<int64_t>(now))},
                                  {"rank", rank},
@@ -39,10 +45,35 @@ bool record_error(const std::exception& error) noexcept {
     if (file == env.end() || file->second.empty()) return false;
     int rank = -1;
     if (auto r = env.find("RANK"); r != env.end()) rank = std::atoi(r->second.c_str());
-    return record_error_to(file->second, error.what(), rank);
+    return record_error_to(file->second, error.what(), rank,
+                           static_cast<int>(exit_code_for(error)));
   } catch (...) {
     return false;
   }
+}
+
+namespace {
+
+std::terminate_handler previous_handler = nullptr;
+
+[[noreturn]] void recordThenTerminate() {
+  if (std::exception_ptr uncaught = std::current_exception()) {
+    try {
+      std::rethrow_exception(uncaught);
+    } catch (const std::exception& error) {
+      record_error(error);
+    } catch (...) {
+    }
+  }
+  if (previous_handler) previous_handler();
+  std::abort();
+}
+
+}  // namespace
+
+void record_uncaught_errors() noexcept {
+  static std::once_flag installed;
+  std::call_once(installed, [] { previous_handler = std::set_terminate(recordThenTerminate); });
 }
 
 std::optional<RecordedError> read_error_file(const std::string& path) {
@@ -57,6 +88,9 @@ std::optional<RecordedError> read_error_file(const std::string& path) {
     return error;
   }
   error.message = message.value("message", "");
+  if (message.contains("errorCode") && message["errorCode"].is_number_integer()) {
+    error.error_code = message["errorCode"].get<int>();
+  }
   if (message.contains("extraInfo")) {
     const auto& extra = message["extraInfo"];
     error.rank = extra.value("rank", -1);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "backends/backends.hpp"
+#include "ddp/error_file.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/tcp_store.hpp"
 #include "ddp/timeline/timeline.hpp"
@@ -145,6 +146,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 }
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
+  record_uncaught_errors();  // no decorator needed (ddp/error_file.hpp)
   compat::StorePtr rendezvous;
   std::shared_ptr<ProcessGroup> group = timeline::recorded(makeGroup(options, env, rendezvous));
   if (rendezvous) {  // the group shares the store; this keeps it alive

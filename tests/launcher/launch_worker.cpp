@@ -4,6 +4,7 @@
 //                    all-reduces the ranks
 //   grow             rendezvous round 0: sleeps until stopped; later: env
 //   shrink           round 0: all-reduces until a peer is lost; later: env
+//   uncaught         throws a TimeoutError out of main(), recording nothing
 //   fail RANK        rank RANK records an error and exits 3 at every start;
 //                    the others wait to be stopped
 //   kill-once RANK   on the first attempt rank RANK kills itself (SIGKILL)
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   const int target = argc > 2 ? std::stoi(argv[2]) : -1;
   const int rank = std::stoi(var("RANK"));
+  if (scenario == "uncaught") {  // no try, no record_error(): ddp::init() has it covered
+    auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+    throw ddp::TimeoutError("rank " + std::to_string(rank) + " gave up waiting, on purpose");
+  }
   try {
     const int round =
         kEnv.count("DDP_RENDEZVOUS_ROUND") ? std::stoi(var("DDP_RENDEZVOUS_ROUND")) : 0;

@@ -2,10 +2,12 @@
 // (tests/launcher/launch_worker.cpp), with deadlines on every wait.
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -101,6 +103,30 @@ TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
   EXPECT_NE(r.output.find("ended with exit 3: rank 1 failed on purpose at attempt 2"),
             std::string::npos)
       << r.output;
+}
+
+// Point 7 of issue 16: no decorator needed. The exception escapes main(),
+// ddp::init()'s terminate handler records it in torchrun's schema, and the
+// summary names it.
+TEST(LauncherRestarts, UncaughtExceptionIsRecordedInTorchrunsSchemaWithoutADecorator) {
+  std::string dir = (std::filesystem::temp_directory_path() / "ddprun-uncaught-XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  auto r = runLauncher(
+      {"--standalone", "--run-id", "uncaught", "--log-dir", dir, DDP_LAUNCH_WORKER, "uncaught"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("ended with signal 6 (Aborted): rank 0 gave up waiting, on purpose"),
+            std::string::npos)
+      << r.output;
+  std::ifstream file(dir + "/uncaught/attempt_0/0/error.json");
+  const nlohmann::json record = nlohmann::json::parse(file, nullptr, false);
+  ASSERT_TRUE(record.is_object()) << "no error file";
+  const auto& message = record["message"];
+  EXPECT_EQ(message["message"], "rank 0 gave up waiting, on purpose");
+  EXPECT_EQ(message["errorCode"], static_cast<int>(ExitCode::kTimeout));
+  // torchrun reads extraInfo.timestamp as an integer in a string.
+  const std::string stamp = message["extraInfo"]["timestamp"].get<std::string>();
+  EXPECT_NEAR(std::stod(stamp), static_cast<double>(std::time(nullptr)), 120.0) << stamp;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LauncherRestarts, StoppedWorkerIsRestartedAfterCollectiveTimeout) {
