@@ -13,9 +13,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDP_BUILD_DIR:-$root/build}
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
-  cmake -S "$root" -B "$build" >/dev/null
-fi
+# The test command configures build/ without the benchmarks; turn them on.
+cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
 echo "building data_parallel_bench in $build ..." >&2
 cmake --build "$build" --target data_parallel_bench -j"${JOBS:-2}" >&2
 bench="$build/bin/data_parallel_bench"

@@ -10,9 +10,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDP_BUILD_DIR:-$root/build}
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
-  cmake -S "$root" -B "$build" >/dev/null
-fi
+# The test command configures build/ without the benchmarks; turn them on.
+cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
 echo "building zero_bench and ddprun in $build ..." >&2
 cmake --build "$build" --target zero_bench ddprun -j"${JOBS:-2}" >&2
 

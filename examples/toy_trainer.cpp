@@ -10,14 +10,22 @@
 // there is no --data-dir and no test set: the final line has no accuracy.
 // Every rank traces each step ("epoch E step S loss L"; the tests kill a
 // worker at a given step); --no-trace-steps leaves only rank 0's progress.
+//
+// With --commit-every N it commits its state in memory every N steps, and
+// under `ddprun --recovery memory` a lost worker is replaced alone: the
+// others keep their processes, roll back to the last commit and hand it to
+// the replacement (ddp/elastic.hpp).
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <regex>
 #include <thread>
 
 #include "common/cli.hpp"
@@ -27,6 +35,7 @@
 #include "common/run_example.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/ddp.hpp"
+#include "ddp/elastic.hpp"
 #include "ddp/training/progress.hpp"
 
 namespace {
@@ -37,29 +46,43 @@ struct Options : ddp::examples::CommonOptions {
   bool trace_steps = true;
   bool trace_samples = false;
   int step_delay_ms = 0;
+  int64_t commit_every = 0;
+  std::string kill_at;  // RANK:STEP
 };
 
-int train(const Options& o) {
-  auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+// --kill-at RANK:STEP: that rank SIGKILLs itself after the step, in the
+// job's first run only (TORCHELASTIC_RESTART_COUNT 0), so that tests fail a
+// worker at an exact point.
+bool killsItselfAt(const Options& o, int rank, int64_t step) {
+  if (o.kill_at.empty()) return false;
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (restarts != nullptr && std::string(restarts) != "0") return false;
+  const auto colon = o.kill_at.find(':');
+  return std::stoi(o.kill_at.substr(0, colon)) == rank &&
+         std::stoll(o.kill_at.substr(colon + 1)) == step;
+}
+
+// One generation of the job (all of it unless ddprun --recovery memory
+// replaces a worker): the loop continues from `state`, wherever a snapshot,
+// a commit or the start left it.
+void trainGeneration(const Options& o, const std::shared_ptr<ddp::ProcessGroup>& group,
+                     ddp::elastic::State& elastic, torch::nn::Linear& net,
+                     torch::optim::SGD& optimizer, const torch::Tensor& inputs,
+                     const torch::Tensor& targets) {
   const int rank = group->rank(), world = group->size();
-  // The tutorial's dataset: the same random samples on every rank.
-  torch::manual_seed(o.seed);
-  torch::Tensor inputs = torch::rand({o.samples, 20});
-  torch::Tensor targets = torch::rand({o.samples, 1});
-  torch::nn::Linear net(20, 1);
+  ddp::snapshot::TrainingState& state = elastic.training();
   ddp::DistributedDataParallel model(net, group);
-  torch::optim::SGD optimizer(model->parameters(), 1e-3);
   ddp::data::DistributedSampler sampler(o.samples, world, rank,
                                         ddp::data::DistributedSamplerOptions().seed(o.seed));
   const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
-
-  ddp::snapshot::TrainingState state;
-  state.model = net.ptr().get();
-  state.optimizer = &optimizer;
   ddp::examples::PeriodicSnapshots snapshots(group, o);
-  if (snapshots.resume(state) && rank == 0) {
-    std::cout << "resumed at epoch " << state.epoch << ", step " << state.step_in_epoch
-              << std::endl;
+  if (elastic.commits() == 0) {  // the job's start (a replacement receives a commit)
+    if (snapshots.resume(state) && rank == 0) {
+      std::cout << "resumed at epoch " << state.epoch << ", step " << state.step_in_epoch
+                << std::endl;
+    }
+    // A failure before the first periodic commit rolls back to here.
+    if (o.commit_every > 0) elastic.commit();
   }
   std::cout << "pid " << getpid() << std::endl;
   int64_t global_step = state.counters["global_step"];
@@ -107,6 +130,11 @@ int train(const Options& o) {
       state.samples_in_epoch = epoch_done ? 0 : sampler.global_position();
       state.counters["global_step"] = global_step;
       snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
+      if (o.commit_every > 0 && global_step % o.commit_every == 0) {
+        elastic.commit();
+        if (o.trace_steps) std::cout << "committed step " << global_step << std::endl;
+      }
+      if (killsItselfAt(o, rank, global_step)) ::kill(::getpid(), SIGKILL);
       if (o.step_delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_delay_ms));
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
@@ -119,6 +147,25 @@ int train(const Options& o) {
     std::cout << "params-digest=" << ddp::examples::weightsDigest(*net) << std::endl;
     std::cout << "final loss=" << loss << std::endl;
   }
+}
+
+int train(const Options& o) {
+  // The tutorial's dataset: the same random samples on every rank.
+  torch::manual_seed(o.seed);
+  torch::Tensor inputs = torch::rand({o.samples, 20});
+  torch::Tensor targets = torch::rand({o.samples, 1});
+  torch::nn::Linear net(20, 1);
+  torch::optim::SGD optimizer(net->parameters(), 1e-3);
+  ddp::snapshot::TrainingState state;
+  state.model = net.ptr().get();
+  state.optimizer = &optimizer;
+  ddp::elastic::State elastic(state);
+  ddp::elastic::run(
+      elastic,
+      [&](const std::shared_ptr<ddp::ProcessGroup>& group) {
+        trainGeneration(o, group, elastic, net, optimizer, inputs, targets);
+      },
+      ddp::elastic::RunOptions().init(ddp::InitOptions().backend("gloo")));
   return 0;
 }
 
@@ -140,6 +187,16 @@ int main(int argc, char** argv) {
                "print 'epoch E samples I ...' (the batch's indices) on every rank after every "
                "step (for tests)");
   app.add_option("--step-delay-ms", o.step_delay_ms, "sleep after each step (for tests)");
+  app.add_option("--commit-every", o.commit_every,
+                 "commit the training state in memory every N steps (0: never), so that "
+                 "ddprun --recovery memory can replace a lost worker without a restart")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kill-at", o.kill_at,
+                 "RANK:STEP: that rank SIGKILLs itself after that step in the job's first run "
+                 "(for tests)")
+      ->check([](const std::string& v) {
+        return std::regex_match(v, std::regex(R"(\d+:\d+)")) ? "" : "expected RANK:STEP";
+      });
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);  // A tiny model: more threads only add overhead.
   return ddp::examples::runExample([&] { return train(o); });

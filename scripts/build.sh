@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Configures and builds ddp into build/ (executables in build/bin/).
+# Environment: DDP_BUILD_TYPE (RelWithDebInfo), DDP_BUILD_JOBS (all cores),
+# DDP_BUILD_BENCHMARKS (ON; the test command turns it OFF: benchmarks are no
+# tests, and each benchmark script builds its own target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${DDP_BUILD_JOBS:-$(nproc)}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE="${DDP_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE="${DDP_BUILD_TYPE:-RelWithDebInfo}" \
+  -DDDP_BUILD_BENCHMARKS="${DDP_BUILD_BENCHMARKS:-ON}" >/dev/null
 cmake --build build -j"$jobs"

@@ -22,7 +22,7 @@ fail() {
   status=1
 }
 
-core_private=" backends shm store compat launch distributed_data_parallel data_parallel "
+core_private=" backends shm store compat launch distributed_data_parallel data_parallel flight_recorder "
 mapfile -t parts < <(find include/ddp -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort)
 
 # --- 1. Each part in its four places.

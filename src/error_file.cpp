@@ -10,6 +10,7 @@
 
 #include "ddp/environment.hpp"
 #include "ddp/errors.hpp"
+#include "ddp/flight_recorder.hpp"
 
 namespace ddp {
 
@@ -26,6 +27,24 @@ bool record_error_to(const std::string& path, const std::string& message, int ra
                                 {{"timestamp", std::to_string(static_cast<int64_t>(now))},
                                  {"rank", rank},
                                  {"time", now}}}}}};
+    // The collectives before the failure (Note [What the flight recorder keeps]).
+    const std::vector<flight_recorder::Entry> collectives = flight_recorder::entries();
+    if (!collectives.empty()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& e : collectives) {
+        list.push_back({{"sequence", e.sequence},
+                        {"group", e.group},
+                        {"operation", e.operation},
+                        {"name", e.name},
+                        {"dtype", e.dtype},
+                        {"numel", e.numel},
+                        {"bytes", e.bytes},
+                        {"start_time", e.start_time},
+                        {"duration", e.duration},
+                        {"state", flight_recorder::to_string(e.state)}});
+      }
+      record["message"]["extraInfo"]["flight_recorder"] = std::move(list);
+    }
     const std::string temporary = path + ".tmp";
     {
       std::ofstream out(temporary, std::ios::trunc);

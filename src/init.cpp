@@ -8,8 +8,10 @@
 #include "backends/backends.hpp"
 #include "ddp/error_file.hpp"
 #include "ddp/errors.hpp"
+#include "ddp/flight_recorder.hpp"
 #include "ddp/tcp_store.hpp"
 #include "ddp/timeline/timeline.hpp"
+#include "flight_recorder/flight_recorder_process_group.hpp"
 #include "store/job_secret.hpp"
 #include "timeline/timeline_process_group.hpp"
 
@@ -41,7 +43,8 @@ std::string rankKey(int rank) { return "ddp/joined/" + std::to_string(rank); }
 // message names a store key, not a rank. ddp first has every rank announce
 // itself with its world size, so a missing rank or a rank started with
 // another WORLD_SIZE is reported as such.
-void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::milliseconds timeout) {
+void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::milliseconds timeout,
+                  const std::string& where) {
   const std::string world = std::to_string(topology.world_size);
   store.set(rankKey(topology.rank), std::vector<uint8_t>(world.begin(), world.end()));
   std::vector<std::string> keys;
@@ -56,9 +59,8 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
       if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
     throw RendezvousError(
-        "rendezvous at " + topology.master_addr + ":" + std::to_string(topology.master_port) +
-        " timed out after " + std::to_string(timeout.count()) + " ms: " + std::to_string(count) +
-        " of " + world + " ranks never joined (missing: " + missing +
+        "rendezvous at " + where + " timed out after " + std::to_string(timeout.count()) + " ms: " +
+        std::to_string(count) + " of " + world + " ranks never joined (missing: " + missing +
         "). Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, check that "
         "none of them failed at start-up, or raise the rendezvous timeout.");
   }
@@ -102,7 +104,8 @@ compat::StorePtr connectStore(const Topology& topology, const EnvironmentMap& en
                                                  .is_server(topology.rank == 0)
                                                  .timeout(timeout)
                                                  .secret(jobSecret(env, topology)));
-  joinAllRanks(*store, topology, timeout);
+  joinAllRanks(*store, topology, timeout,
+               topology.master_addr + ":" + std::to_string(topology.master_port));
   return store;
 }
 
@@ -129,7 +132,13 @@ std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const Enviro
   if (options.backend() == "nccl" && !backends::ncclCompiledIn()) {
     return backends::makeNcclProcessGroup(context);
   }
-  rendezvous = connectStore(context.topology, env, options.rendezvous_timeout());
+  if (options.store()) {
+    rendezvous = options.store();
+    joinAllRanks(*rendezvous, context.topology, options.rendezvous_timeout(),
+                 "the store of InitOptions::store");
+  } else {
+    rendezvous = connectStore(context.topology, env, options.rendezvous_timeout());
+  }
   context.store = c10::make_intrusive<c10d::PrefixStore>("ddp/engine", rendezvous);
   if (options.backend() == "gloo") return backends::makeGlooProcessGroup(context);
   if (options.backend() == "nccl") return backends::makeNcclProcessGroup(context);
@@ -148,12 +157,16 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
   record_uncaught_errors();  // no decorator needed (ddp/error_file.hpp)
   compat::StorePtr rendezvous;
-  std::shared_ptr<ProcessGroup> group = timeline::recorded(makeGroup(options, env, rendezvous));
+  // The edge's decorators: the timeline outermost, so that timeline::recorded()
+  // recognizes init()'s groups; the flight recorder always records.
+  std::shared_ptr<ProcessGroup> group =
+      timeline::recorded(flight_recorder::recorded(makeGroup(options, env, rendezvous)));
   if (rendezvous) {  // the group shares the store; this keeps it alive
     group->set_rendezvous_store(
         std::shared_ptr<c10d::Store>(rendezvous.get(), [rendezvous](c10d::Store*) {}));
   }
   timeline::detail::startFromEnvironmentOnce(env, group->rank());
+  flight_recorder::detail::record_to_file_from_environment(env, group->rank(), group->size());
   return group;
 }
 

@@ -35,8 +35,12 @@ CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, con
 WorkImpl::WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish)
     : info_(std::move(info)), work_(std::move(work)), finish_(std::move(finish)) {}
 
-WorkImpl::WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish)
-    : upstream_(std::move(upstream)), finish_(std::move(finish)) {}
+WorkImpl::WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish,
+                   std::function<void(const std::exception_ptr&)> observer)
+    : upstream_(std::move(upstream)),
+      finish_(std::move(finish)),
+      observer_(std::move(observer)),
+      has_local_step_(static_cast<bool>(finish_)) {}
 
 void WorkImpl::wait() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -63,6 +67,13 @@ void WorkImpl::wait() {
     }
     finish_ = nullptr;
     done_.store(true, std::memory_order_release);
+    if (observer_) {
+      try {
+        observer_(error_);
+      } catch (...) {  // an observer must not change the collective's outcome
+      }
+      observer_ = nullptr;
+    }
   }
   if (error_) std::rethrow_exception(error_);
 }
@@ -121,6 +132,10 @@ bool Work::is_completed() const { return !impl_ || impl_->is_completed(); }
 Work Work::then(std::function<void()> after) const {
   // A completed (empty) Work has no upstream: `after` runs on wait().
   return Work(std::make_shared<detail::WorkImpl>(impl_, std::move(after)));
+}
+
+Work detail::observed(const Work& work, std::function<void(const std::exception_ptr&)> observer) {
+  return Work(std::make_shared<detail::WorkImpl>(work.impl_, nullptr, std::move(observer)));
 }
 
 std::string Work::description() const { return impl_ ? impl_->description() : "completed work"; }

@@ -52,13 +52,16 @@ CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, con
 class WorkImpl {
  public:
   WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish);
-  /// Completes after `upstream`, then runs `finish`.
-  WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish);
+  /// Completes after `upstream`, then runs `finish`; then, once, calls
+  /// `observer` (if any) with the error wait() throws, null on success.
+  WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish,
+           std::function<void(const std::exception_ptr&)> observer = {});
 
   void wait();
   bool is_completed() const;
   std::string description() const {
-    return upstream_ ? upstream_->description() + " (then a local step)" : info_.describe();
+    if (!upstream_) return info_.describe();
+    return upstream_->description() + (has_local_step_ ? " (then a local step)" : "");
   }
 
  private:
@@ -66,6 +69,8 @@ class WorkImpl {
   std::shared_ptr<WorkImpl> upstream_;
   compat::WorkPtr work_;
   std::function<void()> finish_;
+  std::function<void(const std::exception_ptr&)> observer_;
+  bool has_local_step_ = false;  // finish_ was given (it is cleared once run)
   std::mutex mutex_;
   bool waited_ = false;
   std::atomic<bool> done_{false};

@@ -9,7 +9,9 @@
 #include "ddp/data_parallel.hpp"              // IWYU pragma: export
 #include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export
 #include "ddp/environment.hpp"                // IWYU pragma: export
+#include "ddp/error_file.hpp"                 // IWYU pragma: export
 #include "ddp/errors.hpp"                     // IWYU pragma: export
+#include "ddp/flight_recorder.hpp"            // IWYU pragma: export
 #include "ddp/init.hpp"                       // IWYU pragma: export
 #include "ddp/join.hpp"                       // IWYU pragma: export
 #include "ddp/powersgd_hook.hpp"              // IWYU pragma: export

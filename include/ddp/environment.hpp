@@ -34,6 +34,16 @@ using EnvironmentMap = std::map<std::string, std::string>;
 /// Copies the process environment. The only place ddp reads it.
 EnvironmentMap capture_environment();
 
+/// Set by `ddprun --recovery memory` (Note [Recovery in memory] in
+/// ddp/elastic/run.hpp): HOST:PORT of the store that outlives the workers,
+/// where each generation of the job's group meets.
+inline constexpr const char* kRecoveryStoreVariable = "DDP_RECOVERY_STORE";
+/// Set beside it: the generation the worker was started into (0, then one
+/// more for every worker the launcher replaced).
+inline constexpr const char* kRecoveryGenerationVariable = "DDP_RECOVERY_GENERATION";
+/// The key of that store whose value (a counter) is the newest generation.
+inline constexpr const char* kRecoveryGenerationsKey = "ddp/generations";
+
 /// The default rendezvous port, as torchrun's.
 inline constexpr int kDefaultMasterPort = 29500;
 

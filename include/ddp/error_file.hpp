@@ -39,7 +39,9 @@ struct RecordedError {
 /// Writes `error`'s message, the exit code of its kind, this process's rank
 /// and the time to the file named by TORCHELASTIC_ERROR_FILE, if set:
 /// {"message": {"message": ..., "errorCode": ..., "extraInfo":
-/// {"timestamp": ..., ...}}}, torchrun's schema. Returns whether a file was
+/// {"timestamp": ..., "flight_recorder": [...], ...}}}, torchrun's schema,
+/// where "flight_recorder" lists the process's last collectives
+/// (ddp/flight_recorder.hpp), when it issued any. Returns whether a file was
 /// written; never throws.
 bool record_error(const std::exception& error) noexcept;
 

@@ -10,6 +10,7 @@
 /// \endcode
 
 #include <torch/arg.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <memory>
@@ -49,12 +50,20 @@ struct InitOptions {
   /// Network interface for Gloo; overrides GLOO_SOCKET_IFNAME. Empty: the
   /// interface that routes to the master.
   TORCH_ARG(std::string, gloo_interface) = "";
+  /// A store the ranks meet in instead of rank 0's (PyTorch's
+  /// init_process_group(store=...)): every rank passes a client of the same
+  /// store, nothing listens on MASTER_PORT (MASTER_ADDR still picks the
+  /// interface Gloo uses), and the group's keys go straight into it (wrap
+  /// it in a c10d::PrefixStore to keep groups apart). Null: rank 0 hosts
+  /// one at MASTER_ADDR:MASTER_PORT.
+  TORCH_ARG(c10::intrusive_ptr<c10d::Store>, store) = {};
 };
 
 /// Starts this process's process group: resolves the topology from the
 /// environment and `options`, meets the other ranks at rank 0's store (hosted
-/// by rank 0, bound to the master address only) and starts the engine. With
-/// world size 1 nothing touches the network.
+/// by rank 0, bound to the master address only) or at InitOptions::store,
+/// and starts the engine. With world size 1 and no store nothing touches the
+/// network.
 /// \throws ConfigError for bad options or environment variables,
 ///   RendezvousError when the ranks cannot meet, BackendUnavailableError for a
 ///   backend this build lacks.

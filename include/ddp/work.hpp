@@ -3,14 +3,21 @@
 /// \file work.hpp
 /// A handle on an asynchronous collective.
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
 
 namespace ddp {
 
+class Work;
+
 namespace detail {
 class WorkImpl;
+/// Internal: a Work that completes with `work` and then calls `observer`
+/// once, with the error its wait() throws (null on success); for the
+/// decorators that watch collectives at the edge (the flight recorder).
+Work observed(const Work& work, std::function<void(const std::exception_ptr&)> observer);
 }  // namespace detail
 
 /// A collective in flight. Returned by the `...Async` methods of
@@ -43,6 +50,8 @@ class [[nodiscard]] Work {
   std::string description() const;
 
  private:
+  friend Work detail::observed(const Work& work,
+                               std::function<void(const std::exception_ptr&)> observer);
   std::shared_ptr<detail::WorkImpl> impl_;
 };
 

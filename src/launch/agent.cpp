@@ -5,13 +5,17 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <system_error>
 #include <thread>
 
 #include "ddp/error_file.hpp"
 #include "ddp/errors.hpp"
+#include "ddp/flight_recorder.hpp"
 #include "launch/child_process.hpp"
 #include "launch/rank_output.hpp"
+#include "launch/stall_report.hpp"
 #include "store/job_secret.hpp"
 
 namespace ddp::launch {
@@ -33,11 +37,13 @@ struct Agent::Attempt {
     int rank = 0;
     int local_rank = 0;
     std::string error_file;
-    ChildProcess process;
-    RankOutput output;
+    std::string flight_recorder_file;
+    std::optional<ChildProcess> process;  // emplaced again for a replacement
+    std::optional<RankOutput> output;     // a replacement keeps its predecessor's
   };
   int number = 0;
   int world_size = 0;
+  int port = 0;  // the workers' MASTER_PORT
   std::vector<Worker> workers;
   bool reported_done = false;
   std::string failure;
@@ -103,7 +109,7 @@ std::string Agent::errorFile(int attempt, int local_rank) const {
   return dir + "/error.json";
 }
 
-Agent::Attempt Agent::startAttempt(int number, int restarts) {
+Agent::Attempt Agent::startAttempt(int number) {
   const auto& o = plan_.options;
   Attempt attempt;
   attempt.number = number;
@@ -118,82 +124,131 @@ Agent::Attempt Agent::startAttempt(int number, int restarts) {
     if (node < node_.node_rank) offset += count;
     attempt.world_size += count;
   }
-  // The workers meet at a port of their own, fresh for every attempt.
+  // The workers meet at a port of their own, fresh for every attempt, and
+  // with --recovery memory in a generation of their own.
   if (node_.node_rank == 0) {
     const bool given = plan_.max_nodes == 1 && !plan_.c10d && !o.standalone;
     const int port = given ? o.master_port : findFreePort();
     rendezvous_->store().set(key(number, "port"), bytes(std::to_string(port)));
+    if (recovery_) {
+      const int generation = number == 0 ? recovery_->current() : recovery_->next();
+      rendezvous_->store().set(key(number, "generation"), bytes(std::to_string(generation)));
+    }
   }
   rendezvous_->store().wait({key(number, "port")}, plan_.rendezvous_timeout);
-  const int port = std::stoi(text(rendezvous_->store().get(key(number, "port"))));
-
+  attempt.port = std::stoi(text(rendezvous_->store().get(key(number, "port"))));
+  int generation = 0;
+  if (recovery_) {
+    rendezvous_->store().wait({key(number, "generation")}, plan_.rendezvous_timeout);
+    generation = std::stoi(text(rendezvous_->store().get(key(number, "generation"))));
+  }
+  attempt.workers.resize(static_cast<size_t>(plan_.nproc));
   for (int local = 0; local < plan_.nproc; ++local) {
-    WorkerPlacement placement;
-    placement.local_rank = local;
-    placement.rank = offset + local;
-    placement.world_size = attempt.world_size;
-    placement.node_rank = node_.node_rank;
-    placement.nnodes = node_.nnodes;
-    placement.master_addr = node_.master_addr;
-    placement.master_port = port;
-    placement.restart_count = restarts;
-    placement.round = number;
-    placement.error_file = errorFile(number, local);
-    // An earlier job's file would be taken for this attempt's error.
-    std::error_code error;
-    std::filesystem::remove(placement.error_file, error);
-    if (error) {
-      throw IoError("cannot remove the old error file " + placement.error_file + ": " +
-                    error.message() + "; remove it, or give another --log-dir or --run-id.");
-    }
-    ChildSpec spec;
-    spec.argv = o.command;
-    spec.argv[0] = plan_.program_path;
-    spec.env = workerEnvironment(plan_, placement);
-    const std::string log_dir = o.log_dir.empty()
-                                    ? ""
-                                    : o.log_dir + "/" + o.run_id + "/attempt_" +
-                                          std::to_string(number) + "/" + std::to_string(local);
-    // torchrun's --redirects (to files only) and --tee (files and console).
-    unsigned to_files = 0;
-    unsigned to_console = 0;
-    for (int stream = 0; stream < 2; ++stream) {
-      const bool redirect = plan_.redirects.has(local, stream);
-      const bool tee = plan_.tee.has(local, stream);
-      if (redirect || tee) to_files |= 1u << stream;
-      if (!redirect || tee) to_console |= 1u << stream;
-    }
-    attempt.workers.push_back({placement.rank, local, placement.error_file,
-                               ChildProcess(spec, /*separate_stderr=*/true),
-                               RankOutput(placement.rank, log_dir, to_files, to_console)});
+    startWorker(attempt, local, offset + local, generation);
   }
   return attempt;
+}
+
+// Starts (or starts again) local worker `local_rank` of `attempt`.
+void Agent::startWorker(Attempt& attempt, int local_rank, int rank, int generation) {
+  const auto& o = plan_.options;
+  const int number = attempt.number;
+  WorkerPlacement placement;
+  placement.local_rank = local_rank;
+  placement.rank = rank;
+  placement.world_size = attempt.world_size;
+  placement.node_rank = node_.node_rank;
+  placement.nnodes = node_.nnodes;
+  placement.master_addr = node_.master_addr;
+  placement.master_port = attempt.port;
+  placement.restart_count = restarts_;
+  placement.round = number;
+  if (recovery_) {
+    placement.recovery_store = recovery_->address();
+    placement.generation = generation;
+  }
+  placement.error_file = errorFile(number, local_rank);
+  placement.flight_recorder_file =
+      std::filesystem::path(placement.error_file).replace_filename("flight_recorder.bin").string();
+  // An earlier job's (or worker's) files would be taken for this one's.
+  for (const std::string& file : {placement.error_file, placement.flight_recorder_file}) {
+    std::error_code error;
+    std::filesystem::remove(file, error);
+    if (error) {
+      throw IoError("cannot remove the old file " + file + ": " + error.message() +
+                    "; remove it, or give another --log-dir or --run-id.");
+    }
+  }
+  ChildSpec spec;
+  spec.argv = o.command;
+  spec.argv[0] = plan_.program_path;
+  spec.env = workerEnvironment(plan_, placement);
+  const std::string log_dir = o.log_dir.empty()
+                                  ? ""
+                                  : o.log_dir + "/" + o.run_id + "/attempt_" +
+                                        std::to_string(number) + "/" + std::to_string(local_rank);
+  // torchrun's --redirects (to files only) and --tee (files and console).
+  unsigned to_files = 0;
+  unsigned to_console = 0;
+  for (int stream = 0; stream < 2; ++stream) {
+    const bool redirect = plan_.redirects.has(local_rank, stream);
+    const bool tee = plan_.tee.has(local_rank, stream);
+    if (redirect || tee) to_files |= 1u << stream;
+    if (!redirect || tee) to_console |= 1u << stream;
+  }
+  Attempt::Worker& worker = attempt.workers[static_cast<size_t>(local_rank)];
+  worker.rank = rank;
+  worker.local_rank = local_rank;
+  worker.error_file = placement.error_file;
+  worker.flight_recorder_file = placement.flight_recorder_file;
+  worker.process.emplace(spec, /*separate_stderr=*/true);  // same storage: pointers stay valid
+  if (!worker.output) worker.output.emplace(rank, log_dir, to_files, to_console);
+}
+
+// --recovery memory: starts the failed worker again alone, in a new
+// generation; the others keep their processes and state (Note [Recovery in
+// memory]). False when no restart is left.
+bool Agent::replaceWorker(Attempt& attempt, size_t index, const std::string& failure) {
+  if (restarts_ >= plan_.options.max_restarts) return false;
+  ++restarts_;
+  const int generation = recovery_->next();
+  say(failure + "; starting it again alone in generation " + std::to_string(generation) +
+      ", the other workers keep their state (recovery in memory, restart " +
+      std::to_string(restarts_) + " of " + std::to_string(plan_.options.max_restarts) + ")");
+  Attempt::Worker& worker = attempt.workers[index];
+  startWorker(attempt, worker.local_rank, worker.rank, generation);
+  return true;
 }
 
 Agent::Outcome Agent::monitor(Attempt& attempt) {
   const auto& o = plan_.options;
   std::vector<ChildProcess*> processes;
-  for (auto& w : attempt.workers) processes.push_back(&w.process);
+  for (auto& w : attempt.workers) processes.push_back(&*w.process);
   auto last_poll = Clock::now();
   while (true) {
     if (stop_signal_ != 0) return Outcome::kInterrupted;
     waitForOutput(processes, std::min(plan_.monitor_interval, std::chrono::milliseconds(50)));
     bool all_succeeded = true;
     for (auto& w : attempt.workers) {
-      w.process.pump([&](Stream s, std::string_view chunk) { w.output.feed(s, chunk); });
-      w.process.reap();
-      if (!w.process.exited()) {
+      w.process->pump([&](Stream s, std::string_view chunk) { w.output->feed(s, chunk); });
+      w.process->reap();
+      if (!w.process->exited()) {
         all_succeeded = false;
         continue;
       }
-      if (w.process.exitCode() == 0) continue;
+      if (w.process->exitCode() == 0) continue;
       auto recorded = read_error_file(w.error_file);
       const std::string failure = "rank " + std::to_string(w.rank) + " (node " +
                                   std::to_string(node_.node_rank) + ", local rank " +
                                   std::to_string(w.local_rank) + ", pid " +
-                                  std::to_string(w.process.pid()) + ") ended with " +
-                                  describeExit(w.process.exitCode(), w.process.termSignal()) +
+                                  std::to_string(w.process->pid()) + ") ended with " +
+                                  describeExit(w.process->exitCode(), w.process->termSignal()) +
                                   (recorded ? ": " + recorded->message : " (it recorded no error)");
+      if (recovery_ &&
+          replaceWorker(attempt, static_cast<size_t>(&w - attempt.workers.data()), failure)) {
+        all_succeeded = false;
+        continue;
+      }
       attempt.failure =
           text(rendezvous_->store().compareSet(key(attempt.number, "failure"), {}, bytes(failure)));
       return Outcome::kFailed;
@@ -220,6 +275,46 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
   }
 }
 
+// Note [Reading a stall] in launch/stall_report.hpp. Every node publishes
+// its ranks' last collectives and reads the others' (a node that does not
+// answer in time is left out, its ranks unknown rather than idle).
+void Agent::reportStall(const Attempt& attempt) {
+  std::string local;
+  std::vector<RankPosition> positions;
+  for (const auto& w : attempt.workers) {
+    RankPosition position{w.rank, std::nullopt};
+    if (auto record = flight_recorder::read_file(w.flight_recorder_file)) {
+      position.last = last_collective(*record);
+    }
+    positions.push_back(position);
+    local += encode_position(position) + "\n";
+  }
+  try {
+    if (node_.nnodes > 1) {
+      auto& store = rendezvous_->store();
+      store.set(key(attempt.number, "flight/" + std::to_string(node_.node_rank)), bytes(local));
+      const auto give_up = Clock::now() + plan_.stop_grace + std::chrono::seconds(5);
+      for (int node = 0; node < node_.nnodes; ++node) {
+        if (node == node_.node_rank) continue;
+        const std::string k = key(attempt.number, "flight/" + std::to_string(node));
+        while (!store.check({k}) && Clock::now() < give_up) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        if (!store.check({k})) continue;
+        std::istringstream lines(text(store.get(k)));
+        for (std::string line; std::getline(lines, line);) {
+          if (auto position = decode_position(line)) positions.push_back(*position);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    say("could not gather the other nodes' flight recorders (" + std::string(e.what()) +
+        "); reporting this node's ranks only");
+  }
+  const std::string report = describe_stall(positions);
+  if (!report.empty()) say("flight recorder: " + report);
+}
+
 // Node 0 hosts the store: it leaves last, once every agent has read what it
 // needs of this attempt (bounded, in case a node died).
 void Agent::leave(int attempt) {
@@ -237,23 +332,29 @@ int Agent::run() {
   const bool authenticated = !plan_.secret_file.empty();
   rendezvous_ = std::make_unique<NodeRendezvous>(
       plan_, authenticated ? store::read_job_secret(plan_.secret_file) : "");
-  int restarts = 0;
   while (true) {
     node_ = rendezvous_->next_round();
+    if (plan_.memory_recovery && !recovery_) {
+      recovery_ = std::make_unique<RecoveryStore>(
+          rendezvous_->store(), "ddprun/" + o.run_id + "/recovery_store", node_.node_rank == 0,
+          node_.master_addr,
+          authenticated ? store::read_job_secret(plan_.secret_file) : std::string(),
+          plan_.rendezvous_timeout);
+    }
     if (!authenticated && node_.node_rank == 0 && node_.round == 0) {
       say("warning: no --secret-file, so the rendezvous stores at " + plan_.store_host +
           " admit any machine that reaches them (as torchrun's do). Give every node the same "
           "--secret-file (mode 0600) to admit only this job.");
     }
     const int round = node_.round;
-    Attempt attempt = startAttempt(round, restarts);
+    Attempt attempt = startAttempt(round);
     const Outcome outcome = monitor(attempt);
     std::vector<ChildProcess*> processes;
-    for (auto& w : attempt.workers) processes.push_back(&w.process);
+    for (auto& w : attempt.workers) processes.push_back(&*w.process);
     auto pump = [&](ChildProcess& p) {
       for (auto& worker : attempt.workers) {
-        if (&worker.process == &p) {
-          p.pump([&](Stream s, std::string_view chunk) { worker.output.feed(s, chunk); });
+        if (&*worker.process == &p) {
+          p.pump([&](Stream s, std::string_view chunk) { worker.output->feed(s, chunk); });
         }
       }
     };
@@ -272,20 +373,21 @@ int Agent::run() {
       return 128 + stop_signal_;
     }
     stopAll(processes, plan_.stop_grace, pump);
+    if (outcome == Outcome::kFailed) reportStall(attempt);
     if (outcome == Outcome::kReformed) {
       say("a node is waiting to join the job of " + std::to_string(node_.nnodes) +
           " node(s); stopping every worker to re-form it (rendezvous round " +
           std::to_string(round + 1) + "; no restart counted)");
       continue;
     }
-    if (restarts >= o.max_restarts) {
+    if (restarts_ >= o.max_restarts) {
       leave(round);
-      say("job failed after " + std::to_string(restarts) + " restart(s) (--max-restarts " +
+      say("job failed after " + std::to_string(restarts_) + " restart(s) (--max-restarts " +
           std::to_string(o.max_restarts) + "). First failure: " + attempt.failure);
       return 1;
     }
-    ++restarts;
-    say(attempt.failure + "; restarting every worker (restart " + std::to_string(restarts) +
+    ++restarts_;
+    say(attempt.failure + "; restarting every worker (restart " + std::to_string(restarts_) +
         " of " + std::to_string(o.max_restarts) + ")");
   }
 }

@@ -12,7 +12,12 @@
 //   k/port          the workers' MASTER_PORT, a free port chosen by node 0;
 //   k/failure       the first failure, set once (compare-and-set);
 //   k/done/<node>   a node whose workers all exited 0;
+//   k/flight/<node> after a failure, the node's ranks' last collectives
+//                   (Note [Reading a stall]);
 //   k/left          agents that have finished with attempt k.
+//   k/generation    --recovery memory: the generation the attempt's
+//                   workers start in (Note [Recovery in memory] in
+//                   ddp/elastic/run.hpp), beside the run's recovery_store.
 // An agent polls its workers continuously and the store every monitor
 // interval, so a failure on one node stops the job on all of them within a
 // few intervals.
@@ -29,6 +34,7 @@
 
 #include "launch/launch_options.hpp"
 #include "launch/node_rendezvous.hpp"
+#include "launch/recovery_store.hpp"
 
 namespace ddp::launch {
 
@@ -58,15 +64,20 @@ class Agent {
   struct Attempt;
   enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed };
 
-  Attempt startAttempt(int round, int restarts);
+  Attempt startAttempt(int round);
+  void startWorker(Attempt& attempt, int local_rank, int rank, int generation);
+  bool replaceWorker(Attempt& attempt, size_t index, const std::string& failure);
   Outcome monitor(Attempt& attempt);
+  void reportStall(const Attempt& attempt);
   void leave(int attempt);
   std::string key(int attempt, const std::string& name) const;
   std::string errorFile(int attempt, int local_rank) const;
 
   LaunchPlan plan_;
   std::unique_ptr<NodeRendezvous> rendezvous_;
-  NodeAssignment node_;      // this round's
+  NodeAssignment node_;                      // this round's
+  std::unique_ptr<RecoveryStore> recovery_;  // --recovery memory
+  int restarts_ = 0;
   std::string private_dir_;  // mode 0700: the secret, and error files when no --log-dir
   static volatile std::sig_atomic_t stop_signal_;
 };

@@ -16,6 +16,7 @@
 
 #include "ddp/environment.hpp"
 #include "ddp/errors.hpp"
+#include "ddp/flight_recorder.hpp"
 #include "store/job_secret.hpp"
 
 namespace ddp::launch {
@@ -253,6 +254,13 @@ LaunchPlan resolveLaunch(const LaunchOptions& options) {
     throw ConfigError("--max-restarts is " + std::to_string(options.max_restarts) +
                       "; it must be 0 or more.");
   }
+  if (options.recovery != "disk" && options.recovery != "memory") {
+    throw ConfigError("--recovery is '" + options.recovery +
+                      "'; it must be 'disk' (restart every worker; the program resumes from its "
+                      "snapshot) or 'memory' (restart the failed worker alone; the program uses "
+                      "ddp::elastic::run).");
+  }
+  plan.memory_recovery = options.recovery == "memory";
   plan.monitor_interval = duration(options.monitor_interval_s, "--monitor-interval");
   plan.stop_grace = duration(options.stop_grace_s, "--stop-grace");
   plan.rendezvous_timeout = duration(options.rendezvous_timeout_s, "--rendezvous-timeout");
@@ -345,8 +353,13 @@ std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
       {"TORCHELASTIC_RUN_ID", o.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", p.error_file},
+      {flight_recorder::kFileVariable, p.flight_recorder_file},
   };
   if (!plan.secret_file.empty()) env[store::kJobSecretFileVariable] = plan.secret_file;
+  if (!p.recovery_store.empty()) {
+    env[kRecoveryStoreVariable] = p.recovery_store;
+    env[kRecoveryGenerationVariable] = std::to_string(p.generation);
+  }
   // As torchrun: share the cores among the workers unless the user chose.
   const EnvironmentMap inherited = capture_environment();
   if (!inherited.count("OMP_NUM_THREADS")) {

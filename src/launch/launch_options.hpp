@@ -25,6 +25,11 @@ struct LaunchOptions {
   std::string rdzv_conf;      ///< KEY=VALUE,...: join_timeout, last_call_timeout, is_host
   std::string local_addr;     ///< this node's address for the others
   int max_restarts = 0;
+  /// After a worker fails: "disk" stops every worker and starts them all
+  /// again (torchrun's way; the program resumes from its snapshot),
+  /// "memory" starts the failed one again alone and the others keep their
+  /// state (Note [Recovery in memory] in ddp/elastic/run.hpp).
+  std::string recovery = "disk";
   double monitor_interval_s = 0.5;
   std::string run_id = "none";
   std::string log_dir;
@@ -74,7 +79,8 @@ struct LaunchPlan {
   std::optional<bool> is_host;
   StreamChoice redirects;
   StreamChoice tee;
-  std::string program_path;  ///< command[0] resolved through PATH
+  bool memory_recovery = false;  ///< --recovery memory
+  std::string program_path;      ///< command[0] resolved through PATH
   std::chrono::milliseconds monitor_interval{500};
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds rendezvous_timeout{300000};  ///< join_timeout
@@ -105,6 +111,9 @@ struct WorkerPlacement {
   int restart_count = 0;
   int round = 0;  ///< the rendezvous round (DDP_RENDEZVOUS_ROUND)
   std::string error_file;
+  std::string flight_recorder_file;  ///< DDP_FLIGHT_RECORDER_FILE
+  std::string recovery_store;        ///< DDP_RECOVERY_STORE (--recovery memory)
+  int generation = 0;                ///< DDP_RECOVERY_GENERATION
 };
 std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
                                                      const WorkerPlacement& placement);

@@ -2,10 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/util/Type.h>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,7 +14,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <typeinfo>
 
 #include "snapshot/grad_scaler_state.hpp"
 #include "byte_exchange.hpp"
@@ -24,6 +21,7 @@
 #include "snapshot/rng_states.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "snapshot/state_records.hpp"
 #include "snapshot/zero_state.hpp"
 
 namespace ddp::snapshot {
@@ -49,44 +47,10 @@ std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& s
   std::string name = detail::snapshotFileName(options.prefix(), sequence);
   std::string path = (fs::path(dir) / name).string();
 
-  json scalars = {{"epoch", state.epoch},
-                  {"step_in_epoch", state.step_in_epoch},
-                  {"samples_in_epoch", state.samples_in_epoch},
-                  {"counters", state.counters},
-                  {"metadata", state.metadata},
-                  {"model", state.model != nullptr},
-                  {"rng", !rng.empty()},
-                  {"world_size", world_size},
-                  {"torch_version", TORCH_VERSION}};
-  TensorMap optimizer_tensors;
-  if (state.optimizer)
-    scalars["optimizer"] = detail::exportOptimizer(*state.optimizer, optimizer_tensors);
-  if (state.scheduler) {
-    scalars["scheduler"] = {{"type", c10::demangle(typeid(*state.scheduler).name())},
-                            {"step_count", detail::schedulerStepCount(*state.scheduler)}};
-  }
-  if (state.grad_scaler) scalars["grad_scaler"] = detail::gradScalerToJson(*state.grad_scaler);
-  if (!zero_record.is_null()) scalars["zero"] = zero_record;
-  std::string scalars_text;
-  try {
-    scalars_text = scalars.dump(1);
-  } catch (const json::exception& e) {
-    throw SnapshotError("cannot save the training state: metadata must be valid UTF-8 (" +
-                        std::string(e.what()) + ")");
-  }
-
+  detail::StateRecords records = detail::stateRecords(state, rng, zero_record, world_size);
+  const std::string scalars_text = detail::scalarsText(records.scalars);
   detail::SnapshotWriter writer((fs::path(dir) / ("." + name + ".tmp")).string());
-  if (state.model) {
-    for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
-      if (item.value().defined()) writer.addTensor("model/param/" + item.key(), item.value());
-    }
-    for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
-      if (item.value().defined()) writer.addTensor("model/buffer/" + item.key(), item.value());
-    }
-  }
-  for (const auto& [key, tensor] : optimizer_tensors) writer.addTensor(key, tensor);
-  for (const auto& [key, tensor] : state.extra_tensors) writer.addTensor("extra/" + key, tensor);
-  for (const auto& [key, tensor] : rng) writer.addTensor(key, tensor);
+  for (const auto& [key, tensor] : records.tensors) writer.addTensor(key, tensor);
   writer.addJson("scalars", scalars_text);
   writer.commit(path, static_cast<uint32_t>(world_size), sequence);
 

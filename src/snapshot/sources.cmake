@@ -8,6 +8,7 @@ add_library(ddp_snapshot STATIC
   ${PROJECT_SOURCE_DIR}/src/snapshot/rng_states.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_directory.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/state_records.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/zero_state.cpp)
 add_library(ddp::snapshot ALIAS ddp_snapshot)
 set_target_properties(ddp_snapshot PROPERTIES EXPORT_NAME snapshot)

@@ -11,6 +11,9 @@
 //                    after joining; later attempts all-reduce and succeed
 //   stop-once RANK   on the first attempt rank RANK stops itself (SIGSTOP)
 //                    after joining; the others' all-reduce times out
+//   stall RANK       3 ranks: four all-reduces and a broadcast, then rank RANK
+//                    sleeps until stopped and the others' sixth collective,
+//                    an all-reduce, times out (1500 ms)
 //   sleep            prints its pid and sleeps until stopped
 //   intrude          rank 1 also tries the job's store without the secret
 //                    and with a wrong one, then all ranks all-reduce
@@ -140,6 +143,18 @@ int main(int argc, char** argv) {
         }
       }
       return allReduceRanks(group);
+    }
+    if (scenario == "stall") {
+      auto group = ddp::init(
+          ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::milliseconds(1500)));
+      for (int i = 0; i < 4; ++i) group->all_reduce(at::ones({1}, at::kLong));
+      group->broadcast(at::zeros({4}));
+      if (rank == target) {
+        std::cout << "stalling after 5 collectives" << std::endl;
+        sleepForever();
+      }
+      group->all_reduce(at::ones({1}, at::kLong));
+      return 0;
     }
     if (scenario == "sleep") {
       std::cout << "pid " << getpid() << std::endl;

@@ -139,6 +139,12 @@ TEST(LauncherRestarts, StoppedWorkerIsRestartedAfterCollectiveTimeout) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[1] stopping myself"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did not finish within 1500 ms"), std::string::npos) << r.output;
+  // Rank 1 stopped before its first collective; its ring's file says so.
+  EXPECT_NE(r.output.find("ddprun: flight recorder: rank 1 issued no collective while rank 0 "
+                          "waited in collective #1 all_reduce(sum) of 1 int64 (8 B) (timed out "
+                          "after 1."),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("(restart 1 of 1)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[0] attempt 1: sum of ranks 1"), std::string::npos) << r.output;
   EXPECT_LT(seconds, 60);

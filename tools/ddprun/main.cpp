@@ -51,6 +51,11 @@ void parse(CLI::App& app, ddp::launch::LaunchOptions& o, bool& no_python) {
                  "this node's address, given to the workers when it is node 0");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
                  "times the job is restarted after a failure");
+  app.add_option("--recovery", o.recovery,
+                 "after a worker fails: disk (restart every worker, which resume from their "
+                 "snapshot) or memory (restart it alone; the others keep their state: "
+                 "ddp::elastic::run)")
+      ->capture_default_str();
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval_s,
                  "seconds between checks of the other nodes");
   app.add_option("--log-dir,--log_dir", o.log_dir,

@@ -197,6 +197,14 @@ SnapshotFile read_snapshot_file(const std::string& path);
 void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank = 0,
                             int world_size = 0);
 
+/// What save() would write for `state`, taken by this process alone and
+/// copied into memory (CPU tensors): this process's generator states as
+/// rank 0's, world_size 1, path "(in memory)". restore_training_state()
+/// takes it back (ddp::elastic::State commits this way).
+/// \throws SnapshotError for a zero_optimizer (its shards live on every
+///   rank, so no one process holds them) or an unsupported optimizer.
+SnapshotFile capture_training_state(const TrainingState& state);
+
 /// The seed rank `rank` of a job resumed at another world size gives its
 /// generators: a hash of rank 0's saved CPU generator state and `rank`.
 uint64_t derived_rng_seed(const at::Tensor& rank0_cpu_state, int rank);

@@ -1,0 +1,71 @@
+#pragma once
+
+/// \file run.hpp
+/// Training that survives a lost worker without leaving its process:
+/// Horovod Elastic's `hvd.elastic.run` for ddprun's `--recovery memory`.
+///
+/// \code
+///   ddp::snapshot::TrainingState training;  // model, optimizer, counters
+///   ddp::elastic::State state(training);
+///   ddp::elastic::run(state, [&](const std::shared_ptr<ddp::ProcessGroup>& group) {
+///     ddp::DistributedDataParallel model(net, group);
+///     for (...) { ...one step...; if (step % 10 == 0) state.commit(); }
+///   });
+/// \endcode
+///
+/// Note [Recovery in memory]
+/// Under `ddprun --recovery memory` a worker that fails is started again
+/// alone, with the same rank; the others keep their processes. ddprun hosts
+/// a store that outlives every worker (DDP_RECOVERY_STORE, guarded by the
+/// job's secret) and counts generations in it: each replacement starts a
+/// new one. run() meets the group of its generation in that store, syncs
+/// the state (the replacement receives the survivors' last commit by
+/// broadcast, State::sync) and calls the training function. When a
+/// collective fails there (a peer died: CollectiveError, TimeoutError,
+/// RendezvousError), run() drops the group, waits for the next generation
+/// and goes round again; the survivors roll back to their last commit and
+/// the job continues from it at the same world size. Anything else (a bug,
+/// bad data) ends the worker as usual. Without DDP_RECOVERY_STORE (plain
+/// ddprun, torchrun, one process) run() calls the function once with
+/// init()'s group, and a failure ends the worker, so the same program runs
+/// under every launcher.
+
+#include <torch/arg.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "ddp/elastic/state.hpp"
+#include "ddp/init.hpp"
+#include "ddp/process_group.hpp"
+
+namespace ddp::elastic {
+
+/// Options of run().
+struct RunOptions {
+  /// How each generation's group starts (backend, timeouts); its store and
+  /// master address are run()'s under --recovery memory.
+  TORCH_ARG(InitOptions, init);
+  /// How long a survivor waits for the launcher to start the next
+  /// generation before it gives up (TimeoutError), and how long a
+  /// generation's ranks wait for each other.
+  TORCH_ARG(std::chrono::milliseconds, rejoin_timeout) = std::chrono::minutes(5);
+};
+
+/// The training function: called with each generation's group; returns
+/// when training is done.
+using TrainFunction = std::function<void(const std::shared_ptr<ProcessGroup>& group)>;
+
+/// Runs `train` until it returns, recovering from lost peers in memory
+/// under `ddprun --recovery memory` (Note [Recovery in memory]).
+/// \throws whatever `train` throws that is not a lost peer; TimeoutError
+///   when no next generation comes within rejoin_timeout; ConfigError for a
+///   malformed DDP_RECOVERY_STORE.
+void run(State& state, const TrainFunction& train, const RunOptions& options = {});
+
+/// As run(state, train, options), with the environment given explicitly.
+void run(State& state, const TrainFunction& train, const RunOptions& options,
+         const EnvironmentMap& env);
+
+}  // namespace ddp::elastic

@@ -1,0 +1,39 @@
+#include "launch/recovery_store.hpp"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "ddp/environment.hpp"
+#include "ddp/tcp_store.hpp"
+#include "launch/child_process.hpp"
+
+namespace ddp::launch {
+
+RecoveryStore::RecoveryStore(c10d::Store& agents, const std::string& key, bool host,
+                             const std::string& address, const std::string& secret,
+                             std::chrono::milliseconds timeout) {
+  TcpStoreOptions options;
+  options.timeout(timeout).secret(secret);
+  if (host) {
+    const int port = findFreePort();
+    store_ = c10::make_intrusive<TcpStore>(options.host(address).port(port).is_server(true));
+    address_ = address + ":" + std::to_string(port);
+    agents.set(key, std::vector<uint8_t>(address_.begin(), address_.end()));
+  } else {
+    agents.wait({key}, timeout);
+    const std::vector<uint8_t> value = agents.get(key);
+    address_.assign(value.begin(), value.end());
+    const auto colon = address_.rfind(':');
+    store_ = c10::make_intrusive<TcpStore>(
+        options.host(address_.substr(0, colon)).port(std::stoi(address_.substr(colon + 1))));
+  }
+}
+
+RecoveryStore::~RecoveryStore() = default;
+
+int RecoveryStore::current() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 0)); }
+
+int RecoveryStore::next() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 1)); }
+
+}  // namespace ddp::launch

@@ -1,0 +1,97 @@
+#include "snapshot/state_records.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Type.h>
+#include <torch/version.h>
+
+#include <typeinfo>
+
+#include "ddp/errors.hpp"
+#include "snapshot/grad_scaler_state.hpp"
+#include "snapshot/optimizer_state.hpp"
+#include "snapshot/rng_states.hpp"
+#include "snapshot/snapshot_format.hpp"
+
+namespace ddp::detail {
+
+using nlohmann::json;
+
+StateRecords stateRecords(const snapshot::TrainingState& state,
+                          const std::map<std::string, at::Tensor>& rng, const json& zero_record,
+                          int world_size) {
+  StateRecords records;
+  records.scalars = {{"epoch", state.epoch},
+                     {"step_in_epoch", state.step_in_epoch},
+                     {"samples_in_epoch", state.samples_in_epoch},
+                     {"counters", state.counters},
+                     {"metadata", state.metadata},
+                     {"model", state.model != nullptr},
+                     {"rng", !rng.empty()},
+                     {"world_size", world_size},
+                     {"torch_version", TORCH_VERSION}};
+  json& scalars = records.scalars;
+  auto& tensors = records.tensors;
+  if (state.model) {
+    for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
+      if (item.value().defined()) tensors.emplace_back("model/param/" + item.key(), item.value());
+    }
+    for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
+      if (item.value().defined()) tensors.emplace_back("model/buffer/" + item.key(), item.value());
+    }
+  }
+  if (state.optimizer) {
+    TensorMap optimizer_tensors;
+    scalars["optimizer"] = exportOptimizer(*state.optimizer, optimizer_tensors);
+    for (auto& entry : optimizer_tensors) tensors.emplace_back(entry);
+  }
+  if (state.scheduler) {
+    scalars["scheduler"] = {{"type", c10::demangle(typeid(*state.scheduler).name())},
+                            {"step_count", schedulerStepCount(*state.scheduler)}};
+  }
+  if (state.grad_scaler) scalars["grad_scaler"] = gradScalerToJson(*state.grad_scaler);
+  if (!zero_record.is_null()) scalars["zero"] = zero_record;
+  for (const auto& [key, tensor] : state.extra_tensors)
+    tensors.emplace_back("extra/" + key, tensor);
+  for (const auto& entry : rng) tensors.emplace_back(entry);
+  return records;
+}
+
+std::string scalarsText(const json& scalars) {
+  try {
+    return scalars.dump(1);
+  } catch (const json::exception& e) {
+    throw SnapshotError("cannot save the training state: metadata must be valid UTF-8 (" +
+                        std::string(e.what()) + ")");
+  }
+}
+
+}  // namespace ddp::detail
+
+namespace ddp::snapshot {
+
+SnapshotFile capture_training_state(const TrainingState& state) {
+  if (state.zero_optimizer) {
+    throw SnapshotError(
+        "capture_training_state: a ZeroRedundancyOptimizer's state is sharded across the ranks, "
+        "so one process cannot capture it (a lost rank's shard exists nowhere else); keep it in "
+        "snapshot files (SnapshotManager) instead");
+  }
+  std::map<std::string, at::Tensor> rng;
+  if (state.include_rng) {
+    for (auto& [device, generator] : detail::generators()) {
+      rng.emplace("rng/rank0/" + device, detail::generatorState(generator));
+    }
+  }
+  detail::StateRecords records = detail::stateRecords(state, rng, nullptr, /*world_size=*/1);
+  SnapshotFile file;
+  file.path = "(in memory)";
+  file.format_version = detail::kSnapshotFormatVersion;
+  file.world_size = 1;
+  for (const auto& [name, tensor] : records.tensors) {
+    file.tensors.emplace(name, tensor.detach().to(at::kCPU).clone());
+  }
+  file.scalars_json = detail::scalarsText(records.scalars);
+  return file;
+}
+
+}  // namespace ddp::snapshot

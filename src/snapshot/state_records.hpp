@@ -1,0 +1,39 @@
+#pragma once
+
+// Internal: the records that describe a TrainingState (Note [What a
+// snapshot file is] in ddp/snapshot/snapshot_manager.hpp), built once for
+// both of their destinations: a snapshot file (SnapshotManager::save) and a
+// copy in memory (capture_training_state, which elastic::State commits).
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddp/snapshot/snapshot_manager.hpp"
+
+namespace ddp::detail {
+
+/// A training state's records: its tensors in the order a file holds them
+/// (they alias the live tensors) and its "scalars" record.
+struct StateRecords {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json scalars;
+};
+
+/// The records of `state`, with the generator states `rng` (named
+/// rng/rank<r>/<device>), a sharded optimizer's `zero_record` (null: none)
+/// and the world size that wrote them.
+/// \throws SnapshotError when the optimizer is not one snapshots support.
+StateRecords stateRecords(const snapshot::TrainingState& state,
+                          const std::map<std::string, at::Tensor>& rng,
+                          const nlohmann::json& zero_record, int world_size);
+
+/// The "scalars" record as text. \throws SnapshotError when the metadata is
+/// not valid UTF-8.
+std::string scalarsText(const nlohmann::json& scalars);
+
+}  // namespace ddp::detail

@@ -1,0 +1,129 @@
+// ddprun --recovery memory, for real: three toy-trainer workers commit in
+// memory every 4 steps; rank 1 SIGKILLs itself after a given step; ddprun starts
+// it again alone, the survivors keep their processes (the same pids before
+// and after), roll back to their last commit and hand it to the
+// replacement, and the job ends with parameters bit-identical to an
+// uninterrupted run. No snapshot directory exists, so nothing came from
+// disk.
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/launcher_runs.hpp"
+
+namespace ddp::launch {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kCommitEvery = 4;
+
+// Rank 1 SIGKILLs itself after step `kill_at` (0: never).
+ChildSpec toyJob(int kill_at) {
+  std::vector<std::string> args = {"--standalone",
+                                   "--nproc-per-node",
+                                   "3",
+                                   "--max-restarts",
+                                   "2",
+                                   "--monitor-interval",
+                                   "0.1",
+                                   "--stop-grace",
+                                   "2",
+                                   "--recovery",
+                                   "memory",
+                                   DDP_TOY_TRAINER,
+                                   "--epochs",
+                                   "2",
+                                   "--seed",
+                                   "7",
+                                   "--commit-every",
+                                   std::to_string(kCommitEvery)};
+  if (kill_at > 0) {
+    args.push_back("--kill-at");
+    args.push_back("1:" + std::to_string(kill_at));
+  }
+  return ddprun(args);
+}
+
+std::string digestOf(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
+                                                                                     : "<none>";
+}
+
+// The pids rank `rank` printed, in order (one "pid P" per generation).
+std::vector<std::string> pidsOf(const std::string& output, int rank) {
+  std::vector<std::string> pids;
+  const std::regex line("\\[" + std::to_string(rank) + "\\] pid (\\d+)");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    pids.push_back((*it)[1].str());
+  }
+  return pids;
+}
+
+class ElasticRecovery : public ::testing::TestWithParam<int> {};
+
+// Step 2 falls before the first periodic commit (the survivors go back to
+// the start-up commit); step 9 falls one step after the commit of step 8.
+TEST_P(ElasticRecovery, KilledWorkerIsReplacedAloneAndTheJobEndsBitIdentically) {
+  const int kill_at = GetParam();
+  const ChildResult straight = runChildren({toyJob(0)}, 150s).at(0);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string expected = digestOf(straight.output);
+  ASSERT_NE(expected, "<none>") << straight.output;
+
+  const ChildResult killed = runChildren({toyJob(kill_at)}, 150s).at(0);
+  const std::string& output = killed.output;
+  EXPECT_EQ(killed.exit_code, 0) << output;
+  EXPECT_TRUE(contains(output, "[1] epoch 0 step " + std::to_string(kill_at) + " ")) << output;
+  EXPECT_TRUE(contains(output, "ended with signal 9 (Killed)")) << output;
+  EXPECT_TRUE(contains(output,
+                       "; starting it again alone in generation 1, the other workers keep "
+                       "their state (recovery in memory, restart 1 of 2)"))
+      << output;
+  EXPECT_FALSE(contains(output, "restarting every worker")) << output;
+  // The survivors kept their processes; rank 1 is a new one.
+  for (int survivor : {0, 2}) {
+    const auto pids = pidsOf(output, survivor);
+    ASSERT_EQ(pids.size(), 2u) << "rank " << survivor << "\n" << output;
+    EXPECT_EQ(pids[0], pids[1]) << "rank " << survivor;
+  }
+  const auto replaced = pidsOf(output, 1);
+  ASSERT_EQ(replaced.size(), 2u) << output;
+  EXPECT_NE(replaced[1], replaced[0]);
+  // Commit 1 is the start's; one more every 4 steps the whole job finished.
+  const int commits = 1 + kill_at / kCommitEvery;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(contains(output, "[" + std::to_string(rank) + "] ddp: rank " +
+                                     std::to_string(rank) +
+                                     ": generation 1: continuing from "
+                                     "commit " +
+                                     std::to_string(commits) + " of rank 0"))
+        << "rank " << rank << "\n"
+        << output;
+  }
+  for (int survivor : {0, 2}) {
+    EXPECT_TRUE(contains(output, "[" + std::to_string(survivor) + "] ddp: rank " +
+                                     std::to_string(survivor) + ": generation 0 lost a peer: "))
+        << output;
+  }
+  EXPECT_FALSE(contains(output, "resumed at epoch")) << output;
+  EXPECT_EQ(digestOf(output), expected) << "killed at step " << kill_at << "\n" << output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Launcher, ElasticRecovery, ::testing::Values(2, 9),
+                         [](const auto& info) { return "Step" + std::to_string(info.param); });
+
+TEST(ElasticRecoveryOptions, AnUnknownRecoveryIsRefused) {
+  const ChildResult r = runLauncher({"--standalone", "--recovery", "ram", DDP_TOY_TRAINER});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--recovery is 'ram'; it must be 'disk'")) << r.output;
+}
+
+}  // namespace
+}  // namespace ddp::launch

@@ -1,0 +1,186 @@
+// elastic::State: a commit comes back exactly (parameters, optimizer state,
+// counters, generators), and sync() gives every rank the most advanced
+// commit, from the lowest rank that holds it, over a real Gloo group of
+// three threads.
+
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <future>
+#include <optional>
+#include <vector>
+
+#include "ddp/elastic.hpp"
+#include "ddp/init.hpp"
+#include "ddp/zero_redundancy_optimizer.hpp"
+
+namespace ddp::elastic {
+namespace {
+
+// A Linear(4, 3) with Adam, trained a few steps on fixed data.
+struct Trainee {
+  explicit Trainee(int seed) {
+    torch::manual_seed(seed);
+    net = torch::nn::Linear(4, 3);
+    adam = std::make_unique<torch::optim::Adam>(net->parameters(), 0.01);
+    state.model = net.ptr().get();
+    state.optimizer = adam.get();
+  }
+  void step(int times) {
+    for (int i = 0; i < times; ++i) {
+      adam->zero_grad();
+      torch::Tensor x = torch::arange(8, torch::kFloat).reshape({2, 4}) / 8 + i;
+      net->forward(x).pow(2).sum().backward();
+      adam->step();
+      ++state.counters["global_step"];
+    }
+  }
+  std::vector<at::Tensor> parameters() const {
+    std::vector<at::Tensor> copies;
+    for (const auto& p : net->parameters()) copies.push_back(p.detach().clone());
+    return copies;
+  }
+  // Adam's first moment of the weight, as a snapshot names it.
+  at::Tensor firstMoment() const {
+    return snapshot::capture_training_state(state).tensors.at("optim/g0/p0/exp_avg");
+  }
+  torch::nn::Linear net{nullptr};
+  std::unique_ptr<torch::optim::Adam> adam;
+  snapshot::TrainingState state;
+};
+
+void expectEqual(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i;
+}
+
+TEST(ElasticState, RestoreReturnsToTheCommitExactly) {
+  Trainee t(1);
+  t.step(2);
+  State state(t.state);
+  const auto untouched = t.parameters();
+  state.restore();  // nothing committed: nothing changes
+  expectEqual(t.parameters(), untouched);
+  EXPECT_EQ(state.commits(), 0);
+
+  t.state.epoch = 3;
+  state.commit();
+  const auto committed = t.parameters();
+  const at::Tensor moment = t.firstMoment();
+  const at::Tensor draws = torch::rand({6});  // the generator after the commit
+  t.step(3);
+  t.state.epoch = 4;
+  ASSERT_FALSE(torch::equal(t.parameters()[0], committed[0]));
+
+  state.restore();
+  expectEqual(t.parameters(), committed);
+  EXPECT_TRUE(torch::equal(t.firstMoment(), moment));
+  EXPECT_EQ(t.state.epoch, 3);
+  EXPECT_EQ(t.state.counters.at("global_step"), 2);
+  EXPECT_TRUE(torch::equal(torch::rand({6}), draws));
+  EXPECT_EQ(state.commits(), 1);
+}
+
+// Rank r of a Gloo group of `size` threads meeting in `store`.
+std::shared_ptr<ProcessGroup> member(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                     int size) {
+  return init(InitOptions().backend("gloo").store(store).rank(rank).world_size(size).master_addr(
+                  "127.0.0.1"),
+              EnvironmentMap{});
+}
+
+// Runs sync() on `states` as the ranks of one group; returns each result.
+std::vector<std::optional<int>> syncAll(std::vector<State*> states) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::future<std::optional<int>>> results;
+  const int size = static_cast<int>(states.size());
+  for (int rank = 0; rank < size; ++rank) {
+    results.push_back(std::async(std::launch::async, [&, rank] {
+      auto group = member(store, rank, size);
+      return states[static_cast<size_t>(rank)]->sync(*group);
+    }));
+  }
+  std::vector<std::optional<int>> out;
+  for (auto& r : results) {
+    if (r.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      ADD_FAILURE() << "sync did not finish within 60 s";
+      std::abort();  // a thread stuck in a collective cannot be joined
+    }
+    out.push_back(r.get());
+  }
+  return out;
+}
+
+TEST(ElasticState, SyncGivesEveryRankTheMostAdvancedCommitOfTheLowestRankHoldingIt) {
+  // Ranks 0 and 2 committed twice (different states), rank 1 once; rank 0
+  // trained on after its commit, so it must roll back too.
+  Trainee t0(10), t1(11), t2(12);
+  for (Trainee* t : {&t0, &t1, &t2}) t->state.include_rng = false;  // one generator per process
+  State s0(t0.state), s1(t1.state), s2(t2.state);
+  t0.step(1);
+  s0.commit();
+  t0.step(2);
+  t0.state.epoch = 5;
+  t0.state.samples_in_epoch = 96;
+  s0.commit();
+  const auto expected = t0.parameters();
+  const at::Tensor moment = t0.firstMoment();
+  t0.step(1);
+  t1.step(4);
+  s1.commit();
+  t2.step(1);
+  s2.commit();
+  s2.commit();
+
+  const auto senders = syncAll({&s0, &s1, &s2});
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(senders[static_cast<size_t>(rank)].has_value()) << "rank " << rank;
+    EXPECT_EQ(*senders[static_cast<size_t>(rank)], 0) << "rank " << rank;
+  }
+  for (Trainee* t : {&t0, &t1, &t2}) {
+    expectEqual(t->parameters(), expected);
+    EXPECT_TRUE(torch::equal(t->firstMoment(), moment));
+    EXPECT_EQ(t->state.epoch, 5);
+    EXPECT_EQ(t->state.samples_in_epoch, 96);
+    EXPECT_EQ(t->state.counters.at("global_step"), 3);
+  }
+  for (State* s : {&s0, &s1, &s2}) EXPECT_EQ(s->commits(), 2);
+  // restore() now comes back to the synced state on every rank.
+  t1.step(2);
+  s1.restore();
+  expectEqual(t1.parameters(), expected);
+}
+
+TEST(ElasticState, SyncWithoutAnyCommitChangesNothing) {
+  Trainee t0(20), t1(21);
+  for (Trainee* t : {&t0, &t1}) t->state.include_rng = false;
+  State s0(t0.state), s1(t1.state);
+  const auto before0 = t0.parameters(), before1 = t1.parameters();
+  const auto senders = syncAll({&s0, &s1});
+  EXPECT_FALSE(senders[0].has_value());
+  EXPECT_FALSE(senders[1].has_value());
+  expectEqual(t0.parameters(), before0);
+  expectEqual(t1.parameters(), before1);
+}
+
+TEST(ElasticState, AShardedOptimizerCannotBeCommitted) {
+  Trainee t(30);
+  auto group = init(InitOptions(), EnvironmentMap{});
+  ZeroRedundancyOptimizer zero(
+      t.net->parameters(), zero_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(0.1)), group);
+  t.state.optimizer = nullptr;
+  t.state.zero_optimizer = &zero;
+  State state(t.state);
+  try {
+    state.commit();
+    FAIL() << "committed a sharded optimizer";
+  } catch (const SnapshotError& e) {
+    EXPECT_NE(std::string(e.what()).find("sharded across the ranks"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(state.commits(), 0);
+}
+
+}  // namespace
+}  // namespace ddp::elastic
