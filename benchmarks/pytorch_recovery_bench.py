@@ -30,6 +30,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_ddp_bench import ConvNet, fashion_mnist  # noqa: E402  (same models and data)
 
 
+def say(line):
+    """One write per line: the ranks share torchrun's stdout, unprefixed."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["linear", "convnet"], required=True)
@@ -65,7 +71,7 @@ def main():
         step, epoch, position = snapshot["step"], snapshot["epoch"], snapshot["position"]
     ddp_model = DDP(model)
     sampler = DistributedSampler(range(inputs.size(0)), seed=args.seed)
-    print(f"pid {os.getpid()} rank {rank} round {round_}", flush=True)
+    say(f"pid {os.getpid()} rank {rank} round {round_}")
     while step < args.steps:
         sampler.set_epoch(epoch)
         indices = list(sampler)
@@ -76,7 +82,7 @@ def main():
             loss_fn(ddp_model(inputs[index]), targets[index]).backward()
             optimizer.step()
             step += 1
-            print(f"step {step} round {round_} rank {rank}", flush=True)
+            say(f"step {step} round {round_} rank {rank}")
             if rank == 0 and step % args.save_every == 0:  # the tutorial's _save_snapshot
                 os.makedirs(args.snapshot_dir, exist_ok=True)
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),

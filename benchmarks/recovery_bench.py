@@ -44,17 +44,15 @@ def measure(command, env, kill_at, timeout):
     for line in process.stdout:
         now = time.monotonic()
         log.append(line)
-        match = STEP.search(line)
-        if not match:
-            continue
-        step, round_, rank = (int(g) for g in match.groups())
-        if round_ == 0 and rank == 1 and step == kill_at and killed is None:
-            killed = now
-        elif round_ >= 1 and killed is not None:
-            if first is None:
-                first, first_step = now, step
-            if step == kill_at + 1 and regained is None:
-                regained = now
+        for match in STEP.finditer(line):
+            step, round_, rank = (int(g) for g in match.groups())
+            if round_ == 0 and rank == 1 and step == kill_at and killed is None:
+                killed = now
+            elif round_ >= 1 and killed is not None:
+                if first is None:
+                    first, first_step = now, step
+                if step == kill_at + 1 and regained is None:
+                    regained = now
     process.wait()
     timer.cancel()
     if process.returncode != 0 or None in (killed, first, regained):

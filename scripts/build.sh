@@ -2,10 +2,13 @@
 # Configures and builds ddp into build/ (executables in build/bin/).
 # Environment: DDP_BUILD_TYPE (RelWithDebInfo), DDP_BUILD_JOBS (all cores),
 # DDP_BUILD_BENCHMARKS (ON; the test command turns it OFF: benchmarks are no
-# tests, and each benchmark script builds its own target).
+# tests, and each benchmark script builds its own target), DDP_DEBUG_INFO
+# (OFF: Note [Debug information and build time] in CMakeLists.txt; ON for a
+# build to debug).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${DDP_BUILD_JOBS:-$(nproc)}"
 cmake -S . -B build -DCMAKE_BUILD_TYPE="${DDP_BUILD_TYPE:-RelWithDebInfo}" \
-  -DDDP_BUILD_BENCHMARKS="${DDP_BUILD_BENCHMARKS:-ON}" >/dev/null
+  -DDDP_BUILD_BENCHMARKS="${DDP_BUILD_BENCHMARKS:-ON}" -DDDP_DEBUG_INFO="${DDP_DEBUG_INFO:-OFF}" \
+  >/dev/null
 cmake --build build -j"$jobs"

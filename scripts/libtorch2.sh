@@ -49,7 +49,7 @@ jobs=${DDP_BUILD_JOBS:-$(nproc)}
 say "building into $build"
 mkdir -p "$repo/$build"
 log="$repo/$build/build.log"
-in_root "$root" bash -c "cd '$repo' && cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_BUILD_BENCHMARKS=OFF \
+in_root "$root" bash -c "cd '$repo' && cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_BUILD_BENCHMARKS=OFF -DDDP_DEBUG_INFO=OFF \
   && cmake --build '$build' -j$jobs" >"$log" 2>&1 || {
   tail -n 40 "$log" >&2
   say "build FAILED (the whole log: $build/build.log)"
