@@ -119,6 +119,48 @@ TEST_P(ElasticRecovery, KilledWorkerIsReplacedAloneAndTheJobEndsBitIdentically) 
 INSTANTIATE_TEST_SUITE_P(Launcher, ElasticRecovery, ::testing::Values(2, 9),
                          [](const auto& info) { return "Step" + std::to_string(info.param); });
 
+// Two nodes on loopback, one worker each, node 0 hosting the recovery
+// store: rank 1, on node 1, is lost and replaced there; node 0's agent
+// restarts nothing and its worker keeps its process.
+TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
+  const std::string port = std::to_string(findFreePort());
+  auto node = [&](int rank, int kill_at) {
+    std::vector<std::string> args = {
+        "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr", "127.0.0.1",
+        "--master-port", port, "--nproc-per-node", "1", "--run-id", "elastic",
+        "--rendezvous-timeout", "30", "--max-restarts", "1", "--monitor-interval", "0.1",
+        "--recovery", "memory", DDP_TOY_TRAINER, "--epochs", "1", "--seed", "7",
+        "--commit-every", std::to_string(kCommitEvery)};
+    if (kill_at > 0) {
+      args.push_back("--kill-at");
+      args.push_back("1:" + std::to_string(kill_at));
+    }
+    return ddprun(args);
+  };
+  const auto straight = runChildren({node(0, 0), node(1, 0)}, 120s);
+  ASSERT_EQ(straight[0].exit_code, 0) << straight[0].output << straight[1].output;
+  const std::string expected = digestOf(straight[0].output);
+  ASSERT_NE(expected, "<none>") << straight[0].output;
+
+  const auto killed = runChildren({node(0, 9), node(1, 9)}, 120s);
+  const std::string& first = killed[0].output;
+  const std::string& second = killed[1].output;
+  EXPECT_EQ(killed[0].exit_code, 0) << first << second;
+  EXPECT_EQ(killed[1].exit_code, 0) << first << second;
+  EXPECT_TRUE(contains(second, "ended with signal 9 (Killed)")) << second;
+  EXPECT_TRUE(contains(second, "starting it again alone in generation 1")) << second;
+  EXPECT_FALSE(contains(first, "ended with")) << first;
+  EXPECT_FALSE(contains(first + second, "restarting every worker")) << first << second;
+  const auto pids = pidsOf(first, 0);
+  ASSERT_EQ(pids.size(), 2u) << first;
+  EXPECT_EQ(pids[0], pids[1]);
+  EXPECT_TRUE(contains(first, "[0] ddp: rank 0: generation 1: continuing from commit 3 of rank 0"))
+      << first;
+  EXPECT_TRUE(contains(second, "[1] ddp: rank 1: generation 1: continuing from commit 3 of rank 0"))
+      << second;
+  EXPECT_EQ(digestOf(first), expected) << first << second;
+}
+
 TEST(ElasticRecoveryOptions, AnUnknownRecoveryIsRefused) {
   const ChildResult r = runLauncher({"--standalone", "--recovery", "ram", DDP_TOY_TRAINER});
   EXPECT_NE(r.exit_code, 0);
