@@ -11,6 +11,7 @@
 #include "ddp/environment.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/flight_recorder.hpp"
+#include "flight_recorder/entry_json.hpp"
 
 namespace ddp {
 
@@ -31,18 +32,7 @@ bool record_error_to(const std::string& path, const std::string& message, int ra
     const std::vector<flight_recorder::Entry> collectives = flight_recorder::entries();
     if (!collectives.empty()) {
       nlohmann::json list = nlohmann::json::array();
-      for (const auto& e : collectives) {
-        list.push_back({{"sequence", e.sequence},
-                        {"group", e.group},
-                        {"operation", e.operation},
-                        {"name", e.name},
-                        {"dtype", e.dtype},
-                        {"numel", e.numel},
-                        {"bytes", e.bytes},
-                        {"start_time", e.start_time},
-                        {"duration", e.duration},
-                        {"state", flight_recorder::to_string(e.state)}});
-      }
+      for (const auto& e : collectives) list.push_back(flight_recorder::detail::entry_to_json(e));
       record["message"]["extraInfo"]["flight_recorder"] = std::move(list);
     }
     const std::string temporary = path + ".tmp";

@@ -330,16 +330,14 @@ void Agent::leave(int attempt) {
 int Agent::run() {
   const auto& o = plan_.options;
   const bool authenticated = !plan_.secret_file.empty();
-  rendezvous_ = std::make_unique<NodeRendezvous>(
-      plan_, authenticated ? store::read_job_secret(plan_.secret_file) : "");
+  const std::string secret = authenticated ? store::read_job_secret(plan_.secret_file) : "";
+  rendezvous_ = std::make_unique<NodeRendezvous>(plan_, secret);
   while (true) {
     node_ = rendezvous_->next_round();
     if (plan_.memory_recovery && !recovery_) {
       recovery_ = std::make_unique<RecoveryStore>(
           rendezvous_->store(), "ddprun/" + o.run_id + "/recovery_store", node_.node_rank == 0,
-          node_.master_addr,
-          authenticated ? store::read_job_secret(plan_.secret_file) : std::string(),
-          plan_.rendezvous_timeout);
+          node_.master_addr, secret, plan_.rendezvous_timeout);
     }
     if (!authenticated && node_.node_rank == 0 && node_.round == 0) {
       say("warning: no --secret-file, so the rendezvous stores at " + plan_.store_host +

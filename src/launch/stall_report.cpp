@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <map>
 
+#include "flight_recorder/entry_json.hpp"
+
 namespace ddp::launch {
 namespace {
 
@@ -137,14 +139,7 @@ std::string describe_stall(std::vector<RankPosition> ranks) {
 
 std::string encode_position(const RankPosition& position) {
   nlohmann::json line = {{"rank", position.rank}};
-  if (position.last) {
-    const Entry& e = *position.last;
-    line["last"] = {{"sequence", e.sequence},   {"group", e.group},
-                    {"operation", e.operation}, {"name", e.name},
-                    {"dtype", e.dtype},         {"numel", e.numel},
-                    {"bytes", e.bytes},         {"start", e.start_time},
-                    {"duration", e.duration},   {"state", static_cast<int>(e.state)}};
-  }
+  if (position.last) line["last"] = flight_recorder::detail::entry_to_json(*position.last);
   return line.dump();
 }
 
@@ -156,20 +151,7 @@ std::optional<RankPosition> decode_position(const std::string& text) {
   RankPosition position;
   position.rank = line["rank"].get<int>();
   if (line.contains("last") && line["last"].is_object()) {
-    const auto& l = line["last"];
-    Entry e;
-    e.sequence = l.value("sequence", int64_t{0});
-    e.group = l.value("group", 0);
-    e.operation = l.value("operation", "");
-    e.name = l.value("name", "");
-    e.dtype = l.value("dtype", "");
-    e.numel = l.value("numel", int64_t{0});
-    e.bytes = l.value("bytes", int64_t{0});
-    e.start_time = l.value("start", 0.0);
-    e.duration = l.value("duration", 0.0);
-    const int state = l.value("state", 1);
-    e.state = state >= 1 && state <= 4 ? static_cast<State>(state) : State::kIssued;
-    position.last = e;
+    position.last = flight_recorder::detail::entry_from_json(line["last"]);
   }
   return position;
 }
