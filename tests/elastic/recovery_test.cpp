@@ -125,12 +125,33 @@ INSTANTIATE_TEST_SUITE_P(Launcher, ElasticRecovery, ::testing::Values(2, 9),
 TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
   const std::string port = std::to_string(findFreePort());
   auto node = [&](int rank, int kill_at) {
-    std::vector<std::string> args = {
-        "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr", "127.0.0.1",
-        "--master-port", port, "--nproc-per-node", "1", "--run-id", "elastic",
-        "--rendezvous-timeout", "30", "--max-restarts", "1", "--monitor-interval", "0.1",
-        "--recovery", "memory", DDP_TOY_TRAINER, "--epochs", "1", "--seed", "7",
-        "--commit-every", std::to_string(kCommitEvery)};
+    std::vector<std::string> args = {"--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--master-addr",
+                                     "127.0.0.1",
+                                     "--master-port",
+                                     port,
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--run-id",
+                                     "elastic",
+                                     "--rendezvous-timeout",
+                                     "30",
+                                     "--max-restarts",
+                                     "1",
+                                     "--monitor-interval",
+                                     "0.1",
+                                     "--recovery",
+                                     "memory",
+                                     DDP_TOY_TRAINER,
+                                     "--epochs",
+                                     "1",
+                                     "--seed",
+                                     "7",
+                                     "--commit-every",
+                                     std::to_string(kCommitEvery)};
     if (kill_at > 0) {
       args.push_back("--kill-at");
       args.push_back("1:" + std::to_string(kill_at));
