@@ -206,9 +206,9 @@ void Communicator::all_reduce(void* data, int64_t n, ElementType type, Combine c
     char* mine = slot(me, rounds_);
     char* chunk = tensor + base * element;
     // 1. Stage the shares other ranks reduce (everything but my own).
-    std::memcpy(mine, chunk, shares.bound(me) * element);
-    std::memcpy(mine + shares.bound(me + 1) * element, chunk + shares.bound(me + 1) * element,
-                (count - shares.bound(me + 1)) * element);
+    copy_bytes(mine, chunk, shares.bound(me) * element);
+    copy_bytes(mine + shares.bound(me + 1) * element, chunk + shares.bound(me + 1) * element,
+               (count - shares.bound(me + 1)) * element);
     meet(describe);
     // 3. Fold share `me` of every rank, in rank order, into my slot (where
     //    the others collect it) and copy it into my tensor.
@@ -223,8 +223,8 @@ void Communicator::all_reduce(void* data, int64_t n, ElementType type, Combine c
     // 5. Collect the shares the others reduced.
     for (int r = 0; r < world; ++r) {
       if (r == me || shares.length(r) == 0) continue;
-      std::memcpy(chunk + shares.bound(r) * element, slot(r, rounds_) + shares.bound(r) * element,
-                  shares.length(r) * element);
+      copy_bytes(chunk + shares.bound(r) * element, slot(r, rounds_) + shares.bound(r) * element,
+                 shares.length(r) * element);
     }
     ++rounds_;
     base += count;
@@ -239,9 +239,9 @@ void Communicator::broadcast(void* data, int64_t bytes, int root, const Describe
   int64_t base = 0;
   do {
     const int64_t count = std::min(capacity, bytes - base);
-    if (options_.rank == root) std::memcpy(slot(root, rounds_), tensor + base, count);
+    if (options_.rank == root) copy_bytes(slot(root, rounds_), tensor + base, count);
     meet(describe);
-    if (options_.rank != root) std::memcpy(tensor + base, slot(root, rounds_), count);
+    if (options_.rank != root) copy_bytes(tensor + base, slot(root, rounds_), count);
     ++rounds_;
     base += count;
   } while (base < bytes);
@@ -257,11 +257,11 @@ void Communicator::all_gather(void* output, const void* input, int64_t bytes,
   int64_t base = 0;
   do {
     const int64_t count = std::min(capacity, bytes - base);
-    std::memcpy(slot(options_.rank, rounds_), in + base, count);
+    copy_bytes(slot(options_.rank, rounds_), in + base, count);
     meet(describe);
     for (int r = 0; r < size(); ++r) {
       const char* from = r == options_.rank ? in + base : slot(r, rounds_);
-      std::memcpy(out + r * bytes + base, from, count);
+      copy_bytes(out + r * bytes + base, from, count);
     }
     ++rounds_;
     base += count;
@@ -288,7 +288,7 @@ void Communicator::reduce_scatter(void* output, const void* input, int64_t n, El
     // Region j of my slot holds this round's slice of my chunk j.
     for (int j = 0; j < world; ++j) {
       if (j == me) continue;
-      std::memcpy(mine + j * count * element, in + (j * n + base) * element, count * element);
+      copy_bytes(mine + j * count * element, in + (j * n + base) * element, count * element);
     }
     meet(describe);
     for (int r = 0; r < world; ++r) {

@@ -4,6 +4,7 @@
 // engine. Compiled on their own with -O3 and without LibTorch's headers, so
 // that the loops vectorize and the file builds in seconds.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ddp::shm {
@@ -16,6 +17,11 @@ enum class Combine { kSum, kMin, kMax, kProduct };
 
 /// Bytes per element of `type`.
 int elementSize(ElementType type) noexcept;
+
+/// Copies `bytes` from `src` to `dst` (no overlap) in 64-byte vector moves;
+/// what the engine uses instead of std::memcpy for data another rank wrote
+/// or will read (Note [Copies between ranks avoid rep movsb]).
+void copy_bytes(void* dst, const void* src, size_t bytes) noexcept;
 
 /// dst[i] = combine(sources[0][i], ..., sources[count - 1][i]) for i < n, in
 /// source order; then, if divisor > 1, dst[i] /= divisor (integers truncate).
