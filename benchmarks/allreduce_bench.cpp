@@ -1,8 +1,8 @@
 // allreduce_bench: one rank of benchmarks/allreduce_bench.sh (and of the
-// all-reduce runs of benchmarks/cluster_bench.sh). Times float32 sum
-// all-reduces of 4 KiB to 256 MiB through several engines in the same run
-// (default: Gloo and ddp's shared-memory engine), and rank 0 prints one row
-// per size: latency (time per all-reduce) and bus bandwidth (algbw x
+// all-reduce runs of benchmarks/cluster_bench.sh). Times sum all-reduces of
+// 4 KiB to 256 MiB (float32, or --dtype float16/bfloat16) through several
+// engines in the same run (default: Gloo and ddp's shared-memory engine),
+// and rank 0 prints one row per size: latency (time per all-reduce) and bus bandwidth (algbw x
 // 2(n-1)/n, the figure NCCL's tests report, comparable across rank counts).
 //
 //   ddprun --standalone --nproc-per-node 2 build/bin/allreduce_bench
@@ -83,13 +83,19 @@ int main(int argc, char** argv) {
   int64_t max_bytes = int64_t{256} << 20;
   double budget_s = 0.25;
   std::string engine_list = "gloo,shm";
+  std::string dtype_name = "float32";
   app.add_option("--min-bytes", min_bytes, "smallest message");
   app.add_option("--max-bytes", max_bytes, "largest message");
   app.add_option("--seconds-per-size", budget_s, "rough time spent per size and engine");
   app.add_option("--engines", engine_list,
                  "engines to time, comma-separated (gloo, shm, auto); with two, the ratios "
                  "compare the second against the first");
+  app.add_option("--dtype", dtype_name, "element type: float32, float16 or bfloat16 (sum)")
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   CLI11_PARSE(app, argc, argv);
+  const at::ScalarType dtype = dtype_name == "float16"    ? at::kHalf
+                               : dtype_name == "bfloat16" ? at::kBFloat16
+                                                          : at::kFloat;
   try {
     const std::vector<std::string> names = parseEngines(engine_list);
     // Gloo is always opened: it times its own rows and aligns the ranks.
@@ -110,14 +116,14 @@ int main(int argc, char** argv) {
     const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
     const bool ratios = engines.size() == 2;
     if (gloo->rank() == 0) {
-      std::printf("ranks=%d\n%10s", n, "bytes");
+      std::printf("ranks=%d dtype=%s\n%10s", n, dtype_name.c_str(), "bytes");
       for (const auto& name : names) std::printf(" %14s", (name + " us").c_str());
       for (const auto& name : names) std::printf(" %14s", (name + " busbw GB/s").c_str());
       if (ratios) std::printf(" %9s %9s", "bw ratio", "lat ratio");
       std::printf("\n");
     }
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
-      at::Tensor t = at::ones({bytes / 4}, at::kFloat);
+      at::Tensor t = at::ones({bytes / static_cast<int64_t>(c10::elementSize(dtype))}, dtype);
       // Calibrate on Gloo (the slowest engine), the same count on all ranks.
       const double probe = timeAllReduce(*gloo, *gloo, t, 2);
       const int iterations =

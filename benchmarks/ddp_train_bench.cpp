@@ -3,7 +3,15 @@
 // per process under torchrun, and prints on rank 0:
 //
 //   result side=ddp model=linear ranks=2 batch=32 steps=... images_per_s=...
-//       step_ms=... nosync_step_ms=... loss=...
+//       step_ms=... nosync_step_ms=... loss=... param_bytes=... buckets=A;B;...
+//       tx_bytes_per_step=...
+//
+// Models: linear (the torchrun tutorial's toy), convnet (the tutorials'
+// ConvNet on Fashion-MNIST) and mlp (a 784-2048-2048-2048-10 perceptron on
+// Fashion-MNIST: 10.0 M parameters, 40 MB of gradients per step, batch 16, for the
+// simulated cluster of benchmarks/cluster_bench.sh). --hook picks the comm
+// hook (none, fp16, bf16, powersgd); --net-interface names the interface
+// whose sent bytes are counted over the synchronized steps.
 //
 //   torchrun --standalone --nproc_per_node 2 --no_python
 //       build/bin/ddp_train_bench --model convnet    (one command line)
@@ -22,6 +30,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -30,6 +39,7 @@
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/ddp.hpp"
 #include "ddp/distributed_data_parallel.hpp"
+#include "ddp/powersgd_hook.hpp"
 
 namespace {
 
@@ -41,6 +51,9 @@ struct Options {
   std::string data_dir = ddp::data::FashionMnist::kDefaultRoot;
   uint64_t seed = 0;
   std::string backend = "auto";  // shm on one node, as a user gets by default.
+  std::string hook = "none";
+  int64_t powersgd_rank = 2;
+  std::string net_interface;  // Empty: no byte count.
   // DistributedDataParallelOptions; the script keeps ddp's defaults.
   ddp::DistributedDataParallelOptions ddp;
 };
@@ -76,15 +89,57 @@ class ShardedBatches {
 struct Timed {
   double seconds;
   double loss;
+  int64_t tx_bytes;  // Sent through the counted interface; 0 when none.
 };
+
+// The interface's sent-byte counter (the kernel's, for every process of the
+// node), or 0 when no interface is named.
+int64_t txBytes(const std::string& interface) {
+  if (interface.empty()) return 0;
+  std::ifstream in("/sys/class/net/" + interface + "/statistics/tx_bytes");
+  int64_t bytes = 0;
+  if (!(in >> bytes))
+    throw std::runtime_error("cannot read the sent bytes of interface " + interface);
+  return bytes;
+}
+
+// The perceptron of --model mlp: enough gradient bytes (40 MB) that a slow
+// link, not compute, decides the step time. (A module of its own: AnyModule
+// cannot hold a Sequential, whose forward is a template.)
+struct MlpImpl : torch::nn::Module {
+  MlpImpl()
+      : layers(register_module(
+            "layers", torch::nn::Sequential(torch::nn::Linear(784, 2048), torch::nn::ReLU(),
+                                            torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
+                                            torch::nn::Linear(2048, 2048), torch::nn::ReLU(),
+                                            torch::nn::Linear(2048, 10)))) {}
+  torch::Tensor forward(const torch::Tensor& images) {
+    return layers->forward(images.reshape({images.size(0), -1}));
+  }
+  torch::nn::Sequential layers;
+};
+TORCH_MODULE(Mlp);
+
+std::shared_ptr<ddp::CommHook> makeHook(const Options& options) {
+  if (options.hook == "fp16") return ddp::fp16_compress_hook();
+  if (options.hook == "bf16") return ddp::bf16_compress_hook();
+  if (options.hook == "powersgd") {
+    // Compression from the second iteration: the warm-up steps run first.
+    return std::make_shared<ddp::PowerSgdHook>(
+        ddp::PowerSgdOptions().matrix_approximation_rank(options.powersgd_rank).start_iteration(2));
+  }
+  return nullptr;
+}
 
 // Runs `steps` training steps between two barriers; with `sync` false every
 // backward runs under no_sync(), so no gradient is all-reduced.
 template <typename LossFn>
 Timed runSteps(ddp::DistributedDataParallel& model, torch::optim::Optimizer& optimizer,
-               LossFn loss_fn, ShardedBatches& data, int steps, bool sync) {
+               LossFn loss_fn, ShardedBatches& data, int steps, bool sync,
+               const std::string& interface) {
   auto& group = *model->process_group();
   group.barrier();
+  const int64_t tx_before = txBytes(interface);
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor loss;
   for (int step = 0; step < steps; ++step) {
@@ -103,14 +158,15 @@ Timed runSteps(ddp::DistributedDataParallel& model, torch::optim::Optimizer& opt
   group.barrier();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {seconds, loss.defined() ? loss.item<double>() : 0.0};
+  return {seconds, loss.defined() ? loss.item<double>() : 0.0, txBytes(interface) - tx_before};
 }
 
 int run(Options options) {
   const bool linear = options.model == "linear";
-  if (options.steps == 0) options.steps = linear ? 2000 : 100;
-  if (options.warmup < 0) options.warmup = linear ? 100 : 10;
-  if (options.batch == 0) options.batch = linear ? 32 : 100;
+  const bool mlp = options.model == "mlp";
+  if (options.steps == 0) options.steps = linear ? 2000 : mlp ? 20 : 100;
+  if (options.warmup < 0) options.warmup = linear ? 100 : mlp ? 3 : 10;
+  if (options.batch == 0) options.batch = linear ? 32 : mlp ? 16 : 100;
 
   at::set_num_threads(1);  // One intra-op thread per rank, as the Python side.
   auto group = ddp::init(ddp::InitOptions().backend(options.backend));
@@ -138,9 +194,16 @@ int run(Options options) {
     ddp::data::FashionMnist train(options.data_dir);
     inputs = train.images();
     targets = train.labels();
-    net = torch::nn::AnyModule(ddp::examples::ConvNet());
+    if (mlp) {
+      net = torch::nn::AnyModule(Mlp());
+    } else {
+      net = torch::nn::AnyModule(ddp::examples::ConvNet());
+    }
     lr = 0.01;
   }
+  int64_t param_bytes = 0;
+  for (const auto& p : net.ptr()->parameters()) param_bytes += p.numel() * p.element_size();
+  options.ddp.comm_hook(makeHook(options));
   ddp::DistributedDataParallel model(std::move(net), options.ddp, group);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr));
   ShardedBatches data(inputs, targets, options.batch, rank, world, options.seed);
@@ -148,9 +211,10 @@ int run(Options options) {
     return linear ? torch::mse_loss(out, target) : torch::cross_entropy_loss(out, target);
   };
 
-  runSteps(model, optimizer, loss_fn, data, options.warmup, /*sync=*/true);
-  const Timed synced = runSteps(model, optimizer, loss_fn, data, options.steps, true);
-  const Timed local = runSteps(model, optimizer, loss_fn, data, options.steps, false);
+  const std::string& nic = options.net_interface;
+  runSteps(model, optimizer, loss_fn, data, options.warmup, /*sync=*/true, nic);
+  const Timed synced = runSteps(model, optimizer, loss_fn, data, options.steps, true, nic);
+  const Timed local = runSteps(model, optimizer, loss_fn, data, options.steps, false, nic);
   if (rank == 0) {
     std::ostringstream line;
     line.setf(std::ios::fixed);
@@ -161,7 +225,11 @@ int run(Options options) {
          << static_cast<double>(world) * options.batch * options.steps / synced.seconds
          << " step_ms=" << 1e3 * synced.seconds / options.steps
          << " nosync_step_ms=" << 1e3 * local.seconds / options.steps << " loss=" << synced.loss
-         << " buckets=" << model->stats().bucket_bytes.size() << " libtorch=" << TORCH_VERSION;
+         << " hook=" << options.hook << " param_bytes=" << param_bytes << " buckets=";
+    const auto& buckets = model->stats().bucket_bytes;
+    for (size_t i = 0; i < buckets.size(); ++i) line << (i ? ";" : "") << buckets[i];
+    line << " tx_bytes_per_step=" << synced.tx_bytes / options.steps
+         << " libtorch=" << TORCH_VERSION;
     std::cout << line.str() << std::endl;
   }
   group->barrier();
@@ -173,8 +241,9 @@ int run(Options options) {
 int main(int argc, char** argv) {
   CLI::App app{"Times data-parallel training steps with ddp (run under torchrun)."};
   Options options;
-  app.add_option("--model", options.model, "linear (the torchrun tutorial's toy) or convnet")
-      ->check(CLI::IsMember({"linear", "convnet"}));
+  app.add_option("--model", options.model,
+                 "linear (the torchrun tutorial's toy), convnet or mlp (40 MB of gradients)")
+      ->check(CLI::IsMember({"linear", "convnet", "mlp"}));
   app.add_option("--steps", options.steps,
                  "timed steps per rank (default 2000 linear, 100 convnet)")
       ->check(CLI::Range(1, 1000000));
@@ -184,7 +253,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--data-dir", options.data_dir, "directory of the Fashion-MNIST idx files");
   app.add_option("--seed", options.seed, "seed of the data and of the shuffling");
-  app.add_option("--backend", options.backend, "auto (shm on one node), shm or gloo");
+  app.add_option("--backend", options.backend,
+                 "auto (shm on one node, the hierarchical engine across nodes), shm or gloo");
+  app.add_option("--hook", options.hook, "comm hook: none, fp16, bf16 or powersgd")
+      ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}));
+  app.add_option("--powersgd-rank", options.powersgd_rank, "PowerSGD's matrix approximation rank")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--net-interface", options.net_interface,
+                 "count the bytes this interface sends during the synchronized steps");
   // Tuning knobs for experiments; benchmarks/ddp_vs_pytorch.sh uses the defaults.
   double bucket_cap_mb = options.ddp.bucket_cap_mb();
   double first_bucket_cap_mb = options.ddp.first_bucket_cap_mb();

@@ -15,9 +15,15 @@ parse its own default `--redirects 0`.)
     mse_loss instead.
 (b) convnet: examples/common/models.hpp's ConvNet on Fashion-MNIST, images
     pre-loaded as tensors, batch 100 per rank, SGD lr 0.01, cross entropy.
+(c) mlp: a 784-2048-2048-2048-10 perceptron on Fashion-MNIST (40 MB of
+    gradients), batch 16 per rank, SGD lr 0.01: for the slow links of
+    benchmarks/cluster_bench.sh.
 
-Rank 0 prints one line:
+--hook picks PyTorch's comm hook (none, fp16, bf16, powersgd) and
+--net-interface the interface whose sent bytes are counted over the
+synchronized steps. Rank 0 prints one line:
   result side=pytorch model=... images_per_s=... step_ms=... nosync_step_ms=...
+      ... tx_bytes_per_step=...
 """
 
 import argparse
@@ -68,6 +74,35 @@ class ConvNet(nn.Module):
         return self.fc(x.reshape(x.size(0), -1))
 
 
+def mlp():
+    """The same layers as ddp_train_bench's --model mlp."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048),
+                         nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
+
+
+def tx_bytes(interface):
+    """The interface's sent-byte counter (the whole node's), 0 without one."""
+    if not interface:
+        return 0
+    with open(f"/sys/class/net/{interface}/statistics/tx_bytes") as f:
+        return int(f.read())
+
+
+def register_hook(model, hook, powersgd_rank):
+    """PyTorch's comm hook of the same name as ddp_train_bench's --hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    if hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif hook == "powersgd":
+        # Compression from the second iteration, as the C++ side.
+        state = powerSGD_hook.PowerSGDState(process_group=None,
+                                            matrix_approximation_rank=powersgd_rank,
+                                            start_powerSGD_iter=2)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
 def read_idx_gz(path, header_bytes):
     # Plain file when the .gz is absent (as the C++ reader accepts both).
     if os.path.exists(path):
@@ -97,9 +132,11 @@ def batches(loader, sampler):
         epoch += 1
 
 
-def run_steps(model, optimizer, loss_fn, source, steps, sync):
-    """Times `steps` training steps (data fetch included) between barriers."""
+def run_steps(model, optimizer, loss_fn, source, steps, sync, interface):
+    """Times `steps` training steps (data fetch included) between barriers;
+    returns seconds, the last loss and the bytes the interface sent."""
     dist.barrier()
+    sent = tx_bytes(interface)
     start = time.perf_counter()
     loss = None
     for _ in range(steps):
@@ -114,22 +151,27 @@ def run_steps(model, optimizer, loss_fn, source, steps, sync):
                 loss.backward()
         optimizer.step()
     dist.barrier()
-    return time.perf_counter() - start, loss.item()
+    return time.perf_counter() - start, loss.item(), tx_bytes(interface) - sent
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=["linear", "convnet"], required=True)
+    parser.add_argument("--model", choices=["linear", "convnet", "mlp"], required=True)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per rank")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
     parser.add_argument("--batch", type=int, default=None, help="batch size per rank")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hook", choices=["none", "fp16", "bf16", "powersgd"], default="none")
+    parser.add_argument("--powersgd-rank", type=int, default=2)
+    parser.add_argument("--net-interface", default="",
+                        help="count the bytes this interface sends during the synchronized steps")
     args = parser.parse_args()
     linear = args.model == "linear"
-    steps = args.steps or (2000 if linear else 100)
-    warmup = args.warmup if args.warmup is not None else (100 if linear else 10)
-    batch = args.batch or (32 if linear else 100)
+    defaults = {"linear": (2000, 100, 32), "convnet": (100, 10, 100), "mlp": (20, 3, 16)}
+    steps = args.steps or defaults[args.model][0]
+    warmup = args.warmup if args.warmup is not None else defaults[args.model][1]
+    batch = args.batch or defaults[args.model][2]
 
     torch.set_num_threads(1)  # One intra-op thread per rank, as the C++ side.
     dist.init_process_group("gloo")
@@ -141,21 +183,33 @@ def main():
         model, lr, loss_fn = nn.Linear(20, 1), 1e-3, F.mse_loss
     else:
         dataset = fashion_mnist(args.data_dir)
-        model, lr, loss_fn = ConvNet(), 0.01, F.cross_entropy
+        model = ConvNet() if args.model == "convnet" else mlp()
+        lr, loss_fn = 0.01, F.cross_entropy
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     sampler = DistributedSampler(dataset, seed=args.seed)
     loader = DataLoader(dataset, batch_size=batch, shuffle=False, sampler=sampler)
     ddp_model = DDP(model)
+    try:
+        register_hook(ddp_model, args.hook, args.powersgd_rank)
+    except TypeError as error:
+        # PyTorch 1.13's bf16_compress_hook refuses to run without NCCL.
+        if rank == 0:
+            print(f"unavailable side=pytorch hook={args.hook} reason={error}", flush=True)
+        dist.destroy_process_group()
+        return 0
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=lr)
     source = batches(loader, sampler)
 
-    run_steps(ddp_model, optimizer, loss_fn, source, warmup, sync=True)
-    sync_s, loss = run_steps(ddp_model, optimizer, loss_fn, source, steps, sync=True)
-    nosync_s, _ = run_steps(ddp_model, optimizer, loss_fn, source, steps, sync=False)
+    nic = args.net_interface
+    run_steps(ddp_model, optimizer, loss_fn, source, warmup, True, nic)
+    sync_s, loss, sent = run_steps(ddp_model, optimizer, loss_fn, source, steps, True, nic)
+    nosync_s, _, _ = run_steps(ddp_model, optimizer, loss_fn, source, steps, False, nic)
     if rank == 0:
         print(f"result side=pytorch model={args.model} ranks={world} batch={batch} steps={steps} "
               f"images_per_s={world * batch * steps / sync_s:.1f} "
               f"step_ms={1e3 * sync_s / steps:.4f} nosync_step_ms={1e3 * nosync_s / steps:.4f} "
-              f"loss={loss:.4f} torch={torch.__version__}", flush=True)
+              f"loss={loss:.4f} hook={args.hook} param_bytes={param_bytes} "
+              f"tx_bytes_per_step={sent // steps} torch={torch.__version__}", flush=True)
     dist.destroy_process_group()
 
 

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -260,6 +261,28 @@ TEST(ShmReduceKernels, SixteenBitFloatsRoundOnce) {
   };
   check(at::kBFloat16, ElementType::kBFloat16, 1.0 / 256);
   check(at::kHalf, ElementType::kFloat16, 1.0 / 2048);
+}
+
+// copy_bytes moves 64-byte blocks and then the tail: every length from 0 to
+// 3 blocks and a bit, at every offset within a cache line of source and
+// destination, copies exactly those bytes and touches nothing around them.
+TEST(ShmReduceKernels, CopyBytesCopiesExactlyTheRange) {
+  std::vector<unsigned char> source(512), target(512);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 7 + 1);
+  for (size_t from : {0, 1, 13, 63}) {
+    for (size_t to : {0, 5, 32, 64}) {
+      for (size_t bytes = 0; bytes <= 200; ++bytes) {
+        std::fill(target.begin(), target.end(), 0xEE);
+        copy_bytes(target.data() + to, source.data() + from, bytes);
+        for (size_t i = 0; i < target.size(); ++i) {
+          const bool inside = i >= to && i < to + bytes;
+          const unsigned char expected = inside ? source[from + i - to] : 0xEE;
+          ASSERT_EQ(target[i], expected) << "byte " << i << " of a copy of " << bytes
+                                         << " bytes from offset " << from << " to " << to;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# ddp across machines, on a simulated cluster: nodes are network namespaces
+# joined by links of a set bandwidth and one-way latency
+# (benchmarks/cluster/cluster.sh). One command runs, per link speed:
+#   1. all-reduce on 2 and 4 nodes (Gloo, one rank per node), and flat Gloo
+#      against the hierarchical engine on 2 nodes x 2 ranks;
+#   2. training, ddp against PyTorch's Python DDP (Debian's python3-torch,
+#      Gloo), 2 nodes x 1 rank, same models, data, batches and seeds: the
+#      toy (linear), the ConvNet and a 40 MB perceptron (mlp); and ddp's
+#      hierarchical engine against flat Gloo on 2 nodes x 2 ranks;
+#   3. on the slowest link, the mlp with the fp16, bf16 and PowerSGD comm
+#      hooks on both sides (and, for the cost model, float16 all-reduce, and
+#      ddp's mlp with each hook on one node of 2 ranks);
+# and, on one node, all-reduce through shm and Gloo (the cost model's
+# intra-node figures). Per training run: images/s, step time, no_sync step
+# time (compute alone), the exposed communication (their difference) and
+# the bytes node 0 sent per step (its interface's counter). Then it runs
+# benchmarks/cost_model.py on what it measured.
+#
+# The measurements go to $OUT (benchmarks/data/cluster): allreduce.csv and
+# steps.csv, one row per run, and links.txt, the links as measured; the
+# tables (benchmarks/cluster/report.py) show medians over ROUNDS runs, and
+# benchmarks/cost_model.py reads the same files. Every namespace, interface and
+# process is removed at the end, on failure and on Ctrl-C. Where namespaces
+# cannot be made, it prints "skipped: <reason>" and exits 0. Exits non-zero
+# when a ddp run fails, not when ddp is slower; a PyTorch run that fails is
+# recorded in failures.txt and left out of the tables.
+#
+# Usage: sudo benchmarks/cluster_bench.sh
+# Environment: RATES ("1gbit 10gbit", tc's units), HOOKS_ON (the rate the
+# hooks run on; the first of RATES), DELAY_MS (one-way, 0.2),
+# ROUNDS (3), STEP_SCALE (1: 1000 linear, 50 convnet, 10 mlp steps), OUT (benchmarks/data/cluster), DDP_BUILD_DIR (build), JOBS (2),
+# FASHION_MNIST (/usr/share/datasets/fashion-mnist).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${DDP_BUILD_DIR:-$root/build}
+rates=${RATES:-1gbit 10gbit}
+delay_ms=${DELAY_MS:-0.2}
+rounds=${ROUNDS:-3}
+out=${OUT:-$root/benchmarks/data/cluster}
+data_dir=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+python=/usr/bin/python3 # Debian's PyTorch; the first python3 on PATH may lack torch.
+
+# shellcheck source=benchmarks/cluster/cluster.sh
+source "$root/benchmarks/cluster/cluster.sh"
+cluster_trap
+if ! reason=$(cluster_check 2>&1); then
+  echo "skipped: $reason"
+  exit 0
+fi
+if ! "$python" -c 'import torch' 2>/dev/null; then
+  echo "error: $python cannot import torch; install Debian's PyTorch: apt-get install python3-torch" >&2
+  exit 2
+fi
+if [[ ! -f "$data_dir/train-images-idx3-ubyte.gz" && ! -f "$data_dir/train-images-idx3-ubyte" ]]; then
+  echo "error: Fashion-MNIST not found in $data_dir; install dataset-fashion-mnist or set FASHION_MNIST" >&2
+  exit 2
+fi
+
+cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
+echo "building the benchmarks in $build ..." >&2
+cmake --build "$build" --target ddp_train_bench allreduce_bench ddprun link_router -j"${JOBS:-2}" >&2
+export CLUSTER_ROUTER=$build/bin/link_router
+cores=$(nproc)
+export OMP_NUM_THREADS=1
+logs=$(mktemp -d)
+mkdir -p "$out"
+allreduce_csv=$out/allreduce.csv
+steps_csv=$out/steps.csv
+echo "link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,dtype,bytes,seconds" >"$allreduce_csv"
+rm -f "$out/links.txt" "$out/failures.txt"
+echo "side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,hook,param_bytes,buckets,step_ms,nosync_step_ms,images_per_s,tx_bytes_per_step" >"$steps_csv"
+
+port=29600
+job=0
+# run_job NAME NODES CMD...: runs CMD on nodes 0..NODES-1 of the cluster at
+# once (@NODE@ in an argument becomes the node's index), each under a
+# 15-minute deadline; node 0's output is left in $logs/NAME.log. Exits the
+# script with the nodes' errors when one fails.
+run_job() {
+  local name=$1 nodes=$2 i pids=() failed=0
+  shift 2
+  job=$((job + 1))
+  port=$((port + 1))
+  echo "running $name ..." >&2
+  for ((i = 0; i < nodes; i++)); do
+    cluster_exec "$i" timeout 900 "${@//@NODE@/$i}" >"$logs/$name.node$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed=1; done
+  cp "$logs/$name.node0.log" "$logs/$name.log"
+  if ((failed)) && [[ $name == pytorch-* ]]; then
+    # PyTorch's failure is a result (its PowerSGD hook on Gloo can abort:
+    # benchmarks/cluster/report.py lists these): recorded, not fatal.
+    echo "  $name failed: $(grep -h -o -m 1 -E "what\(\): .*|[A-Za-z]*Error: .*" \
+      "$logs/$name".node*.log | head -n 1)" | tee -a "$out/failures.txt" >&2
+    return 1
+  fi
+  if ((failed)); then
+    echo "error: the $name run failed (all output kept in $logs); the end of each node's output:" >&2
+    for ((i = 0; i < nodes; i++)); do
+      echo "--- node $i" >&2
+      grep -v ChildFailedError "$logs/$name.node$i.log" | tail -n 15 >&2
+    done
+    exit 1
+  fi
+}
+
+# ddp_job NAME NODES NPROC ARGS...: ddp_train_bench or allreduce_bench
+# (the first of ARGS) under one ddprun per node.
+ddp_job() {
+  local name=$1 nodes=$2 nproc=$3
+  shift 3
+  run_job "$name" "$nodes" "$build/bin/ddprun" --nnodes "$nodes" --node-rank @NODE@ \
+    --nproc-per-node "$nproc" --master-addr 10.77.0.1 --master-port "$port" "$@"
+}
+
+# pytorch_job NAME NODES NPROC ARGS...: pytorch_ddp_bench.py under one
+# torchrun per node (`--redirects 2 --tee 2`: Debian's torchrun 1.13 under
+# Python 3.11 cannot parse its own default `--redirects 0`).
+pytorch_job() {
+  local name=$1 nodes=$2 nproc=$3
+  shift 3
+  run_job "$name" "$nodes" "$python" -m torch.distributed.run --nnodes "$nodes" \
+    --node_rank @NODE@ --nproc_per_node "$nproc" --master_addr 10.77.0.1 \
+    --master_port "$port" --redirects 2 --tee 2 --log_dir "$logs/torchrun-$job-@NODE@" \
+    "$root/benchmarks/pytorch_ddp_bench.py" "$@"
+}
+
+field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
+gbit() { echo "${1%gbit}"; }
+
+# allreduce_rows LOG LINK NODES NPROC [DTYPE]: appends allreduce_bench's
+# table in LOG to allreduce.csv (engine auto is the hierarchical engine
+# across nodes).
+allreduce_rows() {
+  local log=$1 link=$2 nodes=$3 nproc=$4 dtype=${5:-float32} rate="" delay=""
+  if [[ $link != shm ]]; then
+    rate=$(gbit "$CLUSTER_RATE")
+    delay=$CLUSTER_DELAY_MS
+  fi
+  sed -n 's/^\[0\] //p' "$log" | awk -v link="$link" -v rate="$rate" -v delay="$delay" \
+    -v nodes="$nodes" -v nproc="$nproc" -v dtype="$dtype" '
+    $1 == "bytes" { n = 0; for (i = 2; i <= NF; ++i) if ($(i + 1) == "us") { e[++n] = $i; ++i } next }
+    $1 ~ /^[0-9]+$/ { for (i = 1; i <= n; ++i) {
+        engine = e[i] == "auto" ? (nodes > 1 ? "hierarchical" : "shm") : e[i]
+        printf "%s,%s,%s,%d,%d,%s,%s,%s,%.9f\n", link, rate, delay, nodes, nproc, engine, dtype, $1, $(1 + i) / 1e6 } }' \
+    >>"$allreduce_csv"
+}
+
+# train SIDE NAME NODES NPROC MODEL ENGINE HOOK STEPS: one training run; its
+# result goes to steps.csv (benchmarks/cluster/report.py makes the tables).
+train() {
+  local side=$1 name=$2 nodes=$3 nproc=$4 model=$5 engine=$6 hook=$7 steps=$8 result link
+  local tag="$side-${name//\//_}-$((job + 1))"
+  local common=(--model "$model" --hook "$hook" --steps "$steps" --data-dir "$data_dir"
+    --net-interface ddp0)
+  if [[ $side == ddp ]]; then
+    ddp_job "$tag" "$nodes" "$nproc" "$build/bin/ddp_train_bench" "${common[@]}" \
+      --backend "$engine"
+  else
+    pytorch_job "$tag" "$nodes" "$nproc" "${common[@]}" || return 0
+  fi
+  result=$(grep -o 'result side=.*' "$logs/$tag.log" | tail -n 1 || true)
+  if [[ -z $result ]] && grep -q 'unavailable side=' "$logs/$tag.log"; then
+    # A hook this PyTorch cannot run here: no row, the tables show n/a.
+    echo "  $side $name unavailable: $(grep -o 'reason=.*' "$logs/$tag.log" | head -n 1)" >&2
+    return 0
+  fi
+  if [[ -z $result ]]; then
+    echo "error: the $side $name run printed no result line; its output:" >&2
+    tail -n 30 "$logs/$tag.log" >&2
+    exit 1
+  fi
+  echo "  $result" >&2
+  link="$CLUSTER_RATE-${CLUSTER_DELAY_MS}ms"
+  if [[ $engine == auto ]]; then
+    engine=hierarchical
+    ((nodes == 1)) && engine=shm
+  fi
+  echo "$side,$model,$link,$(gbit "$CLUSTER_RATE"),$CLUSTER_DELAY_MS,$nodes,$nproc,$engine,$hook,$(field "$result" param_bytes),$(field "$result" buckets),$(field "$result" step_ms),$(field "$result" nosync_step_ms),$(field "$result" images_per_s),$(field "$result" tx_bytes_per_step)" >>"$steps_csv"
+}
+
+# Timed steps per run (and as many under no_sync); STEP_SCALE shortens them.
+steps_of() {
+  local steps
+  case $1 in linear) steps=1000 ;; convnet) steps=50 ;; mlp) steps=10 ;; esac
+  awk -v s="$steps" -v f="${STEP_SCALE:-1}" 'BEGIN { v = int(s * f); print v < 2 ? 2 : v }'
+}
+
+# --- One node: shm and Gloo all-reduce (no namespaces needed).
+for nproc in 2 4; do
+  echo "running shm all-reduce, $nproc ranks ..." >&2
+  "$build/bin/ddprun" --standalone --nproc-per-node "$nproc" "$build/bin/allreduce_bench" \
+    --engines gloo,shm --max-bytes $((64 << 20)) >"$logs/shm-$nproc.log" 2>&1
+  allreduce_rows "$logs/shm-$nproc.log" shm 1 "$nproc"
+done
+
+for rate in $rates; do
+  link="$rate-${delay_ms}ms"
+  # --- All-reduce: 2 and 4 nodes on Gloo, then 2 x 2 flat against hierarchical.
+  for nodes in 2 4; do
+    cluster_up "$nodes" "$rate" "$delay_ms"
+    [[ $nodes == 2 ]] && echo "$link: $(cluster_link_check 2)" >>"$out/links.txt"
+    ddp_job "allreduce-$link-$nodes" "$nodes" 1 "$build/bin/allreduce_bench" --engines gloo \
+      --max-bytes $((64 << 20)) --seconds-per-size 0.5
+    allreduce_rows "$logs/allreduce-$link-$nodes.log" "$link" "$nodes" 1
+    if [[ $nodes == 2 ]]; then
+      # float16, as the fp16 hook sends it: Gloo reduces it far slower.
+      ddp_job "allreduce-$link-$nodes-fp16" "$nodes" 1 "$build/bin/allreduce_bench" \
+        --engines gloo --dtype float16 --max-bytes $((64 << 20)) --seconds-per-size 0.5
+      allreduce_rows "$logs/allreduce-$link-$nodes-fp16.log" "$link" "$nodes" 1 float16
+    fi
+    cluster_down
+  done
+  cluster_up 2 "$rate" "$delay_ms"
+  ddp_job "allreduce-$link-2x2" 2 2 "$build/bin/allreduce_bench" --engines gloo,auto \
+    --max-bytes $((64 << 20)) --seconds-per-size 0.5
+  allreduce_rows "$logs/allreduce-$link-2x2.log" "$link" 2 2
+  cp "$logs/allreduce-$link-2x2.log" "$logs/hier-allreduce-$rate.log"
+
+  # --- Training, the two sides alternating within each round.
+  for _ in $(seq "$rounds"); do
+    for model in linear convnet mlp; do
+      train ddp "$link/$model" 2 1 "$model" gloo none "$(steps_of "$model")"
+      train pytorch "$link/$model" 2 1 "$model" gloo none "$(steps_of "$model")"
+    done
+    for model in convnet mlp; do
+      train ddp "$link/2x2-gloo/$model" 2 2 "$model" gloo none "$(steps_of "$model")"
+      train ddp "$link/2x2-hier/$model" 2 2 "$model" auto none "$(steps_of "$model")"
+    done
+    if [[ $rate == "${HOOKS_ON:-${rates%% *}}" ]]; then
+      # One node of 2 ranks (shm, no link): the compute each hook adds to a
+      # step (casts, PowerSGD's products), which the cost model takes as
+      # measured.
+      for hook in none fp16 bf16 powersgd; do
+        train ddp "$link/1x2/mlp-$hook" 1 2 mlp auto "$hook" "$(steps_of mlp)"
+      done
+      for hook in fp16 bf16 powersgd; do
+        train ddp "$link/mlp-$hook" 2 1 mlp gloo "$hook" "$(steps_of mlp)"
+        train pytorch "$link/mlp-$hook" 2 1 mlp gloo "$hook" "$(steps_of mlp)"
+      done
+    fi
+  done
+  cluster_down
+done
+
+# --- Tables, from the measurements.
+echo "machine: $cores cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); ddp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'); PyTorch $("$python" -c 'import torch; print(torch.__version__)'); one-way delay $delay_ms ms"
+"$python" "$root/benchmarks/cluster/report.py" "$out"
+echo
+echo "measurements: $allreduce_csv, $steps_csv, $out/links.txt"
+"$python" "$root/benchmarks/cost_model.py" --measurements "$out"
+rm -rf "$logs"
