@@ -23,6 +23,9 @@ ALLREDUCE_COLUMNS = "link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,bytes,s
 # another dtype are fitted on their own, as engine "ENGINE:DTYPE".
 STEP_COLUMNS = ("side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,hook,"
                 "param_bytes,buckets,step_ms,nosync_step_ms,images_per_s,tx_bytes_per_step").split(",")
+# steps.csv may also have `nosync_backward_ms`, the time inside backward of a
+# no_sync step: then b, the share of the step in backward, is measured per
+# run instead of assumed (--backward-fraction).
 TARGET = 0.15  # The brief's bound on |predicted - measured| / measured per step row.
 
 class InputError(Exception):
@@ -58,6 +61,28 @@ def read_rows(path, columns, numeric, optional=(), positive=()):
     if not rows:
         raise InputError(f"{path}: no data rows")
     return rows
+
+def medians(rows, key_fields, value_fields):
+    """One row per distinct key: the first row's fields, with each of
+    `value_fields` replaced by its median over the key's rows (None values
+    ignored), and `runs`, how many rows went into it. Keeps first-seen order.
+
+    The benchmark repeats every measurement once per round (Note [All-reduce
+    in every round] in benchmarks/cluster_bench.sh); the model is fitted to,
+    and checked against, each configuration's median."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in key_fields), []).append(r)
+    out = []
+    for group in groups.values():
+        merged = dict(group[0])
+        for field in value_fields:
+            values = [r[field] for r in group if r[field] is not None]
+            merged[field] = statistics.median(values) if values else None
+        merged["runs"] = len(group)
+        merged["run_values"] = {f: [r[f] for r in group] for f in value_fields}
+        out.append(merged)
+    return out
 
 # ----------------------------------------------------------------- fitting
 
@@ -251,11 +276,20 @@ def link_bytes_per_step(engine, nodes, local, payload):
     n = nodes if engine == "hierarchical" else nodes * local
     return 2 * (n - 1) / n * payload
 
-def step_prediction(row, fits, b, hook_costs=None):
+def backward_fraction(row, default):
+    """The share of the step in backward: measured when the row has it."""
+    backward = row.get("nosync_backward_ms")
+    if backward is None or not 0 < backward <= row["nosync_step_ms"]:
+        return default
+    return backward / row["nosync_step_ms"]
+
+def step_prediction(row, fits, b, hook_costs=None, measured_b=True):
     """Predicted step ms for one steps.csv row, plus notes; None if no fit.
 
     `hook_costs` maps (side, model, hook) to the seconds of compute the hook
-    adds to a step (see hook_costs()); it is added in series."""
+    adds to a step (see hook_costs()); it is added in series. b is the
+    backward share where the row does not measure it (or, with measured_b
+    False, for every row)."""
     nodes, local = int(row["nodes"]), int(row["ranks_per_node"])
     sizes = [float(s) for s in (row["buckets"] or "").split(";") if s.strip()]
     if not sizes:
@@ -289,7 +323,8 @@ def step_prediction(row, fits, b, hook_costs=None):
     if any(comm(s) is None for s in sizes):
         return None, None, "no all-reduce fit for this link/engine"
     compute = row["nosync_step_ms"] / 1e3
-    step = compute + exposed_comm(compute, b, sizes, comm)
+    step = compute + exposed_comm(compute, backward_fraction(row, b) if measured_b else b, sizes,
+                                  comm)
     if hook_costs and nodes > 1:
         extra = hook_costs.get((row["side"], row["model"], hook))
         if extra is not None:
@@ -327,12 +362,13 @@ def hook_costs(rows, fits, b):
     return costs
 
 def fit_backward_fraction(rows, fits, costs):
-    """The b in [0.05, 1] minimising sum of squared relative step errors."""
+    """The one b in [0.05, 1] for all rows, measured or not, minimising the
+    sum of squared relative step errors (a check on the measured ones)."""
     best = None
     for i in range(5, 101):
         errs = []
         for r in rows:
-            pred = step_prediction(r, fits, i / 100, costs)[0]
+            pred = step_prediction(r, fits, i / 100, costs, measured_b=False)[0]
             if pred is not None:
                 errs.append((pred - r["step_ms"]) / r["step_ms"])
         if errs:
@@ -463,48 +499,74 @@ def report_allreduce(ar_rows, fits):
     for key in sorted(errs):
         print(f"{key[0]} {key[1]} ({key[2]}): {summary(errs[key])}")
 
+STEP_KEY = ("side", "model", "link", "engine", "nodes", "ranks_per_node", "hook")
+STEP_VALUES = ("step_ms", "nosync_step_ms", "images_per_s", "tx_bytes_per_step",
+               "nosync_backward_ms")
+
+def spread(values):
+    """(max - min) / median of a run's values, in percent; '-' for one run."""
+    values = [v for v in values if v is not None]
+    if len(values) < 2:
+        return "-"
+    return f"{100 * (max(values) - min(values)) / statistics.median(values):.0f}"
+
 def report_steps(step_rows, fits, b):
-    """Step validation per side; the <15% target is checked on ddp rows."""
-    costs = hook_costs(step_rows, fits, b)
+    """Step validation per side, on each configuration's median over its
+    runs; the <15% target is checked on the ddp configurations. The error
+    of each single run against its own prediction is printed too."""
+    configs = medians(step_rows, STEP_KEY, STEP_VALUES)
+    costs = hook_costs(configs, fits, b)
     for (side, model, hook), extra in sorted(costs.items()):
         print(f"{hook} compute, {side} {model}: {extra * 1e3:.1f} ms per step "
               f"(one node, Note [A hook's compute is measured, not modelled])")
     for side in ("ddp", "pytorch"):
-        rows = [r for r in step_rows if r["side"] == side]
+        rows = [r for r in configs if r["side"] == side]
         if not rows:
             continue
-        print(f"\n-- side {side} (b = {b:.3f}) --")
+        print(f"\n-- side {side} (medians over runs; b: backward's share of the step, measured,"
+              f" or {b:.3f} where not) --")
         out, errs, misses = [], [], []
         for r in rows:
             pred, tx_ratio, note = step_prediction(r, fits, b, costs)
             config = (f"{r['model']} {r['link']} {r['engine']} {int(r['nodes'])}x"
                       f"{int(r['ranks_per_node'])} {r['hook']}")
+            measured = [f"{backward_fraction(r, b):.2f}", f"{r['step_ms']:.2f}", r["runs"],
+                        spread(r["run_values"]["step_ms"])]
             if int(r["nodes"]) == 1 and r["hook"] != "none":
-                out.append([config, f"{r['step_ms']:.2f}", "-", "-", "-", "calibration"])
+                out.append([config, *measured, "-", "-", "-", "calibration"])
                 continue
             if pred is None:
-                out.append([config, f"{r['step_ms']:.2f}", "-", "-", "-", note])
+                out.append([config, *measured, "-", "-", "-", note])
                 misses.append(f"{config}: {note}")
                 continue
             e = (pred - r["step_ms"]) / r["step_ms"]
             errs.append(e)
             if abs(e) >= TARGET:
                 misses.append(f"{config}: {100 * e:+.1f}%")
-            out.append([config, f"{r['step_ms']:.2f}", f"{pred:.2f}", f"{100 * e:+.1f}",
+            out.append([config, *measured, f"{pred:.2f}", f"{100 * e:+.1f}",
                         "-" if tx_ratio is None else f"{tx_ratio:.2f}", note])
-        table(["model link engine nodes x local hook", "measured ms", "predicted ms", "err %",
-               "tx/model", "note"], out)
-        print(f"{side}: {summary(errs)} over {len(errs)} rows")
+        table(["model link engine nodes x local hook", "b", "measured ms", "runs", "spread %",
+               "predicted ms", "err %", "tx/model", "note"], out)
+        print(f"{side}: {summary(errs)} over {len(errs)} configurations")
+        run_errs = []
+        for r in step_rows:
+            if r["side"] != side or (int(r["nodes"]) == 1 and r["hook"] != "none"):
+                continue
+            pred = step_prediction(r, fits, b, costs)[0]
+            if pred is not None:
+                run_errs.append((pred - r["step_ms"]) / r["step_ms"])
+        print(f"{side}, each run against its own prediction: {summary(run_errs)} over "
+              f"{len(run_errs)} runs")
         if side == "ddp":
-            print(f"target |err| < {100 * TARGET:.0f}% on every ddp row: "
+            print(f"target |err| < {100 * TARGET:.0f}% on every ddp configuration: "
                   f"{'HOLDS' if not misses else 'MISSED'}")
         for m in misses:
             print(f"  miss: {m}")
-    best = fit_backward_fraction([r for r in step_rows if r["side"] == "ddp" and
+    best = fit_backward_fraction([r for r in configs if r["side"] == "ddp" and
                                   (int(r["nodes"]) > 1 or r["hook"] == "none")], fits, costs)
     if best:
-        print(f"\nbest-fit backward fraction over ddp rows: b = {best[1]:.2f} "
-              f"({summary(best[2])}); used: b = {b:.3f}")
+        print(f"\none b for every ddp configuration, best fit: b = {best[1]:.2f} "
+              f"({summary(best[2])}); a check on the measured ones")
 
 
 A100 = {"intra_bw": 230e9, "intra_step": NCCL_STEP_NVLINK, "g": 8}
@@ -579,8 +641,10 @@ def main(argv=None):
                        positive=["nodes", "ranks_per_node", "bytes", "seconds"])
         steps = read_rows(os.path.join(d, "steps.csv"), STEP_COLUMNS,
                           ["rate_gbit", "delay_ms", "nodes", "ranks_per_node", "param_bytes",
-                           "step_ms", "nosync_step_ms", "images_per_s", "tx_bytes_per_step"],
-                          optional=["rate_gbit", "delay_ms", "images_per_s", "tx_bytes_per_step"],
+                           "step_ms", "nosync_step_ms", "images_per_s", "tx_bytes_per_step",
+                           "nosync_backward_ms"],
+                          optional=["rate_gbit", "delay_ms", "images_per_s", "tx_bytes_per_step",
+                                    "nosync_backward_ms"],
                           positive=["nodes", "ranks_per_node", "param_bytes", "step_ms",
                                     "nosync_step_ms"])
     except InputError as error:
@@ -589,6 +653,8 @@ def main(argv=None):
     for r in ar:
         if (r.get("dtype") or "float32") != "float32":
             r["engine"] = f"{r['engine']}:{r['dtype']}"
+    # Note [All-reduce in every round]: fit each size's median over rounds.
+    ar = medians(ar, ("link", "engine", "nodes", "ranks_per_node", "bytes"), ("seconds",))
     section("fit")
     fits = report_fit(ar)
     section("all-reduce validation")

@@ -3,7 +3,12 @@
 // per process under torchrun, and prints on rank 0:
 //
 //   result side=ddp model=linear ranks=2 batch=32 steps=... images_per_s=...
-//       step_ms=... nosync_step_ms=... loss=... param_bytes=... buckets=A;B;...
+//       step_ms=... nosync_step_ms=... nosync_backward_ms=... backward_ms=...
+//       loss=... param_bytes=... buckets=A;B;...
+//
+// (nosync_backward_ms: inside loss.backward() in the no_sync steps, which
+// gives the cost model backward's share of a step; backward_ms: the same in
+// the synchronized steps, where it includes waiting for the gradients.)
 //       tx_bytes_per_step=...
 //
 // Models: linear (the torchrun tutorial's toy), convnet (the tutorials'
@@ -32,6 +37,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "common/models.hpp"
@@ -89,7 +95,8 @@ class ShardedBatches {
 struct Timed {
   double seconds;
   double loss;
-  int64_t tx_bytes;  // Sent through the counted interface; 0 when none.
+  int64_t tx_bytes;         // Sent through the counted interface; 0 when none.
+  double backward_seconds;  // Inside loss.backward(), summed over the steps.
 };
 
 // The interface's sent-byte counter (the kernel's, for every process of the
@@ -142,23 +149,25 @@ Timed runSteps(ddp::DistributedDataParallel& model, torch::optim::Optimizer& opt
   const int64_t tx_before = txBytes(interface);
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor loss;
+  std::chrono::steady_clock::duration backward{};
   for (int step = 0; step < steps; ++step) {
     auto [inputs, targets] = data.next();
     optimizer.zero_grad();
-    if (sync) {
-      loss = loss_fn(model->forward(inputs), targets);
-      loss.backward();
-    } else {
-      auto guard = model->no_sync();
-      loss = loss_fn(model->forward(inputs), targets);
-      loss.backward();
-    }
+    // Under no_sync() (the guard's own constructor: it cannot be moved).
+    std::optional<ddp::DistributedDataParallelImpl::NoSyncGuard> guard;
+    if (!sync) guard.emplace(*model);
+    loss = loss_fn(model->forward(inputs), targets);
+    const auto backward_start = std::chrono::steady_clock::now();
+    loss.backward();
+    backward += std::chrono::steady_clock::now() - backward_start;
+    guard.reset();
     optimizer.step();
   }
   group.barrier();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {seconds, loss.defined() ? loss.item<double>() : 0.0, txBytes(interface) - tx_before};
+  return {seconds, loss.defined() ? loss.item<double>() : 0.0, txBytes(interface) - tx_before,
+          std::chrono::duration<double>(backward).count()};
 }
 
 int run(Options options) {
@@ -224,8 +233,11 @@ int run(Options options) {
          << " images_per_s="
          << static_cast<double>(world) * options.batch * options.steps / synced.seconds
          << " step_ms=" << 1e3 * synced.seconds / options.steps
-         << " nosync_step_ms=" << 1e3 * local.seconds / options.steps << " loss=" << synced.loss
-         << " hook=" << options.hook << " param_bytes=" << param_bytes << " buckets=";
+         << " nosync_step_ms=" << 1e3 * local.seconds / options.steps
+         << " nosync_backward_ms=" << 1e3 * local.backward_seconds / options.steps
+         << " backward_ms=" << 1e3 * synced.backward_seconds / options.steps
+         << " loss=" << synced.loss << " hook=" << options.hook << " param_bytes=" << param_bytes
+         << " buckets=";
     const auto& buckets = model->stats().bucket_bytes;
     for (size_t i = 0; i < buckets.size(); ++i) line << (i ? ";" : "") << buckets[i];
     line << " tx_bytes_per_step=" << synced.tx_bytes / options.steps

@@ -23,10 +23,11 @@ parse its own default `--redirects 0`.)
 --net-interface the interface whose sent bytes are counted over the
 synchronized steps. Rank 0 prints one line:
   result side=pytorch model=... images_per_s=... step_ms=... nosync_step_ms=...
-      ... tx_bytes_per_step=...
+      nosync_backward_ms=... tx_bytes_per_step=...
 """
 
 import argparse
+import contextlib
 import gzip
 import os
 import sys
@@ -134,24 +135,23 @@ def batches(loader, sampler):
 
 def run_steps(model, optimizer, loss_fn, source, steps, sync, interface):
     """Times `steps` training steps (data fetch included) between barriers;
-    returns seconds, the last loss and the bytes the interface sent."""
+    returns seconds, the last loss, the bytes the interface sent and the
+    seconds spent inside loss.backward()."""
     dist.barrier()
     sent = tx_bytes(interface)
     start = time.perf_counter()
-    loss = None
+    loss, backward = None, 0.0
     for _ in range(steps):
         inputs, targets = next(source)
         optimizer.zero_grad()
-        if sync:
+        with contextlib.nullcontext() if sync else model.no_sync():
             loss = loss_fn(model(inputs), targets)
+            backward_start = time.perf_counter()
             loss.backward()
-        else:
-            with model.no_sync():
-                loss = loss_fn(model(inputs), targets)
-                loss.backward()
+            backward += time.perf_counter() - backward_start
         optimizer.step()
     dist.barrier()
-    return time.perf_counter() - start, loss.item(), tx_bytes(interface) - sent
+    return time.perf_counter() - start, loss.item(), tx_bytes(interface) - sent, backward
 
 
 def main():
@@ -202,12 +202,14 @@ def main():
 
     nic = args.net_interface
     run_steps(ddp_model, optimizer, loss_fn, source, warmup, True, nic)
-    sync_s, loss, sent = run_steps(ddp_model, optimizer, loss_fn, source, steps, True, nic)
-    nosync_s, _, _ = run_steps(ddp_model, optimizer, loss_fn, source, steps, False, nic)
+    sync_s, loss, sent, _ = run_steps(ddp_model, optimizer, loss_fn, source, steps, True, nic)
+    nosync_s, _, _, backward_s = run_steps(ddp_model, optimizer, loss_fn, source, steps, False,
+                                           nic)
     if rank == 0:
         print(f"result side=pytorch model={args.model} ranks={world} batch={batch} steps={steps} "
               f"images_per_s={world * batch * steps / sync_s:.1f} "
               f"step_ms={1e3 * sync_s / steps:.4f} nosync_step_ms={1e3 * nosync_s / steps:.4f} "
+              f"nosync_backward_ms={1e3 * backward_s / steps:.4f} "
               f"loss={loss:.4f} hook={args.hook} param_bytes={param_bytes} "
               f"tx_bytes_per_step={sent // steps} torch={torch.__version__}", flush=True)
     dist.destroy_process_group()

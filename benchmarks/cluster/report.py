@@ -119,20 +119,23 @@ def main():
         table(["hook", "ddp img/s", "PT img/s", "ddp MB", "PT MB", "ddp exposed", "PT exposed",
                "ddp speedup", "PT speedup"], rows)
     # All-reduce, us per call, by size.
-    columns, times, sizes = [], {}, set()
+    columns, times, sizes = [], defaultdict(list), set()
     for r in allreduce:
         column = (f"{r['link']} {r['nodes']}x{r['ranks_per_node']} {r['engine']}"
                   f"{'' if r.get('dtype', 'float32') == 'float32' else ' ' + r['dtype']}")
         if column not in columns:
             columns.append(column)
-        times[column, int(r["bytes"])] = float(r["seconds"]) * 1e6
+        times[column, int(r["bytes"])].append(float(r["seconds"]) * 1e6)
         sizes.add(int(r["bytes"]))
+    rounds = sorted({len(v) for v in times.values()})
     for title, keep in (("one node (shm and Gloo over loopback)", lambda c: c.startswith("shm")),
                         ("the links", lambda c: not c.startswith("shm"))):
         chosen = [c for c in columns if keep(c)]
-        print(f"\n== all-reduce on {title}: us per call (median of 5 batches)")
+        print(f"\n== all-reduce on {title}: us per call (each run: the median of 5 batches;"
+              f" here the median of {'/'.join(map(str, rounds))} runs)")
         table(["bytes"] + chosen,
-              [[s] + [fmt(times.get((c, s)), 1) for c in chosen] for s in sorted(sizes)])
+              [[s] + [fmt(statistics.median(times[c, s]) if (c, s) in times else None, 1)
+                      for c in chosen] for s in sorted(sizes)])
     return 0
 
 
