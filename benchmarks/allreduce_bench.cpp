@@ -34,42 +34,20 @@ namespace {
 // spoils one batch, not the figure. Every engine is timed the same way.
 constexpr int kBatches = 5;
 
-// Note [A busy caller]
-// In training a bucket's all-reduce is issued after compute, with the
-// caller's core busy until then; back-to-back calls leave it idle while
-// they wait. On a machine whose cores also run the network (the simulated
-// cluster of benchmarks/cluster_bench.sh: its router, TCP stacks and Gloo's
-// threads share 2 cores with the ranks), that difference costs. With
-// --busy-us each call is preceded by that long a spin on the calling
-// thread, and only the calls are timed.
-void spinFor(std::chrono::microseconds busy) {
-  const auto end = std::chrono::steady_clock::now() + busy;
-  while (std::chrono::steady_clock::now() < end) {
-  }
-}
-
-// Seconds per all-reduce: `iterations` back to back after a warm-up (or
-// each after `busy` of spinning, not timed), in kBatches batches aligned by
-// a barrier; the median of the batches' times on their slowest rank.
+// Seconds per all-reduce: `iterations` back to back after a warm-up, in
+// kBatches batches aligned by a barrier; the median of the batches' times
+// on their slowest rank.
 double timeAllReduce(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
-                     int iterations, std::chrono::microseconds busy = {}) {
+                     int iterations) {
   for (int i = 0; i < 3; ++i) engine.all_reduce(t);
   const int per_batch = std::max(1, iterations / kBatches);
   std::vector<double> batches;
   for (int b = 0; b < kBatches; ++b) {
     control.barrier();
-    std::chrono::steady_clock::duration spent{};
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < per_batch; ++i) {
-      if (busy.count() > 0) {
-        spinFor(busy);
-        start = std::chrono::steady_clock::now();
-      }
-      engine.all_reduce(t);
-      if (busy.count() > 0) spent += std::chrono::steady_clock::now() - start;
-    }
-    if (busy.count() == 0) spent = std::chrono::steady_clock::now() - start;
-    const double seconds = std::chrono::duration<double>(spent).count() / per_batch;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < per_batch; ++i) engine.all_reduce(t);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / per_batch;
     at::Tensor slowest = at::full({1}, seconds, at::kDouble);
     control.all_reduce(slowest, ddp::ReduceOp::kMax);
     batches.push_back(slowest.item<double>());
@@ -106,7 +84,6 @@ int main(int argc, char** argv) {
   double budget_s = 0.25;
   std::string engine_list = "gloo,shm";
   std::string dtype_name = "float32";
-  int busy_us = 0;
   app.add_option("--min-bytes", min_bytes, "smallest message");
   app.add_option("--max-bytes", max_bytes, "largest message");
   app.add_option("--seconds-per-size", budget_s, "rough time spent per size and engine");
@@ -115,10 +92,6 @@ int main(int argc, char** argv) {
                  "compare the second against the first");
   app.add_option("--dtype", dtype_name, "element type: float32, float16 or bfloat16 (sum)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
-  app.add_option("--busy-us", busy_us,
-                 "spin this long on the calling thread before each timed call, as compute "
-                 "does in training (Note [A busy caller]); the spin is not timed")
-      ->check(CLI::Range(0, 1000000));
   CLI11_PARSE(app, argc, argv);
   const at::ScalarType dtype = dtype_name == "float16"    ? at::kHalf
                                : dtype_name == "bfloat16" ? at::kBFloat16
@@ -143,7 +116,7 @@ int main(int argc, char** argv) {
     const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
     const bool ratios = engines.size() == 2;
     if (gloo->rank() == 0) {
-      std::printf("ranks=%d dtype=%s busy_us=%d\n%10s", n, dtype_name.c_str(), busy_us, "bytes");
+      std::printf("ranks=%d dtype=%s\n%10s", n, dtype_name.c_str(), "bytes");
       for (const auto& name : names) std::printf(" %14s", (name + " us").c_str());
       for (const auto& name : names) std::printf(" %14s", (name + " busbw GB/s").c_str());
       if (ratios) std::printf(" %9s %9s", "bw ratio", "lat ratio");
@@ -157,8 +130,7 @@ int main(int argc, char** argv) {
           static_cast<int>(std::max(double{kBatches}, std::min(5000.0, budget_s / probe)));
       std::vector<double> seconds;
       for (const auto& engine : engines)
-        seconds.push_back(
-            timeAllReduce(*engine, *gloo, t, iterations, std::chrono::microseconds(busy_us)));
+        seconds.push_back(timeAllReduce(*engine, *gloo, t, iterations));
       if (gloo->rank() == 0) {
         std::printf("%10lld", static_cast<long long>(bytes));
         for (double s : seconds) std::printf(" %14.1f", s * 1e6);
