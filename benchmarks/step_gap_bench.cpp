@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
   int calls = 600;
   app.add_option("--rounds", rounds, "batches per case")->check(CLI::Range(1, 100));
   app.add_option("--calls", calls, "iterations per batch")->check(CLI::Range(1, 100000));
+  std::vector<std::string> only;
+  app.add_option("--case", only, "run only these cases (repeatable; default: all)");
   CLI11_PARSE(app, argc, argv);
   try {
     at::set_num_threads(1);
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<double>> batches;
     for (int round = 0; round < rounds; ++round) {
       for (const auto& [name, iteration] : cases) {
+        if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
         group->barrier();
         const auto start = Clock::now();
         for (int i = 0; i < calls; ++i) iteration();
@@ -132,12 +135,15 @@ int main(int argc, char** argv) {
       std::printf("ranks=%d rounds=%d calls=%d (us per iteration, median batch)\n", group->size(),
                   rounds, calls);
       for (const auto& [name, iteration] : cases) {
+        if (batches[name].empty()) continue;
         const double us = median(batches[name]);
         std::printf("case=%s us=%.1f", name.c_str(), us);
         auto it = without.find(name);
         if (it != without.end()) {
-          const double base = it->second.empty() ? 0.0 : median(batches[it->second]);
-          std::printf(" all_reduce_us=%.1f", us - base);
+          if (it->second.empty() || !batches[it->second].empty()) {
+            const double base = it->second.empty() ? 0.0 : median(batches[it->second]);
+            std::printf(" all_reduce_us=%.1f", us - base);
+          }
         }
         std::printf("\n");
       }
