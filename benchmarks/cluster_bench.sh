@@ -191,10 +191,10 @@ steps_of() {
 
 # Note [All-reduce in every round]
 # On this kind of machine (a VM on 2 vCPUs) a small all-reduce's latency
-# moves by 30% from one minute to the next: a Gloo call that wakes three
-# threads per message costs what the host takes to run them, not what the
-# link takes. Measured once per link, the cost model's latency term carried
-# that one sample's luck into every prediction (the toy trainer, all
+# moves by 30% from one minute to the next: a Gloo call switches threads
+# about 14 times (perf stat), and what that costs depends on what else the
+# host runs meanwhile. Measured once per link, the cost model's latency term
+# carried that one sample's luck into every prediction (the toy trainer, all
 # latency, was off by 18-25% against an all-reduce measured 1.21 ms that
 # later runs put at 1.30-1.43). So every round measures its all-reduces
 # next to its training runs, and the model fits the median over rounds.
