@@ -2,8 +2,9 @@
 // all-reduce runs of benchmarks/cluster_bench.sh). Times sum all-reduces of
 // 4 KiB to 256 MiB (float32, or --dtype float16/bfloat16) through several
 // engines in the same run (default: Gloo and ddp's shared-memory engine),
-// and rank 0 prints one row per size: latency (time per all-reduce) and bus bandwidth (algbw x
-// 2(n-1)/n, the figure NCCL's tests report, comparable across rank counts).
+// and rank 0 prints one row per size: latency (time per all-reduce) and bus
+// bandwidth (algbw x 2(n-1)/n, the figure NCCL's tests report, comparable
+// across rank counts).
 //
 //   ddprun --standalone --nproc-per-node 2 build/bin/allreduce_bench
 

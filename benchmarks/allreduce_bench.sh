@@ -14,10 +14,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDP_BUILD_DIR:-$root/build}
-# The test command configures build/ without the benchmarks; turn them on.
-cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
-echo "building allreduce_bench and ddprun in $build ..." >&2
-cmake --build "$build" --target allreduce_bench ddprun -j"${JOBS:-2}" >&2
+# shellcheck source=benchmarks/common.sh
+source "$root/benchmarks/common.sh"
+build_benchmarks allreduce_bench ddprun
 
 cores=$(nproc)
 export OMP_NUM_THREADS=1

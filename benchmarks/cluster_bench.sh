@@ -40,27 +40,18 @@ delay_ms=${DELAY_MS:-0.2}
 rounds=${ROUNDS:-3}
 out=${OUT:-$root/benchmarks/data/cluster}
 data_dir=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-python=/usr/bin/python3 # Debian's PyTorch; the first python3 on PATH may lack torch.
-
 # shellcheck source=benchmarks/cluster/cluster.sh
 source "$root/benchmarks/cluster/cluster.sh"
+# shellcheck source=benchmarks/common.sh
+source "$root/benchmarks/common.sh"
 cluster_trap
 if ! reason=$(cluster_check 2>&1); then
   echo "skipped: $reason"
   exit 0
 fi
-if ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "error: $python cannot import torch; install Debian's PyTorch: apt-get install python3-torch" >&2
-  exit 2
-fi
-if [[ ! -f "$data_dir/train-images-idx3-ubyte.gz" && ! -f "$data_dir/train-images-idx3-ubyte" ]]; then
-  echo "error: Fashion-MNIST not found in $data_dir; install dataset-fashion-mnist or set FASHION_MNIST" >&2
-  exit 2
-fi
-
-cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
-echo "building the benchmarks in $build ..." >&2
-cmake --build "$build" --target ddp_train_bench allreduce_bench ddprun link_router -j"${JOBS:-2}" >&2
+require_torch
+require_fashion_mnist "$data_dir"
+build_benchmarks ddp_train_bench allreduce_bench ddprun link_router
 export CLUSTER_ROUTER=$build/bin/link_router
 cores=$(nproc)
 export OMP_NUM_THREADS=1
@@ -74,21 +65,16 @@ echo "side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,hook,param_
 
 port=29600
 job=0
-# run_job NAME NODES CMD...: runs CMD on nodes 0..NODES-1 of the cluster at
-# once (@NODE@ in an argument becomes the node's index), each under a
-# 15-minute deadline; node 0's output is left in $logs/NAME.log. Exits the
-# script with the nodes' errors when one fails.
+# run_job NAME NODES CMD...: cluster_run with the next port; node 0's output
+# is left in $logs/NAME.log. Exits the script with the nodes' errors when
+# one fails.
 run_job() {
-  local name=$1 nodes=$2 i pids=() failed=0
+  local name=$1 nodes=$2 i failed=0
   shift 2
   job=$((job + 1))
   port=$((port + 1))
   echo "running $name ..." >&2
-  for ((i = 0; i < nodes; i++)); do
-    cluster_exec "$i" timeout 900 "${@//@NODE@/$i}" >"$logs/$name.node$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed=1; done
+  cluster_run "$logs" "$name" "$nodes" "$@" || failed=1
   cp "$logs/$name.node0.log" "$logs/$name.log"
   if ((failed)) && [[ $name == pytorch-* ]]; then
     # PyTorch's failure is a result (its PowerSGD hook on Gloo can abort:
@@ -128,7 +114,6 @@ pytorch_job() {
     "$root/benchmarks/pytorch_ddp_bench.py" "$@"
 }
 
-field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
 gbit() { echo "${1%gbit}"; }
 
 # allreduce_rows LOG LINK NODES NPROC [DTYPE]: appends allreduce_bench's

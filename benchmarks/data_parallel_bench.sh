@@ -13,10 +13,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDP_BUILD_DIR:-$root/build}
-# The test command configures build/ without the benchmarks; turn them on.
-cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
-echo "building data_parallel_bench in $build ..." >&2
-cmake --build "$build" --target data_parallel_bench -j"${JOBS:-2}" >&2
+# shellcheck source=benchmarks/common.sh
+source "$root/benchmarks/common.sh"
+build_benchmarks data_parallel_bench
 bench="$build/bin/data_parallel_bench"
 
 echo "| model | batch | replicas | intra-op threads | ddp side | ddp::DataParallel ms/step | LibTorch-style clones ms/step | speed-up | max parameter difference |"

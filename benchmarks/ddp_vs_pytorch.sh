@@ -23,22 +23,11 @@ linear_steps=${LINEAR_STEPS:-2000}
 convnet_steps=${CONVNET_STEPS:-100}
 rounds=${ROUNDS:-5}
 data_dir=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-# Debian's PyTorch; the first python3 on PATH may be another one without torch.
-python=/usr/bin/python3
-
-if ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "error: $python cannot import torch; install Debian's PyTorch: sudo apt-get install python3-torch" >&2
-  exit 2
-fi
-if [[ ! -f "$data_dir/train-images-idx3-ubyte.gz" && ! -f "$data_dir/train-images-idx3-ubyte" ]]; then
-  echo "error: Fashion-MNIST not found in $data_dir; install it (Debian: fashion-mnist) or set FASHION_MNIST" >&2
-  exit 2
-fi
-
-# The test command configures build/ without the benchmarks; turn them on.
-cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
-echo "building ddp_train_bench in $build ..." >&2
-cmake --build "$build" --target ddp_train_bench -j"${JOBS:-2}" >&2
+# shellcheck source=benchmarks/common.sh
+source "$root/benchmarks/common.sh"
+require_torch
+require_fashion_mnist "$data_dir"
+build_benchmarks ddp_train_bench
 bench="$build/bin/ddp_train_bench"
 
 cores=$(nproc)  # Before OMP_NUM_THREADS=1, which nproc would report instead.
@@ -76,7 +65,6 @@ run() {
   echo "  $result" >&2
 }
 
-field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
 
 # median V...: the median of numbers (the mean of the middle two for an even count).
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -12,15 +12,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDP_BUILD_DIR:-$root/build}
-python=/usr/bin/python3  # Debian's, with torch; the first on PATH may lack it
-if ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "error: $python cannot import torch; install Debian's PyTorch: sudo apt-get install python3-torch" >&2
-  exit 2
-fi
-# The test command configures build/ without the benchmarks; turn them on.
-cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
-echo "building ddprun and recovery_bench in $build ..." >&2
-cmake --build "$build" --target ddprun recovery_bench -j"${JOBS:-2}" >&2
+# shellcheck source=benchmarks/common.sh
+source "$root/benchmarks/common.sh"
+require_torch
+build_benchmarks ddprun recovery_bench
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); torch $("$python" -c 'import torch; print(torch.__version__)')"
 exec "$python" "$root/benchmarks/recovery_bench.py" --build "$build" \
   --rounds "${ROUNDS:-3}" --kill-at "${KILL_AT:-25}" --every "${EVERY:-10}" \

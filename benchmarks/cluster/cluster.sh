@@ -213,6 +213,21 @@ cluster_exec() {
   ip netns exec "$(_cluster_ns "$i")" env GLOO_SOCKET_IFNAME=ddp0 "$@"
 }
 
+# cluster_run LOGDIR NAME NODES CMD...: runs CMD on nodes 0..NODES-1 at once (@NODE@ in an
+# argument becomes the node's index), each under a 15-minute deadline, node i's output in
+# LOGDIR/NAME.node<i>.log. In the background, so that a signal's trap runs at once (see
+# cluster_trap). Returns 1 when the command failed on any node.
+cluster_run() {
+  local logs=$1 name=$2 nodes=$3 i pids=() failed=0
+  shift 3
+  for ((i = 0; i < nodes; i++)); do
+    cluster_exec "$i" timeout 900 "${@//@NODE@/$i}" >"$logs/$name.node$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed=1; done
+  return "$failed"
+}
+
 cluster_addr() { echo "10.77.0.$(($1 + 1))"; }
 
 cluster_tx_bytes() {

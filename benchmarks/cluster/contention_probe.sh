@@ -21,26 +21,22 @@ if ! reason=$(cluster_check 2>&1); then
   echo "skipped: $reason"
   exit 0
 fi
-cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build "$build" --target step_gap_bench ddprun link_router >&2
+# shellcheck source=benchmarks/common.sh
+source "$root/benchmarks/common.sh"
+build_benchmarks step_gap_bench ddprun link_router
 export CLUSTER_ROUTER=$build/bin/link_router OMP_NUM_THREADS=1
 logs=$(mktemp -d)
 cluster_up 2 "${RATE:-1gbit}" "${DELAY_MS:-0.2}"
-pids=()
-for i in 0 1; do
-  cluster_exec "$i" timeout 600 "$build/bin/ddprun" --nnodes 2 --node-rank "$i" \
-    --nproc-per-node 1 --master-addr 10.77.0.1 --master-port 29590 \
-    "$build/bin/step_gap_bench" --rounds "${ROUNDS:-4}" >"$logs/node$i.log" 2>&1 &
-  pids+=($!)
-done
 failed=0
-for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+cluster_run "$logs" probe 2 "$build/bin/ddprun" --nnodes 2 --node-rank @NODE@ \
+  --nproc-per-node 1 --master-addr 10.77.0.1 --master-port 29590 \
+  "$build/bin/step_gap_bench" --rounds "${ROUNDS:-4}" || failed=1
 cluster_down
 if ((failed)); then
   echo "error: step_gap_bench failed; the end of node 0's output:" >&2
-  tail -n 20 "$logs/node0.log" >&2
+  tail -n 20 "$logs/probe.node0.log" >&2
   exit 1
 fi
 echo "link: ${RATE:-1gbit}, ${DELAY_MS:-0.2} ms one way"
-sed -n 's/^\[0\] //p' "$logs/node0.log" | grep -E '^(ranks|case|stragglers)[ =]'
+sed -n 's/^\[0\] //p' "$logs/probe.node0.log" | grep -E '^(ranks|case|stragglers)[ =]'
 rm -rf "$logs"

@@ -1,0 +1,35 @@
+# shellcheck shell=bash
+# What the benchmark scripts share: `source` it after setting root (the
+# repository) and build (the build directory).
+#
+#   build_benchmarks TARGET...   configures $build with the benchmarks on
+#                                (the test command turns them off) and builds
+#                                the targets with $JOBS (2) jobs
+#   require_torch                exits 2 unless $python (Debian's
+#                                /usr/bin/python3) imports torch
+#   require_fashion_mnist DIR    exits 2 unless DIR holds Fashion-MNIST
+#   field LINE KEY               the value of KEY=value in a result line
+
+python=/usr/bin/python3 # Debian's PyTorch; the first python3 on PATH may lack torch.
+
+build_benchmarks() {
+  cmake -S "$root" -B "$build" -DDDP_BUILD_BENCHMARKS=ON >/dev/null
+  echo "building $* in $build ..." >&2
+  cmake --build "$build" --target "$@" -j"${JOBS:-2}" >&2
+}
+
+require_torch() {
+  if ! "$python" -c 'import torch' 2>/dev/null; then
+    echo "error: $python cannot import torch; install Debian's PyTorch: sudo apt-get install python3-torch" >&2
+    exit 2
+  fi
+}
+
+require_fashion_mnist() {
+  if [[ ! -f "$1/train-images-idx3-ubyte.gz" && ! -f "$1/train-images-idx3-ubyte" ]]; then
+    echo "error: Fashion-MNIST not found in $1; install dataset-fashion-mnist or set FASHION_MNIST" >&2
+    exit 2
+  fi
+}
+
+field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
