@@ -4,14 +4,18 @@
 // engines in the same run (default: Gloo and ddp's shared-memory engine),
 // and rank 0 prints one row per size: latency (time per all-reduce) and bus
 // bandwidth (algbw x 2(n-1)/n, the figure NCCL's tests report, comparable
-// across rank counts).
+// across rank counts). With --idle-us, it then times the smallest size after
+// the caller spun for each of those gaps (Note [An all-reduce after idle time]
+// in benchmarks/cost_model.py).
 //
 //   ddprun --standalone --nproc-per-node 2 build/bin/allreduce_bench
 
 #include <ATen/ATen.h>
+#include <sched.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -35,26 +39,65 @@ namespace {
 // spoils one batch, not the figure. Every engine is timed the same way.
 constexpr int kBatches = 5;
 
-// Seconds per all-reduce: `iterations` back to back after a warm-up, in
-// kBatches batches aligned by a barrier; the median of the batches' times
-// on their slowest rank.
+using Clock = std::chrono::steady_clock;
+
+// Spins the calling thread until `seconds` of wall time have passed.
+void spin(double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+  }
+}
+
+// Seconds per all-reduce: `iterations` back to back after a warm-up (or each
+// after `idle_s` of spinning, which is then subtracted), in kBatches batches
+// aligned by a barrier; the median of the batches' times on their slowest
+// rank.
 double timeAllReduce(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
-                     int iterations) {
+                     int iterations, double idle_s = 0) {
   for (int i = 0; i < 3; ++i) engine.all_reduce(t);
   const int per_batch = std::max(1, iterations / kBatches);
   std::vector<double> batches;
   for (int b = 0; b < kBatches; ++b) {
     control.barrier();
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < per_batch; ++i) engine.all_reduce(t);
+    const auto start = Clock::now();
+    for (int i = 0; i < per_batch; ++i) {
+      if (idle_s > 0) spin(idle_s);
+      engine.all_reduce(t);
+    }
     const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / per_batch;
+        std::chrono::duration<double>(Clock::now() - start).count() / per_batch - idle_s;
     at::Tensor slowest = at::full({1}, seconds, at::kDouble);
     control.all_reduce(slowest, ddp::ReduceOp::kMax);
     batches.push_back(slowest.item<double>());
   }
   std::sort(batches.begin(), batches.end());
   return batches[kBatches / 2];
+}
+
+// Note [One core per rank]
+// Unpinned, the scheduler may leave both ranks' threads on one core after a
+// burst of Gloo calls (four threads hop per Gloo call): shm's 4 KiB
+// all-reduce then took 22-31 us right after Gloo's rows and 6-9 us when
+// timed first, and its small sizes came out in no order. Pinning rank r to
+// the r-th CPU this process may use (when there are at least as many CPUs
+// as ranks on the node) times every engine on the cores it would own on a
+// dedicated node, whatever ran before. Returns the CPU, or -1 if not pinned.
+int pinToOwnCore() {
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const char* local_size = std::getenv("LOCAL_WORLD_SIZE");
+  if (local_rank == nullptr || local_size == nullptr) return -1;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return -1;
+  const int rank = std::atoi(local_rank);
+  if (std::atoi(local_size) > CPU_COUNT(&allowed)) return -1;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != rank) continue;
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    CPU_SET(cpu, &mine);
+    return sched_setaffinity(0, sizeof(mine), &mine) == 0 ? cpu : -1;
+  }
+  return -1;
 }
 
 // A comma-separated list of engines, each once, each one ddp::init knows.
@@ -93,12 +136,24 @@ int main(int argc, char** argv) {
                  "compare the second against the first");
   app.add_option("--dtype", dtype_name, "element type: float32, float16 or bfloat16 (sum)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  std::vector<double> idle_us;
+  app.add_option("--idle-us", idle_us,
+                 "then time the smallest size after the caller spun this long before each call "
+                 "(microseconds, several allowed; 0 is back to back)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->delimiter(',');
+  bool pin = true;
+  app.add_flag("--pin,!--no-pin", pin,
+               "pin each rank to a core of its own when the node has enough (Note [One core per "
+               "rank]; default on)");
   CLI11_PARSE(app, argc, argv);
   const at::ScalarType dtype = dtype_name == "float16"    ? at::kHalf
                                : dtype_name == "bfloat16" ? at::kBFloat16
                                                           : at::kFloat;
   try {
     const std::vector<std::string> names = parseEngines(engine_list);
+    // Before ddp::init, so that every thread the engines start inherits it.
+    const int core = pin ? pinToOwnCore() : -1;
     // Gloo is always opened: it times its own rows and aligns the ranks.
     auto gloo = ddp::init(ddp::InitOptions().backend("gloo"));
     std::vector<std::shared_ptr<ddp::ProcessGroup>> engines;
@@ -117,7 +172,8 @@ int main(int argc, char** argv) {
     const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
     const bool ratios = engines.size() == 2;
     if (gloo->rank() == 0) {
-      std::printf("ranks=%d dtype=%s\n%10s", n, dtype_name.c_str(), "bytes");
+      std::printf("ranks=%d dtype=%s %s\n%10s", n, dtype_name.c_str(),
+                  core >= 0 ? "pinned=one-core-per-rank" : "pinned=no", "bytes");
       for (const auto& name : names) std::printf(" %14s", (name + " us").c_str());
       for (const auto& name : names) std::printf(" %14s", (name + " busbw GB/s").c_str());
       if (ratios) std::printf(" %9s %9s", "bw ratio", "lat ratio");
@@ -125,13 +181,18 @@ int main(int argc, char** argv) {
     }
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       at::Tensor t = at::ones({bytes / static_cast<int64_t>(c10::elementSize(dtype))}, dtype);
-      // Calibrate on Gloo (the slowest engine), the same count on all ranks.
-      const double probe = timeAllReduce(*gloo, *gloo, t, 2);
-      const int iterations =
-          static_cast<int>(std::max(double{kBatches}, std::min(5000.0, budget_s / probe)));
+      // Note [Each engine its own count]
+      // Every engine is calibrated on its own, so each spends about budget_s per size. A count
+      // taken from Gloo (2 ms at 4 KiB here) gave shm 125 calls of 16 us, batches of 0.4 ms, and
+      // one descheduled vCPU made 16 KiB slower than 64 KiB. The probe's time is the slowest
+      // rank's, so all ranks agree on the count.
       std::vector<double> seconds;
-      for (const auto& engine : engines)
+      for (const auto& engine : engines) {
+        const double probe = timeAllReduce(*engine, *gloo, t, 2);
+        const int iterations =
+            static_cast<int>(std::max(double{kBatches}, std::min(100000.0, budget_s / probe)));
         seconds.push_back(timeAllReduce(*engine, *gloo, t, iterations));
+      }
       if (gloo->rank() == 0) {
         std::printf("%10lld", static_cast<long long>(bytes));
         for (double s : seconds) std::printf(" %14.1f", s * 1e6);
@@ -140,6 +201,23 @@ int main(int argc, char** argv) {
         if (ratios) std::printf(" %9.2f %9.2f", seconds[0] / seconds[1], seconds[0] / seconds[1]);
         std::printf("\n");
         std::fflush(stdout);
+      }
+    }
+    // The smallest size after each idle gap: "idle engine=E bytes=B idle_us=G us=T", where T
+    // is the all-reduce's share of the iteration (the spin subtracted).
+    at::Tensor t = at::ones({min_bytes / static_cast<int64_t>(c10::elementSize(dtype))}, dtype);
+    for (size_t e = 0; e < engines.size(); ++e) {
+      const double back_to_back = idle_us.empty() ? 0 : timeAllReduce(*engines[e], *gloo, t, 2);
+      for (double gap_us : idle_us) {
+        const double per_call = back_to_back + gap_us * 1e-6;
+        const int iterations =
+            static_cast<int>(std::max(double{kBatches}, std::min(100000.0, budget_s / per_call)));
+        const double seconds = timeAllReduce(*engines[e], *gloo, t, iterations, gap_us * 1e-6);
+        if (gloo->rank() == 0) {
+          std::printf("idle engine=%s bytes=%lld idle_us=%g us=%.1f\n", names[e].c_str(),
+                      static_cast<long long>(min_bytes), gap_us, seconds * 1e6);
+          std::fflush(stdout);
+        }
       }
     }
     return 0;
