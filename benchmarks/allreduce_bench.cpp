@@ -48,30 +48,63 @@ void spin(double seconds) {
   }
 }
 
-// Seconds per all-reduce: `iterations` back to back after a warm-up (or each
-// after `idle_s` of spinning, which is then subtracted), in kBatches batches
-// aligned by a barrier; the median of the batches' times on their slowest
-// rank.
-double timeAllReduce(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
-                     int iterations, double idle_s = 0) {
-  for (int i = 0; i < 3; ++i) engine.all_reduce(t);
-  const int per_batch = std::max(1, iterations / kBatches);
-  std::vector<double> batches;
-  for (int b = 0; b < kBatches; ++b) {
-    control.barrier();
-    const auto start = Clock::now();
-    for (int i = 0; i < per_batch; ++i) {
-      if (idle_s > 0) spin(idle_s);
-      engine.all_reduce(t);
-    }
-    const double seconds =
-        std::chrono::duration<double>(Clock::now() - start).count() / per_batch - idle_s;
-    at::Tensor slowest = at::full({1}, seconds, at::kDouble);
-    control.all_reduce(slowest, ddp::ReduceOp::kMax);
-    batches.push_back(slowest.item<double>());
+// Seconds per all-reduce in one batch of `calls`, aligned by a barrier, each
+// call after `idle_s` of spinning (subtracted again), on the slowest rank.
+double timeBatch(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
+                 int calls, double idle_s) {
+  control.barrier();
+  const auto start = Clock::now();
+  for (int i = 0; i < calls; ++i) {
+    if (idle_s > 0) spin(idle_s);
+    engine.all_reduce(t);
   }
-  std::sort(batches.begin(), batches.end());
-  return batches[kBatches / 2];
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / calls;
+  at::Tensor slowest = at::full({1}, seconds - idle_s, at::kDouble);
+  control.all_reduce(slowest, ddp::ReduceOp::kMax);
+  return slowest.item<double>();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Seconds per all-reduce: `iterations` back to back after a warm-up, in
+// kBatches batches; the median batch.
+double timeAllReduce(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
+                     int iterations) {
+  for (int i = 0; i < 3; ++i) engine.all_reduce(t);
+  std::vector<double> batches;
+  for (int b = 0; b < kBatches; ++b)
+    batches.push_back(timeBatch(engine, control, t, std::max(1, iterations / kBatches), 0));
+  return median(batches);
+}
+
+// Note [Idle gaps interleaved]
+// A small all-reduce's latency drifts by 30% from one minute to the next on
+// this VM, more than what an idle gap adds to it (0.1-0.5 ms of 1.5). Timed
+// one gap after another, the extra came out in no order (+58, +283, +57,
+// +853 us at 10, 30, 100, 300 us). So the gaps, 0 (back to back) included,
+// take turns: kIdleRounds rounds of one batch per gap, and each gap's median
+// batch. Returns seconds per all-reduce, one per gap.
+constexpr int kIdleRounds = 9;
+std::vector<double> timeAfterIdle(ddp::ProcessGroup& engine, ddp::ProcessGroup& control,
+                                  const at::Tensor& t, const std::vector<double>& gaps_s,
+                                  double budget_s) {
+  for (int i = 0; i < 3; ++i) engine.all_reduce(t);
+  const double probe = timeBatch(engine, control, t, 3, 0);
+  std::vector<std::vector<double>> batches(gaps_s.size());
+  for (int round = 0; round < kIdleRounds; ++round) {
+    for (size_t g = 0; g < gaps_s.size(); ++g) {
+      const double per_call = probe + gaps_s[g];
+      const int calls =
+          static_cast<int>(std::max(1.0, std::min(100000.0, budget_s / kIdleRounds / per_call)));
+      batches[g].push_back(timeBatch(engine, control, t, calls, gaps_s[g]));
+    }
+  }
+  std::vector<double> seconds;
+  for (const auto& b : batches) seconds.push_back(median(b));
+  return seconds;
 }
 
 // Note [One core per rank]
@@ -206,19 +239,16 @@ int main(int argc, char** argv) {
     // The smallest size after each idle gap: "idle engine=E bytes=B idle_us=G us=T", where T
     // is the all-reduce's share of the iteration (the spin subtracted).
     at::Tensor t = at::ones({min_bytes / static_cast<int64_t>(c10::elementSize(dtype))}, dtype);
-    for (size_t e = 0; e < engines.size(); ++e) {
-      const double back_to_back = idle_us.empty() ? 0 : timeAllReduce(*engines[e], *gloo, t, 2);
-      for (double gap_us : idle_us) {
-        const double per_call = back_to_back + gap_us * 1e-6;
-        const int iterations =
-            static_cast<int>(std::max(double{kBatches}, std::min(100000.0, budget_s / per_call)));
-        const double seconds = timeAllReduce(*engines[e], *gloo, t, iterations, gap_us * 1e-6);
-        if (gloo->rank() == 0) {
-          std::printf("idle engine=%s bytes=%lld idle_us=%g us=%.1f\n", names[e].c_str(),
-                      static_cast<long long>(min_bytes), gap_us, seconds * 1e6);
-          std::fflush(stdout);
-        }
+    std::vector<double> gaps_s;
+    for (double gap_us : idle_us) gaps_s.push_back(gap_us * 1e-6);
+    for (size_t e = 0; e < engines.size() && !gaps_s.empty(); ++e) {
+      // Each gap gets the time each size got above.
+      const std::vector<double> seconds = timeAfterIdle(*engines[e], *gloo, t, gaps_s, budget_s);
+      for (size_t g = 0; g < gaps_s.size() && gloo->rank() == 0; ++g) {
+        std::printf("idle engine=%s bytes=%lld idle_us=%g us=%.1f\n", names[e].c_str(),
+                    static_cast<long long>(min_bytes), idle_us[g], seconds[g] * 1e6);
       }
+      std::fflush(stdout);
     }
     return 0;
   } catch (const ddp::Error& e) {

@@ -17,8 +17,12 @@
 # the bytes node 0 sent per step (its interface's counter). Then it runs
 # benchmarks/cost_model.py on what it measured.
 #
-# The measurements go to $OUT (benchmarks/data/cluster): allreduce.csv and
-# steps.csv, one row per run, and links.txt, the links as measured; the
+# Every node computes on its own share of the CPUs (Note [A node owns its
+# CPUs] in benchmarks/cluster/cluster.sh).
+#
+# The measurements go to $OUT (benchmarks/data/cluster): allreduce.csv,
+# idle.csv (the smallest all-reduce after idle gaps of 0 to 3000 us, on 2
+# nodes) and steps.csv, one row per run, and links.txt, the links as measured; the
 # tables (benchmarks/cluster/report.py) show medians over ROUNDS runs, and
 # benchmarks/cost_model.py reads the same files. Every namespace, interface and
 # process is removed at the end, on failure and on Ctrl-C. Where namespaces
@@ -60,6 +64,11 @@ mkdir -p "$out"
 allreduce_csv=$out/allreduce.csv
 steps_csv=$out/steps.csv
 echo "link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,dtype,bytes,seconds" >"$allreduce_csv"
+idle_csv=$out/idle.csv
+echo "link,nodes,ranks_per_node,engine,bytes,idle_us,seconds" >"$idle_csv"
+# The idle gaps before an all-reduce (us) that the 2-node runs time
+# (Note [An all-reduce after idle time] in benchmarks/cost_model.py).
+idle_gaps=0,10,30,100,300,1000,3000
 rm -f "$out/links.txt" "$out/failures.txt"
 echo "side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,hook,param_bytes,buckets,step_ms,nosync_step_ms,images_per_s,tx_bytes_per_step,nosync_backward_ms" >"$steps_csv"
 
@@ -93,10 +102,21 @@ run_job() {
   fi
 }
 
+# Note [Pinned when a node has one rank]
+# A job with one rank per node runs each node on its own CPU (Note [A node
+# owns its CPUs] in benchmarks/cluster/cluster.sh). A job with 2 ranks per
+# node on 2 nodes cannot give each rank a core on this 2-core machine; pinned,
+# each node's 2 ranks would share one core and every intra-node exchange of
+# the hierarchical engine would become a context switch, which no real node
+# makes. So those jobs float over all cores (CLUSTER_PIN=0), as the one-node
+# shm all-reduces that the cost model composes them from do (--no-pin).
+# allreduce_bench itself never pins here: the nodes' CPUs are cluster.sh's.
+
 # ddp_job NAME NODES NPROC ARGS...: ddp_train_bench or allreduce_bench
 # (the first of ARGS) under one ddprun per node.
 ddp_job() {
   local name=$1 nodes=$2 nproc=$3
+  local CLUSTER_PIN=$((nproc == 1)) # read by cluster_exec: Note [Pinned when a node has one rank]
   shift 3
   run_job "$name" "$nodes" "$build/bin/ddprun" --nnodes "$nodes" --node-rank @NODE@ \
     --nproc-per-node "$nproc" --master-addr 10.77.0.1 --master-port "$port" "$@"
@@ -107,6 +127,7 @@ ddp_job() {
 # Python 3.11 cannot parse its own default `--redirects 0`).
 pytorch_job() {
   local name=$1 nodes=$2 nproc=$3
+  local CLUSTER_PIN=$((nproc == 1)) # Note [Pinned when a node has one rank]
   shift 3
   run_job "$name" "$nodes" "$python" -m torch.distributed.run --nnodes "$nodes" \
     --node_rank @NODE@ --nproc_per_node "$nproc" --master_addr 10.77.0.1 \
@@ -117,8 +138,8 @@ pytorch_job() {
 gbit() { echo "${1%gbit}"; }
 
 # allreduce_rows LOG LINK NODES NPROC [DTYPE]: appends allreduce_bench's
-# table in LOG to allreduce.csv (engine auto is the hierarchical engine
-# across nodes).
+# table in LOG to allreduce.csv, and its idle lines to idle.csv (engine auto
+# is the hierarchical engine across nodes).
 allreduce_rows() {
   local log=$1 link=$2 nodes=$3 nproc=$4 dtype=${5:-float32} rate="" delay=""
   if [[ $link != shm ]]; then
@@ -132,6 +153,12 @@ allreduce_rows() {
         engine = e[i] == "auto" ? (nodes > 1 ? "hierarchical" : "shm") : e[i]
         printf "%s,%s,%s,%d,%d,%s,%s,%s,%.9f\n", link, rate, delay, nodes, nproc, engine, dtype, $1, $(1 + i) / 1e6 } }' \
     >>"$allreduce_csv"
+  # "idle engine=E bytes=B idle_us=G us=T" lines (allreduce_bench --idle-us).
+  sed -n 's/^\[0\] idle //p' "$log" | awk -v link="$link" -v nodes="$nodes" -v nproc="$nproc" '{
+      for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      engine = v["engine"] == "auto" ? (nodes > 1 ? "hierarchical" : "shm") : v["engine"]
+      printf "%s,%d,%d,%s,%s,%s,%.9f\n", link, nodes, nproc, engine, v["bytes"], v["idle_us"], v["us"] / 1e6 }' \
+    >>"$idle_csv"
 }
 
 # train SIDE NAME NODES NPROC MODEL ENGINE HOOK STEPS: one training run; its
@@ -189,7 +216,7 @@ for round in $(seq "$rounds"); do
   for nproc in 2 4; do
     echo "running shm all-reduce, $nproc ranks ..." >&2
     "$build/bin/ddprun" --standalone --nproc-per-node "$nproc" "$build/bin/allreduce_bench" \
-      --engines gloo,shm --max-bytes $((64 << 20)) >"$logs/shm-$nproc.log" 2>&1
+      --engines gloo,shm --max-bytes $((64 << 20)) --no-pin >"$logs/shm-$nproc.log" 2>&1
     allreduce_rows "$logs/shm-$nproc.log" shm 1 "$nproc"
   done
 done
@@ -201,18 +228,20 @@ for rate in $rates; do
     # and 4 nodes on Gloo, then 2 x 2 flat against hierarchical.
     for nodes in 4 2; do
       cluster_up "$nodes" "$rate" "$delay_ms"
+      idle=()
+      ((nodes == 2)) && idle=(--idle-us "$idle_gaps")
       ddp_job "allreduce-$link-$nodes-$round" "$nodes" 1 "$build/bin/allreduce_bench" \
-        --engines gloo --max-bytes $((64 << 20)) --seconds-per-size 0.5
+        --engines gloo --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin "${idle[@]}"
       allreduce_rows "$logs/allreduce-$link-$nodes-$round.log" "$link" "$nodes" 1
       if ((nodes == 4)); then cluster_down; fi
     done
     if ((round == 1)); then echo "$link: $(cluster_link_check 2)" >>"$out/links.txt"; fi
     # float16, as the fp16 hook sends it: Gloo reduces it far slower.
     ddp_job "allreduce-$link-2-fp16-$round" 2 1 "$build/bin/allreduce_bench" \
-      --engines gloo --dtype float16 --max-bytes $((64 << 20)) --seconds-per-size 0.5
+      --engines gloo --dtype float16 --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin
     allreduce_rows "$logs/allreduce-$link-2-fp16-$round.log" "$link" 2 1 float16
     ddp_job "allreduce-$link-2x2-$round" 2 2 "$build/bin/allreduce_bench" --engines gloo,auto \
-      --max-bytes $((64 << 20)) --seconds-per-size 0.5
+      --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin --idle-us "$idle_gaps"
     allreduce_rows "$logs/allreduce-$link-2x2-$round.log" "$link" 2 2
 
     # --- Training, the two sides alternating.
@@ -245,6 +274,6 @@ done
 echo "machine: $cores cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); ddp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'); PyTorch $("$python" -c 'import torch; print(torch.__version__)'); one-way delay $delay_ms ms"
 "$python" "$root/benchmarks/cluster/report.py" "$out"
 echo
-echo "measurements: $allreduce_csv, $steps_csv, $out/links.txt"
+echo "measurements: $allreduce_csv, $idle_csv, $steps_csv, $out/links.txt"
 "$python" "$root/benchmarks/cost_model.py" --measurements "$out"
 rm -rf "$logs"

@@ -26,6 +26,9 @@ STEP_COLUMNS = ("side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,
 # steps.csv may also have `nosync_backward_ms`, the time inside backward of a
 # no_sync step: then b, the share of the step in backward, is measured per
 # run instead of assumed (--backward-fraction).
+# idle.csv (optional): the smallest all-reduce timed after the caller spun
+# idle_us (Note [An all-reduce after idle time]).
+IDLE_COLUMNS = "link,nodes,ranks_per_node,engine,bytes,idle_us,seconds".split(",")
 TARGET = 0.15  # The brief's bound on |predicted - measured| / measured per step row.
 
 class InputError(Exception):
@@ -238,6 +241,51 @@ def allreduce_time(fits, link, engine, m, nodes, local):
     fit = fits.get((link, engine, layout(nodes, local)))
     return None if fit is None else t_ring(fit, m, nodes * local)
 
+# ----------------------------------------------------------------- idle time
+
+def idle_penalties(rows):
+    """What an all-reduce costs after the channel sat idle, per (link,
+    engine, layout): a sorted list of (idle seconds, extra seconds) from the
+    medians over rounds, extra = T(idle) - T(back to back).
+
+    Note [An all-reduce after idle time]
+    On the simulated cluster an all-reduce issued after the caller did
+    something else costs more than one issued back to back, which is how
+    the fits' α is measured: with each node on its own core (Note [A node
+    owns its CPUs] in benchmarks/cluster/cluster.sh), the 84-byte all-reduce
+    after 30 us of spinning cost 0.15 ms more, after 300 us 0.27 ms, after
+    3 ms 0.47 ms, and spinning, a memory sweep and a toy step of the same
+    length cost alike (benchmarks/step_gap_bench.cpp). In training almost
+    every all-reduce follows compute: the first bucket follows forward, the
+    optimizer and part of backward. So allreduce_bench measures the smallest
+    message after idle gaps of 0 to 3 ms in every round (--idle-us), and the
+    step model adds the extra for how long its channel sat idle before each
+    bucket. It is measured, not fitted to step times; it matters only where
+    a step is a few all-reduces' latency (the toy: 0.1-0.2 ms of 1.7)."""
+    extra, base = {}, {}
+    for r in medians(rows, ("link", "engine", "nodes", "ranks_per_node", "idle_us"),
+                     ("seconds",)):
+        key = (r["link"], r["engine"], layout(r["nodes"], r["ranks_per_node"]))
+        if r["idle_us"] == 0:
+            base[key] = r["seconds"]
+        else:
+            extra.setdefault(key, []).append((r["idle_us"] * 1e-6, r["seconds"]))
+    return {key: sorted((gap, t - base[key]) for gap, t in points)
+            for key, points in extra.items() if key in base}
+
+def idle_extra(points, gap):
+    """Extra seconds after `gap` seconds idle: linear from (0, 0) to the
+    first measured gap, then linear in log(gap), flat past the last one."""
+    if not points or gap <= 0:
+        return 0.0
+    g0, e0 = points[0]
+    if gap <= g0:
+        return e0 * gap / g0
+    for (g1, e1), (g2, e2) in zip(points, points[1:]):
+        if gap <= g2:
+            return e1 + (e2 - e1) * math.log(gap / g1) / math.log(g2 / g1)
+    return points[-1][1]
+
 # ----------------------------------------------------------------- step model
 
 def default_buckets(total):
@@ -250,22 +298,29 @@ def default_buckets(total):
         cap = 25 * MIB
     return sizes
 
-def exposed_comm(compute, b, sizes, comm):
-    """Communication left after backward ends, with one channel.
+def exposed_comm(compute, b, sizes, comm, idle=None):
+    """Communication left after backward ends, with one channel, and the
+    part of it that `idle` added.
 
     Time 0 is the start of backward, which lasts b*compute. Gradients become
     ready uniformly in time (by bytes), in launch order: bucket k is ready at
     b*compute*S_k/S. start_k = max(ready_k, end_{k-1}); end_k = start_k +
-    comm(s_k). Whatever runs past the end of backward is exposed; forward
-    and the optimizer are in `compute` either way, so their split does not
-    matter."""
+    comm(s_k) + idle(start_k - end_{k-1}), idle(g) being the extra cost of
+    an all-reduce after its channel sat idle g seconds (Note [An all-reduce
+    after idle time]; 0 when None). The previous step's last all-reduce
+    ended (1-b)*compute before backward: forward and the optimizer ran in
+    between. Whatever runs past the end of backward is exposed."""
     total = float(sum(sizes))
-    done = cumulative = 0.0
+    done = -(1 - b) * compute
+    cumulative = added = 0.0
     for s in sizes:
         cumulative += s
         ready = b * compute * cumulative / total
-        done = max(ready, done) + comm(s)
-    return max(0.0, done - b * compute)
+        start = max(ready, done)
+        extra = idle(start - done) if idle else 0.0
+        added += extra
+        done = start + comm(s) + extra
+    return max(0.0, done - b * compute), added
 
 def link_bytes_per_step(engine, nodes, local, payload):
     """Bytes a node sends between nodes per step for `payload` all-reduced
@@ -283,13 +338,15 @@ def backward_fraction(row, default):
         return default
     return backward / row["nosync_step_ms"]
 
-def step_prediction(row, fits, b, hook_costs=None, measured_b=True):
+def step_prediction(row, fits, b, hook_costs=None, measured_b=True, idle=None):
     """Predicted step ms for one steps.csv row, plus notes; None if no fit.
 
     `hook_costs` maps (side, model, hook) to the seconds of compute the hook
     adds to a step (see hook_costs()); it is added in series. b is the
     backward share where the row does not measure it (or, with measured_b
-    False, for every row)."""
+    False, for every row). `idle` is idle_penalties()' result: the row's
+    link, engine and layout, where measured, add their cost of an all-reduce
+    after idle time."""
     nodes, local = int(row["nodes"]), int(row["ranks_per_node"])
     sizes = [float(s) for s in (row["buckets"] or "").split(";") if s.strip()]
     if not sizes:
@@ -323,8 +380,11 @@ def step_prediction(row, fits, b, hook_costs=None, measured_b=True):
     if any(comm(s) is None for s in sizes):
         return None, None, "no all-reduce fit for this link/engine"
     compute = row["nosync_step_ms"] / 1e3
-    step = compute + exposed_comm(compute, backward_fraction(row, b) if measured_b else b, sizes,
-                                  comm)
+    points = (idle or {}).get((row["link"], row["engine"], layout(nodes, local)))
+    exposed, idle_added = exposed_comm(compute, backward_fraction(row, b) if measured_b else b,
+                                       sizes, comm, (lambda g: idle_extra(points, g)) if points
+                                       else None)
+    step = compute + exposed
     if hook_costs and nodes > 1:
         extra = hook_costs.get((row["side"], row["model"], hook))
         if extra is not None:
@@ -332,10 +392,12 @@ def step_prediction(row, fits, b, hook_costs=None, measured_b=True):
             note = f"+{extra * 1e3:.0f} ms hook compute"
         elif hook != "none":
             note = "hook compute not measured"
+    if idle_added:
+        note = "; ".join(n for n in (note, f"idle {idle_added * 1e3:+.2f} ms") if n)
     tx_ratio = tx / (expected_tx * factor) if tx and expected_tx else None
     return step * 1e3, tx_ratio, note
 
-def hook_costs(rows, fits, b):
+def hook_costs(rows, fits, b, idle=None):
     """Seconds of compute a hook adds to a step, per (side, model, hook).
 
     Note [A hook's compute is measured, not modelled]
@@ -356,19 +418,19 @@ def hook_costs(rows, fits, b):
     for key, group in groups.items():
         extra = []
         for r in group:
-            pred = step_prediction(r, fits, b)[0]
+            pred = step_prediction(r, fits, b, idle=idle)[0]
             extra.append((r["step_ms"] - (pred if pred is not None else r["nosync_step_ms"])) / 1e3)
         costs[key] = max(0.0, statistics.median(extra))
     return costs
 
-def fit_backward_fraction(rows, fits, costs):
+def fit_backward_fraction(rows, fits, costs, idle=None):
     """The one b in [0.05, 1] for all rows, measured or not, minimising the
     sum of squared relative step errors (a check on the measured ones)."""
     best = None
     for i in range(5, 101):
         errs = []
         for r in rows:
-            pred = step_prediction(r, fits, i / 100, costs, measured_b=False)[0]
+            pred = step_prediction(r, fits, i / 100, costs, measured_b=False, idle=idle)[0]
             if pred is not None:
                 errs.append((pred - r["step_ms"]) / r["step_ms"])
         if errs:
@@ -419,7 +481,7 @@ def gpu_step(compute, grad_bytes, b, cap, alg, p, g, rate, intra_bw, intra_step)
         left -= sizes[-1]
         c = cap
     return compute + exposed_comm(
-        compute, b, sizes, lambda s: gpu_allreduce(alg, s, p, g, rate, intra_bw, intra_step))
+        compute, b, sizes, lambda s: gpu_allreduce(alg, s, p, g, rate, intra_bw, intra_step))[0]
 
 # ----------------------------------------------------------------- output
 
@@ -499,6 +561,18 @@ def report_allreduce(ar_rows, fits):
     for key in sorted(errs):
         print(f"{key[0]} {key[1]} ({key[2]}): {summary(errs[key])}")
 
+def report_idle(idle):
+    """The extra cost of an all-reduce after each measured idle gap."""
+    gaps = sorted({g for points in idle.values() for g, _ in points})
+    out = []
+    for key in sorted(idle):
+        extra = dict(idle[key])
+        out.append([" ".join(key)] + [f"{extra[g] * 1e6:+.0f}" if g in extra else "-"
+                                      for g in gaps])
+    table(["link engine layout"] + [f"{g * 1e6:g} us" for g in gaps], out)
+    print("extra us per all-reduce (smallest size, median over rounds) after the caller spun for"
+          "\n  the gap, against back to back (Note [An all-reduce after idle time]).")
+
 STEP_KEY = ("side", "model", "link", "engine", "nodes", "ranks_per_node", "hook")
 STEP_VALUES = ("step_ms", "nosync_step_ms", "images_per_s", "tx_bytes_per_step",
                "nosync_backward_ms")
@@ -510,12 +584,12 @@ def spread(values):
         return "-"
     return f"{100 * (max(values) - min(values)) / statistics.median(values):.0f}"
 
-def report_steps(step_rows, fits, b):
+def report_steps(step_rows, fits, b, idle=None):
     """Step validation per side, on each configuration's median over its
     runs; the <15% target is checked on the ddp configurations. The error
     of each single run against its own prediction is printed too."""
     configs = medians(step_rows, STEP_KEY, STEP_VALUES)
-    costs = hook_costs(configs, fits, b)
+    costs = hook_costs(configs, fits, b, idle)
     for (side, model, hook), extra in sorted(costs.items()):
         print(f"{hook} compute, {side} {model}: {extra * 1e3:.1f} ms per step "
               f"(one node, Note [A hook's compute is measured, not modelled])")
@@ -527,7 +601,7 @@ def report_steps(step_rows, fits, b):
               f" or {b:.3f} where not) --")
         out, errs, misses = [], [], []
         for r in rows:
-            pred, tx_ratio, note = step_prediction(r, fits, b, costs)
+            pred, tx_ratio, note = step_prediction(r, fits, b, costs, idle=idle)
             config = (f"{r['model']} {r['link']} {r['engine']} {int(r['nodes'])}x"
                       f"{int(r['ranks_per_node'])} {r['hook']}")
             measured = [f"{backward_fraction(r, b):.2f}", f"{r['step_ms']:.2f}", r["runs"],
@@ -552,7 +626,7 @@ def report_steps(step_rows, fits, b):
         for r in step_rows:
             if r["side"] != side or (int(r["nodes"]) == 1 and r["hook"] != "none"):
                 continue
-            pred = step_prediction(r, fits, b, costs)[0]
+            pred = step_prediction(r, fits, b, costs, idle=idle)[0]
             if pred is not None:
                 run_errs.append((pred - r["step_ms"]) / r["step_ms"])
         print(f"{side}, each run against its own prediction: {summary(run_errs)} over "
@@ -563,7 +637,8 @@ def report_steps(step_rows, fits, b):
         for m in misses:
             print(f"  miss: {m}")
     best = fit_backward_fraction([r for r in configs if r["side"] == "ddp" and
-                                  (int(r["nodes"]) > 1 or r["hook"] == "none")], fits, costs)
+                                  (int(r["nodes"]) > 1 or r["hook"] == "none")], fits, costs,
+                                 idle)
     if best:
         print(f"\none b for every ddp configuration, best fit: b = {best[1]:.2f} "
               f"({summary(best[2])}); a check on the measured ones")
@@ -647,6 +722,11 @@ def main(argv=None):
                                     "nosync_backward_ms"],
                           positive=["nodes", "ranks_per_node", "param_bytes", "step_ms",
                                     "nosync_step_ms"])
+        idle_path = os.path.join(d, "idle.csv")
+        idle_rows = read_rows(idle_path, IDLE_COLUMNS,
+                              ["nodes", "ranks_per_node", "bytes", "idle_us", "seconds"],
+                              positive=["nodes", "ranks_per_node", "bytes", "seconds"]) \
+            if os.path.isfile(idle_path) else []
     except InputError as error:
         print(f"cost_model.py: error: {error}", file=sys.stderr)
         return 2
@@ -659,8 +739,12 @@ def main(argv=None):
     fits = report_fit(ar)
     section("all-reduce validation")
     report_allreduce(ar, fits)
+    idle = idle_penalties(idle_rows)
+    if idle:
+        section("all-reduce after idle time")
+        report_idle(idle)
     section("step validation")
-    report_steps(steps, fits, b)
+    report_steps(steps, fits, b, idle)
     for name in SCALE_MODELS:
         section(f"prediction: {name}")
         report_scale(name, b)

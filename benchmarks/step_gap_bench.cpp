@@ -6,12 +6,16 @@
 // Per iteration, one of:
 //   all_reduce         an 84-byte Gloo all-reduce (the toy's gradients),
 //                      back to back;
-//   spin+all_reduce    spin 60 us on the calling thread, then all-reduce;
+//   spin+all_reduce    spin SPIN_US (60) on the calling thread, then all-reduce;
 //   sweep+all_reduce   add 1 to a 4 MiB float tensor, then all-reduce;
+//   work+all_reduce    a fixed count of dependent multiply-adds in
+//                      registers (about 100 us, no memory), then all-reduce:
+//                      unlike spin, its length is work, not wall time, so it
+//                      takes longer when it shares a core;
 //   toy+all_reduce     one step of the toy (Linear(20, 1), batch 32, SGD)
 //                      without DDP, then all-reduce;
 //   ddp_step           the same step through DistributedDataParallel;
-//   spin, sweep, toy, ddp_no_sync  the same without the all-reduce.
+//   spin, sweep, work, toy, ddp_no_sync  the same without the all-reduce.
 // The cases are interleaved, ROUNDS batches of CALLS iterations each, so a
 // slow minute of this VM hits all of them; rank 0 prints, per case, the
 // median batch's microseconds per iteration, and for the cases with an
@@ -24,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -46,6 +51,14 @@ void spin(std::chrono::microseconds length) {
   }
 }
 
+// A chain of dependent multiply-adds, `count` long: CPU work that touches no memory.
+double work(int64_t count) {
+  volatile double seed = 1.0;
+  double x = seed;
+  for (int64_t i = 0; i < count; ++i) x = x * 0.999999 + 1e-7;
+  return x;
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
@@ -60,6 +73,9 @@ int main(int argc, char** argv) {
   int calls = 600;
   app.add_option("--rounds", rounds, "batches per case")->check(CLI::Range(1, 100));
   app.add_option("--calls", calls, "iterations per batch")->check(CLI::Range(1, 100000));
+  int spin_us = 60;
+  app.add_option("--spin-us", spin_us, "microseconds spinning before spin+all_reduce")
+      ->check(CLI::Range(0, 1000000));
   std::vector<std::string> only;
   app.add_option("--case", only, "run only these cases (repeatable; default: all)");
   CLI11_PARSE(app, argc, argv);
@@ -91,13 +107,25 @@ int main(int argc, char** argv) {
       ddp_sgd.step();
     };
     auto all_reduce = [&] { group->all_reduce(flat); };
+    // The count of work() that takes 100 us on rank 0, the same on every rank.
+    volatile double sink = 0;  // keeps the compiler from dropping work()'s loop
+    const auto start = Clock::now();
+    sink = work(1'000'000);
+    const double ns_per_step =
+        std::chrono::duration<double, std::nano>(Clock::now() - start).count() / 1e6;
+    at::Tensor work_count =
+        torch::full({1}, static_cast<int64_t>(100'000 / ns_per_step), at::kLong);
+    group->broadcast(work_count, 0);
+    const int64_t count = work_count.item<int64_t>();
     // name, what precedes the all-reduce (none: nothing), with the all-reduce
     const std::vector<std::pair<std::string, std::function<void()>>> cases = {
         {"all_reduce", all_reduce},
-        {"spin+all_reduce", [&] { spin(std::chrono::microseconds(60)), all_reduce(); }},
-        {"spin", [&] { spin(std::chrono::microseconds(60)); }},
+        {"spin+all_reduce", [&] { spin(std::chrono::microseconds(spin_us)), all_reduce(); }},
+        {"spin", [&] { spin(std::chrono::microseconds(spin_us)); }},
         {"sweep+all_reduce", [&] { memory.add_(1.0), all_reduce(); }},
         {"sweep", [&] { memory.add_(1.0); }},
+        {"work+all_reduce", [&] { sink = work(count), all_reduce(); }},
+        {"work", [&] { sink = work(count); }},
         {"toy+all_reduce", [&] { toy(), all_reduce(); }},
         {"toy", toy},
         {"ddp_step", [&] { ddp_step(true); }},
@@ -127,13 +155,11 @@ int main(int argc, char** argv) {
     const double mean_us = per_rank.mean().item<double>();
     const double slowest_us = std::get<0>(per_rank.max(0)).mean().item<double>();
     if (group->rank() == 0) {
-      const std::map<std::string, std::string> without = {{"all_reduce", ""},
-                                                          {"spin+all_reduce", "spin"},
-                                                          {"sweep+all_reduce", "sweep"},
-                                                          {"toy+all_reduce", "toy"},
-                                                          {"ddp_step", "ddp_no_sync"}};
-      std::printf("ranks=%d rounds=%d calls=%d (us per iteration, median batch)\n", group->size(),
-                  rounds, calls);
+      const std::map<std::string, std::string> without = {
+          {"all_reduce", ""},          {"spin+all_reduce", "spin"}, {"sweep+all_reduce", "sweep"},
+          {"work+all_reduce", "work"}, {"toy+all_reduce", "toy"},   {"ddp_step", "ddp_no_sync"}};
+      std::printf("ranks=%d rounds=%d calls=%d work=%lld (us per iteration, median batch)\n",
+                  group->size(), rounds, calls, static_cast<long long>(count));
       for (const auto& [name, iteration] : cases) {
         if (batches[name].empty()) continue;
         const double us = median(batches[name]);

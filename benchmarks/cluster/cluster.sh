@@ -206,19 +206,54 @@ cluster_trap() {
   trap 'cluster_down; trap - EXIT; exit 143' TERM
 }
 
-# cluster_exec I CMD...: runs CMD in node I's namespace, with Gloo told to use ddp0.
+# cluster_exec I CMD...: runs CMD in node I's namespace, with Gloo told to use ddp0, on node I's
+# CPUs (Note [A node owns its CPUs]; CLUSTER_PIN=0 lets it run anywhere).
+#
+# Note [A node owns its CPUs]
+# A real node computes on its own cores. Unpinned, the nodes' processes share this machine's cores
+# as the scheduler likes, and what a gap of work before an all-reduce costs then depends on the
+# kind of work: benchmarks/step_gap_bench.cpp measured an all-reduce after 60 us of spinning as
+# 75 us cheaper than back to back, and one after a toy training step as 64 us dearer. Pinned,
+# every kind of gap costs alike (spinning, a memory sweep, a toy step: +55 to +150 us), so the cost
+# model can measure the cost with a spin and use it (Note [An all-reduce after idle time] in
+# benchmarks/cost_model.py). So the nodes of a job split the CPUs this process
+# may use: with N nodes and C CPUs, node I gets the CPUs whose index is I modulo N (one node gets
+# them all), or, with more nodes than CPUs, CPU I modulo C. The link router stays unpinned, as the
+# switch is no node's. Within a node, its ranks share its CPUs.
 cluster_exec() {
-  local i=$1
+  local i=$1 pin=() cpus mine=() j nodes=${_CLUSTER_JOB_NODES:-$CLUSTER_NODES}
   shift
-  ip netns exec "$(_cluster_ns "$i")" env GLOO_SOCKET_IFNAME=ddp0 "$@"
+  if [[ ${CLUSTER_PIN:-1} == 1 ]] && ((nodes > 0)); then
+    mapfile -t cpus < <(_cluster_cpus)
+    if ((nodes >= ${#cpus[@]})); then
+      mine=("${cpus[i % ${#cpus[@]}]}")
+    else
+      for ((j = i; j < ${#cpus[@]}; j += nodes)); do mine+=("${cpus[j]}"); done
+    fi
+    pin=(taskset -c "$(
+      IFS=,
+      echo "${mine[*]}"
+    )")
+  fi
+  ip netns exec "$(_cluster_ns "$i")" env GLOO_SOCKET_IFNAME=ddp0 "${pin[@]}" "$@"
+}
+
+# Prints the CPUs this process may run on, one per line (not nproc's count, which follows
+# OMP_NUM_THREADS, and not 0..n-1, which need not be the allowed ones).
+_cluster_cpus() {
+  local part
+  for part in $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr ',' ' '); do
+    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done
 }
 
 # cluster_run LOGDIR NAME NODES CMD...: runs CMD on nodes 0..NODES-1 at once (@NODE@ in an
-# argument becomes the node's index), each under a 15-minute deadline, node i's output in
-# LOGDIR/NAME.node<i>.log. In the background, so that a signal's trap runs at once (see
-# cluster_trap). Returns 1 when the command failed on any node.
+# argument becomes the node's index), each under a 15-minute deadline and on its share of the
+# CPUs among NODES nodes, node i's output in LOGDIR/NAME.node<i>.log. In the background, so that a
+# signal's trap runs at once (see cluster_trap). Returns 1 when the command failed on any node.
 cluster_run() {
   local logs=$1 name=$2 nodes=$3 i pids=() failed=0
+  local _CLUSTER_JOB_NODES=$nodes  # read by cluster_exec
   shift 3
   for ((i = 0; i < nodes; i++)); do
     cluster_exec "$i" timeout 900 "${@//@NODE@/$i}" >"$logs/$name.node$i.log" 2>&1 &
