@@ -17,8 +17,8 @@
 # the bytes node 0 sent per step (its interface's counter). Then it runs
 # benchmarks/cost_model.py on what it measured.
 #
-# Every node computes on its own share of the CPUs (Note [A node owns its
-# CPUs] in benchmarks/cluster/cluster.sh).
+# A job with one rank per node runs each node on a CPU of its own; the 2 x 2
+# jobs float (Note [Pinned when a node has one rank]).
 #
 # The measurements go to $OUT (benchmarks/data/cluster): allreduce.csv,
 # idle.csv (the smallest all-reduce after idle gaps of 0 to 3000 us, on 2

@@ -288,7 +288,7 @@ def idle_penalties(rows, ar_rows=()):
 def idle_extra(points, gap):
     """Extra seconds after `gap` seconds idle: linear from (0, 0) to the
     first measured gap, then linear in log(gap), flat past the last one."""
-    points = [p for p in points if p[0] > 0]  # gap 0 is shown, not used: see below
+    points = [p for p in points if p[0] > 0]  # gap 0 is shown, not used (idle_penalties)
     if not points or gap <= 0:
         return 0.0
     g0, e0 = points[0]

@@ -216,10 +216,10 @@ cluster_trap() {
 # 75 us cheaper than back to back, and one after a toy training step as 64 us dearer. Pinned,
 # every kind of gap costs alike (spinning, a memory sweep, a toy step: +55 to +150 us), so the cost
 # model can measure the cost with a spin and use it (Note [An all-reduce after idle time] in
-# benchmarks/cost_model.py). So the nodes of a job split the CPUs this process
-# may use: with N nodes and C CPUs, node I gets the CPUs whose index is I modulo N (one node gets
-# them all), or, with more nodes than CPUs, CPU I modulo C. The link router stays unpinned, as the
-# switch is no node's. Within a node, its ranks share its CPUs.
+# benchmarks/cost_model.py). So the nodes of a job split the CPUs this process may use: with N
+# nodes and C CPUs, node I gets the CPUs whose index is I modulo N (one node gets them all), or,
+# with more nodes than CPUs, CPU I modulo C. The link router stays unpinned, as the switch is no
+# node's. Within a node, its ranks share its CPUs.
 cluster_exec() {
   local i=$1 pin=() cpus mine=() j nodes=${_CLUSTER_JOB_NODES:-$CLUSTER_NODES}
   shift
