@@ -27,6 +27,7 @@
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "launch/child_process.hpp"
+#include "timing.hpp"
 
 namespace {
 
@@ -39,14 +40,9 @@ namespace {
 // spoils one batch, not the figure. Every engine is timed the same way.
 constexpr int kBatches = 5;
 
-using Clock = std::chrono::steady_clock;
-
-// Spins the calling thread until `seconds` of wall time have passed.
-void spin(double seconds) {
-  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  while (Clock::now() < end) {
-  }
-}
+using ddp_bench::Clock;
+using ddp_bench::median;
+using ddp_bench::spin;
 
 // Seconds per all-reduce in one batch of `calls`, aligned by a barrier, each
 // call after `idle_s` of spinning (subtracted again), on the slowest rank.
@@ -55,18 +51,13 @@ double timeBatch(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at
   control.barrier();
   const auto start = Clock::now();
   for (int i = 0; i < calls; ++i) {
-    if (idle_s > 0) spin(idle_s);
+    if (idle_s > 0) spin(std::chrono::duration<double>(idle_s));
     engine.all_reduce(t);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / calls;
   at::Tensor slowest = at::full({1}, seconds - idle_s, at::kDouble);
   control.all_reduce(slowest, ddp::ReduceOp::kMax);
   return slowest.item<double>();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 // Seconds per all-reduce: `iterations` back to back after a warm-up, in

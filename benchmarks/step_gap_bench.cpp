@@ -40,16 +40,13 @@
 
 #include "ddp/ddp.hpp"
 #include "ddp/distributed_data_parallel.hpp"
+#include "timing.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-void spin(std::chrono::microseconds length) {
-  const auto end = Clock::now() + length;
-  while (Clock::now() < end) {
-  }
-}
+using ddp_bench::Clock;
+using ddp_bench::median;
+using ddp_bench::spin;
 
 // A chain of dependent multiply-adds, `count` long: CPU work that touches no memory.
 double work(int64_t count) {
@@ -57,12 +54,6 @@ double work(int64_t count) {
   double x = seed;
   for (int64_t i = 0; i < count; ++i) x = x * 0.999999 + 1e-7;
   return x;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace
