@@ -6,13 +6,21 @@
 //       step_ms=... images_per_s=... loss=... libtorch=...
 //
 //   build/bin/gpu_step_bench --models convnet,resnet18 --precisions fp32,bf16,fp16
-//       --modes bare,ddp
+//       --modes bare,ddp,ddp-full,ddp-view
 //
 // Models: the tutorial ConvNet and ResNet-18 (examples/common), on
 // Fashion-MNIST held on the GPU. Precisions: fp32; bf16 and fp16 are
 // mixed precision at O1 (autocast), fp16 with a GradScaler. Modes: bare
-// (the model alone) and ddp (DistributedDataParallel at world size 1 on
-// NCCL), whose difference is DDP's overhead.
+// (the model alone); ddp (DistributedDataParallel at world size 1 on NCCL,
+// default options), whose difference is DDP's overhead; ddp-full, the same
+// with the single-process shortcut off (the path of every rank at world
+// size 2 and more: bucket copies, the NCCL all-reduce, the copies back);
+// ddp-view, ddp-full with gradient_as_bucket_view; captured and
+// captured-full, ddp and ddp-full with the whole step captured in a CUDA
+// graph (ddp::CapturedStep; fp32 only: the GradScaler cannot be captured;
+// ddp-view is run in fp32 only too).
+// Each line also gives the peak of allocated GPU memory over the timed
+// steps (peak_mib).
 //
 // Note [Same work as the Python side]
 // benchmarks/pytorch_gpu_step_bench.py runs the same steps with PyTorch: SGD
@@ -26,6 +34,9 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <chrono>
 #include <iostream>
@@ -41,13 +52,15 @@
 #include "ddp/ddp.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/amp/grad_scaler.hpp"
+#include "ddp/captured_step.hpp"
 
 namespace {
 
 struct Options {
   std::vector<std::string> models{"convnet", "resnet18"};
   std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
-  std::vector<std::string> modes{"bare", "ddp"};
+  std::vector<std::string> modes{"bare",     "ddp",      "ddp-full",
+                                 "ddp-view", "captured", "captured-full"};
   int convnet_steps = 300;
   int resnet_steps = 150;
   int warmup = 30;
@@ -94,7 +107,28 @@ class Batches {
 struct Timed {
   double step_ms;
   double loss;
+  double peak_mib;  // -1 where this build cannot read the allocator's statistics
 };
+
+// The allocator's peak of allocated bytes is reset after warm-up, so it is
+// the peak of the timed steps: weights, optimizer state, gradients,
+// buckets and activations.
+void resetPeakMemory() {
+#ifdef USE_C10D_NCCL
+  c10::cuda::CUDACachingAllocator::resetPeakStats(kGpu.index());
+#endif
+}
+
+double peakMemoryMib() {
+#ifdef USE_C10D_NCCL
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(kGpu.index());
+  // Entry 0 is StatType::AGGREGATE (both pools), in a namespace that moved
+  // between LibTorch versions.
+  return static_cast<double>(stats.allocated_bytes[0].peak) / (1024.0 * 1024.0);
+#else
+  return -1;
+#endif
+}
 
 Timed runConfiguration(const Options& options, const std::string& model_name,
                        const std::string& precision, const std::string& mode,
@@ -116,7 +150,13 @@ Timed runConfiguration(const Options& options, const std::string& model_name,
     if (precision == "fp16") scaler = std::make_unique<ddp::amp::GradScaler>();
   }
   std::unique_ptr<ddp::DistributedDataParallel> wrapped;
-  if (mode == "ddp") wrapped = std::make_unique<ddp::DistributedDataParallel>(net, group);
+  const bool captured = mode == "captured" || mode == "captured-full";
+  if (mode != "bare") {
+    auto ddp_options = ddp::DistributedDataParallelOptions()
+                           .single_process_shortcut(mode == "ddp" || mode == "captured")
+                           .gradient_as_bucket_view(mode == "ddp-view");
+    wrapped = std::make_unique<ddp::DistributedDataParallel>(net, ddp_options, group);
+  }
   auto forward = [&](const torch::Tensor& x) {
     return wrapped ? (*wrapped)->forward(x) : net.forward(x);
   };
@@ -124,8 +164,7 @@ Timed runConfiguration(const Options& options, const std::string& model_name,
   Batches batches(images, labels, resnet ? options.resnet_batch : options.convnet_batch,
                   options.seed);
   torch::Tensor loss;
-  auto step = [&] {
-    auto [x, y] = batches.next();
+  auto train = [&](const torch::Tensor& x, const torch::Tensor& y) {
     if (!mixed) {
       optimizer.zero_grad();
       loss = torch::cross_entropy_loss(forward(x), y);
@@ -149,15 +188,35 @@ Timed runConfiguration(const Options& options, const std::string& model_name,
       mixed->step();
     }
   };
+  // Captured: the batch is copied into static tensors, then the graph runs.
+  torch::Tensor static_x, static_y;
+  std::unique_ptr<ddp::CapturedStep> graph;
+  if (captured) {
+    auto [x, y] = batches.next();
+    static_x = x.clone();
+    static_y = y.clone();
+    graph = std::make_unique<ddp::CapturedStep>([&] { train(static_x, static_y); });
+  }
+  auto step = [&] {
+    auto [x, y] = batches.next();
+    if (graph) {
+      static_x.copy_(x);
+      static_y.copy_(y);
+      graph->run();
+    } else {
+      train(x, y);
+    }
+  };
   for (int i = 0; i < options.warmup; ++i) step();
   const int steps = resnet ? options.resnet_steps : options.convnet_steps;
   torch::cuda::synchronize();
+  resetPeakMemory();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   torch::cuda::synchronize();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {1e3 * seconds / steps, loss.item<double>()};
+  return {1e3 * seconds / steps, loss.item<double>(), peakMemoryMib()};
 }
 
 int run(const Options& options) {
@@ -175,6 +234,9 @@ int run(const Options& options) {
   for (const auto& model : options.models) {
     for (const auto& precision : options.precisions) {
       for (const auto& mode : options.modes) {
+        // Captured steps run in fp32 only; the bucket-view row (for the
+        // memory table) too, to keep a round short.
+        if ((mode.rfind("captured", 0) == 0 || mode == "ddp-view") && precision != "fp32") continue;
         const Timed timed =
             runConfiguration(options, model, precision, mode, images, labels, group);
         const int batch = model == "resnet18" ? options.resnet_batch : options.convnet_batch;
@@ -185,7 +247,7 @@ int run(const Options& options) {
         line << "result side=ddp model=" << model << " precision=" << precision << " mode=" << mode
              << " batch=" << batch << " steps=" << steps << " step_ms=" << timed.step_ms
              << " images_per_s=" << 1e3 * batch / timed.step_ms << " loss=" << timed.loss
-             << " libtorch=" << TORCH_VERSION;
+             << " peak_mib=" << timed.peak_mib << " libtorch=" << TORCH_VERSION;
         std::cout << line.str() << std::endl;
       }
     }
@@ -204,9 +266,12 @@ int main(int argc, char** argv) {
   app.add_option("--precisions", options.precisions, "fp32, bf16, fp16 (O1 autocast)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_option("--modes", options.modes, "bare (the model alone), ddp (DDP on NCCL)")
+  app.add_option("--modes", options.modes,
+                 "bare (the model alone), ddp (DDP on NCCL), ddp-full (the shortcut off), "
+                 "ddp-view (ddp-full with gradient_as_bucket_view), captured, captured-full "
+                 "(ddp, ddp-full in a CUDA graph; fp32 only)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"bare", "ddp"}));
+      ->check(CLI::IsMember({"bare", "ddp", "ddp-full", "ddp-view", "captured", "captured-full"}));
   app.add_option("--convnet-steps", options.convnet_steps, "timed ConvNet steps")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--resnet-steps", options.resnet_steps, "timed ResNet-18 steps")

@@ -2,9 +2,13 @@
 r"""PyTorch's side of benchmarks/gpu_vs_pytorch.sh: the same training steps as
 benchmarks/gpu_step_bench.cpp (see its Note [Same work as the Python side]),
 with torch.nn.parallel.DistributedDataParallel at world size 1 on NCCL for
-mode ddp. One process, every configuration; one line each:
+mode ddp (ddp-view: with gradient_as_bucket_view; graphed: DDP with the
+whole step captured in a CUDA graph as PyTorch's documentation of CUDA
+graphs shows for DDP, fp32 only). One process, every
+configuration; one line each, with the peak of allocated GPU memory over the
+timed steps:
 
-  result side=pytorch model=... precision=... mode=... step_ms=... loss=...
+  result side=pytorch model=... precision=... mode=... step_ms=... loss=... peak_mib=...
 
   python3 benchmarks/pytorch_gpu_step_bench.py --models convnet,resnet18
 
@@ -108,14 +112,17 @@ def run_configuration(args, model_name, precision, mode, images, labels, device)
     torch.manual_seed(args.seed)
     net = (ResNet18() if resnet else ConvNet()).to(device)
     model = net
-    if mode == "ddp":
+    if mode in ("ddp", "ddp-view"):
         model = nn.parallel.DistributedDataParallel(
-            net, device_ids=[device.index or 0] if device.type == "cuda" else None)
+            net, device_ids=[device.index or 0] if device.type == "cuda" else None,
+            gradient_as_bucket_view=mode == "ddp-view")
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     batches = Batches(images, labels, args.resnet_batch if resnet else args.convnet_batch, args.seed)
     loss = None
+    if mode == "graphed":
+        return run_graphed(args, resnet, net, optimizer, batches, device)
 
     def step():
         nonlocal loss
@@ -136,18 +143,62 @@ def run_configuration(args, model_name, precision, mode, images, labels, device)
         step()
     steps = args.resnet_steps if resnet else args.convnet_steps
     synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     for _ in range(steps):
         step()
     synchronize(device)
-    return 1e3 * (time.perf_counter() - start) / steps, loss.item()
+    seconds = time.perf_counter() - start
+    peak_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else -1
+    return 1e3 * seconds / steps, loss.item(), peak_mib
+
+
+def run_graphed(args, resnet, net, optimizer, batches, device):
+    """The documented recipe: warm up 11 DDP iterations on a side stream,
+    capture forward, backward and the optimizer step with the gradients set
+    to None, then copy each batch into the static inputs and replay."""
+    model = nn.parallel.DistributedDataParallel(net, device_ids=[device.index or 0])
+    static_x, static_y = (t.clone() for t in batches.next())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(11):
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(static_x), static_y).backward()
+            optimizer.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = F.cross_entropy(model(static_x), static_y)
+        static_loss.backward()
+        optimizer.step()
+
+    def step():
+        x, y = batches.next()
+        static_x.copy_(x)
+        static_y.copy_(y)
+        graph.replay()
+
+    for _ in range(args.warmup):
+        step()
+    steps = args.resnet_steps if resnet else args.convnet_steps
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return 1e3 * seconds / steps, static_loss.item(), torch.cuda.max_memory_allocated(device) / 2**20
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="convnet,resnet18")
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
-    parser.add_argument("--modes", default="bare,ddp")
+    parser.add_argument("--modes", default="bare,ddp,ddp-view,graphed")
     parser.add_argument("--convnet-steps", type=int, default=300)
     parser.add_argument("--resnet-steps", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=30)
@@ -168,6 +219,9 @@ def main():
         print("error: no CUDA device is visible", file=sys.stderr)
         return 2
     torch.backends.cudnn.benchmark = True
+    if "graphed" in args.modes.split(","):
+        # The recipe's condition for capturing DDP's NCCL calls.
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
     # World size 1: an in-process store, as ddp::init uses at world size 1.
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(),
                             rank=0, world_size=1)
@@ -175,13 +229,17 @@ def main():
     for model in args.models.split(","):
         for precision in args.precisions.split(","):
             for mode in args.modes.split(","):
-                step_ms, loss = run_configuration(args, model, precision, mode, images, labels,
+                if mode in ("graphed", "ddp-view") and precision != "fp32":
+                    continue  # as the C++ side: fp32 only
+                if mode == "graphed" and device.type != "cuda":
+                    continue
+                step_ms, loss, peak_mib = run_configuration(args, model, precision, mode, images, labels,
                                                   device)
                 batch = args.resnet_batch if model == "resnet18" else args.convnet_batch
                 steps = args.resnet_steps if model == "resnet18" else args.convnet_steps
                 print(f"result side=pytorch model={model} precision={precision} mode={mode} "
                       f"batch={batch} steps={steps} step_ms={step_ms:.4f} "
-                      f"images_per_s={1e3 * batch / step_ms:.1f} loss={loss:.4f} "
+                      f"images_per_s={1e3 * batch / step_ms:.1f} loss={loss:.4f} peak_mib={peak_mib:.1f} "
                       f"torch={torch.__version__}", flush=True)
     dist.destroy_process_group()
     return 0

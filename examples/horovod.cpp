@@ -7,6 +7,10 @@
 //   ddprun --standalone --nproc-per-node 2 build/bin/example_horovod --epochs 5
 //
 // (horovodrun -np 2 python pytorch_mnist.py, in Horovod's terms.)
+//
+// On CUDA (--device cuda, or auto where CUDA is available) each rank trains
+// on GPU hvd::local_rank(), as Horovod's torch.cuda.set_device(local_rank),
+// and the engine is `auto`: the fused gradients travel over NCCL.
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -16,6 +20,7 @@
 #include <cstdio>
 
 #include "common/cli.hpp"
+#include "common/device.hpp"
 #include "common/distributed_eval.hpp"
 #include "common/metrics_output.hpp"
 #include "common/models.hpp"
@@ -42,7 +47,9 @@ struct Options : ddp::examples::CommonOptions {
 
 int train(const Options& o) {
   const auto started = std::chrono::steady_clock::now();
-  auto group = hvd::init(ddp::InitOptions().backend("gloo"));
+  const torch::Device device = ddp::examples::resolveDevice(o.device);  // GPU local rank
+  // Gloo on the CPU; on CUDA `auto`, whose NCCL engine the CUDA tensors take.
+  auto group = hvd::init(ddp::InitOptions().backend(device.is_cuda() ? "auto" : "gloo"));
   FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
   FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
   ddp::data::DistributedSampler sampler(train_set.size().value(), hvd::size(), hvd::rank(),
@@ -51,6 +58,7 @@ int train(const Options& o) {
 
   torch::manual_seed(o.seed);
   ddp::examples::HorovodNet net;
+  net->to(device);
   hvd::DistributedOptimizer optimizer(
       torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum)));
   // o.lr -> o.lr * size over the first warm-up steps (Goyal et al.).
@@ -81,7 +89,7 @@ int train(const Options& o) {
   progress.message("rank " + std::to_string(hvd::rank()) + " of " + std::to_string(hvd::size()) +
                    " (local " + std::to_string(hvd::local_rank()) + " of " +
                    std::to_string(hvd::local_size()) + "), shard of " +
-                   std::to_string(sampler.shard_size()) + " samples");
+                   std::to_string(sampler.shard_size()) + " samples, on " + device.str());
   ddp::examples::MetricsOutput metrics(
       o, hvd::rank(), state.epoch,
       "Horovod-style training on Fashion-MNIST, " + std::to_string(hvd::size()) + " ranks");
@@ -102,8 +110,8 @@ int train(const Options& o) {
       torch::Tensor index = torch::tensor(batch, torch::kLong);
       optimizer.zero_grad();
       torch::Tensor step_loss =
-          torch::nll_loss(net->forward(train_set.images().index_select(0, index)),
-                          train_set.labels().index_select(0, index));
+          torch::nll_loss(net->forward(train_set.images().index_select(0, index).to(device)),
+                          train_set.labels().index_select(0, index).to(device));
       step_loss.backward();  // the fused all-reduces start while backward runs
       optimizer.step();      // waits for the averaged gradients, then SGD
       warmup.step();

@@ -5,6 +5,11 @@
 //
 //   build/bin/example_lenet_dp --epochs 5 --replicas 2 --plot lenet.png
 //
+// --device auto (the default) spreads the batch over the GPUs where CUDA is
+// available (the first --gpus N of them, all by default), else over
+// --replicas CPU replicas; --device cpu stays on the CPU, --device cuda
+// insists on the GPUs.
+//
 // DataParallel is parallelism inside one process: run it alone (or under
 // ddprun with one worker); for several processes use example_mnist_ddp.
 
@@ -16,6 +21,7 @@
 #include <cstdio>
 
 #include "common/cli.hpp"
+#include "common/device.hpp"
 #include "common/distributed_eval.hpp"
 #include "common/metrics_output.hpp"
 #include "common/models.hpp"
@@ -33,20 +39,42 @@ using ddp::data::FashionMnist;
 
 struct Options : ddp::examples::CommonOptions {
   int64_t batch_size = 128;  // split across the replicas
-  int replicas = 0;          // 0: every GPU, else 2 on the CPU
+  int gpus = 0;              // on CUDA: the first N GPUs; 0: every visible one
+  int replicas = 0;          // on the CPU: N replicas; 0: 2
   double lr = 1e-3;
   double lr_gamma = 0.7;
 };
 
-// One replica per GPU; without GPUs, `count` replicas on the CPU.
-std::vector<torch::Device> replicaDevices(int count) {
+// The replicas' devices: on CUDA one per GPU, cuda:0 to cuda:N-1 (--gpus N;
+// 0: every visible GPU); on the CPU --replicas of them (0: 2).
+std::vector<torch::Device> replicaDevices(const Options& o) {
+  if (o.device == "cpu" && o.gpus > 0) {
+    throw ddp::ConfigError("--gpus " + std::to_string(o.gpus) +
+                           " asks for GPUs, but --device cpu trains on the CPU; drop --gpus "
+                           "(--replicas N sets the CPU replicas) or use --device auto.");
+  }
+  const int visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (o.gpus > visible) {
+    throw ddp::ConfigError(
+        "--gpus " + std::to_string(o.gpus) + " asks for more GPUs than the " +
+        std::to_string(visible) + " visible to this process; " +
+        (visible > 0 ? "ask for at most " + std::to_string(visible) + " (--gpus 0: all of them)"
+                     : std::string("run it where GPUs are visible")) +
+        ", or train on CPU replicas with --device cpu --replicas N.");
+  }
+  const torch::Device device = ddp::examples::resolveDevice(o.device, /*local_rank=*/0);
   std::vector<torch::Device> devices;
-  const int gpus = torch::cuda::device_count();
-  if (gpus > 0) {
-    for (int i = 0; i < (count > 0 ? std::min(count, gpus) : gpus); ++i)
-      devices.emplace_back(torch::kCUDA, i);
+  if (device.is_cuda()) {
+    if (o.replicas > 0) {
+      throw ddp::ConfigError("--replicas " + std::to_string(o.replicas) +
+                             " counts CPU replicas, but this run trains on the GPUs (--device " +
+                             o.device + "); use --gpus " + std::to_string(o.replicas) +
+                             " for that many GPUs, or --device cpu for CPU replicas.");
+    }
+    for (int i = 0; i < (o.gpus > 0 ? o.gpus : visible); ++i)
+      devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
   } else {
-    devices.assign(count > 0 ? count : 2, torch::Device(torch::kCPU));
+    devices.assign(o.replicas > 0 ? o.replicas : 2, torch::Device(torch::kCPU));
   }
   return devices;
 }
@@ -61,9 +89,9 @@ int train(const Options& o) {
         " ranks; run it alone or with --nproc-per-node 1, "
         "or use example_mnist_ddp for several processes.");
   }
+  const std::vector<torch::Device> devices = replicaDevices(o);
   FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
   FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
-  const std::vector<torch::Device> devices = replicaDevices(o.replicas);
   torch::manual_seed(o.seed);
   ddp::examples::LeNet5 net;
   net->to(devices[0]);  // The model lives on the first device; replicas are made from it.
@@ -127,8 +155,7 @@ int train(const Options& o) {
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
     loss = done.mean_loss;
-    accuracy = ddp::examples::shardedAccuracy(model, test_set.images().to(devices[0]),
-                                              test_set.labels().to(devices[0]), *group);
+    accuracy = ddp::examples::shardedAccuracy(model, test_set.images(), test_set.labels(), *group);
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
     char text[128];
     std::snprintf(text, sizeof(text),
@@ -138,8 +165,7 @@ int train(const Options& o) {
     progress.message(text);
   }
   if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
-    accuracy = ddp::examples::shardedAccuracy(model, test_set.images().to(devices[0]),
-                                              test_set.labels().to(devices[0]), *group);
+    accuracy = ddp::examples::shardedAccuracy(model, test_set.images(), test_set.labels(), *group);
   }
   const std::string outputs = metrics.finish();
   const double seconds =
@@ -166,8 +192,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", o.batch_size, "samples per step, split among the replicas")
       ->check(CLI::Range(int64_t{1}, int64_t{60000}))
       ->capture_default_str();
-  app.add_option("--replicas", o.replicas,
-                 "replicas: at most this many GPUs, or this many on the CPU (0: all GPUs, else 2)")
+  app.add_option("--gpus", o.gpus,
+                 "on CUDA: one replica on each of the first N GPUs (0: every visible GPU)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--replicas", o.replicas, "on the CPU: this many replicas (0: 2)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--lr", o.lr, "Adam learning rate")

@@ -9,9 +9,14 @@
 // or bf16 (16-bit on the wire), or powersgd (rank --powersgd-rank factors
 // with error feedback, after --powersgd-start-iteration plain steps).
 //
-// --amp O1 trains with mixed precision (bfloat16 on CPU; Apex's levels O0 to
-// O3 with a loss scaler whose overflow skips agree across ranks); --sync-bn
-// turns the batch norms into SyncBatchNorm (statistics over the global batch).
+// --device picks the CPU or each rank's GPU (cuda:LOCAL_RANK; auto: the GPU
+// where CUDA is available); the default engine `auto` then reduces the CUDA
+// gradients with NCCL.
+//
+// --amp O1 trains with mixed precision (bfloat16 on CPU, float16 on CUDA;
+// Apex's levels O0 to O3 with a loss scaler whose overflow skips agree
+// across ranks); --sync-bn turns the batch norms into SyncBatchNorm
+// (statistics over the global batch).
 //
 // The tutorial trains with SGD lr 1e-4 and batch 100, far too slowly for 5
 // epochs; the defaults here (SGD with momentum 0.9, lr 0.02, weight decay
@@ -26,6 +31,7 @@
 #include <cstdio>
 
 #include "common/cli.hpp"
+#include "common/device.hpp"
 #include "common/distributed_eval.hpp"
 #include "common/metrics_output.hpp"
 #include "common/models.hpp"
@@ -49,7 +55,7 @@ struct Options : ddp::examples::CommonOptions {
   double lr_gamma = 0.5;
   std::string amp = "O0";        // mixed-precision level, O0 (float32) to O3
   bool sync_bn = false;          // batch norms synchronized across ranks
-  std::string backend = "auto";  // shm on one node, Gloo between nodes
+  std::string backend = "auto";  // NCCL for CUDA; shm on one node, Gloo between nodes
   std::string comm_hook = "allreduce";
   int64_t powersgd_rank = 2;
   int64_t powersgd_start_iteration = 1000;
@@ -66,31 +72,41 @@ std::shared_ptr<ddp::CommHook> commHook(const Options& o) {
   return ddp::all_reduce_hook();
 }
 
-// The model, identical on every rank: DDP copies rank 0's weights anyway,
-// and the seed makes a single-process run reproducible too.
-ddp::examples::ConvNet buildModel(const Options& o,
+// The model, identical on every rank (DDP copies rank 0's weights anyway,
+// and the seed makes a single-process run reproducible too), on `device`.
+ddp::examples::ConvNet buildModel(const Options& o, torch::Device device,
                                   const std::shared_ptr<ddp::ProcessGroup>& group) {
   torch::manual_seed(o.seed);
   ddp::examples::ConvNet net;
   if (o.sync_bn)
     ddp::nn::convert_sync_batchnorm(net.ptr(), group);  // in place: the BNs sit in Sequentials
+  net->to(device);
   return net;
 }
 
-// Everything a training step touches. The order matters: the model and its
-// optimizer come first, whatever changes them (mixed precision) next, and
-// DistributedDataParallel wraps the finished model last.
+// Mixed precision's 16-bit type: float16 on CUDA (the GradScaler covers its
+// small range), bfloat16 on the CPU (CPU autocast has no float16).
+ddp::amp::AmpOptions ampOptions(const Options& o, torch::Device device) {
+  return ddp::amp::AmpOptions(ddp::amp::parse_opt_level(o.amp))
+      .dtype(device.is_cuda() ? torch::kHalf : torch::kBFloat16);
+}
+
+// Everything a training step touches. The order matters: the model (on its
+// device) and its optimizer come first, whatever changes them (mixed
+// precision) next, and DistributedDataParallel wraps the finished model last.
 struct Trainer {
-  Trainer(const Options& o, std::shared_ptr<ddp::ProcessGroup> group)
-      : net(buildModel(o, group)),
+  Trainer(const Options& o, torch::Device device, std::shared_ptr<ddp::ProcessGroup> group)
+      : device(device),
+        net(buildModel(o, device, group)),
         optimizer(net->parameters(),
                   torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay)),
         scheduler(optimizer, o.lr_step_epochs, o.lr_gamma),
-        amp(*net, optimizer, ddp::amp::AmpOptions(ddp::amp::parse_opt_level(o.amp)), group),
+        amp(*net, optimizer, ampOptions(o, device), group),
         scaler(ddp::amp::GradScalerOptions().enabled(o.amp != "O0"), group),
         model(net, ddp::DistributedDataParallelOptions().comm_hook(commHook(o)), std::move(group)) {
   }
 
+  torch::Device device;        // where the model and each batch are
   ddp::examples::ConvNet net;  // the model itself (saved, evaluated)
   torch::optim::SGD optimizer;
   torch::optim::StepLR scheduler;      // stepped once per epoch
@@ -99,11 +115,13 @@ struct Trainer {
   ddp::DistributedDataParallel model;  // the same model; gradients averaged over ranks
 };
 
-// One step: forward, loss, backward (DDP averages the gradients over the
-// ranks while backward runs), update. Returns this rank's loss.
+// One step: the batch to the model's device, forward, loss, backward (DDP
+// averages the gradients over the ranks while backward runs), update.
+// Returns this rank's loss.
 double trainStep(Trainer& t, const torch::Tensor& images, const torch::Tensor& labels) {
   t.amp.zero_grad();
-  torch::Tensor loss = torch::nn::functional::cross_entropy(t.amp.forward(t.model, images), labels);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(
+      t.amp.forward(t.model, images.to(t.device)), labels.to(t.device));
   t.scaler.scale(loss).backward();
   t.amp.step(t.scaler);  // skipped on every rank if any rank's gradients overflowed
   t.scaler.update();
@@ -114,12 +132,13 @@ int train(const Options& o) {
   const auto started = std::chrono::steady_clock::now();
   auto group = ddp::init(ddp::InitOptions().backend(o.backend));
   const int rank = group->rank(), world = group->size();
+  const torch::Device device = ddp::examples::resolveDevice(o.device, group->topology().local_rank);
   FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
   FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
   ddp::data::DistributedSampler sampler(train_set.size().value(), world, rank,
                                         ddp::data::DistributedSamplerOptions().seed(o.seed));
   const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
-  Trainer t(o, group);
+  Trainer t(o, device, group);
 
   ddp::snapshot::TrainingState state;
   state.model = t.net.ptr().get();
@@ -141,13 +160,17 @@ int train(const Options& o) {
                      std::to_string(global_step) + ")");
   }
   if (rank == 0 && (o.amp != "O0" || o.sync_bn || o.comm_hook != "allreduce")) {
-    progress.message("mixed precision " + o.amp + (o.sync_bn ? ", SyncBatchNorm" : "") +
-                     ", engine " + group->backend_name() + ", comm hook " +
-                     t.model->options().comm_hook()->name());
+    const bool half = t.amp.options().dtype() == torch::kHalf;
+    progress.message("mixed precision " + o.amp +
+                     (o.amp == "O0" ? ""
+                      : half        ? " (float16)"
+                                    : " (bfloat16)") +
+                     (o.sync_bn ? ", SyncBatchNorm" : "") + ", engine " + group->backend_name() +
+                     ", comm hook " + t.model->options().comm_hook()->name());
   }
   progress.message("shard of " + std::to_string(sampler.shard_size()) + " samples, " +
                    std::to_string(steps_per_epoch) + " steps of " + std::to_string(o.batch_size) +
-                   " per epoch");
+                   " per epoch, on " + device.str());
   ddp::examples::MetricsOutput metrics(
       o, rank, state.epoch, "ConvNet on Fashion-MNIST, " + std::to_string(world) + " ranks");
 
@@ -243,11 +266,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--amp", o.amp,
                  "mixed precision: O0 float32, O1 autocast, O2 16-bit model with float32 "
-                 "masters, O3 all 16-bit (bfloat16 on CPU)")
+                 "masters, O3 all 16-bit (bfloat16 on CPU, float16 on CUDA)")
       ->check(CLI::IsMember({"O0", "O1", "O2", "O3"}))
       ->capture_default_str();
   app.add_flag("--sync-bn", o.sync_bn, "SyncBatchNorm: batch statistics over every rank's batch");
-  app.add_option("--backend", o.backend, "process-group engine: auto, shm, gloo or nccl")
+  app.add_option("--backend", o.backend,
+                 "process-group engine: auto (NCCL for CUDA tensors, shm or Gloo for the rest), "
+                 "shm, gloo or nccl")
       ->check(CLI::IsMember({"auto", "shm", "gloo", "nccl"}))
       ->capture_default_str();
   app.add_option("--comm-hook", o.comm_hook,

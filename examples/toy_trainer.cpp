@@ -8,6 +8,9 @@
 //
 // The data are random (generated from --seed, like the tutorial's), so
 // there is no --data-dir and no test set: the final line has no accuracy.
+// With --device cuda (or auto on a machine with CUDA) each rank trains on
+// its GPU, cuda:LOCAL_RANK, and the job's engine is `auto` (NCCL for the
+// gradients) instead of Gloo.
 // Every rank traces each step ("epoch E step S loss L"; the tests kill a
 // worker at a given step); --no-trace-steps leaves only rank 0's progress.
 //
@@ -29,6 +32,7 @@
 #include <thread>
 
 #include "common/cli.hpp"
+#include "common/device.hpp"
 #include "common/distributed_eval.hpp"
 #include "common/metrics_output.hpp"
 #include "common/periodic_snapshots.hpp"
@@ -96,6 +100,7 @@ void trainGeneration(const Options& o, const std::shared_ptr<ddp::ProcessGroup>&
                                        "toy trainer, " + std::to_string(world) + " ranks");
 
   auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
+  const torch::Device device = net->weight.device();  // --device's; each batch goes there
   double loss = NAN;
   for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
     // The epoch continues from the samples the whole job consumed, so a
@@ -109,8 +114,9 @@ void trainGeneration(const Options& o, const std::shared_ptr<ddp::ProcessGroup>&
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
       optimizer.zero_grad();
-      torch::Tensor step_loss = torch::mse_loss(model->forward(inputs.index_select(0, index)),
-                                                targets.index_select(0, index));
+      torch::Tensor step_loss =
+          torch::mse_loss(model->forward(inputs.index_select(0, index).to(device)),
+                          targets.index_select(0, index).to(device));
       step_loss.backward();
       optimizer.step();
       ++global_step;
@@ -150,11 +156,16 @@ void trainGeneration(const Options& o, const std::shared_ptr<ddp::ProcessGroup>&
 }
 
 int train(const Options& o) {
-  // The tutorial's dataset: the same random samples on every rank.
+  // The engine depends on the device, so the device (GPU local rank) comes
+  // before the group, which elastic::run starts.
+  const torch::Device device = ddp::examples::resolveDevice(o.device);
+  // The tutorial's dataset: the same random samples on every rank (drawn on
+  // the CPU, whatever the device, so that every device trains on the same).
   torch::manual_seed(o.seed);
   torch::Tensor inputs = torch::rand({o.samples, 20});
   torch::Tensor targets = torch::rand({o.samples, 1});
   torch::nn::Linear net(20, 1);
+  net->to(device);
   torch::optim::SGD optimizer(net->parameters(), 1e-3);
   ddp::snapshot::TrainingState state;
   state.model = net.ptr().get();
@@ -165,7 +176,8 @@ int train(const Options& o) {
       [&](const std::shared_ptr<ddp::ProcessGroup>& group) {
         trainGeneration(o, group, elastic, net, optimizer, inputs, targets);
       },
-      ddp::elastic::RunOptions().init(ddp::InitOptions().backend("gloo")));
+      ddp::elastic::RunOptions().init(
+          ddp::InitOptions().backend(device.is_cuda() ? "auto" : "gloo")));
   return 0;
 }
 

@@ -4,16 +4,20 @@
 #   1. builds ddp against the installed PyTorch's LibTorch, NCCL included;
 #   2. runs the GPU tests (build/bin/gpu_tests: NCCL, Gloo on CUDA tensors,
 #      DDP, AMP, SyncBatchNorm, DataParallel);
-#   3. runs the GPU benchmark (benchmarks/gpu_vs_pytorch.sh: ddp against PyTorch's
-#      DDP on the same GPU);
-#   4. with --full, builds everything else and runs the CPU test suite too;
+#   3. runs the main job on the GPU (example_mnist_ddp, 5 epochs under ddprun,
+#      one GPU: test accuracy at least 90%, and its time) and each of the
+#      other examples briefly on the GPU;
+#   4. runs the GPU benchmark (benchmarks/gpu_vs_pytorch.sh: ddp against PyTorch's
+#      DDP on the same GPU) and the operator count on CUDA (benchmarks/op_count.sh);
+#   5. with --full, builds everything else and runs the CPU test suite too;
 # and prints a short table last. What the machine lacks (CLI11, nlohmann-json,
 # zlib's and OpenSSL's headers, GoogleTest's sources, Fashion-MNIST) comes from .gpu-pack/,
 # made beforehand on a Debian machine by scripts/gpu-pack.sh.
 #
-# Usage: bash scripts/gpu-check.sh [--full] [--rounds N] [--logs DIR]
+# Usage: bash scripts/gpu-check.sh [--full] [--no-examples] [--rounds N] [--logs DIR]
 # Environment: PYTHON (default python3, the one with torch), DDP_GPU_BUILD
-# (build directory, default build-gpu).
+# (build directory, default build-gpu), DDP_GPU_TARGETS (the targets to build,
+# default all the GPU ones, the examples and ddprun).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -21,14 +25,16 @@ pack="$root/.gpu-pack"
 build=${DDP_GPU_BUILD:-$root/build-gpu}
 python=${PYTHON:-python3}
 full=0
+run_examples=1
 rounds=3
 logs="$build/logs"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --full) full=1 ;;
+    --no-examples) run_examples=0 ;;
     --rounds) rounds=$2; shift ;;
     --logs) logs=$2; shift ;;
-    *) echo "usage: scripts/gpu-check.sh [--full] [--rounds N] [--logs DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-check.sh [--full] [--no-examples] [--rounds N] [--logs DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -96,9 +102,13 @@ if [[ $configured -ne 0 ]]; then
   exit 1
 fi
 echo "== build the GPU targets" >>"$logs/build.txt"
-targets=(gpu_tests gpu_test_worker)
-targets+=(gpu_step_bench)
-cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >>"$logs/build.txt" 2>&1
+targets=(gpu_tests gpu_test_worker gpu_step_bench ddprun)
+examples=(example_mnist_ddp example_toy_trainer example_lenet_dp example_horovod)
+targets+=("${examples[@]}")
+[[ -f "$root/benchmarks/op_count_bench.cpp" ]] && targets+=(op_count_bench)
+# DDP_GPU_TARGETS: a shorter list, for a rerun with little GPU time left.
+[[ -n "${DDP_GPU_TARGETS:-}" ]] && read -r -a targets <<<"$DDP_GPU_TARGETS"
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" -- -k 0 >>"$logs/build.txt" 2>&1
 built=$?
 note "build of the GPU targets: $([[ $built -eq 0 ]] && echo ok || echo FAILED) ($(elapsed))"
 if [[ $built -ne 0 ]]; then
@@ -116,17 +126,59 @@ if [[ -x "$build/bin/gpu_tests" ]]; then
   grep -E "Failure|check .*FAILED|error:" "$logs/gpu_tests.txt" | head -n 30
 fi
 
-# --- 3. The GPU benchmark.
+# --- 3. The examples on the GPU: the main job in full, the others briefly.
+examples_rc=0
+data="$pack/data/fashion-mnist"
+run_example() {  # run_example NAME SECONDS COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  stage_start=$(date +%s)
+  (cd "$build" && timeout "$limit" "$@") >"$logs/$name.txt" 2>&1
+  local rc=$?
+  note "$name: exit $rc ($(elapsed)); $(grep -E 'accuracy|digest|error' "$logs/$name.txt" | tail -n 1)"
+  [[ $rc -eq 0 ]] || examples_rc=1
+}
+if [[ $run_examples -eq 1 && -x "$build/bin/ddprun" && -x "$build/bin/example_mnist_ddp" ]]; then
+  ddprun1=(bin/ddprun --standalone --nproc-per-node 1)
+  run_example mnist_gpu 400 "${ddprun1[@]}" bin/example_mnist_ddp --device cuda --epochs 5 \
+    --data-dir "$data" --metrics-csv "$logs/mnist_gpu.csv"
+  accuracy=$(tail -n 1 "$logs/mnist_gpu.csv" 2>/dev/null | cut -d, -f3)
+  seconds=$(awk -F, 'NR > 1 {s += $5} END {print s}' "$logs/mnist_gpu.csv" 2>/dev/null)
+  if awk -v a="${accuracy:-0}" 'BEGIN {exit !(a >= 0.90)}'; then
+    note "main job on the GPU: test accuracy ${accuracy} >= 0.90 after 5 epochs, ${seconds} s of training"
+  else
+    note "main job on the GPU: FAILED, test accuracy '${accuracy}' (need >= 0.90)"
+    examples_rc=1
+  fi
+  run_example mnist_gpu_amp 120 "${ddprun1[@]}" bin/example_mnist_ddp --device cuda --amp O1 \
+    --epochs 1 --max-steps 200 --data-dir "$data"
+  run_example toy_trainer_gpu 120 "${ddprun1[@]}" bin/example_toy_trainer --device cuda --epochs 1
+  run_example lenet_dp_gpu 120 bin/example_lenet_dp --device cuda --epochs 1 --max-steps 200 \
+    --data-dir "$data"
+  run_example horovod_gpu 120 "${ddprun1[@]}" bin/example_horovod --device cuda --epochs 1 \
+    --max-steps 200 --data-dir "$data"
+fi
+
+# --- 4. The GPU benchmark.
 bench_rc=1
 if [[ -x "$build/bin/gpu_step_bench" && -f "$root/benchmarks/gpu_vs_pytorch.sh" ]]; then
   stage_start=$(date +%s)
   DDP_BUILD_DIR="$build" PYTHON="$python" FASHION_MNIST="$pack/data/fashion-mnist" \
-    ROUNDS="$rounds" timeout 1200 bash "$root/benchmarks/gpu_vs_pytorch.sh" >"$logs/gpu_bench.txt" 2>&1
+    ROUNDS="$rounds" KEEP_RESULTS="$logs/gpu_bench_results.txt" \
+    timeout 1200 bash "$root/benchmarks/gpu_vs_pytorch.sh" >"$logs/gpu_bench.txt" 2>&1
   bench_rc=$?
   note "GPU benchmark: exit $bench_rc ($(elapsed))"
 fi
 
-# --- 4. Everything else: the whole build and the CPU suite.
+# The operator count on CUDA beside the CPU one (no timing: exact counts).
+if [[ -x "$build/bin/op_count_bench" && -f "$root/benchmarks/op_count.sh" ]]; then
+  stage_start=$(date +%s)
+  DDP_BUILD_DIR="$build" PYTHON="$python" DDP_SKIP_BUILD=1 timeout 300 \
+    bash "$root/benchmarks/op_count.sh" >"$logs/op_count.txt" 2>&1
+  note "operator count: exit $? ($(elapsed))"
+fi
+
+# --- 5. Everything else: the whole build and the CPU suite.
 full_rc=0
 if [[ $full -eq 1 ]]; then
   stage_start=$(date +%s)
@@ -147,7 +199,6 @@ echo "== GPU check summary"
 cat "$summary"
 if [[ -f "$logs/gpu_bench.txt" ]]; then
   echo
-  sed -n '/^model/,$p' "$logs/gpu_bench.txt" | head -n 20
-  tail -n 5 "$logs/gpu_bench.txt"
+  sed -n '/^Step time/,$p' "$logs/gpu_bench.txt" | head -n 24
 fi
-[[ $built -eq 0 && $tests_rc -eq 0 && $bench_rc -eq 0 && $full_rc -eq 0 ]]
+[[ $built -eq 0 && $tests_rc -eq 0 && $bench_rc -eq 0 && $examples_rc -eq 0 && $full_rc -eq 0 ]]

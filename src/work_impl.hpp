@@ -33,8 +33,9 @@ struct CollectiveInfo {
   /// The shared-memory engines enforce the timeout inside the collective,
   /// where they know which ranks are missing; waiting on their Work then
   /// sets no timer of its own, which would race theirs and win or lose by
-  /// scheduling luck. The c10d engines (Gloo, NCCL) get the timeout both as
-  /// an option and on wait; either timer firing is the same timeout.
+  /// scheduling luck. NCCL's watchdog enforces it too (Note [NCCL's wait
+  /// leaves the host free]). Gloo gets the timeout both as an option and on
+  /// wait; either timer firing is the same timeout.
   bool engine_enforces_timeout = false;
 
   /// "<engine> all_reduce(sum) of 1024 float32 elements on rank 0 of 2".

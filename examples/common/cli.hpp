@@ -24,11 +24,12 @@ struct CommonOptions {
   int64_t save_every_epochs = 1;  // 0: not by epochs.
   std::string metrics_csv;
   std::string plot;
+  std::string device = "auto";  // auto, cpu or cuda (common/device.hpp)
 };
 
-/// Adds --epochs, --max-steps, --seed, --snapshot-dir, --save-every-steps,
-/// --save-every-epochs, --metrics-csv, --plot and, for examples that read a
-/// data set, --data-dir.
+/// Adds --epochs, --max-steps, --seed, --device, --snapshot-dir,
+/// --save-every-steps, --save-every-epochs, --metrics-csv, --plot and, for
+/// examples that read a data set, --data-dir.
 inline void addCommonOptions(CLI::App& app, CommonOptions& o, bool reads_data) {
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
@@ -37,6 +38,11 @@ inline void addCommonOptions(CLI::App& app, CommonOptions& o, bool reads_data) {
                  "stop after this many steps in all (0: no limit); a short slice for tests")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "seed of the weights and of the shuffling")
+      ->capture_default_str();
+  app.add_option("--device", o.device,
+                 "where to train: auto (the GPU where CUDA is available, else the CPU), cpu, or "
+                 "cuda (an error without CUDA); a GPU is cuda:LOCAL_RANK, one per process")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   if (reads_data) {
     app.add_option("--data-dir", o.data_dir,

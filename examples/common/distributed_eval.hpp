@@ -23,13 +23,17 @@ inline void broadcast_buffers(torch::nn::Module& module, ProcessGroup& group) {
 
 /// The fraction of `images` that `model` classifies as `labels`. Rank r
 /// scores rows r, r + world, r + 2 world, ...; one all-reduce sums the
-/// counts, so every rank returns the accuracy on the whole set. `forward`
-/// (default: model->forward) runs the model, e.g. under mixed precision.
+/// counts, so every rank returns the accuracy on the whole set. Each batch
+/// goes to the device of the model's parameters (the data may stay on the
+/// CPU). `forward` (default: model->forward) runs the model, e.g. under
+/// mixed precision.
 template <typename Model>
 double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::Tensor& labels,
                        ProcessGroup& group, int64_t batch_size = 1000,
                        std::function<torch::Tensor(const torch::Tensor&)> forward = nullptr) {
   if (!forward) forward = [&model](const torch::Tensor& x) { return model->forward(x); };
+  const std::vector<torch::Tensor> parameters = model->parameters();
+  const torch::Device device = parameters.empty() ? images.device() : parameters[0].device();
   torch::NoGradGuard no_grad;
   model->eval();
   torch::Tensor mine =
@@ -38,8 +42,9 @@ double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::T
   int64_t correct = 0;
   for (int64_t start = 0; start < mine.size(0); start += batch_size) {
     torch::Tensor index = mine.slice(0, start, start + batch_size);
-    torch::Tensor predicted = forward(images.index_select(0, index)).argmax(1);
-    correct += predicted.eq(labels.index_select(0, index)).sum().template item<int64_t>();
+    torch::Tensor predicted = forward(images.index_select(0, index).to(device)).argmax(1);
+    correct +=
+        predicted.eq(labels.index_select(0, index).to(device)).sum().template item<int64_t>();
   }
   model->train();
   torch::Tensor counts =

@@ -5,6 +5,7 @@
 
 // The core: process groups, DistributedDataParallel, DataParallel.
 #include "ddp/broadcast_tensors.hpp"          // IWYU pragma: export
+#include "ddp/captured_step.hpp"              // IWYU pragma: export
 #include "ddp/comm_hook.hpp"                  // IWYU pragma: export
 #include "ddp/data_parallel.hpp"              // IWYU pragma: export
 #include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export

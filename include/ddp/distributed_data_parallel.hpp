@@ -67,6 +67,12 @@ struct DistributedDataParallelOptions {
   TORCH_ARG(bool, static_graph) = false;
   /// How each bucket is reduced; null means all_reduce_hook().
   TORCH_ARG(std::shared_ptr<CommHook>, comm_hook) = nullptr;
+  /// At world size 1 with the default reduction (no comm_hook), issue no
+  /// collective, no division and no bucket copy in a step: the average over
+  /// one rank is the gradient itself, so the results are bit-identical.
+  /// false runs the path every rank takes at world size 2 and more (bucket
+  /// copies, the all-reduce, the copies back), as benchmarks compare.
+  TORCH_ARG(bool, single_process_shortcut) = true;
 };
 
 /// What the last synchronized backward pass did, for tests and tuning.

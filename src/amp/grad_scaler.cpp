@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compat/torch_compat.hpp"
+#include "ddp/captured_step.hpp"
 #include "ddp/errors.hpp"
 
 namespace ddp::amp {
@@ -150,6 +151,12 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
   if (!options_.enabled()) {
     optimizer.step();
     return true;
+  }
+  if (capturing_step()) {
+    throw InvalidArgumentError(
+        "GradScaler::step inside a captured step (ddp::CapturedStep): whether to step or skip "
+        "depends on the overflow flag, read on the host, which a CUDA graph cannot replay; run "
+        "this step eagerly, or train in bfloat16 without a scaler");
   }
   Record& record = record_for(optimizer);
   if (record.stepped) {

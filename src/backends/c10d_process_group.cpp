@@ -5,14 +5,17 @@
 namespace ddp::backends {
 
 C10dProcessGroup::C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine,
-                                   std::string name)
+                                   std::string name, bool engine_enforces_timeout)
     : ProcessGroup(context.topology, context.collective_timeout),
       engine_(std::move(engine)),
-      name_(std::move(name)) {}
+      name_(std::move(name)),
+      engine_enforces_timeout_(engine_enforces_timeout) {}
 
 detail::CollectiveInfo C10dProcessGroup::info(const char* name, const at::Tensor& tensor,
                                               std::optional<ReduceOp> op) const {
-  return detail::collectiveInfo(*this, name_, name, tensor, op);
+  detail::CollectiveInfo info = detail::collectiveInfo(*this, name_, name, tensor, op);
+  info.engine_enforces_timeout = engine_enforces_timeout_;
+  return info;
 }
 
 c10d::ReduceOp C10dProcessGroup::toC10d(ReduceOp op) {

@@ -15,7 +15,11 @@ namespace ddp::backends {
 /// reduce-scatter) override the corresponding do...() method.
 class C10dProcessGroup : public ProcessGroup {
  public:
-  C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine, std::string name);
+  /// `engine_enforces_timeout`: the engine aborts a collective that outlives
+  /// the group's timeout by itself (NCCL's watchdog), so waiting on its Work
+  /// sets no timer (Note [NCCL's wait leaves the host free]).
+  C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine, std::string name,
+                   bool engine_enforces_timeout = false);
 
   std::string backend_name() const override { return name_; }
 
@@ -40,6 +44,7 @@ class C10dProcessGroup : public ProcessGroup {
  private:
   compat::EnginePtr engine_;
   std::string name_;
+  bool engine_enforces_timeout_;
 };
 
 }  // namespace ddp::backends

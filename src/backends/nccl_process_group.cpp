@@ -12,6 +12,20 @@
 // caller sees the same semantics as on Gloo. CUDA tensors go straight to
 // NCCL.
 
+//
+// Note [NCCL's wait leaves the host free]
+// c10d's WorkNCCL::wait(timeout) makes the caller's CUDA stream wait for the
+// collective and, when given a timeout (LibTorch 2.x), also blocks the host
+// thread, polling the collective's event with 1 ms sleeps until it is done:
+// one host synchronization per bucket, and up to a millisecond lost each
+// time, in what should be a step the host only enqueues. Without a timeout
+// it is stream-ordered only. The group's timeout still holds: the engine
+// was created with it, and c10d's watchdog aborts a collective that outlives
+// it. So ddp waits on NCCL's Work without a timeout (engine_enforces_timeout
+// in Note [One clock decides a timeout]). A CPU tensor staged through the
+// GPU is still complete when wait() returns: its copy back to the host
+// follows the collective on the stream and blocks until it is done.
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "backends/c10d_process_group.hpp"
@@ -23,7 +37,8 @@ at::Tensor staged(const at::Tensor& t) { return t.to(at::Device(at::kCUDA)); }
 
 class NcclProcessGroup final : public C10dProcessGroup {
  public:
-  using C10dProcessGroup::C10dProcessGroup;
+  NcclProcessGroup(const BackendContext& context, compat::EnginePtr engine)
+      : C10dProcessGroup(context, std::move(engine), "nccl", /*engine_enforces_timeout=*/true) {}
 
  protected:
   Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
@@ -99,7 +114,7 @@ std::shared_ptr<ProcessGroup> makeNcclProcessGroup(const BackendContext& context
   options->timeout = context.collective_timeout;
   auto engine = c10::make_intrusive<c10d::ProcessGroupNCCL>(context.store, context.topology.rank,
                                                             context.topology.world_size, options);
-  return std::make_shared<NcclProcessGroup>(context, std::move(engine), "nccl");
+  return std::make_shared<NcclProcessGroup>(context, std::move(engine));
 }
 
 }  // namespace ddp::backends

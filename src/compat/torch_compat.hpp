@@ -17,6 +17,9 @@
 #if DDP_TORCH_AT_LEAST(2, 0)
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
+#if DDP_TORCH_AT_LEAST(2, 2)
+#include <ATen/ops/_foreach_copy.h>
+#endif
 
 #include <ATen/autocast_mode.h>
 #include <torch/optim/optimizer.h>
@@ -60,12 +63,47 @@ inline constexpr bool kGlooHasBFloat16 = false;
 
 // Note [Gradient hooks on the accumulator]
 // DistributedDataParallel must act after a gradient has been accumulated
-// into .grad (so that accumulation under no_sync is included), which is a
-// post-hook on the parameter's AccumulateGrad node, not a tensor hook. The
-// variable holds that node only weakly: the caller keeps the returned
-// pointer alive, or the hook disappears with a fresh accumulator.
+// into .grad (so that accumulation under no_sync is included).
+//
+// Note [Hooks that do not hold the accumulator]
+// LibTorch 2.2 and later run a tensor's post-accumulate-grad hook (PyTorch's
+// register_post_accumulate_grad_hook) from whatever AccumulateGrad node the
+// current graph made for it, so nothing needs to hold that node: it is
+// made afresh by each forward, on that forward's CUDA stream. Holding it
+// (the only way in 1.13, a post-hook on the node, which the variable holds
+// only weakly) pins it to the stream it was made on, and a backward on
+// another stream, such as a CUDA graph's capture stream, must then join
+// the legacy default stream, which capture forbids. A tensor has one such
+// hook slot; a hook already there runs first. The returned node (1.13
+// only; null on 2.2+) must be kept alive by the caller.
+#if DDP_TORCH_AT_LEAST(2, 2)
+namespace detail {
+class ChainedPostAccumulateGradHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ChainedPostAccumulateGradHook(std::unique_ptr<torch::autograd::PostAccumulateGradHook> previous,
+                                std::function<void()> hook)
+      : previous_(std::move(previous)), hook_(std::move(hook)) {}
+  void operator()(const torch::autograd::Variable& tensor) override {
+    if (previous_) (*previous_)(tensor);
+    hook_();
+  }
+
+ private:
+  std::unique_ptr<torch::autograd::PostAccumulateGradHook> previous_;
+  std::function<void()> hook_;
+};
+}  // namespace detail
+#endif
+
 inline std::shared_ptr<torch::autograd::Node> addPostAccumulateGradHook(
     const at::Tensor& parameter, std::function<void()> hook) {
+#if DDP_TORCH_AT_LEAST(2, 2)
+  auto previous = std::move(torch::autograd::impl::post_acc_grad_hooks(parameter));
+  torch::autograd::impl::set_post_acc_grad_hooks(
+      parameter, std::make_unique<detail::ChainedPostAccumulateGradHook>(std::move(previous),
+                                                                         std::move(hook)));
+  return nullptr;
+#else
   auto accumulator = torch::autograd::impl::grad_accumulator(parameter);
   accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
       [hook = std::move(hook)](const torch::autograd::variable_list& outputs,
@@ -74,6 +112,7 @@ inline std::shared_ptr<torch::autograd::Node> addPostAccumulateGradHook(
         return outputs;
       }));
   return accumulator;
+#endif
 }
 
 // Note [Optimizer state keys]
@@ -118,6 +157,19 @@ inline bool hasFusedUnscale(c10::DeviceType device) {
   return device == c10::DeviceType::CUDA || device == c10::DeviceType::CPU;
 #else
   return device == c10::DeviceType::CUDA;
+#endif
+}
+
+// Note [Copying a bucket in one call]
+// at::_foreach_copy_ (LibTorch 2.2 on) copies a list of tensors into another
+// with one multi-tensor kernel launch on CUDA where 1.13 needs one copy_ per
+// tensor. The values are the same either way.
+inline void copyEach(at::TensorList destinations, at::TensorList sources) {
+#if DDP_TORCH_AT_LEAST(2, 2)
+  if (destinations.empty()) return;  // the foreach kernels refuse empty lists
+  at::_foreach_copy_(destinations, sources);
+#else
+  for (size_t i = 0; i < destinations.size(); ++i) destinations[i].copy_(sources[i]);
 #endif
 }
 

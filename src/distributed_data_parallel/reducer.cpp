@@ -13,10 +13,6 @@
 namespace ddp::detail {
 namespace {
 
-bool isViewOf(const at::Tensor& grad, const at::Tensor& slice) {
-  return grad.defined() && grad.data_ptr() == slice.data_ptr();
-}
-
 BucketSettings bucketSettings(const DistributedDataParallelOptions& options) {
   const auto mib = [](double value) { return static_cast<int64_t>(value * 1024 * 1024); };
   BucketSettings settings;
@@ -34,6 +30,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       group_(std::move(group)),
       options_(options),
       hook_(options.comm_hook() ? options.comm_hook() : all_reduce_hook()),
+      alone_(options.single_process_shortcut() && group_->size() == 1 && !options.comm_hook()),
       // Reverse registration order at first; the first iteration tells the
       // real order (Note [Rebuilding buckets in gradient-ready order]).
       buckets_(std::move(parameters), bucketSettings(options)),
@@ -104,49 +101,6 @@ ReducerStats Reducer::stats() const {
   return stats_;
 }
 
-// Note [Gradients that alias the bucket without being views]
-// With gradient_as_bucket_view, each .grad shares its bucket's memory. It is
-// made with set_() rather than view(): an autograd view cannot be detached in
-// place, and LibTorch 1.13's Optimizer::zero_grad() calls detach_() on every
-// gradient.
-at::Tensor Reducer::gradientAlias(size_t index) const {
-  const at::Tensor slice = buckets_.slice(index);
-  const at::Tensor& parameter = buckets_.parameters()[index];
-  at::Tensor alias = at::empty({0}, slice.options());
-  alias.set_(slice.storage(), slice.storage_offset(), parameter.sizes(),
-             c10::contiguous_strides(parameter.sizes()));
-  return alias;
-}
-
-// After the buckets were (re)built: their sizes, and with
-// gradient_as_bucket_view, gradients that alias them (keeping their values),
-// so that accumulation writes straight into the memory that is communicated.
-// A gradient not defined yet stays so until its first reduction, as in
-// PyTorch: an optimizer skips a parameter without one (a defined zero would
-// still get weight decay and momentum).
-void Reducer::adoptBuckets() {
-  stats_.bucket_bytes = buckets_.bucket_bytes();
-  const auto& buckets = buckets_.buckets();
-  hook_buckets_.assign(buckets.size(), GradBucket());
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    GradBucket& view = hook_buckets_[b];
-    view.index = b;
-    view.buffer = buckets[b].flat;
-    view.is_last = b + 1 == buckets.size();
-    for (size_t index : buckets[b].members) {
-      view.gradients.push_back(buckets_.slice(index).view(buckets_.parameters()[index].sizes()));
-    }
-  }
-  if (!options_.gradient_as_bucket_view()) return;
-  const auto& parameters = buckets_.parameters();
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    at::Tensor& grad = parameters[i].mutable_grad();
-    if (!grad.defined()) continue;
-    buckets_.slice(i).copy_(grad.reshape({-1}));
-    grad = gradientAlias(i);
-  }
-}
-
 void Reducer::set_join_round(int source, double scale) {
   std::lock_guard<std::mutex> lock(mutex_);
   source_rank_ = source;
@@ -186,6 +140,7 @@ void Reducer::resetIteration() {
   buckets_.reset();
   finalize_queued_ = false;
   arrivals_this_iteration_ = 0;
+  arrived_.assign(names_.size(), 0);
   launched_during_backward_ = 0;
   ready_order_.clear();
   if (recording()) {
@@ -232,29 +187,20 @@ void Reducer::onGradientReady(size_t index) {
   }
   if (!buckets_.count_pass(index)) return;  // More passes to come (static graph).
   if (!rebuilt_) ready_order_.push_back(index);
-  copyIntoBucket(index);
+  arrived_[index] = 1;
+  if (!buckets_.mark_ready(index)) return;
+  fillBucket(buckets_.bucket_of(index));
   // Every rank issues the buckets' collectives in the same order, whatever
   // order its gradients arrive in: the engine starts a bucket only when all
   // earlier ones have started.
-  if (buckets_.mark_ready(index) && !options_.delay_allreduce()) {
+  if (!options_.delay_allreduce()) {
     launched_during_backward_ +=
         static_cast<int>(buckets_.launch_ready_in_order([this](size_t b) { return launch(b); }));
   }
 }
 
-void Reducer::copyIntoBucket(size_t index) {
-  at::Tensor view = buckets_.slice(index);
-  at::Tensor& grad = buckets_.parameters()[index].mutable_grad();
-  if (isViewOf(grad, view)) return;  // Accumulated in place already.
-  if (grad.defined()) {
-    view.copy_(grad.reshape({-1}));
-  } else {
-    view.zero_();
-  }
-  if (options_.gradient_as_bucket_view()) grad = gradientAlias(index);
-}
-
 Work Reducer::launch(size_t bucket) {
+  if (alone_) return Work();  // Note [Alone]
   detail::CollectiveName name("ddp.bucket", static_cast<int64_t>(bucket));
   return hook_->reduce(*group_, hook_buckets_[bucket]);
 }
@@ -311,14 +257,16 @@ void Reducer::finishIteration() {
   for (size_t index : unused) {
     // Unused here: contribute the gradient held so far (or zero), but leave
     // .grad alone until we know whether any rank used it.
-    at::Tensor view = buckets_.slice(index);
+    const at::Tensor& view = views_[index];
     const at::Tensor& grad = parameters[index].grad();
-    if (grad.defined() && !isViewOf(grad, view)) {
-      view.copy_(grad.reshape({-1}));
+    if (alone_) {
+      // Note [Alone]: nothing travels.
+    } else if (grad.defined() && !isViewOf(grad, view)) {
+      view.copy_(grad);
     } else if (!grad.defined()) {
       view.zero_();
     }
-    buckets_.mark_ready(index);
+    if (buckets_.mark_ready(index)) fillBucket(buckets_.bucket_of(index));
   }
   buckets_.launch_rest([this](size_t b) { return launch(b); });
 
@@ -339,32 +287,12 @@ void Reducer::finishIteration() {
 std::vector<int32_t> Reducer::exchangeUsage(const std::vector<size_t>& unused) {
   at::Tensor used = at::ones({static_cast<int64_t>(names_.size())}, at::kInt);
   for (size_t index : unused) used[index] = 0;
-  detail::CollectiveName name("ddp.unused_parameters");
-  group_->all_reduce(used, ReduceOp::kMax);
+  if (!alone_) {
+    detail::CollectiveName name("ddp.unused_parameters");
+    group_->all_reduce(used, ReduceOp::kMax);
+  }
   ++stats_.unused_parameter_searches;
   return std::vector<int32_t>(used.data_ptr<int32_t>(), used.data_ptr<int32_t>() + used.numel());
-}
-
-void Reducer::waitAndCopyOut(const std::vector<int32_t>& globally_used) {
-  const auto& parameters = buckets_.parameters();
-  for (Bucket& bucket : buckets_.buckets()) {
-    bucket.work.wait();
-    if (join_scale_ != 1.0) bucket.flat.mul_(join_scale_);  // Note [Joining]
-    for (size_t index : bucket.members) {
-      // A parameter no rank used keeps its .grad as it was, as in PyTorch.
-      if (!globally_used.empty() && globally_used[index] == 0) continue;
-      at::Tensor view = buckets_.slice(index);
-      at::Tensor& grad = parameters[index].mutable_grad();
-      if (isViewOf(grad, view)) continue;
-      if (options_.gradient_as_bucket_view()) {
-        grad = gradientAlias(index);
-      } else if (grad.defined()) {
-        grad.copy_(view.view_as(grad));
-      } else {
-        grad = view.view(parameters[index].sizes()).clone();
-      }
-    }
-  }
 }
 
 // Note [Rebuilding buckets in gradient-ready order]
@@ -377,8 +305,10 @@ void Reducer::rebuildInReadyOrder() {
   const std::vector<size_t> local = rebuild_bucket_order(ready_order_, names_.size());
   std::vector<int64_t> order(local.begin(), local.end());
   at::Tensor shared = at::tensor(order, at::kLong);
-  detail::CollectiveName name("ddp.rebuild_buckets");
-  group_->broadcast(shared, source_rank_);  // rank 0, or the Join's source
+  if (!alone_) {
+    detail::CollectiveName name("ddp.rebuild_buckets");
+    group_->broadcast(shared, source_rank_);  // rank 0, or the Join's source
+  }
   std::vector<size_t> adopted(order.size());
   for (size_t k = 0; k < adopted.size(); ++k) adopted[k] = shared[k].item<int64_t>();
   buckets_.rebuild(adopted);

@@ -19,6 +19,11 @@
 
 namespace ddp::detail {
 
+/// Whether `grad` starts where `slice` does: accumulated in the bucket.
+inline bool isViewOf(const at::Tensor& grad, const at::Tensor& slice) {
+  return grad.defined() && grad.data_ptr() == slice.data_ptr();
+}
+
 class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
@@ -68,6 +73,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void adoptRecordedCounts(const at::Tensor& table);
   [[noreturn]] void throwMissingGradients(const std::vector<size_t>& missing);
   void copyIntoBucket(size_t index);
+  void fillBucket(size_t bucket);
   Work launch(size_t bucket);
   void waitAndCopyOut(const std::vector<int32_t>& globally_used);
   std::vector<int32_t> exchangeUsage(const std::vector<size_t>& unused);
@@ -82,8 +88,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::shared_ptr<ProcessGroup> group_;
   DistributedDataParallelOptions options_;
   std::shared_ptr<CommHook> hook_;
+  // Note [Alone]: world size 1, the default reduction, the shortcut allowed.
+  bool alone_;
   GradientBuckets buckets_;
   std::vector<GradBucket> hook_buckets_;  // what the comm hook sees, per bucket
+  // Note [Views made once]: per parameter, its place in its bucket in its
+  // own shape, and with gradient_as_bucket_view its .grad; made in
+  // adoptBuckets(), after each build of the buckets.
+  std::vector<at::Tensor> views_;
+  std::vector<at::Tensor> aliases_;
 
   mutable std::mutex mutex_;
   bool require_sync_ = true;
@@ -92,6 +105,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   size_t arrivals_this_iteration_ = 0;  // hook calls
   int launched_during_backward_ = 0;
   std::vector<size_t> ready_order_;  // first iteration only, for the rebuild
+  std::vector<char> arrived_;        // ready through its hook, not yet in its bucket
   // Across iterations.
   bool rebuilt_ = false;
   MismatchBoard board_;

@@ -64,8 +64,10 @@ at::Tensor Reducer::exchangeArrivals(bool joined) {
   } else {
     table[group_->rank()].copy_(at::tensor(recorded_arrivals_, at::kLong));
   }
-  detail::CollectiveName name("ddp.static_graph");
-  group_->all_reduce(table, ReduceOp::kSum);
+  if (!alone_) {  // Note [Alone]
+    detail::CollectiveName name("ddp.static_graph");
+    group_->all_reduce(table, ReduceOp::kSum);
+  }
 
   const auto* values = table.data_ptr<int64_t>();
   std::string listed;

@@ -126,6 +126,10 @@ std::vector<int32_t> GradientShards::finish(bool contribute) {
   // none, so the optimizer skips them as it would skip the parameter).
   std::vector<int32_t> used = received_;
   if (!contribute) std::fill(used.begin(), used.end(), 0);
+  // Alone, this rank's answer is everyone's; elsewhere the answer must come
+  // back to the host, one wait for the GPU per step (as with DDP's
+  // find_unused_parameters).
+  if (group_->size() == 1) return used;
   const at::Device device = buckets_.parameters().front().device();
   at::Tensor flags = at::tensor(used, at::kInt).to(device);
   {

@@ -2,8 +2,12 @@
 // ddprun, on a short slice (--max-steps), with its outputs checked: the
 // final line, the metrics CSV, the PNG, the rank-prefixed progress, --help,
 // clean errors, and resumption from a snapshot continuing bit-exactly.
+// They train on the CPU: the runs of several ranks, or whose output names
+// the CPU, pass --device cpu, so that they hold on a machine with a GPU too
+// (where --device auto takes it; tests/gpu covers the GPU).
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -47,7 +51,7 @@ void expectHelpLists(const std::string& program, const std::vector<std::string>&
 
 TEST(ExamplesHelp, EveryExampleListsItsFlags) {
   const std::vector<std::string> common = {
-      "--epochs",           "--max-steps",         "--seed",        "--snapshot-dir",
+      "--epochs",           "--max-steps",         "--seed",        "--device", "--snapshot-dir",
       "--save-every-steps", "--save-every-epochs", "--metrics-csv", "--plot"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
@@ -56,8 +60,8 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
   expectHelpLists(DDP_EXAMPLE_MNIST_DDP,
                   with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend",
                         "--comm-hook", "--powersgd-rank", "--powersgd-start-iteration"}));
-  expectHelpLists(DDP_EXAMPLE_LENET_DP,
-                  with({"--data-dir", "--batch-size", "--replicas", "--lr", "--lr-gamma"}));
+  expectHelpLists(DDP_EXAMPLE_LENET_DP, with({"--data-dir", "--batch-size", "--gpus", "--replicas",
+                                              "--lr", "--lr-gamma"}));
   expectHelpLists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
   expectHelpLists(DDP_EXAMPLE_HOROVOD,
                   with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
@@ -102,16 +106,18 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
 }
 
 // The mixed-precision example: O1 (bfloat16 autocast on CPU) with
-// SyncBatchNorm, two ranks under ddprun on the default engine (shm here).
+// SyncBatchNorm, two ranks under ddprun on the default engine (shm for the
+// CPU tensors; auto(shm,nccl) where LibTorch has CUDA).
 TEST_F(ExamplesRun, MnistDdpTrainsWithAmpO1AndSyncBatchNormUnderDdprun) {
   DDP_REQUIRE_FASHION_MNIST();
-  const ChildResult r =
-      run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
-                      {"--max-steps", "4", "--batch-size", "32", "--amp", "O1", "--sync-bn"}),
-          {}, 180s);
+  const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
+                                        {"--max-steps", "4", "--batch-size", "32", "--amp", "O1",
+                                         "--sync-bn", "--device", "cpu"}),
+                            {}, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[0] [rank 0] mixed precision O1, SyncBatchNorm, engine auto(shm)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("[0] [rank 0] mixed precision O1 (bfloat16), SyncBatchNorm, engine auto(shm"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos)
       << r.output;
@@ -134,7 +140,7 @@ TEST_F(ExamplesRun, MnistDdpUnderDdprunResumesFromTheSavedStepBitExactly) {
     return run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
                            {"--max-steps", std::to_string(max_steps), "--batch-size", "32",
                             "--seed", "3", "--snapshot-dir", path(snapshots), "--save-every-steps",
-                            "3", "--metrics-csv", path(snapshots + ".csv")}));
+                            "3", "--metrics-csv", path(snapshots + ".csv"), "--device", "cpu"}));
   };
   const ChildResult first = job("resumed", 4);
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -198,8 +204,9 @@ TEST_F(ExamplesRun, MnistDdpNamesAMissingDataFileAndMissingGnuplot) {
 // final line without accuracy (there is no test set).
 TEST_F(ExamplesRun, ToyTrainerUnderDdprunSavesEveryEpochAndWritesItsCsv) {
   std::vector<std::string> args = {
-      "--max-steps",         "40", "--no-trace-steps", "--snapshot-dir", path("snap"),
-      "--save-every-epochs", "1",  "--metrics-csv",    path("toy.csv")};
+      "--device",       "cpu",        "--max-steps",         "40", "--no-trace-steps",
+      "--snapshot-dir", path("snap"), "--save-every-epochs", "1",  "--metrics-csv",
+      path("toy.csv")};
   const bool plot = gnuplotInstalled();
   if (plot) args.insert(args.end(), {"--plot", path("toy.png")});
   const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_TOY_TRAINER, args));
@@ -229,8 +236,9 @@ TEST_F(ExamplesRun, ToyTrainerUnderDdprunSavesEveryEpochAndWritesItsCsv) {
 // Started as two ranks, it refuses with a message saying what to run.
 TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
   DDP_REQUIRE_FASHION_MNIST();
-  const ChildResult r = run({DDP_EXAMPLE_LENET_DP, "--max-steps", "30", "--batch-size", "64",
-                             "--replicas", "2", "--metrics-csv", path("lenet.csv")});
+  const ChildResult r =
+      run({DDP_EXAMPLE_LENET_DP, "--max-steps", "30", "--batch-size", "64", "--replicas", "2",
+           "--metrics-csv", path("lenet.csv"), "--device", "cpu"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] 2 replicas (cpu, cpu); batches of 64"), std::string::npos)
       << r.output;
@@ -257,10 +265,10 @@ TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
 TEST_F(ExamplesRun, HorovodUnderDdprunWarmsUpAndResumesBitExactly) {
   DDP_REQUIRE_FASHION_MNIST();
   auto job = [&](const std::string& snapshots, int max_steps) {
-    return run(
-        underDdprun(2, DDP_EXAMPLE_HOROVOD,
-                    {"--max-steps", std::to_string(max_steps), "--warmup-steps", "4", "--seed", "5",
-                     "--snapshot-dir", path(snapshots), "--save-every-steps", "0"}));
+    return run(underDdprun(
+        2, DDP_EXAMPLE_HOROVOD,
+        {"--max-steps", std::to_string(max_steps), "--warmup-steps", "4", "--seed", "5",
+         "--snapshot-dir", path(snapshots), "--save-every-steps", "0", "--device", "cpu"}));
   };
   const ChildResult first = job("resumed", 3);
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -285,4 +293,66 @@ TEST_F(ExamplesRun, HorovodUnderDdprunWarmsUpAndResumesBitExactly) {
   EXPECT_NE(digestOf(straight.output), "<none>") << straight.output;
   EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n"
                                                                 << straight.output;
+}
+
+// --device auto (the default) trains on the CPU where CUDA is unavailable:
+// bit-identical to --device cpu, and the run says where it trains.
+TEST_F(ExamplesRun, DeviceAutoIsTheCpuWithoutCuda) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA is available: auto takes the GPU";
+  auto pair = [&](std::vector<std::string> argv) {
+    const ChildResult by_default = run(argv);
+    argv.insert(argv.end(), {"--device", "cpu"});
+    const ChildResult on_cpu = run(argv);
+    EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
+    EXPECT_EQ(on_cpu.exit_code, 0) << on_cpu.output;
+    EXPECT_NE(digestOf(on_cpu.output), "<none>") << on_cpu.output;
+    EXPECT_EQ(digestOf(by_default.output), digestOf(on_cpu.output))
+        << by_default.output << "\n---\n"
+        << on_cpu.output;
+    return std::make_pair(by_default, on_cpu);
+  };
+  pair({DDP_EXAMPLE_TOY_TRAINER, "--max-steps", "5", "--no-trace-steps"});
+  DDP_REQUIRE_FASHION_MNIST();
+  const auto [by_default, on_cpu] =
+      pair({DDP_EXAMPLE_MNIST_DDP, "--max-steps", "3", "--batch-size", "32"});
+  for (const ChildResult* r : {&by_default, &on_cpu})
+    EXPECT_NE(r->output.find("[rank 0] shard of 60000 samples, 1875 steps of 32 per epoch, on cpu"),
+              std::string::npos)
+        << r->output;
+}
+
+// --device cuda without CUDA: every example stops before training with a
+// ConfigError that names the flag and says what to use instead.
+TEST(ExamplesDevice, CudaWithoutCudaIsAConfigError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA is available";
+  for (const char* program : {DDP_EXAMPLE_MNIST_DDP, DDP_EXAMPLE_LENET_DP, DDP_EXAMPLE_TOY_TRAINER,
+                              DDP_EXAMPLE_HOROVOD}) {
+    const ChildResult r = run({program, "--device", "cuda", "--max-steps", "1"});
+    EXPECT_EQ(r.exit_code, static_cast<int>(ddp::ExitCode::kConfig)) << program << r.output;
+    EXPECT_NE(r.output.find("error: --device cuda: CUDA is not available to this process"),
+              std::string::npos)
+        << program << r.output;
+    EXPECT_NE(r.output.find("use --device cpu"), std::string::npos) << program << r.output;
+    EXPECT_EQ(r.output.find("step 1"), std::string::npos) << program << r.output;
+  }
+}
+
+// example_lenet_dp --gpus N asks for N GPUs: more than are visible is a
+// ConfigError with the count, and so is --gpus with --device cpu.
+TEST(ExamplesDevice, LenetDpRefusesMoreGpusThanVisible) {
+  const int visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (visible >= 2) GTEST_SKIP() << visible << " GPUs are visible";
+  const ChildResult r = run({DDP_EXAMPLE_LENET_DP, "--gpus", "2", "--max-steps", "1"});
+  EXPECT_EQ(r.exit_code, static_cast<int>(ddp::ExitCode::kConfig)) << r.output;
+  EXPECT_NE(r.output.find("error: --gpus 2 asks for more GPUs than the " + std::to_string(visible) +
+                          " visible to this process"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("replicas ("), std::string::npos) << r.output;
+  const ChildResult cpu =
+      run({DDP_EXAMPLE_LENET_DP, "--gpus", "1", "--device", "cpu", "--max-steps", "1"});
+  EXPECT_EQ(cpu.exit_code, static_cast<int>(ddp::ExitCode::kConfig)) << cpu.output;
+  EXPECT_NE(cpu.output.find("error: --gpus 1 asks for GPUs, but --device cpu trains on the CPU"),
+            std::string::npos)
+      << cpu.output;
 }

@@ -45,4 +45,25 @@ void checkCudaAmp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& check
 /// with SyncBatchNorm under DDP against one process.
 void checkCudaSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
 
+/// DDP steps on CUDA that never make the host wait for the GPU (Note [Two
+/// ways to wait for the GPU] in host_sync_checks.cpp), at world size 1 on
+/// NCCL with the single-process shortcut off (so every all-reduce runs) and
+/// on: default options, gradient_as_bucket_view, static_graph, no_sync, the
+/// fp16 and bf16 hooks, ZeroRedundancyOptimizer stages 1 and 2; and at most
+/// one synchronizing call per step with find_unused_parameters and with the
+/// GradScaler (Note [Inherent synchronizations]).
+void checkHostNeverWaits(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
+
+/// The names of the checks checkHostNeverWaits makes.
+std::vector<std::string> hostNeverWaitsChecks();
+
+/// CapturedStep at world size 1 on NCCL: ConvNet and ResNet-18, with the
+/// single-process shortcut (nothing to reduce) and without (the NCCL
+/// all-reduces in the graph): 20 replayed steps against 20 eager ones, to
+/// 1e-6; a GradScaler inside the capture refused with a named error.
+void checkCapturedStep(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
+
+/// The names of the checks checkCapturedStep makes.
+std::vector<std::string> capturedStepChecks();
+
 }  // namespace ddp::testing

@@ -129,6 +129,23 @@ TEST(GpuDdp, NcclAtWorldSizeOneEqualsOneProcess) {
   expectChecks(runGpuRanks(1, "ddp", "nccl"), ddpChecks());
 }
 
+// Note [Two ways to wait for the GPU] in host_sync_checks.cpp.
+TEST(GpuDdp, StepsNeverMakeTheHostWaitForTheGpu) {
+  DDP_REQUIRE_GPU();
+  DDP_REQUIRE_NCCL();
+  const std::vector<std::string> names = hostNeverWaitsChecks();
+  expectChecks(runGpuRanks(1, "host-never-waits", "nccl"),
+               std::set<std::string>(names.begin(), names.end()));
+}
+
+TEST(GpuCapturedStep, ReplaysEqualEagerStepsOnNccl) {
+  DDP_REQUIRE_GPU();
+  DDP_REQUIRE_NCCL();
+  const std::vector<std::string> names = capturedStepChecks();
+  expectChecks(runGpuRanks(1, "captured-step", "nccl"),
+               std::set<std::string>(names.begin(), names.end()));
+}
+
 TEST(GpuAmp, OptLevelsAndScalerOnTwoProcesses) {
   DDP_REQUIRE_GPU();
   expectChecks(runGpuRanks(2, "amp", "gloo"), ampChecks());

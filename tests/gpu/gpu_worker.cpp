@@ -1,7 +1,7 @@
 // gpu_test_worker: one rank of a GPU test, started N times by the harness
 // (tests/multiprocess/harness.hpp).
 //
-//   gpu_test_worker collectives|ddp|amp|sync-batch-norm BACKEND
+//   gpu_test_worker collectives|ddp|amp|sync-batch-norm|host-never-waits|captured-step BACKEND
 //
 // Prints one "check <name>: ok|FAILED: ..." line per check and exits 0 when
 // none failed; on a ddp::Error prints "error: <message>" and exits with its
@@ -20,8 +20,10 @@
 int main(int argc, char** argv) {
   const std::string scenario = argc > 2 ? argv[1] : "";
   if (scenario != "collectives" && scenario != "ddp" && scenario != "amp" &&
-      scenario != "sync-batch-norm") {
-    std::cerr << "usage: gpu_test_worker collectives|ddp|amp|sync-batch-norm BACKEND\n";
+      scenario != "sync-batch-norm" && scenario != "host-never-waits" &&
+      scenario != "captured-step") {
+    std::cerr << "usage: gpu_test_worker "
+                 "collectives|ddp|amp|sync-batch-norm|host-never-waits|captured-step BACKEND\n";
     return 2;
   }
   if (!torch::cuda::is_available()) {
@@ -40,6 +42,10 @@ int main(int argc, char** argv) {
       ddp::testing::checkCudaDdp(group, checks);
     } else if (scenario == "amp") {
       ddp::testing::checkCudaAmp(group, checks);
+    } else if (scenario == "captured-step") {
+      ddp::testing::checkCapturedStep(group, checks);
+    } else if (scenario == "host-never-waits") {
+      ddp::testing::checkHostNeverWaits(group, checks);
     } else {
       ddp::testing::checkCudaSyncBatchNorm(group, checks);
     }

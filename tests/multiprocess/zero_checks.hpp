@@ -45,7 +45,9 @@ inline std::set<std::string> zeroCheckNames() {
   names.insert(
       "stage 2 overlaps backward: all 3 issued and every .grad released when backward "
       "returns");
-  names.insert("stage 2 overlaps backward: step() issues 1 all-reduce and 3 all-gathers");
+  names.insert(
+      "stage 2 overlaps backward: step() issues the usage all-reduce (none alone) and 3 "
+      "all-gathers");
   names.insert("stage 2: a second backward before step() is refused");
   names.insert("stage 2: zero_grad() between backward and step() is refused");
   names.insert("a cap of 0 and 2 passes at stage 1 are refused naming the option");
