@@ -64,8 +64,7 @@ class SyncCounter final : public c10::WarningHandler {
   c10::WarningHandler* previous_;
 };
 
-/// One training step of a configuration; `sync` false runs it under no_sync
-/// where the configuration has DDP.
+/// One training step of a configuration.
 using Step = std::function<void()>;
 
 struct Trainer {
@@ -73,7 +72,7 @@ struct Trainer {
   Step step;
   /// Synchronizing calls a step may make (Note [Inherent synchronizations]).
   int allowed_per_step = 0;
-  std::shared_ptr<void> keep_alive;
+  std::shared_ptr<void> keep_alive;  // the model and optimizer `step` uses
 };
 
 // Note [Inherent synchronizations]
