@@ -36,6 +36,10 @@ root_open() {  # root_open ROOT REPO
     fi
   fi
   trap root_close EXIT
+  # The machine's own names, so that its host name resolves inside as it does
+  # outside (torchrun's rendezvous gives workers the node's name as
+  # MASTER_ADDR; debootstrap's hosts file knows only localhost).
+  cp /etc/hosts "$root/etc/hosts"
   for dir in /proc /dev /dev/shm "$repo"; do
     mkdir -p "$root$dir"
     if ! mountpoint -q "$root$dir"; then

@@ -27,13 +27,16 @@ case "${1:-}" in
 esac
 
 # What the suite needs, as scripts/install-deps.sh installs on Debian 12 (the
-# Debian 13 names are the same); ninja for a faster build.
+# Debian 13 names are the same); ninja for a faster build; python3-torch for
+# PyTorch 2.6's torchrun, which the InteropTorchrun tests run (Debian 12's
+# torchrun does not start, so only this leg runs them).
 packages=(
   cmake g++ make ninja-build ccache pkg-config
   libtorch-dev libgloo-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist
+  python3-torch
 )
 
 start=$(date +%s)

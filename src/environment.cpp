@@ -23,6 +23,8 @@ struct PartialTopology {
   std::optional<Sourced> rank, world_size, local_rank, local_world_size, group_rank;
   std::optional<std::string> master_addr;
   std::optional<Sourced> master_port;
+  bool agent_store = false;
+  std::optional<Sourced> restart_count;
 };
 
 std::optional<std::string> lookup(const EnvironmentMap& env, const std::string& name) {
@@ -100,6 +102,19 @@ PartialTopology fromLauncher(const EnvironmentMap& env, const LauncherVariables&
   return t;
 }
 
+// torchrun's (and ddprun's) variables about the job rather than the rank.
+void addTorchrunExtras(const EnvironmentMap& env, PartialTopology& t) {
+  t.restart_count = integerVariable(env, kRestartCountVariable, LaunchSource::kTorchrun);
+  const auto agent_store = lookup(env, kAgentStoreVariable);
+  if (!agent_store || *agent_store == "False") return;
+  if (*agent_store != "True") {
+    throw ConfigError(std::string(kAgentStoreVariable) + " (torchrun) is '" + *agent_store +
+                      "'; torchrun sets it to True (its agent hosts the rendezvous store) or "
+                      "False. Unset it, or leave it to the launcher.");
+  }
+  t.agent_store = true;
+}
+
 // Slurm writes node lists compressed: "node[01-04,07],gpu5". Rank 0 runs on
 // the first node, which is what the rendezvous needs.
 std::string firstSlurmHost(const std::string& nodelist) {
@@ -156,7 +171,11 @@ void addSlurmExtras(const EnvironmentMap& env, PartialTopology& t) {
 }
 
 PartialTopology fromEnvironment(const EnvironmentMap& env) {
-  if (describes(env, kTorchrun)) return fromLauncher(env, kTorchrun);
+  if (describes(env, kTorchrun)) {
+    PartialTopology t = fromLauncher(env, kTorchrun);
+    addTorchrunExtras(env, t);
+    return t;
+  }
   if (describes(env, kOpenMpi)) return fromLauncher(env, kOpenMpi);
   if (describes(env, kSlurm)) {
     PartialTopology t = fromLauncher(env, kSlurm);
@@ -172,6 +191,12 @@ void applyOverrides(PartialTopology& t, const TopologyOverrides& o) {
     if (value) field = Sourced{*value, std::string("the explicit ") + name + " option"};
   };
   if (o.rank || o.world_size) t.source = LaunchSource::kExplicit;
+  // The agent's store is at the launcher's address only: an override that
+  // moves the rendezvous elsewhere means a store ddp hosts there.
+  if ((o.master_addr && o.master_addr != t.master_addr) ||
+      (o.master_port && (!t.master_port || *o.master_port != t.master_port->value))) {
+    t.agent_store = false;
+  }
   apply(t.rank, o.rank, "rank");
   apply(t.world_size, o.world_size, "world_size");
   apply(t.local_rank, o.local_rank, "local_rank");
@@ -274,6 +299,12 @@ Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& ov
                "Choose a free port, e.g. MASTER_PORT=29500.");
     t.master_port = p.master_port->value;
   }
+  if (p.restart_count) {
+    checkRange(*p.restart_count, 0, 1 << 30, "a restart count is 0 or more",
+               "Leave TORCHELASTIC_RESTART_COUNT to the launcher.");
+    t.restart_count = p.restart_count->value;
+  }
+  t.agent_store = p.agent_store;
   return t;
 }
 

@@ -3,7 +3,9 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <exception>
 #include <iostream>
+#include <utility>
 
 #include "backends/backends.hpp"
 #include "ddp/error_file.hpp"
@@ -13,6 +15,7 @@
 #include "ddp/timeline/timeline.hpp"
 #include "flight_recorder/flight_recorder_process_group.hpp"
 #include "store/job_secret.hpp"
+#include "store/socket.hpp"
 #include "timeline/timeline_process_group.hpp"
 
 namespace ddp {
@@ -38,6 +41,18 @@ void validate(const InitOptions& options) {
 
 std::string rankKey(int rank) { return "ddp/joined/" + std::to_string(rank); }
 
+// The ranks below world_size without their key in `store` (at most 16
+// named), and how many there are.
+std::pair<std::string, int> missingRanks(c10d::Store& store, const Topology& topology) {
+  std::string missing;
+  int count = 0;
+  for (int r = 0; r < topology.world_size; ++r) {
+    if (store.check({rankKey(r)})) continue;
+    if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return {missing, count};
+}
+
 // Note [Joining before the engine starts]
 // Gloo's own rendezvous would also time out when a rank is missing, but its
 // message names a store key, not a rank. ddp first has every rank announce
@@ -49,18 +64,26 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
   store.set(rankKey(topology.rank), std::vector<uint8_t>(world.begin(), world.end()));
   std::vector<std::string> keys;
   for (int r = 0; r < topology.world_size; ++r) keys.push_back(rankKey(r));
+  std::exception_ptr timed_out;
   try {
     store.wait(keys, timeout);
   } catch (const TimeoutError&) {
-    std::string missing;
-    int count = 0;
-    for (int r = 0; r < topology.world_size; ++r) {
-      if (store.check({rankKey(r)})) continue;
-      if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    timed_out = std::current_exception();
+  } catch (const c10::Error&) {  // c10d's client times out with its own error
+    timed_out = std::current_exception();
+  }
+  if (timed_out) {
+    std::pair<std::string, int> missing;
+    try {
+      missing = missingRanks(store, topology);
+    } catch (const std::exception&) {
+      std::rethrow_exception(timed_out);  // the store itself failed: say that
     }
+    if (missing.second == 0) std::rethrow_exception(timed_out);
     throw RendezvousError(
-        "rendezvous at " + where + " timed out after " + std::to_string(timeout.count()) + " ms: " +
-        std::to_string(count) + " of " + world + " ranks never joined (missing: " + missing +
+        "rendezvous at " + where + " timed out after " + std::to_string(timeout.count()) +
+        " ms: " + std::to_string(missing.second) + " of " + world +
+        " ranks never joined (missing: " + missing.first +
         "). Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, check that "
         "none of them failed at start-up, or raise the rendezvous timeout.");
   }
@@ -94,10 +117,63 @@ std::string jobSecret(const EnvironmentMap& env, const Topology& topology) {
   return {};
 }
 
-// The rendezvous store: a TcpStore hosted by rank 0 (a HashStore alone).
+// Note [Joining torchrun's store]
+// torchrun's agent hosts a c10d TCPStore at MASTER_ADDR:MASTER_PORT and says
+// so with TORCHELASTIC_USE_AGENT_STORE=True (torchrun 2.x in every launch
+// mode unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, 1.x with its static
+// rendezvous): the port is the agent's, so no worker may host a store there. Every rank, rank 0
+// included, joins it with c10d's own client, which speaks the server's protocol, under the prefix
+// "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>" that torchrun's Python
+// workers use in 1.x. PyTorch 2.6's workers use none ("a new TCPStore for
+// every retry" in torch/distributed/rendezvous.py), but only the client is
+// new: the agent keeps its server across restarts (the static rendezvous's
+// store, the c10d rendezvous's shared one made once per agent), so without
+// the prefix a restarted job would find the failed attempt's keys. The
+// store authenticates no one: ddp's job secret applies only where ddp hosts
+// the store, and rank 0 says so once.
+std::string agentStorePrefix(const Topology& topology) {
+  return "/worker/attempt_" + std::to_string(topology.restart_count);
+}
+
+compat::StorePtr joinAgentStore(const Topology& topology, const EnvironmentMap& env,
+                                std::chrono::milliseconds timeout) {
+  const std::string endpoint = store::formatEndpoint(topology.master_addr, topology.master_port);
+  c10::intrusive_ptr<c10d::Store> client;
+  try {
+    client = compat::makeC10dTcpStore(topology.master_addr, topology.master_port,
+                                      /*is_server=*/false, timeout);
+  } catch (const c10::Error& error) {
+    const std::string why = error.what_without_backtrace();
+    throw RendezvousError("cannot reach torchrun's rendezvous store at " + endpoint + " (" +
+                          kAgentStoreVariable + "=True) within " + std::to_string(timeout.count()) +
+                          " ms: " + why.substr(0, why.find('\n')) +
+                          ". The torchrun agent of the first node (GROUP_RANK 0) hosts it: check "
+                          "that it still runs and that this machine reaches MASTER_ADDR.");
+  }
+  if (topology.rank == 0) {
+    const bool secret = env.count(store::kJobSecretFileVariable) > 0;
+    std::cerr << "ddp: warning: the rendezvous store at " << endpoint
+              << " is torchrun's, which authenticates no one (PyTorch's SECURITY.md) and "
+                 "listens on every interface, so any machine that reaches port "
+              << topology.master_port << " of its host can read and change the job's keys"
+              << (secret ? std::string(" (") + store::kJobSecretFileVariable +
+                               " is not used: only a store ddp hosts checks it)"
+                         : std::string())
+              << ". Run torchrun jobs on a trusted network only, or start the job with ddprun, "
+                 "whose store admits only the job's ranks."
+              << std::endl;
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>(agentStorePrefix(topology), client);
+  joinAllRanks(*store, topology, timeout, "torchrun's store at " + endpoint);
+  return store;
+}
+
+// The rendezvous store: a TcpStore hosted by rank 0, or torchrun's agent's
+// (a HashStore alone).
 compat::StorePtr connectStore(const Topology& topology, const EnvironmentMap& env,
                               std::chrono::milliseconds timeout) {
   if (topology.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  if (topology.agent_store) return joinAgentStore(topology, env, timeout);
   auto store = c10::make_intrusive<TcpStore>(TcpStoreOptions()
                                                  .host(topology.master_addr)
                                                  .port(topology.master_port)

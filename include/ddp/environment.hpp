@@ -44,6 +44,15 @@ inline constexpr const char* kRecoveryGenerationVariable = "DDP_RECOVERY_GENERAT
 /// The key of that store whose value (a counter) is the newest generation.
 inline constexpr const char* kRecoveryGenerationsKey = "ddp/generations";
 
+/// Set by torchrun: "True" when its agent hosts the rendezvous store at
+/// MASTER_ADDR:MASTER_PORT, so that no worker may host one there (torchrun
+/// 2.x by default, in every launch mode; 1.x with its static rendezvous).
+/// ddprun sets "False". Note [Joining torchrun's store] in src/init.cpp.
+inline constexpr const char* kAgentStoreVariable = "TORCHELASTIC_USE_AGENT_STORE";
+/// Set by torchrun and ddprun: how many times the job was restarted (0 in its
+/// first run).
+inline constexpr const char* kRestartCountVariable = "TORCHELASTIC_RESTART_COUNT";
+
 /// The default rendezvous port, as torchrun's.
 inline constexpr int kDefaultMasterPort = 29500;
 
@@ -65,6 +74,14 @@ struct Topology {
   int master_port = kDefaultMasterPort;
   /// Which launcher's variables described this process.
   LaunchSource source = LaunchSource::kNone;
+  /// Whether the launcher's agent hosts the rendezvous store at
+  /// master_addr:master_port (TORCHELASTIC_USE_AGENT_STORE=True): every rank,
+  /// rank 0 included, then joins it as a client. False when an override
+  /// moves the store elsewhere.
+  bool agent_store = false;
+  /// How many times the launcher restarted the job
+  /// (TORCHELASTIC_RESTART_COUNT; 0 without it).
+  int restart_count = 0;
 };
 
 /// Explicit values that take precedence over the environment. Unset fields

@@ -61,11 +61,13 @@ class ProcessGroup {
   virtual std::string backend_name() const = 0;
 
   /// The rendezvous store the group was formed through (a ddp::TcpStore
-  /// hosted by rank 0), or null for a group not made by ddp::init(). A
-  /// channel beside the collectives for small messages, which still works
-  /// when a collective does not: DistributedDataParallel names a mismatch
-  /// between ranks through it. Take a connection of your own
-  /// (TcpStore::clone()) before using it from another thread.
+  /// hosted by rank 0; under torchrun 2.x a c10d::PrefixStore over a client
+  /// of its agent's c10d::TCPStore; InitOptions::store's), or null for a
+  /// group not made by ddp::init(). A channel beside the collectives for
+  /// small messages, which still works when a collective does not:
+  /// DistributedDataParallel names a mismatch between ranks through a
+  /// ddp::TcpStore. Take a connection of your own (TcpStore::clone()) before
+  /// using it from another thread.
   const std::shared_ptr<c10d::Store>& rendezvous_store() const noexcept { return store_; }
   /// Sets what rendezvous_store() returns (ddp::init() does).
   void set_rendezvous_store(std::shared_ptr<c10d::Store> store) { store_ = std::move(store); }

@@ -8,6 +8,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #define DDP_TORCH_AT_LEAST(major, minor) \
@@ -28,6 +29,8 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -171,6 +174,38 @@ inline void copyEach(at::TensorList destinations, at::TensorList sources) {
 #else
   for (size_t i = 0; i < destinations.size(); ++i) destinations[i].copy_(sources[i]);
 #endif
+}
+
+// Note [c10d's TCPStore across versions]
+// Under torchrun's agent store ddp's ranks are clients of a c10d TCPStore
+// server, so they use c10d's own client (Note [Joining torchrun's store] in
+// src/init.cpp). LibTorch 2.x's options have useLibUV, on by default in 2.6,
+// and a LibTorch built without libuv (Debian 13's 2.6) refuses it even for a
+// client ("use_libuv was requested but PyTorch was build without libuv
+// support"). A client's requests are the same either way, so ddp turns it
+// off wherever the field exists; 1.13 has no such field.
+namespace detail {
+template <typename Options>
+auto useClassicTcpStore(Options& options, int) -> decltype(options.useLibUV = false, void()) {
+  options.useLibUV = false;
+}
+template <typename Options>
+void useClassicTcpStore(Options& /*options*/, long) {}  // no libuv backend to avoid
+}  // namespace detail
+
+/// A c10d::TCPStore at `host`:`port`: a client, or with `is_server` the
+/// server too (tests stand in for torchrun's agent with one). Waits up to
+/// `timeout` for the server; c10::Error when it cannot be reached.
+inline c10::intrusive_ptr<c10d::TCPStore> makeC10dTcpStore(const std::string& host, int port,
+                                                           bool is_server,
+                                                           std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = is_server;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  detail::useClassicTcpStore(options, 0);
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
 // Note [Autocast across versions]

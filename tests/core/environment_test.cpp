@@ -119,6 +119,62 @@ TEST(CoreEnvironment, OverridesWin) {
   EXPECT_EQ(t.source, LaunchSource::kExplicit);
 }
 
+// torchrun 2.x's workers: its agent hosts the store (Note [Joining
+// torchrun's store] in src/init.cpp).
+TEST(CoreEnvironment, TorchrunAgentStoreAndRestartCount) {
+  const EnvironmentMap agent = {{"RANK", "1"},
+                                {"WORLD_SIZE", "2"},
+                                {"MASTER_ADDR", "node0"},
+                                {"MASTER_PORT", "29400"},
+                                {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                {"TORCHELASTIC_RESTART_COUNT", "3"}};
+  Topology t = resolve_topology(agent);
+  EXPECT_TRUE(t.agent_store);
+  EXPECT_EQ(t.restart_count, 3);
+  EXPECT_EQ(t.master_addr, "node0");
+  EXPECT_EQ(t.master_port, 29400);
+
+  // ddprun's workers, and torchrun 1.x's with its c10d rendezvous.
+  EnvironmentMap own = agent;
+  own["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(resolve_topology(own).agent_store);
+  own.erase("TORCHELASTIC_USE_AGENT_STORE");
+  own.erase("TORCHELASTIC_RESTART_COUNT");
+  t = resolve_topology(own);
+  EXPECT_FALSE(t.agent_store);
+  EXPECT_EQ(t.restart_count, 0);
+
+  // An override that moves the store elsewhere means a store ddp hosts; one
+  // that names the launcher's own address keeps the agent's.
+  TopologyOverrides elsewhere;
+  elsewhere.master_port = 29500;
+  EXPECT_FALSE(resolve_topology(agent, elsewhere).agent_store);
+  elsewhere = {};
+  elsewhere.master_addr = "node7";
+  EXPECT_FALSE(resolve_topology(agent, elsewhere).agent_store);
+  TopologyOverrides same;
+  same.master_addr = "node0";
+  same.master_port = 29400;
+  EXPECT_TRUE(resolve_topology(agent, same).agent_store);
+
+  // Other launchers' variables never mean torchrun's store.
+  EXPECT_FALSE(resolve_topology({{"OMPI_COMM_WORLD_RANK", "0"},
+                                 {"OMPI_COMM_WORLD_SIZE", "2"},
+                                 {"MASTER_ADDR", "h"},
+                                 {"TORCHELASTIC_USE_AGENT_STORE", "True"}})
+                   .agent_store);
+
+  EnvironmentMap bad = agent;
+  bad["TORCHELASTIC_USE_AGENT_STORE"] = "1";
+  EXPECT_EQ(configErrorOf(bad),
+            "TORCHELASTIC_USE_AGENT_STORE (torchrun) is '1'; torchrun sets it to True (its agent "
+            "hosts the rendezvous store) or False. Unset it, or leave it to the launcher.");
+  bad = agent;
+  bad["TORCHELASTIC_RESTART_COUNT"] = "-1";
+  EXPECT_NE(configErrorOf(bad).find("TORCHELASTIC_RESTART_COUNT (torchrun) is -1"),
+            std::string::npos);
+}
+
 TEST(CoreEnvironment, BadValuesNameVariableValueAndFix) {
   EXPECT_EQ(configErrorOf({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}),
             "RANK (torchrun) is 4, but ranks run from 0 to 3 (WORLD_SIZE (torchrun) is 4). Each "

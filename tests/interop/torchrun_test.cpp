@@ -1,0 +1,360 @@
+// InteropTorchrun: ddp's toy trainer under the real torchrun of PyTorch 2.x,
+// whose agent hosts the rendezvous store (Note [Joining torchrun's store] in
+// src/init.cpp), in each launch mode on loopback; every job is compared with
+// the same job under ddprun, whose final parameters it must match bit for
+// bit (params-digest). The tests run where a torchrun of PyTorch 2.x starts
+// (CI's LibTorch 2.6 leg) and are skipped with the reason elsewhere.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "ddp/environment.hpp"
+#include "launch/child_process.hpp"
+
+namespace ddp::interop {
+namespace {
+
+using launch::ChildResult;
+using launch::ChildSpec;
+using launch::runChildren;
+using namespace std::chrono_literals;
+
+// Every run ends within this, torchrun's start-up (a few seconds of Python)
+// included.
+constexpr auto kDeadline = 240s;
+
+// The test's own launcher variables must not reach the jobs.
+const std::vector<std::string> kUnset = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "TORCHELASTIC_RESTART_COUNT",
+                                         "TORCHELASTIC_USE_AGENT_STORE",
+                                         "TORCHELASTIC_ERROR_FILE",
+                                         "DDP_JOB_SECRET_FILE"};
+
+// What rank 0 says once per run under torchrun's store.
+const std::string kUnauthenticated =
+    "is torchrun's, which authenticates no one (PyTorch's SECURITY.md)";
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string digestOf(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
+                                                                                     : "<none>";
+}
+
+// The digest in whichever of `results` has it (the node of rank 0).
+std::string digestOf(const std::vector<ChildResult>& results) {
+  for (const ChildResult& r : results) {
+    if (digestOf(r.output) != "<none>") return digestOf(r.output);
+  }
+  return "<none>";
+}
+
+std::string outputs(const std::vector<ChildResult>& results) {
+  std::string all;
+  for (size_t i = 0; i < results.size(); ++i) {
+    all += "--- torchrun " + std::to_string(i) + " (" + results[i].status() + ")\n" +
+           results[i].output;
+  }
+  return all;
+}
+
+// Debian 13's PyTorch lacks libuv, which c10d's TCPStore uses by default:
+// torchrun runs with torchrun_site/sitecustomize.py on PYTHONPATH.
+std::string pythonPath() {
+  const EnvironmentMap env = capture_environment();
+  const auto own = env.find("PYTHONPATH");
+  return std::string(DDP_TORCHRUN_SITE) +
+         (own == env.end() || own->second.empty() ? "" : ":" + own->second);
+}
+
+// torchrun leaves a log directory in TMPDIR after every run: this test
+// process gives it a directory of its own, removed at exit.
+class TorchrunTemporaries {
+ public:
+  TorchrunTemporaries() {
+    path_ = (std::filesystem::temp_directory_path() / "ddp-torchrun-XXXXXX").string();
+    if (mkdtemp(path_.data()) == nullptr) path_ = std::filesystem::temp_directory_path();
+  }
+  ~TorchrunTemporaries() {
+    std::error_code ignored;
+    if (path_ != std::filesystem::temp_directory_path()) {
+      std::filesystem::remove_all(path_, ignored);
+    }
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// What torchrun's Python gets: the site directory, no bytecode written into
+// the source tree, and its own temporary directory.
+std::map<std::string, std::string> pythonEnvironment() {
+  static const TorchrunTemporaries temporaries;
+  return {{"PYTHONPATH", pythonPath()},
+          {"PYTHONDONTWRITEBYTECODE", "1"},
+          {"TMPDIR", temporaries.path()}};
+}
+
+// The torchrun on PATH, or why these tests cannot run here.
+struct Torchrun {
+  std::string path;
+  std::string skip_reason;  // empty: usable
+};
+
+Torchrun findTorchrun() {
+  const EnvironmentMap env = capture_environment();
+  std::stringstream dirs(env.count("PATH") ? env.at("PATH") : "");
+  std::string path;
+  for (std::string dir; path.empty() && std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && ::access((dir + "/torchrun").c_str(), X_OK) == 0) path = dir + "/torchrun";
+  }
+  if (path.empty()) {
+    return {"",
+            "no torchrun on PATH. InteropTorchrun runs in CI's LibTorch 2.6 leg, where "
+            "scripts/libtorch2.sh installs Debian 13's python3-torch."};
+  }
+  // torchrun is a Python script; its interpreter tells which PyTorch it runs.
+  std::ifstream script(path);
+  std::string shebang;
+  std::getline(script, shebang);
+  std::vector<std::string> argv;
+  std::stringstream words(shebang.rfind("#!", 0) == 0 ? shebang.substr(2) : "");
+  for (std::string word; words >> word;) argv.push_back(word);
+  if (argv.empty()) return {"", path + " is not a Python script, so not PyTorch's torchrun."};
+  argv.insert(argv.end(), {"-c", "import torch; print('torch', torch.__version__)"});
+  const ChildResult version = runChildren({ChildSpec{argv, pythonEnvironment(), {}}}, 120s).at(0);
+  std::smatch m;
+  if (!std::regex_search(version.output, m, std::regex(R"(torch (\d+)\.(\S+))"))) {
+    return {"", path + "'s Python cannot import torch (" + version.status() +
+                    "): " + version.output.substr(0, 300)};
+  }
+  const std::string pytorch = "PyTorch " + m[1].str() + "." + m[2].str();
+  if (std::stoi(m[1]) < 2) {
+    return {"", path + " is " + pytorch +
+                    "'s; InteropTorchrun needs torchrun 2.x, whose agent hosts the store in "
+                    "every launch mode (Debian 12's 1.13 does not even start on Python 3.11)."};
+  }
+  const ChildResult help =
+      runChildren({ChildSpec{{path, "--help"}, pythonEnvironment(), kUnset}}, 120s).at(0);
+  if (help.exit_code != 0) {
+    return {"", path + " (" + pytorch + ") does not start here (" + help.status() + "): " +
+                    help.output.substr(help.output.size() > 600 ? help.output.size() - 600 : 0)};
+  }
+  return {path, ""};
+}
+
+const Torchrun& torchrun() {
+  static const Torchrun found = findTorchrun();
+  return found;
+}
+
+#define SKIP_WITHOUT_TORCHRUN_2()                                              \
+  if (!torchrun().skip_reason.empty()) GTEST_SKIP() << torchrun().skip_reason; \
+  static_assert(true)
+
+// torchrun `launcher_args` --no-python TOY `job`.
+ChildSpec underTorchrun(const std::vector<std::string>& launcher_args,
+                        const std::vector<std::string>& job) {
+  std::vector<std::string> argv = {torchrun().path};
+  argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
+  argv.insert(argv.end(), {"--no-python", DDP_TOY_TRAINER});
+  argv.insert(argv.end(), job.begin(), job.end());
+  return ChildSpec{argv, pythonEnvironment(), kUnset};
+}
+
+// The same job under ddprun, two workers on this machine.
+ChildResult underDdprun(const std::vector<std::string>& job) {
+  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node", "2",
+                                   DDP_TOY_TRAINER};
+  argv.insert(argv.end(), job.begin(), job.end());
+  return runChildren({ChildSpec{argv, {}, kUnset}}, kDeadline).at(0);
+}
+
+// Runs the launchers made for a port that was free when asked; with another
+// port when one of them found it taken meanwhile (another program may bind
+// a free port before torchrun's agent does).
+std::vector<ChildResult> onAFreePort(
+    const std::function<std::vector<ChildSpec>(const std::string& port)>& launchers) {
+  std::vector<ChildResult> results;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    results = runChildren(launchers(std::to_string(launch::findFreePort())), kDeadline);
+    const std::string all = outputs(results);
+    if (!contains(all, "EADDRINUSE") && !contains(all, "address already in use")) break;
+  }
+  return results;
+}
+
+std::string temporaryDirectory() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ddp-interop-XXXXXX").string();
+  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+  return pattern;
+}
+
+// One epoch of the toy trainer: 2048 samples / (2 ranks x 32) = 32 steps.
+const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
+
+// kJob's digest under ddprun.
+const std::string& expectedDigest() {
+  static const std::string digest = [] {
+    const ChildResult reference = underDdprun(kJob);
+    EXPECT_EQ(reference.exit_code, 0) << reference.output;
+    return digestOf(reference.output);
+  }();
+  return digest;
+}
+
+TEST(InteropTorchrun, StandaloneTrainsAsUnderDdprun) {
+  SKIP_WITHOUT_TORCHRUN_2();
+  ASSERT_NE(expectedDigest(), "<none>");
+  const ChildResult run =
+      runChildren({underTorchrun({"--standalone", "--nproc-per-node", "2"}, kJob)}, kDeadline)
+          .at(0);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(digestOf(run.output), expectedDigest()) << run.output;
+  EXPECT_EQ(count(run.output, kUnauthenticated), 1) << run.output;  // rank 0, once
+  EXPECT_FALSE(contains(run.output, "has no job secret")) << run.output;
+}
+
+// The multi-node command lines of PyTorch's DDP tutorial, two "nodes" on
+// loopback: torchrun's static rendezvous, whose store is node 0's agent's.
+TEST(InteropTorchrun, StaticMultiNodeTrainsAsUnderDdprun) {
+  SKIP_WITHOUT_TORCHRUN_2();
+  ASSERT_NE(expectedDigest(), "<none>");
+  const auto nodes = onAFreePort([](const std::string& port) {
+    auto node = [&](int rank) {
+      return underTorchrun(
+          {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
+           "--master-addr", "127.0.0.1", "--master-port", port},
+          kJob);
+    };
+    return std::vector<ChildSpec>{node(0), node(1)};
+  });
+  for (const ChildResult& node : nodes) EXPECT_EQ(node.exit_code, 0) << outputs(nodes);
+  EXPECT_EQ(digestOf(nodes[0].output), expectedDigest()) << outputs(nodes);
+  EXPECT_EQ(count(outputs(nodes), kUnauthenticated), 1) << outputs(nodes);
+}
+
+// torchrun's c10d rendezvous: ranks by joining order, the store shared by
+// the agent of whichever node became rank 0; with a fixed node count and
+// with a range (--nnodes 1:2, both nodes started together).
+class InteropTorchrunC10d : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InteropTorchrunC10d, RendezvousTrainsAsUnderDdprun) {
+  SKIP_WITHOUT_TORCHRUN_2();
+  ASSERT_NE(expectedDigest(), "<none>");
+  const auto nodes = onAFreePort([this](const std::string& port) {
+    auto node = [&] {
+      return underTorchrun({"--nnodes", GetParam(), "--nproc-per-node", "1", "--rdzv-backend",
+                            "c10d", "--rdzv-endpoint", "127.0.0.1:" + port, "--rdzv-id", "j1"},
+                           kJob);
+    };
+    return std::vector<ChildSpec>{node(), node()};
+  });
+  for (const ChildResult& node : nodes) EXPECT_EQ(node.exit_code, 0) << outputs(nodes);
+  EXPECT_EQ(digestOf(nodes), expectedDigest()) << outputs(nodes);
+  EXPECT_EQ(count(outputs(nodes), kUnauthenticated), 1) << outputs(nodes);
+}
+
+INSTANTIATE_TEST_SUITE_P(InteropTorchrun, InteropTorchrunC10d, ::testing::Values("2", "1:2"),
+                         [](const auto& info) {
+                           return info.param == "2" ? std::string("TwoNodes")
+                                                    : std::string("OneToTwoNodes");
+                         });
+
+// A worker SIGKILLed at step 10 (--kill-at, in the job's first run only:
+// TORCHELASTIC_RESTART_COUNT 0); torchrun restarts both, they meet in the
+// restart's own namespace of the agent's store, resume from the snapshot of
+// step 8 and end bit-identical to an uninterrupted run under ddprun.
+TEST(InteropTorchrun, KilledWorkerIsRestartedAndResumes) {
+  SKIP_WITHOUT_TORCHRUN_2();
+  const std::string reference_dir = temporaryDirectory(), restarted_dir = temporaryDirectory();
+  auto job = [](const std::string& dir) {
+    return std::vector<std::string>{"--epochs",           "2", "--seed",         "7",
+                                    "--save-every-steps", "4", "--snapshot-dir", dir};
+  };
+  const ChildResult reference = underDdprun(job(reference_dir));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
+
+  std::vector<std::string> killed = job(restarted_dir);
+  killed.insert(killed.end(), {"--kill-at", "1:10"});
+  const ChildResult run =
+      runChildren(
+          {underTorchrun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"}, killed)},
+          kDeadline)
+          .at(0);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "exitcode: -9")) << run.output;  // torchrun saw the kill
+  EXPECT_TRUE(contains(run.output, "resumed at epoch 0, step 8")) << run.output;
+  EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
+  EXPECT_EQ(count(run.output, kUnauthenticated), 2) << run.output;  // rank 0 of each run
+  std::filesystem::remove_all(reference_dir);
+  std::filesystem::remove_all(restarted_dir);
+}
+
+// A worker's ddp error reaches torchrun's summary through the error file
+// (TORCHELASTIC_ERROR_FILE): the root cause torchrun names carries that
+// rank's message, the one ddprun shows for the same rank of the same job.
+// (Both ranks fail; torchrun names the first it saw.)
+TEST(InteropTorchrun, WorkersErrorIsShownInTorchrunsSummary) {
+  SKIP_WITHOUT_TORCHRUN_2();
+  const std::string dir = temporaryDirectory();
+  const std::string not_a_directory = dir + "/snapshots";
+  std::ofstream(not_a_directory) << "a file where the snapshot directory should be\n";
+  const std::vector<std::string> job = {"--epochs", "1", "--snapshot-dir", not_a_directory};
+  const ChildResult reference = underDdprun(job);
+  std::map<std::string, std::string> message_of_rank;
+  const std::regex error_line(R"(\[(\d+)\] error: ([^\n]+))");
+  for (std::sregex_iterator it(reference.output.begin(), reference.output.end(), error_line), end;
+       it != end; ++it) {
+    message_of_rank[(*it)[1].str()] = (*it)[2].str();
+  }
+  ASSERT_EQ(message_of_rank.size(), 2u) << reference.output;
+
+  const ChildResult run =
+      runChildren({underTorchrun({"--standalone", "--nproc-per-node", "2"}, job)}, kDeadline).at(0);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  const size_t summary = run.output.find("Root Cause (first observed failure)");
+  ASSERT_NE(summary, std::string::npos) << run.output;
+  const std::string root_cause = run.output.substr(summary);
+  std::smatch rank, error_file, traceback;
+  ASSERT_TRUE(std::regex_search(root_cause, rank, std::regex(R"(rank +: (\d+) \(local_rank)")))
+      << run.output;
+  EXPECT_TRUE(
+      std::regex_search(root_cause, error_file,
+                        std::regex("error_file: \\S+/attempt_0/" + rank[1].str() + "/error.json")))
+      << run.output;
+  ASSERT_TRUE(std::regex_search(root_cause, traceback, std::regex(R"(traceback : ([^\n]+))")))
+      << run.output;
+  EXPECT_EQ(traceback[1].str(), message_of_rank[rank[1].str()]) << "rank " << rank[1] << "\n"
+                                                                << run.output << "\n--- ddprun:\n"
+                                                                << reference.output;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddp::interop
