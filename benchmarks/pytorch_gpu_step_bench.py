@@ -107,6 +107,24 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
+def time_steps(args, resnet, step, device):
+    """Untimed warm-up, then ms per timed step and the peak of allocated GPU
+    memory over the timed steps (MiB; -1 on the CPU)."""
+    for _ in range(args.warmup):
+        step()
+    steps = args.resnet_steps if resnet else args.convnet_steps
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    peak_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else -1
+    return 1e3 * seconds / steps, peak_mib
+
+
 def run_configuration(args, model_name, precision, mode, images, labels, device):
     resnet = model_name == "resnet18"
     torch.manual_seed(args.seed)
@@ -139,19 +157,8 @@ def run_configuration(args, model_name, precision, mode, images, labels, device)
             loss.backward()
             optimizer.step()
 
-    for _ in range(args.warmup):
-        step()
-    steps = args.resnet_steps if resnet else args.convnet_steps
-    synchronize(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    peak_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else -1
-    return 1e3 * seconds / steps, loss.item(), peak_mib
+    step_ms, peak_mib = time_steps(args, resnet, step, device)
+    return step_ms, loss.item(), peak_mib
 
 
 def run_graphed(args, resnet, net, optimizer, batches, device):
@@ -181,17 +188,8 @@ def run_graphed(args, resnet, net, optimizer, batches, device):
         static_y.copy_(y)
         graph.replay()
 
-    for _ in range(args.warmup):
-        step()
-    steps = args.resnet_steps if resnet else args.convnet_steps
-    synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    return 1e3 * seconds / steps, static_loss.item(), torch.cuda.max_memory_allocated(device) / 2**20
+    step_ms, peak_mib = time_steps(args, resnet, step, device)
+    return step_ms, static_loss.item(), peak_mib
 
 
 def main():
