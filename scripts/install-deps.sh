@@ -12,6 +12,7 @@ packages=(
   gnuplot-nox                    # the examples' --plot (loss/accuracy curves)
   clang libclang-rt-dev          # libFuzzer: the store's fuzz test (scripts/fuzz-store.sh)
   dataset-fashion-mnist          # the examples' data (/usr/share/datasets/fashion-mnist)
+  openmpi-bin                    # mpirun: the InteropMpirun tests
 )
 
 missing=()

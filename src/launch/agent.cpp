@@ -180,8 +180,7 @@ void Agent::startWorker(Attempt& attempt, int local_rank, int rank, int generati
     }
   }
   ChildSpec spec;
-  spec.argv = o.command;
-  spec.argv[0] = plan_.program_path;
+  spec.argv = plan_.argv;
   spec.env = workerEnvironment(plan_, placement);
   const std::string log_dir = o.log_dir.empty()
                                   ? ""

@@ -163,29 +163,78 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, int default_p
   return {host, *number};
 }
 
-std::string findProgram(const std::string& name) {
+bool isExecutableFile(const std::filesystem::path& p) {
+  return std::filesystem::is_regular_file(p) && access(p.c_str(), X_OK) == 0;
+}
+
+// `name` itself where it has a slash, else the first executable `name` in PATH.
+std::optional<std::string> searchPath(const std::string& name) {
   namespace fs = std::filesystem;
-  auto executable = [](const fs::path& p) {
-    return fs::is_regular_file(p) && access(p.c_str(), X_OK) == 0;
-  };
   if (name.find('/') != std::string::npos) {
-    if (executable(name)) return fs::absolute(name).string();
-  } else {
-    const EnvironmentMap env = capture_environment();
-    std::string path = env.count("PATH") ? env.at("PATH") : "/usr/bin:/bin";
-    size_t start = 0;
-    while (start <= path.size()) {
-      size_t end = path.find(':', start);
-      if (end == std::string::npos) end = path.size();
-      fs::path candidate = fs::path(path.substr(start, end - start)) / name;
-      if (executable(candidate)) return candidate.string();
-      start = end + 1;
-    }
+    if (isExecutableFile(name)) return fs::absolute(name).string();
+    return std::nullopt;
   }
-  throw ConfigError(
-      "the program '" + name + "' does not exist or is not executable" +
-      (name.find('/') == std::string::npos ? " (searched PATH)" : "") +
-      "; give the path of the training binary, e.g. ./build/bin/example_toy_trainer.");
+  const EnvironmentMap env = capture_environment();
+  std::string path = env.count("PATH") ? env.at("PATH") : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    fs::path candidate = fs::path(path.substr(start, end - start)) / name;
+    if (isExecutableFile(candidate)) return candidate.string();
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+bool endsWith(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() &&
+         text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Note [Python scripts]
+// As torchrun, ddprun runs a Python script with the interpreter: without
+// --no-python, a program whose name ends in .py, or a file that exists but
+// is not executable, runs as `python3 -u SCRIPT ARGS...` (-u: unbuffered, so
+// the ranks' lines come out as they are printed). torchrun uses the Python
+// that runs it (sys.executable); ddprun has none, so it takes the first
+// python3 in its PATH, the one a shell would run (a virtual environment's,
+// where one is active). Any other program runs itself, found through PATH
+// as a shell would find it; --no-python runs even a .py file itself.
+std::vector<std::string> resolveCommand(const LaunchOptions& options) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> argv = options.command;
+  const std::string& name = argv.front();
+  const bool script =
+      !options.no_python &&
+      (endsWith(name, ".py") || (fs::is_regular_file(name) && access(name.c_str(), X_OK) != 0));
+  if (script) {
+    if (!fs::is_regular_file(name)) {
+      throw ConfigError("the Python script '" + name +
+                        "' does not exist; give its path (relative to the current directory), "
+                        "or --no-python for a program that is not a Python script.");
+    }
+    const std::optional<std::string> python = searchPath("python3");
+    if (!python) {
+      throw ConfigError("'" + name +
+                        "' is a Python script, run as `python3 -u SCRIPT`, but there is no "
+                        "python3 in PATH; put one there (e.g. activate the virtual environment), "
+                        "or give --no-python to run the program itself.");
+    }
+    argv.front() = fs::absolute(name).string();
+    argv.insert(argv.begin(), {*python, "-u"});
+    return argv;
+  }
+  const std::optional<std::string> program = searchPath(name);
+  if (!program) {
+    throw ConfigError(
+        "the program '" + name + "' does not exist or is not executable" +
+        (name.find('/') == std::string::npos ? " (searched PATH)" : "") +
+        "; give the path of the training binary, e.g. ./build/bin/example_toy_trainer, or a "
+        "Python script.");
+  }
+  argv.front() = *program;
+  return argv;
 }
 
 // Node 0 hosts the rendezvous at master_addr:master_port; find out now,
@@ -285,7 +334,7 @@ LaunchPlan resolveLaunch(const LaunchOptions& options) {
     plan.store_host = options.master_addr;
     plan.store_port = options.master_port;
   }
-  plan.program_path = findProgram(options.command.front());
+  plan.argv = resolveCommand(options);
   if (!options.secret_file.empty()) {
     store::read_job_secret(options.secret_file);  // fail now, not in every worker
     plan.secret_file = std::filesystem::absolute(options.secret_file).string();

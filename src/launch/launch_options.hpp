@@ -43,6 +43,9 @@ struct LaunchOptions {
   /// The job's secret, the same file on every node (ddp's own option; one
   /// node generates its own when none is given).
   std::string secret_file;
+  /// torchrun's --no-python: run the program itself even where it looks
+  /// like a Python script (Note [Python scripts]).
+  bool no_python = false;
   /// The program and its arguments.
   std::vector<std::string> command;
 };
@@ -80,7 +83,9 @@ struct LaunchPlan {
   StreamChoice redirects;
   StreamChoice tee;
   bool memory_recovery = false;  ///< --recovery memory
-  std::string program_path;      ///< command[0] resolved through PATH
+  /// What each worker runs: the command with its program resolved through
+  /// PATH, or `python3 -u SCRIPT ARGS...` (Note [Python scripts]).
+  std::vector<std::string> argv;
   std::chrono::milliseconds monitor_interval{500};
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds rendezvous_timeout{300000};  ///< join_timeout
@@ -92,7 +97,8 @@ struct LaunchPlan {
 
 /// Validates `options` (nproc at least 1, --nnodes N or MIN:MAX with the
 /// static backend's MIN equal to MAX, ports in range, node rank below
-/// nnodes, known --rdzv-conf keys, the program exists and is executable,
+/// nnodes, known --rdzv-conf keys, the program exists and is executable
+/// or is a script that python3 from PATH runs (Note [Python scripts]),
 /// the master port free on the static backend's node 0) and resolves them.
 /// Throws ddp::ConfigError (bad values) or ddp::RendezvousError (port in
 /// use) with a message saying what to do.

@@ -28,7 +28,7 @@ namespace {
 
 void onSignal(int signal) { ddp::launch::Agent::requestStop(signal); }
 
-void parse(CLI::App& app, ddp::launch::LaunchOptions& o, bool& no_python) {
+void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
                  "workers on this node: a number, 'gpu', 'cpu', or 'auto' (per GPU, else core)");
   app.add_option("--nnodes", o.nnodes, "nodes in the job: N, or MIN:MAX (with c10d)");
@@ -64,8 +64,9 @@ void parse(CLI::App& app, ddp::launch::LaunchOptions& o, bool& no_python) {
                  "streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or "
                  "LOCAL_RANK:VALUE,...");
   app.add_option("-t,--tee", o.tee, "streams to log files and the console, as --redirects");
-  app.add_flag("--no-python,--no_python", no_python,
-               "accepted for torchrun's command lines: ddprun always runs the program itself");
+  app.add_flag("--no-python,--no_python", o.no_python,
+               "run the program itself, even a .py file (without it, a .py or non-executable "
+               "file runs as `python3 -u PROGRAM`)");
   app.add_option("--stop-grace,--stop_grace", o.stop_grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers");
   app.add_option("--rendezvous-timeout,--rendezvous_timeout", o.rendezvous_timeout_s,
@@ -99,10 +100,10 @@ int main(int argc, char** argv) {
                "ddprun"};
   app.footer(
       "After the options: PROGRAM [ARGS...], started once per worker with torchrun's\n"
-      "worker environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).");
+      "worker environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...). A .py (or\n"
+      "non-executable) PROGRAM runs as `python3 -u PROGRAM ARGS...`, python3 from PATH.");
   ddp::launch::LaunchOptions options;
-  bool no_python = false;
-  parse(app, options, no_python);
+  parse(app, options);
   const size_t start = programStart(argc, argv, app);
   std::vector<std::string> own(argv + 1, argv + start);
   if (!own.empty() && own.back() == "--") own.pop_back();
