@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-dev          # libFuzzer: the store's fuzz test (scripts/fuzz-store.sh)
   dataset-fashion-mnist          # the examples' data (/usr/share/datasets/fashion-mnist)
   openmpi-bin                    # mpirun: the InteropMpirun tests
+  slurm-wlm munge                # a one-node Slurm cluster: the InteropSlurm tests
 )
 
 missing=()

@@ -1,0 +1,226 @@
+// InteropSlurm: ddp's toy trainer under the real Slurm (Debian's slurm-wlm
+// and munge), on a one-node cluster that slurm_cluster.sh starts in a
+// temporary folder for this suite and stops after it. Slurm only starts the
+// processes: ddp reads SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
+// SLURM_TASKS_PER_NODE, and meets at the first host of SLURM_STEP_NODELIST
+// on MASTER_PORT, which the user exports (here a free port), as a real job
+// script would. `srun -n 2` and an `sbatch` script whose srun starts 2 tasks
+// are each compared with the same job under ddprun, whose final parameters
+// they must match bit for bit (params-digest). Skipped with the reason where
+// the cluster cannot start (not root, or slurm-wlm/munge not installed).
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "ddp/environment.hpp"
+#include "launch/child_process.hpp"
+
+namespace ddp::interop {
+namespace {
+
+using launch::ChildResult;
+using launch::ChildSpec;
+using launch::runChildren;
+using namespace std::chrono_literals;
+
+constexpr auto kDeadline = 240s;
+// Starting takes a second; each of the script's waits has its own 60 s
+// deadline, and stopping waits for the jobs, then for each daemon.
+constexpr auto kClusterDeadline = 300s;
+
+// The test's own launcher variables must not reach the jobs, nor a Slurm
+// job this test may itself run in.
+const std::vector<std::string> kUnset = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "TORCHELASTIC_RESTART_COUNT",
+                                         "TORCHELASTIC_USE_AGENT_STORE",
+                                         "DDP_JOB_SECRET_FILE",
+                                         "SLURM_JOB_ID",
+                                         "SLURM_JOBID",
+                                         "SLURM_STEP_ID"};
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+std::string digestOf(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
+                                                                                     : "<none>";
+}
+
+// The program `name` on PATH, or "".
+std::string onPath(const std::string& name) {
+  const EnvironmentMap env = capture_environment();
+  std::stringstream dirs(env.count("PATH") ? env.at("PATH") : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
+  }
+  return "";
+}
+
+std::string readFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// One epoch of the toy trainer.
+const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
+// " word word ...".
+std::string joined(const std::vector<std::string>& words) {
+  std::string line;
+  for (const std::string& word : words) line += " " + word;
+  return line;
+}
+
+// A job's time limit, in minutes: a job this test leaves behind ends anyway.
+const std::string kTimeLimitMinutes = "5";
+
+// The same job under ddprun, `processes` workers on this machine.
+ChildResult underDdprun(int processes) {
+  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
+                                   std::to_string(processes), DDP_TOY_TRAINER};
+  argv.insert(argv.end(), kJob.begin(), kJob.end());
+  return runChildren({ChildSpec{argv, {}, kUnset}}, kDeadline).at(0);
+}
+
+// The suite's cluster: started once before its first test, stopped after
+// its last, whatever the tests did.
+class InteropSlurm : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // slurmctld and slurmd on ports that were free when asked; other ports,
+    // in a fresh folder, when one was taken meanwhile.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      char folder[] = "/tmp/ddp-slurm-XXXXXX";
+      if (::mkdtemp(folder) == nullptr) {
+        failure_ = "cannot create a folder for the cluster under /tmp";
+        return;
+      }
+      dir_ = folder;
+      const int ctld_port = launch::findFreePort();
+      int slurmd_port = launch::findFreePort();
+      while (slurmd_port == ctld_port) slurmd_port = launch::findFreePort();
+      const ChildResult start =
+          cluster({"start", dir_.string(), std::to_string(ctld_port), std::to_string(slurmd_port)});
+      failure_.clear();
+      if (start.exit_code == 0) return;
+      if (start.exit_code == 2) {
+        skip_ = start.output;
+        return;
+      }
+      failure_ = "slurm_cluster.sh start: " + start.status() + "\n" + start.output;
+      if (!contains(start.output, "already in use")) return;  // TearDownTestSuite stops it
+      stopCluster();
+    }
+  }
+
+  static void TearDownTestSuite() { stopCluster(); }
+
+  // Stops the cluster in dir_ and, once nothing runs there, removes it.
+  static void stopCluster() {
+    if (dir_.empty()) return;
+    const ChildResult stop = cluster({"stop", dir_.string()});
+    EXPECT_EQ(stop.exit_code, 0) << "slurm_cluster.sh stop: " << stop.status() << "\n"
+                                 << stop.output;
+    std::error_code ignored;
+    if (stop.exit_code == 0) std::filesystem::remove_all(dir_, ignored);
+    dir_.clear();
+  }
+
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << "no Slurm cluster can start here: " << skip_;
+    ASSERT_TRUE(failure_.empty()) << failure_;
+  }
+
+  static ChildResult cluster(const std::vector<std::string>& arguments) {
+    std::vector<std::string> argv = {"/bin/bash", DDP_SLURM_CLUSTER};
+    argv.insert(argv.end(), arguments.begin(), arguments.end());
+    return runChildren({ChildSpec{argv, {}, kUnset}}, kClusterDeadline).at(0);
+  }
+
+  // A Slurm client command run against this suite's cluster, with
+  // `variables` exported.
+  static ChildSpec client(std::vector<std::string> argv,
+                          std::map<std::string, std::string> variables = {}) {
+    variables["SLURM_CONF"] = (dir_ / "slurm.conf").string();
+    return ChildSpec{std::move(argv), std::move(variables), kUnset};
+  }
+
+  // `run(port)` on a port that was free when asked; with another port when
+  // rank 0 found it taken meanwhile.
+  template <typename Run>
+  static ChildResult onAFreePort(Run run) {
+    ChildResult result;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      result = run(std::to_string(launch::findFreePort()));
+      if (!contains(result.output, "already in use")) break;
+    }
+    return result;
+  }
+
+  static inline std::filesystem::path dir_;
+  static inline std::string skip_;
+  static inline std::string failure_;
+};
+
+TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
+  const ChildResult reference = underDdprun(2);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
+  const ChildResult run = onAFreePort([](const std::string& port) {
+    std::vector<std::string> argv = {onPath("srun"),    "-n",           "2", "--time",
+                                     kTimeLimitMinutes, DDP_TOY_TRAINER};
+    argv.insert(argv.end(), kJob.begin(), kJob.end());
+    return runChildren({client(argv, {{"MASTER_PORT", port}})}, kDeadline).at(0);
+  });
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
+}
+
+// A batch script as a user writes one: it asks for 2 tasks, exports
+// MASTER_PORT and starts the trainer with srun; sbatch --wait returns when
+// the job ends, with its exit status.
+TEST_F(InteropSlurm, SbatchScriptTrainsAsUnderDdprun) {
+  const ChildResult reference = underDdprun(2);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
+  int attempt = 0;
+  std::string job_output;
+  const ChildResult run = onAFreePort([&](const std::string& port) {
+    const std::filesystem::path script = dir_ / ("job-" + std::to_string(attempt) + ".sh");
+    const std::filesystem::path output = dir_ / ("job-" + std::to_string(attempt) + ".out");
+    ++attempt;
+    std::ofstream(script) << "#!/bin/bash\n"
+                          << "#SBATCH --ntasks=2\n"
+                          << "#SBATCH --time=" << kTimeLimitMinutes << "\n"
+                          << "export MASTER_PORT=" << port << "\n"
+                          << "srun " << DDP_TOY_TRAINER << joined(kJob) << "\n";
+    ChildResult result =
+        runChildren({client({onPath("sbatch"), "--wait", "--output", output.string(), "--chdir",
+                             dir_.string(), script.string()})},
+                    kDeadline)
+            .at(0);
+    job_output = readFile(output);
+    result.output += "\n--- " + output.string() + "\n" + job_output;
+    return result;
+  });
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(digestOf(job_output), digestOf(reference.output)) << run.output;
+}
+
+}  // namespace
+}  // namespace ddp::interop
