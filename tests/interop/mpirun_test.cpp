@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "ddp/environment.hpp"
+#include "interop/interop_job.hpp"
 #include "launch/child_process.hpp"
 
 namespace ddp::interop {
@@ -23,40 +24,9 @@ using launch::ChildSpec;
 using launch::runChildren;
 using namespace std::chrono_literals;
 
-constexpr auto kDeadline = 240s;
-
-// The test's own launcher variables must not reach the jobs.
-const std::vector<std::string> kUnset = {"RANK",
-                                         "WORLD_SIZE",
-                                         "LOCAL_RANK",
-                                         "LOCAL_WORLD_SIZE",
-                                         "GROUP_RANK",
-                                         "MASTER_ADDR",
-                                         "MASTER_PORT",
-                                         "TORCHELASTIC_RESTART_COUNT",
-                                         "TORCHELASTIC_USE_AGENT_STORE",
-                                         "DDP_JOB_SECRET_FILE"};
-
-bool contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
-
-std::string digestOf(const std::string& output) {
-  std::smatch m;
-  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
-                                                                                     : "<none>";
-}
-
 // The mpirun on PATH, or "".
 const std::string& mpirun() {
-  static const std::string path = [] {
-    const EnvironmentMap env = capture_environment();
-    std::stringstream dirs(env.count("PATH") ? env.at("PATH") : "");
-    for (std::string dir; std::getline(dirs, dir, ':');) {
-      if (!dir.empty() && ::access((dir + "/mpirun").c_str(), X_OK) == 0) return dir + "/mpirun";
-    }
-    return std::string();
-  }();
+  static const std::string path = onPath("mpirun");
   return path;
 }
 
@@ -77,7 +47,7 @@ ChildSpec underMpirun(int processes, const std::vector<std::string>& variables) 
   for (const std::string& variable : variables) argv.insert(argv.end(), {"-x", variable});
   argv.push_back(DDP_TOY_TRAINER);
   argv.insert(argv.end(), kJob.begin(), kJob.end());
-  return ChildSpec{argv, {}, kUnset};
+  return ChildSpec{argv, {}, kLauncherVariables};
 }
 
 // The job under mpirun on a port that was free when asked; with another
@@ -94,19 +64,11 @@ ChildResult onAFreePort(int processes) {
   return result;
 }
 
-// The same job under ddprun, `processes` workers on this machine.
-ChildResult underDdprun(int processes) {
-  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
-                                   std::to_string(processes), DDP_TOY_TRAINER};
-  argv.insert(argv.end(), kJob.begin(), kJob.end());
-  return runChildren({ChildSpec{argv, {}, kUnset}}, kDeadline).at(0);
-}
-
 class InteropMpirun : public ::testing::TestWithParam<int> {};
 
 TEST_P(InteropMpirun, TrainsAsUnderDdprun) {
   SKIP_WITHOUT_MPIRUN();
-  const ChildResult reference = underDdprun(GetParam());
+  const ChildResult reference = underDdprun(GetParam(), kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
   const ChildResult run = onAFreePort(GetParam());

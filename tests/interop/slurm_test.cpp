@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "ddp/environment.hpp"
+#include "interop/interop_job.hpp"
 #include "launch/child_process.hpp"
 
 namespace ddp::interop {
@@ -31,47 +32,11 @@ using launch::ChildSpec;
 using launch::runChildren;
 using namespace std::chrono_literals;
 
-constexpr auto kDeadline = 240s;
 // Starting takes a second; each of the script's waits has its own 60 s
 // deadline, and stopping waits for the jobs, then for each daemon.
 constexpr auto kClusterDeadline = 300s;
 
-// The test's own launcher variables must not reach the jobs, nor a Slurm
-// job this test may itself run in.
-const std::vector<std::string> kUnset = {"RANK",
-                                         "WORLD_SIZE",
-                                         "LOCAL_RANK",
-                                         "LOCAL_WORLD_SIZE",
-                                         "GROUP_RANK",
-                                         "MASTER_ADDR",
-                                         "MASTER_PORT",
-                                         "TORCHELASTIC_RESTART_COUNT",
-                                         "TORCHELASTIC_USE_AGENT_STORE",
-                                         "DDP_JOB_SECRET_FILE",
-                                         "SLURM_JOB_ID",
-                                         "SLURM_JOBID",
-                                         "SLURM_STEP_ID"};
-
-bool contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
-
-std::string digestOf(const std::string& output) {
-  std::smatch m;
-  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
-                                                                                     : "<none>";
-}
-
 // The program `name` on PATH, or "".
-std::string onPath(const std::string& name) {
-  const EnvironmentMap env = capture_environment();
-  std::stringstream dirs(env.count("PATH") ? env.at("PATH") : "");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
-  }
-  return "";
-}
-
 std::string readFile(const std::filesystem::path& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -88,14 +53,6 @@ std::string joined(const std::vector<std::string>& words) {
 
 // A job's time limit, in minutes: a job this test leaves behind ends anyway.
 const std::string kTimeLimitMinutes = "5";
-
-// The same job under ddprun, `processes` workers on this machine.
-ChildResult underDdprun(int processes) {
-  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
-                                   std::to_string(processes), DDP_TOY_TRAINER};
-  argv.insert(argv.end(), kJob.begin(), kJob.end());
-  return runChildren({ChildSpec{argv, {}, kUnset}}, kDeadline).at(0);
-}
 
 // The suite's cluster: started once before its first test, stopped after
 // its last, whatever the tests did.
@@ -149,7 +106,7 @@ class InteropSlurm : public ::testing::Test {
   static ChildResult cluster(const std::vector<std::string>& arguments) {
     std::vector<std::string> argv = {"/bin/bash", DDP_SLURM_CLUSTER};
     argv.insert(argv.end(), arguments.begin(), arguments.end());
-    return runChildren({ChildSpec{argv, {}, kUnset}}, kClusterDeadline).at(0);
+    return runChildren({ChildSpec{argv, {}, kLauncherVariables}}, kClusterDeadline).at(0);
   }
 
   // A Slurm client command run against this suite's cluster, with
@@ -157,7 +114,7 @@ class InteropSlurm : public ::testing::Test {
   static ChildSpec client(std::vector<std::string> argv,
                           std::map<std::string, std::string> variables = {}) {
     variables["SLURM_CONF"] = (dir_ / "slurm.conf").string();
-    return ChildSpec{std::move(argv), std::move(variables), kUnset};
+    return ChildSpec{std::move(argv), std::move(variables), kLauncherVariables};
   }
 
   // `run(port)` on a port that was free when asked; with another port when
@@ -178,7 +135,7 @@ class InteropSlurm : public ::testing::Test {
 };
 
 TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
-  const ChildResult reference = underDdprun(2);
+  const ChildResult reference = underDdprun(2, kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
   const ChildResult run = onAFreePort([](const std::string& port) {
@@ -195,7 +152,7 @@ TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
 // MASTER_PORT and starts the trainer with srun; sbatch --wait returns when
 // the job ends, with its exit status.
 TEST_F(InteropSlurm, SbatchScriptTrainsAsUnderDdprun) {
-  const ChildResult reference = underDdprun(2);
+  const ChildResult reference = underDdprun(2, kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
   int attempt = 0;

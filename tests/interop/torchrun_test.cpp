@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "ddp/environment.hpp"
+#include "interop/interop_job.hpp"
 #include "launch/child_process.hpp"
 
 namespace ddp::interop {
@@ -27,30 +28,9 @@ using launch::ChildSpec;
 using launch::runChildren;
 using namespace std::chrono_literals;
 
-// Every run ends within this, torchrun's start-up (a few seconds of Python)
-// included.
-constexpr auto kDeadline = 240s;
-
-// The test's own launcher variables must not reach the jobs.
-const std::vector<std::string> kUnset = {"RANK",
-                                         "WORLD_SIZE",
-                                         "LOCAL_RANK",
-                                         "LOCAL_WORLD_SIZE",
-                                         "GROUP_RANK",
-                                         "MASTER_ADDR",
-                                         "MASTER_PORT",
-                                         "TORCHELASTIC_RESTART_COUNT",
-                                         "TORCHELASTIC_USE_AGENT_STORE",
-                                         "TORCHELASTIC_ERROR_FILE",
-                                         "DDP_JOB_SECRET_FILE"};
-
 // What rank 0 says once per run under torchrun's store.
 const std::string kUnauthenticated =
     "is torchrun's, which authenticates no one (PyTorch's SECURITY.md)";
-
-bool contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
 
 int count(const std::string& text, const std::string& what) {
   int n = 0;
@@ -58,13 +38,9 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-std::string digestOf(const std::string& output) {
-  std::smatch m;
-  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
-                                                                                     : "<none>";
-}
-
 // The digest in whichever of `results` has it (the node of rank 0).
+using interop::digestOf;  // the one of a single output, beside this one
+
 std::string digestOf(const std::vector<ChildResult>& results) {
   for (const ChildResult& r : results) {
     if (digestOf(r.output) != "<none>") return digestOf(r.output);
@@ -159,7 +135,8 @@ Torchrun findTorchrun() {
                     "every launch mode (Debian 12's 1.13 does not even start on Python 3.11)."};
   }
   const ChildResult help =
-      runChildren({ChildSpec{{path, "--help"}, pythonEnvironment(), kUnset}}, 120s).at(0);
+      runChildren({ChildSpec{{path, "--help"}, pythonEnvironment(), kLauncherVariables}}, 120s)
+          .at(0);
   if (help.exit_code != 0) {
     return {"", path + " (" + pytorch + ") does not start here (" + help.status() + "): " +
                     help.output.substr(help.output.size() > 600 ? help.output.size() - 600 : 0)};
@@ -183,15 +160,7 @@ ChildSpec underTorchrun(const std::vector<std::string>& launcher_args,
   argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
   argv.insert(argv.end(), {"--no-python", DDP_TOY_TRAINER});
   argv.insert(argv.end(), job.begin(), job.end());
-  return ChildSpec{argv, pythonEnvironment(), kUnset};
-}
-
-// The same job under ddprun, two workers on this machine.
-ChildResult underDdprun(const std::vector<std::string>& job) {
-  std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node", "2",
-                                   DDP_TOY_TRAINER};
-  argv.insert(argv.end(), job.begin(), job.end());
-  return runChildren({ChildSpec{argv, {}, kUnset}}, kDeadline).at(0);
+  return ChildSpec{argv, pythonEnvironment(), kLauncherVariables};
 }
 
 // Runs the launchers made for a port that was free when asked; with another
@@ -220,7 +189,7 @@ const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
 // kJob's digest under ddprun.
 const std::string& expectedDigest() {
   static const std::string digest = [] {
-    const ChildResult reference = underDdprun(kJob);
+    const ChildResult reference = underDdprun(2, kJob);
     EXPECT_EQ(reference.exit_code, 0) << reference.output;
     return digestOf(reference.output);
   }();
@@ -296,7 +265,7 @@ TEST(InteropTorchrun, KilledWorkerIsRestartedAndResumes) {
     return std::vector<std::string>{"--epochs",           "2", "--seed",         "7",
                                     "--save-every-steps", "4", "--snapshot-dir", dir};
   };
-  const ChildResult reference = underDdprun(job(reference_dir));
+  const ChildResult reference = underDdprun(2, job(reference_dir));
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
 
@@ -326,7 +295,7 @@ TEST(InteropTorchrun, WorkersErrorIsShownInTorchrunsSummary) {
   const std::string not_a_directory = dir + "/snapshots";
   std::ofstream(not_a_directory) << "a file where the snapshot directory should be\n";
   const std::vector<std::string> job = {"--epochs", "1", "--snapshot-dir", not_a_directory};
-  const ChildResult reference = underDdprun(job);
+  const ChildResult reference = underDdprun(2, job);
   std::map<std::string, std::string> message_of_rank;
   const std::regex error_line(R"(\[(\d+)\] error: ([^\n]+))");
   for (std::sregex_iterator it(reference.output.begin(), reference.output.end(), error_line), end;
