@@ -100,19 +100,6 @@ void Reducer::fillBucket(size_t b) {
   compat::copyEach(destinations, sources);
 }
 
-void Reducer::copyIntoBucket(size_t index) {
-  if (alone_ && !options_.gradient_as_bucket_view()) return;  // Note [Alone]
-  const at::Tensor& view = views_[index];
-  at::Tensor& grad = buckets_.parameters()[index].mutable_grad();
-  if (isViewOf(grad, view)) return;  // Accumulated in place already.
-  if (grad.defined()) {
-    view.copy_(grad);
-  } else {
-    view.zero_();
-  }
-  if (options_.gradient_as_bucket_view()) grad = aliases_[index];
-}
-
 void Reducer::waitAndCopyOut(const std::vector<int32_t>& globally_used) {
   if (alone_) return;  // Note [Alone]: the gradients are where they were.
   const auto& parameters = buckets_.parameters();

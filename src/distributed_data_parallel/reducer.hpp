@@ -72,7 +72,6 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void finalizeRecording();
   void adoptRecordedCounts(const at::Tensor& table);
   [[noreturn]] void throwMissingGradients(const std::vector<size_t>& missing);
-  void copyIntoBucket(size_t index);
   void fillBucket(size_t bucket);
   Work launch(size_t bucket);
   void waitAndCopyOut(const std::vector<int32_t>& globally_used);

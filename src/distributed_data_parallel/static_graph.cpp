@@ -30,12 +30,13 @@ void Reducer::finalizeRecording() {
   const at::Tensor table = exchangeArrivals(/*joined=*/false);
   for (size_t i = 0; i < names_.size(); ++i) {
     if (recorded_arrivals_[i] > 0) {
-      copyIntoBucket(i);
+      arrived_[i] = 1;  // placed by fillBucket below
     } else {
       buckets_.slice(i).zero_();
     }
     buckets_.mark_ready(i);
   }
+  for (size_t b = 0; b < buckets_.buckets().size(); ++b) fillBucket(b);
   buckets_.launch_rest([this](size_t b) { return launch(b); });
   std::vector<int32_t> used(names_.size());
   for (size_t i = 0; i < used.size(); ++i) used[i] = recorded_arrivals_[i] > 0 ? 1 : 0;

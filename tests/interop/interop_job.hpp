@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/launcher_variables.hpp"
 #include "ddp/environment.hpp"
 #include "launch/child_process.hpp"
 
@@ -23,22 +24,16 @@ using namespace std::chrono_literals;
 /// Python for torchrun) included.
 inline constexpr auto kDeadline = 240s;
 
-/// Variables of a launcher the test itself may run under (a CI job under
-/// torchrun or Slurm, say): no job the test starts may see them.
-inline const std::vector<std::string> kLauncherVariables = {"RANK",
-                                                            "WORLD_SIZE",
-                                                            "LOCAL_RANK",
-                                                            "LOCAL_WORLD_SIZE",
-                                                            "GROUP_RANK",
-                                                            "MASTER_ADDR",
-                                                            "MASTER_PORT",
-                                                            "TORCHELASTIC_RESTART_COUNT",
-                                                            "TORCHELASTIC_USE_AGENT_STORE",
-                                                            "TORCHELASTIC_ERROR_FILE",
-                                                            "DDP_JOB_SECRET_FILE",
-                                                            "SLURM_JOB_ID",
-                                                            "SLURM_JOBID",
-                                                            "SLURM_STEP_ID"};
+/// The variables of a launcher the test itself may run under
+/// (common/launcher_variables.hpp), and those of torchrun's agent, ddp's job
+/// secret and a Slurm job: no job the test starts may see them.
+inline const std::vector<std::string> kUnsetVariables = [] {
+  std::vector<std::string> names = testing::kLauncherVariables;
+  names.insert(names.end(), {"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE",
+                             "TORCHELASTIC_ERROR_FILE", "DDP_JOB_SECRET_FILE", "SLURM_JOB_ID",
+                             "SLURM_JOBID", "SLURM_STEP_ID"});
+  return names;
+}();
 
 inline bool contains(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
@@ -67,7 +62,7 @@ inline launch::ChildResult underDdprun(int processes, const std::vector<std::str
   std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
                                    std::to_string(processes), DDP_TOY_TRAINER};
   argv.insert(argv.end(), job.begin(), job.end());
-  return launch::runChildren({launch::ChildSpec{argv, {}, kLauncherVariables}}, kDeadline).at(0);
+  return launch::runChildren({launch::ChildSpec{argv, {}, kUnsetVariables}}, kDeadline).at(0);
 }
 
 }  // namespace ddp::interop

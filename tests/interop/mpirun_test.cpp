@@ -47,7 +47,7 @@ ChildSpec underMpirun(int processes, const std::vector<std::string>& variables) 
   for (const std::string& variable : variables) argv.insert(argv.end(), {"-x", variable});
   argv.push_back(DDP_TOY_TRAINER);
   argv.insert(argv.end(), kJob.begin(), kJob.end());
-  return ChildSpec{argv, {}, kLauncherVariables};
+  return ChildSpec{argv, {}, kUnsetVariables};
 }
 
 // The job under mpirun on a port that was free when asked; with another

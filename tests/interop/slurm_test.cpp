@@ -106,7 +106,7 @@ class InteropSlurm : public ::testing::Test {
   static ChildResult cluster(const std::vector<std::string>& arguments) {
     std::vector<std::string> argv = {"/bin/bash", DDP_SLURM_CLUSTER};
     argv.insert(argv.end(), arguments.begin(), arguments.end());
-    return runChildren({ChildSpec{argv, {}, kLauncherVariables}}, kClusterDeadline).at(0);
+    return runChildren({ChildSpec{argv, {}, kUnsetVariables}}, kClusterDeadline).at(0);
   }
 
   // A Slurm client command run against this suite's cluster, with
@@ -114,7 +114,7 @@ class InteropSlurm : public ::testing::Test {
   static ChildSpec client(std::vector<std::string> argv,
                           std::map<std::string, std::string> variables = {}) {
     variables["SLURM_CONF"] = (dir_ / "slurm.conf").string();
-    return ChildSpec{std::move(argv), std::move(variables), kLauncherVariables};
+    return ChildSpec{std::move(argv), std::move(variables), kUnsetVariables};
   }
 
   // `run(port)` on a port that was free when asked; with another port when

@@ -135,8 +135,7 @@ Torchrun findTorchrun() {
                     "every launch mode (Debian 12's 1.13 does not even start on Python 3.11)."};
   }
   const ChildResult help =
-      runChildren({ChildSpec{{path, "--help"}, pythonEnvironment(), kLauncherVariables}}, 120s)
-          .at(0);
+      runChildren({ChildSpec{{path, "--help"}, pythonEnvironment(), kUnsetVariables}}, 120s).at(0);
   if (help.exit_code != 0) {
     return {"", path + " (" + pytorch + ") does not start here (" + help.status() + "): " +
                     help.output.substr(help.output.size() > 600 ? help.output.size() - 600 : 0)};
@@ -160,7 +159,7 @@ ChildSpec underTorchrun(const std::vector<std::string>& launcher_args,
   argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
   argv.insert(argv.end(), {"--no-python", DDP_TOY_TRAINER});
   argv.insert(argv.end(), job.begin(), job.end());
-  return ChildSpec{argv, pythonEnvironment(), kLauncherVariables};
+  return ChildSpec{argv, pythonEnvironment(), kUnsetVariables};
 }
 
 // Runs the launchers made for a port that was free when asked; with another

@@ -1,33 +1,8 @@
 #include "multiprocess/harness.hpp"
 
+#include "common/launcher_variables.hpp"
+
 namespace ddp::testing {
-namespace {
-
-// Launcher variables the test runner itself might have (a CI job under
-// Slurm, say): a worker must see only what its test gives it.
-const std::vector<std::string> kLauncherVariables = {"RANK",
-                                                     "WORLD_SIZE",
-                                                     "LOCAL_RANK",
-                                                     "LOCAL_WORLD_SIZE",
-                                                     "GROUP_RANK",
-                                                     "MASTER_ADDR",
-                                                     "MASTER_PORT",
-                                                     "OMPI_COMM_WORLD_RANK",
-                                                     "OMPI_COMM_WORLD_SIZE",
-                                                     "OMPI_COMM_WORLD_LOCAL_RANK",
-                                                     "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                                     "SLURM_PROCID",
-                                                     "SLURM_NTASKS",
-                                                     "SLURM_LOCALID",
-                                                     "SLURM_NODEID",
-                                                     "SLURM_NTASKS_PER_NODE",
-                                                     "SLURM_TASKS_PER_NODE",
-                                                     "SLURM_JOB_NODELIST",
-                                                     "SLURM_STEP_NODELIST",
-                                                     "GLOO_SOCKET_IFNAME"};
-
-}  // namespace
-
 Environment torchrunEnvironment(int rank, int world, int port) {
   return {{"RANK", std::to_string(rank)},
           {"WORLD_SIZE", std::to_string(world)},
