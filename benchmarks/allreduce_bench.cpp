@@ -21,6 +21,7 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "ddp/init.hpp"
 #include "launch/child_process.hpp"
 #include "timing.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace {
 
@@ -186,9 +188,11 @@ int main(int argc, char** argv) {
         engines.push_back(gloo);
         continue;
       }
-      // Every further group meets at a port rank 0 picks and broadcasts.
-      at::Tensor port =
-          at::full({1}, gloo->rank() == 0 ? ddp::launch::findFreePort() : 0, at::kInt);
+      // Every further group meets at a port rank 0 holds (Note [A port held
+      // from choice to use]) and broadcasts.
+      std::optional<ddp::launch::PortReservation> reserved;
+      if (gloo->rank() == 0) reserved.emplace();
+      at::Tensor port = at::full({1}, reserved ? reserved->port() : 0, at::kInt);
       gloo->broadcast(port, 0);
       engines.push_back(ddp::init(ddp::InitOptions().backend(name).master_port(port.item<int>())));
     }

@@ -14,6 +14,7 @@
 #include "ddp/errors.hpp"
 #include "ddp/flight_recorder.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 #include "launch/rank_output.hpp"
 #include "launch/stall_report.hpp"
 #include "store/job_secret.hpp"
@@ -44,6 +45,9 @@ struct Agent::Attempt {
   int number = 0;
   int world_size = 0;
   int port = 0;  // the workers' MASTER_PORT
+  // Node 0 keeps a port it chose until the attempt ends (Note [A port held
+  // from choice to use]).
+  std::optional<PortReservation> port_reservation;
   std::vector<Worker> workers;
   bool reported_done = false;
   std::string failure;
@@ -128,7 +132,8 @@ Agent::Attempt Agent::startAttempt(int number) {
   // with --recovery memory in a generation of their own.
   if (node_.node_rank == 0) {
     const bool given = plan_.max_nodes == 1 && !plan_.c10d && !o.standalone;
-    const int port = given ? o.master_port : findFreePort();
+    if (!given) attempt.port_reservation.emplace();
+    const int port = given ? o.master_port : attempt.port_reservation->port();
     rendezvous_->store().set(key(number, "port"), bytes(std::to_string(port)));
     if (recovery_) {
       const int generation = number == 0 ? recovery_->current() : recovery_->next();

@@ -1,11 +1,9 @@
 #include "launch/child_process.hpp"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,31 +284,6 @@ std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& specs,
     results[i].seconds = children[i].seconds();
   }
   return results;
-}
-
-int findFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) {
-    const int error = errno;
-    throw LaunchError(std::string("cannot find a free TCP port on 127.0.0.1: socket() failed (") +
-                      std::strerror(error) +
-                      "). The process may have run out of file descriptors; raise `ulimit -n`.");
-  }
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    const int error = errno;
-    close(fd);
-    throw LaunchError(std::string("cannot find a free TCP port on 127.0.0.1: binding port 0 "
-                                  "failed (") +
-                      std::strerror(error) + "). Check that the loopback interface (lo) is up.");
-  }
-  close(fd);
-  return ntohs(address.sin_port);
 }
 
 }  // namespace ddp::launch

@@ -110,8 +110,4 @@ std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& children,
                                      std::chrono::milliseconds deadline,
                                      std::chrono::milliseconds grace = std::chrono::seconds(2));
 
-/// A TCP port on 127.0.0.1 that was free when asked.
-/// \throws ddp::LaunchError when no socket can be bound there.
-int findFreePort();
-
 }  // namespace ddp::launch

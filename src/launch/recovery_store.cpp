@@ -6,7 +6,6 @@
 
 #include "ddp/environment.hpp"
 #include "ddp/tcp_store.hpp"
-#include "launch/child_process.hpp"
 
 namespace ddp::launch {
 
@@ -16,9 +15,9 @@ RecoveryStore::RecoveryStore(c10d::Store& agents, const std::string& key, bool h
   TcpStoreOptions options;
   options.timeout(timeout).secret(secret);
   if (host) {
-    const int port = findFreePort();
-    store_ = c10::make_intrusive<TcpStore>(options.host(address).port(port).is_server(true));
-    address_ = address + ":" + std::to_string(port);
+    auto server = c10::make_intrusive<TcpStore>(options.host(address).port(0).is_server(true));
+    address_ = address + ":" + std::to_string(server->port());
+    store_ = std::move(server);
     agents.set(key, std::vector<uint8_t>(address_.begin(), address_.end()));
   } else {
     agents.wait({key}, timeout);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launcher/launcher_runs.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -123,7 +124,8 @@ INSTANTIATE_TEST_SUITE_P(Launcher, ElasticRecovery, ::testing::Values(2, 9),
 // store: rank 1, on node 1, is lost and replaced there; node 0's agent
 // restarts nothing and its worker keeps its process.
 TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
-  const std::string port = std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
   auto node = [&](int rank, int kill_at) {
     std::vector<std::string> args = {"--nnodes",
                                      "2",

@@ -1,5 +1,6 @@
 #include "gpu/gpu_checks.hpp"
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -182,8 +183,14 @@ void checkCudaCollectives(ProcessGroup& group, NamedChecks& checks) {
     checks.equal("cpu tensor reduce_scatter sum", scattered,
                  whole.narrow(0, rank * kElements, kElements) * (w * (w + 1) / 2));
   }
+  // Past the barrier, every rank's mark made before it is in the store.
+  const auto& store = group.rendezvous_store();
+  const std::string mark = "gpu-checks/before-barrier/";
+  store->set(mark + std::to_string(rank), std::vector<uint8_t>{1});
   group.barrier();
-  checks.check("barrier", true);
+  std::vector<std::string> marks;
+  for (int r = 0; r < world; ++r) marks.push_back(mark + std::to_string(r));
+  checks.check("barrier", store->check(marks));
   at::Tensor t = (b * (rank + 1)).to(torch::kFloat);
   group.all_reduce_async(t, ReduceOp::kSum).wait();
   checks.equal("asynchronous all_reduce float32", t, (b * (w * (w + 1) / 2)).to(torch::kFloat));

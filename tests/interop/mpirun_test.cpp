@@ -15,6 +15,7 @@
 #include "ddp/environment.hpp"
 #include "interop/interop_job.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace ddp::interop {
 namespace {
@@ -50,18 +51,14 @@ ChildSpec underMpirun(int processes, const std::vector<std::string>& variables) 
   return ChildSpec{argv, {}, kUnsetVariables};
 }
 
-// The job under mpirun on a port that was free when asked; with another
-// port when rank 0 found it taken meanwhile.
-ChildResult onAFreePort(int processes) {
-  ChildResult result;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const std::string port = std::to_string(launch::findFreePort());
-    result = runChildren({underMpirun(processes, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port})},
-                         kDeadline)
-                 .at(0);
-    if (!contains(result.output, "already in use")) break;
-  }
-  return result;
+// The job under mpirun, rank 0's port held by this test until the job ends
+// (Note [A port held from choice to use]).
+ChildResult onAReservedPort(int processes) {
+  const launch::PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
+  return runChildren({underMpirun(processes, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port})},
+                     kDeadline)
+      .at(0);
 }
 
 class InteropMpirun : public ::testing::TestWithParam<int> {};
@@ -71,7 +68,7 @@ TEST_P(InteropMpirun, TrainsAsUnderDdprun) {
   const ChildResult reference = underDdprun(GetParam(), kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
-  const ChildResult run = onAFreePort(GetParam());
+  const ChildResult run = onAReservedPort(GetParam());
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
 }

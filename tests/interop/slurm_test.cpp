@@ -23,6 +23,7 @@
 #include "ddp/environment.hpp"
 #include "interop/interop_job.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace ddp::interop {
 namespace {
@@ -59,30 +60,23 @@ const std::string kTimeLimitMinutes = "5";
 class InteropSlurm : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    // slurmctld and slurmd on ports that were free when asked; other ports,
-    // in a fresh folder, when one was taken meanwhile.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      char folder[] = "/tmp/ddp-slurm-XXXXXX";
-      if (::mkdtemp(folder) == nullptr) {
-        failure_ = "cannot create a folder for the cluster under /tmp";
-        return;
-      }
-      dir_ = folder;
-      const int ctld_port = launch::findFreePort();
-      int slurmd_port = launch::findFreePort();
-      while (slurmd_port == ctld_port) slurmd_port = launch::findFreePort();
-      const ChildResult start =
-          cluster({"start", dir_.string(), std::to_string(ctld_port), std::to_string(slurmd_port)});
-      failure_.clear();
-      if (start.exit_code == 0) return;
-      if (start.exit_code == 2) {
-        skip_ = start.output;
-        return;
-      }
-      failure_ = "slurm_cluster.sh start: " + start.status() + "\n" + start.output;
-      if (!contains(start.output, "already in use")) return;  // TearDownTestSuite stops it
-      stopCluster();
+    char folder[] = "/tmp/ddp-slurm-XXXXXX";
+    if (::mkdtemp(folder) == nullptr) {
+      failure_ = "cannot create a folder for the cluster under /tmp";
+      return;
     }
+    dir_ = folder;
+    // slurmctld's and slurmd's ports stay held for as long as the suite runs
+    // (Note [A port held from choice to use]).
+    ports_.resize(2);
+    const ChildResult start = cluster({"start", dir_.string(), std::to_string(ports_[0].port()),
+                                       std::to_string(ports_[1].port())});
+    if (start.exit_code == 0) return;
+    if (start.exit_code == 2) {
+      skip_ = start.output;
+      return;
+    }
+    failure_ = "slurm_cluster.sh start: " + start.status() + "\n" + start.output;
   }
 
   static void TearDownTestSuite() { stopCluster(); }
@@ -96,6 +90,7 @@ class InteropSlurm : public ::testing::Test {
     std::error_code ignored;
     if (stop.exit_code == 0) std::filesystem::remove_all(dir_, ignored);
     dir_.clear();
+    ports_.clear();
   }
 
   void SetUp() override {
@@ -117,18 +112,14 @@ class InteropSlurm : public ::testing::Test {
     return ChildSpec{std::move(argv), std::move(variables), kUnsetVariables};
   }
 
-  // `run(port)` on a port that was free when asked; with another port when
-  // rank 0 found it taken meanwhile.
+  // `run(port)` on a port this test holds until it returns.
   template <typename Run>
-  static ChildResult onAFreePort(Run run) {
-    ChildResult result;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      result = run(std::to_string(launch::findFreePort()));
-      if (!contains(result.output, "already in use")) break;
-    }
-    return result;
+  static ChildResult onAReservedPort(Run run) {
+    const launch::PortReservation reserved;
+    return run(std::to_string(reserved.port()));
   }
 
+  static inline std::vector<launch::PortReservation> ports_;
   static inline std::filesystem::path dir_;
   static inline std::string skip_;
   static inline std::string failure_;
@@ -138,7 +129,7 @@ TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
   const ChildResult reference = underDdprun(2, kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
-  const ChildResult run = onAFreePort([](const std::string& port) {
+  const ChildResult run = onAReservedPort([](const std::string& port) {
     std::vector<std::string> argv = {onPath("srun"),    "-n",           "2", "--time",
                                      kTimeLimitMinutes, DDP_TOY_TRAINER};
     argv.insert(argv.end(), kJob.begin(), kJob.end());
@@ -157,7 +148,7 @@ TEST_F(InteropSlurm, SbatchScriptTrainsAsUnderDdprun) {
   ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
   int attempt = 0;
   std::string job_output;
-  const ChildResult run = onAFreePort([&](const std::string& port) {
+  const ChildResult run = onAReservedPort([&](const std::string& port) {
     const std::filesystem::path script = dir_ / ("job-" + std::to_string(attempt) + ".sh");
     const std::filesystem::path output = dir_ / ("job-" + std::to_string(attempt) + ".out");
     ++attempt;

@@ -19,6 +19,7 @@
 #include "ddp/environment.hpp"
 #include "interop/interop_job.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace ddp::interop {
 namespace {
@@ -162,18 +163,12 @@ ChildSpec underTorchrun(const std::vector<std::string>& launcher_args,
   return ChildSpec{argv, pythonEnvironment(), kUnsetVariables};
 }
 
-// Runs the launchers made for a port that was free when asked; with another
-// port when one of them found it taken meanwhile (another program may bind
-// a free port before torchrun's agent does).
-std::vector<ChildResult> onAFreePort(
+// Runs the launchers made for a port this test holds until they end (Note
+// [A port held from choice to use]).
+std::vector<ChildResult> onAReservedPort(
     const std::function<std::vector<ChildSpec>(const std::string& port)>& launchers) {
-  std::vector<ChildResult> results;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    results = runChildren(launchers(std::to_string(launch::findFreePort())), kDeadline);
-    const std::string all = outputs(results);
-    if (!contains(all, "EADDRINUSE") && !contains(all, "address already in use")) break;
-  }
-  return results;
+  const launch::PortReservation reserved;
+  return runChildren(launchers(std::to_string(reserved.port())), kDeadline);
 }
 
 std::string temporaryDirectory() {
@@ -212,7 +207,7 @@ TEST(InteropTorchrun, StandaloneTrainsAsUnderDdprun) {
 TEST(InteropTorchrun, StaticMultiNodeTrainsAsUnderDdprun) {
   SKIP_WITHOUT_TORCHRUN_2();
   ASSERT_NE(expectedDigest(), "<none>");
-  const auto nodes = onAFreePort([](const std::string& port) {
+  const auto nodes = onAReservedPort([](const std::string& port) {
     auto node = [&](int rank) {
       return underTorchrun(
           {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
@@ -234,7 +229,7 @@ class InteropTorchrunC10d : public ::testing::TestWithParam<std::string> {};
 TEST_P(InteropTorchrunC10d, RendezvousTrainsAsUnderDdprun) {
   SKIP_WITHOUT_TORCHRUN_2();
   ASSERT_NE(expectedDigest(), "<none>");
-  const auto nodes = onAFreePort([this](const std::string& port) {
+  const auto nodes = onAReservedPort([this](const std::string& port) {
     auto node = [&] {
       return underTorchrun({"--nnodes", GetParam(), "--nproc-per-node", "1", "--rdzv-backend",
                             "c10d", "--rdzv-endpoint", "127.0.0.1:" + port, "--rdzv-id", "j1"},

@@ -16,6 +16,7 @@
 #include "common/port_holder.hpp"
 #include "ddp/errors.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 #include "launcher/launcher_runs.hpp"
 
 namespace ddp::launch {
@@ -227,7 +228,8 @@ TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
 std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
                                   const std::string& second_run_id = "twonodes",
                                   const std::string& rendezvous_timeout = "20") {
-  const std::string port = std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
   auto node = [&](int rank, const std::string& run_id) {
     std::vector<std::string> args = {"--nnodes",
                                      "2",
@@ -279,7 +281,8 @@ TEST(LauncherNodes, WorkerKilledOnTheSecondNodeRestartsBoth) {
 }
 
 TEST(LauncherNodes, TwoNodesOnLoopbackTrainTheToyTrainer) {
-  const std::string port = std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
   auto node = [&](int rank) {
     return ddprun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
                    "127.0.0.1", "--master-port", port, "--nproc-per-node", "1", "--run-id", "toy",

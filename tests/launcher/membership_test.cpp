@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 #include "launcher/launcher_runs.hpp"
 
 namespace ddp::launch {
@@ -64,7 +65,8 @@ ChildResult finish(ChildProcess& process, std::string output) {
 // 1:2 nodes runs makes it re-form with 2, its ranks reassigned, no restart
 // counted.
 TEST(LauncherMembership, NodeArrivingAtARunningJobReformsItWithBoth) {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(reserved.port());
   const ChildSpec node = ddprun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                  endpoint, "--rdzv-id", "grow", "--monitor-interval", "0.1",
                                  "--rdzv-conf", "last_call_timeout=1", DDP_LAUNCH_WORKER, "grow"});
@@ -93,7 +95,8 @@ TEST(LauncherMembership, NodeArrivingAtARunningJobReformsItWithBoth) {
 // A node lost for good (its launcher SIGKILLed, its workers with it) no
 // longer fails a job of 1:2 nodes: the survivor restarts alone.
 TEST(LauncherMembership, LostNodeLeavesTheJobRunningOnTheOther) {
-  const int port = findFreePort();
+  const PortReservation reserved;
+  const int port = reserved.port();
   const ChildSpec node = ddprun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                  "127.0.0.1:" + std::to_string(port), "--rdzv-id", "shrink",
                                  "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-conf",

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 #include "launcher/launcher_runs.hpp"
 
 namespace ddp::launch {
@@ -52,7 +53,8 @@ TEST(LauncherSecret, NodesMeetWithTheSameSecretFileAndAWrongOneIsRefused) {
   const std::string good = secretFile(dir, "job.secret", "a secret both nodes were given");
   const std::string bad = secretFile(dir, "other.secret", "a secret of some other job");
   auto nodes = [&](const std::string& second_secret, const std::string& timeout) {
-    const std::string port = std::to_string(findFreePort());
+    const PortReservation reserved;
+    const std::string port = std::to_string(reserved.port());
     auto node = [&](int rank, const std::string& secret) {
       return ddprun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
                      "127.0.0.1", "--master-port", port, "--nproc-per-node", "1",
@@ -83,7 +85,8 @@ TEST(LauncherSecret, NodesMeetWithTheSameSecretFileAndAWrongOneIsRefused) {
 }
 
 TEST(LauncherSecret, TorchrunStyleWorkersWithoutASecretWarnAndStillRun) {
-  const std::string port = std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
   auto worker = [&](int rank) {
     return ChildSpec{{DDP_LAUNCH_WORKER, "env"},
                      {{"RANK", std::to_string(rank)},

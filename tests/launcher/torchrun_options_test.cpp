@@ -13,6 +13,7 @@
 
 #include "ddp/errors.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 #include "launcher/launcher_runs.hpp"
 
 namespace ddp::launch {
@@ -29,7 +30,8 @@ std::string readFile(const std::string& path) {
 // (multinode.py), run on two "nodes" on loopback: only the program and its
 // arguments differ.
 TEST(LauncherTorchrun, TutorialMultinodeCommandLinesTrainOnTwoNodes) {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(reserved.port());
   auto node = [&](int rank) {
     return ddprun({"--nproc_per_node=1", "--nnodes=2", "--node_rank=" + std::to_string(rank),
                    "--rdzv_id=456", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
@@ -48,7 +50,8 @@ TEST(LauncherTorchrun, TutorialMultinodeCommandLinesTrainOnTwoNodes) {
 // here 1:3 with two nodes: the job starts once the last call has passed,
 // with both.
 TEST(LauncherTorchrun, RangeOfNodesStartsWithEveryNodeThatJoinedBeforeTheLastCall) {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(reserved.port());
   const std::vector<std::string> args = {
       "--nnodes=1:3",           "--nproc-per-node=1",
       "--max-restarts=3",       "--rdzv-id=elastic",
@@ -73,7 +76,8 @@ TEST(LauncherTorchrun, RangeOfNodesStartsWithEveryNodeThatJoinedBeforeTheLastCal
 }
 
 TEST(LauncherTorchrun, MinimumAloneStartsAfterTheLastCallAndTooFewTimeOut) {
-  const std::string port = std::to_string(findFreePort());
+  const PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
   auto alone = runLauncher({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                             "127.0.0.1:" + port, "--rdzv-conf", "last_call_timeout=1",
                             DDP_LAUNCH_WORKER, "env"});

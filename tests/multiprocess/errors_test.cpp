@@ -8,6 +8,7 @@
 #include "ddp/errors.hpp"
 #include "common/port_holder.hpp"
 #include "multiprocess/harness.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -75,7 +76,8 @@ TEST(CoreErrors, NcclUnavailableWithoutCuda) {
 }
 
 TEST(CoreErrors, MasterUnreachableFailsAfterRendezvousTimeout) {
-  const int port = launch::findFreePort();  // Nothing listens there.
+  const launch::PortReservation reserved;  // Held, so nothing listens there.
+  const int port = reserved.port();
   auto r = runOne({{"RANK", "1"},
                    {"WORLD_SIZE", "2"},
                    {"MASTER_ADDR", "127.0.0.1"},

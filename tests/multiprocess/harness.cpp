@@ -1,6 +1,7 @@
 #include "multiprocess/harness.hpp"
 
 #include "common/launcher_variables.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace ddp::testing {
 Environment torchrunEnvironment(int rank, int world, int port) {
@@ -28,7 +29,8 @@ EnvironmentFor onNodes(int nodes) {
 std::vector<launch::ChildResult> runRanks(int world, const std::vector<std::string>& args,
                                           const EnvironmentFor& environment_for,
                                           std::chrono::milliseconds deadline) {
-  const int port = launch::findFreePort();
+  const launch::PortReservation reserved;  // Note [A port held from choice to use]
+  const int port = reserved.port();
   std::vector<launch::ChildSpec> specs;
   for (int rank = 0; rank < world; ++rank) {
     launch::ChildSpec spec;

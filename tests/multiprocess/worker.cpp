@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -54,6 +55,7 @@
 #include "multiprocess/zero_snapshot_checks.hpp"
 #include "launch/child_process.hpp"
 #include "shm/shm_checks.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace {
 
@@ -171,9 +173,12 @@ int runStall(ddp::ProcessGroup& group, const Arguments& args) {
   std::_Exit(0);
 }
 
-// A shared-memory group beside `gloo`, meeting at a port rank 0 picks.
+// A shared-memory group beside `gloo`, meeting at a port rank 0 holds until
+// its store listens there (Note [A port held from choice to use]).
 int runShmAgainstGloo(ddp::ProcessGroup& gloo, const Arguments& args) {
-  at::Tensor port = at::full({1}, gloo.rank() == 0 ? ddp::launch::findFreePort() : 0, at::kInt);
+  std::optional<ddp::launch::PortReservation> reserved;
+  if (gloo.rank() == 0) reserved.emplace();
+  at::Tensor port = at::full({1}, reserved ? reserved->port() : 0, at::kInt);
   gloo.broadcast(port, 0);
   ddp::InitOptions options = args.init;
   auto shm = ddp::init(options.backend("shm").master_port(port.item<int>()));

@@ -3,6 +3,7 @@
 // hang; time bounds are lower bounds (the barrier never gives up early) or
 // generous upper bounds that hold on a loaded machine.
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,9 +74,12 @@ std::vector<int> identity(int size) {
 pid_t deadPid() {
   const pid_t child = fork();
   if (child == 0) _exit(0);
-  EXPECT_GT(child, 0);
+  if (child < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   int status = 0;
   EXPECT_EQ(waitpid(child, &status, 0), child);
+  errno = 0;
+  EXPECT_EQ(kill(child, 0), -1) << "pid " << child << " is still a process";
+  EXPECT_EQ(errno, ESRCH) << "pid " << child;
   return child;
 }
 

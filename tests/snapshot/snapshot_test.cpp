@@ -22,6 +22,7 @@
 #include "ddp/init.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace fs = std::filesystem;
@@ -469,7 +470,8 @@ TEST_F(SnapshotTest, EmptyOrMissingDirectoryResumesNothing) {
 // (with both ranks' RNG states), both resume from it; ranks that see
 // different directories fail together instead of diverging.
 TEST_F(SnapshotTest, TwoRanksSaveOnRankZeroAndResumeTogether) {
-  const int port = ddp::launch::findFreePort();
+  const ddp::launch::PortReservation reserved;
+  const int port = reserved.port();
   std::string paths[2], errors[2];
   at::Tensor weights[2];
   auto rank_main = [&](int rank) {

@@ -14,6 +14,7 @@
 
 #include "ddp/ddp.hpp"
 #include "launch/child_process.hpp"
+#include "launch/port_reservation.hpp"
 
 namespace {
 
@@ -48,7 +49,8 @@ int runRank(const Options& options) {
 
 // Starts `nproc` ranks of this program with torchrun's variables.
 int startRanks(const Options& options, const std::string& self) {
-  const int port = ddp::launch::findFreePort();
+  const ddp::launch::PortReservation reserved;  // Note [A port held from choice to use]
+  const int port = reserved.port();
   std::vector<ddp::launch::ChildSpec> ranks;
   for (int rank = 0; rank < options.nproc; ++rank) {
     ddp::launch::ChildSpec spec;
