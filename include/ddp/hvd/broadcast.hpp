@@ -1,6 +1,6 @@
 #pragma once
 
-/// \file horovod/broadcast.hpp
+/// \file broadcast.hpp
 /// Horovod's start-of-training broadcasts: make every rank's model and
 /// optimizer equal to one rank's, e.g. after rank 0 restored a checkpoint.
 ///

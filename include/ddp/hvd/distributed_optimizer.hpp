@@ -1,6 +1,6 @@
 #pragma once
 
-/// \file horovod/distributed_optimizer.hpp
+/// \file distributed_optimizer.hpp
 /// Horovod's DistributedOptimizer: wraps any torch::optim::Optimizer and
 /// averages the gradients across ranks before each step, fused into few
 /// large all-reduces.

@@ -1,6 +1,6 @@
 #pragma once
 
-/// \file horovod/learning_rate.hpp
+/// \file learning_rate.hpp
 /// Scaling the learning rate with the number of ranks, with a linear
 /// warm-up (Goyal et al., "Accurate, Large Minibatch SGD"; Horovod's
 /// LearningRateWarmupCallback): with N ranks the global batch is N times

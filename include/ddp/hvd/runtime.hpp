@@ -1,6 +1,6 @@
 #pragma once
 
-/// \file horovod/runtime.hpp
+/// \file runtime.hpp
 /// Horovod's process-wide entry points: `hvd::init()`, `hvd::rank()`,
 /// `hvd::size()`, `hvd::local_rank()`, `hvd::local_size()`.
 ///

@@ -1,12 +1,13 @@
 #pragma once
 
-/// \file snapshot.hpp
+/// \file snapshot_manager.hpp
 /// Training-state snapshots: one call saves what a restart needs, one call at
 /// start-up resumes from the newest valid snapshot.
 ///
 /// \code
-///   ddp::snapshot::SnapshotManager snapshots(group,
-///   ddp::snapshot::SnapshotOptions("ckpt").keep_last(3)); ddp::snapshot::TrainingState state;
+///   ddp::snapshot::SnapshotManager snapshots(
+///       ddp::snapshot::SnapshotOptions("ckpt").keep_last(3), group);
+///   ddp::snapshot::TrainingState state;
 ///   state.model = model.ptr().get();
 ///   state.optimizer = &optimizer;
 ///   snapshots.resume(state);            // false on a fresh start
