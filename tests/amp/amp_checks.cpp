@@ -9,6 +9,7 @@
 
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
+#include "common/relative_error.hpp"
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/amp/grad_scaler.hpp"
@@ -54,25 +55,6 @@ std::string firstDifference(const std::vector<torch::Tensor>& a,
            std::to_string(diff.max().item<double>());
   }
   return "";
-}
-
-// The larger of a and b, or NaN when either is (std::max(0, NaN) is 0, and
-// a NaN result would pass).
-float maxKeepingNaN(float a, float b) {
-  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
-}
-
-// The largest difference relative to each tensor's magnitude, or to `floor`
-// for tensors smaller than that (near-zero ones, such as young biases).
-float worstRelativeError(const std::vector<torch::Tensor>& got,
-                         const std::vector<torch::Tensor>& expected, float floor = 1e-12f) {
-  float worst = got.size() == expected.size() ? 0.f : 1e30f;
-  for (size_t i = 0; i < got.size() && i < expected.size(); ++i) {
-    auto g = got[i].to(torch::kFloat), e = expected[i].to(torch::kFloat);
-    float scale = std::max(e.abs().max().item<float>(), floor);
-    worst = maxKeepingNaN(worst, (g - e).abs().max().item<float>() / scale);
-  }
-  return worst;
 }
 
 class Checker {
@@ -121,30 +103,32 @@ class Checker {
     torch::manual_seed(1);
     nn::Linear model(4, 3);
     torch::optim::SGD optimizer(model->parameters(), 0.5);
-    GradScaler scaler(GradScalerOptions().init_scale(1024).growth_interval(3), group_);
+    GradScaler scaler(
+        GradScalerOptions().init_scale(1024).growth_interval(scaler_check::kCleanSteps), group_);
     const float bad_values[] = {std::numeric_limits<float>::infinity(),
                                 std::numeric_limits<float>::quiet_NaN()};
     double expected_scale = 1024;
     for (float bad : bad_values) {
-      const std::string kind = std::isnan(bad) ? "NaN" : "inf";
+      const std::string subject =
+          scaler_check::on_the_last_rank(std::isnan(bad) ? scaler_check::kNaN : scaler_check::kInf);
       auto before = snapshotOf(model->parameters());
       setGradients(model, scaler.get_scale(), /*inject=*/true, bad);
       const bool stepped = scaler.step(optimizer);
-      record(kind + " on the last rank: step skipped on every rank", !stepped && scaler.found_inf(),
+      record(check_name(subject, scaler_check::kSkippedEverywhere), !stepped && scaler.found_inf(),
              std::string("step() returned ") + (stepped ? "true" : "false") + ", found_inf() " +
                  (scaler.found_inf() ? "true" : "false"));
-      record(kind + " on the last rank: parameters unchanged",
+      record(check_name(subject, scaler_check::kParametersUnchanged),
              allEqual(model->parameters(), before), firstDifference(model->parameters(), before));
       scaler.update();
       expected_scale /= 2;
-      record(kind + " on the last rank: scale halved",
+      record(check_name(subject, scaler_check::kScaleHalved),
              scaler.get_scale() == expected_scale && scaler.get_growth_tracker() == 0,
              "scale " + std::to_string(scaler.get_scale()) + ", growth tracker " +
                  std::to_string(scaler.get_growth_tracker()) + "; expected " +
                  std::to_string(expected_scale) + ", 0");
     }
     // Clean steps: exact unscaled gradients, growth after exactly 3 of them.
-    for (int step = 1; step <= 3; ++step) {
+    for (int step = 1; step <= scaler_check::kCleanSteps; ++step) {
       auto before = snapshotOf(model->parameters());
       setGradients(model, scaler.get_scale(), false, 0);
       const bool stepped = scaler.step(optimizer);
@@ -153,22 +137,24 @@ class Checker {
         expected.push_back(b.add(torch::full_like(b, 0.25 * (rank_ + 1)), -0.5));
       }
       const bool exact = stepped && allEqual(model->parameters(), expected);
-      record("clean step " + std::to_string(step) + " steps with unscaled gradients", exact,
+      record(check_name(scaler_check::clean_step(step), scaler_check::kUnscaledGradients), exact,
              stepped ? "parameters: " + firstDifference(model->parameters(), expected)
                      : "the step was skipped");
       scaler.update();
-      if (step == 3) expected_scale *= 2;
-      record("clean step " + std::to_string(step) + ": scale and growth tracker",
-             scaler.get_scale() == expected_scale && scaler.get_growth_tracker() == step % 3,
+      if (step == scaler_check::kCleanSteps) expected_scale *= 2;
+      record(check_name(scaler_check::clean_step(step), scaler_check::kScaleAndTracker),
+             scaler.get_scale() == expected_scale &&
+                 scaler.get_growth_tracker() == step % scaler_check::kCleanSteps,
              "scale " + std::to_string(scaler.get_scale()) + ", tracker " +
                  std::to_string(scaler.get_growth_tracker()) + "; expected " +
-                 std::to_string(expected_scale) + ", " + std::to_string(step % 3));
+                 std::to_string(expected_scale) + ", " +
+                 std::to_string(step % scaler_check::kCleanSteps));
     }
     if (world_ > 1) {  // Why the group matters: alone, only the culprit skips.
       GradScaler alone(GradScalerOptions().init_scale(1024));
       setGradients(model, alone.get_scale(), true, bad_values[0]);
       const bool stepped = alone.step(optimizer);
-      record("without the group only the overflowing rank skips", stepped == (rank_ != world_ - 1),
+      record(scaler_check::kAloneOnlyCulpritSkips, stepped == (rank_ != world_ - 1),
              std::string("step() returned ") + (stepped ? "true" : "false") + " on rank " +
                  std::to_string(rank_) + " of " + std::to_string(world_));
     }
@@ -201,10 +187,9 @@ class Checker {
     }
     // bfloat16 rounding of weights that differ in the last float32 bit
     // (gradients summed in another order) may differ: 1e-3, not 1e-5.
-    const float error = worstRelativeError(net->parameters(), reference->parameters());
-    record("O1 under DDP matches one process within 1e-3", error <= 1e-3f,
-           "max relative error " + std::to_string(error));
-    recordSameOnEveryRank("O1 replicas are identical", net->parameters());
+    const double error = worst_relative_error(net->parameters(), reference->parameters());
+    record(amp_ddp_check::kO1Mlp, error <= 1e-3f, "max relative error " + std::to_string(error));
+    recordSameOnEveryRank(amp_ddp_check::kO1Replicas, net->parameters());
   }
 
   // The tutorial's set-up: ConvNet, SyncBatchNorm, O1 bfloat16, a scaler.
@@ -228,7 +213,7 @@ class Checker {
     torch::optim::SGD per_rank_optimizer(per_rank->parameters(), 0.01);
     MixedPrecision per_rank_mp(*per_rank, per_rank_optimizer, AmpOptions(OptLevel::kO1));
     float first_loss = 0, last_loss = 0;
-    float output_error = 0, per_rank_output_error = 0;  // first step, this rank's share
+    double output_error = 0, per_rank_output_error = 0;  // first step, this rank's share
     for (int step = 0; step < 4; ++step) {
       torch::manual_seed(110);  // one batch, memorized
       auto x = torch::randn({kPerRank * world_, 1, 28, 28});
@@ -252,22 +237,21 @@ class Checker {
         (torch::cross_entropy_loss(share_output, y.narrow(0, r * kPerRank, kPerRank)) / world_)
             .backward();
         if (step == 0 && r == rank_) {
-          per_rank_output_error = worstRelativeError({share_output.detach()},
-                                                     {mine(reference_output.detach(), kPerRank)});
+          per_rank_output_error = worst_relative_error({share_output.detach()},
+                                                       {mine(reference_output.detach(), kPerRank)});
         }
       }
       per_rank_mp.step();
       if (step == 0) {
         output_error =
-            worstRelativeError({output.detach()}, {mine(reference_output.detach(), kPerRank)});
+            worst_relative_error({output.detach()}, {mine(reference_output.detach(), kPerRank)});
       }
     }
     std::vector<torch::Tensor> parameters_and_statistics = net->parameters();
     for (const auto& b : net->buffers()) parameters_and_statistics.push_back(b);
-    recordSameOnEveryRank(
-        "O1 ConvNet with SyncBatchNorm: replicas (parameters, statistics) identical",
-        parameters_and_statistics);
-    record("O1 ConvNet with SyncBatchNorm: no overflow with bfloat16, scale kept",
+    recordSameOnEveryRank(check_name(amp_ddp_check::kO1ConvNet, amp_ddp_check::kReplicas),
+                          parameters_and_statistics);
+    record(check_name(amp_ddp_check::kO1ConvNet, amp_ddp_check::kNoOverflow),
            scaler.get_scale() == 65536.0, "scale " + std::to_string(scaler.get_scale()));
     // bfloat16 activations and their gradients round differently in
     // SyncBatchNorm and in BatchNorm, and the batch-norm biases (sums of
@@ -275,8 +259,8 @@ class Checker {
     // each parameter's magnitude, or of 0.05 when it is smaller. Measured:
     // 0.0050 here, 0.022 with plain (per-rank) BatchNorm instead of
     // SyncBatchNorm, which 2e-2 let through by a hair.
-    const float error = worstRelativeError(net->parameters(), reference->parameters(), 0.05f);
-    record("O1 ConvNet with SyncBatchNorm matches one process within 1e-2", error <= 1e-2f,
+    const double error = worst_relative_error(net->parameters(), reference->parameters(), 0.05);
+    record(amp_ddp_check::kO1ConvNetMatches, error <= 1e-2f,
            "max relative error " + std::to_string(error) + " > 1e-2");
     // The first step's output tells SyncBatchNorm from per-rank BatchNorm on
     // any machine: the same weights, so SyncBatchNorm gives exactly the rows
@@ -284,11 +268,11 @@ class Checker {
     // statistics do not (5.8e-2). The last step's loss did not: bfloat16
     // rounding over four steps moved it 1.0e-3 on that machine and 3.8e-4 on
     // another, while per-rank BatchNorm moved it only 2.8e-4.
-    record("O1 ConvNet with SyncBatchNorm: first step's output within 1e-2 of one process's",
+    record(check_name(amp_ddp_check::kO1ConvNet, amp_ddp_check::kFirstOutput),
            output_error <= 1e-2f,
            "max relative error " + std::to_string(output_error) +
                " (per-rank BatchNorm: " + std::to_string(per_rank_output_error) + ")");
-    record("O1 ConvNet reference loss decreases", last_loss < first_loss,
+    record(amp_ddp_check::kO1ReferenceLearns, last_loss < first_loss,
            std::to_string(first_loss) + " -> " + std::to_string(last_loss));
   }
 
@@ -320,24 +304,27 @@ class Checker {
       if (step == 1) {
         std::vector<torch::Tensor> masters_after;
         for (auto& item : mp.master_weights()) masters_after.push_back(item.second);
-        record("O2: an inf on the last rank skips the step on every rank",
+        record(check_name(amp_ddp_check::kO2, amp_ddp_check::kInfSkippedEverywhere),
                !stepped && allEqual(masters_after, masters_before) &&
                    allEqual(net->parameters(), model_before),
                std::string("step() returned ") + (stepped ? "true" : "false") +
                    "; masters: " + firstDifference(masters_after, masters_before) +
                    "; model: " + firstDifference(net->parameters(), model_before));
-        record("O2: the scale halves on every rank", scaler.get_scale() == 32768.0,
-               "scale " + std::to_string(scaler.get_scale()));
+        record(check_name(amp_ddp_check::kO2, amp_ddp_check::kScaleHalvesEverywhere),
+               scaler.get_scale() == 32768.0, "scale " + std::to_string(scaler.get_scale()));
       }
     }
     std::vector<torch::Tensor> masters;
     for (auto& item : mp.master_weights()) masters.push_back(item.second);
-    recordSameOnEveryRank("O2: float32 masters identical on every rank", masters);
+    recordSameOnEveryRank(check_name(amp_ddp_check::kO2, amp_ddp_check::kMastersEverywhere),
+                          masters);
     // (Buffers differ: plain BatchNorm's running statistics follow each
     // rank's last batch, as in PyTorch.)
-    recordSameOnEveryRank("O2: model parameters identical on every rank", net->parameters());
+    recordSameOnEveryRank(check_name(amp_ddp_check::kO2, amp_ddp_check::kParametersEverywhere),
+                          net->parameters());
     const auto rounded = mp.master_weights().at("amp.master/fc.weight").to(torch::kBFloat16);
-    record("O2: the model holds the rounded masters", torch::equal(net->fc->weight, rounded),
+    record(check_name(amp_ddp_check::kO2, amp_ddp_check::kRoundedMasters),
+           torch::equal(net->fc->weight, rounded),
            "fc.weight: " + firstDifference({net->fc->weight}, {rounded}));
   }
 
@@ -362,8 +349,10 @@ class Checker {
         not_bf16 = item.key() + " is " + std::string(c10::toString(item.value().scalar_type()));
       }
     }
-    record("O3: every parameter bfloat16", not_bf16.empty(), not_bf16);
-    recordSameOnEveryRank("O3: replicas identical", net->parameters());
+    record(check_name(amp_ddp_check::kO3, amp_ddp_check::kBFloat16Parameters), not_bf16.empty(),
+           not_bf16);
+    recordSameOnEveryRank(check_name(amp_ddp_check::kO3, amp_ddp_check::kReplicasIdentical),
+                          net->parameters());
   }
 
  private:

@@ -3,36 +3,36 @@
 //
 //   amp_test_worker scaler-overflow | amp-ddp
 //
-// Prints each check by name (tests/common/named_checks.hpp) and exits 0 when
-// none failed; on a ddp::Error prints "error: <message>" and exits with its
-// code.
+// Prints each check by name (tests/common/named_checks.hpp); exit codes and
+// errors as tests/common/worker_main.hpp says.
 
 #include <chrono>
-#include <iostream>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "amp/amp_checks.hpp"
-#include "ddp/errors.hpp"
+#include "common/worker_main.hpp"
 #include "ddp/init.hpp"
 
-int main(int argc, char** argv) {
-  try {
-    const std::string scenario = argc > 1 ? argv[1] : "";
-    if (scenario != "scaler-overflow" && scenario != "amp-ddp") {
-      std::cerr << "usage: amp_test_worker scaler-overflow|amp-ddp\n";
-      return 2;
-    }
+namespace {
+
+using Checks = std::function<int(const std::shared_ptr<ddp::ProcessGroup>&)>;
+
+// A scenario running `checks` on a Gloo group.
+ddp::testing::WorkerScenario onGloo(Checks checks) {
+  return [checks](const std::vector<std::string>&) {
     auto group =
         ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::seconds(30)));
-    const int failed = scenario == "scaler-overflow" ? ddp::testing::checkScalerOverflow(group)
-                                                     : ddp::testing::checkAmpWithDdp(group);
-    if (failed > 0) std::cout << "rank " << group->rank() << ": " << failed << " check(s) failed\n";
-    return failed > 0 ? 1 : 0;
-  } catch (const ddp::Error& e) {
-    std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exit_code_for(e));
-  } catch (const std::exception& e) {
-    std::cerr << "unexpected error: " << e.what() << std::endl;
-    return 1;
-  }
+    return ddp::testing::checks_exit_code(group->rank(), checks(group));
+  };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ddp::testing::run_worker(argc, argv,
+                                  {{"scaler-overflow", onGloo(ddp::testing::checkScalerOverflow)},
+                                   {"amp-ddp", onGloo(ddp::testing::checkAmpWithDdp)}});
 }

@@ -3,15 +3,14 @@
 // through an archive and through a ddp snapshot.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <torch/torch.h>
 
-#include <filesystem>
-#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
 
+#include "common/error_capture.hpp"
+#include "common/temporary_directory.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/init.hpp"
@@ -22,17 +21,8 @@ namespace {
 using ddp::amp::GradScaler;
 using ddp::amp::GradScalerOptions;
 using ddp::amp::GradScalerState;
+using ddp::testing::error_of;
 namespace nn = torch::nn;
-
-template <typename ErrorType>
-std::string errorOf(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const ErrorType& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A linear layer whose gradients are `value` (times the scale), optionally
 // with `bad` in the weight's first element.
@@ -70,16 +60,16 @@ TEST(AmpGradScaler, DefaultsArePyTorchs) {
 
 TEST(AmpGradScaler, InvalidOptionsAreNamed) {
   auto make = [](GradScalerOptions options) { return [=] { GradScaler scaler(options); }; };
-  EXPECT_NE(errorOf<ddp::ConfigError>(make(GradScalerOptions().init_scale(0)))
+  EXPECT_NE(error_of<ddp::ConfigError>(make(GradScalerOptions().init_scale(0)))
                 .find("the scale is 0; it must be positive and finite"),
             std::string::npos);
-  EXPECT_NE(errorOf<ddp::ConfigError>(make(GradScalerOptions().growth_factor(1)))
+  EXPECT_NE(error_of<ddp::ConfigError>(make(GradScalerOptions().growth_factor(1)))
                 .find("growth_factor is 1; it must be a finite number above 1"),
             std::string::npos);
-  EXPECT_NE(errorOf<ddp::ConfigError>(make(GradScalerOptions().backoff_factor(1.5)))
+  EXPECT_NE(error_of<ddp::ConfigError>(make(GradScalerOptions().backoff_factor(1.5)))
                 .find("backoff_factor is 1.5; it must lie strictly between 0 and 1"),
             std::string::npos);
-  EXPECT_NE(errorOf<ddp::ConfigError>(make(GradScalerOptions().growth_interval(0)))
+  EXPECT_NE(error_of<ddp::ConfigError>(make(GradScalerOptions().growth_interval(0)))
                 .find("growth_interval is 0; it must be at least 1 step"),
             std::string::npos);
 }
@@ -190,17 +180,17 @@ TEST(AmpGradScaler, GrowthThatWouldOverflowFloat32KeepsTheScale) {
 TEST(AmpGradScaler, MisuseIsAnErrorThatSaysWhatToDo) {
   LinearWithGradients s;
   GradScaler scaler;
-  EXPECT_NE(errorOf<ddp::InvalidArgumentError>([&] {
+  EXPECT_NE(error_of<ddp::InvalidArgumentError>([&] {
               scaler.update();
             }).find("no optimizer was unscaled or stepped since the last update()"),
             std::string::npos);
   s.gradients(1);
   scaler.step(s.optimizer);
-  EXPECT_NE(errorOf<ddp::InvalidArgumentError>([&] { scaler.step(s.optimizer); })
+  EXPECT_NE(error_of<ddp::InvalidArgumentError>([&] { scaler.step(s.optimizer); })
                 .find("step() already ran for this optimizer since the last update(); call "
                       "update() once per iteration"),
             std::string::npos);
-  EXPECT_NE(errorOf<ddp::InvalidArgumentError>([&] {
+  EXPECT_NE(error_of<ddp::InvalidArgumentError>([&] {
               scaler.unscale_(s.optimizer);
             }).find("unscale_() belongs between backward() and step()"),
             std::string::npos);
@@ -227,7 +217,7 @@ TEST(AmpGradScaler, UpdateWithANewScaleSetsIt) {
   GradScaler scaler;
   scaler.update(128.0);
   EXPECT_EQ(scaler.get_scale(), 128.0);
-  EXPECT_NE(errorOf<ddp::ConfigError>([&] { scaler.update(-1.0); }).find("the scale is -1"),
+  EXPECT_NE(error_of<ddp::ConfigError>([&] { scaler.update(-1.0); }).find("the scale is -1"),
             std::string::npos);
 }
 
@@ -273,21 +263,19 @@ TEST(AmpGradScaler, StateRoundTripsThroughLoadStateAndAnArchive) {
 
   GradScalerState invalid = trained.state();
   invalid.growth_tracker = 7;
-  EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+  EXPECT_NE(error_of<ddp::ConfigError>([&] {
               loaded.load_state(invalid);
             }).find("growth_tracker is 7; it must lie in [0, 7)"),
             std::string::npos);
   torch::serialize::InputArchive empty;
-  EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+  EXPECT_NE(error_of<ddp::ConfigError>([&] {
               loaded.load(empty);
             }).find("the archive has no scalar 'scale'"),
             std::string::npos);
 }
 
 TEST(AmpGradScaler, StateIsPartOfASnapshot) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("ddp_amp_snapshot_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const ddp::testing::TemporaryDirectory dir("ddp-amp-snapshot-");
   auto group = ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1));
   ddp::snapshot::SnapshotManager snapshots(ddp::snapshot::SnapshotOptions(dir.string()), group);
   GradScaler trained = scalerAfterSomeSteps();
@@ -304,10 +292,9 @@ TEST(AmpGradScaler, StateIsPartOfASnapshot) {
   ddp::snapshot::SnapshotManager other(
       ddp::snapshot::SnapshotOptions(dir.string()).prefix("noscaler"), group);
   other.save(ddp::snapshot::TrainingState());
-  std::string message = errorOf<ddp::SnapshotError>([&] { other.resume(resumed); });
+  std::string message = error_of<ddp::SnapshotError>([&] { other.resume(resumed); });
   EXPECT_NE(message.find("the snapshot holds no gradient scaler state"), std::string::npos)
       << message;
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -5,15 +5,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <string>
 
+#include "common/error_capture.hpp"
 #include "common/models.hpp"
+#include "common/temporary_directory.hpp"
 #include "compat/torch_compat.hpp"
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/errors.hpp"
@@ -30,17 +28,8 @@ using ddp::amp::GradScalerOptions;
 using ddp::amp::MixedPrecision;
 using ddp::amp::OptLevel;
 using ddp::examples::ConvNet;
+using ddp::testing::error_of;
 namespace nn = torch::nn;
-
-template <typename ErrorType>
-std::string errorOf(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const ErrorType& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(AmpOptLevel, ParsesApexSpellingsAndNamesABadOne) {
   EXPECT_EQ(ddp::amp::parse_opt_level("O0"), OptLevel::kO0);
@@ -49,7 +38,7 @@ TEST(AmpOptLevel, ParsesApexSpellingsAndNamesABadOne) {
   EXPECT_EQ(ddp::amp::parse_opt_level("O3"), OptLevel::kO3);
   EXPECT_STREQ(ddp::amp::to_string(OptLevel::kO2), "O2");
   for (const char* bad : {"O4", "o1", "01", ""}) {
-    EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+    EXPECT_NE(error_of<ddp::ConfigError>([&] {
                 ddp::amp::parse_opt_level(bad);
               }).find(std::string("unknown mixed-precision opt level '") + bad + "'"),
               std::string::npos);
@@ -79,18 +68,18 @@ TEST(AmpAutocast, GuardRunsConvolutionsInBFloat16AndNestsAndRestores) {
 }
 
 TEST(AmpAutocast, Float16OnCpuAndOtherDtypesAreClearErrors) {
-  auto message = errorOf<ddp::ConfigError>([] { AutocastGuard g(c10::kCPU, torch::kHalf); });
+  auto message = error_of<ddp::ConfigError>([] { AutocastGuard g(c10::kCPU, torch::kHalf); });
   EXPECT_NE(message.find("float16 needs a CUDA model: LibTorch has no float16 convolution and "
                          "no float16 autocast on CPU; use bfloat16 on CPU (the default)"),
             std::string::npos)
       << message;
-  EXPECT_NE(errorOf<ddp::ConfigError>([] {
+  EXPECT_NE(error_of<ddp::ConfigError>([] {
               AutocastGuard g(c10::kCPU, torch::kDouble);
             }).find("the 16-bit type is float64; use bfloat16 or (on CUDA) float16"),
             std::string::npos);
   nn::Linear model(2, 2);
   torch::optim::SGD optimizer(model->parameters(), 0.1);
-  EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+  EXPECT_NE(error_of<ddp::ConfigError>([&] {
               MixedPrecision mp(*model, optimizer, AmpOptions(OptLevel::kO2).dtype(torch::kHalf));
             }).find("MixedPrecision: float16 needs a CUDA model"),
             std::string::npos);
@@ -216,7 +205,7 @@ TEST(AmpMixedPrecision, AnOptimizerWithStateIsRejectedAtO2AndO3) {
   model->forward(torch::randn({1, 2})).sum().backward();
   optimizer.step();
   for (OptLevel level : {OptLevel::kO2, OptLevel::kO3}) {
-    EXPECT_NE(errorOf<ddp::ConfigError>([&] {
+    EXPECT_NE(error_of<ddp::ConfigError>([&] {
                 MixedPrecision mp(*model, optimizer, AmpOptions(level));
               }).find("the optimizer already holds state"),
               std::string::npos);
@@ -255,8 +244,7 @@ struct O2Trainer {
 };
 
 TEST(AmpMixedPrecision, O2ResumesBitExactlyFromASnapshotWithMastersAndScaler) {
-  auto dir = std::filesystem::temp_directory_path() / ("ddp_amp_o2_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const ddp::testing::TemporaryDirectory dir("ddp-amp-o2-");
   ddp::snapshot::SnapshotManager snapshots(
       ddp::snapshot::SnapshotOptions(dir.string()),
       ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1)));
@@ -281,7 +269,6 @@ TEST(AmpMixedPrecision, O2ResumesBitExactlyFromASnapshotWithMastersAndScaler) {
   for (auto& [name, t] : ma) EXPECT_TRUE(torch::equal(t, mb.at(name))) << name;
   EXPECT_EQ(resumed.scaler.get_scale(), uninterrupted.scaler.get_scale());
   EXPECT_EQ(resumed.scaler.get_growth_tracker(), uninterrupted.scaler.get_growth_tracker());
-  std::filesystem::remove_all(dir);
 }
 
 // Note [Convergence tolerance]

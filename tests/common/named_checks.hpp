@@ -3,7 +3,9 @@
 // Worker side of named checks: a multi-process test's worker reports each
 // check by name, one line each, so that the parent test can assert the
 // exact set of checks that ran and show the first failure with its values
-// (tests/common/expect_checks.hpp reads the lines).
+// (tests/common/expect_checks.hpp reads the lines). Each name is written
+// once, in the suite's *_checks.hpp, which the worker's checks and the
+// parent test's expected set both use.
 //
 //   check <name>: ok
 //   check <name>: FAILED: <what was wrong, with the values>
@@ -12,11 +14,19 @@
 
 #include <algorithm>
 #include <iostream>
-#include <limits>
 #include <string>
 #include <vector>
 
+#include "common/relative_error.hpp"
+
 namespace ddp::testing {
+
+/// "<subject>: <check>", the name of a check a suite makes for each of
+/// several subjects (cases, models, optimizers), so that the suite's header
+/// writes each part of the name once.
+inline std::string check_name(const std::string& subject, const std::string& check) {
+  return subject + ": " + check;
+}
 
 /// Records checks and prints each as it is made.
 class NamedChecks {
@@ -35,7 +45,7 @@ class NamedChecks {
   }
 
   /// Passes when max|got - expected| <= tolerance * max(max|expected|, 1e-12),
-  /// both compared in float64, shapes equal.
+  /// both compared in float64 (common/relative_error.hpp), shapes equal.
   void close(const std::string& name, const at::Tensor& got, const at::Tensor& expected,
              double tolerance) {
     if (got.sizes() != expected.sizes()) {
@@ -63,13 +73,7 @@ class NamedChecks {
             std::to_string(got.size()) + " tensors, expected " + std::to_string(expected.size()));
       return;
     }
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double e = got[i].sizes() == expected[i].sizes()
-                           ? relative_error(got[i], expected[i])
-                           : std::numeric_limits<double>::infinity();
-      if (!(e <= worst)) worst = e;  // keeps a NaN
-    }
+    const double worst = worst_relative_error(got, expected);  // infinite where shapes differ
     check(name, worst <= tolerance,
           "max relative error " + std::to_string(worst) + " > tolerance " +
               std::to_string(tolerance));
@@ -86,13 +90,9 @@ class NamedChecks {
   /// Checks failed so far.
   int failed() const noexcept { return failed_; }
 
-  /// max|got - expected| / max(max|expected|, 1e-12), in float64.
+  /// ddp::testing::relative_error(), under the name the GPU tests use.
   static double relative_error(const at::Tensor& got, const at::Tensor& expected) {
-    if (got.numel() == 0) return 0;
-    const auto a = got.detach().to(at::kCPU, at::kDouble);
-    const auto b = expected.detach().to(at::kCPU, at::kDouble);
-    const double scale = std::max(b.abs().max().item<double>(), 1e-12);
-    return (a - b).abs().max().item<double>() / scale;
+    return testing::relative_error(got, expected);
   }
 
  private:

@@ -3,19 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_capture.hpp"
 #include "ddp/environment.hpp"
 #include "ddp/errors.hpp"
 
 namespace ddp {
 namespace {
 
-std::string configErrorOf(const EnvironmentMap& env, const TopologyOverrides& overrides = {}) {
-  try {
-    resolve_topology(env, overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no ConfigError";
+/// The ConfigError message of resolving `env` with `overrides`; as
+/// error_of(), the test fails at the caller's line when there is none.
+std::string config_error_of(const EnvironmentMap& env, const TopologyOverrides& overrides = {},
+                            const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return ddp::testing::error_of<ConfigError>([&] { resolve_topology(env, overrides); }, file, line);
 }
 
 TEST(CoreEnvironment, NoVariablesMeansOneProcess) {
@@ -166,44 +165,45 @@ TEST(CoreEnvironment, TorchrunAgentStoreAndRestartCount) {
 
   EnvironmentMap bad = agent;
   bad["TORCHELASTIC_USE_AGENT_STORE"] = "1";
-  EXPECT_EQ(configErrorOf(bad),
+  EXPECT_EQ(config_error_of(bad),
             "TORCHELASTIC_USE_AGENT_STORE (torchrun) is '1'; torchrun sets it to True (its agent "
             "hosts the rendezvous store) or False. Unset it, or leave it to the launcher.");
   bad = agent;
   bad["TORCHELASTIC_RESTART_COUNT"] = "-1";
-  EXPECT_NE(configErrorOf(bad).find("TORCHELASTIC_RESTART_COUNT (torchrun) is -1"),
+  EXPECT_NE(config_error_of(bad).find("TORCHELASTIC_RESTART_COUNT (torchrun) is -1"),
             std::string::npos);
 }
 
 TEST(CoreEnvironment, BadValuesNameVariableValueAndFix) {
-  EXPECT_EQ(configErrorOf({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}),
+  EXPECT_EQ(config_error_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}),
             "RANK (torchrun) is 4, but ranks run from 0 to 3 (WORLD_SIZE (torchrun) is 4). Each "
             "process needs a distinct rank below the world size: check the launcher command or "
             "the values you exported.");
-  EXPECT_EQ(configErrorOf({{"RANK", "0"}, {"WORLD_SIZE", "4x"}}),
+  EXPECT_EQ(config_error_of({{"RANK", "0"}, {"WORLD_SIZE", "4x"}}),
             "WORLD_SIZE (torchrun) is '4x', which is not a whole number. It must be an integer "
             "such as 0 or 4: check the launcher command or script that set it.");
-  EXPECT_NE(configErrorOf({{"WORLD_SIZE", "2"}}).find("WORLD_SIZE is set but RANK is missing"),
+  EXPECT_NE(config_error_of({{"WORLD_SIZE", "2"}}).find("WORLD_SIZE is set but RANK is missing"),
             std::string::npos);
-  EXPECT_NE(configErrorOf({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("WORLD_SIZE (torchrun) is 0"),
-            std::string::npos);
-  EXPECT_NE(configErrorOf(
+  EXPECT_NE(
+      config_error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("WORLD_SIZE (torchrun) is 0"),
+      std::string::npos);
+  EXPECT_NE(config_error_of(
                 {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "0"}})
                 .find("MASTER_PORT (torchrun) is 0, but a TCP port must be between 1 and 65535"),
             std::string::npos);
-  EXPECT_NE(configErrorOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", ""}})
+  EXPECT_NE(config_error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", ""}})
                 .find("MASTER_ADDR is empty"),
             std::string::npos);
-  EXPECT_NE(configErrorOf({{"RANK", "0"},
-                           {"WORLD_SIZE", "2"},
-                           {"LOCAL_RANK", "3"},
-                           {"LOCAL_WORLD_SIZE", "2"},
-                           {"MASTER_ADDR", "h"}})
+  EXPECT_NE(config_error_of({{"RANK", "0"},
+                             {"WORLD_SIZE", "2"},
+                             {"LOCAL_RANK", "3"},
+                             {"LOCAL_WORLD_SIZE", "2"},
+                             {"MASTER_ADDR", "h"}})
                 .find("LOCAL_RANK (torchrun) is 3, but local ranks run from 0 to 1"),
             std::string::npos);
   TopologyOverrides only_rank;
   only_rank.rank = 1;
-  EXPECT_NE(configErrorOf({}, only_rank).find("explicit rank was given without world_size"),
+  EXPECT_NE(config_error_of({}, only_rank).find("explicit rank was given without world_size"),
             std::string::npos);
 }
 

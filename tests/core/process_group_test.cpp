@@ -5,23 +5,16 @@
 #include <torch/torch.h>
 
 #include "common/auto_backend_name.hpp"
+#include "common/error_capture.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 
 namespace ddp {
 namespace {
 
-std::shared_ptr<ProcessGroup> single() { return init(InitOptions(), EnvironmentMap{}); }
+using ddp::testing::error_of;
 
-template <typename F>
-std::string invalidArgumentOf(F&& call) {
-  try {
-    call();
-  } catch (const InvalidArgumentError& e) {
-    return e.what();
-  }
-  return "no InvalidArgumentError";
-}
+std::shared_ptr<ProcessGroup> single() { return init(InitOptions(), EnvironmentMap{}); }
 
 TEST(CoreProcessGroup, AloneWithoutVariables) {
   auto group = single();
@@ -35,22 +28,24 @@ TEST(CoreProcessGroup, AloneWithoutVariables) {
 
 TEST(CoreProcessGroup, RejectsBadArguments) {
   auto group = single();
-  EXPECT_EQ(invalidArgumentOf([&] { group->all_reduce(torch::ones({2}, torch::kBool)); }),
-            "all_reduce: the input tensor has dtype bool, which ddp's collectives do not carry; "
-            "use float32, float64, bfloat16, float16, int32 or int64 (tensor.to(...)).");
-  EXPECT_NE(invalidArgumentOf([&] {
+  EXPECT_EQ(
+      error_of<InvalidArgumentError>([&] { group->all_reduce(torch::ones({2}, torch::kBool)); }),
+      "all_reduce: the input tensor has dtype bool, which ddp's collectives do not carry; "
+      "use float32, float64, bfloat16, float16, int32 or int64 (tensor.to(...)).");
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
               group->all_reduce(torch::ones({4, 4}).t());
             }).find("is not contiguous"),
             std::string::npos);
-  EXPECT_NE(invalidArgumentOf([&] { group->all_reduce(torch::Tensor()); }).find("undefined"),
-            std::string::npos);
-  EXPECT_EQ(invalidArgumentOf([&] { group->broadcast(torch::ones({2}), 1); }),
+  EXPECT_NE(
+      error_of<InvalidArgumentError>([&] { group->all_reduce(torch::Tensor()); }).find("undefined"),
+      std::string::npos);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { group->broadcast(torch::ones({2}), 1); }),
             "broadcast: root rank 1 is outside the group (ranks 0 to 0); pass an existing rank.");
-  EXPECT_NE(invalidArgumentOf([&] {
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
               group->all_gather(torch::ones({3}), torch::ones({2}));
             }).find("output has 3 elements but must hold every rank's input: 1 ranks x 2 = 2"),
             std::string::npos);
-  EXPECT_NE(invalidArgumentOf([&] {
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
               group->reduce_scatter(torch::ones({2}), torch::ones({2}, torch::kInt32));
             }).find("output is float32 on cpu but input is int32 on cpu"),
             std::string::npos);

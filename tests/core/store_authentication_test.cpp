@@ -13,11 +13,12 @@
 
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <fstream>
 #include <string>
 #include <thread>
 
+#include "common/error_capture.hpp"
+#include "common/temporary_directory.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/tcp_store.hpp"
 #include "store/handshake.hpp"
@@ -29,6 +30,7 @@
 namespace ddp::store {
 namespace {
 
+using ddp::testing::error_of;
 using namespace std::chrono_literals;
 
 const std::string kSecret = "0123456789abcdef-the-job-secret";
@@ -36,17 +38,6 @@ const std::string kSecret = "0123456789abcdef-the-job-secret";
 c10::intrusive_ptr<TcpStore> client(int port, const std::string& secret) {
   return c10::make_intrusive<TcpStore>(
       TcpStoreOptions().host("127.0.0.1").port(port).timeout(5s).secret(secret));
-}
-
-// The message of the `Error` that `call` throws, or a note that none came.
-template <typename Error = RendezvousError>
-std::string messageOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error of the expected type)";
 }
 
 // A raw TCP connection to the server, as an intruder would make.
@@ -113,7 +104,7 @@ TEST(StoreAuthentication, ClientWithoutTheSecretCanNeitherReadNorSetAKey) {
   const int64_t keys_before = job->getNumKeys();
 
   // A ddp client without the secret is told what it lacks.
-  EXPECT_NE(messageOf([&] {
+  EXPECT_NE(error_of<RendezvousError>([&] {
               client(server.port(), "");
             }).find("admits only ranks that know the job's secret, and this process has none"),
             std::string::npos);
@@ -144,7 +135,8 @@ TEST(StoreAuthentication, WrongSecretIsRefusedAndLoggedAndTheJobGoesOn) {
   StoreServer server("127.0.0.1", 0, kSecret);
   auto job = client(server.port(), kSecret);
   ::testing::internal::CaptureStderr();
-  const std::string message = messageOf([&] { client(server.port(), kSecret + "-wrong"); });
+  const std::string message =
+      error_of<RendezvousError>([&] { client(server.port(), kSecret + "-wrong"); });
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(message.find("refused this process's job secret"), std::string::npos) << message;
   EXPECT_NE(log.find("refused a client from 127.0.0.1:"), std::string::npos) << log;
@@ -157,7 +149,7 @@ TEST(StoreAuthentication, WrongSecretIsRefusedAndLoggedAndTheJobGoesOn) {
 
 TEST(StoreAuthentication, ClientWithASecretRefusesAStoreThatAsksForNone) {
   StoreServer open_server("127.0.0.1", 0);
-  EXPECT_NE(messageOf([&] {
+  EXPECT_NE(error_of<RendezvousError>([&] {
               client(open_server.port(), kSecret);
             }).find("does not ask for a job secret, but this process has one"),
             std::string::npos);
@@ -185,7 +177,7 @@ TEST(StoreAuthentication, AFakeServerWithoutTheSecretCannotPassItselfOff) {
     } catch (const SocketError&) {
     }
   });
-  const std::string message = messageOf([&] { client(port, kSecret); });
+  const std::string message = error_of<RendezvousError>([&] { client(port, kSecret); });
   fake.join();
   EXPECT_NE(message.find("could not prove that it knows the job's secret"), std::string::npos)
       << message;
@@ -247,9 +239,8 @@ TEST(StoreAuthentication, ProofsDependOnSecretNoncesAndRole) {
 }
 
 TEST(JobSecret, WrittenPrivateAndReadBackAndUnsafeFilesRefused) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("ddp-secret-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const ddp::testing::TemporaryDirectory secrets("ddp-secret-test-");
+  const std::filesystem::path& dir = secrets.path();
   const std::string path = write_job_secret(dir.string());
   struct stat info {};
   ASSERT_EQ(::stat(path.c_str(), &info), 0);
@@ -263,16 +254,15 @@ TEST(JobSecret, WrittenPrivateAndReadBackAndUnsafeFilesRefused) {
   EXPECT_THROW(write_job_secret(dir.string()), IoError) << "an existing secret was overwritten";
 
   ::chmod(path.c_str(), 0644);
-  const std::string unsafe = messageOf<ConfigError>([&] { read_job_secret(path); });
+  const std::string unsafe = error_of<ConfigError>([&] { read_job_secret(path); });
   EXPECT_NE(unsafe.find("has mode 0644"), std::string::npos) << unsafe;
   EXPECT_NE(unsafe.find("chmod 600"), std::string::npos) << unsafe;
   const std::string short_path = (dir / "short").string();
   std::ofstream(short_path) << "too short\n";
   ::chmod(short_path.c_str(), 0600);
-  const std::string too_short = messageOf<ConfigError>([&] { read_job_secret(short_path); });
+  const std::string too_short = error_of<ConfigError>([&] { read_job_secret(short_path); });
   EXPECT_NE(too_short.find("holds 9 bytes"), std::string::npos) << too_short;
   EXPECT_THROW(read_job_secret((dir / "missing").string()), ConfigError);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -11,11 +11,13 @@
 #include <set>
 #include <vector>
 
+#include "common/error_capture.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/errors.hpp"
 
 using ddp::data::DistributedSampler;
 using ddp::data::DistributedSamplerOptions;
+using ddp::testing::error_of;
 using Indices = std::vector<int64_t>;
 
 namespace {
@@ -233,24 +235,19 @@ TEST(DataDistributedSampler, GlobalRestoreAtTheSameWorldSizeEqualsRestore) {
 }
 
 TEST(DataDistributedSampler, BadArgumentsAreConfigErrorsSayingWhy) {
-  auto message = [](auto&& make) -> std::string {
-    try {
-      make();
-    } catch (const ddp::ConfigError& e) {
-      return e.what();
-    }
-    return "<no ConfigError>";
-  };
-  EXPECT_NE(message([] { DistributedSampler(0, 2, 0); }).find("empty (size 0)"), std::string::npos);
-  EXPECT_NE(message([] { DistributedSampler(10, 2, 2); }).find("rank 2 of 2 replicas"),
+  EXPECT_NE(error_of<ddp::ConfigError>([] { DistributedSampler(0, 2, 0); }).find("empty (size 0)"),
             std::string::npos);
-  EXPECT_NE(message([] { DistributedSampler(10, 0, 0); }).find("rank 0 of 0 replicas"),
-            std::string::npos);
-  EXPECT_NE(message([] {
+  EXPECT_NE(
+      error_of<ddp::ConfigError>([] { DistributedSampler(10, 2, 2); }).find("rank 2 of 2 replicas"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of<ddp::ConfigError>([] { DistributedSampler(10, 0, 0); }).find("rank 0 of 0 replicas"),
+      std::string::npos);
+  EXPECT_NE(error_of<ddp::ConfigError>([] {
               DistributedSampler(3, 4, 0, DistributedSamplerOptions().drop_last(true));
             }).find("3 samples leave nothing for 4 replicas"),
             std::string::npos);
-  EXPECT_NE(message([] {
+  EXPECT_NE(error_of<ddp::ConfigError>([] {
               DistributedSampler(10, 2, 0).restore(0, 6);
             }).find("position 6 of a shard of 5"),
             std::string::npos);

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -15,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error_capture.hpp"
+#include "common/temporary_directory.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/data/idx.hpp"
 
@@ -22,6 +23,8 @@ namespace fs = std::filesystem;
 using ddp::DataError;
 using ddp::data::FashionMnist;
 using ddp::data::read_idx;
+using ddp::testing::error_of;
+using ddp::testing::TemporaryDirectory;
 using Bytes = std::vector<unsigned char>;
 
 namespace {
@@ -49,14 +52,6 @@ Bytes bigEndian(const std::vector<T>& values) {
 
 class DataIdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("ddp_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const Bytes& bytes, bool gzip = false) {
     const std::string path = (dir_ / name).string();
     if (gzip) {
@@ -77,18 +72,15 @@ class DataIdxTest : public ::testing::Test {
     return Bytes(std::istreambuf_iterator<char>(in), {});
   }
 
-  // The DataError message of reading `path`; fails the test if none.
-  static std::string errorOf(const std::string& path) {
-    try {
-      read_idx(path);
-    } catch (const DataError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "no DataError for " << path;
-    return "";
+  /// The DataError message of reading `path`; as error_of(), the test fails
+  /// at the caller's line when there is none.
+  static std::string read_error(const std::string& path, const char* file = __builtin_FILE(),
+                                int line = __builtin_LINE()) {
+    return error_of<DataError>([&] { read_idx(path); }, file, line);
   }
 
-  fs::path dir_;
+  const TemporaryDirectory temporary_{"ddp-data-"};
+  const fs::path dir_ = temporary_.path();
 };
 
 void expectContains(const std::string& text, const std::string& part) {
@@ -158,41 +150,42 @@ TEST_F(DataIdxTest, EmptyDimensionAndScalarAreValid) {
 
 TEST_F(DataIdxTest, MissingFileIsNamed) {
   const std::string path = (dir_ / "nope-idx1-ubyte").string();
-  const std::string message = errorOf(path);
+  const std::string message = read_error(path);
   expectContains(message, path);
   expectContains(message, "no such file");
 }
 
 TEST_F(DataIdxTest, DirectoryIsRefused) {
-  expectContains(errorOf(dir_.string()), "not a regular file");
+  expectContains(read_error(dir_.string()), "not a regular file");
 }
 
 TEST_F(DataIdxTest, BadMagicShowsTheBytesInHex) {
   const std::string path = write("bad", {0x50, 0x4b, 0x03, 0x04, 0, 0, 0, 0});
-  const std::string message = errorOf(path);
+  const std::string message = read_error(path);
   expectContains(message, path);
   expectContains(message, "not an idx file");
   expectContains(message, "50 4b 03 04");
 }
 
 TEST_F(DataIdxTest, ShortAndEmptyFilesAreNotIdx) {
-  expectContains(errorOf(write("empty", {})), "holds only 0 bytes");
-  expectContains(errorOf(write("short", {0, 0, 8})), "00 00 08");
-  expectContains(errorOf(write("empty.gz", {}, true)), "gzipped file holds only 0 bytes");
+  expectContains(read_error(write("empty", {})), "holds only 0 bytes");
+  expectContains(read_error(write("short", {0, 0, 8})), "00 00 08");
+  expectContains(read_error(write("empty.gz", {}, true)), "gzipped file holds only 0 bytes");
 }
 
 TEST_F(DataIdxTest, UnknownTypeCodeIsNamed) {
-  const std::string message = errorOf(write("t", idxBytes(0x0A, {1}, {0})));
+  const std::string message = read_error(write("t", idxBytes(0x0A, {1}, {0})));
   expectContains(message, "unknown type code 0x0a");
 }
 
 TEST_F(DataIdxTest, TruncatedHeaderAndDataGiveByteCounts) {
   Bytes header_cut = idxBytes(0x08, {2, 3}, {});
   header_cut.resize(9);  // Magic + 5 of the 8 dimension bytes.
-  expectContains(errorOf(write("h", header_cut)), "need 8 bytes after the magic number, found 5");
+  expectContains(read_error(write("h", header_cut)),
+                 "need 8 bytes after the magic number, found 5");
 
   for (bool gzip : {false, true}) {
-    const std::string message = errorOf(write("d", idxBytes(0x0B, {2, 3}, Bytes(7, 1)), gzip));
+    const std::string message = read_error(write("d", idxBytes(0x0B, {2, 3}, Bytes(7, 1)), gzip));
     expectContains(message, "truncated data");
     expectContains(message, "expected 12 bytes of data, found 7");
   }
@@ -205,28 +198,28 @@ TEST_F(DataIdxTest, TruncatedGzipStreamIsTruncatedData) {
   for (auto& b : payload) b = static_cast<unsigned char>(gen());
   Bytes gz = readAll(write("full.gz", idxBytes(0x08, {4000}, payload), true));
   gz.resize(gz.size() / 2);
-  const std::string message = errorOf(write("cut.gz", gz));
+  const std::string message = read_error(write("cut.gz", gz));
   expectContains(message, "truncated data");
   expectContains(message, "expected 4000 bytes of data");
 }
 
 TEST_F(DataIdxTest, ImplausibleDimensionsAreRefusedBeforeAllocating) {
-  const std::string huge = errorOf(write("huge", idxBytes(0x0E, {65536, 65536}, {})));
+  const std::string huge = read_error(write("huge", idxBytes(0x0E, {65536, 65536}, {})));
   expectContains(huge, "implausible dimensions 65536 x 65536");
   // 2^32-1 cubed overflows int64: must be caught, not wrapped.
   const std::string overflow =
-      errorOf(write("ovf", idxBytes(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {})));
+      read_error(write("ovf", idxBytes(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {})));
   expectContains(overflow, "implausible dimensions 4294967295 x ...");
   // Even with no element, huge dimensions would overflow the strides.
   const std::string strides =
-      errorOf(write("zero", idxBytes(0x08, {0, 0xffffffffu, 0xffffffffu}, {})));
+      read_error(write("zero", idxBytes(0x08, {0, 0xffffffffu, 0xffffffffu}, {})));
   expectContains(strides, "implausible dimensions 0 x 4294967295 x ...");
-  expectContains(errorOf(write("dims", Bytes{0, 0, 8, 200})), "declares 200 dimensions");
+  expectContains(read_error(write("dims", Bytes{0, 0, 8, 200})), "declares 200 dimensions");
 }
 
 TEST_F(DataIdxTest, TrailingGarbageIsCounted) {
   for (bool gzip : {false, true}) {
-    const std::string message = errorOf(write("g", idxBytes(0x08, {2}, {1, 2, 3, 4, 5}), gzip));
+    const std::string message = read_error(write("g", idxBytes(0x08, {2}, {1, 2, 3, 4, 5}), gzip));
     expectContains(message, "trailing garbage: 3 bytes after the 2 bytes of data");
   }
 }
@@ -234,7 +227,7 @@ TEST_F(DataIdxTest, TrailingGarbageIsCounted) {
 TEST_F(DataIdxTest, CorruptGzipIsDataError) {
   Bytes gz = readAll(write("ok.gz", idxBytes(0x08, {64}, Bytes(64, 3)), true));
   gz[gz.size() - 6] ^= 0xff;  // Corrupt the CRC in the trailer.
-  expectContains(errorOf(write("crc.gz", gz)), "corrupt gzip data");
+  expectContains(read_error(write("crc.gz", gz)), "corrupt gzip data");
 }
 
 // Random damage to a valid file (plain and gzipped), with a fixed seed:
@@ -316,30 +309,18 @@ TEST_F(DataFashionMnistTest, SmallSplitsPlainAndGzipped) {
 
 TEST_F(DataFashionMnistTest, CountMismatchNamesBothFiles) {
   writeSplit("train", 3, {0, 1}, true);
-  try {
-    FashionMnist data(dir_.string());
-    FAIL() << "no DataError";
-  } catch (const DataError& e) {
-    const std::string message = e.what();
-    expectContains(message, "train-images-idx3-ubyte.gz' holds 3 images");
-    expectContains(message, "train-labels-idx1-ubyte.gz' holds 2 labels");
-  }
+  const std::string message = error_of<DataError>([&] { FashionMnist data(dir_.string()); });
+  expectContains(message, "train-images-idx3-ubyte.gz' holds 3 images");
+  expectContains(message, "train-labels-idx1-ubyte.gz' holds 2 labels");
 }
 
 TEST_F(DataFashionMnistTest, MissingFileAndBadLabelsAreDataErrors) {
-  try {
-    FashionMnist data(dir_.string(), FashionMnist::Split::kTest);
-    FAIL() << "no DataError";
-  } catch (const DataError& e) {
-    expectContains(e.what(), "t10k-images-idx3-ubyte' not found in '" + dir_.string());
-  }
+  expectContains(
+      error_of<DataError>([&] { FashionMnist data(dir_.string(), FashionMnist::Split::kTest); }),
+      "t10k-images-idx3-ubyte' not found in '" + dir_.string());
   writeSplit("train", 2, {3, 12}, false);
-  try {
-    FashionMnist data(dir_.string());
-    FAIL() << "no DataError";
-  } catch (const DataError& e) {
-    expectContains(e.what(), "label 12 at index 1 is outside 0..9");
-  }
+  expectContains(error_of<DataError>([&] { FashionMnist data(dir_.string()); }),
+                 "label 12 at index 1 is outside 0..9");
 }
 
 TEST(DataFashionMnistReal, DebianDatasetHasTheKnownCountsAndMean) {

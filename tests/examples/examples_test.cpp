@@ -15,6 +15,7 @@
 #include <fstream>
 #include <regex>
 
+#include "common/temporary_directory.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
@@ -30,14 +31,8 @@ namespace {
 
 class ExamplesRun : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "ddp-examples-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return dir_.file(name); }
+  const ddp::testing::TemporaryDirectory dir_{"ddp-examples-"};
 };
 
 void expectHelpLists(const std::string& program, const std::vector<std::string>& flags) {

@@ -15,6 +15,7 @@
 #include "common/expect_checks.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/hvd.hpp"
+#include "hvd/hvd_checks.hpp"
 #include "multiprocess/harness.hpp"
 
 namespace ddp::testing {
@@ -26,20 +27,6 @@ struct TrainingCase {
   std::vector<std::string> flags;
 };
 
-// The checks of hvd_worker.cpp's train(): the number of fusion buffers
-// is checked where --fusion fixes it (0: one per gradient; the 64 MiB
-// default: one for all).
-std::set<std::string> trainingChecks(const std::vector<std::string>& flags) {
-  std::set<std::string> names{"parameters after 4 steps match one process",
-                              "the buffers hold every gradient once",
-                              "every fusion buffer within the threshold",
-                              "every buffer started during backward", "one reduction per step"};
-  const auto fusion = std::find(flags.begin(), flags.end(), "--fusion");
-  const int64_t threshold = fusion == flags.end() ? int64_t{64} << 20 : std::stoll(*(fusion + 1));
-  if (threshold == 0 || threshold >= (int64_t{64} << 20)) names.insert("number of fusion buffers");
-  return names;
-}
-
 class HvdTraining : public ::testing::TestWithParam<TrainingCase> {};
 
 TEST_P(HvdTraining, MatchesOneProcessOnTheConcatenatedBatch) {
@@ -47,7 +34,7 @@ TEST_P(HvdTraining, MatchesOneProcessOnTheConcatenatedBatch) {
   std::vector<std::string> args{"train"};
   args.insert(args.end(), param.flags.begin(), param.flags.end());
   auto results = runRanks(param.world, args);
-  expectChecks(results, trainingChecks(param.flags));
+  expectChecks(results, hvd_check::training_check_names(fusion_threshold_of(param.flags)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -72,15 +59,7 @@ class HvdBroadcast : public ::testing::TestWithParam<int> {};
 TEST_P(HvdBroadcast, EveryRankEndsWithRankZerosModelAndOptimizer) {
   const int world = GetParam();
   auto results = runRanks(world, {"broadcast-state"});
-  std::set<std::string> expected;
-  for (const char* optimizer : {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"}) {
-    for (const char* check :
-         {": options and steps equal rank 0's", ": every state tensor equals rank 0's",
-          ": parameters equal rank 0's", ": the next step continues rank 0's trajectory exactly"}) {
-      expected.insert(optimizer + std::string(check));
-    }
-  }
-  expectChecks(results, expected);
+  expectChecks(results, hvd_check::broadcast_check_names());
 }
 
 INSTANTIATE_TEST_SUITE_P(Hvd, HvdBroadcast, ::testing::Values(2, 3),
@@ -88,9 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Hvd, HvdBroadcast, ::testing::Values(2, 3),
 
 TEST(HvdApi, RankSizeLocalRankLocalSize) {
   auto results = runRanks(3, {"api"});
-  expectChecks(results, {"size() is WORLD_SIZE", "rank() is RANK", "local_rank() is LOCAL_RANK",
-                         "local_size() is LOCAL_WORLD_SIZE", "init() again returns the same group",
-                         "the group works"});
+  expectChecks(results, hvd_check::api_check_names());
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_NE(results[rank].output.find("before init: hvd::process_group() needs a process group, "
                                         "and hvd::init() has not been called"),
@@ -124,8 +101,7 @@ TEST(HvdJoin, UnevenStepsMatchOneProcessAndEndTogether) {
     std::vector<std::string> args = {"join"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto results = runRanks(3, args);
-    expectChecks(results, {"Join, batches 3/5/8: parameters match one process",
-                           "Join, batches 3/5/8: join() names rank 2, the last to join"});
+    expectChecks(results, hvd_check::join_check_names());
   }
 }
 

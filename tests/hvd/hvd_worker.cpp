@@ -12,25 +12,30 @@
 //   hvd_test_worker api        rank(), size(), local_rank(), local_size()
 //   hvd_test_worker mismatch   rank 1 has another optimizer type
 //
-// Prints each check by name (tests/common/named_checks.hpp) and exits 0 when
-// none failed; on a ddp::Error prints "error: <message>" and exits with
-// ddp::exit_code_for(error).
+//   hvd_test_worker join [--fusion BYTES] [--by-contributors]
+//       uneven inputs under ddp::Join
+// Every scenario takes --backend B (default gloo) for the engine underneath.
+//
+// Prints each check by name (tests/common/named_checks.hpp; the names are
+// hvd_checks.hpp's); exit codes and errors as tests/common/worker_main.hpp
+// says.
 
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
-#include <limits>
 #include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "../common/named_checks.hpp"
+#include "common/named_checks.hpp"
+#include "common/relative_error.hpp"
+#include "common/worker_main.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/hvd.hpp"
 #include "ddp/join.hpp"
+#include "hvd/hvd_checks.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace {
@@ -47,34 +52,14 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-// Named checks; report() gives the exit code.
-class Checks {
- public:
-  void expect(const std::string& name, bool ok, const std::string& detail) {
-    checks_.check(name, ok, detail);
-  }
-  int report() const {
-    if (checks_.failed() == 0) return 0;
-    std::cout << "rank " << hvd::rank() << ": " << checks_.failed() << " check(s) failed"
-              << std::endl;
-    return 1;
-  }
+using ddp::testing::check_name;
+using ddp::testing::NamedChecks;
+using ddp::testing::worst_relative_error;
+namespace check = ddp::testing::hvd_check;
 
- private:
-  ddp::testing::NamedChecks checks_;
-};
-
-double relativeError(const std::vector<torch::Tensor>& got,
-                     const std::vector<torch::Tensor>& expected) {
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double scale = std::max(expected[i].abs().max().item<double>(), 1e-12);
-    const double error = (got[i] - expected[i]).abs().max().item<double>() / scale;
-    // Keep a NaN: std::max(0, NaN) is 0, and a NaN result would pass.
-    worst = std::isnan(worst) || std::isnan(error) ? std::numeric_limits<double>::quiet_NaN()
-                                                   : std::max(worst, error);
-  }
-  return worst;
+// The exit code of this rank's `checks`.
+int exitCode(const NamedChecks& checks) {
+  return ddp::testing::checks_exit_code(hvd::rank(), checks.failed());
 }
 
 bool hasFlag(const std::vector<std::string>& args, const std::string& flag) {
@@ -100,7 +85,7 @@ int train(const std::vector<std::string>& args) {
   const bool fp16 = hasFlag(args, "--fp16"), sum = hasFlag(args, "--sum");
   const bool average_aggregated = hasFlag(args, "--average-aggregated");
   auto options = hvd::DistributedOptimizerOptions()
-                     .fusion_threshold_bytes(valueOf(args, "--fusion", 64 << 20))
+                     .fusion_threshold_bytes(ddp::testing::fusion_threshold_of(args))
                      .backward_passes_per_step(passes)
                      .average_aggregated_gradients(average_aggregated)
                      .compression(fp16 ? hvd::Compression::kFp16 : hvd::Compression::kNone)
@@ -117,8 +102,8 @@ int train(const std::vector<std::string>& args) {
   // The reduced gradient is factor x the gradient of the mean loss over the
   // whole batch: x world for a sum, x passes for accumulated sums.
   const double factor = (sum ? world : 1) * (average_aggregated ? 1 : passes);
-  constexpr int kSteps = 4;
-  Checks checks;
+  constexpr int kSteps = check::kTrainingSteps;
+  NamedChecks checks;
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = stepData(step, world * passes);
     optimizer.zero_grad();
@@ -134,25 +119,24 @@ int train(const std::vector<std::string>& args) {
     reference_optimizer.step();
   }
   const double tolerance = fp16 ? 2e-3 : 1e-5;
-  const double error = relativeError(model->parameters(), reference->parameters());
-  checks.expect("parameters after " + std::to_string(kSteps) + " steps match one process",
-                error <= tolerance,
-                "max relative error " + std::to_string(error) + " > " + std::to_string(tolerance));
+  const double error = worst_relative_error(model->parameters(), reference->parameters());
+  checks.check(check::kParameters, error <= tolerance,
+               "max relative error " + std::to_string(error) + " > " + std::to_string(tolerance));
   const auto stats = optimizer.stats();
   const int64_t threshold = options.fusion_threshold_bytes();
   const int64_t element = fp16 ? 2 : 4;
   int64_t total = 0;
   for (auto bytes : stats.buffer_bytes) total += bytes;
   const int64_t expected_total = (6 * 16 + 16 + 16 * 16 + 16 + 16 * 3 + 3) * element;
-  checks.expect("the buffers hold every gradient once", total == expected_total,
-                std::to_string(total) + " bytes, expected " + std::to_string(expected_total) +
-                    " (" + std::to_string(element) + " bytes per element)");
+  checks.check(check::kEveryGradientOnce, total == expected_total,
+               std::to_string(total) + " bytes, expected " + std::to_string(expected_total) + " (" +
+                   std::to_string(element) + " bytes per element)");
   // Where the threshold fixes it: one buffer per gradient, or one for all.
-  const size_t expected_buffers = threshold == 0 ? 6u : threshold >= (64 << 20) ? 1u : 0u;
+  const size_t expected_buffers = check::fixed_buffer_count(threshold);
   if (expected_buffers) {
-    checks.expect("number of fusion buffers", stats.buffer_bytes.size() == expected_buffers,
-                  std::to_string(stats.buffer_bytes.size()) + " fusion buffers, expected " +
-                      std::to_string(expected_buffers));
+    checks.check(check::kBufferCount, stats.buffer_bytes.size() == expected_buffers,
+                 std::to_string(stats.buffer_bytes.size()) + " fusion buffers, expected " +
+                     std::to_string(expected_buffers));
   }
   std::string too_large;
   for (auto bytes : stats.buffer_bytes) {
@@ -162,17 +146,17 @@ int train(const std::vector<std::string>& args) {
                   std::to_string(threshold) + " without being a single large gradient";
     }
   }
-  checks.expect("every fusion buffer within the threshold", too_large.empty(), too_large);
-  checks.expect("every buffer started during backward",
-                stats.launched_during_backward == static_cast<int64_t>(stats.buffer_bytes.size()),
-                std::to_string(stats.launched_during_backward) + " of " +
-                    std::to_string(stats.buffer_bytes.size()) + " buffers");
-  checks.expect("one reduction per step", stats.synchronizations == kSteps,
-                std::to_string(stats.synchronizations) + " reductions in " +
-                    std::to_string(kSteps) + " steps");
+  checks.check(check::kWithinThreshold, too_large.empty(), too_large);
+  checks.check(check::kStartedDuringBackward,
+               stats.launched_during_backward == static_cast<int64_t>(stats.buffer_bytes.size()),
+               std::to_string(stats.launched_during_backward) + " of " +
+                   std::to_string(stats.buffer_bytes.size()) + " buffers");
+  checks.check(check::kOneReductionPerStep, stats.synchronizations == kSteps,
+               std::to_string(stats.synchronizations) + " reductions in " + std::to_string(kSteps) +
+                   " steps");
   std::cout << "rank " << rank << ": " << stats.buffer_bytes.size()
             << " buffers, max relative error " << error << "\n";
-  return checks.report();
+  return exitCode(checks);
 }
 
 // Each rank's own, different starting point: seeded model, options and
@@ -201,7 +185,7 @@ struct Trainee {
 };
 
 template <typename Optimizer, typename Options>
-void checkBroadcastState(Checks& checks, const std::string& name,
+void checkBroadcastState(NamedChecks& checks, const std::string& name,
                          const std::function<Options(int)>& options_for) {
   const int rank = hvd::rank();
   Trainee<Optimizer, Options> mine(rank, options_for(rank));
@@ -212,82 +196,79 @@ void checkBroadcastState(Checks& checks, const std::string& name,
   ddp::detail::TensorMap got_tensors, expected_tensors;
   auto got = ddp::detail::exportOptimizer(mine.optimizer, got_tensors);
   auto expected = ddp::detail::exportOptimizer(rank0.optimizer, expected_tensors);
-  checks.expect(name + ": options and steps equal rank 0's", got == expected,
-                got.dump() + " vs " + expected.dump());
+  checks.check(check_name(name, check::kOptionsAndSteps), got == expected,
+               got.dump() + " vs " + expected.dump());
   bool same = got_tensors.size() == expected_tensors.size() && !expected_tensors.empty();
   for (const auto& [key, tensor] : expected_tensors) {
     same = same && got_tensors.count(key) && torch::equal(got_tensors.at(key), tensor);
   }
-  checks.expect(name + ": every state tensor equals rank 0's", same,
-                std::to_string(got_tensors.size()) + " tensors, rank 0 has " +
-                    std::to_string(expected_tensors.size()) + "; they differ or there are none");
+  checks.check(check_name(name, check::kStateTensors), same,
+               std::to_string(got_tensors.size()) + " tensors, rank 0 has " +
+                   std::to_string(expected_tensors.size()) + "; they differ or there are none");
   bool params = true;
   for (size_t i = 0; i < rank0.model->parameters().size(); ++i) {
     params = params && torch::equal(mine.model->parameters()[i], rank0.model->parameters()[i]);
   }
-  checks.expect(name + ": parameters equal rank 0's", params,
-                "max relative error " + std::to_string(relativeError(mine.model->parameters(),
-                                                                     rank0.model->parameters())));
+  checks.check(check_name(name, check::kParametersEqual), params,
+               "max relative error " + std::to_string(worst_relative_error(
+                                           mine.model->parameters(), rank0.model->parameters())));
   mine.oneMoreStep();
   rank0.oneMoreStep();
-  const double next_error = relativeError(mine.model->parameters(), rank0.model->parameters());
-  checks.expect(name + ": the next step continues rank 0's trajectory exactly", next_error == 0,
-                "max relative error " + std::to_string(next_error));
+  const double next_error =
+      worst_relative_error(mine.model->parameters(), rank0.model->parameters());
+  checks.check(check_name(name, check::kNextStep), next_error == 0,
+               "max relative error " + std::to_string(next_error));
 }
 
 int broadcastState() {
   namespace optim = torch::optim;
-  Checks checks;
-  checkBroadcastState<optim::SGD, optim::SGDOptions>(checks, "SGD", [](int r) {
+  NamedChecks checks;
+  checkBroadcastState<optim::SGD, optim::SGDOptions>(checks, check::kSgd, [](int r) {
     return optim::SGDOptions(0.01 * (r + 1))
         .momentum(0.5 + 0.1 * r)
         .weight_decay(1e-3 * r)
         .nesterov(r == 0);
   });
-  checkBroadcastState<optim::Adam, optim::AdamOptions>(checks, "Adam", [](int r) {
+  checkBroadcastState<optim::Adam, optim::AdamOptions>(checks, check::kAdam, [](int r) {
     return optim::AdamOptions(1e-3 * (r + 1))
         .betas(std::make_tuple(0.9 - 0.05 * r, 0.999 - 0.01 * r))
         .weight_decay(1e-2 * r)
         .amsgrad(r == 0);
   });
-  checkBroadcastState<optim::AdamW, optim::AdamWOptions>(checks, "AdamW", [](int r) {
+  checkBroadcastState<optim::AdamW, optim::AdamWOptions>(checks, check::kAdamW, [](int r) {
     return optim::AdamWOptions(2e-3 * (r + 1)).weight_decay(0.05 * (r + 1)).eps(1e-8 * (r + 1));
   });
-  checkBroadcastState<optim::RMSprop, optim::RMSpropOptions>(checks, "RMSprop", [](int r) {
+  checkBroadcastState<optim::RMSprop, optim::RMSpropOptions>(checks, check::kRmsprop, [](int r) {
     return optim::RMSpropOptions(1e-3 * (r + 1))
         .alpha(0.9 + 0.01 * r)
         .momentum(0.1 * (r + 1))
         .centered(r == 0);
   });
-  checkBroadcastState<optim::Adagrad, optim::AdagradOptions>(checks, "Adagrad", [](int r) {
+  checkBroadcastState<optim::Adagrad, optim::AdagradOptions>(checks, check::kAdagrad, [](int r) {
     return optim::AdagradOptions(0.05 * (r + 1))
         .lr_decay(1e-3 * r)
         .initial_accumulator_value(0.1 * r);
   });
-  return checks.report();
+  return exitCode(checks);
 }
 
 int api() {
-  Checks checks;
-  auto expectEnv = [&](const std::string& name, int got, const char* variable) {
-    const char* value = std::getenv(variable);
-    checks.expect(
-        name + " is " + variable, value && got == std::stoi(value),
-        "got " + std::to_string(got) + ", " + variable + "=" + (value ? value : "(unset)"));
-  };
-  expectEnv("size()", hvd::size(), "WORLD_SIZE");
-  expectEnv("rank()", hvd::rank(), "RANK");
-  expectEnv("local_rank()", hvd::local_rank(), "LOCAL_RANK");
-  expectEnv("local_size()", hvd::local_size(), "LOCAL_WORLD_SIZE");
-  checks.expect("init() again returns the same group", hvd::init() == hvd::process_group(),
-                "another group");
+  NamedChecks checks;
+  for (const auto& query : check::api_queries()) {
+    const int got = query.get();
+    const char* value = std::getenv(query.variable.c_str());
+    checks.check(
+        check::query_matches(query), value && got == std::stoi(value),
+        "got " + std::to_string(got) + ", " + query.variable + "=" + (value ? value : "(unset)"));
+  }
+  checks.check(check::kInitAgain, hvd::init() == hvd::process_group(), "another group");
   torch::Tensor t = torch::full({3}, static_cast<double>(hvd::rank()));
   hvd::process_group()->all_reduce(t, ddp::ReduceOp::kSum);
   const int world = hvd::size();
-  checks.expect("the group works", t[0].item<double>() == world * (world - 1) / 2.0,
-                "sum of ranks " + std::to_string(t[0].item<double>()) + ", expected " +
-                    std::to_string(world * (world - 1) / 2.0));
-  return checks.report();
+  checks.check(check::kGroupWorks, t[0].item<double>() == world * (world - 1) / 2.0,
+               "sum of ranks " + std::to_string(t[0].item<double>()) + ", expected " +
+                   std::to_string(world * (world - 1) / 2.0));
+  return exitCode(checks);
 }
 
 int mismatch() {
@@ -318,7 +299,7 @@ int join(const std::vector<std::string>& args) {
   Mlp reference;
   hvd::DistributedOptimizer optimizer(torch::optim::SGD(model->parameters(), 0.05),
                                       hvd::DistributedOptimizerOptions().fusion_threshold_bytes(
-                                          valueOf(args, "--fusion", 64 << 20)));
+                                          ddp::testing::fusion_threshold_of(args)));
   torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
   int source = -1;
   {
@@ -347,48 +328,54 @@ int join(const std::vector<std::string>& args) {
     }
     reference_optimizer.step();
   }
-  Checks checks;
-  const double error = relativeError(model->parameters(), reference->parameters());
-  checks.expect("Join, batches 3/5/8: parameters match one process", error <= 1e-5,
-                "max relative error " + std::to_string(error));
-  checks.expect("Join, batches 3/5/8: join() names rank 2, the last to join", source == 2,
-                "returned " + std::to_string(source));
-  return checks.report();
+  NamedChecks checks;
+  const double error = worst_relative_error(model->parameters(), reference->parameters());
+  checks.check(check_name(check::kJoin, check::kJoinParameters), error <= 1e-5,
+               "max relative error " + std::to_string(error));
+  checks.check(check_name(check::kJoin, check::kLastToJoin), source == 2,
+               "returned " + std::to_string(source));
+  return exitCode(checks);
+}
+
+// Starts hvd on the engine `--backend B` names (default gloo).
+void initHvd(const std::vector<std::string>& args) {
+  std::string backend = "gloo";
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--backend") backend = args[i + 1];
+  }
+  hvd::init(ddp::InitOptions().backend(backend).collective_timeout(std::chrono::seconds(30)));
+}
+
+// A scenario run once hvd is started.
+ddp::testing::WorkerScenario afterInit(std::function<int(const std::vector<std::string>&)> body) {
+  return [body](const std::vector<std::string>& args) {
+    initHvd(args);
+    return body(args);
+  };
+}
+
+// The "api" scenario: hvd before init() is an error, then api().
+int apiBeforeAndAfterInit(const std::vector<std::string>& args) {
+  try {
+    hvd::rank();
+    std::cout << "rank() before init() did not fail\n";
+    return 1;
+  } catch (const ddp::ConfigError& e) {
+    std::cout << "before init: " << e.what() << "\n";
+  }
+  initHvd(args);
+  return api();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    std::cerr << "usage: hvd_test_worker train|broadcast-state|api|mismatch [options]\n";
-    return 2;
-  }
-  try {
-    if (args[0] == "api") {
-      try {
-        hvd::rank();
-        std::cout << "rank() before init() did not fail\n";
-        return 1;
-      } catch (const ddp::ConfigError& e) {
-        std::cout << "before init: " << e.what() << "\n";
-      }
-    }
-    // `--backend B` (default gloo) picks the engine underneath.
-    std::string backend = "gloo";
-    for (size_t i = 1; i + 1 < args.size(); ++i) {
-      if (args[i] == "--backend") backend = args[i + 1];
-    }
-    hvd::init(ddp::InitOptions().backend(backend).collective_timeout(std::chrono::seconds(30)));
-    if (args[0] == "train") return train(args);
-    if (args[0] == "broadcast-state") return broadcastState();
-    if (args[0] == "api") return api();
-    if (args[0] == "mismatch") return mismatch();
-    if (args[0] == "join") return join(args);
-    std::cerr << "unknown scenario " << args[0] << "\n";
-    return 2;
-  } catch (const ddp::Error& e) {
-    std::cout << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exit_code_for(e));
-  }
+  using Args = std::vector<std::string>;
+  return ddp::testing::run_worker(
+      argc, argv,
+      {{"train", afterInit(train)},
+       {"broadcast-state", afterInit([](const Args&) { return broadcastState(); })},
+       {"api", apiBeforeAndAfterInit},
+       {"mismatch", afterInit([](const Args&) { return mismatch(); })},
+       {"join", afterInit(join)}});
 }

@@ -6,16 +6,15 @@
 // (CI's LibTorch 2.6 leg) and are skipped with the reason elsewhere.
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
 
+#include "common/temporary_directory.hpp"
 #include "ddp/environment.hpp"
 #include "interop/interop_job.hpp"
 #include "launch/child_process.hpp"
@@ -24,6 +23,7 @@
 namespace ddp::interop {
 namespace {
 
+using ddp::testing::TemporaryDirectory;
 using launch::ChildResult;
 using launch::ChildSpec;
 using launch::runChildren;
@@ -67,33 +67,14 @@ std::string pythonPath() {
          (own == env.end() || own->second.empty() ? "" : ":" + own->second);
 }
 
-// torchrun leaves a log directory in TMPDIR after every run: this test
-// process gives it a directory of its own, removed at exit.
-class TorchrunTemporaries {
- public:
-  TorchrunTemporaries() {
-    path_ = (std::filesystem::temp_directory_path() / "ddp-torchrun-XXXXXX").string();
-    if (mkdtemp(path_.data()) == nullptr) path_ = std::filesystem::temp_directory_path();
-  }
-  ~TorchrunTemporaries() {
-    std::error_code ignored;
-    if (path_ != std::filesystem::temp_directory_path()) {
-      std::filesystem::remove_all(path_, ignored);
-    }
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // What torchrun's Python gets: the site directory, no bytecode written into
-// the source tree, and its own temporary directory.
+// the source tree, and its own temporary directory (torchrun leaves a log
+// directory in TMPDIR after every run), removed when this process exits.
 std::map<std::string, std::string> pythonEnvironment() {
-  static const TorchrunTemporaries temporaries;
+  static const TemporaryDirectory temporaries("ddp-torchrun-");
   return {{"PYTHONPATH", pythonPath()},
           {"PYTHONDONTWRITEBYTECODE", "1"},
-          {"TMPDIR", temporaries.path()}};
+          {"TMPDIR", temporaries.string()}};
 }
 
 // The torchrun on PATH, or why these tests cannot run here.
@@ -169,12 +150,6 @@ std::vector<ChildResult> onAReservedPort(
     const std::function<std::vector<ChildSpec>(const std::string& port)>& launchers) {
   const launch::PortReservation reserved;
   return runChildren(launchers(std::to_string(reserved.port())), kDeadline);
-}
-
-std::string temporaryDirectory() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "ddp-interop-XXXXXX").string();
-  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-  return pattern;
 }
 
 // One epoch of the toy trainer: 2048 samples / (2 ranks x 32) = 32 steps.
@@ -254,7 +229,9 @@ INSTANTIATE_TEST_SUITE_P(InteropTorchrun, InteropTorchrunC10d, ::testing::Values
 // step 8 and end bit-identical to an uninterrupted run under ddprun.
 TEST(InteropTorchrun, KilledWorkerIsRestartedAndResumes) {
   SKIP_WITHOUT_TORCHRUN_2();
-  const std::string reference_dir = temporaryDirectory(), restarted_dir = temporaryDirectory();
+  const TemporaryDirectory reference_snapshots("ddp-interop-"), restarted_snapshots("ddp-interop-");
+  const std::string reference_dir = reference_snapshots.string(),
+                    restarted_dir = restarted_snapshots.string();
   auto job = [](const std::string& dir) {
     return std::vector<std::string>{"--epochs",           "2", "--seed",         "7",
                                     "--save-every-steps", "4", "--snapshot-dir", dir};
@@ -275,8 +252,6 @@ TEST(InteropTorchrun, KilledWorkerIsRestartedAndResumes) {
   EXPECT_TRUE(contains(run.output, "resumed at epoch 0, step 8")) << run.output;
   EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
   EXPECT_EQ(count(run.output, kUnauthenticated), 2) << run.output;  // rank 0 of each run
-  std::filesystem::remove_all(reference_dir);
-  std::filesystem::remove_all(restarted_dir);
 }
 
 // A worker's ddp error reaches torchrun's summary through the error file
@@ -285,8 +260,8 @@ TEST(InteropTorchrun, KilledWorkerIsRestartedAndResumes) {
 // (Both ranks fail; torchrun names the first it saw.)
 TEST(InteropTorchrun, WorkersErrorIsShownInTorchrunsSummary) {
   SKIP_WITHOUT_TORCHRUN_2();
-  const std::string dir = temporaryDirectory();
-  const std::string not_a_directory = dir + "/snapshots";
+  const TemporaryDirectory dir("ddp-interop-");
+  const std::string not_a_directory = dir.file("snapshots");
   std::ofstream(not_a_directory) << "a file where the snapshot directory should be\n";
   const std::vector<std::string> job = {"--epochs", "1", "--snapshot-dir", not_a_directory};
   const ChildResult reference = underDdprun(2, job);
@@ -316,7 +291,6 @@ TEST(InteropTorchrun, WorkersErrorIsShownInTorchrunsSummary) {
   EXPECT_EQ(traceback[1].str(), message_of_rank[rank[1].str()]) << "rank " << rank[1] << "\n"
                                                                 << run.output << "\n--- ddprun:\n"
                                                                 << reference.output;
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <ctime>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "common/port_holder.hpp"
+#include "common/temporary_directory.hpp"
 #include "ddp/errors.hpp"
 #include "launch/child_process.hpp"
 #include "launch/port_reservation.hpp"
@@ -61,8 +61,8 @@ std::string readFile(const std::string& path) {
 
 TEST(LauncherRun, RedirectsKeepEachRanksStreamsAndTeeShowsThemToo) {
   for (bool tee : {false, true}) {
-    std::string dir = (std::filesystem::temp_directory_path() / "ddprun-logs-XXXXXX").string();
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+    const ddp::testing::TemporaryDirectory logs("ddprun-logs-");
+    const std::string dir = logs.string();
     std::vector<std::string> args = {"--standalone",
                                      "--nproc-per-node",
                                      "2",
@@ -84,7 +84,6 @@ TEST(LauncherRun, RedirectsKeepEachRanksStreamsAndTeeShowsThemToo) {
       EXPECT_TRUE(std::filesystem::exists(base + "stderr.log")) << base;
     }
     EXPECT_EQ(r.output.find("[0] RANK=0") != std::string::npos, tee) << r.output;
-    std::filesystem::remove_all(dir);
   }
 }
 
@@ -110,8 +109,8 @@ TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
 // ddp::init()'s terminate handler records it in torchrun's schema, and the
 // summary names it.
 TEST(LauncherRestarts, UncaughtExceptionIsRecordedInTorchrunsSchemaWithoutADecorator) {
-  std::string dir = (std::filesystem::temp_directory_path() / "ddprun-uncaught-XXXXXX").string();
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const ddp::testing::TemporaryDirectory logs("ddprun-uncaught-");
+  const std::string dir = logs.string();
   auto r = runLauncher(
       {"--standalone", "--run-id", "uncaught", "--log-dir", dir, DDP_LAUNCH_WORKER, "uncaught"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -127,7 +126,6 @@ TEST(LauncherRestarts, UncaughtExceptionIsRecordedInTorchrunsSchemaWithoutADecor
   // torchrun reads extraInfo.timestamp as an integer in a string.
   const std::string stamp = message["extraInfo"]["timestamp"].get<std::string>();
   EXPECT_NEAR(std::stod(stamp), static_cast<double>(std::time(nullptr)), 120.0) << stamp;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(LauncherRestarts, StoppedWorkerIsRestartedAfterCollectiveTimeout) {
@@ -207,14 +205,12 @@ TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
       << taken.output;
 
   // A --log-dir under a regular file cannot be created: an IoError, exit 13.
-  std::string file = (std::filesystem::temp_directory_path() / "ddprun-not-a-dir-XXXXXX").string();
-  const int fd = mkstemp(file.data());
-  ASSERT_GE(fd, 0);
-  close(fd);
+  const ddp::testing::TemporaryDirectory scratch("ddprun-not-a-dir-");
+  const std::string file = scratch.file("a-file");
+  std::ofstream(file) << "a regular file where --log-dir needs a directory\n";
   auto unwritable = runLauncher(
       {"--standalone", "--run-id", "io", "--log-dir", file + "/logs", DDP_LAUNCH_WORKER, "env"},
       30s);
-  std::filesystem::remove(file);
   EXPECT_EQ(unwritable.exit_code, static_cast<int>(ExitCode::kIo)) << unwritable.output;
   EXPECT_NE(unwritable.output.find("ddprun: error: cannot create the directory " + file +
                                    "/logs/io/attempt_0/0 for a worker's error file"),

@@ -13,11 +13,14 @@
 #include <regex>
 #include <set>
 
+#include "common/temporary_directory.hpp"
 #include "launch/child_process.hpp"
 #include "launcher/launcher_runs.hpp"
 
 namespace ddp::launch {
 namespace {
+
+using ddp::testing::TemporaryDirectory;
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -55,15 +58,6 @@ const std::string& torchPythonDir() {
   GTEST_SKIP() << "no python3 with PyTorch (torch.distributed) in /usr/bin or PATH; install " \
                   "Debian's python3-torch to run this test"
 
-struct TempDir {
-  TempDir() {
-    path = (fs::temp_directory_path() / "ddprun-python-XXXXXX").string();
-    if (!mkdtemp(path.data())) throw std::runtime_error("mkdtemp failed");
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-};
-
 // ddprun running ddp_script.py with the PyTorch-enabled python3 first in PATH.
 // USE_LIBUV=0: env:// makes rank 0 host a c10d TCPStore, whose libuv server
 // Debian 13's PyTorch lacks (1.13 ignores the variable).
@@ -91,9 +85,9 @@ std::map<int, std::string> digests(const std::string& output) {
 
 TEST(LauncherPython, APyTorchDdpScriptTrainsOnTwoRanks) {
   SKIP_WITHOUT_TORCH();
-  TempDir dir;
+  const TemporaryDirectory dir("ddprun-python-");
   ChildResult r =
-      runScript({"--standalone", "--nproc-per-node", "2"}, {"--checkpoint", dir.path + "/ckpt.pt"});
+      runScript({"--standalone", "--nproc-per-node", "2"}, {"--checkpoint", dir.file("ckpt.pt")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto found = digests(r.output);
   ASSERT_EQ(found.size(), 2u) << r.output;
@@ -103,16 +97,16 @@ TEST(LauncherPython, APyTorchDdpScriptTrainsOnTwoRanks) {
 
 TEST(LauncherPython, AKilledWorkerIsRestartedAndTheScriptResumesFromItsCheckpoint) {
   SKIP_WITHOUT_TORCH();
-  TempDir whole;
-  ChildResult uninterrupted = runScript({"--standalone", "--nproc-per-node", "2"},
-                                        {"--checkpoint", whole.path + "/ckpt.pt"});
+  const TemporaryDirectory whole("ddprun-python-");
+  ChildResult uninterrupted =
+      runScript({"--standalone", "--nproc-per-node", "2"}, {"--checkpoint", whole.file("ckpt.pt")});
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
   const auto expected = digests(uninterrupted.output);
   ASSERT_EQ(expected.size(), 2u) << uninterrupted.output;
 
-  TempDir killed;
+  const TemporaryDirectory killed("ddprun-python-");
   ChildResult r = runScript({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"},
-                            {"--checkpoint", killed.path + "/ckpt.pt", "--kill-at", "2"});
+                            {"--checkpoint", killed.file("ckpt.pt"), "--kill-at", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "rank 1 kills itself after step 2")) << r.output;
   EXPECT_TRUE(contains(r.output, "restarting every worker (restart 1 of 1)")) << r.output;

@@ -4,25 +4,19 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <iostream>
 #include <random>
 #include <regex>
 
+#include "common/temporary_directory.hpp"
 #include "launch/child_process.hpp"
 
 namespace ddp::launch {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string temporaryDirectory() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "ddp-resume-XXXXXX").string();
-  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-  return pattern;
-}
 
 ChildSpec toyJob(const std::string& snapshot_dir) {
   return ChildSpec{{DDP_DDPRUN,
@@ -59,7 +53,10 @@ std::string digestOf(const std::string& output) {
 class LauncherResume : public ::testing::TestWithParam<int> {};
 
 TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
-  const std::string straight_dir = temporaryDirectory(), killed_dir = temporaryDirectory();
+  const ddp::testing::TemporaryDirectory straight_snapshots("ddp-resume-"),
+      killed_snapshots("ddp-resume-");
+  const std::string straight_dir = straight_snapshots.string(),
+                    killed_dir = killed_snapshots.string();
   auto straight = runChildren({toyJob(straight_dir)}, 120s).at(0);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   const std::string expected = digestOf(straight.output);
@@ -96,8 +93,6 @@ TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
   EXPECT_NE(output.find("(restart 1 of 3)"), std::string::npos) << output;
   if (kill_at >= 4) EXPECT_NE(output.find("[0] resumed at epoch"), std::string::npos) << output;
   EXPECT_EQ(digestOf(output), expected) << "killed at step " << kill_at << "\n" << output;
-  std::filesystem::remove_all(straight_dir);
-  std::filesystem::remove_all(killed_dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Launcher, LauncherResume, ::testing::Values(1, 2, 3),

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 
+#include "common/temporary_directory.hpp"
 #include "launch/child_process.hpp"
 #include "launch/port_reservation.hpp"
 #include "launcher/launcher_runs.hpp"
@@ -48,8 +49,8 @@ TEST(LauncherSecret, OneNodeJobHasItsOwnSecretAndItsStoreRefusesIntruders) {
 }
 
 TEST(LauncherSecret, NodesMeetWithTheSameSecretFileAndAWrongOneIsRefused) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("ddprun-secrets-" + std::to_string(::getpid()));
+  const ddp::testing::TemporaryDirectory secrets("ddprun-secrets-");
+  const std::filesystem::path& dir = secrets.path();
   const std::string good = secretFile(dir, "job.secret", "a secret both nodes were given");
   const std::string bad = secretFile(dir, "other.secret", "a secret of some other job");
   auto nodes = [&](const std::string& second_secret, const std::string& timeout) {
@@ -81,7 +82,6 @@ TEST(LauncherSecret, NodesMeetWithTheSameSecretFileAndAWrongOneIsRefused) {
   auto unsafe = runLauncher({"--secret-file", good, DDP_LAUNCH_WORKER, "env"}, 30s);
   EXPECT_EQ(unsafe.exit_code, 3) << unsafe.output;  // ConfigError
   EXPECT_NE(unsafe.output.find("has mode 0644"), std::string::npos) << unsafe.output;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(LauncherSecret, TorchrunStyleWorkersWithoutASecretWarnAndStillRun) {

@@ -3,11 +3,11 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "common/temporary_directory.hpp"
 #include "launch/stall_report.hpp"
 #include "launcher/launcher_runs.hpp"
 
@@ -88,8 +88,8 @@ TEST(LauncherStallReport, RankListsAndPositionsRoundTrip) {
 }
 
 TEST(LauncherStallReport, DdprunNamesTheRankThatStoppedAndTheCollectiveTheOthersWaitedIn) {
-  std::string dir = (std::filesystem::temp_directory_path() / "ddprun-stall-XXXXXX").string();
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const ddp::testing::TemporaryDirectory logs("ddprun-stall-");
+  const std::string dir = logs.string();
   auto r = runLauncher({"--standalone", "--nproc-per-node", "3", "--run-id", "stall", "--log-dir",
                         dir, "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
                         "stall", "1"});
@@ -135,7 +135,6 @@ TEST(LauncherStallReport, DdprunNamesTheRankThatStoppedAndTheCollectiveTheOthers
   EXPECT_EQ(stopped->world_size, 3);
   ASSERT_EQ(stopped->entries.size(), 5u);
   EXPECT_EQ(stopped->entries.back().state, State::kCompleted);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

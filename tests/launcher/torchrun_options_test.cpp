@@ -5,12 +5,12 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "common/temporary_directory.hpp"
 #include "ddp/errors.hpp"
 #include "launch/child_process.hpp"
 #include "launch/port_reservation.hpp"
@@ -99,8 +99,8 @@ TEST(LauncherTorchrun, MinimumAloneStartsAfterTheLastCallAndTooFewTimeOut) {
 }
 
 TEST(LauncherTorchrun, RedirectsAndTeeTakeTorchrunsValuesPerLocalRank) {
-  std::string dir = (std::filesystem::temp_directory_path() / "ddprun-streams-XXXXXX").string();
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const ddp::testing::TemporaryDirectory log_dir("ddprun-streams-");
+  const std::string dir = log_dir.string();
   auto run = [&](const std::string& run_id, std::vector<std::string> streams) {
     std::vector<std::string> args = {"--standalone", "--nproc-per-node", "2", "--run-id", run_id};
     args.insert(args.end(), streams.begin(), streams.end());
@@ -128,7 +128,6 @@ TEST(LauncherTorchrun, RedirectsAndTeeTakeTorchrunsValuesPerLocalRank) {
   EXPECT_TRUE(contains(console.output, "[1] stderr of local rank 1\n")) << console.output;
   EXPECT_FALSE(std::filesystem::exists(file("console", 0, "stdout.log")));
   EXPECT_TRUE(std::filesystem::is_directory(dir + "/console/attempt_0/0"));
-  std::filesystem::remove_all(dir);
 
   // Without --log-dir, as torchrun: a fresh directory, named on the console.
   auto fresh = run("fresh", {"--redirects", "1:2"});

@@ -4,13 +4,13 @@
 // data set, none skipped and none repeated but the padding.
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "common/temporary_directory.hpp"
 #include "launcher/launcher_runs.hpp"
 
 namespace ddp::launch {
@@ -44,8 +44,8 @@ ChildResult toy(int nproc, const std::string& snapshot_dir, const std::string& m
 
 TEST(LauncherWorldSize, SnapshotAtTwoRanksResumesTheEpochAtOneAndAtThree) {
   namespace fs = std::filesystem;
-  std::string base = (fs::temp_directory_path() / "ddp-resize-XXXXXX").string();
-  ASSERT_NE(mkdtemp(base.data()), nullptr);
+  const ddp::testing::TemporaryDirectory snapshots("ddp-resize-");
+  const std::string base = snapshots.string();
   const ChildResult first = toy(2, base + "/saved", "10");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::multiset<int64_t> before = samplesSeen(first.output);
@@ -78,7 +78,6 @@ TEST(LauncherWorldSize, SnapshotAtTwoRanksResumesTheEpochAtOneAndAtThree) {
     for (int64_t i : after) repeated += before.count(i) + (after.count(i) - 1);
     EXPECT_EQ(repeated, padded - left) << "only the padding may repeat a sample";
   }
-  fs::remove_all(base);
 }
 
 }  // namespace

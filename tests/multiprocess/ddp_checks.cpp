@@ -10,6 +10,7 @@
 
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
+#include "common/relative_error.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "multiprocess/branch_net.hpp"
 #include "dtype_name.hpp"
@@ -39,11 +40,6 @@ Batch makeBatch(int step, int64_t rows, std::vector<int64_t> feature_shape, bool
   return b;
 }
 
-float relativeError(const torch::Tensor& got, const torch::Tensor& expected) {
-  const float scale = expected.abs().max().item<float>();
-  return (got - expected).abs().max().item<float>() / std::max(scale, 1e-12f);
-}
-
 class DdpChecker {
  public:
   explicit DdpChecker(const std::shared_ptr<ProcessGroup>& group)
@@ -56,10 +52,10 @@ class DdpChecker {
              std::to_string(got.size()) + " tensors, expected " + std::to_string(expected.size()));
       return;
     }
-    float worst = 0;
+    double worst = 0;
     size_t worst_at = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      const float error = relativeError(got[i], expected[i]);
+      const double error = relative_error(got[i], expected[i]);
       // A NaN is the worst error of all (std::max would drop it).
       if (!std::isnan(worst) && (std::isnan(error) || error > worst)) worst = error, worst_at = i;
     }
@@ -125,14 +121,13 @@ class DdpChecker {
 
   void mlp() {
     auto expected = referenceMlp(1);
-    expectClose("MLP matches single-process training", trainMlp({}, 1), expected, 1e-5f);
+    expectClose(ddp_check::kMlp, trainMlp({}, 1), expected, 1e-5f);
     auto with_views = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(true), 1);
     auto without = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(false), 1);
     bool identical = true;
     for (size_t i = 0; i < with_views.size(); ++i)
       identical &= torch::equal(with_views[i], without[i]);
-    record("gradient_as_bucket_view on and off give identical parameters", identical,
-           "they differ");
+    record(ddp_check::kBucketViewIdentical, identical, "they differ");
     // Identical parameters would also come from an option that does nothing:
     // with it the gradients must share the (single) bucket's memory, without
     // it each its own.
@@ -141,12 +136,12 @@ class DdpChecker {
       for (const auto& p : parameters) distinct.insert(p.grad().storage().data_ptr().get());
       return distinct.size();
     };
-    record("gradient_as_bucket_view gradients share the bucket's memory",
+    record(ddp_check::kBucketViewShared,
            storages(with_views) == 1 && storages(without) == without.size(),
            "gradients in " + std::to_string(storages(with_views)) + " storage(s) with views, " +
                std::to_string(storages(without)) + " without (expected 1 and " +
                std::to_string(without.size()) + ")");
-    expectClose("MLP with tiny buckets and delay_allreduce",
+    expectClose(ddp_check::kTinyBuckets,
                 trainMlp(DistributedDataParallelOptions()
                              .bucket_cap_mb(0.0001)
                              .first_bucket_cap_mb(0.0001)
@@ -154,12 +149,10 @@ class DdpChecker {
                          1),
                 expected, 1e-5f);
     ReducerStats stats;
-    expectClose("no_sync over 2 micro-batches equals one step on both", trainMlp({}, 2, &stats),
-                referenceMlp(2), 1e-5f);
+    expectClose(ddp_check::kNoSync, trainMlp({}, 2, &stats), referenceMlp(2), 1e-5f);
     // Reducing inside no_sync() too would give the same average: the number
     // of reductions tells them apart.
-    record("no_sync over 2 micro-batches reduces once per step",
-           stats.synchronized_iterations == kSteps,
+    record(ddp_check::kNoSyncReducesOnce, stats.synchronized_iterations == kSteps,
            std::to_string(stats.synchronized_iterations) + " reductions in " +
                std::to_string(kSteps) + " steps of 2 micro-batches");
   }
@@ -194,17 +187,16 @@ class DdpChecker {
       reference_optimizer.step();
     }
     auto module = model->module();
-    expectClose("ConvNet parameters match single-process training", module->parameters(),
-                reference->parameters(), 1e-5f);
+    expectClose(ddp_check::kConvNet, module->parameters(), reference->parameters(), 1e-5f);
     if (rank_ == 0) {
-      expectClose("ConvNet buffers on rank 0 follow rank 0's batches", module->buffers(),
-                  reference->buffers(), 1e-5f);
+      expectClose(ddp_check::kConvNetBuffersOnRank0, module->buffers(), reference->buffers(),
+                  1e-5f);
     } else {
       // Rank 0's own buffers are the same with or without broadcast_buffers;
       // another rank's show it: rank 0's before the last step, then updated
       // by this rank's last batch.
-      expectClose("ConvNet buffers are rank 0's updated by this rank's last batch",
-                  module->buffers(), buffers_after_mine, 1e-5f);
+      expectClose(ddp_check::kConvNetBuffersElsewhere, module->buffers(), buffers_after_mine,
+                  1e-5f);
     }
   }
 
@@ -230,8 +222,8 @@ class DdpChecker {
       }
       reference_optimizer.step();
     }
-    expectClose("branch unused on some steps (find_unused_parameters)",
-                model->module()->parameters(), reference->parameters(), 1e-5f);
+    expectClose(ddp_check::kUnusedBranch, model->module()->parameters(), reference->parameters(),
+                1e-5f);
   }
 
   // One step's gradients through a 16-bit hook: close to the float32
@@ -253,7 +245,7 @@ class DdpChecker {
       grads.push_back(model->parameters()[i].grad());
       expected.push_back(reference->parameters()[i].grad());
     }
-    expectClose(name + " hook stays within its precision", grads, expected, tolerance);
+    expectClose(ddp_check::hook_precision(name), grads, expected, tolerance);
     std::string not_representable;
     for (const auto& item : model->named_parameters()) {
       const torch::Tensor grad = item.value().grad().reshape({-1});
@@ -267,8 +259,7 @@ class DdpChecker {
       not_representable = text.str();
       break;
     }
-    record(name + " hook result is exactly representable in " + detail::dtypeName(wire),
-           not_representable.empty(), not_representable);
+    record(ddp_check::hook_representable(name, wire), not_representable.empty(), not_representable);
   }
 
   // With buckets small enough that the MLP needs several, every bucket's
@@ -289,13 +280,12 @@ class DdpChecker {
       const ReducerStats stats = model->stats();
       const int buckets = static_cast<int>(stats.bucket_bytes.size());
       const int expected = delay ? 0 : buckets;
-      record(
-          std::string("reductions started during backward") + (delay ? " (delay_allreduce)" : ""),
-          buckets >= 3 && stats.launched_during_backward == expected && stats.rebuilt &&
-              stats.synchronized_iterations == 2,
-          std::to_string(stats.launched_during_backward) + " of " + std::to_string(buckets) +
-              " buckets started during backward, expected " + std::to_string(expected) +
-              " (of at least 3)");
+      record(delay ? ddp_check::kOverlapDelayed : ddp_check::kOverlap,
+             buckets >= 3 && stats.launched_during_backward == expected && stats.rebuilt &&
+                 stats.synchronized_iterations == 2,
+             std::to_string(stats.launched_during_backward) + " of " + std::to_string(buckets) +
+                 " buckets started during backward, expected " + std::to_string(expected) +
+                 " (of at least 3)");
     }
   }
 

@@ -2,13 +2,19 @@
 
 // DistributedDataParallel against single-process training, run on each rank
 // of a real process group by ddp_test_worker. Each check is reported by name
-// (tests/common/named_checks.hpp); the parent tests expect ddpCheckNames().
+// (tests/common/named_checks.hpp); each name is written once, below, for the
+// checks and the parent tests' ddpCheckNames() alike.
+
+#include <c10/core/ScalarType.h>
 
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ddp/process_group.hpp"
+#include "dtype_name.hpp"
 
 namespace ddp::testing {
 
@@ -19,26 +25,53 @@ namespace ddp::testing {
 /// many failed.
 int checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names checkDistributedDataParallel() reports on `rank` (the ConvNet's
-/// buffers are checked one way on rank 0, another on the others), for the
+/// The names of checkDistributedDataParallel()'s checks.
+namespace ddp_check {
+inline const std::string kMlp = "MLP matches single-process training";
+inline const std::string kBucketViewIdentical =
+    "gradient_as_bucket_view on and off give identical parameters";
+inline const std::string kBucketViewShared =
+    "gradient_as_bucket_view gradients share the bucket's memory";
+inline const std::string kTinyBuckets = "MLP with tiny buckets and delay_allreduce";
+inline const std::string kNoSync = "no_sync over 2 micro-batches equals one step on both";
+inline const std::string kNoSyncReducesOnce = "no_sync over 2 micro-batches reduces once per step";
+inline const std::string kConvNet = "ConvNet parameters match single-process training";
+/// The ConvNet's buffers are checked one way on rank 0, another on the others.
+inline const std::string kConvNetBuffersOnRank0 =
+    "ConvNet buffers on rank 0 follow rank 0's batches";
+inline const std::string kConvNetBuffersElsewhere =
+    "ConvNet buffers are rank 0's updated by this rank's last batch";
+inline const std::string kUnusedBranch = "branch unused on some steps (find_unused_parameters)";
+inline const std::string kOverlap = "reductions started during backward";
+inline const std::string kOverlapDelayed = kOverlap + " (delay_allreduce)";
+
+/// "<hook> hook stays within its precision", for a 16-bit compression hook
+/// named `hook`.
+inline std::string hook_precision(const std::string& hook) {
+  return hook + " hook stays within its precision";
+}
+/// "<hook> hook result is exactly representable in <wire type>"
+inline std::string hook_representable(const std::string& hook, at::ScalarType wire) {
+  return hook + " hook result is exactly representable in " + ddp::detail::dtypeName(wire);
+}
+/// The compression hooks checked: each one's name() and wire type.
+inline std::vector<std::pair<std::string, at::ScalarType>> compression_hooks() {
+  return {{"fp16_compress", at::kHalf}, {"bf16_compress", at::kBFloat16}};
+}
+}  // namespace ddp_check
+
+/// The names checkDistributedDataParallel() reports on `rank`, for the
 /// parent test.
 inline std::set<std::string> ddpCheckNames(int rank) {
-  std::set<std::string> names{"MLP matches single-process training",
-                              "gradient_as_bucket_view on and off give identical parameters",
-                              "gradient_as_bucket_view gradients share the bucket's memory",
-                              "MLP with tiny buckets and delay_allreduce",
-                              "no_sync over 2 micro-batches equals one step on both",
-                              "no_sync over 2 micro-batches reduces once per step",
-                              "ConvNet parameters match single-process training",
-                              "branch unused on some steps (find_unused_parameters)",
-                              "fp16_compress hook stays within its precision",
-                              "fp16_compress hook result is exactly representable in float16",
-                              "bf16_compress hook stays within its precision",
-                              "bf16_compress hook result is exactly representable in bfloat16",
-                              "reductions started during backward",
-                              "reductions started during backward (delay_allreduce)"};
-  names.insert(rank == 0 ? "ConvNet buffers on rank 0 follow rank 0's batches"
-                         : "ConvNet buffers are rank 0's updated by this rank's last batch");
+  using namespace ddp_check;  // NOLINT(google-build-using-namespace)
+  std::set<std::string> names{kMlp,     kBucketViewIdentical, kBucketViewShared, kTinyBuckets,
+                              kNoSync,  kNoSyncReducesOnce,   kConvNet,          kUnusedBranch,
+                              kOverlap, kOverlapDelayed};
+  names.insert(rank == 0 ? kConvNetBuffersOnRank0 : kConvNetBuffersElsewhere);
+  for (const auto& [hook, wire] : compression_hooks()) {
+    names.insert(hook_precision(hook));
+    names.insert(hook_representable(hook, wire));
+  }
   return names;
 }
 

@@ -96,17 +96,17 @@ class JoinChecker {
       }
       reference_optimizer.step();
     }
-    checks_.close_all(name + ": parameters match one process", net->parameters(),
+    checks_.close_all(check_name(name, join_check::kParameters), net->parameters(),
                       reference->parameters(), 1e-5);
     std::vector<torch::Tensor> state = net->parameters();
     for (const auto& b : net->buffers()) state.push_back(b);
-    checks_.check(name + ": every rank ends with the same parameters and buffers",
+    checks_.check(check_name(name, join_check::kSameStateEverywhere),
                   sameOnEveryRank(*group_, state));
     int last = 0;
     for (int r = 0; r < world_; ++r) {
       if (batches[r] >= batches[last]) last = r;  // the highest of the longest
     }
-    checks_.check(name + ": join() names the last rank to join", source == last,
+    checks_.check(check_name(name, join_check::kLastRankNamed), source == last,
                   "returned " + std::to_string(source) + ", expected " + std::to_string(last));
   }
 
@@ -149,9 +149,9 @@ class JoinChecker {
       }
       reference_optimizer->step();
     }
-    checks_.close_all(name + ": parameters match one process", net->parameters(),
+    checks_.close_all(check_name(name, join_check::kParameters), net->parameters(),
                       reference->parameters(), 1e-5);
-    checks_.check(name + ": every rank ends with the same parameters",
+    checks_.check(check_name(name, join_check::kSameParametersEverywhere),
                   sameOnEveryRank(*group_, net->parameters()));
   }
 
@@ -176,7 +176,7 @@ class JoinChecker {
       message = e.what();
     }
     checks_.check(
-        "throw_on_early_termination: every rank throws CollectiveError naming the count",
+        join_check::kEarlyTermination,
         message.find("sees 1 of the 3 ranks out of inputs, and throw_on_early_termination is "
                      "set") != std::string::npos,
         "message: '" + message + "'");
@@ -204,19 +204,17 @@ class JoinChecker {
 
 int checkJoin(const std::shared_ptr<ProcessGroup>& group) {
   JoinChecker checker(group);
-  checker.uneven<Mlp>("MLP, batches 3/5/8, divide by initial world size", {3, 5, 8}, false, false);
-  checker.uneven<Mlp>("MLP, batches 8/3/5, divide by contributing ranks", {8, 3, 5}, true, false);
-  checker.uneven<ConvNet>("ConvNet, batches 0/2/3 (rank 0 joins before its first batch)", {0, 2, 3},
-                          false, true);
-  checker.uneven<Mlp>("MLP with static_graph, batches 0/3/5 (rank 0 shadows the recording)",
-                      {0, 3, 5}, false, false, DistributedDataParallelOptions().static_graph(true));
-  checker.uneven<Mlp>("MLP, batches 2/4/3 of 3 micro-batches, 2 under no_sync", {2, 4, 3}, true,
-                      false, {}, 3);
+  checker.uneven<Mlp>(join_check::kMlpByWorldSize, {3, 5, 8}, false, false);
+  checker.uneven<Mlp>(join_check::kMlpByContributors, {8, 3, 5}, true, false);
+  checker.uneven<ConvNet>(join_check::kConvNetRank0JoinsFirst, {0, 2, 3}, false, true);
+  checker.uneven<Mlp>(join_check::kStaticGraph, {0, 3, 5}, false, false,
+                      DistributedDataParallelOptions().static_graph(true));
+  checker.uneven<Mlp>(join_check::kMicroBatches, {2, 4, 3}, true, false, {}, 3);
+  checker.zeroUneven(join_check::kZeroStage1, 1,
+                     zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)), {3, 5, 8},
+                     false);
   checker.zeroUneven(
-      "ZeRO stage 1 with Adam beside DDP, batches 3/5/8, divide by initial world size", 1,
-      zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)), {3, 5, 8}, false);
-  checker.zeroUneven(
-      "ZeRO stage 2 with SGD with momentum, batches 8/0/5, divide by contributing ranks", 2,
+      join_check::kZeroStage2, 2,
       zero_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(0.05).momentum(0.9)), {8, 0, 5},
       true);
   checker.earlyTermination();

@@ -7,6 +7,7 @@
 
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
+#include "common/relative_error.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/powersgd_hook.hpp"
@@ -66,7 +67,7 @@ class PowerSgdChecker {
     bool same_sent = true;
     for (int it = 0; it < 5; ++it) {
       const torch::Tensor out = step(hook, bucket, gradientsOf(rank_, it, n));
-      const double e = NamedChecks::relative_error(out, meanGradients(world_, it, n));
+      const double e = relative_error(out, meanGradients(world_, it, n));
       (it < 2 ? plain_error : compressed_error) =
           std::max(it < 2 ? plain_error : compressed_error, e);
       if (it >= 2) {
@@ -76,13 +77,12 @@ class PowerSgdChecker {
       }
       sent_before = hook.communicated_elements();
     }
-    checks_.check("the start_iteration iterations before compression are plain averages",
-                  plain_error <= 1e-6, "max relative error " + std::to_string(plain_error));
-    checks_.check("at full rank, compressed gradients equal the average", compressed_error <= 1e-5,
+    checks_.check(powersgd_check::kPlainBeforeStart, plain_error <= 1e-6,
+                  "max relative error " + std::to_string(plain_error));
+    checks_.check(powersgd_check::kFullRankEqualsAverage, compressed_error <= 1e-5,
                   "max relative error " + std::to_string(compressed_error));
     // 5 (vector) + P: 8x5 + 16x3 + Q: 5x5 + 3x3.
-    checks_.check("at full rank, each iteration sends the vector plus both factors (127 elements)",
-                  same_sent && sent_per_iteration == 127,
+    checks_.check(powersgd_check::kFullRankSent, same_sent && sent_per_iteration == 127,
                   "sent " + std::to_string(sent_per_iteration) +
                       (same_sent ? "" : " (not the same every iteration)"));
   }
@@ -100,16 +100,13 @@ class PowerSgdChecker {
       const torch::Tensor out = step(hook, bucket, gradientsOf(rank_, it, n));
       applied += out;
       truth += mean;
-      lossy = std::max(lossy, NamedChecks::relative_error(out, mean));
+      lossy = std::max(lossy, relative_error(out, mean));
     }
     torch::Tensor error = hook.error(0).clone();
     group_->all_reduce(error, ReduceOp::kSum);
-    checks_.close(
-        "error feedback: the updates applied plus the ranks' mean error equal the sum of the mean "
-        "gradients",
-        applied + error / world_, truth, 1e-5);
-    checks_.check("error feedback: at rank 1 the updates differ from the mean gradients",
-                  lossy > 0.1, "max relative difference " + std::to_string(lossy));
+    checks_.close(powersgd_check::kErrorFeedbackSum, applied + error / world_, truth, 1e-5);
+    checks_.check(powersgd_check::kErrorFeedbackLossy, lossy > 0.1,
+                  "max relative difference " + std::to_string(lossy));
   }
 
   void whatIsCompressed() {
@@ -123,19 +120,17 @@ class PowerSgdChecker {
       const torch::Tensor out = step(hook, bucket, gradientsOf(rank_, it, n));
       sent = hook.communicated_elements() - before;
       const torch::Tensor mean = meanGradients(world_, it, n);
-      small_error = std::max(
-          small_error, NamedChecks::relative_error(out.narrow(0, 0, 80), mean.narrow(0, 0, 80)));
+      small_error =
+          std::max(small_error, relative_error(out.narrow(0, 0, 80), mean.narrow(0, 0, 80)));
       if (it == 2) {
-        large_error =
-            NamedChecks::relative_error(out.narrow(0, 80, 4096), mean.narrow(0, 80, 4096));
+        large_error = relative_error(out.narrow(0, 80, 4096), mean.narrow(0, 80, 4096));
       }
     }
-    checks_.check("rate 2, rank 2: the 4x4 matrix and the vector are averaged exactly",
-                  small_error <= 1e-6, "max relative error " + std::to_string(small_error));
-    checks_.check("rate 2, rank 2: the 64x64 matrix is compressed", large_error > 0.1,
+    checks_.check(powersgd_check::kRate2SmallExact, small_error <= 1e-6,
+                  "max relative error " + std::to_string(small_error));
+    checks_.check(powersgd_check::kRate2LargeCompressed, large_error > 0.1,
                   "relative difference from the mean " + std::to_string(large_error));
-    checks_.check("rate 2, rank 2: each iteration sends 16 + 64 + 2 x 128 elements", sent == 336,
-                  "sent " + std::to_string(sent));
+    checks_.check(powersgd_check::kRate2Sent, sent == 336, "sent " + std::to_string(sent));
   }
 
   // The same gradients every iteration, no error feedback: warm-started
@@ -161,10 +156,8 @@ class PowerSgdChecker {
     for (int it = 0; it < 30; ++it) {
       error = (step(warm, bucket, mine.reshape({-1})).view({24, 12}) - mean).norm().item<double>();
     }
-    checks_.check(
-        "warm start: a fixed gradient's approximation reaches the best rank-1 "
-        "approximation",
-        error <= best * 1.001, "error " + std::to_string(error) + ", best " + std::to_string(best));
+    checks_.check(powersgd_check::kWarmStart, error <= best * 1.001,
+                  "error " + std::to_string(error) + ", best " + std::to_string(best));
 
     PowerSgdHook cold(PowerSgdOptions()
                           .matrix_approximation_rank(1)
@@ -173,10 +166,8 @@ class PowerSgdChecker {
                           .warm_start(false));
     const torch::Tensor first = step(cold, bucket, mine.reshape({-1}));
     const torch::Tensor second = step(cold, bucket, mine.reshape({-1}));
-    checks_.check(
-        "without warm start: each iteration draws a new factor",
-        NamedChecks::relative_error(second, first) > 1e-3,
-        "two iterations differ by " + std::to_string(NamedChecks::relative_error(second, first)));
+    checks_.check(powersgd_check::kColdStart, relative_error(second, first) > 1e-3,
+                  "two iterations differ by " + std::to_string(relative_error(second, first)));
   }
 
   void validation() {
@@ -186,7 +177,7 @@ class PowerSgdChecker {
     } catch (const ConfigError& e) {
       message = e.what();
     }
-    checks_.check("start_iteration below 2 with error feedback is a ConfigError naming it",
+    checks_.check(powersgd_check::kValidation,
                   message.find("PowerSgdHook: start_iteration is 1 with error feedback or warm "
                                "start; it must be at least 2") != std::string::npos,
                   "message: '" + message + "'");
@@ -223,8 +214,7 @@ class PowerSgdChecker {
       torch::mse_loss(reference->forward(x), y).backward();
       reference_optimizer.step();
     }
-    checks_.close_all("DistributedDataParallel with PowerSGD at full rank matches one process",
-                      net->parameters(), reference->parameters(), 1e-5,
+    checks_.close_all(powersgd_check::kDdp, net->parameters(), reference->parameters(), 1e-5,
                       hook->iteration() == 6 ? ""
                                              : "hook saw " + std::to_string(hook->iteration()) +
                                                    " iterations, expected 6");

@@ -5,8 +5,8 @@
 // gradients reduced by the hook against their average, the error-feedback
 // invariant, what is compressed and how much is sent, warm start, the
 // options' validation, and DistributedDataParallel training with the hook
-// at full rank against one process. Each check is reported by name; the
-// parent test expects powerSgdCheckNames().
+// at full rank against one process. Each check is reported by name, each
+// name written once, below; the parent test expects powerSgdCheckNames().
 
 #include <memory>
 #include <set>
@@ -20,23 +20,48 @@ namespace ddp::testing {
 /// failed. Needs a group of 2 ranks.
 int checkPowerSgd(const std::shared_ptr<ProcessGroup>& group);
 
+/// The names of checkPowerSgd()'s checks.
+namespace powersgd_check {
+inline const std::string kPlainBeforeStart =
+    "the start_iteration iterations before compression are plain averages";
+inline const std::string kFullRankEqualsAverage =
+    "at full rank, compressed gradients equal the average";
+inline const std::string kFullRankSent =
+    "at full rank, each iteration sends the vector plus both factors (127 elements)";
+inline const std::string kErrorFeedbackSum =
+    "error feedback: the updates applied plus the ranks' mean error equal the sum of the mean "
+    "gradients";
+inline const std::string kErrorFeedbackLossy =
+    "error feedback: at rank 1 the updates differ from the mean gradients";
+inline const std::string kRate2SmallExact =
+    "rate 2, rank 2: the 4x4 matrix and the vector are averaged exactly";
+inline const std::string kRate2LargeCompressed = "rate 2, rank 2: the 64x64 matrix is compressed";
+inline const std::string kRate2Sent =
+    "rate 2, rank 2: each iteration sends 16 + 64 + 2 x 128 elements";
+inline const std::string kWarmStart =
+    "warm start: a fixed gradient's approximation reaches the best rank-1 approximation";
+inline const std::string kColdStart = "without warm start: each iteration draws a new factor";
+inline const std::string kValidation =
+    "start_iteration below 2 with error feedback is a ConfigError naming it";
+inline const std::string kDdp =
+    "DistributedDataParallel with PowerSGD at full rank matches one process";
+}  // namespace powersgd_check
+
 /// The names checkPowerSgd() reports on every rank.
 inline std::set<std::string> powerSgdCheckNames() {
-  return {
-      "the start_iteration iterations before compression are plain averages",
-      "at full rank, compressed gradients equal the average",
-      "at full rank, each iteration sends the vector plus both factors (127 elements)",
-      "error feedback: the updates applied plus the ranks' mean error equal the sum of the mean "
-      "gradients",
-      "error feedback: at rank 1 the updates differ from the mean gradients",
-      "rate 2, rank 2: the 4x4 matrix and the vector are averaged exactly",
-      "rate 2, rank 2: the 64x64 matrix is compressed",
-      "rate 2, rank 2: each iteration sends 16 + 64 + 2 x 128 elements",
-      "warm start: a fixed gradient's approximation reaches the best rank-1 approximation",
-      "without warm start: each iteration draws a new factor",
-      "start_iteration below 2 with error feedback is a ConfigError naming it",
-      "DistributedDataParallel with PowerSGD at full rank matches one process",
-  };
+  using namespace powersgd_check;  // NOLINT(google-build-using-namespace)
+  return {kPlainBeforeStart,
+          kFullRankEqualsAverage,
+          kFullRankSent,
+          kErrorFeedbackSum,
+          kErrorFeedbackLossy,
+          kRate2SmallExact,
+          kRate2LargeCompressed,
+          kRate2Sent,
+          kWarmStart,
+          kColdStart,
+          kValidation,
+          kDdp};
 }
 
 }  // namespace ddp::testing

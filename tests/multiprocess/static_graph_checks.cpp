@@ -55,28 +55,28 @@ class StaticGraphChecker {
   // kSteps of SGD with momentum through DDP, each rank on its chunk, against
   // one process on the whole batch (without checkpointing: the same math).
   void matchesOneProcess(const std::string& variant, DistributedDataParallelOptions options) {
-    const std::string prefix = variant + ", block applied twice under reentrant checkpointing: ";
+    using namespace static_graph_check;  // NOLINT(google-build-using-namespace)
+    const std::string subject = block_applied_twice(variant);
     torch::manual_seed(11 + rank_);  // DDP must copy rank 0's weights
     SharedBlockNet net;
     DistributedDataParallel model(net, options.bucket_cap_mb(0.0005).first_bucket_cap_mb(0.0005),
                                   group_);
     const std::string error = trainDdp(model, 2, 0.9);
     SharedBlockNet reference = trainedReference(2, 0.9);
-    checks_.close_all(prefix + "parameters match one process after 4 steps", net->parameters(),
-                      reference->parameters(), 1e-5, error);
+    checks_.close_all(check_name(subject, kParameters), net->parameters(), reference->parameters(),
+                      1e-5, error);
 
     const ReducerStats stats = model->stats();
     const std::vector<int64_t> expected = {1, 1, 2, 2, 1, 1, 0, 0};
-    checks_.check(prefix + "records 2 gradients per pass for the block, 0 for the spare layer",
-                  stats.static_gradient_counts == expected,
+    checks_.check(check_name(subject, kGradientCounts), stats.static_gradient_counts == expected,
                   "recorded " + listOf(stats.static_gradient_counts) + ", expected " +
                       listOf(expected) + " (input, block, output, spare; weight and bias)");
-    checks_.check(prefix + "the spare layer, never used, keeps no gradient",
+    checks_.check(check_name(subject, kSpareKeepsNoGradient),
                   !net->spare->weight.grad().defined() && !net->spare->bias.grad().defined());
-    checks_.check(prefix + "no unused-parameter search", stats.unused_parameter_searches == 0,
+    checks_.check(check_name(subject, kNoUnusedSearch), stats.unused_parameter_searches == 0,
                   std::to_string(stats.unused_parameter_searches) + " searches");
     const int buckets = static_cast<int>(stats.bucket_bytes.size());
-    checks_.check(prefix + "every bucket is reduced during backward after the first iteration",
+    checks_.check(check_name(subject, kOverlap),
                   buckets > 1 && stats.launched_during_backward == buckets,
                   std::to_string(stats.launched_during_backward) + " of " +
                       std::to_string(buckets) + " buckets");
@@ -99,7 +99,7 @@ class StaticGraphChecker {
       }
     }
     checks_.check(
-        "without static_graph: the second gradient is an error naming the option",
+        static_graph_check::kSecondGradientWithout,
         error.find("DistributedDataParallel: parameter 'block.") != std::string::npos &&
             error.find("received its gradient twice in one backward pass") != std::string::npos &&
             error.find("static_graph(true)") != std::string::npos,
@@ -111,10 +111,8 @@ class StaticGraphChecker {
         net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
     error = trainDdp(model, 1, 0);
     SharedBlockNet reference = trainedReference(1, 0);
-    checks_.close_all(
-        "without static_graph: reentrant checkpointing of a block applied once matches one "
-        "process",
-        net->parameters(), reference->parameters(), 1e-5, error);
+    checks_.close_all(static_graph_check::kAppliedOnceWithout, net->parameters(),
+                      reference->parameters(), 1e-5, error);
   }
 
   // Rank 1 applies the block twice in the first iteration, rank 0 once.
@@ -132,8 +130,7 @@ class StaticGraphChecker {
       error = e.what();
     }
     checks_.check(
-        "first iterations that differ between ranks: every rank fails naming the block's "
-        "parameters and each rank's count",
+        static_graph_check::kRanksDiffer,
         error.find("the ranks' first iterations differ: 2 parameter(s) received different "
                    "numbers of gradients per backward pass: 'block.weight' (rank 0: 1, rank 1: "
                    "2); 'block.bias' (rank 0: 1, rank 1: 2)") != std::string::npos,
@@ -157,8 +154,7 @@ class StaticGraphChecker {
       error = e.what();
     }
     checks_.check(
-        "an iteration that differs from the first: an error naming the parameters and the "
-        "iteration",
+        static_graph_check::kLaterIterationDiffers,
         error.find("DistributedDataParallel(static_graph): rank " + std::to_string(rank_) +
                    ": 2 parameter(s) received fewer gradients in synchronized iteration 3 than "
                    "the first iteration recorded: 'block.weight' (1 of 2), 'block.bias' (1 of "
@@ -220,8 +216,9 @@ class StaticGraphChecker {
 
 int checkStaticGraph(const std::shared_ptr<ProcessGroup>& group) {
   StaticGraphChecker checker(group);
-  checker.matchesOneProcess("static_graph", DistributedDataParallelOptions().static_graph(true));
-  checker.matchesOneProcess("static_graph, find_unused_parameters and gradient_as_bucket_view",
+  checker.matchesOneProcess(static_graph_check::kStaticGraph,
+                            DistributedDataParallelOptions().static_graph(true));
+  checker.matchesOneProcess(static_graph_check::kWithOtherOptions,
                             DistributedDataParallelOptions()
                                 .static_graph(true)
                                 .find_unused_parameters(true)

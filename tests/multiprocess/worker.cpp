@@ -29,8 +29,7 @@
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
 //                and checks it against the Gloo one (tests/shm/)
 //   stress       overlapping randomly sized collectives, each checked
-// On a ddp::Error the worker prints "error: <message>" and exits with
-// ddp::exit_code_for(error).
+// Exit codes and errors as tests/common/worker_main.hpp says.
 
 #include <ATen/ATen.h>
 #include <signal.h>
@@ -38,11 +37,14 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "common/worker_main.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "multiprocess/ddp_checks.hpp"
@@ -59,8 +61,9 @@
 
 namespace {
 
+using ddp::testing::checks_exit_code;
+
 struct Arguments {
-  std::string scenario;
   ddp::InitOptions init;
   int stall_ms = 60000;
   int stall_rank = 1;
@@ -68,13 +71,11 @@ struct Arguments {
   std::string directory;  // zero-snapshot: where snapshots go
 };
 
-Arguments parse(int argc, char** argv) {
+Arguments parse(const std::vector<std::string>& arguments) {
   Arguments args;
-  if (argc < 2) throw std::invalid_argument("usage: ddp_test_worker SCENARIO [options]");
-  args.scenario = argv[1];
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const std::string value = argv[i + 1];
+  for (size_t i = 0; i + 1 < arguments.size(); i += 2) {
+    const std::string& flag = arguments[i];
+    const std::string& value = arguments[i + 1];
     if (flag == "--backend") {
       args.init.backend(value);
     } else if (flag == "--rendezvous-timeout-ms") {
@@ -94,17 +95,6 @@ Arguments parse(int argc, char** argv) {
     }
   }
   return args;
-}
-
-// The checks themselves printed one line each (tests/common/named_checks.hpp);
-// the exit code says whether any of them failed.
-int printReport(const ddp::ProcessGroup& group, int failed) {
-  if (failed > 0) std::cout << "rank " << group.rank() << ": " << failed << " check(s) failed\n";
-  return failed > 0 ? 1 : 0;
-}
-
-int runCollectives(ddp::ProcessGroup& group) {
-  return printReport(group, ddp::testing::checkAllCollectives(group));
 }
 
 int runTopology(ddp::ProcessGroup& group) {
@@ -182,61 +172,61 @@ int runShmAgainstGloo(ddp::ProcessGroup& gloo, const Arguments& args) {
   gloo.broadcast(port, 0);
   ddp::InitOptions options = args.init;
   auto shm = ddp::init(options.backend("shm").master_port(port.item<int>()));
-  return printReport(gloo, ddp::testing::checkShmAgainstGloo(gloo, *shm));
+  return checks_exit_code(gloo.rank(), ddp::testing::checkShmAgainstGloo(gloo, *shm));
+}
+
+using Group = std::shared_ptr<ddp::ProcessGroup>;
+
+// A scenario run on the group its options describe.
+ddp::testing::WorkerScenario onGroup(std::function<int(const Group&, const Arguments&)> body) {
+  return [body](const std::vector<std::string>& arguments) {
+    const Arguments args = parse(arguments);
+    return body(ddp::init(args.init), args);
+  };
+}
+
+// A scenario whose checks print one line each and return how many failed.
+ddp::testing::WorkerScenario checking(std::function<int(const Group&, const Arguments&)> checks) {
+  return onGroup([checks](const Group& group, const Arguments& args) {
+    return checks_exit_code(group->rank(), checks(group, args));
+  });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    Arguments args = parse(argc, argv);
-    auto group = ddp::init(args.init);
-    if (args.scenario == "collectives") return runCollectives(*group);
-    if (args.scenario == "ddp") {
-      return printReport(*group, ddp::testing::checkDistributedDataParallel(group));
-    }
-    if (args.scenario == "join") return printReport(*group, ddp::testing::checkJoin(group));
-    if (args.scenario == "zero") return printReport(*group, ddp::testing::checkZero(group));
-    if (args.scenario == "zero-snapshot") {
-      return printReport(*group,
-                         ddp::testing::checkZeroSnapshot(group, args.phase, args.directory));
-    }
-    if (args.scenario == "powersgd") {
-      return printReport(*group, ddp::testing::checkPowerSgd(group));
-    }
-    if (args.scenario == "static-graph") {
-      return printReport(*group, ddp::testing::checkStaticGraph(group));
-    }
-    if (args.scenario == "ddp-mismatch") {
-      ddp::testing::wrapMismatchedModel(group);
-      std::cout << "rank " << group->rank() << ": the mismatched model was accepted\n";
-      return 1;
-    }
-    if (args.scenario == "ddp-disagree") {
-      ddp::testing::runDisagreement(group, args.phase);
-      return 0;
-    }
-    if (args.scenario == "ddp-unused") {
-      ddp::testing::trainWithUnusedParameter(group);
-      std::cout << "rank " << group->rank() << ": the unused parameter went unnoticed\n";
-      return 1;
-    }
-    if (args.scenario == "topology") return runTopology(*group);
-    if (args.scenario == "shm-vs-gloo") return runShmAgainstGloo(*group, args);
-    if (args.scenario == "stress") {
-      return printReport(*group, ddp::testing::stressCollectives(*group, 200));
-    }
-    if (args.scenario == "stall") return runStall(*group, args);
-    if (args.scenario == "exit-early") {
-      return runExitEarly(*group);
-    }
-    std::cerr << "error: unknown scenario " << args.scenario << "\n";
-    return 2;
-  } catch (const ddp::Error& e) {
-    std::cerr << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exit_code_for(e));
-  } catch (const std::exception& e) {
-    std::cerr << "unexpected error: " << e.what() << std::endl;
-    return 1;
-  }
+  namespace t = ddp::testing;
+  return t::run_worker(
+      argc, argv,
+      {{"collectives", checking([](const Group& g, auto&) { return t::checkAllCollectives(*g); })},
+       {"topology", onGroup([](const Group& g, auto&) { return runTopology(*g); })},
+       {"stall", onGroup([](const Group& g, const Arguments& args) { return runStall(*g, args); })},
+       {"exit-early", onGroup([](const Group& g, auto&) { return runExitEarly(*g); })},
+       {"ddp", checking([](const Group& g, auto&) { return t::checkDistributedDataParallel(g); })},
+       {"ddp-mismatch", onGroup([](const Group& g, auto&) {
+          t::wrapMismatchedModel(g);
+          std::cout << "rank " << g->rank() << ": the mismatched model was accepted\n";
+          return 1;
+        })},
+       {"ddp-unused", onGroup([](const Group& g, auto&) {
+          t::trainWithUnusedParameter(g);
+          std::cout << "rank " << g->rank() << ": the unused parameter went unnoticed\n";
+          return 1;
+        })},
+       {"ddp-disagree", onGroup([](const Group& g, const Arguments& args) {
+          t::runDisagreement(g, args.phase);
+          return 0;
+        })},
+       {"join", checking([](const Group& g, auto&) { return t::checkJoin(g); })},
+       {"static-graph", checking([](const Group& g, auto&) { return t::checkStaticGraph(g); })},
+       {"powersgd", checking([](const Group& g, auto&) { return t::checkPowerSgd(g); })},
+       {"zero", checking([](const Group& g, auto&) { return t::checkZero(g); })},
+       {"zero-snapshot", checking([](const Group& g, const Arguments& args) {
+          return t::checkZeroSnapshot(g, args.phase, args.directory);
+        })},
+       {"shm-vs-gloo",
+        onGroup([](const Group& g, const Arguments& args) { return runShmAgainstGloo(*g, args); })},
+       {"stress", checking([](const Group& g, auto&) {
+          return t::stressCollectives(*g, t::kStressIterations);
+        })}});
 }

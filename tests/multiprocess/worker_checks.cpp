@@ -71,9 +71,9 @@ class Checker {
     const bool integral = at::isIntegralType(dtype, false);
     at::Tensor t = filled(n, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); });
     group_.all_reduce(t, op);
-    expectEqual(
-        std::string("all_reduce(") + to_string(op) + ") " + detail::dtypeName(dtype), t,
-        filled(n, dtype, [&](int64_t j) { return reduced(op, group_.size(), j, integral); }));
+    expectEqual(collective_check::all_reduce(op, dtype), t, filled(n, dtype, [&](int64_t j) {
+                  return reduced(op, group_.size(), j, integral);
+                }));
   }
 
   void broadcast(at::ScalarType dtype, int root) {
@@ -81,8 +81,7 @@ class Checker {
     auto value = [&](int64_t j) { return 10.0 * (root + 1) + static_cast<double>(j % 7); };
     at::Tensor t = group_.rank() == root ? filled(n, dtype, value) : at::full({n}, -1, dtype);
     group_.broadcast(t.view({11, 47}), root);
-    expectEqual("broadcast(root " + std::to_string(root) + ") " + detail::dtypeName(dtype), t,
-                filled(n, dtype, value));
+    expectEqual(collective_check::broadcast(root, dtype), t, filled(n, dtype, value));
   }
 
   void all_gather(at::ScalarType dtype) {
@@ -91,7 +90,7 @@ class Checker {
     at::Tensor input = filled(n, dtype, [&](int64_t j) { return 10.0 * group_.rank() + j % 5; });
     at::Tensor output = at::full({world * n}, -1, dtype);
     group_.all_gather(output, input);
-    expectEqual(std::string("all_gather ") + detail::dtypeName(dtype), output,
+    expectEqual(collective_check::all_gather(dtype), output,
                 filled(world * n, dtype, [&](int64_t j) { return 10.0 * (j / n) + (j % n) % 5; }));
   }
 
@@ -103,10 +102,9 @@ class Checker {
     at::Tensor input = filled(world * chunk, dtype, [&](int64_t j) { return valueOf(rank, j); });
     at::Tensor output = at::full({chunk}, -1, dtype);
     group_.reduce_scatter(output, input, op);
-    expectEqual(std::string("reduce_scatter(") + to_string(op) + ") " + detail::dtypeName(dtype),
-                output, filled(chunk, dtype, [&](int64_t k) {
-                  return reduced(op, world, rank * chunk + k, integral);
-                }));
+    expectEqual(collective_check::reduce_scatter(op, dtype), output,
+                filled(chunk, dtype,
+                       [&](int64_t k) { return reduced(op, world, rank * chunk + k, integral); }));
   }
 
   // Several collectives in flight at once, waited on in reverse order.
@@ -115,7 +113,7 @@ class Checker {
     const bool integral = at::isIntegralType(dtype, false);
     std::vector<at::Tensor> tensors;
     std::vector<Work> works;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < collective_check::kAsyncAllReduces; ++k) {
       tensors.push_back(
           filled(100 + k, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); }));
       works.push_back(group_.all_reduce_async(tensors.back(), ReduceOp::kSum));
@@ -123,18 +121,16 @@ class Checker {
     at::Tensor gathered = at::zeros({world * 5}, dtype);
     works.push_back(group_.all_gather_async(gathered, at::full({5}, group_.rank(), dtype)));
     for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
-    for (int k = 0; k < 3; ++k) {
-      expectEqual(
-          std::string("all_reduce_async #") + std::to_string(k) + " " + detail::dtypeName(dtype),
-          tensors[k], filled(100 + k, dtype, [&](int64_t j) {
-            return reduced(ReduceOp::kSum, world, j, integral);
-          }));
+    for (int k = 0; k < collective_check::kAsyncAllReduces; ++k) {
+      expectEqual(collective_check::all_reduce_async(k, dtype), tensors[k],
+                  filled(100 + k, dtype,
+                         [&](int64_t j) { return reduced(ReduceOp::kSum, world, j, integral); }));
     }
-    expectEqual(std::string("all_gather_async ") + detail::dtypeName(dtype), gathered,
+    expectEqual(collective_check::all_gather_async(dtype), gathered,
                 filled(world * 5, dtype, [](int64_t j) { return static_cast<double>(j / 5); }));
     bool all_completed = true;
     for (auto& w : works) all_completed = all_completed && w.is_completed();
-    checks_.check(std::string("is_completed after wait ") + detail::dtypeName(dtype), all_completed,
+    checks_.check(collective_check::completed_after_wait(dtype), all_completed,
                   "a Work is not completed after wait()");
   }
 
@@ -159,7 +155,7 @@ class Checker {
     group_.all_gather(arrivals, at::full({1}, arrived, at::kLong));
     const int64_t last = arrivals.max().item<int64_t>();
     checks_.check(
-        "barrier waited for the last rank", left >= last,
+        collective_check::kBarrier, left >= last,
         "left " + std::to_string((last - left) / 1000000) + " ms before the last rank arrived");
   }
 

@@ -2,8 +2,9 @@
 
 // Checks of every collective against closed-form values, run on each rank
 // of a real process group by ddp_test_worker. Each check is reported by name
-// (tests/common/named_checks.hpp); the parent tests expect the names that
-// collectiveCheckNames() builds from the same plan.
+// (tests/common/named_checks.hpp), each name built once, below; the parent
+// tests expect the names that collectiveCheckNames() builds from the same
+// plan.
 
 #include <c10/core/ScalarType.h>
 
@@ -32,23 +33,51 @@ inline std::vector<ReduceOp> collectiveOps() {
 /// Prints each check by name; returns how many failed.
 int checkAllCollectives(ProcessGroup& group);
 
+/// The names of checkAllCollectives()'s checks, each collective's in each
+/// dtype ("all_reduce(sum) float32").
+namespace collective_check {
+inline std::string all_reduce(ReduceOp op, at::ScalarType dtype) {
+  return std::string("all_reduce(") + to_string(op) + ") " + ddp::detail::dtypeName(dtype);
+}
+inline std::string reduce_scatter(ReduceOp op, at::ScalarType dtype) {
+  return std::string("reduce_scatter(") + to_string(op) + ") " + ddp::detail::dtypeName(dtype);
+}
+inline std::string broadcast(int root, at::ScalarType dtype) {
+  return "broadcast(root " + std::to_string(root) + ") " + ddp::detail::dtypeName(dtype);
+}
+inline std::string all_gather(at::ScalarType dtype) {
+  return "all_gather " + ddp::detail::dtypeName(dtype);
+}
+/// Asynchronous collectives in flight at once: kAsyncAllReduces
+/// all-reduces (#0, #1, ...) and an all-gather, then each one's completion.
+constexpr int kAsyncAllReduces = 3;
+inline std::string all_reduce_async(int k, at::ScalarType dtype) {
+  return "all_reduce_async #" + std::to_string(k) + " " + ddp::detail::dtypeName(dtype);
+}
+inline std::string all_gather_async(at::ScalarType dtype) {
+  return "all_gather_async " + ddp::detail::dtypeName(dtype);
+}
+inline std::string completed_after_wait(at::ScalarType dtype) {
+  return "is_completed after wait " + ddp::detail::dtypeName(dtype);
+}
+inline const std::string kBarrier = "barrier waited for the last rank";
+}  // namespace collective_check
+
 /// The names checkAllCollectives() reports on every rank of a group of
 /// `world`, built from the plan for the parent test.
 inline std::set<std::string> collectiveCheckNames(int world) {
-  std::set<std::string> names{"barrier waited for the last rank"};
+  using namespace collective_check;  // NOLINT(google-build-using-namespace)
+  std::set<std::string> names{kBarrier};
   for (auto dtype : collectiveDtypes()) {
-    const std::string d = " " + detail::dtypeName(dtype);
     for (auto op : collectiveOps()) {
-      names.insert(std::string("all_reduce(") + to_string(op) + ")" + d);
-      names.insert(std::string("reduce_scatter(") + to_string(op) + ")" + d);
+      names.insert(all_reduce(op, dtype));
+      names.insert(reduce_scatter(op, dtype));
     }
-    for (int root = 0; root < world; ++root) {
-      names.insert("broadcast(root " + std::to_string(root) + ")" + d);
-    }
-    names.insert("all_gather" + d);
-    for (int k = 0; k < 3; ++k) names.insert("all_reduce_async #" + std::to_string(k) + d);
-    names.insert("all_gather_async" + d);
-    names.insert("is_completed after wait" + d);
+    for (int root = 0; root < world; ++root) names.insert(broadcast(root, dtype));
+    names.insert(all_gather(dtype));
+    for (int k = 0; k < kAsyncAllReduces; ++k) names.insert(all_reduce_async(k, dtype));
+    names.insert(all_gather_async(dtype));
+    names.insert(completed_after_wait(dtype));
   }
   return names;
 }

@@ -52,10 +52,12 @@ struct OptimizerCase {
 
 std::vector<OptimizerCase> optimizerCases() {
   return {
-      {"SGD with momentum",
+      {zero_check::kSgdMomentum,
        zero_optimizer<optim::SGD>(optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-2)), 4},
-      {"Adam", zero_optimizer<optim::Adam>(optim::AdamOptions(1e-2).weight_decay(1e-2)), 8},
-      {"AdamW", zero_optimizer<optim::AdamW>(optim::AdamWOptions(1e-2).weight_decay(1e-1)), 8},
+      {zero_check::kAdam, zero_optimizer<optim::Adam>(optim::AdamOptions(1e-2).weight_decay(1e-2)),
+       8},
+      {zero_check::kAdamW,
+       zero_optimizer<optim::AdamW>(optim::AdamWOptions(1e-2).weight_decay(1e-1)), 8},
   };
 }
 
@@ -65,8 +67,8 @@ class ZeroChecker {
       : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
 
   void matchesPlainDdp(int stage, const OptimizerCase& c, bool two_buckets = false) {
-    const std::string prefix = "stage " + std::to_string(stage) + ", " + c.name +
-                               (two_buckets ? ", 2 buckets" : "") + ": ";
+    using namespace zero_check;  // NOLINT(google-build-using-namespace)
+    const std::string subject = at_stage(stage, two_buckets ? in_two_buckets(c.name) : c.name);
     // Plain DDP with the whole optimizer on every rank.
     torch::manual_seed(21);
     ZeroNet plain_net;
@@ -104,18 +106,17 @@ class ZeroChecker {
     }
     if (stage == 2) all_released_ = all_released_ && released;
 
-    checks_.close_all(prefix + "parameters equal plain DDP's after 5 steps (1e-6)",
-                      net->parameters(), plain_net->parameters(), 1e-6);
+    checks_.close_all(check_name(subject, kParameters), net->parameters(), plain_net->parameters(),
+                      1e-6);
     // Closed forms (zeroNetShare): chunk r of each bucket.
     const std::vector<int64_t> buckets = zeroNetBuckets(two_buckets);
-    checks_.check(prefix + "the buckets are as the cap makes them",
-                  optimizer.bucket_elements() == buckets,
+    checks_.check(check_name(subject, kBuckets), optimizer.bucket_elements() == buckets,
                   std::to_string(optimizer.bucket_elements().size()) + " bucket(s), the first of " +
                       std::to_string(optimizer.bucket_elements().front()) + " elements");
     const ZeroNetShare share = zeroNetShare(rank_, world_, buckets);
     const int64_t owned = optimizer.shard_elements();
     checks_.check(
-        prefix + "the state held is that of this rank's shard",
+        check_name(subject, kShardState),
         owned == share.owned && optimizer.state_bytes() == share.trained * c.state_per_element,
         std::to_string(optimizer.state_bytes()) + " bytes for " + std::to_string(owned) +
             " elements; expected " + std::to_string(share.trained * c.state_per_element) +
@@ -125,18 +126,16 @@ class ZeroChecker {
     for (const auto& p : net->parameters()) elements += p.numel();
     at::Tensor total = torch::tensor({owned}, torch::kLong);
     group_->all_reduce(total, ReduceOp::kSum);
-    checks_.check(prefix + "the shards cover every parameter element once",
-                  total.item<int64_t>() == elements,
+    checks_.check(check_name(subject, kShardsCover), total.item<int64_t>() == elements,
                   std::to_string(total.item<int64_t>()) + " owned, " + std::to_string(elements) +
                       " in the model");
-    checks_.equal(prefix + "the parameter that never gets a gradient is left alone",
-                  net->spare->weight.detach(), spare_before);
+    checks_.equal(check_name(subject, kSpareLeftAlone), net->spare->weight.detach(), spare_before);
   }
 
   // Stage 2 with two backward passes per step against plain DDP with the
   // first pass under no_sync(): both average the summed gradients.
   void accumulatesPasses() {
-    const std::string prefix = "stage 2, 2 passes per step: ";
+    using namespace zero_check;                        // NOLINT(google-build-using-namespace)
     const auto factory = optimizerCases()[1].factory;  // Adam
     torch::manual_seed(21);
     ZeroNet plain_net;
@@ -169,15 +168,15 @@ class ZeroChecker {
       torch::mse_loss(net->forward(xs[1]), ys[1]).backward();
       optimizer.step();
     }
-    checks_.check(prefix + "the first pass's gradients stay in .grad", kept);
-    checks_.close_all(prefix + "parameters equal plain DDP's with no_sync() after 5 steps (1e-6)",
-                      net->parameters(), plain_net->parameters(), 1e-6);
+    checks_.check(check_name(kTwoPasses, kFirstPassKept), kept);
+    checks_.close_all(check_name(kTwoPasses, kTwoPassesParameters), net->parameters(),
+                      plain_net->parameters(), 1e-6);
   }
 
   // Counts the collectives ZeRO issues: the reduce-scatters of the last two
   // layers' buckets start before the first layer's gradient exists.
   void overlapsBackward() {
-    const std::string prefix = "stage 2 overlaps backward: ";
+    using namespace zero_check;  // NOLINT(google-build-using-namespace)
     torch::manual_seed(5);
     nn::Sequential net = threeLayers();
     auto counting = std::make_shared<CountingGroup>(group_);
@@ -187,7 +186,7 @@ class ZeroChecker {
     int64_t before_first_layer = -1;
     net[0]->as<nn::Linear>()->weight.register_hook(
         [&](const at::Tensor&) { before_first_layer = counting->issued(); });
-    checks_.check(prefix + "three buckets of 68, 272 and 144 elements",
+    checks_.check(check_name(kOverlap, kThreeBuckets),
                   optimizer.bucket_elements() == std::vector<int64_t>{68, 272, 144});
     auto [x, y] = batchOf(0, world_);
     optimizer.zero_grad();
@@ -196,15 +195,14 @@ class ZeroChecker {
     bool released = true;
     for (const auto& p : net->parameters()) released = released && !p.grad().defined();
     optimizer.step();
-    checks_.check(prefix + "2 reduce-scatters issued before the first layer's gradient",
-                  before_first_layer == 2, std::to_string(before_first_layer) + " issued");
-    checks_.check(prefix + "all 3 issued and every .grad released when backward returns",
-                  after_backward == 3 && released,
+    checks_.check(check_name(kOverlap, kEarlyReduceScatters), before_first_layer == 2,
+                  std::to_string(before_first_layer) + " issued");
+    checks_.check(check_name(kOverlap, kReleasedAfterBackward), after_backward == 3 && released,
                   std::to_string(after_backward) + " issued, released " + std::to_string(released));
     // The all-reduce of which parameters got gradients: none alone, where
     // this rank's answer is everyone's (and would cost a wait for the GPU).
     const int64_t usage_exchanges = world_ == 1 ? 0 : 1;
-    checks_.check(prefix + "step() issues the usage all-reduce (none alone) and 3 all-gathers",
+    checks_.check(check_name(kOverlap, kStepCollectives),
                   counting->issued() - after_backward == usage_exchanges + 3,
                   std::to_string(counting->issued() - after_backward) + " issued, expected " +
                       std::to_string(usage_exchanges + 3));
@@ -218,12 +216,12 @@ class ZeroChecker {
     const at::Tensor x = torch::ones({2, 8});
     net->forward(x).sum().backward();
     const std::string twice = messageOf([&] { net->forward(x).sum().backward(); });
-    checks_.check("stage 2: a second backward before step() is refused",
+    checks_.check(zero_check::kSecondBackward,
                   twice.find("was computed more than backward_passes_per_step = 1 time(s) before "
                              "step()") != std::string::npos,
                   "message: '" + twice + "'");
     const std::string zeroed = messageOf([&] { optimizer.zero_grad(); });
-    checks_.check("stage 2: zero_grad() between backward and step() is refused",
+    checks_.check(zero_check::kZeroGradMidway,
                   zeroed.find("zero_grad() after a backward pass whose gradients are already "
                               "being reduce-scattered") != std::string::npos,
                   "message: '" + zeroed + "'");
@@ -237,15 +235,13 @@ class ZeroChecker {
                                   ZeroRedundancyOptimizerOptions().backward_passes_per_step(2),
                                   group_);
     });
-    checks_.check("a cap of 0 and 2 passes at stage 1 are refused naming the option",
+    checks_.check(zero_check::kBadOptions,
                   cap.find("bucket_cap_mb is 0; it must be positive") != std::string::npos &&
                       passes.find("backward_passes_per_step is 2 at stage 1") != std::string::npos,
                   "messages: '" + cap + "', '" + passes + "'");
   }
 
-  void releasedGradients() {
-    checks_.check("stage 2: no full gradient is kept after step()", all_released_);
-  }
+  void releasedGradients() { checks_.check(zero_check::kNoFullGradientKept, all_released_); }
 
   void badStage() {
     std::string message;
@@ -257,7 +253,7 @@ class ZeroChecker {
       message = e.what();
     }
     checks_.check(
-        "stage 3 is a ConfigError naming the stages",
+        zero_check::kBadStage,
         message.find("ZeroRedundancyOptimizer: stage is 3; it must be 1") != std::string::npos,
         "message: '" + message + "'");
   }
@@ -276,7 +272,7 @@ class ZeroChecker {
 
 int checkZero(const std::shared_ptr<ProcessGroup>& group) {
   ZeroChecker checker(group);
-  for (int stage : {1, 2}) {
+  for (int stage : zero_check::stages()) {
     for (const OptimizerCase& c : optimizerCases()) checker.matchesPlainDdp(stage, c);
     checker.matchesPlainDdp(stage, optimizerCases()[1], /*two_buckets=*/true);
   }

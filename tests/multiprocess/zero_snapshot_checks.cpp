@@ -39,9 +39,9 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  return {{"stage 1, Adam", 1,
+  return {{zero_snapshot_check::kStage1Adam, 1,
            zero_optimizer<optim::Adam>(optim::AdamOptions(1e-2).weight_decay(1e-2)), 8},
-          {"stage 2, SGD with momentum", 2,
+          {zero_snapshot_check::kStage2Sgd, 2,
            zero_optimizer<optim::SGD>(optim::SGDOptions(0.05).momentum(0.9)), 4}};
 }
 
@@ -97,7 +97,7 @@ class ZeroSnapshotChecker {
     }
     const bool resumed = snapshots.resume(state);
     checks_.check(
-        c.name + ": resume finds the snapshot of step 4",
+        check_name(c.name, zero_snapshot_check::kResumed),
         resumed && state.step_in_epoch == kSavedSteps,
         "resumed " + std::to_string(resumed) + ", step " + std::to_string(state.step_in_epoch));
     holdsNewShard(c, optimizer);
@@ -112,8 +112,8 @@ class ZeroSnapshotChecker {
       torch::mse_loss(reference->forward(x), y).backward();
       whole->step();
     }
-    checks_.close_all(c.name + ": parameters equal one process's after 8 steps (1e-5)",
-                      net->parameters(), reference->parameters(), 1e-5);
+    checks_.close_all(check_name(c.name, zero_snapshot_check::kParameters), net->parameters(),
+                      reference->parameters(), 1e-5);
     if (c.stage == 1) plainOptimizerRefused(dir, net);
   }
 
@@ -131,14 +131,14 @@ class ZeroSnapshotChecker {
                                                "snapshot-000000000002.shard-1-of-2.ddpsnap"};
     std::string listed;
     for (const auto& name : names) listed += name + " ";
-    checks_.check(c.name + ": the directory holds the newest main file and one shard per rank",
-                  names == expected, "found " + listed);
+    checks_.check(check_name(c.name, zero_snapshot_check::kFilesWritten), names == expected,
+                  "found " + listed);
   }
 
   // Closed form: chunk r of the one bucket (zeroNetShare).
   void holdsNewShard(const Case& c, const ZeroRedundancyOptimizer& optimizer) {
     const auto share = zeroNetShare(group_->rank(), group_->size(), zeroNetBuckets(false));
-    checks_.check(c.name + ": this rank holds the state of its new shard",
+    checks_.check(check_name(c.name, zero_snapshot_check::kNewShard),
                   optimizer.state_bytes() == share.trained * c.state_per_element,
                   std::to_string(optimizer.state_bytes()) + " bytes; expected " +
                       std::to_string(share.trained * c.state_per_element));
@@ -155,11 +155,10 @@ class ZeroSnapshotChecker {
     } catch (const SnapshotError& e) {
       message = e.what();
     }
-    checks_.check(
-        "a plain optimizer cannot resume sharded state: SnapshotError naming zero_optimizer",
-        message.find("sharded state; resume it through TrainingState::zero_optimizer") !=
-            std::string::npos,
-        "message: '" + message + "'");
+    checks_.check(zero_snapshot_check::kPlainOptimizerRefused,
+                  message.find("sharded state; resume it through TrainingState::zero_optimizer") !=
+                      std::string::npos,
+                  "message: '" + message + "'");
   }
 
   std::shared_ptr<ProcessGroup> group_;

@@ -6,12 +6,15 @@
 // resumes, re-sharding the state, trains 4 more steps and compares with one
 // process that trained all 8 steps with the whole optimizer. Stage 1 with
 // Adam beside DDP and stage 2 with SGD with momentum, each in a directory of
-// its own. The parent test expects zeroSnapshotCheckNames(phase).
+// its own. Each check is reported by name, each name written once, below;
+// the parent test expects zeroSnapshotCheckNames(phase).
 
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "common/named_checks.hpp"
 #include "ddp/process_group.hpp"
 
 namespace ddp::testing {
@@ -21,23 +24,37 @@ namespace ddp::testing {
 int checkZeroSnapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
                       const std::string& directory);
 
+/// The names of checkZeroSnapshot()'s checks.
+namespace zero_snapshot_check {
+/// The cases, each in a directory of its own.
+inline const std::string kStage1Adam = "stage 1, Adam";
+inline const std::string kStage2Sgd = "stage 2, SGD with momentum";
+inline std::vector<std::string> cases() { return {kStage1Adam, kStage2Sgd}; }
+/// What each case checks when saving (on rank 0).
+inline const std::string kFilesWritten =
+    "the directory holds the newest main file and one shard per rank";
+/// What each case checks when resuming.
+inline const std::string kResumed = "resume finds the snapshot of step 4";
+inline const std::string kNewShard = "this rank holds the state of its new shard";
+inline const std::string kParameters = "parameters equal one process's after 8 steps (1e-5)";
+/// Once when resuming.
+inline const std::string kPlainOptimizerRefused =
+    "a plain optimizer cannot resume sharded state: SnapshotError naming zero_optimizer";
+}  // namespace zero_snapshot_check
+
 /// The names checkZeroSnapshot() reports on `rank` in `phase`.
 inline std::set<std::string> zeroSnapshotCheckNames(const std::string& phase, int rank) {
+  using namespace zero_snapshot_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names;
-  for (const std::string c : {"stage 1, Adam", "stage 2, SGD with momentum"}) {
+  if (phase == "resume") names.insert(kPlainOptimizerRefused);
+  for (const auto& c : cases()) {
     if (phase == "save") {
-      if (rank == 0) {
-        names.insert(c + ": the directory holds the newest main file and one shard per rank");
-      }
+      if (rank == 0) names.insert(check_name(c, kFilesWritten));
     } else {
-      names.insert(c + ": resume finds the snapshot of step 4");
-      names.insert(c + ": this rank holds the state of its new shard");
-      names.insert(c + ": parameters equal one process's after 8 steps (1e-5)");
+      for (const auto& check : {kResumed, kNewShard, kParameters}) {
+        names.insert(check_name(c, check));
+      }
     }
-  }
-  if (phase == "resume") {
-    names.insert(
-        "a plain optimizer cannot resume sharded state: SnapshotError naming zero_optimizer");
   }
   return names;
 }

@@ -5,11 +5,11 @@
 // another world size.
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <filesystem>
+#include <string>
 
 #include "common/expect_checks.hpp"
+#include "common/temporary_directory.hpp"
 #include "multiprocess/harness.hpp"
 #include "multiprocess/zero_checks.hpp"
 #include "multiprocess/zero_snapshot_checks.hpp"
@@ -32,9 +32,8 @@ INSTANTIATE_TEST_SUITE_P(Ddp, DdpZero, ::testing::Values(1, 2, 3, 4),
 // Saved on 2 ranks, each writing its shard; resumed on 1 and on 3, each
 // cutting its new shard out of the saved ones (zero_snapshot_checks.cpp).
 TEST(DdpZeroSnapshot, ResumesAtAnotherWorldSize) {
-  namespace fs = std::filesystem;
-  std::string directory = (fs::temp_directory_path() / "ddp-zero-snapshot-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(directory.data()), nullptr);
+  const TemporaryDirectory snapshots("ddp-zero-snapshot-");
+  const std::string directory = snapshots.string();
   auto run = [&](int world, const std::string& phase) {
     auto results = runRanks(world, {"zero-snapshot", "--phase", phase, "--directory", directory,
                                     "--backend", "gloo", "--collective-timeout-ms", "60000"});
@@ -44,7 +43,6 @@ TEST(DdpZeroSnapshot, ResumesAtAnotherWorldSize) {
   run(2, "save");
   run(1, "resume");
   run(3, "resume");
-  fs::remove_all(directory);
 }
 
 }  // namespace

@@ -8,11 +8,13 @@
 #include <set>
 #include <string>
 
+#include "common/error_capture.hpp"
 #include "common/expect_checks.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 #include "multiprocess/harness.hpp"
+#include "nn/sync_batch_norm_checks.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -27,70 +29,12 @@ std::shared_ptr<ProcessGroup> groupOfOne() {
   return group;
 }
 
-template <typename ErrorType>
-std::string errorOf(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const ErrorType& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-// The checks of sync_batch_norm_checks.cpp on a group of `world`: its layer
-// cases (three training steps each, running statistics where tracked, eval),
-// one sample per rank (and alone the error for a single value), the ConvNet.
-std::set<std::string> syncBatchNormChecks(int world) {
-  struct LayerCase {
-    std::string name;
-    bool affine, running_statistics;
-  };
-  const std::vector<LayerCase> cases{{"(N,C) equal batches", true, true},
-                                     {"(N,C) unequal batches", true, true},
-                                     {"(N,C,L) unequal batches, momentum 0.3", true, true},
-                                     {"(N,C,H,W) equal batches", true, true},
-                                     {"(N,C,H,W) unequal batches, cumulative average", true, true},
-                                     {"(N,C,D,H,W) unequal batches", true, true},
-                                     {"(N,C,H,W) no affine", false, true},
-                                     {"(N,C,L) no running statistics", true, false},
-                                     {"one (N=1, C, L) sample per rank", true, true}};
-  std::set<std::string> names;
-  for (const auto& c : cases) {
-    for (int step = 0; step < 3; ++step) {
-      const std::string at = c.name + " step " + std::to_string(step) + ": ";
-      names.insert(at + "output");
-      names.insert(at + "input gradient");
-      if (c.affine) {
-        names.insert(at + "weight gradient summed over ranks");
-        names.insert(at + "bias gradient summed over ranks");
-      }
-    }
-    if (c.running_statistics) {
-      for (const char* check : {": running mean", ": running variance", ": num_batches_tracked"}) {
-        names.insert(c.name + check);
-      }
-    }
-    names.insert(c.name + ": eval output");
-  }
-  if (world == 1) names.insert("a single value per channel over all ranks is an error");
-  for (const char* check :
-       {"converting a ConvNet returns the same root",
-        "converted ConvNet keeps its trained parameters and buffers (the same tensors)",
-        "BatchNorm2d became ddp::nn::SyncBatchNorm inside the Sequentials",
-        "converted ConvNet in eval mode gives the same output",
-        "SyncBatchNorm ConvNet under DDP trains as one process on the whole batch",
-        "its running statistics equal the whole batch's"}) {
-    names.insert(check);
-  }
-  return names;
-}
-
 class NnSyncBatchNormRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(NnSyncBatchNormRanks, MatchesBatchNormOnTheWholeBatch) {
   const int world = GetParam();
   auto results = runRanks(world, {"check"}, torchrunEnvironment, std::chrono::seconds(150));
-  expectChecks(results, syncBatchNormChecks(world));
+  expectChecks(results, syncBatchNormCheckNames(world));
 }
 
 INSTANTIATE_TEST_SUITE_P(NnSyncBatchNorm, NnSyncBatchNormRanks, ::testing::Values(1, 2, 3),
@@ -101,7 +45,7 @@ INSTANTIATE_TEST_SUITE_P(NnSyncBatchNorm, NnSyncBatchNormRanks, ::testing::Value
 TEST(NnSyncBatchNormOnShm, MatchesBatchNormOnTheWholeBatch) {
   const int world = 3;
   auto results = runRanks(world, {"check", "shm"}, torchrunEnvironment, std::chrono::seconds(150));
-  expectChecks(results, syncBatchNormChecks(world));
+  expectChecks(results, syncBatchNormCheckNames(world));
 }
 
 TEST(NnSyncBatchNormConvert, RootBatchNormBecomesASyncLayerSharingItsTensorsAndOptions) {
@@ -156,7 +100,7 @@ TORCH_MODULE(HoldsAMember);
 TEST(NnSyncBatchNormConvert, BatchNormHeldAsAMemberIsAnErrorNamingItAndNothingChanges) {
   HoldsAMember model;
   auto message =
-      errorOf<InvalidArgumentError>([&] { convert_sync_batchnorm(model.ptr(), groupOfOne()); });
+      error_of<InvalidArgumentError>([&] { convert_sync_batchnorm(model.ptr(), groupOfOne()); });
   EXPECT_NE(message.find("the batch-norm layer 'norm' is a child of a"), std::string::npos)
       << message;
   EXPECT_NE(message.find("which is not a Sequential, ModuleList or ModuleDict"), std::string::npos);
@@ -169,30 +113,30 @@ TEST(NnSyncBatchNormOptions, InvalidValuesAreNamed) {
     return [=] { SyncBatchNorm layer(options, group); };
   };
   EXPECT_NE(
-      errorOf<ConfigError>(make(nn::BatchNormOptions(3), nullptr)).find("process group is null"),
+      error_of<ConfigError>(make(nn::BatchNormOptions(3), nullptr)).find("process group is null"),
       std::string::npos);
-  EXPECT_NE(errorOf<ConfigError>(make(nn::BatchNormOptions(0), groupOfOne()))
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(0), groupOfOne()))
                 .find("num_features is 0; it must be the (positive) number of channels"),
             std::string::npos);
-  EXPECT_NE(errorOf<ConfigError>(make(nn::BatchNormOptions(3).eps(0), groupOfOne()))
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).eps(0), groupOfOne()))
                 .find("eps is 0.000000; it must be positive"),
             std::string::npos);
-  EXPECT_NE(errorOf<ConfigError>(make(nn::BatchNormOptions(3).momentum(1.5), groupOfOne()))
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).momentum(1.5), groupOfOne()))
                 .find("momentum is 1.500000; it must lie in [0, 1]"),
             std::string::npos);
 }
 
 TEST(NnSyncBatchNormInput, WrongRankOrChannelCountIsAnErrorNamingIt) {
   SyncBatchNorm layer(nn::BatchNormOptions(3), groupOfOne());
-  EXPECT_NE(errorOf<InvalidArgumentError>([&] {
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
               layer->forward(torch::randn({3}));
             }).find("expected an input of 2 to 5 dimensions"),
             std::string::npos);
-  EXPECT_NE(errorOf<InvalidArgumentError>([&] {
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
               layer->forward(torch::randn({1, 3, 1, 1, 1, 2}));
             }).find("got 6 dimensions [1, 3, 1, 1, 1, 2]"),
             std::string::npos);
-  EXPECT_NE(errorOf<InvalidArgumentError>([&] {
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
               layer->forward(torch::randn({4, 2, 5}));
             }).find("the input has 2 channels (dimension 1) but the layer was built for 3"),
             std::string::npos);

@@ -15,11 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "common/error_capture.hpp"
 #include "ddp/errors.hpp"
 #include "shm/serial_executor.hpp"
 
 namespace ddp::shm {
 namespace {
+
+using ddp::testing::error_of;
 
 using std::chrono::milliseconds;
 
@@ -46,19 +49,6 @@ class Gate {
   std::condition_variable opened_;
   bool open_ = false;
 };
-
-// What waiting on `work` threw: "" when it succeeded.
-template <typename E>
-std::string errorOf(const compat::WorkPtr& work) {
-  try {
-    work->wait(kGenerous);
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "";
-}
 
 TEST(ShmSerialExecutor, RunsTasksInOrderOnOneOtherThread) {
   SerialExecutor executor;
@@ -104,17 +94,18 @@ TEST(ShmSerialExecutor, FailedTaskRethrowsItsException) {
   {
     SerialExecutor executor;
     auto work = executor.submit([] { throw TimeoutError("all_reduce timed out (test)"); });
-    EXPECT_EQ(errorOf<TimeoutError>(work), "all_reduce timed out (test)");
+    EXPECT_EQ(error_of<TimeoutError>([&] { work->wait(kGenerous); }),
+              "all_reduce timed out (test)");
   }
   {
     SerialExecutor executor;
     auto work = executor.submit([] { throw InvalidArgumentError("bad root (test)"); });
-    EXPECT_EQ(errorOf<InvalidArgumentError>(work), "bad root (test)");
+    EXPECT_EQ(error_of<InvalidArgumentError>([&] { work->wait(kGenerous); }), "bad root (test)");
   }
   {
     SerialExecutor executor;
     auto work = executor.submit([] { throw std::out_of_range("index 7 (test)"); });
-    EXPECT_EQ(errorOf<std::out_of_range>(work), "index 7 (test)");
+    EXPECT_EQ(error_of<std::out_of_range>([&] { work->wait(kGenerous); }), "index 7 (test)");
   }
 }
 
@@ -127,10 +118,11 @@ TEST(ShmSerialExecutor, LaterTasksFailAfterAFailure) {
   std::atomic<int> later_ran{0};
   std::vector<compat::WorkPtr> later;
   for (int i = 0; i < 3; ++i) later.push_back(executor.submit([&] { ++later_ran; }));
-  EXPECT_EQ(errorOf<Error>(before), "");
-  EXPECT_EQ(errorOf<TimeoutError>(failed), "broadcast timed out: rank(s) 3");
+  EXPECT_NO_THROW(before->wait(kGenerous));
+  EXPECT_EQ(error_of<TimeoutError>([&] { failed->wait(kGenerous); }),
+            "broadcast timed out: rank(s) 3");
   for (auto& work : later) {
-    const std::string message = errorOf<CollectiveError>(work);
+    const std::string message = error_of<CollectiveError>([&] { work->wait(kGenerous); });
     EXPECT_NE(message.find("an earlier collective of this process group failed "
                            "(broadcast timed out: rank(s) 3)"),
               std::string::npos)
@@ -138,7 +130,9 @@ TEST(ShmSerialExecutor, LaterTasksFailAfterAFailure) {
   }
   // Submitted after the failure was recorded: same error, still not run.
   auto after = executor.submit([&] { ++later_ran; });
-  EXPECT_NE(errorOf<CollectiveError>(after).find("(broadcast timed out: rank(s) 3)"),
+  EXPECT_NE(error_of<CollectiveError>([&] {
+              after->wait(kGenerous);
+            }).find("(broadcast timed out: rank(s) 3)"),
             std::string::npos);
   EXPECT_EQ(later_ran.load(), 0);
 }
@@ -161,7 +155,8 @@ TEST(ShmSerialExecutor, StopFinishesQueuedTasksAndIsIdempotent) {
   EXPECT_EQ(ran.load(), 21);
   auto late = executor.submit([&] { ++ran; });
   EXPECT_TRUE(late->isCompleted());
-  EXPECT_NE(errorOf<CollectiveError>(late).find("shutting down"), std::string::npos);
+  EXPECT_NE(error_of<CollectiveError>([&] { late->wait(kGenerous); }).find("shutting down"),
+            std::string::npos);
   EXPECT_EQ(ran.load(), 21);
 }
 

@@ -83,10 +83,6 @@ class Report {
   NamedChecks checks_;
 };
 
-std::string name(const char* collective, at::ScalarType dtype, int64_t numel) {
-  return shmCheckName(collective, dtype, numel);
-}
-
 }  // namespace
 
 int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
@@ -96,27 +92,26 @@ int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
   for (at::ScalarType dtype : collectiveDtypes()) {
     for (int64_t numel : shmSizesFor(dtype)) {
       for (ReduceOp op : collectiveOps()) {
-        const std::string what =
-            name("all_reduce", dtype, numel) + " " + to_string(op) + " on " + std::to_string(world);
+        const std::string what = shm_check::all_reduce(dtype, numel, op, world);
         at::Tensor by_gloo = inputOf(me, numel, dtype);
         at::Tensor by_shm = by_gloo.clone();
         gloo.all_reduce(by_gloo, op);
         shm.all_reduce(by_shm, op);
-        report.expectEqual(what + " (shm vs gloo)", by_shm, by_gloo);
-        report.expectEqual(what + " (shm vs closed form)", by_shm,
+        report.expectEqual(what + shm_check::kVersusGloo, by_shm, by_gloo);
+        report.expectEqual(what + shm_check::kVersusClosedForm, by_shm,
                            expectedOf(op, world, numel, dtype));
       }
       for (int root = 0; root < world; ++root) {
         at::Tensor t = me == root ? inputOf(root, numel, dtype) : at::zeros({numel}, dtype);
         shm.broadcast(t, root);
-        report.expectEqual(name("broadcast", dtype, numel) + " from " + std::to_string(root), t,
+        report.expectEqual(shm_check::broadcast(dtype, numel, root), t,
                            inputOf(root, numel, dtype));
       }
       at::Tensor gathered = at::empty({world * numel}, dtype);
       shm.all_gather(gathered, inputOf(me, numel, dtype));
       std::vector<at::Tensor> parts;
       for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
-      report.expectEqual(name("all_gather", dtype, numel), gathered, at::cat(parts));
+      report.expectEqual(shm_check::all_gather(dtype, numel), gathered, at::cat(parts));
 
       // Reduce-scatter moves world x numel elements: up to one slot per chunk.
       if (numel > kShmReduceScatterMaxNumel) continue;
@@ -126,11 +121,10 @@ int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
         at::Tensor by_gloo = at::empty({numel}, dtype);
         shm.reduce_scatter(by_shm, input, op);
         gloo.reduce_scatter(by_gloo, input, op);
+        const std::string what = shm_check::reduce_scatter(dtype, numel, op);
+        report.expectEqual(what + shm_check::kVersusGloo, by_shm, by_gloo);
         report.expectEqual(
-            name("reduce_scatter", dtype, numel) + " " + to_string(op) + " (shm vs gloo)", by_shm,
-            by_gloo);
-        report.expectEqual(
-            name("reduce_scatter", dtype, numel) + " " + to_string(op) + " (closed form)", by_shm,
+            what + shm_check::kClosedForm, by_shm,
             expectedOf(op, world, world * numel, dtype).narrow(0, me * numel, numel));
       }
     }
@@ -142,20 +136,19 @@ int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
     at::Tensor by_shm = at::empty({numel}, at::kFloat);
     shm.reduce_scatter(by_shm, input, ReduceOp::kSum);
     report.expectEqual(
-        name("reduce_scatter", at::kFloat, numel) + " sum, several rounds", by_shm,
+        shm_check::reduce_scatter_in_rounds(world), by_shm,
         expectedOf(ReduceOp::kSum, world, world * numel, at::kFloat).narrow(0, me * numel, numel));
   }
   // 64 MiB of float32, the benchmark's size.
   const int64_t big = kShmBigNumel;
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+  for (ReduceOp op : shm_check::big_all_reduce_ops()) {
     at::Tensor by_gloo = inputOf(me, big, at::kFloat);
     at::Tensor by_shm = by_gloo.clone();
     gloo.all_reduce(by_gloo, op);
     shm.all_reduce(by_shm, op);
-    report.expectEqual(name("all_reduce", at::kFloat, big) + " " + to_string(op) + " (shm vs gloo)",
-                       by_shm, by_gloo);
-    report.expectEqual(name("all_reduce", at::kFloat, big) + " " + to_string(op) + " (closed form)",
-                       by_shm, expectedOf(op, world, big, at::kFloat));
+    report.expectEqual(shm_check::big_all_reduce(op) + shm_check::kVersusGloo, by_shm, by_gloo);
+    report.expectEqual(shm_check::big_all_reduce(op) + shm_check::kClosedForm, by_shm,
+                       expectedOf(op, world, big, at::kFloat));
   }
   shm.barrier();
   return report.failed();

@@ -51,39 +51,68 @@ inline std::string shmCheckName(const std::string& collective, at::ScalarType dt
 /// and the closed form. Prints each check by name; returns how many failed.
 int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm);
 
+/// The names of checkShmAgainstGloo()'s checks.
+namespace shm_check {
+/// How a result was compared: the last part of a check's name.
+inline const std::string kVersusGloo = " (shm vs gloo)";
+inline const std::string kVersusClosedForm = " (shm vs closed form)";
+inline const std::string kClosedForm = " (closed form)";
+/// "all_reduce float32 x17 sum on 3", compared with Gloo and the closed form.
+inline std::string all_reduce(at::ScalarType dtype, int64_t numel, ReduceOp op, int world) {
+  return shmCheckName("all_reduce", dtype, numel) + " " + to_string(op) + " on " +
+         std::to_string(world);
+}
+inline std::string broadcast(at::ScalarType dtype, int64_t numel, int root) {
+  return shmCheckName("broadcast", dtype, numel) + " from " + std::to_string(root);
+}
+inline std::string all_gather(at::ScalarType dtype, int64_t numel) {
+  return shmCheckName("all_gather", dtype, numel);
+}
+/// "reduce_scatter float32 x17 sum", compared with Gloo and the closed form.
+inline std::string reduce_scatter(at::ScalarType dtype, int64_t numel, ReduceOp op) {
+  return shmCheckName("reduce_scatter", dtype, numel) + " " + to_string(op);
+}
+/// The float32 reduce-scatter of shmSeveralRoundsNumel(world), a sum.
+inline std::string reduce_scatter_in_rounds(int world) {
+  return shmCheckName("reduce_scatter", at::kFloat, shmSeveralRoundsNumel(world)) +
+         " sum, several rounds";
+}
+/// The all-reduces of kShmBigNumel float32 elements, with these ops, each
+/// compared with Gloo and the closed form.
+inline std::vector<ReduceOp> big_all_reduce_ops() { return {ReduceOp::kSum, ReduceOp::kAverage}; }
+inline std::string big_all_reduce(ReduceOp op) {
+  return shmCheckName("all_reduce", at::kFloat, kShmBigNumel) + " " + to_string(op);
+}
+}  // namespace shm_check
+
 /// The names checkShmAgainstGloo() reports on every rank of `world`.
 inline std::set<std::string> shmAgainstGlooCheckNames(int world) {
-  std::set<std::string> names;
+  using namespace shm_check;  // NOLINT(google-build-using-namespace)
+  std::set<std::string> names{reduce_scatter_in_rounds(world)};
   for (auto dtype : collectiveDtypes()) {
     for (int64_t numel : shmSizesFor(dtype)) {
       for (auto op : collectiveOps()) {
-        const std::string what = shmCheckName("all_reduce", dtype, numel) + " " + to_string(op) +
-                                 " on " + std::to_string(world);
-        names.insert(what + " (shm vs gloo)");
-        names.insert(what + " (shm vs closed form)");
+        names.insert(all_reduce(dtype, numel, op, world) + kVersusGloo);
+        names.insert(all_reduce(dtype, numel, op, world) + kVersusClosedForm);
       }
-      for (int root = 0; root < world; ++root) {
-        names.insert(shmCheckName("broadcast", dtype, numel) + " from " + std::to_string(root));
-      }
-      names.insert(shmCheckName("all_gather", dtype, numel));
+      for (int root = 0; root < world; ++root) names.insert(broadcast(dtype, numel, root));
+      names.insert(all_gather(dtype, numel));
       if (numel > kShmReduceScatterMaxNumel) continue;
       for (auto op : shmReduceScatterOps()) {
-        const std::string what = shmCheckName("reduce_scatter", dtype, numel) + " " + to_string(op);
-        names.insert(what + " (shm vs gloo)");
-        names.insert(what + " (closed form)");
+        names.insert(reduce_scatter(dtype, numel, op) + kVersusGloo);
+        names.insert(reduce_scatter(dtype, numel, op) + kClosedForm);
       }
     }
   }
-  names.insert(shmCheckName("reduce_scatter", at::kFloat, shmSeveralRoundsNumel(world)) +
-               " sum, several rounds");
-  for (auto op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-    const std::string what =
-        shmCheckName("all_reduce", at::kFloat, kShmBigNumel) + " " + to_string(op);
-    names.insert(what + " (shm vs gloo)");
-    names.insert(what + " (closed form)");
+  for (auto op : big_all_reduce_ops()) {
+    names.insert(big_all_reduce(op) + kVersusGloo);
+    names.insert(big_all_reduce(op) + kClosedForm);
   }
   return names;
 }
+
+/// The iterations of the stress plan the "stress" scenario runs.
+constexpr int kStressIterations = 200;
 
 /// One collective of the stress plan.
 struct StressCollective {

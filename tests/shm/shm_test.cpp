@@ -29,11 +29,11 @@ namespace {
 constexpr int kTimeout = static_cast<int>(ExitCode::kTimeout);
 constexpr int kCollective = static_cast<int>(ExitCode::kCollective);
 
-// The names of ddp_test_worker's "stress" scenario, which runs 200 rounds
-// of the plan in tests/shm/shm_checks.hpp.
+// The names of ddp_test_worker's "stress" scenario, which runs kStressIterations
+// rounds of the plan in tests/shm/shm_checks.hpp.
 std::set<std::string> stressCheckNames(int world) {
   std::set<std::string> names;
-  for (const auto& round : stressPlan(200, world)) {
+  for (const auto& round : stressPlan(kStressIterations, world)) {
     for (const auto& collective : round) names.insert(collective.name);
   }
   return names;

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/temporary_directory.hpp"
 #include "launch/child_process.hpp"
 
 namespace ddp::launch {
@@ -84,10 +84,8 @@ Kill writeAndKill(const fs::path& dir, int value, std::uintmax_t at_bytes) {
 }
 
 TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("ddp_snapshot_kill_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const ddp::testing::TemporaryDirectory temporary("ddp-snapshot-kill-");
+  const fs::path dir = temporary.path();
   ASSERT_EQ(run({"write", dir.string(), "1"}).exit_code, 0);
   ASSERT_EQ(snapshots(dir).size(), 1u);
   const fs::path base = snapshots(dir).at(0);
@@ -132,7 +130,6 @@ TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
             << completed << " came after the rename" << std::endl;
   // The kills really landed inside the write, at most of the points.
   EXPECT_GE(mid_write, kKillPoints / 2) << completed << " kills came after the rename";
-  fs::remove_all(dir);
 }
 
 }  // namespace

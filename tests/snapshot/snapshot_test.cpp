@@ -6,7 +6,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -17,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/error_capture.hpp"
 #include "common/models.hpp"
+#include "common/temporary_directory.hpp"
 #include "compat/torch_compat.hpp"
 #include "ddp/init.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
@@ -28,6 +29,7 @@
 namespace fs = std::filesystem;
 using ddp::examples::ConvNet;
 using ddp::examples::Mlp;
+using ddp::testing::error_of;
 using Bytes = std::vector<char>;
 
 namespace {
@@ -43,16 +45,6 @@ void writeBytes(const std::string& path, const Bytes& bytes) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
-}
-
-// The message of the SnapshotError `body` throws ("" if none).
-std::string snapshotError(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const ddp::SnapshotError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // `steps` SGD-style steps of an MLP(6 -> 3) on random data.
@@ -98,14 +90,7 @@ const S& paramState(const torch::optim::Optimizer& optimizer, size_t i) {
 
 class SnapshotTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("ddp_snapshot_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
-    group_ = ddp::init(ddp::InitOptions(), ddp::EnvironmentMap{});
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { group_ = ddp::init(ddp::InitOptions(), ddp::EnvironmentMap{}); }
 
   ddp::snapshot::SnapshotManager manager(int keep_last = 3) {
     return ddp::snapshot::SnapshotManager(ddp::snapshot::SnapshotOptions(dir_).keep_last(keep_last),
@@ -128,7 +113,8 @@ class SnapshotTest : public ::testing::Test {
     return state.counters["global_step"];
   }
 
-  std::string dir_;
+  const ddp::testing::TemporaryDirectory temporary_{"ddp-snapshot-"};
+  const std::string dir_ = temporary_.string();
   std::shared_ptr<ddp::ProcessGroup> group_;
 };
 
@@ -325,8 +311,9 @@ TEST_F(SnapshotTest, CorruptNewestIsSkippedWithAWarningNamingIt) {
     std::string warnings = testing::internal::GetCapturedStderr();
     EXPECT_TRUE(contains(warnings, newest)) << warnings;
     EXPECT_TRUE(contains(warnings, damage.expected)) << warnings;
-    EXPECT_TRUE(contains(snapshotError([&] { ddp::snapshot::read_snapshot_file(newest); }),
-                         damage.expected));
+    EXPECT_TRUE(
+        contains(error_of<ddp::SnapshotError>([&] { ddp::snapshot::read_snapshot_file(newest); }),
+                 damage.expected));
   }
 }
 
@@ -338,12 +325,14 @@ TEST_F(SnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
   writeBytes(random, noise);
   writeBytes(empty, {});
   for (const auto& path : {random, empty}) {
-    std::string message = snapshotError([&] { ddp::snapshot::read_snapshot_file(path); });
+    std::string message =
+        error_of<ddp::SnapshotError>([&] { ddp::snapshot::read_snapshot_file(path); });
     EXPECT_TRUE(contains(message, path)) << message;
     EXPECT_TRUE(contains(message, "is not a ddp snapshot")) << message;
   }
-  EXPECT_TRUE(contains(snapshotError([&] { ddp::snapshot::read_snapshot_file(dir_ + "/missing"); }),
-                       "cannot open"));
+  EXPECT_TRUE(contains(
+      error_of<ddp::SnapshotError>([&] { ddp::snapshot::read_snapshot_file(dir_ + "/missing"); }),
+      "cannot open"));
 }
 
 TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouched) {
@@ -352,7 +341,7 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
   Mlp other(6, 32, 3);  // fc1.weight is [32, 6], not [16, 6]
   at::Tensor before = other->fc1->weight.clone();
   ddp::snapshot::TrainingState state = bound(*other);
-  std::string message = snapshotError([&] { manager().resume(state); });
+  std::string message = error_of<ddp::SnapshotError>([&] { manager().resume(state); });
   EXPECT_TRUE(contains(message, path)) << message;
   EXPECT_TRUE(
       contains(message, "'fc1.weight' is [16, 6] float32 in the snapshot but [32, 6] float32"))
@@ -365,7 +354,7 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
   state.model = same.ptr().get();
   state.optimizer = &adam;
   at::Tensor same_before = same->fc1->weight.clone();
-  message = snapshotError([&] {
+  message = error_of<ddp::SnapshotError>([&] {
     ddp::snapshot::restore_training_state(ddp::snapshot::read_snapshot_file(path), state);
   });
   EXPECT_TRUE(contains(message, "of type sgd, this one is adam")) << message;
@@ -373,7 +362,8 @@ TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouche
 
   torch::optim::LBFGS lbfgs(same->parameters());
   state.optimizer = &lbfgs;
-  EXPECT_TRUE(contains(snapshotError([&] { manager().save(state); }), "torch::optim::LBFGS"));
+  EXPECT_TRUE(contains(error_of<ddp::SnapshotError>([&] { manager().save(state); }),
+                       "torch::optim::LBFGS"));
   EXPECT_EQ(manager().list().size(), 1u);  // nothing new written
 }
 
@@ -492,7 +482,7 @@ TEST_F(SnapshotTest, TwoRanksSaveOnRankZeroAndResumeTogether) {
       weights[rank] = fresh->fc1->weight.clone();
       ddp::snapshot::SnapshotManager split(
           ddp::snapshot::SnapshotOptions(dir_ + (rank ? "/elsewhere" : "")), group);
-      errors[rank] = snapshotError([&] { split.resume(resumed); });
+      errors[rank] = error_of<ddp::SnapshotError>([&] { split.resume(resumed); });
     } catch (const std::exception& e) {
       ADD_FAILURE() << "rank " << rank << ": " << e.what();
     }

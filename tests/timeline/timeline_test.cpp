@@ -4,16 +4,15 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <stdlib.h>
 
 #include <csignal>
-#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <string>
 
 #include "common/expect_checks.hpp"
+#include "common/temporary_directory.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "ddp/timeline/timeline.hpp"
@@ -25,21 +24,6 @@
 
 namespace ddp::testing {
 namespace {
-
-namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddp-timeline-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
 
 EnvironmentFor withTimeline(const std::string& path) {
   return [path](int rank, int world, int port) {
@@ -58,24 +42,11 @@ int64_t issuedIn(const std::string& output) {
 class TimelineRecording : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TimelineRecording, TwoRanksWriteOneEventPerCollective) {
-  TempDir dir;
+  const TemporaryDirectory dir("ddp-timeline-");
   auto results = runRanks(2, {"record", GetParam()}, withTimeline(dir.file("tl-%r.json")),
                           std::chrono::seconds(120));
   // The worker's checks of its own file (timeline_worker.cpp, record()).
-  expectChecks(
-      results,
-      {"DDP_TIMELINE started the timeline", "the file parses as a JSON array while recording",
-       "one event per collective", "events_written() counts them",
-       "one ddp.bucket event per DDP bucket reduced", "one fusion-buffer all-reduce per fused step",
-       "one all-reduce per gradient without fusion",
-       "broadcast_parameters: a fingerprint all-reduce and one broadcast, twice",
-       "broadcast_optimizer_state: two agreements, the description (2) and the state (1), "
-       "twice",
-       "a NameScope names", "collectives outside any scope are named by their operation",
-       "no two events overlap on a lane",
-       "every event has pid = rank, a wall-clock ts and dur >= 0",
-       "the one Work never waited on is marked waited=false",
-       "the first event describes a 1000-element float32 sum"});
+  expectChecks(results, timelineRecordCheckNames());
   std::vector<std::string> files;
   int64_t total = 0;
   for (int rank = 0; rank < 2; ++rank) {
@@ -113,7 +84,7 @@ TEST_P(TimelineRecording, TwoRanksWriteOneEventPerCollective) {
 INSTANTIATE_TEST_SUITE_P(Timeline, TimelineRecording, ::testing::Values("gloo", "auto"));
 
 TEST(TimelineKilled, SigkillMidRunLeavesValidJson) {
-  TempDir dir;
+  const TemporaryDirectory dir("ddp-timeline-");
   auto results = runRanks(2, {"killed", "gloo"}, withTimeline(dir.file("tl-%r.json")),
                           std::chrono::seconds(60));
   ASSERT_EQ(results[1].term_signal, SIGKILL) << describe(results);
@@ -142,7 +113,7 @@ class TimelineLocal : public ::testing::Test {
   void TearDown() override { timeline::stop(); }
 
   std::shared_ptr<ProcessGroup> group_;
-  TempDir dir_;
+  const TemporaryDirectory dir_{"ddp-timeline-"};
 };
 
 TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {

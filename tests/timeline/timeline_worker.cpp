@@ -7,6 +7,8 @@
 //   timeline_test_worker killed BACKEND   rank 1 SIGKILLs itself mid-run with
 //                                         a collective in flight
 //
+// Exit codes and errors as tests/common/worker_main.hpp says.
+//
 // Every collective goes through a CountingGroup (counting_group.hpp), which
 // hands it on to the real group's public method: the count is independent
 // of the timeline, and the nesting is the one `auto` does.
@@ -15,10 +17,13 @@
 
 #include <csignal>
 #include <iostream>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "common/worker_main.hpp"
 #include "ddp/distributed_data_parallel.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/hvd.hpp"
@@ -40,22 +45,6 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::Linear fc1, fc2, fc3;
 };
 TORCH_MODULE(Mlp);
-
-// Named checks; report() gives the exit code.
-class Checks {
- public:
-  void expect(const std::string& name, bool ok, const std::string& detail) {
-    checks_.check(name, ok, detail);
-  }
-  int report(int rank) const {
-    if (checks_.failed() == 0) return 0;
-    std::cout << "rank " << rank << ": " << checks_.failed() << " check(s) failed\n";
-    return 1;
-  }
-
- private:
-  ddp::testing::NamedChecks checks_;
-};
 
 // "name: got N, expected M" for a count check.
 std::string counted(const std::vector<nlohmann::json>& events, const std::string& prefix,
@@ -116,9 +105,10 @@ void trainHorovod(const std::shared_ptr<ddp::ProcessGroup>& group, int64_t fusio
 }
 
 int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
+  using namespace ddp::testing::timeline_check;  // NOLINT(google-build-using-namespace)
   auto group = std::make_shared<CountingGroup>(real);
-  Checks checks;
-  checks.expect("DDP_TIMELINE started the timeline", ddp::timeline::recording(), "not recording");
+  ddp::testing::NamedChecks checks;
+  checks.check(kStarted, ddp::timeline::recording(), "not recording");
   const std::string path = ddp::timeline::current_path();
 
   userCollectives(*group);
@@ -130,52 +120,46 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   // The file is read while the timeline is still being recorded: it must
   // be complete JSON at every moment.
   nlohmann::json trace = ddp::testing::readTrace(path);
-  checks.expect("the file parses as a JSON array while recording", trace.is_array(),
-                "it does not: " + path);
+  checks.check(kParsesWhileRecording, trace.is_array(), "it does not: " + path);
   auto events = ddp::testing::completeEvents(trace);
-  checks.expect(
-      "one event per collective", static_cast<int64_t>(events.size()) == issued,
+  checks.check(
+      kOneEventPerCollective, static_cast<int64_t>(events.size()) == issued,
       std::to_string(events.size()) + " events, " + std::to_string(issued) + " collectives issued");
-  checks.expect(
-      "events_written() counts them", ddp::timeline::events_written() == issued,
+  checks.check(
+      kEventsWritten, ddp::timeline::events_written() == issued,
       std::to_string(ddp::timeline::events_written()) + ", expected " + std::to_string(issued));
-  checks.expect("one ddp.bucket event per DDP bucket reduced",
-                ddp::testing::countNamed(events, "ddp.bucket ") == ddp_buckets,
-                counted(events, "ddp.bucket ", ddp_buckets));
-  checks.expect("one fusion-buffer all-reduce per fused step",
-                ddp::testing::countNamed(events, "hvd.fusion_buffer 0") == 2,
-                counted(events, "hvd.fusion_buffer 0", 2));
-  checks.expect("one all-reduce per gradient without fusion",
-                ddp::testing::countNamed(events, "hvd.allreduce ") == 6,
-                counted(events, "hvd.allreduce ", 6));
-  checks.expect("broadcast_parameters: a fingerprint all-reduce and one broadcast, twice",
-                ddp::testing::countNamed(events, "hvd.broadcast_parameters") == 2 * 2,
-                counted(events, "hvd.broadcast_parameters", 2 * 2));
-  checks.expect(
-      "broadcast_optimizer_state: two agreements, the description (2) and the "
-      "state (1), twice",
-      ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
-      counted(events, "hvd.broadcast_optimizer_state", 2 * 5));
-  checks.expect("a NameScope names", ddp::testing::countNamed(events, "user.metrics") == 1,
-                counted(events, "user.metrics", 1));
+  checks.check(kDdpBuckets, ddp::testing::countNamed(events, "ddp.bucket ") == ddp_buckets,
+               counted(events, "ddp.bucket ", ddp_buckets));
+  checks.check(kFusionBuffers, ddp::testing::countNamed(events, "hvd.fusion_buffer 0") == 2,
+               counted(events, "hvd.fusion_buffer 0", 2));
+  checks.check(kUnfused, ddp::testing::countNamed(events, "hvd.allreduce ") == 6,
+               counted(events, "hvd.allreduce ", 6));
+  checks.check(kBroadcastParameters,
+               ddp::testing::countNamed(events, "hvd.broadcast_parameters") == 2 * 2,
+               counted(events, "hvd.broadcast_parameters", 2 * 2));
+  checks.check(kBroadcastOptimizerState,
+               ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
+               counted(events, "hvd.broadcast_optimizer_state", 2 * 5));
+  checks.check(kNameScope, ddp::testing::countNamed(events, "user.metrics") == 1,
+               counted(events, "user.metrics", 1));
   std::string unscoped;
   for (const char* op :
        {"all_reduce(sum)", "all_reduce(average)", "all_reduce(max)", "all_reduce(min)", "broadcast",
         "all_gather", "reduce_scatter(sum)", "barrier"}) {
     unscoped += std::string(unscoped.empty() ? "" : "; ") + counted(events, op, 1);
   }
-  checks.expect("collectives outside any scope are named by their operation",
-                ddp::testing::countNamed(events, "all_reduce(sum)") == 1 &&
-                    ddp::testing::countNamed(events, "all_reduce(average)") == 1 &&
-                    ddp::testing::countNamed(events, "all_reduce(max)") == 1 &&
-                    ddp::testing::countNamed(events, "all_reduce(min)") == 1 &&
-                    ddp::testing::countNamed(events, "broadcast") == 1 &&
-                    ddp::testing::countNamed(events, "all_gather") == 1 &&
-                    ddp::testing::countNamed(events, "reduce_scatter(sum)") == 1 &&
-                    ddp::testing::countNamed(events, "barrier") == 1,
-                unscoped);
-  checks.expect("no two events overlap on a lane", ddp::testing::firstOverlap(events).empty(),
-                ddp::testing::firstOverlap(events) + " overlap");
+  checks.check(kUnscoped,
+               ddp::testing::countNamed(events, "all_reduce(sum)") == 1 &&
+                   ddp::testing::countNamed(events, "all_reduce(average)") == 1 &&
+                   ddp::testing::countNamed(events, "all_reduce(max)") == 1 &&
+                   ddp::testing::countNamed(events, "all_reduce(min)") == 1 &&
+                   ddp::testing::countNamed(events, "broadcast") == 1 &&
+                   ddp::testing::countNamed(events, "all_gather") == 1 &&
+                   ddp::testing::countNamed(events, "reduce_scatter(sum)") == 1 &&
+                   ddp::testing::countNamed(events, "barrier") == 1,
+               unscoped);
+  checks.check(kNoOverlap, ddp::testing::firstOverlap(events).empty(),
+               ddp::testing::firstOverlap(events) + " overlap");
   bool fields_ok = !events.empty();
   int never_waited = 0;
   for (const auto& event : events) {
@@ -184,19 +168,18 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
                 event.at("cat") == "collective";
     if (!event.at("args").at("waited").get<bool>()) ++never_waited;
   }
-  checks.expect("every event has pid = rank, a wall-clock ts and dur >= 0", fields_ok,
-                "an event has not (or there are none)");
-  checks.expect("the one Work never waited on is marked waited=false", never_waited == 1,
-                std::to_string(never_waited) + " events marked waited=false");
+  checks.check(kEventFields, fields_ok, "an event has not (or there are none)");
+  checks.check(kNeverWaited, never_waited == 1,
+               std::to_string(never_waited) + " events marked waited=false");
   const auto& first = events.front();
-  checks.expect("the first event describes a 1000-element float32 sum",
-                first.at("args").at("bytes") == 4000 && first.at("args").at("numel") == 1000 &&
-                    first.at("args").at("dtype") == "float32" &&
-                    first.at("args").at("op") == "all_reduce" &&
-                    first.at("args").at("reduce") == "sum",
-                first.dump());
+  checks.check(kFirstEvent,
+               first.at("args").at("bytes") == 4000 && first.at("args").at("numel") == 1000 &&
+                   first.at("args").at("dtype") == "float32" &&
+                   first.at("args").at("op") == "all_reduce" &&
+                   first.at("args").at("reduce") == "sum",
+               first.dump());
   std::cout << "rank " << real->rank() << ": collectives issued: " << issued << "\n";
-  return checks.report(real->rank());
+  return ddp::testing::checks_exit_code(real->rank(), checks.failed());
 }
 
 // Rank 1 dies by SIGKILL with an all-reduce in flight after 5 complete
@@ -213,23 +196,18 @@ int killed(const std::shared_ptr<ddp::ProcessGroup>& group) {
   return 0;
 }
 
+// The group each scenario runs on: ARGUMENTS are the backend.
+std::shared_ptr<ddp::ProcessGroup> groupFor(const std::vector<std::string>& arguments) {
+  if (arguments.empty()) throw std::invalid_argument("give the backend after the scenario");
+  return ddp::init(
+      ddp::InitOptions().backend(arguments[0]).collective_timeout(std::chrono::seconds(20)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: timeline_test_worker record|killed BACKEND\n";
-    return 2;
-  }
-  const std::string scenario = argv[1];
-  try {
-    auto group =
-        ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(std::chrono::seconds(20)));
-    if (scenario == "record") return record(group);
-    if (scenario == "killed") return killed(group);
-    std::cerr << "unknown scenario " << scenario << "\n";
-    return 2;
-  } catch (const ddp::Error& e) {
-    std::cout << "error: " << e.what() << std::endl;
-    return static_cast<int>(ddp::exit_code_for(e));
-  }
+  return ddp::testing::run_worker(
+      argc, argv,
+      {{"record", [](const std::vector<std::string>& args) { return record(groupFor(args)); }},
+       {"killed", [](const std::vector<std::string>& args) { return killed(groupFor(args)); }}});
 }

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -62,6 +63,49 @@ inline std::string firstOverlap(const std::vector<nlohmann::json>& events) {
     }
   }
   return "";
+}
+
+/// The names of timeline_test_worker's checks of its own file (its
+/// "record" scenario), each written only here: the worker reports them,
+/// timeline_test.cpp expects them all (timelineRecordCheckNames()).
+namespace timeline_check {
+inline const std::string kStarted = "DDP_TIMELINE started the timeline";
+inline const std::string kParsesWhileRecording = "the file parses as a JSON array while recording";
+inline const std::string kOneEventPerCollective = "one event per collective";
+inline const std::string kEventsWritten = "events_written() counts them";
+inline const std::string kDdpBuckets = "one ddp.bucket event per DDP bucket reduced";
+inline const std::string kFusionBuffers = "one fusion-buffer all-reduce per fused step";
+inline const std::string kUnfused = "one all-reduce per gradient without fusion";
+inline const std::string kBroadcastParameters =
+    "broadcast_parameters: a fingerprint all-reduce and one broadcast, twice";
+inline const std::string kBroadcastOptimizerState =
+    "broadcast_optimizer_state: two agreements, the description (2) and the state (1), twice";
+inline const std::string kNameScope = "a NameScope names";
+inline const std::string kUnscoped = "collectives outside any scope are named by their operation";
+inline const std::string kNoOverlap = "no two events overlap on a lane";
+inline const std::string kEventFields = "every event has pid = rank, a wall-clock ts and dur >= 0";
+inline const std::string kNeverWaited = "the one Work never waited on is marked waited=false";
+inline const std::string kFirstEvent = "the first event describes a 1000-element float32 sum";
+}  // namespace timeline_check
+
+/// The names timeline_test_worker's "record" scenario reports on every rank.
+inline std::set<std::string> timelineRecordCheckNames() {
+  using namespace timeline_check;  // NOLINT(google-build-using-namespace)
+  return {kStarted,
+          kParsesWhileRecording,
+          kOneEventPerCollective,
+          kEventsWritten,
+          kDdpBuckets,
+          kFusionBuffers,
+          kUnfused,
+          kBroadcastParameters,
+          kBroadcastOptimizerState,
+          kNameScope,
+          kUnscoped,
+          kNoOverlap,
+          kEventFields,
+          kNeverWaited,
+          kFirstEvent};
 }
 
 }  // namespace ddp::testing

@@ -3,7 +3,6 @@
 // run rewriting the epochs it repeats), and gnuplot curves.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/error_capture.hpp"
+#include "common/temporary_directory.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
@@ -18,6 +19,7 @@
 
 namespace fs = std::filesystem;
 using namespace ddp::training;
+using ddp::testing::error_of;
 
 namespace {
 
@@ -35,14 +37,8 @@ std::vector<std::string> lines(const std::string& text) {
 
 class TrainingFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "ddp-training-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return dir_.file(name); }
+  const ddp::testing::TemporaryDirectory dir_{"ddp-training-"};
 };
 
 }  // namespace
@@ -193,26 +189,28 @@ TEST_F(TrainingFiles, ResumedRunKeepsCompletedEpochsAndRewritesTheRest) {
 }
 
 TEST_F(TrainingFiles, MalformedMetricsAreNamedByFileAndLine) {
-  auto errorOf = [&](const std::string& text) -> std::string {
+  // bad.csv, holding `text`.
+  auto bad = [&](const std::string& text) {
     std::ofstream(path("bad.csv")) << text;
-    try {
-      read_metrics_csv(path("bad.csv"));
-    } catch (const ddp::MetricsError& e) {
-      return e.what();
-    }
-    return "<no MetricsError>";
+    return path("bad.csv");
   };
-  EXPECT_NE(errorOf("a,b\n").find("is not a metrics file: its first line is 'a,b'"),
+  const std::string header = "epoch,loss,accuracy,samples_per_s,seconds\n";
+  EXPECT_NE(error_of<ddp::MetricsError>([&] {
+              read_metrics_csv(bad("a,b\n"));
+            }).find("is not a metrics file: its first line is 'a,b'"),
             std::string::npos);
-  EXPECT_NE(
-      errorOf("epoch,loss,accuracy,samples_per_s,seconds\n1,2,3\n").find("line 2 has 3 fields"),
-      std::string::npos);
-  EXPECT_NE(
-      errorOf("epoch,loss,accuracy,samples_per_s,seconds\n1,x,,1,1\n").find("the loss is 'x'"),
-      std::string::npos);
-  EXPECT_NE(
-      errorOf("epoch,loss,accuracy,samples_per_s,seconds\n1.5,1,,1,1\n").find("not a whole number"),
-      std::string::npos);
+  EXPECT_NE(error_of<ddp::MetricsError>([&] {
+              read_metrics_csv(bad(header + "1,2,3\n"));
+            }).find("line 2 has 3 fields"),
+            std::string::npos);
+  EXPECT_NE(error_of<ddp::MetricsError>([&] {
+              read_metrics_csv(bad(header + "1,x,,1,1\n"));
+            }).find("the loss is 'x'"),
+            std::string::npos);
+  EXPECT_NE(error_of<ddp::MetricsError>([&] {
+              read_metrics_csv(bad(header + "1.5,1,,1,1\n"));
+            }).find("not a whole number"),
+            std::string::npos);
   EXPECT_THROW(read_metrics_csv(path("missing.csv")), ddp::MetricsError);
   EXPECT_THROW(MetricsCsv(path("bad.csv"), 1), ddp::MetricsError);  // Resuming into a foreign file.
 }
