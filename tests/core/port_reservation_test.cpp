@@ -131,7 +131,7 @@ void checkReservation() {
   // Rank 0's store binds the port by number and serves there.
   TcpStore server(TcpStoreOptions().port(reserved.port()).is_server(true));
   TcpStore client(TcpStoreOptions().port(reserved.port()));
-  server.set("key", {'v'});
+  server.set("key", std::vector<uint8_t>{'v'});
   EXPECT_EQ(client.get("key"), std::vector<uint8_t>{'v'});
 }
 
