@@ -7,9 +7,7 @@
 #      headers live under src/ and are never included with a ddp/ prefix);
 #   3. the parts include each other without a cycle. The core is the root
 #      (include/ddp/*.hpp, src/*.cpp and src/'s private folders listed in
-#      core_private below); src/init.cpp is the one place where the core
-#      applies a part (the timeline's decorator, Note [The timeline at the
-#      edge]), so its includes are not edges.
+#      core_private below).
 # Prints each finding and exits non-zero when one is found.
 #
 #   bash scripts/check-layout.sh
@@ -69,7 +67,6 @@ edges=$(mktemp)
 trap 'rm -f "$edges"' EXIT
 for file in "${files[@]}"; do
   [[ $file == src/* || $file == include/* ]] || continue
-  [[ $file == src/init.cpp ]] && continue
   from=$(part_of_path "$file")
   [[ -n $from ]] || continue
   while read -r included; do

@@ -2,8 +2,8 @@
 
 // Internal: names for the collectives a thread issues ("ddp.bucket 3",
 // "hvd.broadcast_parameters"), set by the code that issues them and read by
-// whatever observes collectives at the edge (the timeline's process group,
-// src/timeline/timeline_process_group.hpp). The core sets names and never
+// whatever observes collectives (the timeline's and the flight recorder's
+// observers, ddp/collective_observer.hpp). The core sets names and never
 // looks at who reads them.
 //
 // Note [Fallback names]

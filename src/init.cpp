@@ -11,12 +11,11 @@
 #include "ddp/error_file.hpp"
 #include "ddp/errors.hpp"
 #include "ddp/flight_recorder.hpp"
+#include "ddp/observer_factory.hpp"
 #include "ddp/tcp_store.hpp"
-#include "ddp/timeline/timeline.hpp"
-#include "flight_recorder/flight_recorder_process_group.hpp"
+#include "flight_recorder/flight_recorder_observer.hpp"
 #include "store/job_secret.hpp"
 #include "store/socket.hpp"
-#include "timeline/timeline_process_group.hpp"
 
 namespace ddp {
 namespace {
@@ -233,16 +232,21 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
   record_uncaught_errors();  // no decorator needed (ddp/error_file.hpp)
   compat::StorePtr rendezvous;
-  // The edge's decorators: the timeline outermost, so that timeline::recorded()
-  // recognizes init()'s groups; the flight recorder always records.
-  std::shared_ptr<ProcessGroup> group =
-      timeline::recorded(flight_recorder::recorded(makeGroup(options, env, rendezvous)));
+  std::shared_ptr<ProcessGroup> group = makeGroup(options, env, rendezvous);
   if (rendezvous) {  // the group shares the store; this keeps it alive
     group->set_rendezvous_store(
         std::shared_ptr<c10d::Store>(rendezvous.get(), [rendezvous](c10d::Store*) {}));
   }
-  timeline::detail::startFromEnvironmentOnce(env, group->rank());
+  // The observers (Note [Observing collectives]): the flight recorder always
+  // records; then those the parts registered, the timeline's among them
+  // (Note [Parts attach observers through a registry]).
+  flight_recorder::recorded(group);
   flight_recorder::detail::record_to_file_from_environment(env, group->rank(), group->size());
+  for (const ObserverFactory& factory : registered_observer_factories()) {
+    if (std::shared_ptr<CollectiveObserver> observer = factory(*group, env)) {
+      group->add_observer(std::move(observer));
+    }
+  }
   return group;
 }
 

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "collective_observation.hpp"
+#include "ddp/collective_observer.hpp"
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
 
@@ -79,9 +81,22 @@ ProcessGroup::ProcessGroup(Topology topology, std::chrono::milliseconds collecti
 
 ProcessGroup::~ProcessGroup() = default;
 
+void ProcessGroup::add_observer(std::shared_ptr<CollectiveObserver> observer) {
+  if (!observer) {
+    throw InvalidArgumentError(
+        "add_observer: the observer is null; pass a std::shared_ptr to a CollectiveObserver.");
+  }
+  observers_.push_back(std::move(observer));
+}
+
+// Each public method: check, then, only when observers are attached (Note
+// [Observing collectives]), tell them around the backend's call.
+
 Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
   checkTensor("all_reduce", "input", tensor);
-  return do_all_reduce(tensor, op);
+  if (observers_.empty()) return do_all_reduce(tensor, op);
+  return detail::observe_collective(observers_, "all_reduce", tensor, op, -1,
+                                    [this, &tensor, op] { return do_all_reduce(tensor, op); });
 }
 
 void ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
@@ -95,7 +110,9 @@ Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root) {
                                " is outside the group (ranks 0 to " + std::to_string(size() - 1) +
                                "); pass an existing rank.");
   }
-  return do_broadcast(tensor, root);
+  if (observers_.empty()) return do_broadcast(tensor, root);
+  return detail::observe_collective(observers_, "broadcast", tensor, std::nullopt, root,
+                                    [this, &tensor, root] { return do_broadcast(tensor, root); });
 }
 
 void ProcessGroup::broadcast(const at::Tensor& tensor, int root) {
@@ -113,7 +130,10 @@ Work ProcessGroup::all_gather_async(const at::Tensor& output, const at::Tensor& 
         std::to_string(input.numel()) + " = " + std::to_string(input.numel() * size()) +
         "; allocate it with size() * input.numel() elements.");
   }
-  return do_all_gather(output, input);
+  if (observers_.empty()) return do_all_gather(output, input);
+  return detail::observe_collective(
+      observers_, "all_gather", input, std::nullopt, -1,
+      [this, &output, &input] { return do_all_gather(output, input); });
 }
 
 void ProcessGroup::all_gather(const at::Tensor& output, const at::Tensor& input) {
@@ -132,14 +152,21 @@ Work ProcessGroup::reduce_scatter_async(const at::Tensor& output, const at::Tens
         " ranks x " + std::to_string(output.numel()) + " = " +
         std::to_string(output.numel() * size()) + "; size the input as size() * output.numel().");
   }
-  return do_reduce_scatter(output, input, op);
+  if (observers_.empty()) return do_reduce_scatter(output, input, op);
+  return detail::observe_collective(
+      observers_, "reduce_scatter", input, op, -1,
+      [this, &output, &input, op] { return do_reduce_scatter(output, input, op); });
 }
 
 void ProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
   reduce_scatter_async(output, input, op).wait();
 }
 
-Work ProcessGroup::barrier_async() { return do_barrier(); }
+Work ProcessGroup::barrier_async() {
+  if (observers_.empty()) return do_barrier();
+  return detail::observe_collective(observers_, "barrier", at::Tensor(), std::nullopt, -1,
+                                    [this] { return do_barrier(); });
+}
 
 void ProcessGroup::barrier() { barrier_async().wait(); }
 

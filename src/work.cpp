@@ -2,6 +2,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "collective_observation.hpp"
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
 #include "timeout_message.hpp"
@@ -35,12 +36,29 @@ CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, con
 WorkImpl::WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish)
     : info_(std::move(info)), work_(std::move(work)), finish_(std::move(finish)) {}
 
-WorkImpl::WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish,
-                   std::function<void(const std::exception_ptr&)> observer)
+WorkImpl::WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish)
     : upstream_(std::move(upstream)),
       finish_(std::move(finish)),
-      observer_(std::move(observer)),
       has_local_step_(static_cast<bool>(finish_)) {}
+
+namespace {
+
+// An observed collective's Work and its observation in one allocation
+// (Note [Observing collectives]). The observation, if no wait() ended it,
+// ends as not waited on when the Work is destroyed (Note [When a collective
+// ends]).
+class ObservedWorkImpl final : public WorkImpl {
+ public:
+  ObservedWorkImpl(std::shared_ptr<WorkImpl> upstream, CollectiveObservation observation)
+      : WorkImpl(std::move(upstream), nullptr), observation_(std::move(observation)) {
+    end_on_wait(&observation_);
+  }
+
+ private:
+  CollectiveObservation observation_;
+};
+
+}  // namespace
 
 void WorkImpl::wait() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -67,12 +85,9 @@ void WorkImpl::wait() {
     }
     finish_ = nullptr;
     done_.store(true, std::memory_order_release);
-    if (observer_) {
-      try {
-        observer_(error_);
-      } catch (...) {  // an observer must not change the collective's outcome
-      }
-      observer_ = nullptr;
+    if (observation_) {  // observers must not change the outcome: end() is noexcept
+      observation_->end(error_, /*issued=*/true, /*waited=*/true);
+      observation_ = nullptr;
     }
   }
   if (error_) std::rethrow_exception(error_);
@@ -134,8 +149,8 @@ Work Work::then(std::function<void()> after) const {
   return Work(std::make_shared<detail::WorkImpl>(impl_, std::move(after)));
 }
 
-Work detail::observed(const Work& work, std::function<void(const std::exception_ptr&)> observer) {
-  return Work(std::make_shared<detail::WorkImpl>(work.impl_, nullptr, std::move(observer)));
+Work detail::observed(const Work& work, detail::CollectiveObservation observation) {
+  return Work(std::make_shared<detail::ObservedWorkImpl>(work.impl_, std::move(observation)));
 }
 
 std::string Work::description() const { return impl_ ? impl_->description() : "completed work"; }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -53,10 +54,10 @@ CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, con
 class WorkImpl {
  public:
   WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish);
-  /// Completes after `upstream`, then runs `finish`; then, once, calls
-  /// `observer` (if any) with the error wait() throws, null on success.
-  WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish,
-           std::function<void(const std::exception_ptr&)> observer = {});
+  /// Completes after `upstream`, then runs `finish`.
+  WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish);
+  WorkImpl(const WorkImpl&) = delete;
+  WorkImpl& operator=(const WorkImpl&) = delete;
 
   void wait();
   bool is_completed() const;
@@ -65,12 +66,19 @@ class WorkImpl {
     return upstream_->description() + (has_local_step_ ? " (then a local step)" : "");
   }
 
+ protected:
+  /// Has the first wait() end `observation` (which must outlive this) with
+  /// the error it throws, null on success (detail::observed()).
+  void end_on_wait(CollectiveObservation* observation) noexcept { observation_ = observation; }
+
  private:
   CollectiveInfo info_;
   std::shared_ptr<WorkImpl> upstream_;
   compat::WorkPtr work_;
   std::function<void()> finish_;
-  std::function<void(const std::exception_ptr&)> observer_;
+  // Only an observed collective's Work has one, beside it in the same
+  // allocation (work.cpp): every other Work stays as small as it was.
+  CollectiveObservation* observation_ = nullptr;
   bool has_local_step_ = false;  // finish_ was given (it is cleared once run)
   std::mutex mutex_;
   bool waited_ = false;

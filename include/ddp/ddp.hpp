@@ -6,6 +6,7 @@
 // The core: process groups, DistributedDataParallel, DataParallel.
 #include "ddp/broadcast_tensors.hpp"          // IWYU pragma: export
 #include "ddp/captured_step.hpp"              // IWYU pragma: export
+#include "ddp/collective_observer.hpp"        // IWYU pragma: export
 #include "ddp/comm_hook.hpp"                  // IWYU pragma: export
 #include "ddp/data_parallel.hpp"              // IWYU pragma: export
 #include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export
@@ -15,6 +16,7 @@
 #include "ddp/flight_recorder.hpp"            // IWYU pragma: export
 #include "ddp/init.hpp"                       // IWYU pragma: export
 #include "ddp/join.hpp"                       // IWYU pragma: export
+#include "ddp/observer_factory.hpp"           // IWYU pragma: export
 #include "ddp/powersgd_hook.hpp"              // IWYU pragma: export
 #include "ddp/process_group.hpp"              // IWYU pragma: export
 #include "ddp/work.hpp"                       // IWYU pragma: export

@@ -7,7 +7,8 @@
 /// (TORCH_NCCL_TRACE_BUFFER_SIZE) for every ddp engine, always on.
 ///
 /// Note [What the flight recorder keeps]
-/// ddp::init() wraps the group it returns so that each collective issued
+/// ddp::init() adds an observer to the group it returns (Note [Observing
+/// collectives] in ddp/process_group.hpp) so that each collective issued
 /// through it takes a slot of a ring of kCapacity entries: a sequence number
 /// (1, 2, ... per group; all ranks issue the same collectives in the same
 /// order, so equal numbers are the same collective), the operation, its
@@ -90,9 +91,10 @@ struct Record {
   std::vector<Entry> entries;
 };
 
-/// Returns `group` wrapped so that the collectives issued through it are
-/// recorded; a group wrapped already comes back as it is. ddp::init()
-/// returns wrapped groups, so wrap only a group you made otherwise.
+/// Adds the flight recorder's observer to `group`, so that the collectives
+/// issued through it are recorded, and returns `group`; a group recorded
+/// already is left as it is. ddp::init() returns recorded groups, so call it
+/// only for a group you made otherwise.
 /// \throws InvalidArgumentError when `group` is null.
 std::shared_ptr<ProcessGroup> recorded(std::shared_ptr<ProcessGroup> group);
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/environment.hpp"
 #include "ddp/work.hpp"
@@ -17,6 +18,8 @@ class Store;
 }  // namespace c10d
 
 namespace ddp {
+
+class CollectiveObserver;
 
 /// How a reduction combines the ranks' values.
 enum class ReduceOp {
@@ -43,6 +46,19 @@ const char* to_string(ReduceOp op) noexcept;
 /// A wrong size on one rank would otherwise surface as a hang or a garbled
 /// result on another. The public methods validate, then call the backend's
 /// do...() implementation, which may assume valid arguments.
+///
+/// Note [Observing collectives]
+/// What watches collectives from outside the engines (the flight recorder,
+/// the timeline, a program's statistics) is a CollectiveObserver added to
+/// the group (ddp/collective_observer.hpp). The public methods tell the
+/// observers around the backend's do...() call: started just before it, in
+/// the order the observers were added; finished when the Work is waited on
+/// (Note [When a collective ends]), in the reverse order, as nested scopes
+/// end. A group without observers pays one empty-vector check per
+/// collective: no allocation, no clock, no virtual call. Only the public
+/// methods notify, so a collective that a group hands on to another inside
+/// (`auto` to Gloo, the hierarchical engine to its leaders) is observed
+/// once, by the group the caller holds.
 class ProcessGroup {
  public:
   virtual ~ProcessGroup();
@@ -71,6 +87,18 @@ class ProcessGroup {
   const std::shared_ptr<c10d::Store>& rendezvous_store() const noexcept { return store_; }
   /// Sets what rendezvous_store() returns (ddp::init() does).
   void set_rendezvous_store(std::shared_ptr<c10d::Store> store) { store_ = std::move(store); }
+
+  /// Has `observer` hear of every collective issued through this group's
+  /// public methods from now on (Note [Observing collectives]). Not
+  /// synchronized with collectives: add observers before other threads
+  /// issue collectives on the group. ddp::init() adds the flight recorder's
+  /// and the registered ones (ddp/observer_factory.hpp).
+  /// \throws InvalidArgumentError when `observer` is null.
+  void add_observer(std::shared_ptr<CollectiveObserver> observer);
+  /// The observers, in the order they were added.
+  const std::vector<std::shared_ptr<CollectiveObserver>>& observers() const noexcept {
+    return observers_;
+  }
 
   /// Reduces `tensor` across ranks in place; every rank gets the result.
   Work all_reduce_async(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
@@ -112,33 +140,11 @@ class ProcessGroup {
                                  ReduceOp op) = 0;
   virtual Work do_barrier() = 0;
 
-  /// Note [Decorators]: a group that wraps another (the timeline's recorder,
-  /// or a user's statistics) issues on the wrapped group through these,
-  /// which skip the validation the outer call has already done.
-  static Work forward_all_reduce(ProcessGroup& inner, const at::Tensor& tensor, ReduceOp op) {
-    return inner.do_all_reduce(tensor, op);
-  }
-  /// See forward_all_reduce().
-  static Work forward_broadcast(ProcessGroup& inner, const at::Tensor& tensor, int root) {
-    return inner.do_broadcast(tensor, root);
-  }
-  /// See forward_all_reduce().
-  static Work forward_all_gather(ProcessGroup& inner, const at::Tensor& output,
-                                 const at::Tensor& input) {
-    return inner.do_all_gather(output, input);
-  }
-  /// See forward_all_reduce().
-  static Work forward_reduce_scatter(ProcessGroup& inner, const at::Tensor& output,
-                                     const at::Tensor& input, ReduceOp op) {
-    return inner.do_reduce_scatter(output, input, op);
-  }
-  /// See forward_all_reduce().
-  static Work forward_barrier(ProcessGroup& inner) { return inner.do_barrier(); }
-
  private:
   Topology topology_;
   std::chrono::milliseconds collective_timeout_;
   std::shared_ptr<c10d::Store> store_;
+  std::vector<std::shared_ptr<CollectiveObserver>> observers_;
 };
 
 }  // namespace ddp

@@ -14,10 +14,11 @@ class Work;
 
 namespace detail {
 class WorkImpl;
-/// Internal: a Work that completes with `work` and then calls `observer`
-/// once, with the error its wait() throws (null on success); for the
-/// decorators that watch collectives at the edge (the flight recorder).
-Work observed(const Work& work, std::function<void(const std::exception_ptr&)> observer);
+class CollectiveObservation;
+/// Internal: a Work that completes with `work` and then ends `observation`
+/// for its observers, with the error its wait() throws (or, never waited
+/// on, when destroyed): Note [Observing collectives] in process_group.hpp.
+Work observed(const Work& work, CollectiveObservation observation);
 }  // namespace detail
 
 /// A collective in flight. Returned by the `...Async` methods of
@@ -50,8 +51,7 @@ class [[nodiscard]] Work {
   std::string description() const;
 
  private:
-  friend Work detail::observed(const Work& work,
-                               std::function<void(const std::exception_ptr&)> observer);
+  friend Work detail::observed(const Work& work, detail::CollectiveObservation observation);
   std::shared_ptr<detail::WorkImpl> impl_;
 };
 

@@ -7,7 +7,8 @@
 #include <iterator>
 
 #include "ddp/errors.hpp"
-#include "flight_recorder/flight_recorder_process_group.hpp"
+#include "ddp/process_group.hpp"
+#include "flight_recorder/flight_recorder_observer.hpp"
 #include "flight_recorder/ring.hpp"
 
 namespace ddp::flight_recorder {
@@ -91,8 +92,11 @@ std::shared_ptr<ProcessGroup> recorded(std::shared_ptr<ProcessGroup> group) {
         "flight_recorder::recorded: the group is null; pass the group that ddp::init() or a "
         "backend returned.");
   }
-  if (std::dynamic_pointer_cast<detail::FlightRecorderProcessGroup>(group)) return group;
-  return std::make_shared<detail::FlightRecorderProcessGroup>(std::move(group));
+  for (const auto& observer : group->observers()) {
+    if (dynamic_cast<const detail::FlightRecorderObserver*>(observer.get())) return group;
+  }
+  group->add_observer(std::make_shared<detail::FlightRecorderObserver>());
+  return group;
 }
 
 }  // namespace ddp::flight_recorder

@@ -22,7 +22,7 @@
 #include "ddp/errors.hpp"
 #include "dtype_name.hpp"
 #include "collective_name.hpp"
-#include "timeline/timeline_process_group.hpp"
+#include "timeline/timeline_observer.hpp"
 
 namespace ddp {
 namespace timeline {
@@ -39,43 +39,22 @@ namespace detail {
 
 using nlohmann::json;
 
-class PendingEvent {
+// A recorded collective that has started and not yet been written: it
+// holds its lane until its end (Note [The timeline as an observer]).
+class PendingEvent final : public ObservedCollective {
  public:
-  PendingEvent(uint64_t session, std::string name, const CollectiveFacts& facts, int lane)
-      : session_(session), name_(std::move(name)), lane_(lane) {
-    op_ = facts.op;
-    reduce_ = facts.reduce;
-    root_ = facts.root;
-    if (facts.tensor && facts.tensor->defined()) {
-      dtype_ = facts.tensor->scalar_type();
-      numel_ = facts.tensor->numel();
-      bytes_ = numel_ * static_cast<int64_t>(facts.tensor->element_size());
-    }
-    wall_start_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-    start_ = std::chrono::steady_clock::now();
-  }
-  ~PendingEvent() { finish(/*waited=*/false); }
+  PendingEvent(uint64_t session, std::string name, int lane)
+      : session_(session), name_(std::move(name)), lane_(lane) {}
 
-  void finish(bool waited) noexcept;
-  void cancel() noexcept;
+  void on_finished(const CollectiveFacts& facts,
+                   const CollectiveOutcome& outcome) noexcept override;
 
  private:
-  json toJson(bool waited, double duration_us, int pid) const;
+  json toJson(const CollectiveFacts& facts, bool waited, double duration_us, int pid) const;
 
-  std::atomic<bool> done_{false};
   uint64_t session_;
   std::string name_;
   int lane_;
-  const char* op_ = "";
-  std::optional<ReduceOp> reduce_;
-  int root_ = -1;
-  std::optional<c10::ScalarType> dtype_;
-  int64_t numel_ = 0;
-  int64_t bytes_ = 0;
-  int64_t wall_start_us_ = 0;
-  std::chrono::steady_clock::time_point start_;
 };
 
 namespace {
@@ -145,7 +124,7 @@ class Recorder {
     return events_;
   }
 
-  std::shared_ptr<PendingEvent> begin(const CollectiveFacts& facts) {
+  std::unique_ptr<PendingEvent> begin(const CollectiveFacts& facts) {
     std::string name = ddp::detail::current_collective_name().value_or(operationName(facts));
     std::lock_guard<std::mutex> lock(mutex_);
     if (!active()) return nullptr;
@@ -153,7 +132,7 @@ class Recorder {
     while (lane < static_cast<int>(lanes_busy_.size()) && lanes_busy_[lane]) ++lane;
     if (lane == static_cast<int>(lanes_busy_.size())) lanes_busy_.push_back(false);
     lanes_busy_[lane] = true;
-    return std::make_shared<PendingEvent>(session_, std::move(name), facts, lane);
+    return std::make_unique<PendingEvent>(session_, std::move(name), lane);
   }
 
   // Writes a finished event (when its session is still recording) and frees
@@ -184,8 +163,8 @@ class Recorder {
 
  private:
   static std::string operationName(const CollectiveFacts& facts) {
-    std::string name = facts.op;
-    if (facts.reduce) name += std::string("(") + to_string(*facts.reduce) + ")";
+    std::string name = facts.name;
+    if (facts.reduce_op) name += std::string("(") + to_string(*facts.reduce_op) + ")";
     return name;
   }
 
@@ -236,43 +215,42 @@ class Recorder {
 
 }  // namespace
 
-json PendingEvent::toJson(bool waited, double duration_us, int pid) const {
-  json args = {{"op", op_}, {"waited", waited}};
-  if (reduce_) args["reduce"] = to_string(*reduce_);
-  if (root_ >= 0) args["root"] = root_;
-  if (dtype_) {
-    args["dtype"] = ddp::detail::dtypeName(*dtype_);
-    args["numel"] = numel_;
-    args["bytes"] = bytes_;
+json PendingEvent::toJson(const CollectiveFacts& facts, bool waited, double duration_us,
+                          int pid) const {
+  json args = {{"op", facts.name}, {"waited", waited}};
+  if (facts.reduce_op) args["reduce"] = to_string(*facts.reduce_op);
+  if (facts.root >= 0) args["root"] = facts.root;
+  if (facts.dtype) {
+    args["dtype"] = ddp::detail::dtypeName(*facts.dtype);
+    args["numel"] = facts.numel;
+    args["bytes"] = facts.bytes;
   }
-  return {{"name", name_},      {"cat", "collective"}, {"ph", "X"},    {"ts", wall_start_us_},
+  const int64_t start_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(facts.start_time.time_since_epoch())
+          .count();
+  return {{"name", name_},      {"cat", "collective"}, {"ph", "X"},    {"ts", start_us},
           {"dur", duration_us}, {"pid", pid},          {"tid", lane_}, {"args", std::move(args)}};
 }
 
-void PendingEvent::finish(bool waited) noexcept {
-  if (done_.exchange(true)) return;
-  const double duration_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
+void PendingEvent::on_finished(const CollectiveFacts& facts,
+                               const CollectiveOutcome& outcome) noexcept {
+  if (!outcome.issued) {  // the engine refused it: nothing ran, nothing to show
+    Recorder::get().release(session_, lane_);
+    return;
+  }
+  // A wait that threw is shown as not waited on, as no wait saw it complete.
+  const bool waited = outcome.waited && !outcome.error;
+  const double duration_us = std::chrono::duration<double, std::micro>(outcome.duration).count();
   try {
-    Recorder::get().end(session_, lane_, [&](int pid) { return toJson(waited, duration_us, pid); });
+    Recorder::get().end(session_, lane_,
+                        [&](int pid) { return toJson(facts, waited, duration_us, pid); });
   } catch (const std::exception& e) {
     std::cerr << "ddp timeline: an event could not be written: " << e.what() << "\n";
   }
 }
 
-void PendingEvent::cancel() noexcept {
-  if (done_.exchange(true)) return;
-  Recorder::get().release(session_, lane_);
-}
-
-std::shared_ptr<PendingEvent> beginEvent(const CollectiveFacts& facts) {
+std::unique_ptr<ObservedCollective> begin_event(const CollectiveFacts& facts) {
   return Recorder::get().begin(facts);
-}
-
-void cancelEvent(PendingEvent& event) noexcept { event.cancel(); }
-
-Work endWhenDone(Work work, std::shared_ptr<PendingEvent> event) {
-  return work.then([event = std::move(event)] { event->finish(/*waited=*/true); });
 }
 
 void startFromEnvironmentOnce(const EnvironmentMap& env, int rank) {

@@ -3,6 +3,7 @@
 // SIGKILLed; and the recorder's rules, in this process with a group of one.
 
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
 #include <csignal>
@@ -16,8 +17,9 @@
 #include "ddp/errors.hpp"
 #include "ddp/init.hpp"
 #include "ddp/timeline/timeline.hpp"
+#include "backends/backends.hpp"
 #include "collective_name.hpp"
-#include "timeline/timeline_process_group.hpp"
+#include "timeline/timeline_observer.hpp"
 #include "multiprocess/harness.hpp"
 #include "timeline/counting_group.hpp"
 #include "timeline/trace_checks.hpp"
@@ -200,18 +202,36 @@ TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
   EXPECT_EQ(completeEvents(readTrace(dir_.file("c0.json"))).size(), 3u);
 }
 
-// The timeline is a decorator that init() applies (Note [The timeline at the
-// edge]): the engine inside it records nothing, a group made by hand is
-// recorded once wrapped with timeline::recorded(), and wrapping twice
-// changes nothing.
+// A Gloo engine of one rank made without init(): no observer.
+std::shared_ptr<ProcessGroup> bareGlooLike(const ProcessGroup& group) {
+  backends::BackendContext context;
+  context.topology = group.topology();
+  context.store = c10::make_intrusive<c10d::HashStore>();
+  context.collective_timeout = group.collective_timeout();
+  return backends::makeGlooProcessGroup(context);
+}
+
+bool hasTimelineObserver(const ProcessGroup& group) {
+  for (const auto& observer : group.observers()) {
+    if (observer == timeline::detail::TimelineObserver::get()) return true;
+  }
+  return false;
+}
+
+// The timeline is an observer that init() adds (Note [The timeline as an
+// observer]): an engine made without init() records nothing, a group made
+// by hand is recorded once given to timeline::recorded(), and giving it
+// twice changes nothing.
 TEST_F(TimelineLocal, RecordsGroupsFromInitAndGroupsWrappedByRecorded) {
-  auto decorated = std::dynamic_pointer_cast<timeline::detail::TimelineProcessGroup>(group_);
-  ASSERT_NE(decorated, nullptr) << "init() returned " << group_->backend_name() << " undecorated";
+  ASSERT_TRUE(hasTimelineObserver(*group_))
+      << "init() returned " << group_->backend_name() << " without the timeline's observer";
   EXPECT_EQ(group_->backend_name(), "gloo");
+  const size_t observers = group_->observers().size();
   EXPECT_EQ(timeline::recorded(group_), group_);
+  EXPECT_EQ(group_->observers().size(), observers) << "recorded() added a second observer";
   EXPECT_THROW(timeline::recorded(nullptr), InvalidArgumentError);
 
-  auto by_hand = std::make_shared<CountingGroup>(decorated->inner());
+  auto by_hand = std::make_shared<CountingGroup>(bareGlooLike(*group_));
   timeline::start(*group_, timeline::TimelineOptions(dir_.file("d%r.json")));
   by_hand->all_reduce(torch::ones({4}));   // not recorded: not wrapped
   group_->broadcast(torch::ones({4}), 0);  // recorded

@@ -66,11 +66,12 @@ struct TimelineOptions {
 /// ddp::capture_environment(), like every variable ddp reads.
 inline constexpr const char* kEnvironmentVariable = "DDP_TIMELINE";
 
-/// Returns `group` wrapped so that the collectives issued through the
-/// result are recorded while a timeline is recorded; a group wrapped
-/// already comes back as it is. ddp::init() returns wrapped groups, so wrap
-/// only a group you made otherwise. Collectives an engine hands on to
-/// another inside are part of the outer one and recorded once.
+/// Adds the timeline's observer to `group`, so that the collectives issued
+/// through it are recorded while a timeline is recorded, and returns
+/// `group`; a group recorded already is left as it is. ddp::init() returns
+/// recorded groups, so call it only for a group you made otherwise.
+/// Collectives an engine hands on to another inside are part of the outer
+/// one and recorded once.
 /// \throws InvalidArgumentError when `group` is null.
 std::shared_ptr<ProcessGroup> recorded(std::shared_ptr<ProcessGroup> group);
 
