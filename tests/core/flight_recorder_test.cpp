@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "ddp/error_file.hpp"
 #include "ddp/errors.hpp"
@@ -74,6 +75,7 @@ TEST(CoreFlightRecorder, KeepsTheLast64CollectivesOfAGroupInOrder) {
 TEST(CoreFlightRecorder, ACollectiveIsIssuedUntilItsWaitReturnsAndCarriesItsName) {
   auto group = init(InitOptions(), EnvironmentMap{});
   Work work;
+  const auto before = std::chrono::steady_clock::now();
   {
     timeline::NameScope scope("eval metrics");
     work = group->all_gather_async(at::zeros({2}, at::kDouble), at::ones({2}, at::kDouble));
@@ -82,11 +84,16 @@ TEST(CoreFlightRecorder, ACollectiveIsIssuedUntilItsWaitReturnsAndCarriesItsName
   EXPECT_EQ(issued.state, fr::State::kIssued);
   EXPECT_EQ(issued.duration, 0.0);
   EXPECT_EQ(issued.describe(), "#1 all_gather 'eval metrics' of 2 float64 (16 B)");
+  // It ends at the wait, not at the return (Note [When a collective ends]).
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
   work.wait();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
   fr::Entry done = fr::entries().back();
   EXPECT_EQ(done.sequence, 1);
   EXPECT_EQ(done.state, fr::State::kCompleted);
-  EXPECT_GE(done.duration, 0.0);
+  EXPECT_GE(done.duration, 0.030);
+  EXPECT_LE(done.duration, elapsed);
   EXPECT_EQ(fr::to_string(fr::State::kTimedOut), std::string("timed out"));
 }
 
