@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/errors.hpp"
-#include "ddp/init.hpp"
-#include "launch/child_process.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
+#include "ddp/launch/child_process.hpp"
 #include "timing.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace {
 

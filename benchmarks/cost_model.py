@@ -209,7 +209,7 @@ def t_ring(fit, m, p):
 
 def t_shm_broadcast(fit, m, p):
     """Shared-memory broadcast: the root copies m bytes into its slot, the
-    others copy them out (src/shm/communicator.cpp): two copies in series
+    others copy them out (src/comm/shm/communicator.cpp): two copies in series
     and one barrier per round, i.e. half the all-reduce's latency term.
     Uses the all-reduce's per-byte cost, which may include a reduction share
     (an overestimate, stated in the doc)."""
@@ -220,7 +220,7 @@ def t_shm_broadcast(fit, m, p):
 def t_hierarchical(fits, link, m, nodes, local):
     """Hierarchical engine: shm all-reduce within the node, ring between node
     leaders over `link`, shm broadcast from the leader (the three phases of
-    src/backends/hierarchical_process_group.cpp, which do not overlap)."""
+    src/comm/backends/hierarchical_process_group.cpp, which do not overlap)."""
     shm = fits.get(("shm", "shm", layout(1, local)))
     net = fits.get((link, "gloo", layout(nodes, 1)))
     if shm is None or (nodes > 1 and net is None):

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/data_parallel.hpp"
+#include "ddp/parallel/data_parallel.hpp"
 
 namespace {
 

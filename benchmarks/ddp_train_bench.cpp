@@ -43,8 +43,8 @@
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/ddp.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/powersgd_hook.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/parallel/powersgd_hook.hpp"
 
 namespace {
 

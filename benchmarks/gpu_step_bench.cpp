@@ -50,9 +50,9 @@
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/ddp.hpp"
-#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-#include "ddp/captured_step.hpp"
+#include "ddp/parallel/captured_step.hpp"
 
 namespace {
 

@@ -122,7 +122,7 @@
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
 #include "ddp/ddp.hpp"
-#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 
 namespace {
 

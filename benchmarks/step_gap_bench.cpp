@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "ddp/ddp.hpp"
-#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 #include "timing.hpp"
 
 namespace {

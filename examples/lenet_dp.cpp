@@ -29,7 +29,7 @@
 #include "common/run_example.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
-#include "ddp/data_parallel.hpp"
+#include "ddp/parallel/data_parallel.hpp"
 #include "ddp/ddp.hpp"
 #include "ddp/training/progress.hpp"
 

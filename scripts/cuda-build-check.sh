@@ -106,13 +106,13 @@ if ! in_root "$root" bash -c "cd '$repo' && cmake -S . -B '$build' -G Ninja ${fl
   exit 1
 fi
 configured=$(grep -o 'ddp: LibTorch [0-9.]*; nccl backend: [A-Z]*' "$log" | head -n 1)
-nccl_symbols=$(nm -C "$repo/$build/lib/libddp.a" 2>/dev/null | grep -c 'ProcessGroupNCCL' || true)
+nccl_symbols=$(nm -C "$repo/$build/lib/libddp_comm.a" 2>/dev/null | grep -c 'ProcessGroupNCCL' || true)
 targets=$(grep -c 'Linking CXX' "$log" || true)
-say "built: $configured; $targets targets linked; libddp.a references c10d::ProcessGroupNCCL $nccl_symbols times"
+say "built: $configured; $targets targets linked; libddp_comm.a references c10d::ProcessGroupNCCL $nccl_symbols times"
 [[ "$configured" == *"nccl backend: ON"* && $nccl_symbols -gt 0 ]] || { say "the NCCL engine was not compiled in"; exit 1; }
 
 # --- The suite, where the binaries can load.
-unresolved=$(in_root "$root" env "${test_env[@]}" ldd "$repo/$build/bin/core_tests" | awk '/not found/ {print $1}' | tr '\n' ' ')
+unresolved=$(in_root "$root" env "${test_env[@]}" ldd "$repo/$build/bin/comm_tests" | awk '/not found/ {print $1}' | tr '\n' ' ')
 if [[ -n "$unresolved" ]]; then
   say "summary: the CUDA build compiles and links; its binaries cannot load here (missing: $unresolved), so no test ran"
   exit 0

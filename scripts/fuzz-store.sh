@@ -29,8 +29,8 @@ mkdir -p "$work/objects" "$work/corpus"
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
        -I"$repo/include" -I"$repo/src")
 objects=()
-for source in tests/fuzz/store_wire_fuzz.cpp src/store/store_server.cpp src/store/socket.cpp \
-              src/store/handshake.cpp src/errors.cpp; do
+for source in tests/fuzz/store_wire_fuzz.cpp src/comm/store/store_server.cpp src/comm/store/socket.cpp \
+              src/comm/store/handshake.cpp src/comm/errors.cpp; do
   object="$work/objects/$(basename "$source" .cpp).o"
   "${launcher[@]}" "$cxx" "${flags[@]}" -c "$repo/$source" -o "$object"
   objects+=("$object")

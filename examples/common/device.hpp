@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "ddp/environment.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::examples {
 

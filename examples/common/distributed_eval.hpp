@@ -9,8 +9,8 @@
 #include <functional>
 #include <vector>
 
-#include "ddp/broadcast_tensors.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::examples {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/cli.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::examples {

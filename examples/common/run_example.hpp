@@ -11,8 +11,8 @@
 #include <iostream>
 #include <string>
 
-#include "ddp/error_file.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/error_file.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::examples {
 

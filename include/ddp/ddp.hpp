@@ -1,26 +1,22 @@
 #pragma once
 
 /// \file ddp.hpp
-/// Everything of ddp's public API in one include.
+/// Everything of ddp's public API that ddp::ddp links, in one include.
+///
+/// Note [One namespace per layer]
+/// The communication layer is namespace ddp::comm and the parallel-training
+/// layer ddp::parallel, as their folders and libraries are, so that a name
+/// says where it lives. Users write ddp::init, ddp::ProcessGroup,
+/// ddp::DistributedDataParallel: every public header of the two layers ends
+/// with `namespace ddp { using namespace <layer>; }`, which makes the layer's
+/// names ddp's for qualified lookup, with no list of aliases to keep. (A
+/// forward declaration must therefore name the layer: `namespace ddp::comm
+/// { class ProcessGroup; }`.) The parts keep namespaces of their own
+/// (ddp::hvd, ddp::snapshot, ...), and so does the launcher (ddp::launch,
+/// ddp/launch.hpp, library ddp::launch), which ddp::ddp does not link.
 
-// The core: process groups, DistributedDataParallel, DataParallel.
-#include "ddp/broadcast_tensors.hpp"          // IWYU pragma: export
-#include "ddp/captured_step.hpp"              // IWYU pragma: export
-#include "ddp/collective_observer.hpp"        // IWYU pragma: export
-#include "ddp/comm_hook.hpp"                  // IWYU pragma: export
-#include "ddp/data_parallel.hpp"              // IWYU pragma: export
-#include "ddp/distributed_data_parallel.hpp"  // IWYU pragma: export
-#include "ddp/environment.hpp"                // IWYU pragma: export
-#include "ddp/error_file.hpp"                 // IWYU pragma: export
-#include "ddp/errors.hpp"                     // IWYU pragma: export
-#include "ddp/flight_recorder.hpp"            // IWYU pragma: export
-#include "ddp/init.hpp"                       // IWYU pragma: export
-#include "ddp/join.hpp"                       // IWYU pragma: export
-#include "ddp/observer_factory.hpp"           // IWYU pragma: export
-#include "ddp/powersgd_hook.hpp"              // IWYU pragma: export
-#include "ddp/process_group.hpp"              // IWYU pragma: export
-#include "ddp/work.hpp"                       // IWYU pragma: export
-#include "ddp/zero_redundancy_optimizer.hpp"  // IWYU pragma: export
+#include "ddp/comm.hpp"      // IWYU pragma: export
+#include "ddp/parallel.hpp"  // IWYU pragma: export
 // The parts, each a folder of include/ddp/ with a namespace of its own.
 #include "ddp/amp.hpp"       // IWYU pragma: export
 #include "ddp/hvd.hpp"       // IWYU pragma: export

@@ -1,8 +1,8 @@
 #include "ddp/amp/autocast.hpp"
 
-#include "compat/torch_compat.hpp"
-#include "ddp/errors.hpp"
-#include "dtype_name.hpp"
+#include "comm/compat/torch_compat.hpp"
+#include "ddp/comm/errors.hpp"
+#include "comm/dtype_name.hpp"
 
 namespace ddp::amp {
 
@@ -37,7 +37,7 @@ void check_half_dtype(c10::ScalarType dtype, c10::DeviceType device, const char*
                       c10::DeviceTypeName(device) + "; move the model to one of them");
   }
   if (dtype != c10::ScalarType::BFloat16 && dtype != c10::ScalarType::Half) {
-    throw ConfigError(prefix + "the 16-bit type is " + detail::dtypeName(dtype) +
+    throw ConfigError(prefix + "the 16-bit type is " + comm::detail::dtypeName(dtype) +
                       "; use bfloat16 or (on CUDA) float16");
   }
   if (dtype == c10::ScalarType::Half && device == c10::kCPU) {

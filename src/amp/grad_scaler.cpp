@@ -6,9 +6,9 @@
 #include <sstream>
 #include <string>
 
-#include "compat/torch_compat.hpp"
-#include "ddp/captured_step.hpp"
-#include "ddp/errors.hpp"
+#include "comm/compat/torch_compat.hpp"
+#include "ddp/parallel/captured_step.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::amp {
 namespace {

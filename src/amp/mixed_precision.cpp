@@ -5,9 +5,9 @@
 
 #include "nn/batch_norm_layers.hpp"
 #include "ddp/amp/mixed_precision.hpp"
-#include "ddp/broadcast_tensors.hpp"
-#include "ddp/errors.hpp"
-#include "dtype_name.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/errors.hpp"
+#include "comm/dtype_name.hpp"
 
 namespace ddp::amp {
 namespace {
@@ -59,7 +59,7 @@ MixedPrecision::MixedPrecision(torch::nn::Module& model, torch::optim::Optimizer
   std::unordered_map<const void*, at::Tensor> master_of;
   torch::NoGradGuard no_grad;
   for (const auto& module : model.modules(/*include_self=*/true)) {
-    if (level == OptLevel::kO2 && detail::isBatchNorm(*module)) continue;  // stays float32
+    if (level == OptLevel::kO2 && nn::detail::isBatchNorm(*module)) continue;  // stays float32
     for (auto tensors : {module->named_parameters(false), module->named_buffers(false)}) {
       for (auto& item : tensors) {
         at::Tensor& tensor = item.value();

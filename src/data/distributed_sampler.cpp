@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <string>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::data {
 

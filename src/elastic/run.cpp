@@ -7,9 +7,9 @@
 #include <string>
 #include <thread>
 
-#include "ddp/errors.hpp"
-#include "ddp/tcp_store.hpp"
-#include "store/job_secret.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/tcp_store.hpp"
+#include "comm/store/job_secret.hpp"
 
 namespace ddp::elastic {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "byte_exchange.hpp"
-#include "ddp/broadcast_tensors.hpp"
+#include "comm/byte_exchange.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
 
 namespace ddp::elastic {
 

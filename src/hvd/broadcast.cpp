@@ -8,13 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "byte_exchange.hpp"
-#include "ddp/broadcast_tensors.hpp"
-#include "ddp/errors.hpp"
+#include "comm/byte_exchange.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
-#include "distributed_data_parallel/model_sync.hpp"
+#include "parallel/distributed_data_parallel/model_sync.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
-#include "collective_name.hpp"
+#include "comm/collective_name.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace ddp::hvd {
@@ -54,19 +54,19 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
                           std::shared_ptr<ProcessGroup> group) {
   group = detail::group_or_default(std::move(group), "hvd::broadcast_parameters");
   if (group->size() == 1) return;
-  ddp::detail::CollectiveName name("hvd.broadcast_parameters");
+  ddp::comm::detail::CollectiveName name("hvd.broadcast_parameters");
   std::vector<std::string> names;
   for (size_t i = 0; i < tensors.size(); ++i) names.push_back("#" + std::to_string(i));
   // A cheap agreement check first (one all-reduce of a fingerprint); only
   // when ranks differ does the full comparison run, to name the difference.
   std::string text;
-  for (const auto& d : ddp::detail::describeTensors(names, tensors)) text += d + "\n";
+  for (const auto& d : ddp::parallel::detail::describeTensors(names, tensors)) text += d + "\n";
   const int64_t fingerprint = static_cast<int64_t>(std::hash<std::string>{}(text) >> 2);
   at::Tensor extremes = at::tensor({fingerprint, -fingerprint}, at::kLong);
   group->all_reduce(extremes, ReduceOp::kMax);
   if (extremes[0].item<int64_t>() != -extremes[1].item<int64_t>()) {
     try {
-      ddp::detail::verifySameAcrossRanks(*group, ddp::detail::describeTensors(names, tensors),
+      ddp::parallel::detail::verifySameAcrossRanks(*group, ddp::parallel::detail::describeTensors(names, tensors),
                                          "tensors");
     } catch (const InvalidArgumentError& e) {
       throw InvalidArgumentError(std::string("hvd::broadcast_parameters: ") + e.what());
@@ -92,15 +92,15 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
                                " is outside the group (ranks 0 to " +
                                std::to_string(group->size() - 1) + ").");
   }
-  ddp::detail::CollectiveName name("hvd.broadcast_optimizer_state");
+  ddp::comm::detail::CollectiveName name("hvd.broadcast_optimizer_state");
   const std::string where = std::string(kWho) + " on rank " + std::to_string(group->rank());
 
   // 1. Everyone can describe its optimizer (a supported type).
-  ddp::detail::TensorMap tensors;
+  ddp::snapshot::detail::TensorMap tensors;
   json description;
   std::string failure;
   try {
-    description = ddp::detail::exportOptimizer(optimizer, tensors);
+    description = ddp::snapshot::detail::exportOptimizer(optimizer, tensors);
   } catch (const SnapshotError& e) {
     failure = where + ": " + e.what() + ".";
   }
@@ -124,12 +124,12 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
                           {"sizes", tensor.sizes().vec()}});
     }
   }
-  const json shared = json::parse(ddp::detail::broadcast_bytes(
+  const json shared = json::parse(ddp::comm::detail::broadcast_bytes(
       *group, json{{"optimizer", description}, {"tensors", manifest}}.dump(), root));
 
   // 3. Everyone checks that the root's state fits its own optimizer.
   std::vector<at::Tensor> travelling;
-  ddp::detail::TensorMap received;
+  ddp::snapshot::detail::TensorMap received;
   failure.clear();
   try {
     for (const auto& entry : shared.at("tensors")) {
@@ -146,7 +146,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
       received[tensor_name] = tensor;
       travelling.push_back(tensor);
     }
-    ddp::detail::checkOptimizer(where, shared.at("optimizer"), received, optimizer);
+    ddp::snapshot::detail::checkOptimizer(where, shared.at("optimizer"), received, optimizer);
   } catch (const SnapshotError& e) {
     failure = std::string(e.what()) +
               ". Every rank must build the same optimizer over the "
@@ -165,7 +165,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
   torch::NoGradGuard no_grad;
   broadcast_tensors(*group, travelling, root);
   if (group->rank() != root)
-    ddp::detail::importOptimizer(shared.at("optimizer"), received, optimizer);
+    ddp::snapshot::detail::importOptimizer(shared.at("optimizer"), received, optimizer);
 }
 
 }  // namespace ddp::hvd

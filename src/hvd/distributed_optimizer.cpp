@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/broadcast_tensors.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
 #include "hvd/gradient_fusion.hpp"
 

@@ -5,17 +5,17 @@
 
 #include <string>
 
-#include "ddp/errors.hpp"
-#include "collective_name.hpp"
-#include "scope_exit.hpp"
+#include "ddp/comm/errors.hpp"
+#include "comm/collective_name.hpp"
+#include "comm/scope_exit.hpp"
 
 namespace ddp::hvd::detail {
 namespace {
 
-using ddp::detail::Bucket;
-using ddp::detail::BucketSettings;
-using ddp::detail::CapRule;
-using ddp::detail::ScopeExit;
+using ddp::parallel::detail::Bucket;
+using ddp::parallel::detail::BucketSettings;
+using ddp::parallel::detail::CapRule;
+using ddp::comm::detail::ScopeExit;
 
 // Note [Fusion buffers]
 // Gradients are grouped, in the order they are expected to become ready
@@ -142,7 +142,7 @@ Work GradientFusion::issue(size_t buffer_index) {
   const bool compressed =
       buffer.flat.scalar_type() != buffers_.parameters()[buffer.members.front()].scalar_type();
   const ReduceOp op = average && !compressed ? ReduceOp::kAverage : ReduceOp::kSum;
-  ddp::detail::CollectiveName name(
+  ddp::comm::detail::CollectiveName name(
       options_.fusion_threshold_bytes() > 0 ? "hvd.fusion_buffer" : "hvd.allreduce",
       static_cast<int64_t>(buffer_index));
   return group_->all_reduce_async(buffer.flat, op);

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "distributed_data_parallel/gradient_buckets.hpp"
+#include "parallel/bucketing/gradient_buckets.hpp"
 #include "ddp/hvd/distributed_optimizer.hpp"
 
 namespace ddp::hvd::detail {
@@ -44,12 +44,12 @@ class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
   Work launch(size_t buffer_index);
   Work issue(size_t buffer_index);
   void startStep();
-  void unpack(const ddp::detail::Bucket& buffer);
+  void unpack(const ddp::parallel::detail::Bucket& buffer);
   void resetStep();
 
   std::shared_ptr<ProcessGroup> group_;
   DistributedOptimizerOptions options_;
-  ddp::detail::GradientBuckets buffers_;
+  ddp::parallel::detail::GradientBuckets buffers_;
 
   mutable std::mutex mutex_;
   DistributedOptimizerStats stats_;

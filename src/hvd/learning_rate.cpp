@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
 
 namespace ddp::hvd {

@@ -3,7 +3,7 @@
 #include <mutex>
 #include <string>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::hvd {
 namespace {

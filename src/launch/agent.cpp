@@ -1,4 +1,4 @@
-#include "launch/agent.hpp"
+#include "ddp/launch/agent.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -10,14 +10,14 @@
 #include <system_error>
 #include <thread>
 
-#include "ddp/error_file.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/flight_recorder.hpp"
-#include "launch/child_process.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/comm/error_file.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/flight_recorder.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
 #include "launch/rank_output.hpp"
 #include "launch/stall_report.hpp"
-#include "store/job_secret.hpp"
+#include "comm/store/job_secret.hpp"
 
 namespace ddp::launch {
 namespace {

@@ -1,4 +1,4 @@
-#include "launch/child_process.hpp"
+#include "ddp/launch/child_process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "ddp/environment.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::launch {
 namespace {

@@ -1,4 +1,4 @@
-#include "launch/launch_options.hpp"
+#include "ddp/launch/launch_options.hpp"
 
 #include <ATen/Context.h>
 #include <netdb.h>
@@ -14,10 +14,10 @@
 #include <thread>
 #include <tuple>
 
-#include "ddp/environment.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/flight_recorder.hpp"
-#include "store/job_secret.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/flight_recorder.hpp"
+#include "comm/store/job_secret.hpp"
 
 namespace ddp::launch {
 namespace {

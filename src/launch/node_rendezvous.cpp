@@ -1,12 +1,12 @@
-#include "launch/node_rendezvous.hpp"
+#include "ddp/launch/node_rendezvous.hpp"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <algorithm>
 #include <thread>
 
-#include "ddp/errors.hpp"
-#include "ddp/tcp_store.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/tcp_store.hpp"
 
 namespace ddp::launch {
 namespace {

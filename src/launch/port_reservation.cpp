@@ -1,4 +1,4 @@
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::launch {
 

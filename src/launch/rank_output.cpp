@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::launch {
 

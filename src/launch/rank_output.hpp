@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "launch/child_process.hpp"
+#include "ddp/launch/child_process.hpp"
 
 namespace ddp::launch {
 

@@ -1,11 +1,11 @@
-#include "launch/recovery_store.hpp"
+#include "ddp/launch/recovery_store.hpp"
 
 #include <chrono>
 #include <string>
 #include <vector>
 
-#include "ddp/environment.hpp"
-#include "ddp/tcp_store.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/tcp_store.hpp"
 
 namespace ddp::launch {
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <map>
 
-#include "flight_recorder/entry_json.hpp"
+#include "comm/flight_recorder/entry_json.hpp"
 
 namespace ddp::launch {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal: what ddprun says about a failed job from its ranks' flight
-// recorders (ddp/flight_recorder.hpp).
+// recorders (ddp/comm/flight_recorder.hpp).
 //
 // Note [Reading a stall]
 // All ranks issue the same collectives in the same order, so the n-th
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/flight_recorder.hpp"
+#include "ddp/comm/flight_recorder.hpp"
 
 namespace ddp::launch {
 

@@ -8,7 +8,7 @@
 
 #include "ddp/nn/sync_batch_norm.hpp"
 
-namespace ddp::detail {
+namespace ddp::nn::detail {
 
 /// Whether `module` is a BatchNorm1d/2d/3d (LibTorch's own layers).
 inline bool isTorchBatchNorm(const torch::nn::Module& module) {
@@ -22,4 +22,4 @@ inline bool isBatchNorm(const torch::nn::Module& module) {
   return isTorchBatchNorm(module) || dynamic_cast<const nn::SyncBatchNormImpl*>(&module) != nullptr;
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::nn::detail

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "nn/sync_batch_norm_function.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::nn {
 

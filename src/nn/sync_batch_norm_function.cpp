@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
-namespace ddp::detail {
+namespace ddp::nn::detail {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -167,4 +167,4 @@ at::Tensor syncBatchNormTraining(const at::Tensor& input, const at::Tensor& weig
                                       eps, group)[0];
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::nn::detail

@@ -8,9 +8,9 @@
 
 #include <memory>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
-namespace ddp::detail {
+namespace ddp::nn::detail {
 
 /// Normalizes `input` with the mean and variance of the global batch over
 /// `group`'s ranks, and updates `running_mean`/`running_var` (when defined)
@@ -20,4 +20,4 @@ at::Tensor syncBatchNormTraining(const at::Tensor& input, const at::Tensor& weig
                                  const at::Tensor& running_var, double average_factor, double eps,
                                  const std::shared_ptr<ProcessGroup>& group);
 
-}  // namespace ddp::detail
+}  // namespace ddp::nn::detail

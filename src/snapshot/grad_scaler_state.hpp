@@ -7,11 +7,11 @@
 
 #include <string>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 inline nlohmann::json gradScalerToJson(const amp::GradScaler& scaler) {
   const amp::GradScalerState s = scaler.state();
@@ -45,4 +45,4 @@ inline amp::GradScalerState gradScalerFromJson(const nlohmann::json& scalars,
   return state;
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

@@ -14,11 +14,11 @@
 #include <typeinfo>
 #include <vector>
 
-#include "compat/torch_compat.hpp"
+#include "comm/compat/torch_compat.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "snapshot/snapshot_format.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 namespace {
 
 using nlohmann::json;
@@ -379,4 +379,4 @@ void setSchedulerStepCount(optim::LRScheduler& scheduler, unsigned count) {
   scheduler.*SchedulerAccess::stepCount() = count;
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

@@ -22,7 +22,7 @@
 #include <map>
 #include <string>
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 using TensorMap = std::map<std::string, at::Tensor>;
 
@@ -54,4 +54,4 @@ unsigned schedulerStepCount(const torch::optim::LRScheduler& scheduler);
 /// Sets the step count read by schedulerStepCount().
 void setSchedulerStepCount(torch::optim::LRScheduler& scheduler, unsigned count);
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <mutex>
 
-#include "byte_exchange.hpp"
-#include "ddp/process_group.hpp"
+#include "comm/byte_exchange.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
-namespace ddp {
+namespace ddp::snapshot {
 namespace detail {
 
 // The default generators: CPU first, then each CUDA device.
@@ -49,7 +49,7 @@ std::map<std::string, at::Tensor> gatherRngStates(ProcessGroup& group) {
     mine.append(reinterpret_cast<const char*>(&length), sizeof(length));
     mine.append(static_cast<const char*>(state.data_ptr()), static_cast<size_t>(length));
   }
-  const std::vector<std::string> everyone = detail::all_gather_bytes(group, mine);
+  const std::vector<std::string> everyone = comm::detail::all_gather_bytes(group, mine);
   if (group.rank() != 0) return result;
   for (int r = 0; r < group.size(); ++r) {
     const std::string& bytes = everyone[r];
@@ -70,8 +70,6 @@ std::map<std::string, at::Tensor> gatherRngStates(ProcessGroup& group) {
 
 }  // namespace detail
 
-namespace snapshot {
-
 uint64_t derived_rng_seed(const at::Tensor& rank0_cpu_state, int rank) {
   // FNV-1a over the state's bytes, then the rank.
   const at::Tensor bytes = rank0_cpu_state.contiguous();
@@ -85,5 +83,4 @@ uint64_t derived_rng_seed(const at::Tensor& rank0_cpu_state, int rank) {
   return hash;
 }
 
-}  // namespace snapshot
-}  // namespace ddp
+}  // namespace ddp::snapshot

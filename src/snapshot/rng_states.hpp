@@ -21,11 +21,11 @@
 #include <utility>
 #include <vector>
 
-namespace ddp {
+namespace ddp::comm {
 class ProcessGroup;
-}  // namespace ddp
+}  // namespace ddp::comm
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 /// The default generators: CPU first ("cpu"), then each CUDA device
 /// ("cuda0", ...).
@@ -36,6 +36,6 @@ at::Tensor generatorState(at::Generator& generator);
 
 /// Every rank's generator states, on rank 0 (named rng/rank<r>/<device>);
 /// a collective.
-std::map<std::string, at::Tensor> gatherRngStates(ProcessGroup& group);
+std::map<std::string, at::Tensor> gatherRngStates(comm::ProcessGroup& group);
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

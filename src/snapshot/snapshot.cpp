@@ -16,7 +16,7 @@
 #include <set>
 
 #include "snapshot/grad_scaler_state.hpp"
-#include "byte_exchange.hpp"
+#include "comm/byte_exchange.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/rng_states.hpp"
 #include "snapshot/snapshot_directory.hpp"

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <set>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 namespace {
 
 namespace fs = std::filesystem;
@@ -107,4 +107,4 @@ void pruneSnapshots(const snapshot::SnapshotOptions& options) {
   }
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

@@ -12,7 +12,7 @@
 
 #include "ddp/snapshot/snapshot_manager.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 /// `<prefix>-<sequence, 12 digits>.ddpsnap`.
 std::string snapshotFileName(const std::string& prefix, uint64_t sequence);
@@ -46,4 +46,4 @@ uint64_t nextSnapshotSequence(const snapshot::SnapshotOptions& options);
 /// files of writers that died before their rename (Note [Writing is atomic]).
 void pruneSnapshots(const snapshot::SnapshotOptions& options);
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

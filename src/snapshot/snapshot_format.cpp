@@ -17,12 +17,12 @@
 #include <sstream>
 #include <vector>
 
-#include "dtype_name.hpp"
+#include "comm/dtype_name.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the snapshot format stores raw little-endian bytes");
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 namespace {
 
 // Stable dtype codes of the file format (c10's enum values may change).
@@ -234,7 +234,7 @@ void SnapshotWriter::addTensor(const std::string& name, const at::Tensor& tensor
     return entry.second == tensor.scalar_type();
   });
   if (found == kDtypeCodes.end()) {
-    fail("tensor '" + name + "' has unsupported dtype " + dtypeName(tensor.scalar_type()));
+    fail("tensor '" + name + "' has unsupported dtype " + comm::detail::dtypeName(tensor.scalar_type()));
   }
   at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
   putU32(kRecordTensor);
@@ -282,7 +282,7 @@ void SnapshotWriter::commit(const std::string& final_path, uint32_t world_size, 
 
 std::string describeTensor(const at::Tensor& tensor) {
   std::ostringstream text;
-  text << tensor.sizes() << ' ' << dtypeName(tensor.scalar_type());
+  text << tensor.sizes() << ' ' << comm::detail::dtypeName(tensor.scalar_type());
   return text.str();
 }
 
@@ -379,4 +379,4 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
   return result;
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

@@ -12,7 +12,7 @@
 
 #include "ddp/snapshot/snapshot_manager.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 inline constexpr char kSnapshotMagic[8] = {'D', 'D', 'P', 'S', 'N', 'A', 'P', '1'};
 inline constexpr char kSnapshotEndMarker[8] = {'D', 'D', 'P', 'S', 'E', 'N', 'D', '1'};
@@ -75,4 +75,4 @@ std::string describeTensor(const at::Tensor& tensor);
 /// fsyncs the directory `path` so that a rename or unlink in it is durable.
 void fsyncDirectory(const std::string& path);
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

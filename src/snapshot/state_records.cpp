@@ -6,13 +6,13 @@
 
 #include <typeinfo>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "snapshot/grad_scaler_state.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/rng_states.hpp"
 #include "snapshot/snapshot_format.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 using nlohmann::json;
 
@@ -65,7 +65,7 @@ std::string scalarsText(const json& scalars) {
   }
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail
 
 namespace ddp::snapshot {
 

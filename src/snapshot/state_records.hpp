@@ -15,7 +15,7 @@
 
 #include "ddp/snapshot/snapshot_manager.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 /// A training state's records: its tensors in the order a file holds them
 /// (they alias the live tensors) and its "scalars" record.
@@ -36,4 +36,4 @@ StateRecords stateRecords(const snapshot::TrainingState& state,
 /// not valid UTF-8.
 std::string scalarsText(const nlohmann::json& scalars);
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/errors.hpp"
-#include "byte_exchange.hpp"
+#include "ddp/comm/errors.hpp"
+#include "comm/byte_exchange.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 namespace {
 
 using nlohmann::json;
@@ -97,7 +97,7 @@ json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& grou
     }
   }
   const std::vector<std::string> everyone =
-      group.size() > 1 ? all_gather_bytes(group, mine) : std::vector<std::string>{mine};
+      group.size() > 1 ? comm::detail::all_gather_bytes(group, mine) : std::vector<std::string>{mine};
   if (failure) std::rethrow_exception(failure);
   std::vector<json> pieces;
   for (int r = 0; r < group.size(); ++r) {
@@ -225,4 +225,4 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
   return result;
 }
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

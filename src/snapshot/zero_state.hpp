@@ -12,11 +12,11 @@
 #include <vector>
 #include <string>
 
-#include "ddp/zero_redundancy_optimizer.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
-namespace ddp::detail {
+namespace ddp::snapshot::detail {
 
 /// Every rank writes its shard of `zero`'s state as part of the next
 /// snapshot, numbered by rank 0 (`sequence` is set on every rank); returns
@@ -36,4 +36,4 @@ struct ZeroImport {
 ZeroImport prepareZeroImport(const std::string& main_path, const nlohmann::json& record,
                              const ZeroRedundancyOptimizer& zero);
 
-}  // namespace ddp::detail
+}  // namespace ddp::snapshot::detail

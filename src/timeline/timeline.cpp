@@ -18,10 +18,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "ddp/environment.hpp"
-#include "ddp/errors.hpp"
-#include "dtype_name.hpp"
-#include "collective_name.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/errors.hpp"
+#include "comm/dtype_name.hpp"
+#include "comm/collective_name.hpp"
 #include "timeline/timeline_observer.hpp"
 
 namespace ddp {
@@ -125,7 +125,7 @@ class Recorder {
   }
 
   std::unique_ptr<PendingEvent> begin(const CollectiveFacts& facts) {
-    std::string name = ddp::detail::current_collective_name().value_or(operationName(facts));
+    std::string name = ddp::comm::detail::current_collective_name().value_or(operationName(facts));
     std::lock_guard<std::mutex> lock(mutex_);
     if (!active()) return nullptr;
     int lane = 0;
@@ -221,7 +221,7 @@ json PendingEvent::toJson(const CollectiveFacts& facts, bool waited, double dura
   if (facts.reduce_op) args["reduce"] = to_string(*facts.reduce_op);
   if (facts.root >= 0) args["root"] = facts.root;
   if (facts.dtype) {
-    args["dtype"] = ddp::detail::dtypeName(*facts.dtype);
+    args["dtype"] = ddp::comm::detail::dtypeName(*facts.dtype);
     args["numel"] = facts.numel;
     args["bytes"] = facts.bytes;
   }
@@ -269,10 +269,10 @@ void start(const ProcessGroup& group, const TimelineOptions& options) {
 }
 
 NameScope::NameScope(std::string name) : name_(std::move(name)) {
-  ddp::detail::push_collective_name(&name_);
+  ddp::comm::detail::push_collective_name(&name_);
 }
 
-NameScope::~NameScope() { ddp::detail::pop_collective_name(); }
+NameScope::~NameScope() { ddp::comm::detail::pop_collective_name(); }
 
 void stop() { detail::Recorder::get().stop(); }
 

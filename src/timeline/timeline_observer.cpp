@@ -1,8 +1,8 @@
 #include "timeline/timeline_observer.hpp"
 
-#include "ddp/errors.hpp"
-#include "ddp/observer_factory.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/observer_factory.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"
 
 namespace ddp::timeline {

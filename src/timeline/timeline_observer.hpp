@@ -5,16 +5,16 @@
 // Note [The timeline as an observer]
 // The timeline watches collectives from outside the engines: it registers
 // an observer factory with the core (Note [Parts attach observers through a
-// registry] in ddp/observer_factory.hpp), so that init() adds its observer
+// registry] in ddp/comm/observer_factory.hpp), so that init() adds its observer
 // to every group it makes, and timeline::recorded() adds it to a group made
 // otherwise. The recorder is the process's, so one observer serves every
 // group. While nothing is recorded, on_started() costs one atomic load and
 // returns null: nothing follows the collective's Work. While a timeline is
 // recorded, it returns a PendingEvent that holds the event's lane; the
 // event is written when the collective ends (Note [When a collective ends]
-// in ddp/collective_observer.hpp). The engines, DistributedDataParallel and
+// in ddp/comm/collective_observer.hpp). The engines, DistributedDataParallel and
 // the Horovod-style optimizer know nothing of it; they only name what they
-// issue (collective_name.hpp). A collective is recorded once however many
+// issue (comm/collective_name.hpp). A collective is recorded once however many
 // engines it passes through (`auto` hands it to Gloo or NCCL, the
 // hierarchical engine to its leaders' Gloo), because only the group the
 // caller holds has the observer: no thread-local call depth is needed, and
@@ -22,8 +22,8 @@
 
 #include <memory>
 
-#include "ddp/collective_observer.hpp"
-#include "ddp/environment.hpp"
+#include "ddp/comm/collective_observer.hpp"
+#include "ddp/comm/environment.hpp"
 
 namespace ddp::timeline::detail {
 

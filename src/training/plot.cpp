@@ -13,7 +13,7 @@
 #include <sstream>
 #include <vector>
 
-#include "ddp/environment.hpp"
+#include "ddp/comm/environment.hpp"
 #include "ddp/training/metrics_csv.hpp"
 
 extern char** environ;

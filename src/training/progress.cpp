@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::training {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/named_checks.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::testing {
 

@@ -14,7 +14,7 @@
 
 #include "amp/amp_checks.hpp"
 #include "common/worker_main.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/init.hpp"
 
 namespace {
 

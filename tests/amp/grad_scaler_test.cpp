@@ -11,9 +11,9 @@
 
 #include "common/error_capture.hpp"
 #include "common/temporary_directory.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace {

@@ -12,10 +12,10 @@
 #include "common/error_capture.hpp"
 #include "common/models.hpp"
 #include "common/temporary_directory.hpp"
-#include "compat/torch_compat.hpp"
+#include "comm/compat/torch_compat.hpp"
 #include "ddp/amp/mixed_precision.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "backends/backends.hpp"
+#include "comm/backends/backends.hpp"
 
 namespace ddp::testing {
 

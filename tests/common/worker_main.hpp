@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::testing {
 

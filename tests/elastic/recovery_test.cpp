@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/launcher_runs.hpp"
-#include "launch/port_reservation.hpp"
+#include "launch/launcher_runs.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace ddp::launch {
 namespace {

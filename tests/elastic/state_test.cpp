@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "ddp/elastic.hpp"
-#include "ddp/init.hpp"
-#include "ddp/zero_redundancy_optimizer.hpp"
+#include "ddp/comm/init.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 
 namespace ddp::elastic {
 namespace {

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/training/plot.hpp"
-#include "launch/child_process.hpp"
+#include "ddp/launch/child_process.hpp"
 
 namespace ddp::testing {
 

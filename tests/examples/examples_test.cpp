@@ -16,11 +16,11 @@
 #include <regex>
 
 #include "common/temporary_directory.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
 #include "example_runs.hpp"
-#include "launch/child_process.hpp"
+#include "ddp/launch/child_process.hpp"
 
 namespace fs = std::filesystem;
 using ddp::launch::ChildResult;

@@ -22,14 +22,14 @@
 #include <memory>
 #include <string>
 
-#include "store/handshake.hpp"
-#include "store/socket.hpp"
-#include "store/store_server.hpp"
-#include "store/wire.hpp"
+#include "comm/store/handshake.hpp"
+#include "comm/store/socket.hpp"
+#include "comm/store/store_server.hpp"
+#include "comm/store/wire.hpp"
 
 namespace {
 
-using namespace ddp::store;
+using namespace ddp::comm::store;
 using namespace std::chrono_literals;
 
 const std::string kSecret = "fuzzing-secret-of-32-bytes-long!";

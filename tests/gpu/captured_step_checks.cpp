@@ -9,9 +9,9 @@
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-#include "ddp/captured_step.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/parallel/captured_step.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/comm/errors.hpp"
 #include "gpu/gpu_checks.hpp"
 
 namespace ddp::testing {

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "backends/backends.hpp"
+#include "comm/backends/backends.hpp"
 #include "common/expect_checks.hpp"
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
-#include "ddp/data_parallel.hpp"
+#include "ddp/parallel/data_parallel.hpp"
 #include "gpu/gpu_checks.hpp"
 #include "multiprocess/harness.hpp"
 

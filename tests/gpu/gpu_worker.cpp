@@ -13,8 +13,8 @@
 #include <iostream>
 #include <string>
 
-#include "ddp/errors.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
 #include "gpu/gpu_checks.hpp"
 
 int main(int argc, char** argv) {

@@ -31,9 +31,9 @@
 
 #include "common/models.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-#include "ddp/comm_hook.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/zero_redundancy_optimizer.hpp"
+#include "ddp/parallel/comm_hook.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 
 namespace ddp::testing {
 

@@ -32,9 +32,9 @@
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
 #include "common/worker_main.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/hvd.hpp"
-#include "ddp/join.hpp"
+#include "ddp/parallel/join.hpp"
 #include "hvd/hvd_checks.hpp"
 #include "snapshot/optimizer_state.hpp"
 
@@ -193,9 +193,9 @@ void checkBroadcastState(NamedChecks& checks, const std::string& name,
   hvd::broadcast_parameters(*mine.model, 0);
   hvd::broadcast_optimizer_state(mine.optimizer, 0);
 
-  ddp::detail::TensorMap got_tensors, expected_tensors;
-  auto got = ddp::detail::exportOptimizer(mine.optimizer, got_tensors);
-  auto expected = ddp::detail::exportOptimizer(rank0.optimizer, expected_tensors);
+  ddp::snapshot::detail::TensorMap got_tensors, expected_tensors;
+  auto got = ddp::snapshot::detail::exportOptimizer(mine.optimizer, got_tensors);
+  auto expected = ddp::snapshot::detail::exportOptimizer(rank0.optimizer, expected_tensors);
   checks.check(check_name(name, check::kOptionsAndSteps), got == expected,
                got.dump() + " vs " + expected.dump());
   bool same = got_tensors.size() == expected_tensors.size() && !expected_tensors.empty();

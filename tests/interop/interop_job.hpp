@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/launcher_variables.hpp"
-#include "ddp/environment.hpp"
-#include "launch/child_process.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/launch/child_process.hpp"
 
 namespace ddp::interop {
 

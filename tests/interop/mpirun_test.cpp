@@ -12,10 +12,10 @@
 #include <regex>
 #include <sstream>
 
-#include "ddp/environment.hpp"
+#include "ddp/comm/environment.hpp"
 #include "interop/interop_job.hpp"
-#include "launch/child_process.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace ddp::interop {
 namespace {

@@ -1,6 +1,6 @@
 // InteropTorchrun: ddp's toy trainer under the real torchrun of PyTorch 2.x,
 // whose agent hosts the rendezvous store (Note [Joining torchrun's store] in
-// src/init.cpp), in each launch mode on loopback; every job is compared with
+// src/comm/init.cpp), in each launch mode on loopback; every job is compared with
 // the same job under ddprun, whose final parameters it must match bit for
 // bit (params-digest). The tests run where a torchrun of PyTorch 2.x starts
 // (CI's LibTorch 2.6 leg) and are skipped with the reason elsewhere.
@@ -15,10 +15,10 @@
 #include <sstream>
 
 #include "common/temporary_directory.hpp"
-#include "ddp/environment.hpp"
+#include "ddp/comm/environment.hpp"
 #include "interop/interop_job.hpp"
-#include "launch/child_process.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace ddp::interop {
 namespace {

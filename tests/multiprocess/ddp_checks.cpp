@@ -11,9 +11,9 @@
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
-#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 #include "multiprocess/branch_net.hpp"
-#include "dtype_name.hpp"
+#include "comm/dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -254,7 +254,7 @@ class DdpChecker {
       const int64_t j = (rounded != grad).nonzero()[0][0].item<int64_t>();
       std::ostringstream text;
       text << std::setprecision(9) << item.key() << "'s gradient [" << j << "] is "
-           << grad[j].item<float>() << ", which " << detail::dtypeName(wire) << " rounds to "
+           << grad[j].item<float>() << ", which " << comm::detail::dtypeName(wire) << " rounds to "
            << rounded[j].item<float>();
       not_representable = text.str();
       break;

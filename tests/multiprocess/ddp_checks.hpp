@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/process_group.hpp"
-#include "dtype_name.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "comm/dtype_name.hpp"
 
 namespace ddp::testing {
 
@@ -52,7 +52,7 @@ inline std::string hook_precision(const std::string& hook) {
 }
 /// "<hook> hook result is exactly representable in <wire type>"
 inline std::string hook_representable(const std::string& hook, at::ScalarType wire) {
-  return hook + " hook result is exactly representable in " + ddp::detail::dtypeName(wire);
+  return hook + " hook result is exactly representable in " + ddp::comm::detail::dtypeName(wire);
 }
 /// The compression hooks checked: each one's name() and wire type.
 inline std::vector<std::pair<std::string, at::ScalarType>> compression_hooks() {

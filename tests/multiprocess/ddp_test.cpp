@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/expect_checks.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/harness.hpp"
 

@@ -5,7 +5,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "ddp/distributed_data_parallel.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 #include "multiprocess/branch_net.hpp"
 
 namespace ddp::testing {

@@ -3,7 +3,7 @@
 // Ranks that disagree, run by ddp_test_worker ("ddp-disagree --phase P", 2
 // ranks): every rank must fail within the collective timeout with a message
 // naming the parameters, the ranks and the iteration (Note [Naming a
-// mismatch on every rank] in src/distributed_data_parallel/mismatch_board.hpp),
+// mismatch on every rank] in src/parallel/distributed_data_parallel/mismatch_board.hpp),
 // or, for the rank that ran out of iterations, finish. Phases:
 //   unused-on-rank-R     rank R's third forward skips the branch, without
 //                        find_unused_parameters (R = 0: the store's host)
@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::testing {
 

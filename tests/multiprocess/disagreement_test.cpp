@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 #include "multiprocess/harness.hpp"
 
 namespace ddp::testing {

@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include "backends/backends.hpp"
-#include "ddp/errors.hpp"
+#include "comm/backends/backends.hpp"
+#include "ddp/comm/errors.hpp"
 #include "common/port_holder.hpp"
 #include "multiprocess/harness.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -114,7 +114,7 @@ TEST(CoreErrors, MissingRankNamedAfterRendezvousTimeout) {
   EXPECT_LT(results[0].seconds, 15.0);
 }
 
-// Note [One timeout message] (src/timeout_message.hpp): a rank whose peer
+// Note [One timeout message] (src/comm/timeout_message.hpp): a rank whose peer
 // stalls fails with TimeoutError, whose message names the collective, this
 // rank, the world size, the timeout, the missing ranks or why they are not
 // known, and what to do. The stalled peer leaves only after every other rank
@@ -199,7 +199,7 @@ TEST(CoreErrors, StalledLeaderTimesOutOnTheHierarchicalEngine) {
 
 // A peer that exits is noticed before the timeout: the error is a
 // CollectiveError, which a failure after the timeout could not be (Note
-// [Classifying foreign errors] in src/work.cpp), and it names the
+// [Classifying foreign errors] in src/comm/work.cpp), and it names the
 // collective. The shared-memory engine's case, which also names the dead
 // rank's pid: ShmErrors.DeadPeerFailsQuicklyNamingIt.
 TEST(CoreErrors, PeerExitFailsGlooCollectiveBeforeTheTimeout) {

@@ -1,7 +1,7 @@
 #include "multiprocess/harness.hpp"
 
 #include "common/launcher_variables.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace ddp::testing {
 Environment torchrunEnvironment(int rank, int world, int port) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/child_process.hpp"
+#include "ddp/launch/child_process.hpp"
 
 namespace ddp::testing {
 

@@ -8,10 +8,10 @@
 
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/join.hpp"
-#include "ddp/zero_redundancy_optimizer.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/parallel/join.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -8,9 +8,9 @@
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/powersgd_hook.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/parallel/powersgd_hook.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
 
-// The PowerSGD comm hook (ddp/powersgd_hook.hpp) on each rank of a
+// The PowerSGD comm hook (ddp/parallel/powersgd_hook.hpp) on each rank of a
 // 2-process group, run by ddp_test_worker ("powersgd"): buckets of known
 // gradients reduced by the hook against their average, the error-feedback
 // invariant, what is compressed and how much is sent, warm start, the
@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::testing {
 

@@ -7,8 +7,8 @@
 
 #include "common/checkpoint.hpp"
 #include "common/named_checks.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -27,7 +27,7 @@
 //   zero         ZeroRedundancyOptimizer against plain DDP
 //   zero-snapshot  ZeroRedundancyOptimizer snapshots (--phase save|resume --directory D)
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
-//                and checks it against the Gloo one (tests/shm/)
+//                and checks it against the Gloo one (tests/comm/shm/)
 //   stress       overlapping randomly sized collectives, each checked
 // Exit codes and errors as tests/common/worker_main.hpp says.
 
@@ -45,8 +45,8 @@
 #include <vector>
 
 #include "common/worker_main.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/join_checks.hpp"
@@ -55,9 +55,9 @@
 #include "multiprocess/worker_checks.hpp"
 #include "multiprocess/zero_checks.hpp"
 #include "multiprocess/zero_snapshot_checks.hpp"
-#include "launch/child_process.hpp"
-#include "shm/shm_checks.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "comm/shm/shm_checks.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace {
 

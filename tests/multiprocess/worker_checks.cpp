@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/named_checks.hpp"
-#include "dtype_name.hpp"
+#include "comm/dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/process_group.hpp"
-#include "dtype_name.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "comm/dtype_name.hpp"
 
 namespace ddp::testing {
 
@@ -37,28 +37,28 @@ int checkAllCollectives(ProcessGroup& group);
 /// dtype ("all_reduce(sum) float32").
 namespace collective_check {
 inline std::string all_reduce(ReduceOp op, at::ScalarType dtype) {
-  return std::string("all_reduce(") + to_string(op) + ") " + ddp::detail::dtypeName(dtype);
+  return std::string("all_reduce(") + to_string(op) + ") " + ddp::comm::detail::dtypeName(dtype);
 }
 inline std::string reduce_scatter(ReduceOp op, at::ScalarType dtype) {
-  return std::string("reduce_scatter(") + to_string(op) + ") " + ddp::detail::dtypeName(dtype);
+  return std::string("reduce_scatter(") + to_string(op) + ") " + ddp::comm::detail::dtypeName(dtype);
 }
 inline std::string broadcast(int root, at::ScalarType dtype) {
-  return "broadcast(root " + std::to_string(root) + ") " + ddp::detail::dtypeName(dtype);
+  return "broadcast(root " + std::to_string(root) + ") " + ddp::comm::detail::dtypeName(dtype);
 }
 inline std::string all_gather(at::ScalarType dtype) {
-  return "all_gather " + ddp::detail::dtypeName(dtype);
+  return "all_gather " + ddp::comm::detail::dtypeName(dtype);
 }
 /// Asynchronous collectives in flight at once: kAsyncAllReduces
 /// all-reduces (#0, #1, ...) and an all-gather, then each one's completion.
 constexpr int kAsyncAllReduces = 3;
 inline std::string all_reduce_async(int k, at::ScalarType dtype) {
-  return "all_reduce_async #" + std::to_string(k) + " " + ddp::detail::dtypeName(dtype);
+  return "all_reduce_async #" + std::to_string(k) + " " + ddp::comm::detail::dtypeName(dtype);
 }
 inline std::string all_gather_async(at::ScalarType dtype) {
-  return "all_gather_async " + ddp::detail::dtypeName(dtype);
+  return "all_gather_async " + ddp::comm::detail::dtypeName(dtype);
 }
 inline std::string completed_after_wait(at::ScalarType dtype) {
-  return "is_completed after wait " + ddp::detail::dtypeName(dtype);
+  return "is_completed after wait " + ddp::comm::detail::dtypeName(dtype);
 }
 inline const std::string kBarrier = "barrier waited for the last rank";
 }  // namespace collective_check

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
-#include "ddp/zero_redundancy_optimizer.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "multiprocess/zero_net.hpp"
 
 namespace ddp::testing {

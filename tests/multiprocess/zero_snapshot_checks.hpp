@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::testing {
 

@@ -14,8 +14,8 @@
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 
 namespace ddp::testing {

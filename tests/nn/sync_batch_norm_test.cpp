@@ -10,8 +10,8 @@
 
 #include "common/error_capture.hpp"
 #include "common/expect_checks.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 #include "multiprocess/harness.hpp"
 #include "nn/sync_batch_norm_checks.hpp"

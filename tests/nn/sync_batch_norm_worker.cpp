@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/worker_main.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/init.hpp"
 #include "nn/sync_batch_norm_checks.hpp"
 
 int main(int argc, char** argv) {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/temporary_directory.hpp"
-#include "launch/child_process.hpp"
+#include "ddp/launch/child_process.hpp"
 
 namespace ddp::launch {
 namespace {

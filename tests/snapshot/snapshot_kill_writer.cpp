@@ -13,7 +13,7 @@
 #include <iostream>
 #include <string>
 
-#include "ddp/init.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace {

@@ -19,11 +19,11 @@
 #include "common/error_capture.hpp"
 #include "common/models.hpp"
 #include "common/temporary_directory.hpp"
-#include "compat/torch_compat.hpp"
-#include "ddp/init.hpp"
+#include "comm/compat/torch_compat.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
-#include "launch/child_process.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace fs = std::filesystem;
@@ -160,7 +160,7 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
       static_cast<const torch::optim::SGDOptions&>(fresh_optimizer.param_groups()[0].options());
   EXPECT_EQ(want.lr(), 0.1 * 0.5 * 0.5);  // StepLR changed it twice in 5 steps
   EXPECT_TRUE(want == got);
-  EXPECT_EQ(ddp::detail::schedulerStepCount(fresh_scheduler), 5u);
+  EXPECT_EQ(ddp::snapshot::detail::schedulerStepCount(fresh_scheduler), 5u);
   for (int i = 0; i < 2; ++i) scheduler.step(), fresh_scheduler.step();  // step 7 halves the rate
   EXPECT_EQ(want.lr(), got.lr());
   EXPECT_EQ(got.lr(), 0.1 * 0.125);

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::testing {
 

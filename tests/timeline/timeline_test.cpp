@@ -14,11 +14,11 @@
 
 #include "common/expect_checks.hpp"
 #include "common/temporary_directory.hpp"
-#include "ddp/errors.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/timeline/timeline.hpp"
-#include "backends/backends.hpp"
-#include "collective_name.hpp"
+#include "comm/backends/backends.hpp"
+#include "comm/collective_name.hpp"
 #include "timeline/timeline_observer.hpp"
 #include "multiprocess/harness.hpp"
 #include "timeline/counting_group.hpp"
@@ -168,16 +168,16 @@ TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
       timeline::NameScope inner("inner");
       group_->broadcast(torch::ones({2}), 0);
     }
-    ddp::detail::CollectiveName fallback("fallback", -1, /*fallback=*/true);
+    ddp::comm::detail::CollectiveName fallback("fallback", -1, /*fallback=*/true);
     group_->barrier();  // "outer" still wins over a fallback
   }
   {
-    ddp::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
-    ddp::detail::CollectiveName bucket("bucket", 7);
+    ddp::comm::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
+    ddp::comm::detail::CollectiveName bucket("bucket", 7);
     group_->all_reduce(torch::ones({2}));
   }
   {
-    ddp::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
+    ddp::comm::detail::CollectiveName fallback("helper", -1, /*fallback=*/true);
     group_->all_gather(torch::empty({2}), torch::ones({2}));
   }
   group_->reduce_scatter(torch::empty({2}), torch::ones({2}), ReduceOp::kMax);

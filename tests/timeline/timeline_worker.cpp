@@ -24,10 +24,10 @@
 
 #include "common/named_checks.hpp"
 #include "common/worker_main.hpp"
-#include "ddp/distributed_data_parallel.hpp"
-#include "ddp/errors.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/comm/errors.hpp"
 #include "ddp/hvd.hpp"
-#include "ddp/init.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/timeline/timeline.hpp"
 #include "timeline/counting_group.hpp"
 #include "timeline/trace_checks.hpp"

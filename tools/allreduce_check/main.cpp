@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "ddp/ddp.hpp"
-#include "launch/child_process.hpp"
-#include "launch/port_reservation.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // ddprun: starts the workers of a data-parallel job on this node, with
 // torchrun's command line and worker environment, and restarts the whole job
-// when any worker fails (see src/launch/agent.hpp).
+// when any worker fails (see include/ddp/launch/agent.hpp).
 //
 //   ddprun --standalone --nproc-per-node 2 ./build/bin/example_toy_trainer
 //   ddprun --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 \
@@ -10,7 +10,7 @@
 //
 // Exit status: 0 when the job succeeded, 1 when it failed after its last
 // restart, 128 + signal when interrupted; when ddprun itself fails, the code
-// of the error's kind (Note [Exit codes] in ddp/errors.hpp): 3 for a bad
+// of the error's kind (Note [Exit codes] in ddp/comm/errors.hpp): 3 for a bad
 // option, 4 for a rendezvous between nodes that failed, 5 for a timeout, 13
 // for a log or error file that cannot be created, 14 for a worker that
 // cannot be started; CLI11's own codes for a command line it cannot parse.
@@ -21,8 +21,8 @@
 #include <csignal>
 #include <iostream>
 
-#include "ddp/errors.hpp"
-#include "launch/agent.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/launch/agent.hpp"
 
 namespace {
 

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace torch::serialize {
 class InputArchive;

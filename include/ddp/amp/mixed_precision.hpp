@@ -36,7 +36,7 @@
 
 #include "ddp/amp/autocast.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::amp {
 

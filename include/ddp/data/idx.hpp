@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ddp/errors.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::data {
 

@@ -37,8 +37,8 @@
 #include <memory>
 
 #include "ddp/elastic/state.hpp"
-#include "ddp/init.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::elastic {
 

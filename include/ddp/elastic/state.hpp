@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::elastic {

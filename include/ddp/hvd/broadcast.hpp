@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::hvd {
 

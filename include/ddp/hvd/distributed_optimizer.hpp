@@ -37,8 +37,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ddp/join.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/parallel/join.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::hvd {
 
@@ -133,7 +133,7 @@ class DistributedOptimizer : public Joinable {
   /// What the fusion did.
   DistributedOptimizerStats stats() const;
 
-  /// Joinable (ddp/join.hpp): each step starts a round at its first
+  /// Joinable (ddp/parallel/join.hpp): each step starts a round at its first
   /// gradient; a joined rank issues the step's all-reduces with zeros.
   ProcessGroup& join_process_group() override { return *options_.process_group(); }
   /// Joinable: one step's all-reduces with zeros, when the others sync.

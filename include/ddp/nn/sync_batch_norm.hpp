@@ -20,7 +20,7 @@
 #include <memory>
 #include <ostream>
 
-#include "ddp/process_group.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::nn {
 

@@ -66,12 +66,15 @@
 #include <string>
 #include <vector>
 
-#include "ddp/errors.hpp"
-#include "ddp/process_group.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
+
+namespace ddp::parallel {
+class ZeroRedundancyOptimizer;
+}  // namespace ddp::parallel
 
 namespace ddp {
-
-class ZeroRedundancyOptimizer;
+using parallel::ZeroRedundancyOptimizer;
 
 namespace amp {
 class GradScaler;
@@ -87,7 +90,7 @@ struct TrainingState {
   /// Per-parameter state and every param group's options. Supported: SGD,
   /// Adam, AdamW, RMSprop, Adagrad; parameters are matched by position.
   torch::optim::Optimizer* optimizer = nullptr;
-  /// A sharded optimizer (ddp/zero_redundancy_optimizer.hpp), instead of
+  /// A sharded optimizer (ddp/parallel/zero_redundancy_optimizer.hpp), instead of
   /// `optimizer`: every rank saves its own shard (Note [Sharded optimizer
   /// state in a snapshot]), and resuming at another world size re-shards.
   ZeroRedundancyOptimizer* zero_optimizer = nullptr;

@@ -43,9 +43,12 @@
 #include <string>
 #include <vector>
 
-namespace ddp {
-
+namespace ddp::comm {
 class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;
 
 namespace timeline {
 

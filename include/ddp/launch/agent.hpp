@@ -1,0 +1,85 @@
+#pragma once
+
+// Internal: ddprun's agent, one per node. It starts the node's workers,
+// watches them, and on any failure anywhere stops every worker of the job
+// and starts them all again, up to --max-restarts times.
+//
+// Note [How agents on several nodes agree]
+// The agents meet in a store hosted by node 0 (Note [How nodes meet] in
+// ddp/launch/node_rendezvous.hpp). Every key is under the job's run id. For
+// each attempt k (one per rendezvous round):
+//   k/nproc/<node>  each node's worker count (ranks are laid out by node);
+//   k/port          the workers' MASTER_PORT, a free port chosen by node 0;
+//   k/failure       the first failure, set once (compare-and-set);
+//   k/done/<node>   a node whose workers all exited 0;
+//   k/flight/<node> after a failure, the node's ranks' last collectives
+//                   (Note [Reading a stall]);
+//   k/left          agents that have finished with attempt k.
+//   k/generation    --recovery memory: the generation the attempt's
+//                   workers start in (Note [Recovery in memory] in
+//                   ddp/elastic/run.hpp), beside the run's recovery_store.
+// An agent polls its workers continuously and the store every monitor
+// interval, so a failure on one node stops the job on all of them within a
+// few intervals.
+//
+// The job's secret (Note [Store authentication]) guards both stores: the
+// agents' (several nodes, --secret-file) and the workers' (rank 0's). On
+// one node the agent writes a fresh secret for every job; for several
+// nodes only a file every node has can serve, so without --secret-file the
+// job runs unauthenticated, as torchrun's does, and ddprun says so.
+
+#include <csignal>
+#include <memory>
+#include <string>
+
+#include "ddp/launch/launch_options.hpp"
+#include "ddp/launch/node_rendezvous.hpp"
+#include "ddp/launch/recovery_store.hpp"
+
+namespace ddp::launch {
+
+class Agent {
+ public:
+  /// Creates a private directory (the job's secret on one node, error files
+  /// without --log-dir), and a log directory for --redirects or --tee
+  /// without --log-dir.
+  /// \throws ddp::IoError when a directory cannot be created.
+  explicit Agent(LaunchPlan plan);
+  ~Agent();
+
+  /// Meets the other nodes (hosting or joining the agents' store, which
+  /// --secret-file authenticates), then runs the job to its end; returns
+  /// the launcher's exit status: 0 when every worker of the last attempt
+  /// succeeded, 1 when restarts ran out, 128 + signal when interrupted.
+  /// \throws ddp::LaunchError when a worker cannot be started or no port
+  ///   can be found for the workers; ddp::IoError when a worker's log or
+  ///   error file cannot be created; ddp::RendezvousError or
+  ///   ddp::TimeoutError when the nodes cannot meet or lose their store.
+  int run();
+
+  /// Asks a running agent to stop the job (from a signal handler).
+  static void requestStop(int signal) noexcept;
+
+ private:
+  struct Attempt;
+  enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed };
+
+  Attempt startAttempt(int round);
+  void startWorker(Attempt& attempt, int local_rank, int rank, int generation);
+  bool replaceWorker(Attempt& attempt, size_t index, const std::string& failure);
+  Outcome monitor(Attempt& attempt);
+  void reportStall(const Attempt& attempt);
+  void leave(int attempt);
+  std::string key(int attempt, const std::string& name) const;
+  std::string errorFile(int attempt, int local_rank) const;
+
+  LaunchPlan plan_;
+  std::unique_ptr<NodeRendezvous> rendezvous_;
+  NodeAssignment node_;                      // this round's
+  std::unique_ptr<RecoveryStore> recovery_;  // --recovery memory
+  int restarts_ = 0;
+  std::string private_dir_;  // mode 0700: the secret, and error files when no --log-dir
+  static volatile std::sig_atomic_t stop_signal_;
+};
+
+}  // namespace ddp::launch

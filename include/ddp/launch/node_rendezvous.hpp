@@ -1,0 +1,85 @@
+#pragma once
+
+// Internal: how the agents of a job's nodes meet: which one hosts the
+// agents' store, each node's rank and how many nodes the job has.
+//
+// Note [How nodes meet]
+// Both of torchrun's backends, with its options:
+// - static (its default): every node is given --nnodes N and its own
+//   --node-rank; node 0 hosts the store at --master-addr:--master-port (or
+//   --rdzv-endpoint), the others connect to it. The nodes never change.
+// - c10d: every node is started alike with --rdzv-endpoint HOST[:PORT].
+//   The node that can bind the endpoint hosts the store and is node 0 (when
+//   the bind fails, because HOST is another machine or the port is taken,
+//   the node connects instead; --rdzv-conf is_host=true|false decides
+//   outright). The job runs in rounds: for each, the others take ranks 1,
+//   2, ... in the order they join, from a counter in the store. The host
+//   closes a round once MAX nodes have joined, or once MIN have and
+//   last_call_timeout has passed since the MIN-th, and publishes its node
+//   count; fewer than MIN within join_timeout is a TimeoutError on every
+//   node.
+// Membership changes (c10d): a node that arrives while round r runs joins
+// round r + 1. The running agents see that round r + 1 has a member
+// (nodes_waiting()), stop their workers and join it too, so the job
+// re-forms with every live node, its ranks reassigned; this costs no
+// restart. After a failure every agent also joins the next round, so a node
+// that died is simply absent from it, and the job goes on while MIN nodes
+// remain. The host holds the store: the job cannot outlive it.
+// The host first claims the run id (--rdzv-id), so two jobs that share an
+// endpoint never merge. One node needs no network: an in-memory store.
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <string>
+
+#include "ddp/launch/launch_options.hpp"
+
+namespace c10d {
+class Store;
+}  // namespace c10d
+
+namespace ddp::launch {
+
+/// Where this node stands in one round, once the nodes have met.
+struct NodeAssignment {
+  int round = 0;      ///< the rendezvous round: 0, then one more per re-forming
+  int node_rank = 0;  ///< GROUP_RANK; 0 hosts the store
+  int nnodes = 1;     ///< GROUP_WORLD_SIZE
+  /// The address the workers meet at (MASTER_ADDR): node 0's.
+  std::string master_addr = "127.0.0.1";
+};
+
+/// This node's side of the rendezvous (Note [How nodes meet]).
+class NodeRendezvous {
+ public:
+  /// Hosts or joins the agents' store, authenticated with `secret` when it
+  /// is not empty, and claims or checks the run id.
+  /// \throws ddp::RendezvousError when the store cannot be hosted or
+  ///   reached, or belongs to another run id.
+  NodeRendezvous(const LaunchPlan& plan, const std::string& secret);
+  ~NodeRendezvous();
+
+  /// Joins the next round (the first for a node that arrives at a running
+  /// job: the one after the running round) and waits until it closes.
+  /// \throws ddp::TimeoutError when fewer than --nnodes MIN nodes join
+  ///   within join_timeout; ddp::RendezvousError when the store is lost.
+  NodeAssignment next_round();
+
+  /// Whether a node waits to join the round after `running`: never for the
+  /// static backend, nor when `running` already has --nnodes MAX nodes.
+  bool nodes_waiting(const NodeAssignment& running);
+
+  /// The agents' store.
+  c10d::Store& store() { return *store_; }
+
+ private:
+  std::string key(int round, const std::string& name) const;
+  int closeRound(int round);
+
+  const LaunchPlan& plan_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  bool host_ = false;
+  int next_round_ = -1;  // -1: not joined yet
+};
+
+}  // namespace ddp::launch

@@ -1,0 +1,68 @@
+// `auto`: one process group over two engines, chosen per tensor: NCCL for
+// CUDA tensors where this build and machine have it, and for everything else
+// shared memory when all ranks share a node, shared memory within nodes and
+// Gloo between them when they do not. The engines meet through the same
+// store under different prefixes.
+
+#include <ATen/Context.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "comm/backends/backends.hpp"
+
+namespace ddp::comm::backends {
+namespace {
+
+class AutoProcessGroup final : public ProcessGroup {
+ public:
+  AutoProcessGroup(const BackendContext& context, std::shared_ptr<ProcessGroup> cpu,
+                   std::shared_ptr<ProcessGroup> cuda)
+      : ProcessGroup(context.topology, context.collective_timeout),
+        cpu_(std::move(cpu)),
+        cuda_(std::move(cuda)) {}
+
+  std::string backend_name() const override {
+    return "auto(" + cpu_->backend_name() + (cuda_ ? "," + cuda_->backend_name() : "") + ")";
+  }
+
+ protected:
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
+    return engineFor(tensor).all_reduce_async(tensor, op);
+  }
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
+    return engineFor(tensor).broadcast_async(tensor, root);
+  }
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
+    return engineFor(input).all_gather_async(output, input);
+  }
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    return engineFor(input).reduce_scatter_async(output, input, op);
+  }
+  Work do_barrier() override { return cpu_->barrier_async(); }
+
+ private:
+  ProcessGroup& engineFor(const at::Tensor& tensor) {
+    return (cuda_ && tensor.is_cuda()) ? *cuda_ : *cpu_;
+  }
+
+  std::shared_ptr<ProcessGroup> cpu_;
+  std::shared_ptr<ProcessGroup> cuda_;
+};
+
+BackendContext withPrefix(const BackendContext& context, const std::string& prefix) {
+  BackendContext prefixed = context;
+  prefixed.store = c10::make_intrusive<c10d::PrefixStore>(prefix, context.store);
+  return prefixed;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> makeAutoProcessGroup(const BackendContext& context) {
+  const auto nodes = groupRanksByNode(context);
+  auto cpu = nodes.size() == 1 ? makeShmProcessGroup(context, nodes)
+                               : makeHierarchicalProcessGroup(context, nodes);
+  std::shared_ptr<ProcessGroup> cuda;
+  if (ncclCompiledIn() && at::hasCUDA()) cuda = makeNcclProcessGroup(withPrefix(context, "nccl"));
+  return std::make_shared<AutoProcessGroup>(context, std::move(cpu), std::move(cuda));
+}
+
+}  // namespace ddp::comm::backends

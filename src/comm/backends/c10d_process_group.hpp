@@ -1,0 +1,50 @@
+#pragma once
+
+// Internal: a ddp::ProcessGroup that forwards to one c10d engine.
+
+#include <optional>
+#include <string>
+
+#include "comm/backends/backends.hpp"
+#include "comm/work_impl.hpp"
+
+namespace ddp::comm::backends {
+
+/// Forwards each collective to the engine's native implementation. Engines
+/// that lack one (Gloo in LibTorch 1.13 has no average, no bfloat16 and no
+/// reduce-scatter) override the corresponding do...() method.
+class C10dProcessGroup : public ProcessGroup {
+ public:
+  /// `engine_enforces_timeout`: the engine aborts a collective that outlives
+  /// the group's timeout by itself (NCCL's watchdog), so waiting on its Work
+  /// sets no timer (Note [NCCL's wait leaves the host free]).
+  C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine, std::string name,
+                   bool engine_enforces_timeout = false);
+
+  std::string backend_name() const override { return name_; }
+
+ protected:
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override;
+  Work do_broadcast(const at::Tensor& tensor, int root) override;
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override;
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
+  Work do_barrier() override;
+
+  /// Broadcast / all-gather of `moved`, a bit-for-bit view of the caller's
+  /// tensor in a dtype the engine can carry; errors name `described`.
+  Work broadcastAs(const at::Tensor& described, const at::Tensor& moved, int root);
+  Work allGatherAs(const at::Tensor& described, const at::Tensor& output, const at::Tensor& input);
+
+  /// What an error about this collective will name.
+  detail::CollectiveInfo info(const char* name, const at::Tensor& tensor,
+                              std::optional<ReduceOp> op = std::nullopt) const;
+  compat::Engine& engine() { return *engine_; }
+  static c10d::ReduceOp toC10d(ReduceOp op);
+
+ private:
+  compat::EnginePtr engine_;
+  std::string name_;
+  bool engine_enforces_timeout_;
+};
+
+}  // namespace ddp::comm::backends

@@ -1,0 +1,177 @@
+// Gloo: the CPU engine from LibTorch's c10d.
+//
+// Note [Filling Gloo's gaps in LibTorch 1.13]
+// Gloo there rejects ReduceOp::AVG, has no reduce-scatter and no bfloat16.
+// ddp fills them without changing the engine:
+//  - average: a sum, divided by the world size once the sum has arrived
+//    (integers with truncation, as NCCL's integer average does);
+//  - bfloat16: moved bit-for-bit as float16 (the same two bytes; Gloo 1.13
+//    carries neither bfloat16 nor int16) where nothing is computed
+//    (broadcast, all-gather, the exchange of reduce-scatter) and widened to
+//    float32 where values are combined, which rounds once at the end rather
+//    than at every step of the ring;
+//  - reduce-scatter: an all-to-all (each rank receives its chunk from every
+//    peer, the same volume a ring reduce-scatter moves) and a local
+//    reduction of the received chunks (16-bit floats in float32).
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "comm/backends/c10d_process_group.hpp"
+#include "ddp/comm/errors.hpp"
+
+namespace ddp::comm::backends {
+namespace {
+
+bool isBFloat16(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16; }
+
+bool needsWidening(const at::Tensor& t) { return !compat::kGlooHasBFloat16 && isBFloat16(t); }
+
+// A bfloat16 tensor seen as float16: the same bytes, a dtype Gloo can move.
+// Only copies touch it, so no bit pattern is reinterpreted arithmetically.
+at::Tensor asMovable(const at::Tensor& t) { return needsWidening(t) ? t.view(at::kHalf) : t; }
+
+void divideBySize(const at::Tensor& t, int size) {
+  if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
+    t.div_(size, "trunc");
+  } else {
+    t.div_(size);
+  }
+}
+
+// Combines the world_size chunks stacked in `received` (dim 0) into `output`.
+void reduceChunks(const at::Tensor& output, const at::Tensor& received, ReduceOp op, int size) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      output.copy_(received.sum(0));
+      if (op == ReduceOp::kAverage) divideBySize(output, size);
+      break;
+    case ReduceOp::kMin:
+      output.copy_(std::get<0>(received.min(0)));
+      break;
+    case ReduceOp::kMax:
+      output.copy_(std::get<0>(received.max(0)));
+      break;
+    case ReduceOp::kProduct:
+      output.copy_(received.prod(0));
+      break;
+  }
+}
+
+// The address of the local interface that routes to `master`: peers reach
+// this rank's Gloo pairs there. A UDP connect sends nothing.
+std::string localAddressTowards(const std::string& master) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* result = nullptr;
+  if (getaddrinfo(master.c_str(), "9", &hints, &result) != 0 || !result) {
+    throw RendezvousError("cannot resolve MASTER_ADDR '" + master +
+                          "' to choose the network interface for Gloo; check the host name, "
+                          "or set GLOO_SOCKET_IFNAME to the interface to use.");
+  }
+  std::string address;
+  int fd = socket(result->ai_family, SOCK_DGRAM, 0);
+  sockaddr_storage local{};
+  socklen_t length = sizeof(local);
+  if (fd >= 0 && connect(fd, result->ai_addr, result->ai_addrlen) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* raw =
+        local.ss_family == AF_INET6
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+    if (inet_ntop(local.ss_family, raw, text, sizeof(text))) address = text;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(result);
+  if (address.empty()) {
+    throw RendezvousError("no network route from this host to MASTER_ADDR '" + master +
+                          "'; check the address, or set GLOO_SOCKET_IFNAME to the interface "
+                          "to use.");
+  }
+  return address;
+}
+
+class GlooProcessGroup final : public C10dProcessGroup {
+ public:
+  using C10dProcessGroup::C10dProcessGroup;
+
+ protected:
+  Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
+    const bool widen = needsWidening(tensor);
+    if (!widen && op != ReduceOp::kAverage) return C10dProcessGroup::do_all_reduce(tensor, op);
+    at::Tensor buffer = widen ? tensor.to(at::kFloat) : tensor;
+    const ReduceOp engine_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+    const int world = size();
+    return detail::startCollective(
+        info("all_reduce", tensor, op),
+        [&] {
+          std::vector<at::Tensor> tensors{buffer};
+          c10d::AllreduceOptions options;
+          options.reduceOp = toC10d(engine_op);
+          options.timeout = collective_timeout();
+          return engine().allreduce(tensors, options);
+        },
+        [tensor, buffer, op, widen, world] {
+          if (op == ReduceOp::kAverage) divideBySize(buffer, world);
+          if (widen) tensor.copy_(buffer);
+        });
+  }
+
+  Work do_broadcast(const at::Tensor& tensor, int root) override {
+    return broadcastAs(tensor, asMovable(tensor), root);
+  }
+
+  Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
+    return allGatherAs(input, asMovable(output), asMovable(input));
+  }
+
+  Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    const int world = size();
+    at::Tensor received = at::empty_like(input);
+    return detail::startCollective(
+        info("reduce_scatter", output, op),
+        [&] {
+          at::Tensor send = asMovable(input).view({-1});
+          at::Tensor receive = asMovable(received).view({-1});
+          std::vector<int64_t> equal_splits;  // empty: equal chunks per rank
+          c10d::AllToAllOptions options;
+          options.timeout = collective_timeout();
+          return engine().alltoall_base(receive, send, equal_splits, equal_splits, options);
+        },
+        [output, received, op, world] {
+          at::Tensor chunks = received.view({world, -1});
+          // 16-bit floats are combined in float32: one rounding at the end,
+          // and LibTorch 1.13's CPU kernels lack some float16 reductions.
+          if (received.element_size() == 2 && received.is_floating_point())
+            chunks = chunks.to(at::kFloat);
+          reduceChunks(output.view({-1}), chunks, op, world);
+        });
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> makeGlooProcessGroup(const BackendContext& context) {
+  auto options = c10d::ProcessGroupGloo::Options::create(context.collective_timeout);
+  if (!context.gloo_interface.empty()) {
+    options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForInterface(context.gloo_interface));
+  } else {
+    const std::string address = context.topology.world_size == 1
+                                    ? std::string("127.0.0.1")
+                                    : localAddressTowards(context.topology.master_addr);
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address));
+  }
+  auto engine = c10::make_intrusive<c10d::ProcessGroupGloo>(context.store, context.topology.rank,
+                                                            context.topology.world_size, options);
+  return std::make_shared<GlooProcessGroup>(context, std::move(engine), "gloo");
+}
+
+}  // namespace ddp::comm::backends

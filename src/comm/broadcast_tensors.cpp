@@ -1,0 +1,58 @@
+#include "ddp/comm/broadcast_tensors.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <map>
+#include <string>
+
+#include "ddp/comm/errors.hpp"
+#include "comm/collective_name.hpp"
+
+namespace ddp::comm {
+
+// Note [One collective for all buffers]
+// Every collective costs a fixed latency (over a millisecond with Gloo on
+// some machines), and a batch-norm model has float32 statistics and an int64
+// counter. So the bytes of all tensors on a device travel together, packed
+// into one int32 buffer, whatever their dtypes.
+void broadcast_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
+  if (root < 0 || root >= group.size()) {
+    throw InvalidArgumentError("broadcast_tensors: root rank " + std::to_string(root) +
+                               " is outside the group (ranks 0 to " +
+                               std::to_string(group.size() - 1) + "); pass an existing rank.");
+  }
+  if (group.size() == 1 || tensors.empty()) return;
+  at::NoGradGuard no_grad;
+  detail::CollectiveName name("ddp.broadcast_coalesced", -1, /*fallback=*/true);
+  std::map<std::string, std::vector<at::Tensor>> by_device;
+  for (const auto& t : tensors) by_device[t.device().str()].push_back(t);
+  // Each tensor starts 8-byte aligned: reinterpreting bytes as a dtype
+  // needs an offset divisible by its size.
+  auto bytesOf = [](const at::Tensor& t) {
+    return t.numel() * static_cast<int64_t>(t.element_size());
+  };
+  auto aligned = [](int64_t n) { return (n + 7) / 8 * 8; };
+  for (auto& [device, members] : by_device) {
+    int64_t total = 0;
+    for (const auto& t : members) total += aligned(bytesOf(t));
+    at::Tensor packed = at::empty({total / 4}, members.front().options().dtype(at::kInt));
+    at::Tensor bytes = packed.view(at::kByte);
+    int64_t offset = 0;
+    for (const auto& t : members) {
+      if (group.rank() == root) {
+        bytes.narrow(0, offset, bytesOf(t)).copy_(t.reshape({-1}).view(at::kByte));
+      }
+      offset += aligned(bytesOf(t));
+    }
+    group.broadcast(packed, root);
+    if (group.rank() == root) continue;
+    offset = 0;
+    for (const auto& t : members) {
+      t.copy_(bytes.narrow(0, offset, bytesOf(t)).view(t.scalar_type()).view(t.sizes()));
+      offset += aligned(bytesOf(t));
+    }
+  }
+}
+
+}  // namespace ddp::comm

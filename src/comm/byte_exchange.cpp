@@ -1,0 +1,43 @@
+#include "comm/byte_exchange.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ddp::comm::detail {
+namespace {
+
+int64_t wordsFor(int64_t bytes) { return std::max<int64_t>((bytes + 3) / 4, 1); }
+
+}  // namespace
+
+std::string broadcast_bytes(ProcessGroup& group, const std::string& bytes, int root) {
+  at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  group.broadcast(length, root);
+  const int64_t size = length.item<int64_t>();
+  at::Tensor words = at::zeros({wordsFor(size)}, at::kInt);
+  if (group.rank() == root) std::memcpy(words.data_ptr(), bytes.data(), bytes.size());
+  group.broadcast(words, root);
+  return std::string(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(size));
+}
+
+std::vector<std::string> all_gather_bytes(ProcessGroup& group, const std::string& bytes) {
+  const int world = group.size();
+  at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  at::Tensor lengths = at::empty({world}, at::kLong);
+  group.all_gather(lengths, length);
+  const int64_t words = wordsFor(lengths.max().item<int64_t>());
+  at::Tensor mine = at::zeros({words}, at::kInt);
+  std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
+  at::Tensor all = at::empty({world * words}, at::kInt);
+  group.all_gather(all, mine);
+  std::vector<std::string> result(world);
+  const char* base = static_cast<const char*>(all.data_ptr());
+  for (int r = 0; r < world; ++r) {
+    result[r].assign(base + r * words * 4, static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  return result;
+}
+
+}  // namespace ddp::comm::detail

@@ -1,0 +1,173 @@
+#include "ddp/comm/process_group.hpp"
+
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+#include "comm/collective_observation.hpp"
+#include "ddp/comm/collective_observer.hpp"
+#include "ddp/comm/errors.hpp"
+#include "comm/dtype_name.hpp"
+
+namespace ddp::comm {
+namespace {
+
+bool isSupportedDtype(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float:
+    case c10::ScalarType::Double:
+    case c10::ScalarType::BFloat16:
+    case c10::ScalarType::Half:
+    case c10::ScalarType::Int:
+    case c10::ScalarType::Long:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void checkTensor(const char* collective, const char* role, const at::Tensor& tensor) {
+  const std::string where = std::string(collective) + ": the " + role + " tensor";
+  if (!tensor.defined()) {
+    throw InvalidArgumentError(where + " is undefined; pass an allocated tensor.");
+  }
+  if (tensor.is_sparse() || tensor.layout() != c10::kStrided) {
+    throw InvalidArgumentError(where + " is not dense (layout " + c10::str(tensor.layout()) +
+                               "); convert it with .to_dense().");
+  }
+  if (!tensor.is_contiguous()) {
+    throw InvalidArgumentError(where + " is not contiguous (sizes " + c10::str(tensor.sizes()) +
+                               ", strides " + c10::str(tensor.strides()) +
+                               "); pass tensor.contiguous() and copy the result back.");
+  }
+  if (!isSupportedDtype(tensor.scalar_type())) {
+    throw InvalidArgumentError(where + " has dtype " + detail::dtypeName(tensor.scalar_type()) +
+                               ", which ddp's collectives do not carry; use float32, float64, "
+                               "bfloat16, float16, int32 or int64 (tensor.to(...)).");
+  }
+}
+
+void checkSameKind(const char* collective, const at::Tensor& output, const at::Tensor& input) {
+  if (output.scalar_type() != input.scalar_type() || output.device() != input.device()) {
+    throw InvalidArgumentError(
+        std::string(collective) + ": output is " + detail::dtypeName(output.scalar_type()) +
+        " on " + output.device().str() + " but input is " + detail::dtypeName(input.scalar_type()) +
+        " on " + input.device().str() +
+        "; both must have the same dtype and "
+        "device.");
+  }
+}
+
+}  // namespace
+
+const char* to_string(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
+  }
+  return "unknown";
+}
+
+ProcessGroup::ProcessGroup(Topology topology, std::chrono::milliseconds collective_timeout)
+    : topology_(std::move(topology)), collective_timeout_(collective_timeout) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::add_observer(std::shared_ptr<CollectiveObserver> observer) {
+  if (!observer) {
+    throw InvalidArgumentError(
+        "add_observer: the observer is null; pass a std::shared_ptr to a CollectiveObserver.");
+  }
+  observers_.push_back(std::move(observer));
+}
+
+// Each public method: check, then, only when observers are attached (Note
+// [Observing collectives]), tell them around the backend's call.
+
+Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
+  checkTensor("all_reduce", "input", tensor);
+  if (observers_.empty()) return do_all_reduce(tensor, op);
+  return detail::observe_collective(observers_, "all_reduce", tensor, op, -1,
+                                    [this, &tensor, op] { return do_all_reduce(tensor, op); });
+}
+
+void ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op).wait();
+}
+
+Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root) {
+  checkTensor("broadcast", "input", tensor);
+  if (root < 0 || root >= size()) {
+    throw InvalidArgumentError("broadcast: root rank " + std::to_string(root) +
+                               " is outside the group (ranks 0 to " + std::to_string(size() - 1) +
+                               "); pass an existing rank.");
+  }
+  if (observers_.empty()) return do_broadcast(tensor, root);
+  return detail::observe_collective(observers_, "broadcast", tensor, std::nullopt, root,
+                                    [this, &tensor, root] { return do_broadcast(tensor, root); });
+}
+
+void ProcessGroup::broadcast(const at::Tensor& tensor, int root) {
+  broadcast_async(tensor, root).wait();
+}
+
+Work ProcessGroup::all_gather_async(const at::Tensor& output, const at::Tensor& input) {
+  checkTensor("all_gather", "input", input);
+  checkTensor("all_gather", "output", output);
+  checkSameKind("all_gather", output, input);
+  if (output.numel() != input.numel() * size()) {
+    throw InvalidArgumentError(
+        "all_gather: output has " + std::to_string(output.numel()) +
+        " elements but must hold every rank's input: " + std::to_string(size()) + " ranks x " +
+        std::to_string(input.numel()) + " = " + std::to_string(input.numel() * size()) +
+        "; allocate it with size() * input.numel() elements.");
+  }
+  if (observers_.empty()) return do_all_gather(output, input);
+  return detail::observe_collective(
+      observers_, "all_gather", input, std::nullopt, -1,
+      [this, &output, &input] { return do_all_gather(output, input); });
+}
+
+void ProcessGroup::all_gather(const at::Tensor& output, const at::Tensor& input) {
+  all_gather_async(output, input).wait();
+}
+
+Work ProcessGroup::reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
+                                        ReduceOp op) {
+  checkTensor("reduce_scatter", "input", input);
+  checkTensor("reduce_scatter", "output", output);
+  checkSameKind("reduce_scatter", output, input);
+  if (input.numel() != output.numel() * size()) {
+    throw InvalidArgumentError(
+        "reduce_scatter: input has " + std::to_string(input.numel()) +
+        " elements but must hold one output-sized chunk per rank: " + std::to_string(size()) +
+        " ranks x " + std::to_string(output.numel()) + " = " +
+        std::to_string(output.numel() * size()) + "; size the input as size() * output.numel().");
+  }
+  if (observers_.empty()) return do_reduce_scatter(output, input, op);
+  return detail::observe_collective(
+      observers_, "reduce_scatter", input, op, -1,
+      [this, &output, &input, op] { return do_reduce_scatter(output, input, op); });
+}
+
+void ProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  reduce_scatter_async(output, input, op).wait();
+}
+
+Work ProcessGroup::barrier_async() {
+  if (observers_.empty()) return do_barrier();
+  return detail::observe_collective(observers_, "barrier", at::Tensor(), std::nullopt, -1,
+                                    [this] { return do_barrier(); });
+}
+
+void ProcessGroup::barrier() { barrier_async().wait(); }
+
+}  // namespace ddp::comm

@@ -1,0 +1,24 @@
+#include "comm/timeout_message.hpp"
+
+namespace ddp::comm::detail {
+
+std::string timeoutMessage(const std::string& what, std::chrono::milliseconds timeout,
+                           const std::string& missing, const std::string& unknown_why) {
+  const std::string ms = std::to_string(timeout.count());
+  std::string text = what + " did not finish within " + ms + " ms";
+  if (!missing.empty()) {
+    text += ": rank(s) " + missing + " did not reach it";
+  } else {
+    const std::string why = unknown_why.substr(0, unknown_why.find('\n'));
+    text += " (" +
+            (why.empty() ? std::string("the engine does not say which ranks were missing") : why) +
+            ")";
+  }
+  return text +
+         ". Another rank may have crashed, stopped, or issued different collectives: check every "
+         "rank's log (all ranks must issue the same collectives in the same order), or raise the "
+         "collective timeout (InitOptions::collective_timeout, now " +
+         ms + " ms).";
+}
+
+}  // namespace ddp::comm::detail

@@ -1,0 +1,158 @@
+#include "ddp/comm/work.hpp"
+
+#include <c10/core/ScalarType.h>
+
+#include "comm/collective_observation.hpp"
+#include "ddp/comm/errors.hpp"
+#include "comm/dtype_name.hpp"
+#include "comm/timeout_message.hpp"
+#include "comm/work_impl.hpp"
+
+namespace ddp::comm {
+namespace detail {
+
+std::string CollectiveInfo::describe() const {
+  std::string text = engine.empty() ? name : engine + " " + name;
+  if (op) text += std::string("(") + to_string(*op) + ")";
+  text += " of " + std::to_string(numel) + " " + dtypeName(dtype) + " elements";
+  return text + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size);
+}
+
+CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, const char* name,
+                              const at::Tensor& tensor, std::optional<ReduceOp> op) {
+  CollectiveInfo info;
+  info.engine = std::move(engine);
+  info.name = name;
+  info.op = op;
+  info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
+  info.numel = tensor.defined() ? tensor.numel() : 0;
+  info.rank = group.rank();
+  info.world_size = group.size();
+  info.timeout = group.collective_timeout();
+  info.issued_at = std::chrono::steady_clock::now();
+  return info;
+}
+
+WorkImpl::WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish)
+    : info_(std::move(info)), work_(std::move(work)), finish_(std::move(finish)) {}
+
+WorkImpl::WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish)
+    : upstream_(std::move(upstream)),
+      finish_(std::move(finish)),
+      has_local_step_(static_cast<bool>(finish_)) {}
+
+namespace {
+
+// An observed collective's Work and its observation in one allocation
+// (Note [Observing collectives]). The observation, if no wait() ended it,
+// ends as not waited on when the Work is destroyed (Note [When a collective
+// ends]).
+class ObservedWorkImpl final : public WorkImpl {
+ public:
+  ObservedWorkImpl(std::shared_ptr<WorkImpl> upstream, CollectiveObservation observation)
+      : WorkImpl(std::move(upstream), nullptr), observation_(std::move(observation)) {
+    end_on_wait(&observation_);
+  }
+
+ private:
+  CollectiveObservation observation_;
+};
+
+}  // namespace
+
+void WorkImpl::wait() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!waited_) {
+    waited_ = true;
+    try {
+      if (upstream_) upstream_->wait();
+      if (work_) {
+        if (info_.engine_enforces_timeout) {
+          work_->wait();
+        } else {
+          work_->wait(info_.timeout);
+        }
+      }
+      if (finish_) finish_();
+    } catch (const Error&) {
+      error_ = std::current_exception();
+    } catch (const std::exception& e) {
+      try {
+        rethrowAsDdpError(info_, e);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+    finish_ = nullptr;
+    done_.store(true, std::memory_order_release);
+    if (observation_) {  // observers must not change the outcome: end() is noexcept
+      observation_->end(error_, /*issued=*/true, /*waited=*/true);
+      observation_ = nullptr;
+    }
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+// Lock-free so that polling never waits behind a blocking wait(); the
+// engine handles are kept until the Work is destroyed, so reading them here
+// cannot race with wait().
+bool WorkImpl::is_completed() const {
+  if (done_.load(std::memory_order_acquire)) return true;
+  return (!upstream_ || upstream_->is_completed()) && (!work_ || work_->isCompleted());
+}
+
+// Note [Classifying foreign errors]
+// ddp's own engines throw ddp's typed errors. The c10d engines throw
+// whatever Gloo or NCCL raise, with wording that differs between engines and
+// LibTorch versions, so the text decides nothing. Both engines were given
+// this collective's timeout, and their timers started after `issued_at`: an
+// error raised once the timeout has elapsed since then is their timeout; an
+// earlier one (a closed connection, a peer that exited) is not.
+void rethrowAsDdpError(const CollectiveInfo& info, const std::exception& error) {
+  const std::string cause = error.what();
+  if (std::chrono::steady_clock::now() - info.issued_at >= info.timeout) {
+    throw TimeoutError(
+        timeoutMessage(info.describe(), info.timeout, "",
+                       "the engine does not say which ranks were missing; it said: " + cause));
+  }
+  throw CollectiveError(info.describe() + " failed: " + cause.substr(0, cause.find('\n')) +
+                        ". A peer rank may have exited; check every rank's log.");
+}
+
+Work startCollective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
+                     std::function<void()> finish) {
+  compat::WorkPtr work;
+  try {
+    work = issue();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    rethrowAsDdpError(info, e);
+  }
+  return Work(std::make_shared<WorkImpl>(info, std::move(work), std::move(finish)));
+}
+
+}  // namespace detail
+
+Work::Work() = default;
+
+Work::Work(std::shared_ptr<detail::WorkImpl> impl) : impl_(std::move(impl)) {}
+
+void Work::wait() {
+  if (impl_) impl_->wait();
+}
+
+bool Work::is_completed() const { return !impl_ || impl_->is_completed(); }
+
+Work Work::then(std::function<void()> after) const {
+  // A completed (empty) Work has no upstream: `after` runs on wait().
+  return Work(std::make_shared<detail::WorkImpl>(impl_, std::move(after)));
+}
+
+Work detail::observed(const Work& work, detail::CollectiveObservation observation) {
+  return Work(std::make_shared<detail::ObservedWorkImpl>(work.impl_, std::move(observation)));
+}
+
+std::string Work::description() const { return impl_ ? impl_->description() : "completed work"; }
+
+}  // namespace ddp::comm

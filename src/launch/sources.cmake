@@ -1,0 +1,14 @@
+# ddp::launch, the launcher layer on ddp::comm: ddprun's agent, the node
+# rendezvous, the recovery store, child processes with deadlines and port
+# reservations (used by ddprun, the tests, the self-check tool and the
+# benchmarks). Included by the top-level CMakeLists.txt.
+set(launch ${PROJECT_SOURCE_DIR}/src/launch)
+ddp_add_library(launch STATIC DEPENDS ddp_comm SOURCES
+  ${launch}/agent.cpp
+  ${launch}/child_process.cpp
+  ${launch}/port_reservation.cpp
+  ${launch}/launch_options.cpp
+  ${launch}/node_rendezvous.cpp
+  ${launch}/rank_output.cpp
+  ${launch}/recovery_store.cpp
+  ${launch}/stall_report.cpp)

@@ -1,0 +1,173 @@
+#include "ddp/parallel/data_parallel.hpp"
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "ddp/comm/errors.hpp"
+#include "parallel/data_parallel/replica_set.hpp"
+
+namespace ddp::parallel {
+namespace {
+
+std::vector<c10::Device> defaultDevices() {
+  std::vector<c10::Device> devices;
+  const auto count = torch::cuda::device_count();
+  for (size_t i = 0; i < count; ++i) {
+    devices.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
+  }
+  if (devices.empty()) devices.emplace_back(c10::kCPU);
+  return devices;
+}
+
+// "cuda" (the current device) matches any CUDA device index.
+bool onDevice(const at::Tensor& tensor, const c10::Device& device) {
+  return tensor.device().type() == device.type() &&
+         (!device.has_index() || tensor.device().index() == device.index());
+}
+
+void checkPlacement(torch::nn::Module& module, const c10::Device& device) {
+  auto check = [&](const std::string& name, const at::Tensor& tensor) {
+    if (onDevice(tensor, device)) return;
+    throw ConfigError("DataParallel: '" + name + "' is on " + tensor.device().str() +
+                      " but the module must live on the first device, " + device.str() +
+                      ", which holds replica 0 and gathers the gradients; call "
+                      "module->to(" +
+                      device.str() + ") first or list that device first.");
+  };
+  for (const auto& item : module.named_parameters()) check(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) check(item.key(), item.value());
+}
+
+void checkInput(const char* what, const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.dim() == 0 || tensor.size(0) == 0) {
+    throw InvalidArgumentError(
+        std::string("DataParallel: the ") + what + " is " +
+        (!tensor.defined() ? std::string("undefined") : "of shape " + c10::str(tensor.sizes())) +
+        "; it must hold at least one sample along dimension 0, which is "
+        "split across the replicas.");
+  }
+}
+
+}  // namespace
+
+DataParallelImpl::DataParallelImpl(torch::nn::AnyModule module, DataParallelOptions options)
+    : module_(std::move(module)), options_(std::move(options)) {
+  if (module_.is_empty()) {
+    throw ConfigError("DataParallel: the module is empty; pass the module to replicate.");
+  }
+  if (options_.devices().empty()) options_.devices(defaultDevices());
+  if (!options_.output_device()) options_.output_device(options_.devices().front());
+  register_module("module", module_.ptr());
+  checkPlacement(*module_.ptr(), options_.devices().front());
+  try {
+    replicas_ = std::make_shared<detail::ReplicaSet>(module_, options_.devices());
+  } catch (const c10::Error& e) {
+    throw ConfigError(std::string("DataParallel: cannot replicate the module (") +
+                      e.what_without_backtrace() +
+                      "). Replicas are deep copies made with "
+                      "clone(): derive the module from torch::nn::Cloneable<YourImpl>.");
+  }
+  replicas_->attachHooks();
+}
+
+DataParallelImpl::~DataParallelImpl() = default;
+
+std::shared_ptr<torch::nn::Module> DataParallelImpl::replica(size_t index) const {
+  if (index >= replicas_->size()) {
+    throw InvalidArgumentError("DataParallel: replica " + std::to_string(index) +
+                               " does not exist; there are " + std::to_string(replicas_->size()) +
+                               " (one per device).");
+  }
+  return replicas_->module(index).ptr();
+}
+
+size_t DataParallelImpl::replicas_used() const { return replicas_->lastUsed(); }
+
+torch::Tensor DataParallelImpl::forward(const torch::Tensor& input) {
+  checkInput("input", input);
+  std::vector<torch::Tensor> chunks = input.chunk(static_cast<int64_t>(replicas_->size()), 0);
+  const size_t count = chunks.size();
+  replicas_->refresh(count);
+  std::vector<torch::Tensor> outputs(count);
+  replicas_->run(count, "forward", [&](size_t i) {
+    outputs[i] = replicas_->module(i).forward(chunks[i].to(replicas_->device(i)));
+    if (outputs[i].dim() == 0) {
+      throw InvalidArgumentError(
+          "the output is a scalar, but DataParallel gathers outputs "
+          "along dimension 0; return one row per sample, or compute "
+          "the loss with forward_backward().");
+    }
+  });
+  for (auto& output : outputs) output = output.to(*options_.output_device());
+  torch::Tensor gathered = count == 1 ? outputs.front() : torch::cat(outputs, 0);
+  if (gathered.requires_grad()) replicas_->expectBackward(count);
+  return gathered;
+}
+
+torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
+                                                 const torch::Tensor& target,
+                                                 const LossFunction& loss_fn) {
+  checkInput("input", input);
+  checkInput("target", target);
+  if (target.size(0) != input.size(0)) {
+    throw InvalidArgumentError("DataParallel: the target has " + std::to_string(target.size(0)) +
+                               " samples along dimension 0 but the input has " +
+                               std::to_string(input.size(0)) + "; pass one target per sample.");
+  }
+  if (!torch::GradMode::is_enabled()) {
+    throw InvalidArgumentError(
+        "DataParallel: forward_backward() runs backward, but gradients "
+        "are disabled here (a NoGradGuard is active); call forward() "
+        "for inference.");
+  }
+  auto checkScalar = [](const torch::Tensor& loss) {
+    if (loss.numel() != 1) {
+      throw InvalidArgumentError("the loss has shape " + c10::str(loss.sizes()) +
+                                 "; the loss function must return a scalar (reduce it with "
+                                 "mean or sum).");
+    }
+  };
+  const c10::Device output_device = *options_.output_device();
+  if (!options_.balanced_memory()) {
+    torch::Tensor loss = loss_fn(forward(input), target.to(output_device));
+    checkScalar(loss);
+    loss.backward();
+    return loss.detach();
+  }
+  std::vector<torch::Tensor> inputs = input.chunk(static_cast<int64_t>(replicas_->size()), 0);
+  std::vector<torch::Tensor> targets = target.chunk(static_cast<int64_t>(replicas_->size()), 0);
+  const size_t count = inputs.size();
+  const double batch = static_cast<double>(input.size(0));
+  replicas_->refresh(count);
+  std::vector<torch::Tensor> losses(count);
+  replicas_->setReducingManually(true);
+  struct RestoreHooks {
+    detail::ReplicaSet& replicas;
+    ~RestoreHooks() { replicas.setReducingManually(false); }
+  } restore{*replicas_};
+  auto run_replica = [&](size_t i) {
+    const c10::Device device = replicas_->device(i);
+    torch::Tensor output = replicas_->module(i).forward(inputs[i].to(device));
+    torch::Tensor loss = loss_fn(output, targets[i].to(device));
+    checkScalar(loss);
+    if (options_.loss_reduction() == LossReduction::kMean) {
+      loss = loss * (static_cast<double>(inputs[i].size(0)) / batch);
+    }
+    loss.backward();
+    losses[i] = loss.detach().reshape({}).to(output_device);
+  };
+  try {
+    replicas_->run(count, "forward_backward", run_replica);
+  } catch (...) {
+    replicas_->discardGradients(count);  // Never let them reach a later step.
+    throw;
+  }
+  replicas_->reduceGradients(count);
+  torch::Tensor total = losses.front();
+  for (size_t i = 1; i < count; ++i) total = total + losses[i];
+  return total;
+}
+
+}  // namespace ddp::parallel

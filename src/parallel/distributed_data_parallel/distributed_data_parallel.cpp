@@ -1,0 +1,154 @@
+#include "ddp/parallel/distributed_data_parallel.hpp"
+
+#include <torch/torch.h>
+
+#include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/errors.hpp"
+#include "parallel/distributed_data_parallel/model_sync.hpp"
+#include "parallel/distributed_data_parallel/reducer.hpp"
+
+namespace ddp::parallel {
+namespace {
+
+void validate(const DistributedDataParallelOptions& options,
+              const std::shared_ptr<ProcessGroup>& group) {
+  if (!group) {
+    throw ConfigError(
+        "DistributedDataParallel: the process group is null; pass the group "
+        "returned by ddp::init().");
+  }
+  auto positive = [](double value, const char* name) {
+    if (!(value > 0)) {
+      throw ConfigError(std::string("DistributedDataParallel: ") + name + " is " +
+                        std::to_string(value) +
+                        "; it must be a positive number of MiB (PyTorch "
+                        "uses 25 for bucket_cap_mb and 1 for the first bucket).");
+    }
+  };
+  positive(options.bucket_cap_mb(), "bucket_cap_mb");
+  positive(options.first_bucket_cap_mb(), "first_bucket_cap_mb");
+}
+
+// The factor on every reduced bucket in a Join round (Note [Joining]):
+// world / contributing ranks when averaging over contributors, else 1.
+double joinScale(const Join& join, const JoinRound& round) {
+  if (join.options().divide_by_initial_world_size()) return 1.0;
+  return static_cast<double>(round.world) / round.active;
+}
+
+}  // namespace
+
+DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule module,
+                                                         DistributedDataParallelOptions options,
+                                                         std::shared_ptr<ProcessGroup> group)
+    : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
+  validate(options_, group_);
+  register_module("module", module_.ptr());
+
+  std::vector<std::string> names, buffer_names;
+  std::vector<at::Tensor> parameters, buffers, trainable;
+  std::vector<std::string> trainable_names;
+  for (const auto& item : module_.ptr()->named_parameters()) {
+    names.push_back(item.key());
+    parameters.push_back(item.value());
+    if (item.value().requires_grad()) {
+      trainable_names.push_back(item.key());
+      trainable.push_back(item.value());
+    }
+  }
+  for (const auto& item : module_.ptr()->named_buffers()) {
+    buffer_names.push_back(item.key());
+    buffers.push_back(item.value());
+  }
+  for (const auto& p : parameters) {
+    if (p.device() != parameters.front().device()) {
+      throw ConfigError(
+          "DistributedDataParallel: the module's parameters are on several "
+          "devices (" +
+          parameters.front().device().str() + " and " + p.device().str() +
+          "); move the whole module to one device first, "
+          "one device per process.");
+    }
+  }
+
+  detail::verifySameAcrossRanks(*group_, detail::describeTensors(names, parameters), "parameters");
+  detail::verifySameAcrossRanks(*group_, detail::describeTensors(buffer_names, buffers), "buffers");
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> state = parameters;
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    broadcast_tensors(*group_, state, 0);
+  }
+  reducer_ = std::make_shared<detail::Reducer>(std::move(trainable), std::move(trainable_names),
+                                               group_, options_);
+  reducer_->attachHooks();
+  // The same collectives in every iteration (Note [Naming a mismatch on
+  // every rank]): one all-gather at construction.
+  detail::verifySameAcrossRanks(
+      *group_, reducer_->describe_layout(), "DDP options and gradient buckets",
+      "Give every rank the same DistributedDataParallelOptions (bucket_cap_mb, "
+      "first_bucket_cap_mb, find_unused_parameters, static_graph, broadcast_buffers).");
+}
+
+DistributedDataParallelImpl::~DistributedDataParallelImpl() = default;
+
+void DistributedDataParallelImpl::prepare_forward() {
+  int source = 0;
+  if (Join* join = active_join()) {
+    // Note [Joining]: only training forwards are iterations.
+    if (!torch::GradMode::is_enabled() || !is_training()) return;
+    const JoinRound round = join->notify(*this, reducer_->requireSync());
+    source = round.source;
+    reducer_->set_join_round(source, joinScale(*join, round));
+  }
+  if (options_.broadcast_buffers() && group_->size() > 1) {
+    try {
+      broadcast_buffers(source);
+    } catch (const TimeoutError& e) {
+      reducer_->explain_failure(e, "the buffer broadcast");
+    } catch (const CollectiveError& e) {
+      reducer_->explain_failure(e, "the buffer broadcast");
+    }
+  }
+}
+
+torch::Tensor DistributedDataParallelImpl::finish_forward(torch::Tensor output) {
+  if (torch::GradMode::is_enabled()) reducer_->watchOutput(output);
+  return output;
+}
+
+void DistributedDataParallelImpl::broadcast_buffers(int source) {
+  std::vector<at::Tensor> buffers = module_.ptr()->buffers();
+  if (buffers.empty()) return;
+  torch::NoGradGuard no_grad;
+  broadcast_tensors(*group_, buffers, source);
+}
+
+void DistributedDataParallelImpl::join_shadow(const JoinRound& round) {
+  // The same scale as on the ranks still training: the averaged gradients
+  // the shadow leaves in .grad are theirs (a ZeroRedundancyOptimizer joined
+  // after DDP steps this rank's shard with them).
+  reducer_->set_join_round(round.source, joinScale(*active_join(), round));
+  if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(round.source);
+  if (round.sync) reducer_->shadow_iteration();
+}
+
+void DistributedDataParallelImpl::join_finish(int source) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> state = module_.ptr()->parameters();
+  for (const auto& buffer : module_.ptr()->buffers()) state.push_back(buffer);
+  broadcast_tensors(*group_, state, source);
+}
+
+ReducerStats DistributedDataParallelImpl::stats() const { return reducer_->stats(); }
+
+DistributedDataParallelImpl::NoSyncGuard::NoSyncGuard(DistributedDataParallelImpl& owner)
+    : owner_(owner), previous_(owner.reducer_->requireSync()) {
+  owner_.reducer_->setRequireSync(false);
+}
+
+DistributedDataParallelImpl::NoSyncGuard::~NoSyncGuard() {
+  owner_.reducer_->setRequireSync(previous_);
+}
+
+}  // namespace ddp::parallel

@@ -1,0 +1,113 @@
+// Every error type of ddp/comm/errors.hpp has its own exit code, the one that
+// Note [Exit codes] lists: the table below is the closed list of kinds, and
+// a new kind must be added to it. Adding context (rethrow_with_prefix, as
+// DataParallel does for a failed replica) keeps the kind.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "ddp/comm/errors.hpp"
+
+namespace ddp {
+namespace {
+
+struct Kind {
+  std::string name;
+  std::function<void(const std::string&)> raise;
+  ExitCode code;
+  int value;  // The number scripts see; never changes once released.
+};
+
+template <typename E>
+std::function<void(const std::string&)> raising() {
+  return [](const std::string& message) { throw E(message); };
+}
+
+const std::vector<Kind>& allKinds() {
+  static const std::vector<Kind> kinds = {
+      {"ConfigError", raising<ConfigError>(), ExitCode::kConfig, 3},
+      {"RendezvousError", raising<RendezvousError>(), ExitCode::kRendezvous, 4},
+      {"TimeoutError", raising<TimeoutError>(), ExitCode::kTimeout, 5},
+      {"CollectiveError", raising<CollectiveError>(), ExitCode::kCollective, 6},
+      {"InvalidArgumentError", raising<InvalidArgumentError>(), ExitCode::kInvalidArgument, 7},
+      {"BackendUnavailableError", raising<BackendUnavailableError>(), ExitCode::kBackendUnavailable,
+       8},
+      {"SnapshotError", raising<SnapshotError>(), ExitCode::kSnapshot, 9},
+      {"DataError", raising<DataError>(), ExitCode::kData, 10},
+      {"MetricsError", raising<MetricsError>(), ExitCode::kMetrics, 11},
+      {"PlotError", raising<PlotError>(), ExitCode::kPlot, 12},
+      {"IoError", raising<IoError>(), ExitCode::kIo, 13},
+      {"LaunchError", raising<LaunchError>(), ExitCode::kLaunch, 14},
+  };
+  return kinds;
+}
+
+TEST(CoreExitCodes, EveryKindMapsToItsOwnDocumentedCode) {
+  for (const Kind& kind : allKinds()) {
+    SCOPED_TRACE(kind.name);
+    EXPECT_EQ(static_cast<int>(kind.code), kind.value);
+    try {
+      kind.raise("what went wrong");
+      ADD_FAILURE() << "nothing thrown";
+    } catch (const Error& e) {  // Every kind is a ddp::Error ...
+      EXPECT_STREQ(e.what(), "what went wrong");
+      EXPECT_EQ(exit_code_for(e), kind.code);
+      // ... and is classified as well through a std::exception.
+      const std::exception& plain = e;
+      EXPECT_EQ(exit_code_for(plain), kind.code);
+      EXPECT_EQ(e.exit_code(), kind.code);
+      try {
+        e.rethrow_with_prefix("replica 1: ");
+      } catch (const Error& again) {
+        EXPECT_STREQ(again.what(), "replica 1: what went wrong");
+        EXPECT_EQ(again.exit_code(), kind.code);
+        EXPECT_EQ(typeid(again), typeid(e)) << typeid(again).name();
+      }
+    }
+  }
+  // ddp::Error itself, and any other exception, is kFailure.
+  try {
+    Error("plain").rethrow_with_prefix("context: ");
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "context: plain");
+    EXPECT_EQ(typeid(e), typeid(Error));
+    EXPECT_EQ(exit_code_for(e), ExitCode::kFailure);
+  }
+  EXPECT_EQ(exit_code_for(std::runtime_error("foreign")), ExitCode::kFailure);
+}
+
+TEST(CoreExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
+  std::map<int, std::string> owner;
+  for (const Kind& kind : allKinds()) {
+    const auto [it, inserted] = owner.emplace(kind.value, kind.name);
+    EXPECT_TRUE(inserted) << kind.name << " shares exit code " << kind.value << " with "
+                          << it->second;
+  }
+  EXPECT_EQ(static_cast<int>(ExitCode::kSuccess), 0);
+  EXPECT_EQ(static_cast<int>(ExitCode::kFailure), 1);
+  // 0, 1 and 2 belong to no kind; the kinds take 3, 4, ... without gaps.
+  std::set<int> expected;
+  for (int value = 3; value < 3 + static_cast<int>(allKinds().size()); ++value) {
+    expected.insert(value);
+  }
+  std::set<int> actual;
+  for (const auto& entry : owner) actual.insert(entry.first);
+  EXPECT_EQ(actual, expected);
+}
+
+TEST(CoreExitCodes, OtherExceptionsAreGenericFailures) {
+  EXPECT_EQ(exit_code_for(Error("a failure of no particular kind")), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(std::runtime_error("foreign")), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(std::logic_error("foreign")), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(std::out_of_range("foreign")), ExitCode::kFailure);
+}
+
+}  // namespace
+}  // namespace ddp

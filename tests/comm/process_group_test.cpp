@@ -1,0 +1,61 @@
+// A process group of one (no launcher variables, no network), and the
+// argument checks every collective makes before an engine sees it.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/auto_backend_name.hpp"
+#include "common/error_capture.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
+
+namespace ddp {
+namespace {
+
+using ddp::testing::error_of;
+
+std::shared_ptr<ProcessGroup> single() { return init(InitOptions(), EnvironmentMap{}); }
+
+TEST(CoreProcessGroup, AloneWithoutVariables) {
+  auto group = single();
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(group->backend_name(), ddp::testing::autoBackendName("shm"));
+  torch::Tensor t = torch::arange(5, torch::kFloat32);
+  group->all_reduce(t, ReduceOp::kAverage);
+  EXPECT_TRUE(torch::equal(t, torch::arange(5, torch::kFloat32)));
+}
+
+TEST(CoreProcessGroup, RejectsBadArguments) {
+  auto group = single();
+  EXPECT_EQ(
+      error_of<InvalidArgumentError>([&] { group->all_reduce(torch::ones({2}, torch::kBool)); }),
+      "all_reduce: the input tensor has dtype bool, which ddp's collectives do not carry; "
+      "use float32, float64, bfloat16, float16, int32 or int64 (tensor.to(...)).");
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
+              group->all_reduce(torch::ones({4, 4}).t());
+            }).find("is not contiguous"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of<InvalidArgumentError>([&] { group->all_reduce(torch::Tensor()); }).find("undefined"),
+      std::string::npos);
+  EXPECT_EQ(error_of<InvalidArgumentError>([&] { group->broadcast(torch::ones({2}), 1); }),
+            "broadcast: root rank 1 is outside the group (ranks 0 to 0); pass an existing rank.");
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
+              group->all_gather(torch::ones({3}), torch::ones({2}));
+            }).find("output has 3 elements but must hold every rank's input: 1 ranks x 2 = 2"),
+            std::string::npos);
+  EXPECT_NE(error_of<InvalidArgumentError>([&] {
+              group->reduce_scatter(torch::ones({2}), torch::ones({2}, torch::kInt32));
+            }).find("output is float32 on cpu but input is int32 on cpu"),
+            std::string::npos);
+}
+
+TEST(CoreProcessGroup, InvalidOptionsAreConfigErrors) {
+  EXPECT_THROW(init(InitOptions().rendezvous_timeout(std::chrono::milliseconds(0)), {}),
+               ConfigError);
+  EXPECT_THROW(init(InitOptions().backend("mpi"), {}), ConfigError);
+}
+
+}  // namespace
+}  // namespace ddp

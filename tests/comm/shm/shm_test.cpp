@@ -1,0 +1,199 @@
+// The shared-memory engine (`shm`) and the hierarchical one, with 1 to 4
+// real processes: results equal Gloo's and the closed forms, DDP trains the
+// same on it, failures end in an error after the timeout (never a hang), and
+// no shared-memory segment outlives its job.
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/auto_backend_name.hpp"
+#include "common/expect_checks.hpp"
+#include "ddp/comm/errors.hpp"
+#include "multiprocess/ddp_checks.hpp"
+#include "multiprocess/harness.hpp"
+#include "multiprocess/worker_checks.hpp"
+#include "comm/shm/shm_checks.hpp"
+
+namespace ddp::testing {
+namespace {
+
+constexpr int kTimeout = static_cast<int>(ExitCode::kTimeout);
+constexpr int kCollective = static_cast<int>(ExitCode::kCollective);
+
+// The names of ddp_test_worker's "stress" scenario, which runs kStressIterations
+// rounds of the plan in tests/comm/shm/shm_checks.hpp.
+std::set<std::string> stressCheckNames(int world) {
+  std::set<std::string> names;
+  for (const auto& round : stressPlan(kStressIterations, world)) {
+    for (const auto& collective : round) names.insert(collective.name);
+  }
+  return names;
+}
+
+// `nodes` nodes of `world / nodes` ranks each, as torchrun lays them out.
+std::set<std::string> segmentsInDevShm() {
+  std::set<std::string> names;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name.rfind("ddp-shm-", 0) == 0) names.insert(name);
+    }
+    closedir(dir);
+  }
+  return names;
+}
+
+class ShmWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmWorld, EqualsGlooAndClosedFormsForEveryDtypeOpAndSize) {
+  const int world = GetParam();
+  auto results = runRanks(world, {"shm-vs-gloo", "--backend", "gloo"}, torchrunEnvironment,
+                          std::chrono::seconds(200));
+  // Every dtype and size: each op against Gloo and the closed form, every
+  // root, all-gather, reduce-scatters; one long reduce-scatter; 64 MiB.
+  expectChecks(results, shmAgainstGlooCheckNames(world));
+}
+
+TEST_P(ShmWorld, EveryCollectiveMatchesItsClosedForm) {
+  const int world = GetParam();
+  auto results = runRanks(world, {"collectives", "--backend", "shm"});
+  expectChecks(results, collectiveCheckNames(world));
+  for (const auto& r : results) EXPECT_EQ(r.output.find("backend=gloo"), std::string::npos);
+}
+
+TEST_P(ShmWorld, OverlappingCollectivesUnderStress) {
+  auto results = runRanks(GetParam(), {"stress", "--backend", "shm"}, torchrunEnvironment,
+                          std::chrono::seconds(120));
+  expectChecks(results, stressCheckNames(GetParam()));
+}
+
+TEST_P(ShmWorld, DistributedDataParallelTrainsAsOneProcess) {
+  const int world = GetParam();
+  auto results = runRanks(world, {"ddp", "--backend", "shm"});
+  expectChecksPerRank(results, ddpCheckNames);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmWorld, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(ShmAuto, PicksSharedMemoryOnOneNode) {
+  auto results = runRanks(2, {"topology"});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << describe(results);
+    EXPECT_NE(r.output.find("backend=" + autoBackendName("shm")), std::string::npos)
+        << describe(results);
+    EXPECT_NE(r.output.find("sum of ranks=1"), std::string::npos) << describe(results);
+  }
+}
+
+TEST(ShmHierarchical, AutoPicksItAcrossNodesAndEveryCollectiveIsRight) {
+  auto results = runRanks(4, {"collectives"}, onNodes(2));
+  expectChecks(results, collectiveCheckNames(4));
+  auto topology = runRanks(4, {"topology"}, onNodes(2));
+  for (const auto& r : topology) {
+    EXPECT_NE(r.output.find("backend=" + autoBackendName("hierarchical(shm,gloo)")),
+              std::string::npos)
+        << describe(topology);
+  }
+}
+
+TEST(ShmHierarchical, UnevenNodesAndStress) {
+  // Three ranks on two nodes: node 0 holds ranks 0 and 1, node 1 rank 2.
+  auto layout = [](int rank, int world, int port) {
+    auto env = torchrunEnvironment(rank, world, port);
+    env["GROUP_RANK"] = rank < 2 ? "0" : "1";
+    env["LOCAL_RANK"] = std::to_string(rank < 2 ? rank : 0);
+    env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
+    return env;
+  };
+  expectChecks(runRanks(3, {"collectives"}, layout), collectiveCheckNames(3));
+  expectChecks(runRanks(3, {"stress"}, layout, std::chrono::seconds(120)), stressCheckNames(3));
+}
+
+TEST(ShmHierarchical, DistributedDataParallelTrainsAsOneProcess) {
+  expectChecksPerRank(runRanks(4, {"ddp"}, onNodes(2)), ddpCheckNames);
+}
+
+TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
+  auto results =
+      runRanks(2, {"topology", "--backend", "shm"}, onNodes(2), std::chrono::seconds(30));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kConfig)) << describe(results);
+    EXPECT_NE(r.output.find("backend 'shm' needs every rank on one node, but the 2 ranks are "
+                            "on 2 nodes. Use backend 'auto'"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
+// A stalled peer: CoreErrors.StalledPeerTimesOutOnShm (tests/multiprocess/errors_test.cpp).
+
+TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
+  auto results = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "20000"},
+                          torchrunEnvironment, std::chrono::seconds(40));
+  EXPECT_EQ(results[1].exit_code, 0) << describe(results);
+  EXPECT_EQ(results[0].exit_code, kCollective) << describe(results);
+  EXPECT_NE(
+      results[0].output.find("shm all_reduce(sum) of 1024 float32 elements on rank 0 of 2 failed: "
+                             "rank 1 (pid " +
+                             std::to_string(results[1].pid) + ") exited without reaching it"),
+      std::string::npos)
+      << describe(results);
+  // Noticed before the timeout, not by it (a hang is the harness's deadline).
+  EXPECT_GE(failedAfterMs(results[0]), 0) << describe(results);
+  EXPECT_LT(failedAfterMs(results[0]), 20000) << describe(results);
+}
+
+TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
+  // Only this test's processes count: under ctest -j other tests create
+  // segments of their own (and a deliberately stale one) meanwhile. A
+  // segment's name carries its creator's pid ("ddp-shm-<pid>-...").
+  auto crashed = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "5000"},
+                          torchrunEnvironment, std::chrono::seconds(40));
+  auto results = runRanks(3, {"collectives", "--backend", "shm"});
+  expectChecks(results, collectiveCheckNames(3));
+  std::vector<std::string> ours;
+  for (const auto* run : {&crashed, &results}) {
+    for (const auto& r : *run) {
+      ASSERT_GT(r.pid, 0) << describe(*run);
+      ours.push_back("ddp-shm-" + std::to_string(r.pid) + "-");
+    }
+  }
+  for (const auto& name : segmentsInDevShm()) {
+    for (const auto& prefix : ours) {
+      EXPECT_NE(name.rfind(prefix, 0), 0u) << "left behind by one of this test's ranks: " << name;
+    }
+  }
+}
+
+TEST(ShmSegments, StaleSegmentOfADeadCreatorIsRemovedAndDoesNotDisturb) {
+  // A process id that no longer exists: a child that has exited and been
+  // reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  waitpid(child, nullptr, 0);
+  const std::string stale = "/ddp-shm-" + std::to_string(child) + "-00000000deadbeef";
+  const int fd = shm_open(stale.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << "cannot create " << stale;
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  ASSERT_TRUE(segmentsInDevShm().count(stale.substr(1)));
+
+  auto results = runRanks(2, {"topology", "--backend", "shm"});
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << describe(results);
+  EXPECT_FALSE(segmentsInDevShm().count(stale.substr(1))) << stale << " was not removed";
+  shm_unlink(stale.c_str());
+}
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,0 +1,170 @@
+// ddp_launch_worker: a worker for the launcher tests, started by ddprun.
+//
+//   env              prints the launcher variables (and a line to stderr),
+//                    all-reduces the ranks
+//   grow             rendezvous round 0: sleeps until stopped; later: env
+//   shrink           round 0: all-reduces until a peer is lost; later: env
+//   uncaught         throws a TimeoutError out of main(), recording nothing
+//   fail RANK        rank RANK records an error and exits 3 at every start;
+//                    the others wait to be stopped
+//   kill-once RANK   on the first attempt rank RANK kills itself (SIGKILL)
+//                    after joining; later attempts all-reduce and succeed
+//   stop-once RANK   on the first attempt rank RANK stops itself (SIGSTOP)
+//                    after joining; the others' all-reduce times out
+//   stall RANK       3 ranks: four all-reduces and a broadcast, then rank RANK
+//                    sleeps until stopped and the others' sixth collective,
+//                    an all-reduce, times out (1500 ms)
+//   sleep            prints its pid and sleeps until stopped
+//   intrude          rank 1 also tries the job's store without the secret
+//                    and with a wrong one, then all ranks all-reduce
+
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/error_file.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
+#include "ddp/comm/tcp_store.hpp"
+
+namespace {
+
+const ddp::EnvironmentMap kEnv = ddp::capture_environment();
+
+std::string var(const std::string& name) {
+  auto it = kEnv.find(name);
+  return it == kEnv.end() ? "<unset>" : it->second;
+}
+
+int attempt() { return std::stoi(var("TORCHELASTIC_RESTART_COUNT")); }
+
+void sleepForever() {
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+int allReduceRanks(const std::shared_ptr<ddp::ProcessGroup>& group) {
+  at::Tensor t = at::full({1}, group->rank(), at::kLong);
+  group->all_reduce(t);
+  std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
+  return 0;
+}
+
+int allReduceRanks(std::chrono::milliseconds timeout) {
+  return allReduceRanks(ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(timeout)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  const int target = argc > 2 ? std::stoi(argv[2]) : -1;
+  const int rank = std::stoi(var("RANK"));
+  if (scenario == "uncaught") {  // no try, no record_error(): ddp::init() has it covered
+    auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+    throw ddp::TimeoutError("rank " + std::to_string(rank) + " gave up waiting, on purpose");
+  }
+  try {
+    const int round =
+        kEnv.count("DDP_RENDEZVOUS_ROUND") ? std::stoi(var("DDP_RENDEZVOUS_ROUND")) : 0;
+    if (scenario == "env" || ((scenario == "grow" || scenario == "shrink") && round > 0)) {
+      for (const char* name :
+           {"RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE",
+            "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+            "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
+            "OMP_NUM_THREADS", "DDP_RENDEZVOUS_ROUND"}) {
+        std::cout << name << "=" << var(name) << "\n";
+      }
+      std::cerr << "stderr of local rank " << var("LOCAL_RANK") << std::endl;
+      allReduceRanks(std::chrono::seconds(30));
+      std::cout << "a line without a newline at exit";
+      return 0;
+    }
+    if (scenario == "grow") {  // round 0
+      std::cout << "waiting in round 0" << std::endl;
+      sleepForever();
+    }
+    if (scenario == "shrink") {  // round 0: all-reduce until a peer is lost
+      auto group = ddp::init(
+          ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::seconds(10)));
+      for (int i = 0;; ++i) {
+        at::Tensor t = at::ones({1});
+        group->all_reduce(t);
+        if (i == 0) std::cout << "round 0: all-reduced over " << t.item<float>() << std::endl;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    if (scenario == "fail") {
+      if (rank != target) sleepForever();
+      std::cout << "attempt " << attempt() << ": failing on purpose" << std::endl;
+      throw ddp::InvalidArgumentError("rank " + std::to_string(rank) +
+                                      " failed on purpose at attempt " + std::to_string(attempt()));
+    }
+    if (scenario == "kill-once" || scenario == "stop-once") {
+      const bool stop = scenario == "stop-once";
+      // A stopped peer is only noticed through the others' collective timeout.
+      auto group = ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(
+          std::chrono::milliseconds(stop && attempt() == 0 ? 1500 : 30000)));
+      if (attempt() == 0 && rank == target) {
+        std::cout << (stop ? "stopping myself" : "killing myself") << std::endl;
+        raise(stop ? SIGSTOP : SIGKILL);
+      }
+      at::Tensor t = at::full({1}, rank, at::kLong);
+      group->all_reduce(t);
+      std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
+      return 0;
+    }
+    if (scenario == "intrude") {
+      auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+      struct stat info {};
+      const std::string file = var("DDP_JOB_SECRET_FILE");
+      if (::stat(file.c_str(), &info) == 0) {
+        std::cout << "secret file " << file << " mode " << std::oct << (info.st_mode & 0777)
+                  << std::dec << std::endl;
+      }
+      if (rank == 1) {
+        for (const std::string secret : {"", "a wrong secret, long enough"}) {
+          const char* who = secret.empty() ? "without a secret" : "with a wrong secret";
+          try {
+            ddp::TcpStore intruder(ddp::TcpStoreOptions()
+                                       .host(var("MASTER_ADDR"))
+                                       .port(std::stoi(var("MASTER_PORT")))
+                                       .timeout(std::chrono::seconds(10))
+                                       .secret(secret));
+            std::cout << "intruder " << who << ": admitted" << std::endl;
+          } catch (const ddp::RendezvousError& error) {
+            std::cout << "intruder " << who << ": refused" << std::endl;
+          }
+        }
+      }
+      return allReduceRanks(group);
+    }
+    if (scenario == "stall") {
+      auto group = ddp::init(
+          ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::milliseconds(1500)));
+      for (int i = 0; i < 4; ++i) group->all_reduce(at::ones({1}, at::kLong));
+      group->broadcast(at::zeros({4}));
+      if (rank == target) {
+        std::cout << "stalling after 5 collectives" << std::endl;
+        sleepForever();
+      }
+      group->all_reduce(at::ones({1}, at::kLong));
+      return 0;
+    }
+    if (scenario == "sleep") {
+      std::cout << "pid " << getpid() << std::endl;
+      sleepForever();
+    }
+    std::cerr << "unknown scenario '" << scenario << "'" << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    ddp::record_error(e);
+    std::cerr << "error: " << e.what() << std::endl;
+    return 3;
+  }
+}

@@ -1,0 +1,305 @@
+// ddprun end to end: the real launcher starting real workers
+// (tests/launch/launch_worker.cpp), with deadlines on every wait.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "common/port_holder.hpp"
+#include "common/temporary_directory.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
+#include "launch/launcher_runs.hpp"
+
+namespace ddp::launch {
+namespace {
+
+using ddp::testing::PortHolder;
+
+using namespace std::chrono_literals;
+
+TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
+  auto r = runLauncher(
+      {"--standalone", "--nproc-per-node", "2", "--run-id", "envtest", DDP_LAUNCH_WORKER, "env"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank : {0, 1}) {
+    const std::string p = "[" + std::to_string(rank) + "] ";
+    for (const std::string& line :
+         {"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(rank),
+          std::string("GROUP_RANK=0"), std::string("LOCAL_WORLD_SIZE=2"),
+          std::string("WORLD_SIZE=2"), std::string("MASTER_ADDR=127.0.0.1"),
+          std::string("TORCHELASTIC_RESTART_COUNT=0"), std::string("TORCHELASTIC_MAX_RESTARTS=0"),
+          std::string("TORCHELASTIC_RUN_ID=envtest"), std::string("OMP_NUM_THREADS="),
+          std::string("attempt 0: sum of ranks 1"),
+          std::string("a line without a newline at exit")}) {
+      EXPECT_NE(r.output.find(p + line), std::string::npos) << "missing '" << p + line << "' in\n"
+                                                            << r.output;
+    }
+  }
+  // Every line of worker output carries a rank prefix: none was split.
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(std::regex_match(line, std::regex(R"(\[[01]\] .*)")) ||
+                line.rfind("ddprun: ", 0) == 0)
+        << "unprefixed line: '" << line << "'";
+  }
+  EXPECT_NE(r.output.find("TORCHELASTIC_ERROR_FILE=/"), std::string::npos);
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(LauncherRun, RedirectsKeepEachRanksStreamsAndTeeShowsThemToo) {
+  for (bool tee : {false, true}) {
+    const ddp::testing::TemporaryDirectory logs("ddprun-logs-");
+    const std::string dir = logs.string();
+    std::vector<std::string> args = {"--standalone",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--run-id",
+                                     "logs",
+                                     "--log-dir",
+                                     dir,
+                                     "--redirects",
+                                     "3"};
+    if (tee) args.insert(args.end(), {"--tee", "3"});
+    args.insert(args.end(), {DDP_LAUNCH_WORKER, "env"});
+    auto r = runLauncher(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (int rank : {0, 1}) {
+      const std::string base = dir + "/logs/attempt_0/" + std::to_string(rank) + "/";
+      EXPECT_NE(readFile(base + "stdout.log").find("RANK=" + std::to_string(rank) + "\n"),
+                std::string::npos)
+          << base;
+      EXPECT_TRUE(std::filesystem::exists(base + "stderr.log")) << base;
+    }
+    EXPECT_EQ(r.output.find("[0] RANK=0") != std::string::npos, tee) << r.output;
+  }
+}
+
+TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
+  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER, "fail",
+                        "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(count(r.output, "failing on purpose"), 3) << r.output;  // first start + 2 restarts
+  EXPECT_NE(r.output.find("(restart 1 of 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(restart 2 of 2)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restart 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("job failed after 2 restart(s) (--max-restarts 2). First failure: rank 1 "
+                          "(node 0, local rank 1, pid "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("ended with exit 3: rank 1 failed on purpose at attempt 2"),
+            std::string::npos)
+      << r.output;
+}
+
+// Point 7 of issue 16: no decorator needed. The exception escapes main(),
+// ddp::init()'s terminate handler records it in torchrun's schema, and the
+// summary names it.
+TEST(LauncherRestarts, UncaughtExceptionIsRecordedInTorchrunsSchemaWithoutADecorator) {
+  const ddp::testing::TemporaryDirectory logs("ddprun-uncaught-");
+  const std::string dir = logs.string();
+  auto r = runLauncher(
+      {"--standalone", "--run-id", "uncaught", "--log-dir", dir, DDP_LAUNCH_WORKER, "uncaught"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("ended with signal 6 (Aborted): rank 0 gave up waiting, on purpose"),
+            std::string::npos)
+      << r.output;
+  std::ifstream file(dir + "/uncaught/attempt_0/0/error.json");
+  const nlohmann::json record = nlohmann::json::parse(file, nullptr, false);
+  ASSERT_TRUE(record.is_object()) << "no error file";
+  const auto& message = record["message"];
+  EXPECT_EQ(message["message"], "rank 0 gave up waiting, on purpose");
+  EXPECT_EQ(message["errorCode"], static_cast<int>(ExitCode::kTimeout));
+  // torchrun reads extraInfo.timestamp as an integer in a string.
+  const std::string stamp = message["extraInfo"]["timestamp"].get<std::string>();
+  EXPECT_NEAR(std::stod(stamp), static_cast<double>(std::time(nullptr)), 120.0) << stamp;
+}
+
+TEST(LauncherRestarts, StoppedWorkerIsRestartedAfterCollectiveTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
+                        "stop-once", "1"});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[1] stopping myself"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not finish within 1500 ms"), std::string::npos) << r.output;
+  // Rank 1 stopped before its first collective; its ring's file says so.
+  EXPECT_NE(r.output.find("ddprun: flight recorder: rank 1 issued no collective while rank 0 "
+                          "waited in collective #1 all_reduce(sum) of 1 int64 (8 B) (timed out "
+                          "after 1."),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(restart 1 of 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] attempt 1: sum of ranks 1"), std::string::npos) << r.output;
+  EXPECT_LT(seconds, 60);
+}
+
+TEST(LauncherSignals, SigtermStopsEveryWorkerWithinTheGrace) {
+  ChildProcess launcher(ddprun({"--standalone", "--nproc-per-node", "2", "--stop-grace", "2",
+                                DDP_LAUNCH_WORKER, "sleep"}),
+                        false);
+  std::string output;
+  std::vector<pid_t> pids;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (pids.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    waitForOutput({&launcher}, 100ms);
+    launcher.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
+    pids.clear();
+    std::smatch m;
+    for (auto it = output.cbegin();
+         std::regex_search(it, output.cend(), m, std::regex(R"(\] pid (\d+))")); it = m[0].second) {
+      pids.push_back(std::stoi(m[1]));
+    }
+  }
+  ASSERT_EQ(pids.size(), 2u) << output;
+  for (pid_t pid : pids) ASSERT_EQ(kill(pid, 0), 0) << "worker " << pid << " not running";
+  const auto sent = std::chrono::steady_clock::now();
+  kill(launcher.pid(), SIGTERM);
+  while (!launcher.reap() && std::chrono::steady_clock::now() < sent + 10s) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(launcher.exited()) << "ddprun did not exit after SIGTERM";
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count(), 3.5);
+  EXPECT_EQ(launcher.exitCode(), 128 + SIGTERM);
+  for (pid_t pid : pids) {
+    EXPECT_EQ(kill(pid, 0), -1) << "worker " << pid << " outlived the launcher";
+  }
+}
+
+TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
+  auto unknown = runLauncher({"--no-such-option", "1", DDP_LAUNCH_WORKER, "env"}, 30s);
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.output.find("--no-such-option"), std::string::npos) << unknown.output;
+
+  auto zero = runLauncher({"--nproc-per-node", "0", DDP_LAUNCH_WORKER, "env"}, 30s);
+  EXPECT_EQ(zero.exit_code, static_cast<int>(ExitCode::kConfig)) << zero.output;
+  EXPECT_NE(zero.output.find("--nproc-per-node is 0; it must be at least 1"), std::string::npos)
+      << zero.output;
+
+  auto missing = runLauncher({"--standalone", "/no/such/trainer"}, 30s);
+  EXPECT_EQ(missing.exit_code, static_cast<int>(ExitCode::kConfig)) << missing.output;
+  EXPECT_NE(missing.output.find("the program '/no/such/trainer' does not exist"), std::string::npos)
+      << missing.output;
+
+  PortHolder holder;
+  const std::string port = std::to_string(holder.port());
+  auto taken = runLauncher({"--master-port", port, DDP_LAUNCH_WORKER, "env"}, 30s);
+  EXPECT_EQ(taken.exit_code, static_cast<int>(ExitCode::kRendezvous)) << taken.output;
+  EXPECT_NE(taken.output.find("127.0.0.1:" + port + " for the job: the port is already in use"),
+            std::string::npos)
+      << taken.output;
+
+  // A --log-dir under a regular file cannot be created: an IoError, exit 13.
+  const ddp::testing::TemporaryDirectory scratch("ddprun-not-a-dir-");
+  const std::string file = scratch.file("a-file");
+  std::ofstream(file) << "a regular file where --log-dir needs a directory\n";
+  auto unwritable = runLauncher(
+      {"--standalone", "--run-id", "io", "--log-dir", file + "/logs", DDP_LAUNCH_WORKER, "env"},
+      30s);
+  EXPECT_EQ(unwritable.exit_code, static_cast<int>(ExitCode::kIo)) << unwritable.output;
+  EXPECT_NE(unwritable.output.find("ddprun: error: cannot create the directory " + file +
+                                   "/logs/io/attempt_0/0 for a worker's error file"),
+            std::string::npos)
+      << unwritable.output;
+  EXPECT_NE(unwritable.output.find("check that --log-dir is writable"), std::string::npos)
+      << unwritable.output;
+}
+
+// Two launchers, one per "node", meeting on loopback.
+std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
+                                  const std::string& second_run_id = "twonodes",
+                                  const std::string& rendezvous_timeout = "20") {
+  const PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
+  auto node = [&](int rank, const std::string& run_id) {
+    std::vector<std::string> args = {"--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--master-addr",
+                                     "127.0.0.1",
+                                     "--master-port",
+                                     port,
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--run-id",
+                                     run_id,
+                                     "--max-restarts",
+                                     "1",
+                                     "--monitor-interval",
+                                     "0.1",
+                                     "--rendezvous-timeout",
+                                     rendezvous_timeout,
+                                     DDP_LAUNCH_WORKER};
+    args.insert(args.end(), worker.begin(), worker.end());
+    return ddprun(args);
+  };
+  return runChildren({node(0, "twonodes"), node(1, second_run_id)}, 90s);
+}
+
+TEST(LauncherNodes, TwoNodesOnLoopbackMeetAndAllReduce) {
+  auto results = twoNodes({"env"});
+  for (int node : {0, 1}) {
+    EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
+    EXPECT_NE(results[node].output.find("[" + std::to_string(node) +
+                                        "] GROUP_RANK=" + std::to_string(node)),
+              std::string::npos)
+        << results[node].output;
+    EXPECT_NE(results[node].output.find("WORLD_SIZE=2"), std::string::npos);
+    EXPECT_NE(results[node].output.find("attempt 0: sum of ranks 1"), std::string::npos);
+  }
+}
+
+TEST(LauncherNodes, WorkerKilledOnTheSecondNodeRestartsBoth) {
+  auto results = twoNodes({"kill-once", "1"});
+  for (int node : {0, 1}) {
+    EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
+    EXPECT_NE(results[node].output.find("(restart 1 of 1)"), std::string::npos)
+        << results[node].output;
+    EXPECT_NE(results[node].output.find("attempt 1: sum of ranks 1"), std::string::npos)
+        << results[node].output;
+  }
+}
+
+TEST(LauncherNodes, TwoNodesOnLoopbackTrainTheToyTrainer) {
+  const PortReservation reserved;
+  const std::string port = std::to_string(reserved.port());
+  auto node = [&](int rank) {
+    return ddprun({"--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
+                   "127.0.0.1", "--master-port", port, "--nproc-per-node", "1", "--run-id", "toy",
+                   "--rendezvous-timeout", "20", DDP_TOY_TRAINER, "--epochs", "1"});
+  };
+  auto results = runChildren({node(0), node(1)}, 90s);
+  for (int n : {0, 1}) EXPECT_EQ(results[n].exit_code, 0) << results[n].output;
+  // 2048 samples / (2 ranks x 32) = 32 steps, and rank 0 reports the end.
+  EXPECT_NE(results[1].output.find("[1] epoch 0 step 32 loss"), std::string::npos)
+      << results[1].output;
+  EXPECT_NE(results[0].output.find("[0] final loss="), std::string::npos) << results[0].output;
+}
+
+TEST(LauncherNodes, JobsWithDifferentRunIdsNeverMerge) {
+  auto results = twoNodes({"env"}, "another-job", "4");
+  EXPECT_EQ(results[1].exit_code, 4) << results[1].output;
+  EXPECT_NE(results[1].output.find("belongs to run 'twonodes', not to this run 'another-job'"),
+            std::string::npos)
+      << results[1].output;
+  EXPECT_NE(results[0].exit_code, 0) << "node 0 should time out waiting for its second node";
+}
+
+}  // namespace
+}  // namespace ddp::launch
