@@ -1,6 +1,6 @@
 # Installs ddp so that a user's project can do
 #   find_package(ddp REQUIRED)
-#   target_link_libraries(app PRIVATE ddp::ddp)   # the core
+#   target_link_libraries(app PRIVATE ddp::ddp)   # the layers comm and parallel, amp, nn, timeline
 #   target_link_libraries(app PRIVATE ddp::snapshot ddp::hvd ddp::data ddp::training)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)

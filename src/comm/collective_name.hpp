@@ -3,7 +3,7 @@
 // Internal: names for the collectives a thread issues ("ddp.bucket 3",
 // "hvd.broadcast_parameters"), set by the code that issues them and read by
 // whatever observes collectives (the timeline's and the flight recorder's
-// observers, ddp/comm/collective_observer.hpp). The core sets names and never
+// observers, ddp/comm/collective_observer.hpp). ddp sets names and never
 // looks at who reads them.
 //
 // Note [Fallback names]

@@ -1,7 +1,7 @@
 # ddp::hvd: the Horovod-style API (ddp/hvd.hpp), a library of its
-# own on the core and ddp::snapshot (hvd::broadcast_optimizer_state carries
+# own on ddp::ddp and ddp::snapshot (hvd::broadcast_optimizer_state carries
 # optimizer state as snapshots do). Included by the top-level CMakeLists.txt
-# after the core and ddp::snapshot. The timeline is a part of its own
+# after the layers and ddp::snapshot. The timeline is a part of its own
 # (src/timeline/).
 ddp_add_library(hvd STATIC DEPENDS ddp ddp_snapshot SOURCES
   ${PROJECT_SOURCE_DIR}/src/hvd/runtime.cpp

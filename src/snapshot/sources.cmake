@@ -1,7 +1,7 @@
 # ddp::snapshot: training-state snapshots (ddp/snapshot.hpp), a library of
-# its own so that a program linking only the core (ddp::ddp) needs no zlib.
+# its own so that a program linking only ddp::ddp needs no zlib.
 # The checksum is zlib's CRC-32. Included by the top-level CMakeLists.txt
-# after the core.
+# after the layers.
 ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_format.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/optimizer_state.cpp

@@ -4,7 +4,7 @@
 //
 // Note [The timeline as an observer]
 // The timeline watches collectives from outside the engines: it registers
-// an observer factory with the core (Note [Parts attach observers through a
+// an observer factory with ddp::comm (Note [Parts attach observers through a
 // registry] in ddp/comm/observer_factory.hpp), so that init() adds its observer
 // to every group it makes, and timeline::recorded() adds it to a group made
 // otherwise. The recorder is the process's, so one observer serves every

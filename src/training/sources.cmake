@@ -1,6 +1,6 @@
 # ddp::training: training feedback (ddp/training/*.hpp): progress lines, the
 # per-epoch metrics CSV and gnuplot curves, a library of its own so that a
-# program linking only the core (ddp::ddp) needs no gnuplot. Included by the
+# program linking only ddp::ddp needs no gnuplot. Included by the
 # top-level CMakeLists.txt after add_library(ddp ...).
 ddp_add_library(training STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/training/progress.cpp

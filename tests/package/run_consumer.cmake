@@ -1,5 +1,5 @@
 # Installs ddp into a scratch prefix, builds the consumers against it (one
-# linking only the core, one linking ddp::data and ddp::training), runs them.
+# linking only ddp::ddp, one linking ddp::data and ddp::training), runs them.
 function(run step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err
                   TIMEOUT 500)

@@ -6,10 +6,10 @@
 /// register one for statistics of its own.
 ///
 /// Note [Parts attach observers through a registry]
-/// ddp::init() is the core's; the timeline is a part that depends on the
-/// core, so init() cannot name it. Yet `DDP_TIMELINE` must work with no
+/// ddp::init() is ddp::comm's; the timeline is a part that depends on
+/// ddp::comm, so init() cannot name it. Yet `DDP_TIMELINE` must work with no
 /// code: the first init() of a process starts the timeline, and every group
-/// init() returns is recorded. So the core keeps a list of factories, which
+/// init() returns is recorded. So ddp::comm keeps a list of factories, which
 /// init() runs on each group it made, and the timeline registers its factory
 /// when the library is loaded (a static initializer in
 /// src/timeline/timeline_observer.cpp), as c10d's backends register
