@@ -9,7 +9,7 @@
 ///   optimizer.zero_grad();
 ///   scaler.scale(loss).backward();
 ///   scaler.unscale_(optimizer);                  // optional, before clipping
-///   torch::nn::utils::clip_grad_norm_(parameters, 1.0);
+///   torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
 ///   scaler.step(optimizer);                      // skipped if any rank overflowed
 ///   scaler.update();
 /// \endcode

@@ -10,7 +10,7 @@
 ///       ddp::amp::AmpOptions(ddp::amp::parse_opt_level("O2")), group);
 ///   ddp::DistributedDataParallel model(net, group);     // wrap after amp, never before
 ///   ddp::amp::GradScaler scaler({}, group);             // overflow skips agree across ranks
-///   for (auto& batch : loader) {
+///   for (auto& batch : *loader) {
 ///     amp.zero_grad();                                  // optimizer's and model's gradients
 ///     auto output = amp.forward(model, batch.data);     // O1 autocast / O2,O3 16-bit input;
 ///                                                       // float32 output at every level

@@ -16,6 +16,7 @@
 ///       ddp::record_error(e);   // no-op when not under a launcher
 ///       return static_cast<int>(ddp::exit_code_for(e));
 ///     }
+///     return 0;
 ///   }
 /// \endcode
 

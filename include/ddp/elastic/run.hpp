@@ -9,7 +9,10 @@
 ///   ddp::elastic::State state(training);
 ///   ddp::elastic::run(state, [&](const std::shared_ptr<ddp::ProcessGroup>& group) {
 ///     ddp::DistributedDataParallel model(net, group);
-///     for (...) { ...one step...; if (step % 10 == 0) state.commit(); }
+///     for (int64_t step = 1; step <= steps; ++step) {
+///       train_step(model);
+///       if (step % 10 == 0) state.commit();
+///     }
 ///   });
 /// \endcode
 ///

@@ -11,10 +11,10 @@
 ///       torch::optim::SGD(model->parameters(), 0.01 * ddp::hvd::size()));
 ///   ddp::hvd::broadcast_parameters(*model, 0);
 ///   ddp::hvd::broadcast_optimizer_state(optimizer.optimizer(), 0);
-///   for (...) {
+///   for (auto& [x, y] : batches) {
 ///     optimizer.zero_grad();
-///     loss_fn(model->forward(x), y).backward();  // reductions start here
-///     optimizer.step();                          // waits, then updates
+///     torch::nll_loss(model->forward(x), y).backward();  // reductions start here
+///     optimizer.step();                                  // waits, then updates
 ///   }
 /// \endcode
 ///

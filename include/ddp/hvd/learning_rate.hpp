@@ -8,10 +8,16 @@
 /// times that value over the first warm-up steps.
 ///
 /// \code
-///   torch::optim::SGD sgd(model->parameters(), 0.01);   // the 1-process lr
+///   ddp::hvd::DistributedOptimizer optimizer(
+///       torch::optim::SGD(model->parameters(), 0.01));  // the 1-process lr
 ///   ddp::hvd::LearningRateWarmup warmup(
-///       sgd, ddp::hvd::LearningRateWarmupOptions(/*warmup_steps=*/500));
-///   for (...) { ...; optimizer.step(); warmup.step(); }  // 0.01 -> 0.01 * size
+///       optimizer.optimizer(), ddp::hvd::LearningRateWarmupOptions(/*warmup_steps=*/500));
+///   for (auto& [x, y] : batches) {
+///     optimizer.zero_grad();
+///     torch::nll_loss(model->forward(x), y).backward();
+///     optimizer.step();
+///     warmup.step();  // 0.01 -> 0.01 * size over the 500 steps
+///   }
 /// \endcode
 
 #include <torch/arg.h>

@@ -10,7 +10,7 @@
 ///   ddp::Join join({model.get()});
 ///   for (auto& batch : my_batches) {   // a different count on each rank
 ///     optimizer.zero_grad();
-///     model->forward(batch.data) ... .backward();
+///     torch::nll_loss(model->forward(batch.data), batch.target).backward();
 ///     optimizer.step();
 ///   }
 ///   join.join();   // shadows the others until every rank is done

@@ -12,11 +12,16 @@
 ///   ddp::ZeroRedundancyOptimizer optimizer(
 ///       model->parameters(),
 ///       ddp::zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-3)), group);
-///   ...  loss.backward(); optimizer.step();
+///   optimizer.zero_grad();
+///   torch::nll_loss(model->forward(x), y).backward();
+///   optimizer.step();
+/// \endcode
 ///
+/// \code
 ///   // Stage 2, on the bare model: backward reduce-scatters the gradients.
 ///   ddp::ZeroRedundancyOptimizer optimizer(
-///       net->parameters(), ddp::zero_optimizer<torch::optim::AdamW>(...),
+///       net->parameters(),
+///       ddp::zero_optimizer<torch::optim::AdamW>(torch::optim::AdamWOptions(1e-3)),
 ///       ddp::ZeroRedundancyOptimizerOptions().stage(2), group);
 /// \endcode
 

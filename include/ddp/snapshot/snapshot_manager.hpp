@@ -12,7 +12,10 @@
 ///   state.optimizer = &optimizer;
 ///   snapshots.resume(state);            // false on a fresh start
 ///   for (; state.epoch < epochs; ++state.epoch, state.step_in_epoch = 0) {
-///     for (...; ++state.step_in_epoch) { ...; snapshots.save(state); }
+///     for (; state.step_in_epoch < steps_per_epoch; ++state.step_in_epoch) {
+///       train_step(model);
+///       snapshots.save(state);
+///     }
 ///   }
 /// \endcode
 ///

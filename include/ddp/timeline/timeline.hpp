@@ -9,7 +9,7 @@
 /// \code
 ///   auto group = ddp::init();
 ///   ddp::timeline::start(*group, ddp::timeline::TimelineOptions("/tmp/trace-%r.json"));
-///   ...                                   // train
+///   train();
 ///   ddp::timeline::stop();                // optional: the file is always valid
 /// \endcode
 /// or, with no code change, run under `DDP_TIMELINE=/tmp/trace-%r.json`.

@@ -6,7 +6,7 @@
 ///
 /// \code
 ///   ddp::training::MetricsCsv csv("metrics.csv", /*completed_epochs=*/state.epoch);
-///   csv.append({epoch + 1, loss, accuracy, samples_per_s, seconds});
+///   csv.append({epoch + 1, done.mean_loss, accuracy, done.samples_per_s, done.seconds});
 /// \endcode
 ///
 /// Note [A resumed run rewrites the epochs it repeats]

@@ -8,9 +8,12 @@
 ///
 /// \code
 ///   ddp::training::ProgressReporter progress(group->rank(), epochs, steps_per_epoch,
-///   steps_to_run); for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+///                                            steps_to_run);
+///   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 ///     progress.begin_epoch(epoch);
-///     for (...) { ...; progress.step(loss.item<double>(), global_batch); }
+///     for (int64_t step = 0; step < steps_per_epoch; ++step) {
+///       progress.step(train_step(model).item<double>(), global_batch);
+///     }
 ///     ddp::training::EpochProgress done = progress.end_epoch();
 ///     progress.message("test accuracy " + std::to_string(accuracy));
 ///   }
