@@ -6,14 +6,14 @@
 /// the environment, the error file, the flight recorder and the collective
 /// observers.
 
-#include "ddp/comm/broadcast_tensors.hpp"  // IWYU pragma: export
+#include "ddp/comm/broadcast_tensors.hpp"    // IWYU pragma: export
 #include "ddp/comm/collective_observer.hpp"  // IWYU pragma: export
-#include "ddp/comm/environment.hpp"  // IWYU pragma: export
-#include "ddp/comm/error_file.hpp"  // IWYU pragma: export
-#include "ddp/comm/errors.hpp"  // IWYU pragma: export
-#include "ddp/comm/flight_recorder.hpp"  // IWYU pragma: export
-#include "ddp/comm/init.hpp"  // IWYU pragma: export
-#include "ddp/comm/observer_factory.hpp"  // IWYU pragma: export
-#include "ddp/comm/process_group.hpp"  // IWYU pragma: export
-#include "ddp/comm/tcp_store.hpp"  // IWYU pragma: export
-#include "ddp/comm/work.hpp"  // IWYU pragma: export
+#include "ddp/comm/environment.hpp"          // IWYU pragma: export
+#include "ddp/comm/error_file.hpp"           // IWYU pragma: export
+#include "ddp/comm/errors.hpp"               // IWYU pragma: export
+#include "ddp/comm/flight_recorder.hpp"      // IWYU pragma: export
+#include "ddp/comm/init.hpp"                 // IWYU pragma: export
+#include "ddp/comm/observer_factory.hpp"     // IWYU pragma: export
+#include "ddp/comm/process_group.hpp"        // IWYU pragma: export
+#include "ddp/comm/tcp_store.hpp"            // IWYU pragma: export
+#include "ddp/comm/work.hpp"                 // IWYU pragma: export

@@ -7,9 +7,9 @@
 /// rendezvous, the recovery store, child processes with deadlines and port
 /// reservations.
 
-#include "ddp/launch/agent.hpp"  // IWYU pragma: export
-#include "ddp/launch/child_process.hpp"  // IWYU pragma: export
-#include "ddp/launch/launch_options.hpp"  // IWYU pragma: export
-#include "ddp/launch/node_rendezvous.hpp"  // IWYU pragma: export
+#include "ddp/launch/agent.hpp"             // IWYU pragma: export
+#include "ddp/launch/child_process.hpp"     // IWYU pragma: export
+#include "ddp/launch/launch_options.hpp"    // IWYU pragma: export
+#include "ddp/launch/node_rendezvous.hpp"   // IWYU pragma: export
 #include "ddp/launch/port_reservation.hpp"  // IWYU pragma: export
-#include "ddp/launch/recovery_store.hpp"  // IWYU pragma: export
+#include "ddp/launch/recovery_store.hpp"    // IWYU pragma: export

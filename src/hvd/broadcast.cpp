@@ -66,8 +66,8 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
   group->all_reduce(extremes, ReduceOp::kMax);
   if (extremes[0].item<int64_t>() != -extremes[1].item<int64_t>()) {
     try {
-      ddp::parallel::detail::verifySameAcrossRanks(*group, ddp::parallel::detail::describeTensors(names, tensors),
-                                         "tensors");
+      ddp::parallel::detail::verifySameAcrossRanks(
+          *group, ddp::parallel::detail::describeTensors(names, tensors), "tensors");
     } catch (const InvalidArgumentError& e) {
       throw InvalidArgumentError(std::string("hvd::broadcast_parameters: ") + e.what());
     }

@@ -12,10 +12,10 @@
 namespace ddp::hvd::detail {
 namespace {
 
+using ddp::comm::detail::ScopeExit;
 using ddp::parallel::detail::Bucket;
 using ddp::parallel::detail::BucketSettings;
 using ddp::parallel::detail::CapRule;
-using ddp::comm::detail::ScopeExit;
 
 // Note [Fusion buffers]
 // Gradients are grouped, in the order they are expected to become ready

@@ -53,7 +53,7 @@ struct Agent::Attempt {
   std::string failure;
 };
 
-void Agent::requestStop(int signal) noexcept { stop_signal_ = signal; }
+void Agent::request_stop(int signal) noexcept { stop_signal_ = signal; }
 
 Agent::Agent(LaunchPlan plan) : plan_(std::move(plan)) {
   const auto& o = plan_.options;
@@ -96,7 +96,7 @@ std::string Agent::key(int attempt, const std::string& name) const {
   return "ddprun/" + plan_.options.run_id + "/" + std::to_string(attempt) + "/" + name;
 }
 
-std::string Agent::errorFile(int attempt, int local_rank) const {
+std::string Agent::error_file(int attempt, int local_rank) const {
   const std::string base = plan_.options.log_dir.empty()
                                ? private_dir_
                                : plan_.options.log_dir + "/" + plan_.options.run_id;
@@ -113,7 +113,7 @@ std::string Agent::errorFile(int attempt, int local_rank) const {
   return dir + "/error.json";
 }
 
-Agent::Attempt Agent::startAttempt(int number) {
+Agent::Attempt Agent::start_attempt(int number) {
   const auto& o = plan_.options;
   Attempt attempt;
   attempt.number = number;
@@ -149,13 +149,13 @@ Agent::Attempt Agent::startAttempt(int number) {
   }
   attempt.workers.resize(static_cast<size_t>(plan_.nproc));
   for (int local = 0; local < plan_.nproc; ++local) {
-    startWorker(attempt, local, offset + local, generation);
+    start_worker(attempt, local, offset + local, generation);
   }
   return attempt;
 }
 
 // Starts (or starts again) local worker `local_rank` of `attempt`.
-void Agent::startWorker(Attempt& attempt, int local_rank, int rank, int generation) {
+void Agent::start_worker(Attempt& attempt, int local_rank, int rank, int generation) {
   const auto& o = plan_.options;
   const int number = attempt.number;
   WorkerPlacement placement;
@@ -172,7 +172,7 @@ void Agent::startWorker(Attempt& attempt, int local_rank, int rank, int generati
     placement.recovery_store = recovery_->address();
     placement.generation = generation;
   }
-  placement.error_file = errorFile(number, local_rank);
+  placement.error_file = error_file(number, local_rank);
   placement.flight_recorder_file =
       std::filesystem::path(placement.error_file).replace_filename("flight_recorder.bin").string();
   // An earlier job's (or worker's) files would be taken for this one's.
@@ -186,7 +186,7 @@ void Agent::startWorker(Attempt& attempt, int local_rank, int rank, int generati
   }
   ChildSpec spec;
   spec.argv = plan_.argv;
-  spec.env = workerEnvironment(plan_, placement);
+  spec.env = worker_environment(plan_, placement);
   const std::string log_dir = o.log_dir.empty()
                                   ? ""
                                   : o.log_dir + "/" + o.run_id + "/attempt_" +
@@ -212,7 +212,7 @@ void Agent::startWorker(Attempt& attempt, int local_rank, int rank, int generati
 // --recovery memory: starts the failed worker again alone, in a new
 // generation; the others keep their processes and state (Note [Recovery in
 // memory]). False when no restart is left.
-bool Agent::replaceWorker(Attempt& attempt, size_t index, const std::string& failure) {
+bool Agent::replace_worker(Attempt& attempt, size_t index, const std::string& failure) {
   if (restarts_ >= plan_.options.max_restarts) return false;
   ++restarts_;
   const int generation = recovery_->next();
@@ -220,7 +220,7 @@ bool Agent::replaceWorker(Attempt& attempt, size_t index, const std::string& fai
       ", the other workers keep their state (recovery in memory, restart " +
       std::to_string(restarts_) + " of " + std::to_string(plan_.options.max_restarts) + ")");
   Attempt::Worker& worker = attempt.workers[index];
-  startWorker(attempt, worker.local_rank, worker.rank, generation);
+  start_worker(attempt, worker.local_rank, worker.rank, generation);
   return true;
 }
 
@@ -231,7 +231,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
   auto last_poll = Clock::now();
   while (true) {
     if (stop_signal_ != 0) return Outcome::kInterrupted;
-    waitForOutput(processes, std::min(plan_.monitor_interval, std::chrono::milliseconds(50)));
+    wait_for_output(processes, std::min(plan_.monitor_interval, std::chrono::milliseconds(50)));
     bool all_succeeded = true;
     for (auto& w : attempt.workers) {
       w.process->pump([&](Stream s, std::string_view chunk) { w.output->feed(s, chunk); });
@@ -240,16 +240,16 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
         all_succeeded = false;
         continue;
       }
-      if (w.process->exitCode() == 0) continue;
+      if (w.process->exit_code() == 0) continue;
       auto recorded = read_error_file(w.error_file);
       const std::string failure = "rank " + std::to_string(w.rank) + " (node " +
                                   std::to_string(node_.node_rank) + ", local rank " +
                                   std::to_string(w.local_rank) + ", pid " +
                                   std::to_string(w.process->pid()) + ") ended with " +
-                                  describeExit(w.process->exitCode(), w.process->termSignal()) +
+                                  describe_exit(w.process->exit_code(), w.process->term_signal()) +
                                   (recorded ? ": " + recorded->message : " (it recorded no error)");
       if (recovery_ &&
-          replaceWorker(attempt, static_cast<size_t>(&w - attempt.workers.data()), failure)) {
+          replace_worker(attempt, static_cast<size_t>(&w - attempt.workers.data()), failure)) {
         all_succeeded = false;
         continue;
       }
@@ -282,7 +282,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
 // Note [Reading a stall] in launch/stall_report.hpp. Every node publishes
 // its ranks' last collectives and reads the others' (a node that does not
 // answer in time is left out, its ranks unknown rather than idle).
-void Agent::reportStall(const Attempt& attempt) {
+void Agent::report_stall(const Attempt& attempt) {
   std::string local;
   std::vector<RankPosition> positions;
   for (const auto& w : attempt.workers) {
@@ -349,7 +349,7 @@ int Agent::run() {
           "--secret-file (mode 0600) to admit only this job.");
     }
     const int round = node_.round;
-    Attempt attempt = startAttempt(round);
+    Attempt attempt = start_attempt(round);
     const Outcome outcome = monitor(attempt);
     std::vector<ChildProcess*> processes;
     for (auto& w : attempt.workers) processes.push_back(&*w.process);
@@ -361,7 +361,7 @@ int Agent::run() {
       }
     };
     if (outcome == Outcome::kSucceeded) {
-      stopAll(processes, plan_.stop_grace, pump);
+      stop_all(processes, plan_.stop_grace, pump);
       leave(round);
       return 0;
     }
@@ -371,11 +371,11 @@ int Agent::run() {
           key(round, "failure"), {},
           bytes("the launcher on node " + std::to_string(node_.node_rank) +
                 " was interrupted by signal " + std::to_string(stop_signal_)));
-      stopAll(processes, plan_.stop_grace, pump);
+      stop_all(processes, plan_.stop_grace, pump);
       return 128 + stop_signal_;
     }
-    stopAll(processes, plan_.stop_grace, pump);
-    if (outcome == Outcome::kFailed) reportStall(attempt);
+    stop_all(processes, plan_.stop_grace, pump);
+    if (outcome == Outcome::kFailed) report_stall(attempt);
     if (outcome == Outcome::kReformed) {
       say("a node is waiting to join the job of " + std::to_string(node_.nnodes) +
           " node(s); stopping every worker to re-form it (rendezvous round " +

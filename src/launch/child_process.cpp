@@ -120,8 +120,8 @@ ChildProcess::ChildProcess(ChildProcess&& other) noexcept
 
 ChildProcess::~ChildProcess() {
   if (pid_ > 0 && !exited_) {
-    signalGroup(SIGKILL);
-    reapBlocking();
+    signal_group(SIGKILL);
+    reap_blocking();
   }
   for (int fd : fds_) {
     if (fd >= 0) close(fd);
@@ -145,7 +145,7 @@ void ChildProcess::pump(const std::function<void(Stream, std::string_view)>& sin
   }
 }
 
-std::vector<int> ChildProcess::openPipes() const {
+std::vector<int> ChildProcess::open_pipes() const {
   std::vector<int> open;
   for (int fd : fds_) {
     if (fd >= 0) open.push_back(fd);
@@ -164,13 +164,13 @@ bool ChildProcess::reap() {
   return true;
 }
 
-void ChildProcess::reapBlocking() {
+void ChildProcess::reap_blocking() {
   while (!reap()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 bool ChildProcess::finished() const { return exited_ && fds_[0] < 0 && fds_[1] < 0; }
 
-void ChildProcess::signalGroup(int signal) const {
+void ChildProcess::signal_group(int signal) const {
   if (pid_ > 0 && !exited_) kill(-pid_, signal);
 }
 
@@ -178,7 +178,7 @@ double ChildProcess::seconds() const {
   return std::chrono::duration<double>((exited_ ? ended_ : Clock::now()) - started_).count();
 }
 
-std::string describeExit(int exit_code, int term_signal) {
+std::string describe_exit(int exit_code, int term_signal) {
   if (term_signal != 0) {
     return "signal " + std::to_string(term_signal) + " (" + strsignal(term_signal) + ")";
   }
@@ -186,13 +186,14 @@ std::string describeExit(int exit_code, int term_signal) {
 }
 
 std::string ChildResult::status() const {
-  return killed_at_deadline ? "killed at the deadline" : describeExit(exit_code, term_signal);
+  return killed_at_deadline ? "killed at the deadline" : describe_exit(exit_code, term_signal);
 }
 
-void waitForOutput(const std::vector<ChildProcess*>& children, std::chrono::milliseconds timeout) {
+void wait_for_output(const std::vector<ChildProcess*>& children,
+                     std::chrono::milliseconds timeout) {
   std::vector<pollfd> fds;
   for (const auto* child : children) {
-    for (int fd : child->openPipes()) fds.push_back({fd, POLLIN, 0});
+    for (int fd : child->open_pipes()) fds.push_back({fd, POLLIN, 0});
   }
   if (fds.empty()) {
     std::this_thread::sleep_for(timeout);
@@ -201,10 +202,10 @@ void waitForOutput(const std::vector<ChildProcess*>& children, std::chrono::mill
   }
 }
 
-void stopAll(std::vector<ChildProcess*> children, std::chrono::milliseconds grace,
-             const std::function<void(ChildProcess&)>& pump) {
+void stop_all(std::vector<ChildProcess*> children, std::chrono::milliseconds grace,
+              const std::function<void(ChildProcess&)>& pump) {
   auto step = [&] {
-    waitForOutput(children, std::chrono::milliseconds(20));
+    wait_for_output(children, std::chrono::milliseconds(20));
     bool all = true;
     for (auto* c : children) {
       pump(*c);
@@ -213,13 +214,13 @@ void stopAll(std::vector<ChildProcess*> children, std::chrono::milliseconds grac
     return all;
   };
   for (auto* c : children) {
-    c->signalGroup(SIGTERM);
-    c->signalGroup(SIGCONT);  // A stopped process acts on SIGTERM only once continued.
+    c->signal_group(SIGTERM);
+    c->signal_group(SIGCONT);  // A stopped process acts on SIGTERM only once continued.
   }
   const auto kill_at = Clock::now() + grace;
   while (!step() && Clock::now() < kill_at) {
   }
-  for (auto* c : children) c->signalGroup(SIGKILL);
+  for (auto* c : children) c->signal_group(SIGKILL);
   while (!step()) {
   }
   // What the children wrote just before exiting may still be in the pipes
@@ -234,9 +235,9 @@ void stopAll(std::vector<ChildProcess*> children, std::chrono::milliseconds grac
   while (!drained() && Clock::now() < give_up) step();
 }
 
-std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& specs,
-                                     std::chrono::milliseconds deadline,
-                                     std::chrono::milliseconds grace) {
+std::vector<ChildResult> run_children(const std::vector<ChildSpec>& specs,
+                                      std::chrono::milliseconds deadline,
+                                      std::chrono::milliseconds grace) {
   std::vector<ChildProcess> children;
   children.reserve(specs.size());
   for (const auto& spec : specs) children.emplace_back(spec, /*separate_stderr=*/false);
@@ -256,7 +257,7 @@ std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& specs,
 
   const auto stop_at = Clock::now() + deadline;
   while (!all_finished() && Clock::now() < stop_at) {
-    waitForOutput(pointers, std::chrono::milliseconds(50));
+    wait_for_output(pointers, std::chrono::milliseconds(50));
     for (auto& c : children) {
       pump(c);
       c.reap();
@@ -269,18 +270,18 @@ std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& specs,
       running.push_back(&children[i]);
     }
   }
-  if (!running.empty()) stopAll(running, grace, pump);
+  if (!running.empty()) stop_all(running, grace, pump);
   // Output still buffered in the pipes (a grandchild may keep them open):
   // read it for a bounded time, then give up on it.
   const auto give_up = Clock::now() + std::chrono::seconds(2);
   while (!all_finished() && Clock::now() < give_up) {
-    waitForOutput(pointers, std::chrono::milliseconds(20));
+    wait_for_output(pointers, std::chrono::milliseconds(20));
     for (auto& c : children) pump(c);
   }
   for (size_t i = 0; i < children.size(); ++i) {
     results[i].pid = children[i].pid();
-    results[i].exit_code = children[i].exitCode();
-    results[i].term_signal = children[i].termSignal();
+    results[i].exit_code = children[i].exit_code();
+    results[i].term_signal = children[i].term_signal();
     results[i].seconds = children[i].seconds();
   }
   return results;

@@ -266,7 +266,7 @@ void checkPortFree(const std::string& host, int port) {
 
 }  // namespace
 
-LaunchPlan resolveLaunch(const LaunchOptions& options) {
+LaunchPlan resolve_launch(const LaunchOptions& options) {
   LaunchPlan plan;
   plan.options = options;
   if (options.command.empty()) {
@@ -381,8 +381,8 @@ bool StreamChoice::has(int local_rank, int stdout_or_stderr) const {
   return (bits >> stdout_or_stderr & 1) != 0;
 }
 
-std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
-                                                     const WorkerPlacement& p) {
+std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
+                                                      const WorkerPlacement& p) {
   const auto& o = plan.options;
   std::map<std::string, std::string> env = {
       {"RANK", std::to_string(p.rank)},

@@ -106,7 +106,7 @@ NodeAssignment NodeRendezvous::next_round() {
   }
   int round = next_round_;
   if (host_) {
-    node.nnodes = closeRound(round);
+    node.nnodes = close_round(round);
     store_->set(key(round, "nnodes"), bytes(std::to_string(node.nnodes)));
     store_->set(key(-1, "closed"), bytes(std::to_string(round)));
   } else {
@@ -133,7 +133,7 @@ bool NodeRendezvous::nodes_waiting(const NodeAssignment& running) {
 
 // The host closes round `round` (Note [How nodes meet]) and returns its
 // node count.
-int NodeRendezvous::closeRound(int round) {
+int NodeRendezvous::close_round(int round) {
   const auto start = Clock::now();
   auto minimum_reached = Clock::time_point::max();
   while (true) {

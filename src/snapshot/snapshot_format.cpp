@@ -234,7 +234,8 @@ void SnapshotWriter::addTensor(const std::string& name, const at::Tensor& tensor
     return entry.second == tensor.scalar_type();
   });
   if (found == kDtypeCodes.end()) {
-    fail("tensor '" + name + "' has unsupported dtype " + comm::detail::dtypeName(tensor.scalar_type()));
+    fail("tensor '" + name + "' has unsupported dtype " +
+         comm::detail::dtypeName(tensor.scalar_type()));
   }
   at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
   putU32(kRecordTensor);

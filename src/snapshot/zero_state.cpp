@@ -96,8 +96,9 @@ json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& grou
       failure = std::current_exception();
     }
   }
-  const std::vector<std::string> everyone =
-      group.size() > 1 ? comm::detail::all_gather_bytes(group, mine) : std::vector<std::string>{mine};
+  const std::vector<std::string> everyone = group.size() > 1
+                                                ? comm::detail::all_gather_bytes(group, mine)
+                                                : std::vector<std::string>{mine};
   if (failure) std::rethrow_exception(failure);
   std::vector<json> pieces;
   for (int r = 0; r < group.size(); ++r) {

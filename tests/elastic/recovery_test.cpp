@@ -73,12 +73,12 @@ class ElasticRecovery : public ::testing::TestWithParam<int> {};
 // the start-up commit); step 9 falls one step after the commit of step 8.
 TEST_P(ElasticRecovery, KilledWorkerIsReplacedAloneAndTheJobEndsBitIdentically) {
   const int kill_at = GetParam();
-  const ChildResult straight = runChildren({toyJob(0)}, 150s).at(0);
+  const ChildResult straight = run_children({toyJob(0)}, 150s).at(0);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   const std::string expected = digestOf(straight.output);
   ASSERT_NE(expected, "<none>") << straight.output;
 
-  const ChildResult killed = runChildren({toyJob(kill_at)}, 150s).at(0);
+  const ChildResult killed = run_children({toyJob(kill_at)}, 150s).at(0);
   const std::string& output = killed.output;
   EXPECT_EQ(killed.exit_code, 0) << output;
   EXPECT_TRUE(contains(output, "[1] epoch 0 step " + std::to_string(kill_at) + " ")) << output;
@@ -160,12 +160,12 @@ TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
     }
     return ddprun(args);
   };
-  const auto straight = runChildren({node(0, 0), node(1, 0)}, 120s);
+  const auto straight = run_children({node(0, 0), node(1, 0)}, 120s);
   ASSERT_EQ(straight[0].exit_code, 0) << straight[0].output << straight[1].output;
   const std::string expected = digestOf(straight[0].output);
   ASSERT_NE(expected, "<none>") << straight[0].output;
 
-  const auto killed = runChildren({node(0, 9), node(1, 9)}, 120s);
+  const auto killed = run_children({node(0, 9), node(1, 9)}, 120s);
   const std::string& first = killed[0].output;
   const std::string& second = killed[1].output;
   EXPECT_EQ(killed[0].exit_code, 0) << first << second;

@@ -33,7 +33,7 @@ inline ChildResult run(std::vector<std::string> argv, std::map<std::string, std:
                        std::chrono::seconds deadline = std::chrono::seconds(120)) {
   ChildSpec spec{std::move(argv), std::move(env), {}};
   for (const char* name : kLauncherVariables) spec.unset_env.push_back(name);
-  return ddp::launch::runChildren({spec}, deadline).at(0);
+  return ddp::launch::run_children({spec}, deadline).at(0);
 }
 
 // `program args...` under ddprun with `nproc` workers on this machine.

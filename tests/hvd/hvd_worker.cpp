@@ -58,7 +58,7 @@ using ddp::testing::worst_relative_error;
 namespace check = ddp::testing::hvd_check;
 
 // The exit code of this rank's `checks`.
-int exitCode(const NamedChecks& checks) {
+int exit_code(const NamedChecks& checks) {
   return ddp::testing::checks_exit_code(hvd::rank(), checks.failed());
 }
 
@@ -156,7 +156,7 @@ int train(const std::vector<std::string>& args) {
                    " steps");
   std::cout << "rank " << rank << ": " << stats.buffer_bytes.size()
             << " buffers, max relative error " << error << "\n";
-  return exitCode(checks);
+  return exit_code(checks);
 }
 
 // Each rank's own, different starting point: seeded model, options and
@@ -249,7 +249,7 @@ int broadcastState() {
         .lr_decay(1e-3 * r)
         .initial_accumulator_value(0.1 * r);
   });
-  return exitCode(checks);
+  return exit_code(checks);
 }
 
 int api() {
@@ -268,7 +268,7 @@ int api() {
   checks.check(check::kGroupWorks, t[0].item<double>() == world * (world - 1) / 2.0,
                "sum of ranks " + std::to_string(t[0].item<double>()) + ", expected " +
                    std::to_string(world * (world - 1) / 2.0));
-  return exitCode(checks);
+  return exit_code(checks);
 }
 
 int mismatch() {
@@ -334,7 +334,7 @@ int join(const std::vector<std::string>& args) {
                "max relative error " + std::to_string(error));
   checks.check(check_name(check::kJoin, check::kLastToJoin), source == 2,
                "returned " + std::to_string(source));
-  return exitCode(checks);
+  return exit_code(checks);
 }
 
 // Starts hvd on the engine `--backend B` names (default gloo).

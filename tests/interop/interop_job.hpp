@@ -62,7 +62,7 @@ inline launch::ChildResult underDdprun(int processes, const std::vector<std::str
   std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
                                    std::to_string(processes), DDP_TOY_TRAINER};
   argv.insert(argv.end(), job.begin(), job.end());
-  return launch::runChildren({launch::ChildSpec{argv, {}, kUnsetVariables}}, kDeadline).at(0);
+  return launch::run_children({launch::ChildSpec{argv, {}, kUnsetVariables}}, kDeadline).at(0);
 }
 
 }  // namespace ddp::interop

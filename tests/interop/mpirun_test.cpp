@@ -22,7 +22,7 @@ namespace {
 
 using launch::ChildResult;
 using launch::ChildSpec;
-using launch::runChildren;
+using launch::run_children;
 using namespace std::chrono_literals;
 
 // The mpirun on PATH, or "".
@@ -56,8 +56,8 @@ ChildSpec underMpirun(int processes, const std::vector<std::string>& variables) 
 ChildResult onAReservedPort(int processes) {
   const launch::PortReservation reserved;
   const std::string port = std::to_string(reserved.port());
-  return runChildren({underMpirun(processes, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port})},
-                     kDeadline)
+  return run_children({underMpirun(processes, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port})},
+                      kDeadline)
       .at(0);
 }
 
@@ -79,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(InteropMpirun, InteropMpirun, ::testing::Values(2, 3),
 // Open MPI gives ranks but no rendezvous address: ddp says what to export.
 TEST(InteropMpirunErrors, WithoutMasterAddrTheErrorSaysWhatToExport) {
   SKIP_WITHOUT_MPIRUN();
-  const ChildResult run = runChildren({underMpirun(2, {})}, kDeadline).at(0);
+  const ChildResult run = run_children({underMpirun(2, {})}, kDeadline).at(0);
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_TRUE(contains(run.output,
                        "MASTER_ADDR is not set, but Open MPI describes 2 processes that must "

@@ -30,7 +30,7 @@ namespace {
 
 using launch::ChildResult;
 using launch::ChildSpec;
-using launch::runChildren;
+using launch::run_children;
 using namespace std::chrono_literals;
 
 // Starting takes a second; each of the script's waits has its own 60 s
@@ -101,7 +101,7 @@ class InteropSlurm : public ::testing::Test {
   static ChildResult cluster(const std::vector<std::string>& arguments) {
     std::vector<std::string> argv = {"/bin/bash", DDP_SLURM_CLUSTER};
     argv.insert(argv.end(), arguments.begin(), arguments.end());
-    return runChildren({ChildSpec{argv, {}, kUnsetVariables}}, kClusterDeadline).at(0);
+    return run_children({ChildSpec{argv, {}, kUnsetVariables}}, kClusterDeadline).at(0);
   }
 
   // A Slurm client command run against this suite's cluster, with
@@ -133,7 +133,7 @@ TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
     std::vector<std::string> argv = {onPath("srun"),    "-n",           "2", "--time",
                                      kTimeLimitMinutes, DDP_TOY_TRAINER};
     argv.insert(argv.end(), kJob.begin(), kJob.end());
-    return runChildren({client(argv, {{"MASTER_PORT", port}})}, kDeadline).at(0);
+    return run_children({client(argv, {{"MASTER_PORT", port}})}, kDeadline).at(0);
   });
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
@@ -158,9 +158,9 @@ TEST_F(InteropSlurm, SbatchScriptTrainsAsUnderDdprun) {
                           << "export MASTER_PORT=" << port << "\n"
                           << "srun " << DDP_TOY_TRAINER << joined(kJob) << "\n";
     ChildResult result =
-        runChildren({client({onPath("sbatch"), "--wait", "--output", output.string(), "--chdir",
-                             dir_.string(), script.string()})},
-                    kDeadline)
+        run_children({client({onPath("sbatch"), "--wait", "--output", output.string(), "--chdir",
+                              dir_.string(), script.string()})},
+                     kDeadline)
             .at(0);
     job_output = readFile(output);
     result.output += "\n--- " + output.string() + "\n" + job_output;

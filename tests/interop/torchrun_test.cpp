@@ -26,7 +26,7 @@ namespace {
 using ddp::testing::TemporaryDirectory;
 using launch::ChildResult;
 using launch::ChildSpec;
-using launch::runChildren;
+using launch::run_children;
 using namespace std::chrono_literals;
 
 // What rank 0 says once per run under torchrun's store.
@@ -104,7 +104,7 @@ Torchrun findTorchrun() {
   for (std::string word; words >> word;) argv.push_back(word);
   if (argv.empty()) return {"", path + " is not a Python script, so not PyTorch's torchrun."};
   argv.insert(argv.end(), {"-c", "import torch; print('torch', torch.__version__)"});
-  const ChildResult version = runChildren({ChildSpec{argv, pythonEnvironment(), {}}}, 120s).at(0);
+  const ChildResult version = run_children({ChildSpec{argv, pythonEnvironment(), {}}}, 120s).at(0);
   std::smatch m;
   if (!std::regex_search(version.output, m, std::regex(R"(torch (\d+)\.(\S+))"))) {
     return {"", path + "'s Python cannot import torch (" + version.status() +
@@ -117,7 +117,7 @@ Torchrun findTorchrun() {
                     "every launch mode (Debian 12's 1.13 does not even start on Python 3.11)."};
   }
   const ChildResult help =
-      runChildren({ChildSpec{{path, "--help"}, pythonEnvironment(), kUnsetVariables}}, 120s).at(0);
+      run_children({ChildSpec{{path, "--help"}, pythonEnvironment(), kUnsetVariables}}, 120s).at(0);
   if (help.exit_code != 0) {
     return {"", path + " (" + pytorch + ") does not start here (" + help.status() + "): " +
                     help.output.substr(help.output.size() > 600 ? help.output.size() - 600 : 0)};
@@ -149,7 +149,7 @@ ChildSpec underTorchrun(const std::vector<std::string>& launcher_args,
 std::vector<ChildResult> onAReservedPort(
     const std::function<std::vector<ChildSpec>(const std::string& port)>& launchers) {
   const launch::PortReservation reserved;
-  return runChildren(launchers(std::to_string(reserved.port())), kDeadline);
+  return run_children(launchers(std::to_string(reserved.port())), kDeadline);
 }
 
 // One epoch of the toy trainer: 2048 samples / (2 ranks x 32) = 32 steps.
@@ -169,7 +169,7 @@ TEST(InteropTorchrun, StandaloneTrainsAsUnderDdprun) {
   SKIP_WITHOUT_TORCHRUN_2();
   ASSERT_NE(expectedDigest(), "<none>");
   const ChildResult run =
-      runChildren({underTorchrun({"--standalone", "--nproc-per-node", "2"}, kJob)}, kDeadline)
+      run_children({underTorchrun({"--standalone", "--nproc-per-node", "2"}, kJob)}, kDeadline)
           .at(0);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(digestOf(run.output), expectedDigest()) << run.output;
@@ -243,7 +243,7 @@ TEST(InteropTorchrun, KilledWorkerIsRestartedAndResumes) {
   std::vector<std::string> killed = job(restarted_dir);
   killed.insert(killed.end(), {"--kill-at", "1:10"});
   const ChildResult run =
-      runChildren(
+      run_children(
           {underTorchrun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"}, killed)},
           kDeadline)
           .at(0);
@@ -274,7 +274,8 @@ TEST(InteropTorchrun, WorkersErrorIsShownInTorchrunsSummary) {
   ASSERT_EQ(message_of_rank.size(), 2u) << reference.output;
 
   const ChildResult run =
-      runChildren({underTorchrun({"--standalone", "--nproc-per-node", "2"}, job)}, kDeadline).at(0);
+      run_children({underTorchrun({"--standalone", "--nproc-per-node", "2"}, job)}, kDeadline)
+          .at(0);
   EXPECT_NE(run.exit_code, 0) << run.output;
   const size_t summary = run.output.find("Root Cause (first observed failure)");
   ASSERT_NE(summary, std::string::npos) << run.output;

@@ -33,7 +33,7 @@ std::vector<ChildResult> runAttempt(c10d::TCPStore& agent, int restart_count) {
                       {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)}},
                      {"DDP_JOB_SECRET_FILE"}};
   };
-  return runChildren({worker(0), worker(1)}, 60s);
+  return run_children({worker(0), worker(1)}, 60s);
 }
 
 const std::string kWarning = "is torchrun's, which authenticates no one (PyTorch's SECURITY.md)";

@@ -12,8 +12,8 @@ namespace {
 ChildSpec shell(const std::string& script) { return ChildSpec{{"/bin/sh", "-c", script}, {}, {}}; }
 
 TEST(CoreChildProcess, ReportsExitCodesAndOutputPerChild) {
-  auto results = runChildren({shell("echo out; echo err >&2; exit 3"), shell("exit 0")},
-                             std::chrono::seconds(10));
+  auto results = run_children({shell("echo out; echo err >&2; exit 3"), shell("exit 0")},
+                              std::chrono::seconds(10));
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].exit_code, 3);
   EXPECT_EQ(results[0].output, "out\nerr\n");
@@ -23,7 +23,7 @@ TEST(CoreChildProcess, ReportsExitCodesAndOutputPerChild) {
 }
 
 TEST(CoreChildProcess, ReportsSignals) {
-  auto results = runChildren({shell("kill -9 $$")}, std::chrono::seconds(10));
+  auto results = run_children({shell("kill -9 $$")}, std::chrono::seconds(10));
   EXPECT_EQ(results[0].term_signal, SIGKILL);
   EXPECT_EQ(results[0].exit_code, -1);
   EXPECT_EQ(results[0].status().rfind("signal 9", 0), 0u);
@@ -34,7 +34,7 @@ TEST(CoreChildProcess, EnvironmentIsSetAndUnset) {
   ChildSpec spec = shell("echo \"[$DDP_TEST_SET][${DDP_TEST_INHERITED:-gone}]\"");
   spec.env["DDP_TEST_SET"] = "v";
   spec.unset_env.push_back("DDP_TEST_INHERITED");
-  auto results = runChildren({spec}, std::chrono::seconds(10));
+  auto results = run_children({spec}, std::chrono::seconds(10));
   unsetenv("DDP_TEST_INHERITED");
   EXPECT_EQ(results[0].output, "[v][gone]\n");
 }
@@ -42,8 +42,8 @@ TEST(CoreChildProcess, EnvironmentIsSetAndUnset) {
 TEST(CoreChildProcess, DeadlineKillsWhatHangs) {
   const auto start = std::chrono::steady_clock::now();
   // The second child ignores SIGTERM: it must be killed after the grace.
-  auto results = runChildren({shell("exit 0"), shell("trap '' TERM; sleep 60")},
-                             std::chrono::milliseconds(500), std::chrono::milliseconds(300));
+  auto results = run_children({shell("exit 0"), shell("trap '' TERM; sleep 60")},
+                              std::chrono::milliseconds(500), std::chrono::milliseconds(300));
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(elapsed, 5.0);
@@ -55,7 +55,7 @@ TEST(CoreChildProcess, DeadlineKillsWhatHangs) {
 
 TEST(CoreChildProcess, MissingProgramExits127) {
   auto results =
-      runChildren({ChildSpec{{"/nonexistent/program"}, {}, {}}}, std::chrono::seconds(10));
+      run_children({ChildSpec{{"/nonexistent/program"}, {}, {}}}, std::chrono::seconds(10));
   EXPECT_EQ(results[0].exit_code, 127);
   EXPECT_NE(results[0].output.find("exec failed"), std::string::npos);
 }

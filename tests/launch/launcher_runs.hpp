@@ -27,7 +27,7 @@ inline ChildSpec ddprun(std::vector<std::string> args) {
 
 inline ChildResult runLauncher(const std::vector<std::string>& args,
                                std::chrono::seconds deadline = std::chrono::seconds(90)) {
-  return runChildren({ddprun(args)}, deadline).at(0);
+  return run_children({ddprun(args)}, deadline).at(0);
 }
 
 inline bool contains(const std::string& text, const std::string& what) {

@@ -157,7 +157,7 @@ TEST(LauncherSignals, SigtermStopsEveryWorkerWithinTheGrace) {
   std::vector<pid_t> pids;
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (pids.size() < 2 && std::chrono::steady_clock::now() < deadline) {
-    waitForOutput({&launcher}, 100ms);
+    wait_for_output({&launcher}, 100ms);
     launcher.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
     pids.clear();
     std::smatch m;
@@ -175,7 +175,7 @@ TEST(LauncherSignals, SigtermStopsEveryWorkerWithinTheGrace) {
   }
   ASSERT_TRUE(launcher.exited()) << "ddprun did not exit after SIGTERM";
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count(), 3.5);
-  EXPECT_EQ(launcher.exitCode(), 128 + SIGTERM);
+  EXPECT_EQ(launcher.exit_code(), 128 + SIGTERM);
   for (pid_t pid : pids) {
     EXPECT_EQ(kill(pid, 0), -1) << "worker " << pid << " outlived the launcher";
   }
@@ -249,7 +249,7 @@ std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
     args.insert(args.end(), worker.begin(), worker.end());
     return ddprun(args);
   };
-  return runChildren({node(0, "twonodes"), node(1, second_run_id)}, 90s);
+  return run_children({node(0, "twonodes"), node(1, second_run_id)}, 90s);
 }
 
 TEST(LauncherNodes, TwoNodesOnLoopbackMeetAndAllReduce) {
@@ -284,7 +284,7 @@ TEST(LauncherNodes, TwoNodesOnLoopbackTrainTheToyTrainer) {
                    "127.0.0.1", "--master-port", port, "--nproc-per-node", "1", "--run-id", "toy",
                    "--rendezvous-timeout", "20", DDP_TOY_TRAINER, "--epochs", "1"});
   };
-  auto results = runChildren({node(0), node(1)}, 90s);
+  auto results = run_children({node(0), node(1)}, 90s);
   for (int n : {0, 1}) EXPECT_EQ(results[n].exit_code, 0) << results[n].output;
   // 2048 samples / (2 ranks x 32) = 32 steps, and rank 0 reports the end.
   EXPECT_NE(results[1].output.find("[1] epoch 0 step 32 loss"), std::string::npos)

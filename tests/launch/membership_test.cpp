@@ -37,7 +37,7 @@ std::string outputUntil(ChildProcess& process, const std::string& what) {
   std::string output;
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   while (!contains(output, what) && std::chrono::steady_clock::now() < deadline) {
-    waitForOutput({&process}, 100ms);
+    wait_for_output({&process}, 100ms);
     process.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
   }
   return output;
@@ -47,16 +47,16 @@ std::string outputUntil(ChildProcess& process, const std::string& what) {
 ChildResult finish(ChildProcess& process, std::string output) {
   const auto deadline = std::chrono::steady_clock::now() + 90s;
   while (!process.reap() && std::chrono::steady_clock::now() < deadline) {
-    waitForOutput({&process}, 100ms);
+    wait_for_output({&process}, 100ms);
     process.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
   }
   if (!process.exited()) {
-    process.signalGroup(SIGKILL);
-    process.reapBlocking();
+    process.signal_group(SIGKILL);
+    process.reap_blocking();
   }
   process.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
   ChildResult result;
-  result.exit_code = process.exited() ? process.exitCode() : -1;
+  result.exit_code = process.exited() ? process.exit_code() : -1;
   result.output = output;
   return result;
 }
@@ -110,8 +110,8 @@ TEST(LauncherMembership, LostNodeLeavesTheJobRunningOnTheOther) {
   ChildProcess lost(node, false);
   std::string lost_output = outputUntil(lost, "] round 0: all-reduced over 2");
   ASSERT_TRUE(contains(lost_output, "round 0: all-reduced over 2")) << lost_output;
-  lost.signalGroup(SIGKILL);  // the launcher and its worker
-  lost.reapBlocking();
+  lost.signal_group(SIGKILL);  // the launcher and its worker
+  lost.reap_blocking();
   const ChildResult survivor = finish(host, "");
   EXPECT_EQ(survivor.exit_code, 0) << survivor.output;
   for (const char* line :

@@ -13,7 +13,7 @@ namespace {
 using namespace std::chrono_literals;
 
 ChildResult shell(const std::string& script) {
-  return runChildren({ChildSpec{{"/bin/sh", "-c", script}, {}, {}}}, 30s).at(0);
+  return run_children({ChildSpec{{"/bin/sh", "-c", script}, {}, {}}}, 30s).at(0);
 }
 
 // Two namespaces A and B with addresses 10.250.N.1 and 10.250.N.2, removed
@@ -85,7 +85,7 @@ TEST(LauncherNetns, TwoNodesAcrossAVethPairSurviveAWorkerKill) {
                      {},
                      {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}};
   };
-  auto results = runChildren({node(0, pair.a()), node(1, pair.b())}, 90s);
+  auto results = run_children({node(0, pair.a()), node(1, pair.b())}, 90s);
   for (int n : {0, 1}) {
     EXPECT_EQ(results[n].exit_code, 0) << results[0].output << results[1].output;
     EXPECT_NE(results[n].output.find("(restart 1 of 1)"), std::string::npos) << results[n].output;

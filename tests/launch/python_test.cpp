@@ -44,7 +44,7 @@ const std::string& torchPythonDir() {
       if (!fs::exists(python)) continue;
       ChildSpec probe{
           {python, "-c", "import torch.distributed as d; assert d.is_available()"}, {}, {}};
-      if (runChildren({probe}, 60s).at(0).exit_code == 0) {
+      if (run_children({probe}, 60s).at(0).exit_code == 0) {
         return fs::path(python).parent_path().string();
       }
     }
@@ -70,7 +70,7 @@ ChildResult runScript(const std::vector<std::string>& ddprun_args,
   const char* path = getenv("PATH");
   spec.env["PATH"] = torchPythonDir() + ":" + (path ? path : "/usr/bin:/bin");
   spec.env["USE_LIBUV"] = "0";
-  return runChildren({spec}, 240s).at(0);
+  return run_children({spec}, 240s).at(0);
 }
 
 // Each rank's digest of the final parameters, by rank.
@@ -129,7 +129,7 @@ TEST(LauncherPython, NoPythonRunsTheProgramItself) {
 TEST(LauncherPython, AScriptWithoutPython3InPathIsAClearError) {
   ChildSpec spec = ddprun({"--standalone", kScript});
   spec.env["PATH"] = "/nonexistent";
-  ChildResult r = runChildren({spec}, 60s).at(0);
+  ChildResult r = run_children({spec}, 60s).at(0);
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_TRUE(contains(r.output,
                        "is a Python script, run as `python3 -u SCRIPT`, but there is no "

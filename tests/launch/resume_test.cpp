@@ -57,7 +57,7 @@ TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
       killed_snapshots("ddp-resume-");
   const std::string straight_dir = straight_snapshots.string(),
                     killed_dir = killed_snapshots.string();
-  auto straight = runChildren({toyJob(straight_dir)}, 120s).at(0);
+  auto straight = run_children({toyJob(straight_dir)}, 120s).at(0);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   const std::string expected = digestOf(straight.output);
   ASSERT_NE(expected, "<none>") << straight.output;
@@ -72,7 +72,7 @@ TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
   bool killed = false;
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (!job.finished() && std::chrono::steady_clock::now() < deadline) {
-    waitForOutput({&job}, 20ms);
+    wait_for_output({&job}, 20ms);
     job.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
     job.reap();
     std::smatch m;
@@ -86,9 +86,9 @@ TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
       killed = true;
     }
   }
-  if (!job.exited()) job.signalGroup(SIGKILL);
+  if (!job.exited()) job.signal_group(SIGKILL);
   ASSERT_TRUE(killed) << "never reached step " << kill_at << ":\n" << output;
-  EXPECT_EQ(job.exitCode(), 0) << output;
+  EXPECT_EQ(job.exit_code(), 0) << output;
   EXPECT_NE(output.find("ended with signal 9 (Killed)"), std::string::npos) << output;
   EXPECT_NE(output.find("(restart 1 of 3)"), std::string::npos) << output;
   if (kill_at >= 4) EXPECT_NE(output.find("[0] resumed at epoch"), std::string::npos) << output;

@@ -62,7 +62,7 @@ TEST(LauncherSecret, NodesMeetWithTheSameSecretFileAndAWrongOneIsRefused) {
                      "--rendezvous-timeout", timeout, "--secret-file", secret, DDP_LAUNCH_WORKER,
                      "env"});
     };
-    return runChildren({node(0, good), node(1, second_secret)}, 90s);
+    return run_children({node(0, good), node(1, second_secret)}, 90s);
   };
   auto met = nodes(good, "20");
   for (int n : {0, 1}) {
@@ -97,7 +97,7 @@ TEST(LauncherSecret, TorchrunStyleWorkersWithoutASecretWarnAndStillRun) {
                       {"TORCHELASTIC_RESTART_COUNT", "0"}},
                      {"DDP_JOB_SECRET_FILE"}};
   };
-  auto results = runChildren({worker(0), worker(1)}, 60s);
+  auto results = run_children({worker(0), worker(1)}, 60s);
   for (int rank : {0, 1}) {
     EXPECT_EQ(results[rank].exit_code, 0) << results[rank].output;
     EXPECT_NE(results[rank].output.find("attempt 0: sum of ranks 1"), std::string::npos);

@@ -37,7 +37,7 @@ TEST(LauncherTorchrun, TutorialMultinodeCommandLinesTrainOnTwoNodes) {
                    "--rdzv_id=456", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
                    DDP_TOY_TRAINER, "--epochs", "1"});
   };
-  auto results = runChildren({node(0), node(1)}, 120s);
+  auto results = run_children({node(0), node(1)}, 120s);
   for (int n : {0, 1}) EXPECT_EQ(results[n].exit_code, 0) << results[n].output;
   // 2048 samples / (2 ranks x 32) = 32 steps. c10d ranks the nodes by
   // joining order, so either launcher may hold rank 1.
@@ -58,7 +58,7 @@ TEST(LauncherTorchrun, RangeOfNodesStartsWithEveryNodeThatJoinedBeforeTheLastCal
       "--rdzv-backend=c10d",    "--rdzv-endpoint=" + endpoint,
       "--local-addr=127.0.0.2", "--rdzv-conf=last_call_timeout=8,join_timeout=60",
       DDP_LAUNCH_WORKER,        "env"};
-  auto results = runChildren({ddprun(args), ddprun(args)}, 120s);
+  auto results = run_children({ddprun(args), ddprun(args)}, 120s);
   int group_rank_seen[2] = {0, 0};
   for (const auto& r : results) {
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -40,7 +40,7 @@ std::vector<launch::ChildResult> runRanks(int world, const std::vector<std::stri
     spec.env = environment_for(rank, world, port);
     specs.push_back(std::move(spec));
   }
-  return launch::runChildren(specs, deadline);
+  return launch::run_children(specs, deadline);
 }
 
 long failedAfterMs(const launch::ChildResult& result) {

@@ -40,7 +40,8 @@ inline std::string all_reduce(ReduceOp op, at::ScalarType dtype) {
   return std::string("all_reduce(") + to_string(op) + ") " + ddp::comm::detail::dtypeName(dtype);
 }
 inline std::string reduce_scatter(ReduceOp op, at::ScalarType dtype) {
-  return std::string("reduce_scatter(") + to_string(op) + ") " + ddp::comm::detail::dtypeName(dtype);
+  return std::string("reduce_scatter(") + to_string(op) + ") " +
+         ddp::comm::detail::dtypeName(dtype);
 }
 inline std::string broadcast(int root, at::ScalarType dtype) {
   return "broadcast(root " + std::to_string(root) + ") " + ddp::comm::detail::dtypeName(dtype);

@@ -43,7 +43,7 @@ std::vector<fs::path> snapshots(const fs::path& dir) {
 ChildResult run(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {DDP_SNAPSHOT_KILL_WRITER};
   argv.insert(argv.end(), args.begin(), args.end());
-  return runChildren({ChildSpec{argv, {}, {}}}, 120s).at(0);
+  return run_children({ChildSpec{argv, {}, {}}}, 120s).at(0);
 }
 
 // Starts a write of epoch `value` and SIGKILLs the writer as soon as its
@@ -64,7 +64,7 @@ Kill writeAndKill(const fs::path& dir, int value, std::uintmax_t at_bytes) {
   const auto give_up = Clock::now() + 60s;
   Kill kill;
   while (!writer.finished() && Clock::now() < give_up) {
-    waitForOutput({&writer}, 1ms);
+    wait_for_output({&writer}, 1ms);
     writer.pump(sink);
     writer.reap();
     if (output.find("writing\n") == std::string::npos) continue;
@@ -75,8 +75,8 @@ Kill writeAndKill(const fs::path& dir, int value, std::uintmax_t at_bytes) {
       break;
     }
   }
-  writer.signalGroup(SIGKILL);
-  writer.reapBlocking();
+  writer.signal_group(SIGKILL);
+  writer.reap_blocking();
   writer.pump(sink);
   EXPECT_NE(output.find("writing\n"), std::string::npos) << output;
   kill.saved = output.find("saved ") != std::string::npos;

@@ -65,7 +65,7 @@ int startRanks(const Options& options, const std::string& self) {
     ranks.push_back(std::move(spec));
   }
   std::cout << "starting " << options.nproc << " ranks on 127.0.0.1:" << port << std::endl;
-  auto results = ddp::launch::runChildren(ranks, std::chrono::seconds(options.timeout_s));
+  auto results = ddp::launch::run_children(ranks, std::chrono::seconds(options.timeout_s));
   int failures = 0;
   for (size_t rank = 0; rank < results.size(); ++rank) {
     std::istringstream output(results[rank].output);

@@ -26,7 +26,7 @@
 
 namespace {
 
-void onSignal(int signal) { ddp::launch::Agent::requestStop(signal); }
+void onSignal(int signal) { ddp::launch::Agent::request_stop(signal); }
 
 void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   }
   options.command.assign(argv + start, argv + argc);
   try {
-    ddp::launch::LaunchPlan plan = ddp::launch::resolveLaunch(options);
+    ddp::launch::LaunchPlan plan = ddp::launch::resolve_launch(options);
     for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, onSignal);
     ddp::launch::Agent agent(std::move(plan));
     return agent.run();

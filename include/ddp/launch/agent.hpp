@@ -58,20 +58,20 @@ class Agent {
   int run();
 
   /// Asks a running agent to stop the job (from a signal handler).
-  static void requestStop(int signal) noexcept;
+  static void request_stop(int signal) noexcept;
 
  private:
   struct Attempt;
   enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed };
 
-  Attempt startAttempt(int round);
-  void startWorker(Attempt& attempt, int local_rank, int rank, int generation);
-  bool replaceWorker(Attempt& attempt, size_t index, const std::string& failure);
+  Attempt start_attempt(int round);
+  void start_worker(Attempt& attempt, int local_rank, int rank, int generation);
+  bool replace_worker(Attempt& attempt, size_t index, const std::string& failure);
   Outcome monitor(Attempt& attempt);
-  void reportStall(const Attempt& attempt);
+  void report_stall(const Attempt& attempt);
   void leave(int attempt);
   std::string key(int attempt, const std::string& name) const;
-  std::string errorFile(int attempt, int local_rank) const;
+  std::string error_file(int attempt, int local_rank) const;
 
   LaunchPlan plan_;
   std::unique_ptr<NodeRendezvous> rendezvous_;

@@ -48,20 +48,20 @@ class ChildProcess {
   /// Hands whatever output is available to `sink` (never blocks).
   void pump(const std::function<void(Stream, std::string_view)>& sink);
   /// The pipes still open, to poll() on.
-  std::vector<int> openPipes() const;
+  std::vector<int> open_pipes() const;
   /// Reaps the child if it has exited (never blocks); true once it has.
   bool reap();
   /// Waits for the child to exit.
-  void reapBlocking();
+  void reap_blocking();
   bool exited() const { return exited_; }
   /// True once exited and both pipes are drained and closed.
   bool finished() const;
   /// Exit status, or -1 when it died by a signal.
-  int exitCode() const { return exit_code_; }
+  int exit_code() const { return exit_code_; }
   /// The signal that ended it, or 0.
-  int termSignal() const { return term_signal_; }
+  int term_signal() const { return term_signal_; }
   /// Sends `signal` to the child's whole process group.
-  void signalGroup(int signal) const;
+  void signal_group(int signal) const;
   /// Seconds from start to exit (or to now).
   double seconds() const;
 
@@ -93,21 +93,21 @@ struct ChildResult {
 };
 
 /// A human-readable exit status: "exit 3", "signal 9 (Killed)".
-std::string describeExit(int exit_code, int term_signal);
+std::string describe_exit(int exit_code, int term_signal);
 
 /// Waits up to `timeout` for any of `children`'s pipes to have output.
-void waitForOutput(const std::vector<ChildProcess*>& children, std::chrono::milliseconds timeout);
+void wait_for_output(const std::vector<ChildProcess*>& children, std::chrono::milliseconds timeout);
 
 /// Stops `children`: SIGTERM to each process group still running, then
 /// SIGKILL to those still running after `grace`; returns once all exited.
 /// `pump` is called meanwhile so that no output is lost.
-void stopAll(std::vector<ChildProcess*> children, std::chrono::milliseconds grace,
-             const std::function<void(ChildProcess&)>& pump);
+void stop_all(std::vector<ChildProcess*> children, std::chrono::milliseconds grace,
+              const std::function<void(ChildProcess&)>& pump);
 
 /// Starts every child at once, collects its output, and waits until all have
 /// exited or `deadline` has passed; then SIGTERM, and SIGKILL after `grace`.
-std::vector<ChildResult> runChildren(const std::vector<ChildSpec>& children,
-                                     std::chrono::milliseconds deadline,
-                                     std::chrono::milliseconds grace = std::chrono::seconds(2));
+std::vector<ChildResult> run_children(const std::vector<ChildSpec>& children,
+                                      std::chrono::milliseconds deadline,
+                                      std::chrono::milliseconds grace = std::chrono::seconds(2));
 
 }  // namespace ddp::launch

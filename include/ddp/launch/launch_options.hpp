@@ -102,7 +102,7 @@ struct LaunchPlan {
 /// the master port free on the static backend's node 0) and resolves them.
 /// Throws ddp::ConfigError (bad values) or ddp::RendezvousError (port in
 /// use) with a message saying what to do.
-LaunchPlan resolveLaunch(const LaunchOptions& options);
+LaunchPlan resolve_launch(const LaunchOptions& options);
 
 /// The environment of local worker `local_rank`, as torchrun gives it.
 struct WorkerPlacement {
@@ -121,7 +121,7 @@ struct WorkerPlacement {
   std::string recovery_store;        ///< DDP_RECOVERY_STORE (--recovery memory)
   int generation = 0;                ///< DDP_RECOVERY_GENERATION
 };
-std::map<std::string, std::string> workerEnvironment(const LaunchPlan& plan,
-                                                     const WorkerPlacement& placement);
+std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
+                                                      const WorkerPlacement& placement);
 
 }  // namespace ddp::launch

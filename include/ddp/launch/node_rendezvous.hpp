@@ -74,7 +74,7 @@ class NodeRendezvous {
 
  private:
   std::string key(int round, const std::string& name) const;
-  int closeRound(int round);
+  int close_round(int round);
 
   const LaunchPlan& plan_;
   c10::intrusive_ptr<c10d::Store> store_;

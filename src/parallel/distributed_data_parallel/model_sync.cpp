@@ -31,8 +31,8 @@ std::vector<std::string> describeTensors(const std::vector<std::string>& names,
                                          const std::vector<at::Tensor>& tensors) {
   std::vector<std::string> descriptions;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    descriptions.push_back(names[i] + " " + comm::detail::dtypeName(tensors[i].scalar_type()) + " " +
-                           c10::str(tensors[i].sizes()));
+    descriptions.push_back(names[i] + " " + comm::detail::dtypeName(tensors[i].scalar_type()) +
+                           " " + c10::str(tensors[i].sizes()));
   }
   return descriptions;
 }

@@ -115,7 +115,8 @@ std::vector<int32_t> GradientShards::shadow(double divisor) {
 }
 
 std::vector<int32_t> GradientShards::finish(bool contribute) {
-  comm::detail::ScopeExit reset_at_exit([this] { resetStep(); });  // Also releases the flat buffers.
+  comm::detail::ScopeExit reset_at_exit(
+      [this] { resetStep(); });  // Also releases the flat buffers.
   buckets_.launch_rest([this, contribute](size_t b) { return launch(b, contribute); });
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.buckets().size(); ++b) {
