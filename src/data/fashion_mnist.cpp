@@ -1,6 +1,7 @@
 // Fashion-MNIST / MNIST from their idx files.
 
 #include "ddp/data/fashion_mnist.hpp"
+#include "ddp/data/errors.hpp"
 
 #include <torch/torch.h>
 

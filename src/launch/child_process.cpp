@@ -13,6 +13,7 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/launch/errors.hpp"
 
 namespace ddp::launch {
 namespace {

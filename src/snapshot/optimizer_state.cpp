@@ -16,6 +16,7 @@
 
 #include "comm/compat/torch_compat.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "snapshot/snapshot_format.hpp"
 
 namespace ddp::snapshot::detail {

@@ -1,4 +1,5 @@
 #include "ddp/snapshot/snapshot_manager.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

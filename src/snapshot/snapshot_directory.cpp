@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <set>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/dtype_name.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the snapshot format stores raw little-endian bytes");

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "comm/byte_exchange.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"

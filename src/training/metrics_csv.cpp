@@ -1,4 +1,5 @@
 #include "ddp/training/metrics_csv.hpp"
+#include "ddp/training/errors.hpp"
 
 #include <cerrno>
 #include <cstdio>

@@ -15,6 +15,7 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/training/metrics_csv.hpp"
+#include "ddp/training/errors.hpp"
 
 extern char** environ;
 
