@@ -10,6 +10,7 @@
 
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/training/plot.hpp"
+#include "ddp/training/errors.hpp"
 
 namespace ddp::examples {
 

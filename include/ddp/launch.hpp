@@ -5,10 +5,11 @@
 /// ddp::launch): what ddprun is made of, to start and watch ranks from a
 /// program: the agent, its options (torchrun's command line), the node
 /// rendezvous, the recovery store, child processes with deadlines and port
-/// reservations.
+/// reservations, and LaunchError.
 
 #include "ddp/launch/agent.hpp"             // IWYU pragma: export
 #include "ddp/launch/child_process.hpp"     // IWYU pragma: export
+#include "ddp/launch/errors.hpp"            // IWYU pragma: export
 #include "ddp/launch/launch_options.hpp"    // IWYU pragma: export
 #include "ddp/launch/node_rendezvous.hpp"   // IWYU pragma: export
 #include "ddp/launch/port_reservation.hpp"  // IWYU pragma: export

@@ -2,6 +2,8 @@
 
 /// \file snapshot.hpp
 /// Verified training snapshots in one include (namespace ddp::snapshot):
-/// SnapshotManager, TrainingState, read_snapshot_file. Library ddp::snapshot.
+/// SnapshotManager, TrainingState, read_snapshot_file, SnapshotError. Library
+/// ddp::snapshot.
 
+#include "ddp/snapshot/errors.hpp"            // IWYU pragma: export
 #include "ddp/snapshot/snapshot_manager.hpp"  // IWYU pragma: export

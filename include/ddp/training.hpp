@@ -2,8 +2,10 @@
 
 /// \file training.hpp
 /// Training feedback in one include (namespace ddp::training, library
-/// ddp::training): progress lines, the metrics CSV and gnuplot curves.
+/// ddp::training): progress lines, the metrics CSV and gnuplot curves, and
+/// their errors (MetricsError, PlotError).
 
+#include "ddp/training/errors.hpp"       // IWYU pragma: export
 #include "ddp/training/metrics_csv.hpp"  // IWYU pragma: export
 #include "ddp/training/plot.hpp"         // IWYU pragma: export
 #include "ddp/training/progress.hpp"     // IWYU pragma: export

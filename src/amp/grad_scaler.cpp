@@ -9,6 +9,7 @@
 #include "comm/compat/torch_compat.hpp"
 #include "ddp/parallel/captured_step.hpp"
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::amp {
 namespace {
@@ -35,8 +36,8 @@ void validate(double scale, double growth_factor, double backoff_factor, int64_t
                       "; it must lie strictly between 0 and 1 (default 0.5)");
   }
   if (growth_interval < 1) {
-    throw ConfigError(who + ": growth_interval is " + std::to_string(growth_interval) +
-                      "; it must be at least 1 step (default 2000)");
+    throw ConfigError(comm::detail::str(who, ": growth_interval is ", growth_interval,
+                                        "; it must be at least 1 step (default 2000)"));
   }
 }
 
@@ -206,9 +207,9 @@ void GradScaler::load_state(const GradScalerState& state) {
   validate(state.scale, state.growth_factor, state.backoff_factor, state.growth_interval,
            "GradScaler::load_state");
   if (state.growth_tracker < 0 || state.growth_tracker >= state.growth_interval) {
-    throw ConfigError("GradScaler::load_state: growth_tracker is " +
-                      std::to_string(state.growth_tracker) + "; it must lie in [0, " +
-                      std::to_string(state.growth_interval) + ") (the growth interval)");
+    throw ConfigError(comm::detail::str("GradScaler::load_state: growth_tracker is ",
+                                        state.growth_tracker, "; it must lie in [0, ",
+                                        state.growth_interval, ") (the growth interval)"));
   }
   state_ = state;
   records_.clear();

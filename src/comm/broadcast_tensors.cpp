@@ -8,6 +8,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/collective_name.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm {
 
@@ -18,9 +19,9 @@ namespace ddp::comm {
 // into one int32 buffer, whatever their dtypes.
 void broadcast_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   if (root < 0 || root >= group.size()) {
-    throw InvalidArgumentError("broadcast_tensors: root rank " + std::to_string(root) +
-                               " is outside the group (ranks 0 to " +
-                               std::to_string(group.size() - 1) + "); pass an existing rank.");
+    throw InvalidArgumentError(detail::str("broadcast_tensors: root rank ", root,
+                                           " is outside the group (ranks 0 to ", group.size() - 1,
+                                           "); pass an existing rank."));
   }
   if (group.size() == 1 || tensors.empty()) return;
   at::NoGradGuard no_grad;

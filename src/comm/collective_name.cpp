@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "comm/str.hpp"
+
 namespace ddp::comm::detail {
 namespace {
 
@@ -20,7 +22,7 @@ std::vector<Frame>& frames() {
 std::string format(const Frame& frame) {
   if (frame.text) return *frame.text;
   std::string name = frame.label;
-  if (frame.index >= 0) name += " " + std::to_string(frame.index);
+  if (frame.index >= 0) name += detail::str(" ", frame.index);
   return name;
 }
 

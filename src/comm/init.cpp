@@ -16,6 +16,7 @@
 #include "comm/flight_recorder/flight_recorder_observer.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/store/socket.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm {
 namespace {
@@ -30,15 +31,15 @@ void validate(const InitOptions& options) {
   }
   auto positive = [](std::chrono::milliseconds value, const char* name) {
     if (value.count() <= 0) {
-      throw ConfigError(std::string(name) + " is " + std::to_string(value.count()) +
-                        " ms; it must be positive, e.g. std::chrono::seconds(60).");
+      throw ConfigError(detail::str(name, " is ", value.count(),
+                                    " ms; it must be positive, e.g. std::chrono::seconds(60)."));
     }
   };
   positive(options.rendezvous_timeout(), "rendezvous_timeout");
   positive(options.collective_timeout(), "collective_timeout");
 }
 
-std::string rankKey(int rank) { return "ddp/joined/" + std::to_string(rank); }
+std::string rankKey(int rank) { return detail::str("ddp/joined/", rank); }
 
 // The ranks below world_size without their key in `store` (at most 16
 // named), and how many there are.
@@ -47,7 +48,7 @@ std::pair<std::string, int> missingRanks(c10d::Store& store, const Topology& top
   int count = 0;
   for (int r = 0; r < topology.world_size; ++r) {
     if (store.check({rankKey(r)})) continue;
-    if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    if (count++ < 16) missing += detail::str(missing.empty() ? "" : ", ", r);
   }
   return {missing, count};
 }
@@ -79,20 +80,19 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
       std::rethrow_exception(timed_out);  // the store itself failed: say that
     }
     if (missing.second == 0) std::rethrow_exception(timed_out);
-    throw RendezvousError(
-        "rendezvous at " + where + " timed out after " + std::to_string(timeout.count()) +
-        " ms: " + std::to_string(missing.second) + " of " + world +
-        " ranks never joined (missing: " + missing.first +
+    throw RendezvousError(detail::str(
+        "rendezvous at ", where, " timed out after ", timeout.count(), " ms: ", missing.second,
+        " of ", world, " ranks never joined (missing: ", missing.first,
         "). Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, check that "
-        "none of them failed at start-up, or raise the rendezvous timeout.");
+        "none of them failed at start-up, or raise the rendezvous timeout."));
   }
   for (int r = 0; r < topology.world_size; ++r) {
     auto value = store.get(rankKey(r));
     std::string theirs(value.begin(), value.end());
     if (theirs != world) {
-      throw ConfigError("rank " + std::to_string(r) + " was started with world size " + theirs +
-                        " but rank " + std::to_string(topology.rank) + " with " + world +
-                        ": every rank must be given the same WORLD_SIZE.");
+      throw ConfigError(detail::str("rank ", r, " was started with world size ", theirs,
+                                    " but rank ", topology.rank, " with ", world,
+                                    ": every rank must be given the same WORLD_SIZE."));
     }
   }
 }
@@ -131,7 +131,7 @@ std::string jobSecret(const EnvironmentMap& env, const Topology& topology) {
 // store authenticates no one: ddp's job secret applies only where ddp hosts
 // the store, and rank 0 says so once.
 std::string agentStorePrefix(const Topology& topology) {
-  return "/worker/attempt_" + std::to_string(topology.restart_count);
+  return detail::str("/worker/attempt_", topology.restart_count);
 }
 
 compat::StorePtr joinAgentStore(const Topology& topology, const EnvironmentMap& env,
@@ -143,11 +143,11 @@ compat::StorePtr joinAgentStore(const Topology& topology, const EnvironmentMap& 
                                       /*is_server=*/false, timeout);
   } catch (const c10::Error& error) {
     const std::string why = error.what_without_backtrace();
-    throw RendezvousError("cannot reach torchrun's rendezvous store at " + endpoint + " (" +
-                          kAgentStoreVariable + "=True) within " + std::to_string(timeout.count()) +
-                          " ms: " + why.substr(0, why.find('\n')) +
-                          ". The torchrun agent of the first node (GROUP_RANK 0) hosts it: check "
-                          "that it still runs and that this machine reaches MASTER_ADDR.");
+    throw RendezvousError(detail::str(
+        "cannot reach torchrun's rendezvous store at ", endpoint, " (", kAgentStoreVariable,
+        "=True) within ", timeout.count(), " ms: ", why.substr(0, why.find('\n')),
+        ". The torchrun agent of the first node (GROUP_RANK 0) hosts it: check that it still runs "
+        "and that this machine reaches MASTER_ADDR."));
   }
   if (topology.rank == 0) {
     const bool secret = env.count(store::kJobSecretFileVariable) > 0;
@@ -180,7 +180,7 @@ compat::StorePtr connectStore(const Topology& topology, const EnvironmentMap& en
                                                  .timeout(timeout)
                                                  .secret(jobSecret(env, topology)));
   joinAllRanks(*store, topology, timeout,
-               topology.master_addr + ":" + std::to_string(topology.master_port));
+               detail::str(topology.master_addr, ":", topology.master_port));
   return store;
 }
 

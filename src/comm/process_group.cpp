@@ -8,6 +8,7 @@
 #include "ddp/comm/collective_observer.hpp"
 #include "ddp/comm/errors.hpp"
 #include "comm/dtype_name.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm {
 namespace {
@@ -106,9 +107,9 @@ void ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
 Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root) {
   checkTensor("broadcast", "input", tensor);
   if (root < 0 || root >= size()) {
-    throw InvalidArgumentError("broadcast: root rank " + std::to_string(root) +
-                               " is outside the group (ranks 0 to " + std::to_string(size() - 1) +
-                               "); pass an existing rank.");
+    throw InvalidArgumentError(detail::str("broadcast: root rank ", root,
+                                           " is outside the group (ranks 0 to ", size() - 1,
+                                           "); pass an existing rank."));
   }
   if (observers_.empty()) return do_broadcast(tensor, root);
   return detail::observe_collective(observers_, "broadcast", tensor, std::nullopt, root,
@@ -124,11 +125,10 @@ Work ProcessGroup::all_gather_async(const at::Tensor& output, const at::Tensor& 
   checkTensor("all_gather", "output", output);
   checkSameKind("all_gather", output, input);
   if (output.numel() != input.numel() * size()) {
-    throw InvalidArgumentError(
-        "all_gather: output has " + std::to_string(output.numel()) +
-        " elements but must hold every rank's input: " + std::to_string(size()) + " ranks x " +
-        std::to_string(input.numel()) + " = " + std::to_string(input.numel() * size()) +
-        "; allocate it with size() * input.numel() elements.");
+    throw InvalidArgumentError(detail::str(
+        "all_gather: output has ", output.numel(),
+        " elements but must hold every rank's input: ", size(), " ranks x ", input.numel(), " = ",
+        input.numel() * size(), "; allocate it with size() * input.numel() elements."));
   }
   if (observers_.empty()) return do_all_gather(output, input);
   return detail::observe_collective(
@@ -147,10 +147,10 @@ Work ProcessGroup::reduce_scatter_async(const at::Tensor& output, const at::Tens
   checkSameKind("reduce_scatter", output, input);
   if (input.numel() != output.numel() * size()) {
     throw InvalidArgumentError(
-        "reduce_scatter: input has " + std::to_string(input.numel()) +
-        " elements but must hold one output-sized chunk per rank: " + std::to_string(size()) +
-        " ranks x " + std::to_string(output.numel()) + " = " +
-        std::to_string(output.numel() * size()) + "; size the input as size() * output.numel().");
+        detail::str("reduce_scatter: input has ", input.numel(),
+                    " elements but must hold one output-sized chunk per rank: ", size(),
+                    " ranks x ", output.numel(), " = ", output.numel() * size(),
+                    "; size the input as size() * output.numel()."));
   }
   if (observers_.empty()) return do_reduce_scatter(output, input, op);
   return detail::observe_collective(

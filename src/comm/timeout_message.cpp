@@ -1,11 +1,12 @@
 #include "comm/timeout_message.hpp"
 
+#include "comm/str.hpp"
+
 namespace ddp::comm::detail {
 
 std::string timeoutMessage(const std::string& what, std::chrono::milliseconds timeout,
                            const std::string& missing, const std::string& unknown_why) {
-  const std::string ms = std::to_string(timeout.count());
-  std::string text = what + " did not finish within " + ms + " ms";
+  std::string text = str(what, " did not finish within ", timeout.count(), " ms");
   if (!missing.empty()) {
     text += ": rank(s) " + missing + " did not reach it";
   } else {
@@ -14,11 +15,11 @@ std::string timeoutMessage(const std::string& what, std::chrono::milliseconds ti
             (why.empty() ? std::string("the engine does not say which ranks were missing") : why) +
             ")";
   }
-  return text +
-         ". Another rank may have crashed, stopped, or issued different collectives: check every "
-         "rank's log (all ranks must issue the same collectives in the same order), or raise the "
-         "collective timeout (InitOptions::collective_timeout, now " +
-         ms + " ms).";
+  return str(text,
+             ". Another rank may have crashed, stopped, or issued different collectives: check "
+             "every rank's log (all ranks must issue the same collectives in the same order), or "
+             "raise the collective timeout (InitOptions::collective_timeout, now ",
+             timeout.count(), " ms).");
 }
 
 }  // namespace ddp::comm::detail

@@ -7,6 +7,7 @@
 #include "comm/dtype_name.hpp"
 #include "comm/timeout_message.hpp"
 #include "comm/work_impl.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm {
 namespace detail {
@@ -14,8 +15,8 @@ namespace detail {
 std::string CollectiveInfo::describe() const {
   std::string text = engine.empty() ? name : engine + " " + name;
   if (op) text += std::string("(") + to_string(*op) + ")";
-  text += " of " + std::to_string(numel) + " " + dtypeName(dtype) + " elements";
-  return text + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size);
+  text += detail::str(" of ", numel, " ", dtypeName(dtype), " elements");
+  return detail::str(text, " on rank ", rank, " of ", world_size);
 }
 
 CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, const char* name,

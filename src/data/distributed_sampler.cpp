@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::data {
 
@@ -14,20 +15,20 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
                                        DistributedSamplerOptions options)
     : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {
   if (dataset_size < 1) {
-    throw ConfigError("DistributedSampler: the dataset is empty (size " +
-                      std::to_string(dataset_size) + "); there is nothing to shard.");
+    throw ConfigError(comm::detail::str("DistributedSampler: the dataset is empty (size ",
+                                        dataset_size, "); there is nothing to shard."));
   }
   if (num_replicas < 1 || rank < 0 || rank >= num_replicas) {
-    throw ConfigError("DistributedSampler: rank " + std::to_string(rank) + " of " +
-                      std::to_string(num_replicas) +
-                      " replicas is impossible; pass group->rank() and group->size().");
+    throw ConfigError(
+        comm::detail::str("DistributedSampler: rank ", rank, " of ", num_replicas,
+                          " replicas is impossible; pass group->rank() and group->size()."));
   }
   shard_size_ = options.drop_last() ? dataset_size / num_replicas
                                     : (dataset_size + num_replicas - 1) / num_replicas;
   if (shard_size_ == 0) {
-    throw ConfigError("DistributedSampler: with drop_last, " + std::to_string(dataset_size) +
-                      " samples leave nothing for " + std::to_string(num_replicas) +
-                      " replicas; use fewer ranks or drop_last(false).");
+    throw ConfigError(comm::detail::str("DistributedSampler: with drop_last, ", dataset_size,
+                                        " samples leave nothing for ", num_replicas,
+                                        " replicas; use fewer ranks or drop_last(false)."));
   }
   set_epoch(0);
 }
@@ -72,9 +73,9 @@ std::vector<int64_t> DistributedSampler::next(int64_t batch_size) {
 
 void DistributedSampler::restore_global(int64_t epoch, int64_t global_position) {
   if (global_position < 0) {
-    throw ConfigError("DistributedSampler: cannot resume at global position " +
-                      std::to_string(global_position) +
-                      "; it counts the samples of the epoch already handed out, from 0.");
+    throw ConfigError(
+        comm::detail::str("DistributedSampler: cannot resume at global position ", global_position,
+                          "; it counts the samples of the epoch already handed out, from 0."));
   }
   arrange(epoch, global_position);
 }
@@ -82,9 +83,9 @@ void DistributedSampler::restore_global(int64_t epoch, int64_t global_position) 
 void DistributedSampler::restore(int64_t epoch, int64_t position) {
   set_epoch(epoch);
   if (position < 0 || position > shard_size_) {
-    throw ConfigError("DistributedSampler: cannot resume at position " + std::to_string(position) +
-                      " of a shard of " + std::to_string(shard_size_) +
-                      "; the snapshot was taken with another dataset or world size.");
+    throw ConfigError(comm::detail::str(
+        "DistributedSampler: cannot resume at position ", position, " of a shard of ", shard_size_,
+        "; the snapshot was taken with another dataset or world size."));
   }
   position_ = position;
 }

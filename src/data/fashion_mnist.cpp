@@ -1,6 +1,8 @@
 // Fashion-MNIST / MNIST from their idx files.
 
 #include "ddp/data/fashion_mnist.hpp"
+#include "ddp/data/errors.hpp"
+#include "comm/str.hpp"
 
 #include <torch/torch.h>
 
@@ -37,9 +39,9 @@ std::string shapeOf(const torch::Tensor& t) {
 FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOptions options)
     : split_(split) {
   if (options.normalize() && !(options.stddev() > 0))
-    throw ConfigError("FashionMnistOptions::stddev is " + std::to_string(options.stddev()) +
-                      ", it must be positive. Use the data set's pixel standard deviation "
-                      "(0.3530 for Fashion-MNIST)");
+    throw ConfigError(comm::detail::str("FashionMnistOptions::stddev is ", options.stddev(),
+                                        ", it must be positive. Use the data set's pixel standard "
+                                        "deviation (0.3530 for Fashion-MNIST)"));
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images_path = findFile(root, prefix + "-images-idx3-ubyte");
   const std::string labels_path = findFile(root, prefix + "-labels-idx1-ubyte");
@@ -54,16 +56,17 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
     throw DataError("idx file '" + labels_path + "': expected uint8 labels [N], found " +
                     shapeOf(labels) + ". Pass the labels file of (Fashion-)MNIST");
   if (images.size(0) != labels.size(0))
-    throw DataError("images and labels disagree in count: '" + images_path + "' holds " +
-                    std::to_string(images.size(0)) + " images but '" + labels_path + "' holds " +
-                    std::to_string(labels.size(0)) +
-                    " labels. Use the two files of one split of one download");
+    throw DataError(comm::detail::str("images and labels disagree in count: '", images_path,
+                                      "' holds ", images.size(0), " images but '", labels_path,
+                                      "' holds ", labels.size(0),
+                                      " labels. Use the two files of one split of one download"));
   if (labels.numel() > 0) {
     const int max_label = labels.max().item<int>();
     if (max_label > 9)
-      throw DataError("idx file '" + labels_path + "': label " + std::to_string(max_label) +
-                      " at index " + std::to_string(labels.argmax().item<int64_t>()) +
-                      " is outside 0..9. Pass the labels file of (Fashion-)MNIST");
+      throw DataError(
+          comm::detail::str("idx file '", labels_path, "': label ", max_label, " at index ",
+                            labels.argmax().item<int64_t>(),
+                            " is outside 0..9. Pass the labels file of (Fashion-)MNIST"));
   }
 
   images_ = images.unsqueeze(1).to(torch::kFloat32).div_(255.0);
@@ -74,10 +77,9 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
 torch::data::Example<> FashionMnist::get(size_t index) {
   const auto count = static_cast<size_t>(images_.size(0));
   if (index >= count)
-    throw InvalidArgumentError("FashionMnist::get(" + std::to_string(index) +
-                               "): the data set has " + std::to_string(count) +
-                               " examples; pass an index below size(), e.g. through a sampler "
-                               "over this data set");
+    throw InvalidArgumentError(comm::detail::str(
+        "FashionMnist::get(", index, "): the data set has ", count,
+        " examples; pass an index below size(), e.g. through a sampler over this data set"));
   const auto i = static_cast<int64_t>(index);
   return {images_[i], labels_[i]};
 }

@@ -8,6 +8,8 @@
 // (FIFOs, devices) are refused so that a read can never block.
 
 #include "ddp/data/idx.hpp"
+#include "ddp/data/errors.hpp"
+#include "comm/str.hpp"
 
 #include <torch/torch.h>
 #include <zlib.h>
@@ -173,9 +175,10 @@ at::Tensor read_idx(const std::string& path) {
   const size_t magic_bytes = source.read(magic, 4);
   if (magic_bytes < 4)
     fail(path,
-         "not an idx file: the " + kind + " holds only " + std::to_string(magic_bytes) +
-             " bytes (" + (magic_bytes ? hexBytes(magic, magic_bytes) : "empty") +
-             "), an idx file starts with a 4-byte magic number 00 00 <type> <dimensions>",
+         comm::detail::str(
+             "not an idx file: the ", kind, " holds only ", magic_bytes, " bytes (",
+             magic_bytes ? hexBytes(magic, magic_bytes) : "empty",
+             "), an idx file starts with a 4-byte magic number 00 00 <type> <dimensions>"),
          kRedownload);
   if (magic[0] != 0 || magic[1] != 0)
     fail(path,
@@ -194,17 +197,16 @@ at::Tensor read_idx(const std::string& path) {
   const int ndims = magic[3];
   if (ndims > kMaxDims)
     fail(path,
-         "declares " + std::to_string(ndims) + " dimensions, more than the " +
-             std::to_string(kMaxDims) + " supported",
+         comm::detail::str("declares ", ndims, " dimensions, more than the ", kMaxDims,
+                           " supported"),
          kRedownload);
 
   std::vector<unsigned char> header(4 * static_cast<size_t>(ndims));
   const size_t header_bytes = source.read(header.data(), header.size());
   if (header_bytes < header.size())
     fail(path,
-         "truncated header: " + std::to_string(ndims) + " dimensions need " +
-             std::to_string(header.size()) + " bytes after the magic number, found " +
-             std::to_string(header_bytes) + source.endNote(),
+         comm::detail::str("truncated header: ", ndims, " dimensions need ", header.size(),
+                           " bytes after the magic number, found ", header_bytes, source.endNote()),
          kRedownload);
   std::vector<int64_t> dims(ndims);
   int64_t count = 1;
@@ -220,9 +222,10 @@ at::Tensor read_idx(const std::string& path) {
       std::vector<int64_t> shown(dims.begin(), dims.begin() + d + 1);
       const bool has_zero = std::count(shown.begin(), shown.end(), 0) > 0;
       fail(path,
-           "implausible dimensions " + shapeText(shown) + (d + 1 < ndims ? " x ..." : "") +
-               ": more than " + std::to_string(kMaxIdxElements) + " elements" +
-               (has_zero ? " (counting empty dimensions as 1, as their strides do)" : ""),
+           comm::detail::str(
+               "implausible dimensions ", shapeText(shown), d + 1 < ndims ? " x ..." : "",
+               ": more than ", kMaxIdxElements, " elements",
+               has_zero ? " (counting empty dimensions as 1, as their strides do)" : ""),
            kRedownload);
     }
   }
@@ -240,9 +243,9 @@ at::Tensor read_idx(const std::string& path) {
     if (got < want) {
       const size_t found = before + got;
       fail(path,
-           "truncated data: " + shapeText(dims) + " " + type->name + " elements: expected " +
-               std::to_string(expected) + " bytes of data, found " + std::to_string(found) +
-               source.endNote(),
+           comm::detail::str("truncated data: ", shapeText(dims), " ", type->name,
+                             " elements: expected ", expected, " bytes of data, found ", found,
+                             source.endNote()),
            kRedownload);
     }
   }
@@ -254,9 +257,9 @@ at::Tensor read_idx(const std::string& path) {
     extra += got;
   if (extra > 0)
     fail(path,
-         "trailing garbage: " + std::string(extra >= kCountLimit ? "at least " : "") +
-             std::to_string(extra) + " bytes after the " + std::to_string(expected) +
-             " bytes of data that " + shapeText(dims) + " " + type->name + " elements need",
+         comm::detail::str("trailing garbage: ", extra >= kCountLimit ? "at least " : "", extra,
+                           " bytes after the ", expected, " bytes of data that ", shapeText(dims),
+                           " ", type->name, " elements need"),
          "Check that the header's dimensions match the data, or download the file again");
 
   toHostOrder(data.data(), static_cast<size_t>(count), type->bytes);

@@ -10,6 +10,7 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/store/job_secret.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::elastic {
 namespace {
@@ -63,10 +64,10 @@ class Generations {
   // to it).
   bool meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>& met) {
     auto store = c10::make_intrusive<c10d::PrefixStore>(
-        "ddp/generation/" + std::to_string(current_), store_);
-    store->set("present/" + std::to_string(rank), std::vector<uint8_t>{1});
+        comm::detail::str("ddp/generation/", current_), store_);
+    store->set(comm::detail::str("present/", rank), std::vector<uint8_t>{1});
     std::vector<std::string> keys;
-    for (int r = 0; r < world_size; ++r) keys.push_back("present/" + std::to_string(r));
+    for (int r = 0; r < world_size; ++r) keys.push_back(comm::detail::str("present/", r));
     const auto give_up = Clock::now() + timeout_;
     while (!store->check(keys)) {
       if (newest() > current_) {
@@ -74,11 +75,10 @@ class Generations {
         return false;
       }
       if (Clock::now() > give_up) {
-        throw TimeoutError("generation " + std::to_string(current_) + " of the job: not all " +
-                           std::to_string(world_size) + " ranks joined within " +
-                           std::to_string(timeout_.count()) +
-                           " ms (RunOptions::rejoin_timeout); a replaced worker may have failed "
-                           "at start-up: read ddprun's log.");
+        throw TimeoutError(comm::detail::str("generation ", current_, " of the job: not all ",
+                                             world_size, " ranks joined within ", timeout_.count(),
+                                             " ms (RunOptions::rejoin_timeout); a replaced worker "
+                                             "may have failed at start-up: read ddprun's log."));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -91,11 +91,11 @@ class Generations {
     const auto give_up = Clock::now() + timeout_;
     while (newest() <= current_) {
       if (Clock::now() > give_up) {
-        throw TimeoutError("generation " + std::to_string(current_) +
-                           " lost a peer and no new generation started within " +
-                           std::to_string(timeout_.count()) +
-                           " ms (RunOptions::rejoin_timeout): the launcher did not replace the "
-                           "worker. Check that ddprun has restarts left (--max-restarts).");
+        throw TimeoutError(comm::detail::str(
+            "generation ", current_, " lost a peer and no new generation started within ",
+            timeout_.count(),
+            " ms (RunOptions::rejoin_timeout): the launcher did not replace the worker. Check that "
+            "ddprun has restarts left (--max-restarts)."));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -123,7 +123,7 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
   const Topology topology = resolve_topology(env);
   Generations generations(env, options.rejoin_timeout());
   std::optional<Clock::time_point> failed_at;
-  const std::string who = "ddp: rank " + std::to_string(topology.rank) + ": ";
+  const std::string who = comm::detail::str("ddp: rank ", topology.rank, ": ");
   while (true) {
     c10::intrusive_ptr<c10d::Store> store;  // a timeout here ends the worker
     if (!generations.meet(topology.rank, topology.world_size, store)) continue;
@@ -135,11 +135,11 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
       const std::optional<int> sender = state.sync(*group);
       if (generations.current() > 0) {  // a replacement, or a survivor
         std::cerr << who << "generation " << generations.current() << ": "
-                  << (sender ? "continuing from commit " + std::to_string(state.commits()) +
-                                   " of rank " + std::to_string(*sender)
+                  << (sender ? comm::detail::str("continuing from commit ", state.commits(),
+                                                 " of rank ", *sender)
                              : std::string("no rank had committed; starting over"))
-                  << (failed_at ? " (" + std::to_string(milliseconds(Clock::now() - *failed_at)) +
-                                      " ms after the failure)"
+                  << (failed_at ? comm::detail::str(" (", milliseconds(Clock::now() - *failed_at),
+                                                    " ms after the failure)")
                                 : std::string())
                   << std::endl;
       }

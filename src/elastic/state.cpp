@@ -9,6 +9,7 @@
 
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::elastic {
 
@@ -64,8 +65,7 @@ std::optional<int> State::sync(ProcessGroup& group) {
   for (const auto& entry : received.tensors) payload.push_back(entry.second);
   broadcast_tensors(group, payload, sender);
 
-  received.path =
-      "(commit " + std::to_string(*most) + ", received from rank " + std::to_string(sender) + ")";
+  received.path = comm::detail::str("(commit ", *most, ", received from rank ", sender, ")");
   received.world_size = 1;  // a commit is one process's (capture_training_state)
   snapshot::restore_training_state(received, training_, rank, size);
   committed_ = snapshot::capture_training_state(training_);  // restore() comes back here

@@ -11,11 +11,13 @@
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
 #include "parallel/distributed_data_parallel/model_sync.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "comm/collective_name.hpp"
 #include "snapshot/optimizer_state.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::hvd {
 namespace {
@@ -34,9 +36,10 @@ void agreeOrThrow(ProcessGroup& group, const std::string& local_failure, const c
   if (!local_failure.empty()) throw InvalidArgumentError(local_failure);
   const int64_t rank = failed.item<int64_t>();
   if (rank >= 0) {
-    throw InvalidArgumentError(std::string(who) + ": rank " + std::to_string(rank) +
-                               " could not take part (its log has the reason); every rank "
-                               "must pass the same kind of optimizer over the same model.");
+    throw InvalidArgumentError(
+        comm::detail::str(who, ": rank ", rank,
+                          " could not take part (its log has the reason); every rank must pass the "
+                          "same kind of optimizer over the same model."));
   }
 }
 
@@ -56,7 +59,7 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
   if (group->size() == 1) return;
   ddp::comm::detail::CollectiveName name("hvd.broadcast_parameters");
   std::vector<std::string> names;
-  for (size_t i = 0; i < tensors.size(); ++i) names.push_back("#" + std::to_string(i));
+  for (size_t i = 0; i < tensors.size(); ++i) names.push_back(comm::detail::str("#", i));
   // A cheap agreement check first (one all-reduce of a fingerprint); only
   // when ranks differ does the full comparison run, to name the difference.
   std::string text;
@@ -88,12 +91,11 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
   constexpr const char* kWho = "hvd::broadcast_optimizer_state";
   group = detail::group_or_default(std::move(group), kWho);
   if (root < 0 || root >= group->size()) {
-    throw InvalidArgumentError(std::string(kWho) + ": root rank " + std::to_string(root) +
-                               " is outside the group (ranks 0 to " +
-                               std::to_string(group->size() - 1) + ").");
+    throw InvalidArgumentError(comm::detail::str(
+        kWho, ": root rank ", root, " is outside the group (ranks 0 to ", group->size() - 1, ")."));
   }
   ddp::comm::detail::CollectiveName name("hvd.broadcast_optimizer_state");
-  const std::string where = std::string(kWho) + " on rank " + std::to_string(group->rank());
+  const std::string where = comm::detail::str(kWho, " on rank ", group->rank());
 
   // 1. Everyone can describe its optimizer (a supported type).
   ddp::snapshot::detail::TensorMap tensors;
@@ -152,12 +154,9 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
               ". Every rank must build the same optimizer over the "
               "same model.";
   } catch (const std::exception& e) {
-    failure = where + ": rank " + std::to_string(root) +
-              "'s optimizer state does not fit this "
-              "rank's optimizer (" +
-              e.what() +
-              "). Every rank must build the same optimizer "
-              "over the same model.";
+    failure = comm::detail::str(where, ": rank ", root,
+                                "'s optimizer state does not fit this rank's optimizer (", e.what(),
+                                "). Every rank must build the same optimizer over the same model.");
   }
   agreeOrThrow(*group, failure, kWho);
 

@@ -9,6 +9,7 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
 #include "hvd/gradient_fusion.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::hvd {
 namespace {
@@ -20,15 +21,15 @@ void validate(const DistributedOptimizerOptions& options) {
                       "hvd.Average) or summed (ReduceOp::kSum).");
   }
   if (options.fusion_threshold_bytes() < 0) {
-    throw ConfigError("hvd::DistributedOptimizer: fusion_threshold_bytes is " +
-                      std::to_string(options.fusion_threshold_bytes()) +
-                      " bytes; use a size such as 64 MiB (the default), or 0 to disable "
-                      "fusion.");
+    throw ConfigError(comm::detail::str(
+        "hvd::DistributedOptimizer: fusion_threshold_bytes is ", options.fusion_threshold_bytes(),
+        " bytes; use a size such as 64 MiB (the default), or 0 to disable fusion."));
   }
   if (options.backward_passes_per_step() < 1) {
-    throw ConfigError("hvd::DistributedOptimizer: backward_passes_per_step is " +
-                      std::to_string(options.backward_passes_per_step()) +
-                      "; it must be at least 1 (the number of backward passes per step()).");
+    throw ConfigError(
+        comm::detail::str("hvd::DistributedOptimizer: backward_passes_per_step is ",
+                          options.backward_passes_per_step(),
+                          "; it must be at least 1 (the number of backward passes per step())."));
   }
 }
 

@@ -8,6 +8,7 @@
 #include "ddp/comm/errors.hpp"
 #include "comm/collective_name.hpp"
 #include "comm/scope_exit.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::hvd::detail {
 namespace {
@@ -93,16 +94,12 @@ void GradientFusion::onGradientAccumulated(size_t index) {
   if (buffers_.passes_left(index) == 0) {
     const int64_t k = options_.backward_passes_per_step();
     throw InvalidArgumentError(
-        "hvd::DistributedOptimizer: the gradient of parameter #" + std::to_string(index) +
-        " (shape " + c10::str(buffers_.parameters()[index].sizes()) +
-        ") was computed more "
-        "than backward_passes_per_step = " +
-        std::to_string(k) +
-        " time(s) before step(). "
-        "Call step() after every " +
-        std::to_string(k) +
-        " backward pass(es), or set "
-        "backward_passes_per_step to the number of backward passes per step.");
+        comm::detail::str("hvd::DistributedOptimizer: the gradient of parameter #", index,
+                          " (shape ", c10::str(buffers_.parameters()[index].sizes()),
+                          ") was computed more than backward_passes_per_step = ", k,
+                          " time(s) before step(). Call step() after every ", k,
+                          " backward pass(es), or set backward_passes_per_step to the number of "
+                          "backward passes per step."));
   }
   startStep();
   if (!buffers_.count_pass(index)) return;

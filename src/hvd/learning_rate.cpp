@@ -5,14 +5,15 @@
 
 #include "ddp/comm/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::hvd {
 
 double scaled_learning_rate(double base_lr, int size, int64_t step, int64_t warmup_steps) {
   if (size < 1 || step < 0 || warmup_steps < 0) {
-    throw ConfigError("hvd::scaled_learning_rate: size " + std::to_string(size) + ", step " +
-                      std::to_string(step) + ", warmup_steps " + std::to_string(warmup_steps) +
-                      "; size must be at least 1, step and warmup_steps non-negative.");
+    throw ConfigError(comm::detail::str(
+        "hvd::scaled_learning_rate: size ", size, ", step ", step, ", warmup_steps ", warmup_steps,
+        "; size must be at least 1, step and warmup_steps non-negative."));
   }
   if (warmup_steps == 0) return base_lr * size;
   const double progress =
@@ -28,10 +29,9 @@ LearningRateWarmup::LearningRateWarmup(torch::optim::Optimizer& optimizer,
     : LRScheduler(optimizer), options_(std::move(options)) {
   step_count_ = 0;  // LibTorch 1.13's LRScheduler leaves it uninitialized.
   if (options_.warmup_steps() < 0 || options_.size() < 0) {
-    throw ConfigError("hvd::LearningRateWarmup: warmup_steps is " +
-                      std::to_string(options_.warmup_steps()) + " and size " +
-                      std::to_string(options_.size()) +
-                      "; both must be non-negative (size 0 means hvd::size()).");
+    throw ConfigError(comm::detail::str("hvd::LearningRateWarmup: warmup_steps is ",
+                                        options_.warmup_steps(), " and size ", options_.size(),
+                                        "; both must be non-negative (size 0 means hvd::size())."));
   }
   if (options_.size() == 0) options_.size(hvd::size());
   for (const auto& group : optimizer.param_groups()) base_lrs_.push_back(group.options().get_lr());

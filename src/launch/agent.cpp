@@ -18,6 +18,7 @@
 #include "launch/rank_output.hpp"
 #include "launch/stall_report.hpp"
 #include "comm/store/job_secret.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -93,15 +94,14 @@ Agent::~Agent() {
 }
 
 std::string Agent::key(int attempt, const std::string& name) const {
-  return "ddprun/" + plan_.options.run_id + "/" + std::to_string(attempt) + "/" + name;
+  return comm::detail::str("ddprun/", plan_.options.run_id, "/", attempt, "/", name);
 }
 
 std::string Agent::error_file(int attempt, int local_rank) const {
   const std::string base = plan_.options.log_dir.empty()
                                ? private_dir_
                                : plan_.options.log_dir + "/" + plan_.options.run_id;
-  const std::string dir =
-      base + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
+  const std::string dir = comm::detail::str(base, "/attempt_", attempt, "/", local_rank);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
@@ -118,11 +118,11 @@ Agent::Attempt Agent::start_attempt(int number) {
   Attempt attempt;
   attempt.number = number;
   // Lay out ranks node by node, from every node's worker count.
-  rendezvous_->store().set(key(number, "nproc/" + std::to_string(node_.node_rank)),
+  rendezvous_->store().set(key(number, comm::detail::str("nproc/", node_.node_rank)),
                            bytes(std::to_string(plan_.nproc)));
   int offset = 0;
   for (int node = 0; node < node_.nnodes; ++node) {
-    const std::string k = key(number, "nproc/" + std::to_string(node));
+    const std::string k = key(number, comm::detail::str("nproc/", node));
     rendezvous_->store().wait({k}, plan_.rendezvous_timeout);
     const int count = std::stoi(text(rendezvous_->store().get(k)));
     if (node < node_.node_rank) offset += count;
@@ -187,10 +187,10 @@ void Agent::start_worker(Attempt& attempt, int local_rank, int rank, int generat
   ChildSpec spec;
   spec.argv = plan_.argv;
   spec.env = worker_environment(plan_, placement);
-  const std::string log_dir = o.log_dir.empty()
-                                  ? ""
-                                  : o.log_dir + "/" + o.run_id + "/attempt_" +
-                                        std::to_string(number) + "/" + std::to_string(local_rank);
+  const std::string log_dir =
+      o.log_dir.empty()
+          ? ""
+          : comm::detail::str(o.log_dir, "/", o.run_id, "/attempt_", number, "/", local_rank);
   // torchrun's --redirects (to files only) and --tee (files and console).
   unsigned to_files = 0;
   unsigned to_console = 0;
@@ -216,9 +216,9 @@ bool Agent::replace_worker(Attempt& attempt, size_t index, const std::string& fa
   if (restarts_ >= plan_.options.max_restarts) return false;
   ++restarts_;
   const int generation = recovery_->next();
-  say(failure + "; starting it again alone in generation " + std::to_string(generation) +
-      ", the other workers keep their state (recovery in memory, restart " +
-      std::to_string(restarts_) + " of " + std::to_string(plan_.options.max_restarts) + ")");
+  say(comm::detail::str(failure, "; starting it again alone in generation ", generation,
+                        ", the other workers keep their state (recovery in memory, restart ",
+                        restarts_, " of ", plan_.options.max_restarts, ")"));
   Attempt::Worker& worker = attempt.workers[index];
   start_worker(attempt, worker.local_rank, worker.rank, generation);
   return true;
@@ -242,12 +242,11 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
       }
       if (w.process->exit_code() == 0) continue;
       auto recorded = read_error_file(w.error_file);
-      const std::string failure = "rank " + std::to_string(w.rank) + " (node " +
-                                  std::to_string(node_.node_rank) + ", local rank " +
-                                  std::to_string(w.local_rank) + ", pid " +
-                                  std::to_string(w.process->pid()) + ") ended with " +
-                                  describe_exit(w.process->exit_code(), w.process->term_signal()) +
-                                  (recorded ? ": " + recorded->message : " (it recorded no error)");
+      const std::string failure =
+          comm::detail::str("rank ", w.rank, " (node ", node_.node_rank, ", local rank ",
+                            w.local_rank, ", pid ", w.process->pid(), ") ended with ",
+                            describe_exit(w.process->exit_code(), w.process->term_signal()),
+                            recorded ? ": " + recorded->message : " (it recorded no error)");
       if (recovery_ &&
           replace_worker(attempt, static_cast<size_t>(&w - attempt.workers.data()), failure)) {
         all_succeeded = false;
@@ -259,7 +258,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     }
     if (all_succeeded && !attempt.reported_done) {
       attempt.reported_done = true;
-      rendezvous_->store().set(key(attempt.number, "done/" + std::to_string(node_.node_rank)),
+      rendezvous_->store().set(key(attempt.number, comm::detail::str("done/", node_.node_rank)),
                                bytes("1"));
     }
     if (Clock::now() - last_poll < plan_.monitor_interval && !all_succeeded) continue;
@@ -273,7 +272,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     if (rendezvous_->nodes_waiting(node_)) return Outcome::kReformed;
     std::vector<std::string> done;
     for (int node = 0; node < node_.nnodes; ++node) {
-      done.push_back(key(attempt.number, "done/" + std::to_string(node)));
+      done.push_back(key(attempt.number, comm::detail::str("done/", node)));
     }
     if (all_succeeded && rendezvous_->store().check(done)) return Outcome::kSucceeded;
   }
@@ -296,11 +295,11 @@ void Agent::report_stall(const Attempt& attempt) {
   try {
     if (node_.nnodes > 1) {
       auto& store = rendezvous_->store();
-      store.set(key(attempt.number, "flight/" + std::to_string(node_.node_rank)), bytes(local));
+      store.set(key(attempt.number, comm::detail::str("flight/", node_.node_rank)), bytes(local));
       const auto give_up = Clock::now() + plan_.stop_grace + std::chrono::seconds(5);
       for (int node = 0; node < node_.nnodes; ++node) {
         if (node == node_.node_rank) continue;
-        const std::string k = key(attempt.number, "flight/" + std::to_string(node));
+        const std::string k = key(attempt.number, comm::detail::str("flight/", node));
         while (!store.check({k}) && Clock::now() < give_up) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
@@ -366,31 +365,31 @@ int Agent::run() {
       return 0;
     }
     if (outcome == Outcome::kInterrupted) {
-      say("received signal " + std::to_string(stop_signal_) + "; stopping every worker");
+      say(comm::detail::str("received signal ", stop_signal_, "; stopping every worker"));
       rendezvous_->store().compareSet(
           key(round, "failure"), {},
-          bytes("the launcher on node " + std::to_string(node_.node_rank) +
-                " was interrupted by signal " + std::to_string(stop_signal_)));
+          bytes(comm::detail::str("the launcher on node ", node_.node_rank,
+                                  " was interrupted by signal ", stop_signal_)));
       stop_all(processes, plan_.stop_grace, pump);
       return 128 + stop_signal_;
     }
     stop_all(processes, plan_.stop_grace, pump);
     if (outcome == Outcome::kFailed) report_stall(attempt);
     if (outcome == Outcome::kReformed) {
-      say("a node is waiting to join the job of " + std::to_string(node_.nnodes) +
-          " node(s); stopping every worker to re-form it (rendezvous round " +
-          std::to_string(round + 1) + "; no restart counted)");
+      say(comm::detail::str("a node is waiting to join the job of ", node_.nnodes,
+                            " node(s); stopping every worker to re-form it (rendezvous round ",
+                            round + 1, "; no restart counted)"));
       continue;
     }
     if (restarts_ >= o.max_restarts) {
       leave(round);
-      say("job failed after " + std::to_string(restarts_) + " restart(s) (--max-restarts " +
-          std::to_string(o.max_restarts) + "). First failure: " + attempt.failure);
+      say(comm::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
+                            o.max_restarts, "). First failure: ", attempt.failure));
       return 1;
     }
     ++restarts_;
-    say(attempt.failure + "; restarting every worker (restart " + std::to_string(restarts_) +
-        " of " + std::to_string(o.max_restarts) + ")");
+    say(comm::detail::str(attempt.failure, "; restarting every worker (restart ", restarts_, " of ",
+                          o.max_restarts, ")"));
   }
 }
 

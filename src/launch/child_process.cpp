@@ -13,6 +13,8 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/launch/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -180,9 +182,9 @@ double ChildProcess::seconds() const {
 
 std::string describe_exit(int exit_code, int term_signal) {
   if (term_signal != 0) {
-    return "signal " + std::to_string(term_signal) + " (" + strsignal(term_signal) + ")";
+    return comm::detail::str("signal ", term_signal, " (", strsignal(term_signal), ")");
   }
-  return "exit " + std::to_string(exit_code);
+  return comm::detail::str("exit ", exit_code);
 }
 
 std::string ChildResult::status() const {

@@ -18,6 +18,7 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "comm/store/job_secret.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -93,8 +94,8 @@ double toSeconds(const std::string& text, const std::string& name) {
 
 std::chrono::milliseconds duration(double seconds, const std::string& name) {
   if (!(seconds > 0)) {
-    throw ConfigError(name + " is " + std::to_string(seconds) +
-                      "; it must be a positive number of seconds.");
+    throw ConfigError(
+        comm::detail::str(name, " is ", seconds, "; it must be a positive number of seconds."));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -256,11 +257,11 @@ void checkPortFree(const std::string& host, int port) {
   close(fd);
   freeaddrinfo(result);
   if (!ok) {
-    throw RendezvousError("cannot use " + host + ":" + std::to_string(port) + " for the job: " +
-                          (error == EADDRINUSE ? std::string("the port is already in use")
-                                               : std::string(std::strerror(error))) +
-                          ". Choose another --master-port, or use --standalone to pick a free "
-                          "one.");
+    throw RendezvousError(comm::detail::str(
+        "cannot use ", host, ":", port, " for the job: ",
+        error == EADDRINUSE ? std::string("the port is already in use")
+                            : std::string(std::strerror(error)),
+        ". Choose another --master-port, or use --standalone to pick a free one."));
   }
 }
 
@@ -295,13 +296,13 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
                       "--rdzv-backend c10d --rdzv-endpoint HOST:PORT.");
   }
   if (!plan.c10d && (options.node_rank < 0 || options.node_rank >= plan.max_nodes)) {
-    throw ConfigError("--node-rank is " + std::to_string(options.node_rank) +
-                      ", but nodes are numbered 0 to " + std::to_string(plan.max_nodes - 1) +
-                      " for --nnodes " + options.nnodes + ".");
+    throw ConfigError(comm::detail::str("--node-rank is ", options.node_rank,
+                                        ", but nodes are numbered 0 to ", plan.max_nodes - 1,
+                                        " for --nnodes ", options.nnodes, "."));
   }
   if (options.max_restarts < 0) {
-    throw ConfigError("--max-restarts is " + std::to_string(options.max_restarts) +
-                      "; it must be 0 or more.");
+    throw ConfigError(
+        comm::detail::str("--max-restarts is ", options.max_restarts, "; it must be 0 or more."));
   }
   if (options.recovery != "disk" && options.recovery != "memory") {
     throw ConfigError("--recovery is '" + options.recovery +
@@ -328,8 +329,8 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
         "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]: the address where the nodes "
         "meet (the first node that can bind it hosts the rendezvous there).");
   } else if (options.master_port < 1 || options.master_port > 65535) {
-    throw ConfigError("--master-port is " + std::to_string(options.master_port) +
-                      "; a TCP port must be between 1 and 65535.");
+    throw ConfigError(comm::detail::str("--master-port is ", options.master_port,
+                                        "; a TCP port must be between 1 and 65535."));
   } else {
     plan.store_host = options.master_addr;
     plan.store_port = options.master_port;

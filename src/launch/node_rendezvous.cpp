@@ -7,6 +7,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -17,13 +18,13 @@ std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text
 std::string text(const std::vector<uint8_t>& value) { return {value.begin(), value.end()}; }
 
 std::string endpoint(const LaunchPlan& plan) {
-  return plan.store_host + ":" + std::to_string(plan.store_port);
+  return comm::detail::str(plan.store_host, ":", plan.store_port);
 }
 
 std::string seconds(std::chrono::milliseconds duration) {
   const auto ms = duration.count();
-  return std::to_string(ms / 1000) + (ms % 1000 ? "." + std::to_string(ms % 1000 / 100) : "") +
-         " s";
+  return comm::detail::str(ms / 1000, ms % 1000 ? comm::detail::str(".", ms % 1000 / 100) : "",
+                           " s");
 }
 
 c10::intrusive_ptr<c10d::Store> storeAt(const LaunchPlan& plan, bool server,
@@ -81,7 +82,7 @@ NodeRendezvous::~NodeRendezvous() = default;
 
 std::string NodeRendezvous::key(int round, const std::string& name) const {
   return "ddprun/" + plan_.options.run_id + "/rdzv/" +
-         (round < 0 ? std::string() : std::to_string(round) + "/") + name;
+         (round < 0 ? std::string() : comm::detail::str(round, "/")) + name;
 }
 
 NodeAssignment NodeRendezvous::next_round() {
@@ -146,12 +147,11 @@ int NodeRendezvous::close_round(int round) {
       return std::min(joined, plan_.max_nodes);
     }
     if (now - start >= plan_.rendezvous_timeout) {
-      throw TimeoutError("only " + std::to_string(joined) + " of at least " +
-                         std::to_string(plan_.min_nodes) + " node(s) joined the rendezvous at " +
-                         endpoint(plan_) + " within its join_timeout of " +
-                         seconds(plan_.rendezvous_timeout) +
-                         ". Start ddprun on the other nodes with the same --rdzv-endpoint and "
-                         "--rdzv-id, or lower --nnodes.");
+      throw TimeoutError(comm::detail::str(
+          "only ", joined, " of at least ", plan_.min_nodes, " node(s) joined the rendezvous at ",
+          endpoint(plan_), " within its join_timeout of ", seconds(plan_.rendezvous_timeout),
+          ". Start ddprun on the other nodes with the same --rdzv-endpoint and --rdzv-id, or lower "
+          "--nnodes."));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

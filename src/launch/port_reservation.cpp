@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/launch/errors.hpp"
 
 namespace ddp::launch {
 

@@ -8,11 +8,12 @@
 #include <system_error>
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::launch {
 
 RankOutput::RankOutput(int rank, const std::string& log_dir, unsigned to_files, unsigned to_console)
-    : prefix_("[" + std::to_string(rank) + "] "), console_(to_console) {
+    : prefix_(comm::detail::str("[", rank, "] ")), console_(to_console) {
   if (to_files == 0) return;
   std::error_code error;
   std::filesystem::create_directories(log_dir, error);

@@ -6,6 +6,7 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/tcp_store.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::launch {
 
@@ -16,7 +17,7 @@ RecoveryStore::RecoveryStore(c10d::Store& agents, const std::string& key, bool h
   options.timeout(timeout).secret(secret);
   if (host) {
     auto server = c10::make_intrusive<TcpStore>(options.host(address).port(0).is_server(true));
-    address_ = address + ":" + std::to_string(server->port());
+    address_ = comm::detail::str(address, ":", server->port());
     store_ = std::move(server);
     agents.set(key, std::vector<uint8_t>(address_.begin(), address_.end()));
   } else {

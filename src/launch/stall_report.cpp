@@ -7,6 +7,7 @@
 #include <map>
 
 #include "comm/flight_recorder/entry_json.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -30,7 +31,7 @@ std::string state_text(const Entry& e) {
 // What a collective is, without its number or state: ranks that disagree
 // on this at the same number issued different collectives.
 std::string what(const Entry& e) {
-  return e.operation + " " + e.dtype + " " + std::to_string(e.numel);
+  return comm::detail::str(e.operation, " ", e.dtype, " ", e.numel);
 }
 
 std::string without_number(const Entry& e) {
@@ -57,9 +58,8 @@ std::string rank_list(std::vector<int> ranks) {
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!text.empty()) text += ", ";
-    text += std::to_string(ranks[i]);
-    if (j > i) text += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    text += comm::detail::str(text.empty() ? "" : ", ", ranks[i]);
+    if (j > i) text += comm::detail::str(j == i + 1 ? ", " : "-", ranks[j]);
     i = j + 1;
   }
   return text;
@@ -91,7 +91,8 @@ std::string describe_stall(std::vector<RankPosition> ranks) {
     kind_entry.emplace(what(*r.last), *r.last);
   }
   if (kinds.size() > 1) {
-    std::string text = "the ranks issued different collectives as #" + std::to_string(newest) + ":";
+    std::string text =
+        comm::detail::str("the ranks issued different collectives as #", newest, ":");
     for (const auto& [kind, who] : kinds) {
       text += " " + plural_ranks(who) + " " + without_number(kind_entry.at(kind)) + ";";
     }

@@ -6,6 +6,7 @@
 
 #include "nn/sync_batch_norm_function.hpp"
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::nn {
 
@@ -34,16 +35,17 @@ void SyncBatchNormImpl::validate() const {
         "ddp::init()");
   }
   if (options.num_features() < 1) {
-    throw ConfigError("SyncBatchNorm: num_features is " + std::to_string(options.num_features()) +
-                      "; it must be the (positive) number of channels");
+    throw ConfigError(comm::detail::str("SyncBatchNorm: num_features is ", options.num_features(),
+                                        "; it must be the (positive) number of channels"));
   }
   if (!(options.eps() > 0)) {
-    throw ConfigError("SyncBatchNorm: eps is " + std::to_string(options.eps()) +
-                      "; it must be positive (BatchNorm uses 1e-5)");
+    throw ConfigError(comm::detail::str("SyncBatchNorm: eps is ", options.eps(),
+                                        "; it must be positive (BatchNorm uses 1e-5)"));
   }
   if (options.momentum() && !(*options.momentum() >= 0 && *options.momentum() <= 1)) {
-    throw ConfigError("SyncBatchNorm: momentum is " + std::to_string(*options.momentum()) +
-                      "; it must lie in [0, 1], or be nullopt for a cumulative average");
+    throw ConfigError(
+        comm::detail::str("SyncBatchNorm: momentum is ", *options.momentum(),
+                          "; it must lie in [0, 1], or be nullopt for a cumulative average"));
   }
 }
 
@@ -109,14 +111,14 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
     std::ostringstream shape;
     shape << input.sizes();
     throw InvalidArgumentError(
-        "SyncBatchNorm: expected an input of 2 to 5 dimensions ((N, C), "
-        "(N, C, L), (N, C, H, W) or (N, C, D, H, W)), got " +
-        std::to_string(input.dim()) + " dimensions " + shape.str());
+        comm::detail::str("SyncBatchNorm: expected an input of 2 to 5 dimensions ((N, C), (N, C, "
+                          "L), (N, C, H, W) or (N, C, D, H, W)), got ",
+                          input.dim(), " dimensions ", shape.str()));
   }
   if (input.size(1) != options.num_features()) {
-    throw InvalidArgumentError("SyncBatchNorm: the input has " + std::to_string(input.size(1)) +
-                               " channels (dimension 1) but the layer was built for " +
-                               std::to_string(options.num_features()));
+    throw InvalidArgumentError(comm::detail::str(
+        "SyncBatchNorm: the input has ", input.size(1),
+        " channels (dimension 1) but the layer was built for ", options.num_features()));
   }
   if (!is_training()) {
     // Running statistics, or (when not tracking) this rank's own batch

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::nn::detail {
 namespace {
@@ -80,10 +81,10 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const double count = stats[2 * channels].item<double>();
     if (count <= 1) {
       throw InvalidArgumentError(
-          "SyncBatchNorm: expected more than 1 value per channel over all ranks when training, "
-          "got " +
-          std::to_string(static_cast<int64_t>(count)) + " (this rank's input is " + shapeOf(input) +
-          "); use larger batches, or eval mode");
+          comm::detail::str("SyncBatchNorm: expected more than 1 value per channel over all ranks "
+                            "when training, got ",
+                            static_cast<int64_t>(count), " (this rank's input is ", shapeOf(input),
+                            "); use larger batches, or eval mode"));
     }
     const at::Tensor mean = stats.narrow(0, 0, channels) / count;
     const at::Tensor variance =

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 #ifdef DDP_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -65,9 +66,10 @@ struct CapturedStep::Graph {
 CapturedStep::CapturedStep(std::function<void()> step, CapturedStepOptions options)
     : step_(std::move(step)), options_(options) {
   if (options_.warmup_steps() < 1) {
-    throw ConfigError("CapturedStep: warmup_steps is " + std::to_string(options_.warmup_steps()) +
-                      "; it must be at least 1 (DistributedDataParallel rebuilds its buckets in "
-                      "the first step; PyTorch's recipe warms up 11)");
+    throw ConfigError(
+        comm::detail::str("CapturedStep: warmup_steps is ", options_.warmup_steps(),
+                          "; it must be at least 1 (DistributedDataParallel rebuilds its buckets "
+                          "in the first step; PyTorch's recipe warms up 11)"));
   }
   if (c10::cuda::device_count() == 0) {
     throw ConfigError(

@@ -8,17 +8,17 @@
 
 #include "comm/collective_name.hpp"
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel {
 namespace {
 
 CollectiveError earlyTermination(int active, int world, int rank) {
   return CollectiveError(
-      "Join: rank " + std::to_string(rank) + " sees " + std::to_string(world - active) +
-      " of the " + std::to_string(world) +
-      " ranks out of inputs, and throw_on_early_termination is set; every rank stops here. "
-      "Give every rank the same number of batches, or leave throw_on_early_termination off "
-      "to let the ranks still training finish.");
+      comm::detail::str("Join: rank ", rank, " sees ", world - active, " of the ", world,
+                        " ranks out of inputs, and throw_on_early_termination is set; every rank "
+                        "stops here. Give every rank the same number of batches, or leave "
+                        "throw_on_early_termination off to let the ranks still training finish."));
 }
 
 }  // namespace
@@ -33,19 +33,19 @@ Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
   for (size_t i = 0; i < joinables_.size(); ++i) {
     Joinable* joinable = joinables_[i];
     if (joinable == nullptr) {
-      throw InvalidArgumentError("Join: joinable #" + std::to_string(i) +
-                                 " is null; pass live objects.");
+      throw InvalidArgumentError(
+          comm::detail::str("Join: joinable #", i, " is null; pass live objects."));
     }
     if (joinable->join_ != nullptr) {
-      throw InvalidArgumentError("Join: joinable #" + std::to_string(i) +
-                                 " is already in another Join; leave that one first.");
+      throw InvalidArgumentError(comm::detail::str(
+          "Join: joinable #", i, " is already in another Join; leave that one first."));
     }
     ProcessGroup& group = joinable->join_process_group();
     if (group_ == nullptr) group_ = &group;
     if (&group != group_) {
-      throw InvalidArgumentError("Join: joinable #" + std::to_string(i) +
-                                 " communicates over another process group than joinable #0; "
-                                 "one Join covers one group.");
+      throw InvalidArgumentError(comm::detail::str(
+          "Join: joinable #", i,
+          " communicates over another process group than joinable #0; one Join covers one group."));
     }
   }
   round_.world = group_->size();

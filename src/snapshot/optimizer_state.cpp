@@ -16,7 +16,9 @@
 
 #include "comm/compat/torch_compat.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {
@@ -67,7 +69,7 @@ Kind kindOf(const optim::Optimizer& optimizer) {
 }
 
 std::string prefixOf(size_t group, size_t index) {
-  return "optim/g" + std::to_string(group) + "/p" + std::to_string(index) + "/";
+  return comm::detail::str("optim/g", group, "/p", index, "/");
 }
 
 template <typename O, typename Base>
@@ -300,8 +302,8 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
     const json& groups = description.at("groups");
     const auto& param_groups = optimizer.param_groups();
     if (!groups.is_array() || groups.size() != param_groups.size()) {
-      fail("the snapshot's optimizer has " + std::to_string(groups.size()) +
-           " param groups, this one has " + std::to_string(param_groups.size()));
+      fail(comm::detail::str("the snapshot's optimizer has ", groups.size(),
+                             " param groups, this one has ", param_groups.size()));
     }
     std::set<std::string> expected;
     for (size_t g = 0; g < param_groups.size(); ++g) {
@@ -311,8 +313,8 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
       const json& states = group.at("state");
       if (group.at("params").get<size_t>() != params.size() || !states.is_array() ||
           states.size() != params.size()) {
-        fail("param group " + std::to_string(g) + " has " + group.at("params").dump() +
-             " parameters in the snapshot, " + std::to_string(params.size()) + " here");
+        fail(comm::detail::str("param group ", g, " has ", group.at("params").dump(),
+                               " parameters in the snapshot, ", params.size(), " here"));
       }
       for (size_t i = 0; i < params.size(); ++i) {
         if (states.at(i).is_null()) continue;

@@ -1,4 +1,5 @@
 #include "ddp/snapshot/snapshot_manager.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -23,6 +24,7 @@
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/state_records.hpp"
 #include "snapshot/zero_state.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::snapshot {
 namespace {
@@ -70,8 +72,8 @@ SnapshotManager::SnapshotManager(SnapshotOptions options, std::shared_ptr<Proces
     throw ConfigError("SnapshotOptions: directory is empty; set it to where snapshots should live");
   }
   if (options_.keep_last() < 1) {
-    throw ConfigError("SnapshotOptions: keep_last is " + std::to_string(options_.keep_last()) +
-                      "; it must be at least 1");
+    throw ConfigError(comm::detail::str("SnapshotOptions: keep_last is ", options_.keep_last(),
+                                        "; it must be at least 1"));
   }
   const std::string& prefix = options_.prefix();
   if (prefix.empty() || prefix.find('/') != std::string::npos || prefix[0] == '.') {
@@ -139,10 +141,10 @@ bool SnapshotManager::resume(TrainingState& state) {
     group_->all_reduce(highest, ReduceOp::kMax);
     if (lowest.item<int64_t>() != highest.item<int64_t>()) {
       throw SnapshotError(
-          "ranks disagree on the newest valid snapshot in " + options_.directory() + ": rank " +
-          std::to_string(group_->rank()) + " found sequence " + std::to_string(sequence) +
-          " (-1: none), others between " + std::to_string(lowest.item<int64_t>()) + " and " +
-          std::to_string(highest.item<int64_t>()) + "; every rank must see the same directory");
+          comm::detail::str("ranks disagree on the newest valid snapshot in ", options_.directory(),
+                            ": rank ", group_->rank(), " found sequence ", sequence,
+                            " (-1: none), others between ", lowest.item<int64_t>(), " and ",
+                            highest.item<int64_t>(), "; every rank must see the same directory"));
     }
   }
   if (!chosen) return false;
@@ -259,7 +261,7 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
       rng_seed = derived_rng_seed(saved->second, rank);
     }
   } else if (state.include_rng) {
-    std::string head = "rng/rank" + std::to_string(rank) + "/";
+    std::string head = comm::detail::str("rng/rank", rank, "/");
     for (auto& [device, generator] : generators()) {
       auto found = tensors.find(head + device);
       if (found == tensors.end()) continue;
@@ -272,8 +274,8 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
       rng_states.emplace_back(generator, &found->second);
     }
     if (rng_states.empty()) {
-      warn(file.path + " holds no RNG state for rank " + std::to_string(rank) +
-           "; the generators keep their current state");
+      warn(comm::detail::str(file.path, " holds no RNG state for rank ", rank,
+                             "; the generators keep their current state"));
     }
   }
 

@@ -5,7 +5,8 @@
 #include <filesystem>
 #include <set>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {
@@ -41,7 +42,7 @@ std::optional<uint64_t> snapshotSequence(const std::string& name, const std::str
 
 std::string zeroShardName(const std::string& main_name, int rank, int world) {
   const std::string stem = main_name.substr(0, main_name.size() - (sizeof kExtension - 1));
-  return stem + kShardTag + std::to_string(rank) + "-of-" + std::to_string(world) + kExtension;
+  return comm::detail::str(stem, kShardTag, rank, "-of-", world, kExtension);
 }
 
 std::optional<uint64_t> zeroShardSequence(const std::string& name, const std::string& prefix) {

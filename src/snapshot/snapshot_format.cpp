@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "comm/dtype_name.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "comm/str.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the snapshot format stores raw little-endian bytes");
@@ -98,8 +100,8 @@ class Reader {
     return at;
   }
   [[noreturn]] void fail(const std::string& problem) const {
-    throw SnapshotError(path_ + ": malformed snapshot payload at byte " + std::to_string(offset_) +
-                        ": " + problem);
+    throw SnapshotError(
+        comm::detail::str(path_, ": malformed snapshot payload at byte ", offset_, ": ", problem));
   }
 
  private:
@@ -114,25 +116,25 @@ at::Tensor readTensor(Reader& reader, const std::string& name) {
   auto found = std::find_if(kDtypeCodes.begin(), kDtypeCodes.end(),
                             [&](const auto& entry) { return entry.first == code; });
   if (found == kDtypeCodes.end()) {
-    reader.fail("tensor '" + name + "' has unknown dtype code " + std::to_string(code));
+    reader.fail(comm::detail::str("tensor '", name, "' has unknown dtype code ", code));
   }
   uint32_t dims = reader.get<uint32_t>("a rank");
   if (dims > kMaxDims)
-    reader.fail("tensor '" + name + "' has " + std::to_string(dims) + " dimensions");
+    reader.fail(comm::detail::str("tensor '", name, "' has ", dims, " dimensions"));
   std::vector<int64_t> sizes(dims);
   uint64_t numel = 1;
   for (auto& size : sizes) {
     size = reader.get<int64_t>("a size");
     if (size < 0 || (size > 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / size)) {
-      reader.fail("tensor '" + name + "' has an impossible size " + std::to_string(size));
+      reader.fail(comm::detail::str("tensor '", name, "' has an impossible size ", size));
     }
     numel *= static_cast<uint64_t>(size);
   }
   uint64_t bytes = reader.get<uint64_t>("a byte count");
   uint64_t expected = numel * c10::elementSize(found->second);
   if (bytes != expected) {
-    reader.fail("tensor '" + name + "' has " + std::to_string(bytes) + " bytes, its shape needs " +
-                std::to_string(expected));
+    reader.fail(
+        comm::detail::str("tensor '", name, "' has ", bytes, " bytes, its shape needs ", expected));
   }
   const unsigned char* data = reader.take(bytes, "tensor data");
   at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(found->second));
@@ -305,8 +307,8 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
                         " is not a ddp snapshot: it does not start with the magic \"DDPSNAP1\"");
   }
   if (file.size() < kSnapshotHeaderSize) {
-    throw SnapshotError(path + ": snapshot is truncated: " + std::to_string(file.size()) +
-                        " bytes, shorter than its header");
+    throw SnapshotError(comm::detail::str(path, ": snapshot is truncated: ", file.size(),
+                                          " bytes, shorter than its header"));
   }
   Header h;
   std::memcpy(&h.version, file.data() + 8, 4);
@@ -317,8 +319,8 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
   std::memcpy(&h.created_unix_ms, file.data() + 32, 8);
   std::memcpy(&h.payload_size, file.data() + 40, 8);
   if (h.version > kSnapshotFormatVersion || h.version == 0) {
-    throw SnapshotError(path + ": snapshot format version " + std::to_string(h.version) +
-                        " is not supported (this build reads version 1)");
+    throw SnapshotError(comm::detail::str(path, ": snapshot format version ", h.version,
+                                          " is not supported (this build reads version 1)"));
   }
   uint32_t header_crc;
   std::memcpy(&header_crc, file.data() + kSnapshotHeaderSize - 4, 4);
@@ -328,9 +330,9 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
   }
   uint64_t expected = kSnapshotHeaderSize + sizeof kSnapshotEndMarker;
   if (h.payload_size > file.size() || expected + h.payload_size > file.size()) {
-    throw SnapshotError(path + ": snapshot is truncated: " + std::to_string(file.size()) +
-                        " bytes, the header announces " +
-                        std::to_string(expected + h.payload_size));
+    throw SnapshotError(comm::detail::str(path, ": snapshot is truncated: ", file.size(),
+                                          " bytes, the header announces ",
+                                          expected + h.payload_size));
   }
   expected += h.payload_size;
   const unsigned char* end_marker = file.data() + kSnapshotHeaderSize + h.payload_size;
@@ -338,8 +340,8 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
     throw SnapshotError(path + ": snapshot has no end marker (the write did not complete)");
   }
   if (file.size() != expected) {
-    throw SnapshotError(path + ": snapshot is corrupt: " + std::to_string(file.size()) +
-                        " bytes, the header announces " + std::to_string(expected));
+    throw SnapshotError(comm::detail::str(path, ": snapshot is corrupt: ", file.size(),
+                                          " bytes, the header announces ", expected));
   }
   const unsigned char* payload = file.data() + kSnapshotHeaderSize;
   uint32_t crc = crc32Update(0, payload, h.payload_size);
@@ -358,7 +360,8 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
   while (!reader.atEnd()) {
     uint32_t kind = reader.get<uint32_t>("a record kind");
     uint32_t name_size = reader.get<uint32_t>("a name length");
-    if (name_size > kMaxName) reader.fail("record name of " + std::to_string(name_size) + " bytes");
+    if (name_size > kMaxName)
+      reader.fail(comm::detail::str("record name of ", name_size, " bytes"));
     auto name_bytes = reader.take(name_size, "a name");
     std::string name(reinterpret_cast<const char*>(name_bytes), name_size);
     if (kind == kRecordTensor) {
@@ -373,7 +376,7 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
       result.scalars_json.assign(reinterpret_cast<const char*>(text), size);
       have_scalars = true;
     } else {
-      reader.fail("unknown record kind " + std::to_string(kind));
+      reader.fail(comm::detail::str("unknown record kind ", kind));
     }
   }
   if (!have_scalars) throw SnapshotError(path + ": snapshot has no \"scalars\" record");

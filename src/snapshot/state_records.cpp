@@ -6,7 +6,7 @@
 
 #include <typeinfo>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "snapshot/grad_scaler_state.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/rng_states.hpp"

@@ -9,10 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "comm/byte_exchange.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {
@@ -35,9 +36,10 @@ json writeZeroShard(const std::string& directory, const std::string& main_name,
                     const ZeroRedundancyOptimizer& zero, uint64_t sequence) {
   const torch::optim::Optimizer& optimizer = zero.local_optimizer();
   if (optimizer.param_groups().size() != 1) {
-    throw SnapshotError("cannot save a ZeroRedundancyOptimizer whose local optimizer has " +
-                        std::to_string(optimizer.param_groups().size()) +
-                        " param groups; its factory must make one (as zero_optimizer() does)");
+    throw SnapshotError(
+        comm::detail::str("cannot save a ZeroRedundancyOptimizer whose local optimizer has ",
+                          optimizer.param_groups().size(),
+                          " param groups; its factory must make one (as zero_optimizer() does)"));
   }
   TensorMap tensors;
   json description = exportOptimizer(optimizer, tensors);
@@ -67,11 +69,10 @@ json zeroRecord(const ZeroRedundancyOptimizer& zero, const std::vector<json>& pi
 json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
                     const ZeroRedundancyOptimizer& zero, uint64_t& sequence) {
   if (zero.group().size() != group.size() || zero.group().rank() != group.rank()) {
-    throw SnapshotError("the ZeroRedundancyOptimizer's process group (rank " +
-                        std::to_string(zero.group().rank()) + " of " +
-                        std::to_string(zero.group().size()) + ") is not the snapshot's (rank " +
-                        std::to_string(group.rank()) + " of " + std::to_string(group.size()) +
-                        "); give both the same group");
+    throw SnapshotError(comm::detail::str("the ZeroRedundancyOptimizer's process group (rank ",
+                                          zero.group().rank(), " of ", zero.group().size(),
+                                          ") is not the snapshot's (rank ", group.rank(), " of ",
+                                          group.size(), "); give both the same group"));
   }
   std::exception_ptr failure;
   if (group.rank() == 0) {
@@ -103,9 +104,9 @@ json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& grou
   std::vector<json> pieces;
   for (int r = 0; r < group.size(); ++r) {
     if (everyone[r].empty()) {
-      throw SnapshotError("rank " + std::to_string(r) +
-                          " could not write its shard of the optimizer state into " +
-                          options.directory() + "; its error says why");
+      throw SnapshotError(
+          comm::detail::str("rank ", r, " could not write its shard of the optimizer state into ",
+                            options.directory(), "; its error says why"));
     }
     pieces.push_back(json::parse(everyone[r]));
   }
@@ -121,22 +122,22 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
     const int old_world = record.at("world").get<int>();
     const auto numels = record.at("numels").get<std::vector<int64_t>>();
     if (numels.size() != parameters.size()) {
-      fail("its sharded optimizer state covers " + std::to_string(numels.size()) +
-           " parameters; this ZeroRedundancyOptimizer has " + std::to_string(parameters.size()));
+      fail(comm::detail::str("its sharded optimizer state covers ", numels.size(),
+                             " parameters; this ZeroRedundancyOptimizer has ", parameters.size()));
     }
     for (size_t p = 0; p < parameters.size(); ++p) {
       if (numels[p] != parameters[p].numel()) {
-        fail("parameter #" + std::to_string(p) + " has " + std::to_string(numels[p]) +
-             " elements in the sharded optimizer state and " +
-             std::to_string(parameters[p].numel()) + " here");
+        fail(comm::detail::str("parameter #", p, " has ", numels[p],
+                               " elements in the sharded optimizer state and ",
+                               parameters[p].numel(), " here"));
       }
     }
     // Every saved piece, by parameter.
     std::vector<std::vector<SavedPiece>> saved(parameters.size());
     const json& ranks = record.at("pieces");
     if (!ranks.is_array() || static_cast<int>(ranks.size()) != old_world)
-      fail("its ZeRO record lists " + std::to_string(ranks.size()) + " shards for a world of " +
-           std::to_string(old_world));
+      fail(comm::detail::str("its ZeRO record lists ", ranks.size(), " shards for a world of ",
+                             old_world));
     for (int r = 0; r < old_world; ++r) {
       for (size_t i = 0; i < ranks[r].size(); ++i) {
         const auto triple = ranks[r][i].get<std::vector<int64_t>>();
@@ -158,7 +159,7 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
       auto file = readSnapshot((directory / zeroShardName(main_name, r, old_world)).string());
       json scalars = json::parse(file.scalars_json);
       if (scalars.at("rank").get<int>() != r || scalars.at("pieces") != ranks[r]) {
-        fail(file.path + " is not rank " + std::to_string(r) + "'s shard of this snapshot");
+        fail(comm::detail::str(file.path, " is not rank ", r, "'s shard of this snapshot"));
       }
       descriptions[r] = scalars.at("optimizer");
       return files.emplace(r, std::move(file)).first->second;
@@ -168,7 +169,7 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
     const auto mine = zero.pieces();
     for (size_t j = 0; j < mine.size(); ++j) {
       const auto& piece = mine[j];
-      const std::string target_prefix = "optim/g0/p" + std::to_string(j) + "/";
+      const std::string target_prefix = comm::detail::str("optim/g0/p", j, "/");
       std::optional<json> entry;
       bool without_state = false;
       int64_t covered = 0;
@@ -184,16 +185,16 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
           continue;
         }
         if (entry && *entry != old_entry) {
-          fail("the shards disagree on the state of parameter #" + std::to_string(piece.parameter) +
-               ": " + entry->dump() + " and " + old_entry.dump());
+          fail(comm::detail::str("the shards disagree on the state of parameter #", piece.parameter,
+                                 ": ", entry->dump(), " and ", old_entry.dump()));
         }
         entry = old_entry;
-        const std::string source_prefix = "optim/g0/p" + std::to_string(old.index) + "/";
+        const std::string source_prefix = comm::detail::str("optim/g0/p", old.index, "/");
         for (auto it = file.tensors.lower_bound(source_prefix);
              it != file.tensors.end() && it->first.rfind(source_prefix, 0) == 0; ++it) {
           if (it->second.numel() != old.length) {
-            fail(file.path + ": " + it->first + " is " + describeTensor(it->second) +
-                 " for a piece of " + std::to_string(old.length) + " elements");
+            fail(comm::detail::str(file.path, ": ", it->first, " is ", describeTensor(it->second),
+                                   " for a piece of ", old.length, " elements"));
           }
           at::Tensor& state =
               result.tensors[target_prefix + it->first.substr(source_prefix.size())];
@@ -203,14 +204,13 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
         }
       }
       if (covered != piece.length) {
-        fail("its shards hold " + std::to_string(covered) + " of the " +
-             std::to_string(piece.length) + " elements of parameter #" +
-             std::to_string(piece.parameter) + " from element " + std::to_string(piece.begin) +
-             " that this rank owns");
+        fail(comm::detail::str("its shards hold ", covered, " of the ", piece.length,
+                               " elements of parameter #", piece.parameter, " from element ",
+                               piece.begin, " that this rank owns"));
       }
       if (entry && without_state) {
-        fail("parameter #" + std::to_string(piece.parameter) +
-             " has optimizer state in some shards and none in others");
+        fail(comm::detail::str("parameter #", piece.parameter,
+                               " has optimizer state in some shards and none in others"));
       }
       states.push_back(entry ? *entry : json(nullptr));
     }

@@ -23,6 +23,7 @@
 #include "comm/dtype_name.hpp"
 #include "comm/collective_name.hpp"
 #include "timeline/timeline_observer.hpp"
+#include "comm/str.hpp"
 
 namespace ddp {
 namespace timeline {
@@ -101,7 +102,7 @@ class Recorder {
     writeEntry({{"name", "process_name"},
                 {"ph", "M"},
                 {"pid", rank},
-                {"args", {{"name", "rank " + std::to_string(rank)}}}});
+                {"args", {{"name", comm::detail::str("rank ", rank)}}}});
     writeEntry({{"name", "process_sort_index"},
                 {"ph", "M"},
                 {"pid", rank},
@@ -150,7 +151,7 @@ class Recorder {
            {"tid", named},
            {"args",
             {{"name", named == 0 ? std::string("collectives")
-                                 : "collectives (overlapping " + std::to_string(named) + ")"}}}});
+                                 : comm::detail::str("collectives (overlapping ", named, ")")}}}});
     }
     writeEntry(event(rank_));
     ++events_;

@@ -15,6 +15,8 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/training/metrics_csv.hpp"
+#include "ddp/training/errors.hpp"
+#include "comm/str.hpp"
 
 extern char** environ;
 
@@ -115,8 +117,8 @@ void require_gnuplot(const PlotOptions& options) {
 void plot_loss_accuracy(const std::string& csv, const std::string& png,
                         const PlotOptions& options) {
   if (options.width() < 1 || options.height() < 1) {
-    throw ConfigError("plot_loss_accuracy: the image size is " + std::to_string(options.width()) +
-                      "x" + std::to_string(options.height()) + "; both must be positive pixels.");
+    throw ConfigError(comm::detail::str("plot_loss_accuracy: the image size is ", options.width(),
+                                        "x", options.height(), "; both must be positive pixels."));
   }
   const std::vector<EpochMetrics> rows = read_metrics_csv(csv);
   if (rows.empty()) {
@@ -144,11 +146,10 @@ void plot_loss_accuracy(const std::string& csv, const std::string& png,
   fs::remove(log, error);
   if (!written) throw PlotError("cannot write the gnuplot script to the temporary directory.");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    throw PlotError("gnuplot ('" + gnuplot + "') failed to draw '" + png + "' from '" + csv +
-                    "' (" +
-                    (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                       : "signal " + std::to_string(WTERMSIG(status))) +
-                    "): " + output);
+    throw PlotError(comm::detail::str("gnuplot ('", gnuplot, "') failed to draw '", png, "' from '",
+                                      csv, "' (", WIFEXITED(status) ? "exit " : "signal ",
+                                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                                      "): ", output));
   }
   if (!fs::exists(png, error) || fs::file_size(png, error) == 0) {
     throw PlotError("gnuplot ran but wrote no image to '" + png + "'; its output: " + output +

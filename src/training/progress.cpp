@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::training {
 namespace {
@@ -48,18 +49,19 @@ ProgressReporter::ProgressReporter(int rank, int64_t epochs, int64_t steps_per_e
       steps_to_run_(steps_to_run),
       options_(options),
       out_(options.stream() ? options.stream() : &std::cout),
-      prefix_("[rank " + std::to_string(rank) + "] "),
+      prefix_(comm::detail::str("[rank ", rank, "] ")),
       started_(Clock::now()) {
-  require(rank >= 0, "rank is " + std::to_string(rank) + "; pass group->rank().");
-  require(epochs >= 1, "epochs is " + std::to_string(epochs) + "; it must be at least 1.");
-  require(steps_per_epoch >= 1, "steps_per_epoch is " + std::to_string(steps_per_epoch) +
-                                    "; it must be at least 1 (is the dataset empty?).");
+  require(rank >= 0, comm::detail::str("rank is ", rank, "; pass group->rank()."));
+  require(epochs >= 1, comm::detail::str("epochs is ", epochs, "; it must be at least 1."));
+  require(steps_per_epoch >= 1,
+          comm::detail::str("steps_per_epoch is ", steps_per_epoch,
+                            "; it must be at least 1 (is the dataset empty?)."));
   require(steps_to_run >= 0,
-          "steps_to_run is " + std::to_string(steps_to_run) + "; it must be 0 or more.");
+          comm::detail::str("steps_to_run is ", steps_to_run, "; it must be 0 or more."));
   require(options.redraw_interval().count() >= 0 && options.log_interval().count() >= 0,
-          "redraw_interval and log_interval must be 0 or more (got " +
-              std::to_string(options.redraw_interval().count()) + " ms and " +
-              std::to_string(options.log_interval().count()) + " ms).");
+          comm::detail::str("redraw_interval and log_interval must be 0 or more (got ",
+                            options.redraw_interval().count(), " ms and ",
+                            options.log_interval().count(), " ms)."));
   in_place_ = options.in_place().has_value() ? *options.in_place()
                                              : out_ == &std::cout && isatty(STDOUT_FILENO) == 1;
 }
@@ -115,10 +117,9 @@ std::string ProgressReporter::line(bool final) const {
   const double rate = epoch_seconds > 0 ? static_cast<double>(epoch_samples_) / epoch_seconds : 0.0;
   const int64_t remaining = std::max<int64_t>(0, steps_to_run_ - steps_done_);
   const double left = steps_done_ ? elapsed / static_cast<double>(steps_done_) * remaining : NAN;
-  std::string text = prefix_ + "epoch " + std::to_string(epoch_ + 1) + "/" +
-                     std::to_string(epochs_) + " step " + std::to_string(step_in_epoch_) + "/" +
-                     std::to_string(steps_per_epoch_) + " loss " + fixed(mean_loss, 4) + " " +
-                     fixed(rate, 0) + " samples/s";
+  std::string text = comm::detail::str(prefix_, "epoch ", epoch_ + 1, "/", epochs_, " step ",
+                                       step_in_epoch_, "/", steps_per_epoch_, " loss ",
+                                       fixed(mean_loss, 4), " ", fixed(rate, 0), " samples/s");
   if (final) text += " took " + format_duration(epoch_seconds);
   text += " left " + format_duration(left);
   return text;

@@ -1,4 +1,6 @@
-// Every error type of ddp/comm/errors.hpp has its own exit code, the one that
+// Every error type, those of ddp/comm/errors.hpp and those the parts declare
+// (ddp/snapshot/errors.hpp, ddp/data/errors.hpp, ddp/training/errors.hpp,
+// ddp/launch/errors.hpp), has its own exit code, the one that
 // Note [Exit codes] lists: the table below is the closed list of kinds, and
 // a new kind must be added to it. Adding context (rethrow_with_prefix, as
 // DataParallel does for a failed replica) keeps the kind.
@@ -11,9 +13,14 @@
 #include <stdexcept>
 #include <string>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "ddp/data/errors.hpp"
+#include "ddp/training/errors.hpp"
+#include "ddp/launch/errors.hpp"
 
 namespace ddp {
 namespace {
@@ -100,6 +107,55 @@ TEST(CoreExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
   std::set<int> actual;
   for (const auto& entry : owner) actual.insert(entry.first);
   EXPECT_EQ(actual, expected);
+}
+
+// Every enumerator of ExitCode, written out: the kinds' codes, kSuccess and
+// kFailure must all differ, including the codes of kinds that live in
+// different parts' headers.
+TEST(CoreExitCodes, EveryExitCodeValueIsDistinct) {
+  const std::vector<std::pair<std::string, ExitCode>> codes = {
+      {"kSuccess", ExitCode::kSuccess},
+      {"kFailure", ExitCode::kFailure},
+      {"kConfig", ExitCode::kConfig},
+      {"kRendezvous", ExitCode::kRendezvous},
+      {"kTimeout", ExitCode::kTimeout},
+      {"kCollective", ExitCode::kCollective},
+      {"kInvalidArgument", ExitCode::kInvalidArgument},
+      {"kBackendUnavailable", ExitCode::kBackendUnavailable},
+      {"kSnapshot", ExitCode::kSnapshot},
+      {"kData", ExitCode::kData},
+      {"kMetrics", ExitCode::kMetrics},
+      {"kPlot", ExitCode::kPlot},
+      {"kIo", ExitCode::kIo},
+      {"kLaunch", ExitCode::kLaunch},
+  };
+  // Two per kind in allKinds() besides kSuccess and kFailure: none forgotten.
+  EXPECT_EQ(codes.size(), allKinds().size() + 2);
+  std::map<int, std::string> owner;
+  for (const auto& [name, code] : codes) {
+    const auto [it, inserted] = owner.emplace(static_cast<int>(code), name);
+    EXPECT_TRUE(inserted) << name << " has the value " << static_cast<int>(code) << " of "
+                          << it->second;
+  }
+  EXPECT_EQ(owner.size(), codes.size());
+  // And each kind's code is its own enumerator, not another kind's.
+  std::set<ExitCode> kind_codes;
+  for (const Kind& kind : allKinds()) kind_codes.insert(kind.code);
+  EXPECT_EQ(kind_codes.size(), allKinds().size());
+  EXPECT_EQ(kind_codes.count(ExitCode::kSuccess), 0u);
+  EXPECT_EQ(kind_codes.count(ExitCode::kFailure), 0u);
+}
+
+// The kinds the parts declare keep the names users wrote before they moved
+// (ddp::SnapshotError), and those are the parts' types.
+TEST(CoreExitCodes, PartsKindsAreAlsoDdpNames) {
+  EXPECT_EQ(typeid(ddp::SnapshotError), typeid(ddp::snapshot::SnapshotError));
+  EXPECT_EQ(typeid(ddp::DataError), typeid(ddp::data::DataError));
+  EXPECT_EQ(typeid(ddp::MetricsError), typeid(ddp::training::MetricsError));
+  EXPECT_EQ(typeid(ddp::PlotError), typeid(ddp::training::PlotError));
+  EXPECT_EQ(typeid(ddp::LaunchError), typeid(ddp::launch::LaunchError));
+  EXPECT_EQ(exit_code_for(ddp::snapshot::SnapshotError("x")), ExitCode::kSnapshot);
+  EXPECT_EQ(exit_code_for(ddp::launch::LaunchError("x")), ExitCode::kLaunch);
 }
 
 TEST(CoreExitCodes, OtherExceptionsAreGenericFailures) {

@@ -14,6 +14,7 @@
 #include "ddp/elastic.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 namespace ddp::elastic {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/training/errors.hpp"
 #include "ddp/training/plot.hpp"
 #include "ddp/launch/child_process.hpp"
 

@@ -118,11 +118,16 @@ TEST(NnSyncBatchNormOptions, InvalidValuesAreNamed) {
   EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(0), groupOfOne()))
                 .find("num_features is 0; it must be the (positive) number of channels"),
             std::string::npos);
+  // Values print as a stream prints them (Note [Messages are built with str()]),
+  // so a tiny offending value is shown as itself, not as 0.000000.
   EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).eps(0), groupOfOne()))
-                .find("eps is 0.000000; it must be positive"),
+                .find("eps is 0; it must be positive (BatchNorm uses 1e-5)"),
+            std::string::npos);
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).eps(-1e-9), groupOfOne()))
+                .find("eps is -1e-09; it must be positive"),
             std::string::npos);
   EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).momentum(1.5), groupOfOne()))
-                .find("momentum is 1.500000; it must lie in [0, 1]"),
+                .find("momentum is 1.5; it must lie in [0, 1]"),
             std::string::npos);
 }
 

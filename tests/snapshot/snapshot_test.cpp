@@ -24,6 +24,7 @@
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace fs = std::filesystem;

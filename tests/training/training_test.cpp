@@ -13,6 +13,7 @@
 #include "common/error_capture.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/training/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
 #include "ddp/training/progress.hpp"

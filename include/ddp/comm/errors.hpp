@@ -1,40 +1,45 @@
 #pragma once
 
 /// \file errors.hpp
-/// The exceptions ddp throws. Every message says what was wrong, the
-/// offending value, and what to do about it.
+/// The exceptions ddp throws, and their exit codes. Every message says what
+/// was wrong, the offending value, and what to do about it.
 ///
 /// Note [One exception type per failure kind]
 /// Callers (and the launcher, which maps them to exit codes) need to tell a
 /// mistake in the configuration from a rendezvous that never completed or a
 /// collective that stalled, without parsing messages. Each kind therefore has
-/// its own type, declared here and nowhere else, and its own exit code; all
-/// derive from ddp::Error so a single catch still works.
+/// its own type and its own exit code; all derive from ddp::Error so a single
+/// catch still works. The kinds every layer and part may throw are declared
+/// here; a kind that only one part throws is declared by that part, in
+/// ddp/<part>/errors.hpp and namespace ddp::<part>, and is also named in ddp
+/// (ddp::SnapshotError is ddp::snapshot::SnapshotError). Its exit code stays
+/// in the one table below, so that the codes stay unique.
 ///
 /// Note [Exit codes]
 /// ddp's programs (ddprun, the examples, the tools) exit with
 /// exit_code_for(error) when an exception ends them:
 ///
-///   type                      ExitCode              value
+///   type                      ExitCode              value  declared in
 ///   (no error)                kSuccess                  0
-///   Error, any other          kFailure                  1
+///   Error, any other          kFailure                  1  ddp/comm/errors.hpp
 ///   (2 is unused: shells and many tools give it to a bad command line)
-///   ConfigError               kConfig                   3
-///   RendezvousError           kRendezvous               4
-///   TimeoutError              kTimeout                  5
-///   CollectiveError           kCollective               6
-///   InvalidArgumentError      kInvalidArgument          7
-///   BackendUnavailableError   kBackendUnavailable       8
-///   SnapshotError             kSnapshot                 9
-///   DataError                 kData                    10
-///   MetricsError              kMetrics                 11
-///   PlotError                 kPlot                    12
-///   IoError                   kIo                      13
-///   LaunchError               kLaunch                  14
+///   ConfigError               kConfig                   3  ddp/comm/errors.hpp
+///   RendezvousError           kRendezvous               4  ddp/comm/errors.hpp
+///   TimeoutError              kTimeout                  5  ddp/comm/errors.hpp
+///   CollectiveError           kCollective               6  ddp/comm/errors.hpp
+///   InvalidArgumentError      kInvalidArgument          7  ddp/comm/errors.hpp
+///   BackendUnavailableError   kBackendUnavailable       8  ddp/comm/errors.hpp
+///   SnapshotError             kSnapshot                 9  ddp/snapshot/errors.hpp
+///   DataError                 kData                    10  ddp/data/errors.hpp
+///   MetricsError              kMetrics                 11  ddp/training/errors.hpp
+///   PlotError                 kPlot                    12  ddp/training/errors.hpp
+///   IoError                   kIo                      13  ddp/comm/errors.hpp
+///   LaunchError               kLaunch                  14  ddp/launch/errors.hpp
 ///
 /// The values never change once released (scripts compare them); a new kind
-/// takes the next free value and gets a row here, a class below and a case in
-/// tests/comm/errors_test.cpp.
+/// takes the next free value and gets a row and an enumerator here, a class
+/// in the header of the part that throws it (here if several do), and a case
+/// in tests/comm/errors_test.cpp.
 
 #include <exception>
 #include <stdexcept>
@@ -62,8 +67,9 @@ enum class ExitCode : int {
 };
 
 /// Base of every exception ddp throws. Thrown as itself only when a failure
-/// fits none of the kinds below (e.g. DataParallel rethrowing a replica's
-/// foreign exception with the replica named); its exit code is kFailure.
+/// fits none of the kinds, those below and the parts' (e.g. DataParallel
+/// rethrowing a replica's foreign exception with the replica named); its exit
+/// code is kFailure.
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
@@ -76,8 +82,8 @@ class Error : public std::runtime_error {
   }
 };
 
-/// The base of every kind below: the kind's type and exit code, given once,
-/// give its exit_code() and rethrow_with_prefix().
+/// The base of every kind, here and in the parts: the kind's type and exit
+/// code, given once, give its exit_code() and rethrow_with_prefix().
 template <typename Kind, ExitCode kCode>
 class ErrorOfKind : public Error {
  public:
@@ -142,54 +148,11 @@ class BackendUnavailableError
   using ErrorOfKind::ErrorOfKind;
 };
 
-/// A file that is not a ddp snapshot, a corrupt or truncated one, a
-/// snapshot that cannot be written, or one that does not fit the objects it
-/// is loaded into. The message names the file and the problem. Thrown by
-/// SnapshotManager, read_snapshot_file() and restore_training_state().
-class SnapshotError : public ErrorOfKind<SnapshotError, ExitCode::kSnapshot> {
- public:
-  using ErrorOfKind::ErrorOfKind;
-};
-
-/// A data file that cannot be read: missing, not in the expected format,
-/// truncated, or inconsistent with its companion file. The message names the
-/// file and what is wrong with it. Thrown by ddp::data::read_idx() and
-/// ddp::data::FashionMnist.
-class DataError : public ErrorOfKind<DataError, ExitCode::kData> {
- public:
-  using ErrorOfKind::ErrorOfKind;
-};
-
-/// A metrics file that cannot be written or read back: the message names
-/// the file, the line and what is wrong. Thrown by
-/// ddp::training::MetricsCsv and ddp::training::read_metrics_csv().
-class MetricsError : public ErrorOfKind<MetricsError, ExitCode::kMetrics> {
- public:
-  using ErrorOfKind::ErrorOfKind;
-};
-
-/// A plot could not be made: gnuplot is not installed, it failed (its
-/// output is quoted), or the CSV has no rows to draw. Thrown by
-/// ddp::training::plot_loss_accuracy() and ddp::training::require_gnuplot().
-class PlotError : public ErrorOfKind<PlotError, ExitCode::kPlot> {
- public:
-  using ErrorOfKind::ErrorOfKind;
-};
-
 /// A file or directory that cannot be created, opened, read or written,
-/// outside the kinds above (which report their own files): a timeline, a
-/// launcher log or scratch directory. The message names the path and the
-/// system's reason.
+/// outside the kinds that report their own files (SnapshotError, DataError,
+/// MetricsError): a timeline, a launcher log or scratch directory. The
+/// message names the path and the system's reason.
 class IoError : public ErrorOfKind<IoError, ExitCode::kIo> {
- public:
-  using ErrorOfKind::ErrorOfKind;
-};
-
-/// The launcher (ddprun) could not do its own work, for a reason that is
-/// neither a bad option, a rendezvous failure nor a timeout: a worker
-/// process could not be started (no pipe, fork failed), or no free port
-/// could be found for the workers.
-class LaunchError : public ErrorOfKind<LaunchError, ExitCode::kLaunch> {
  public:
   using ErrorOfKind::ErrorOfKind;
 };

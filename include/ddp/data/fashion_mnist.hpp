@@ -17,6 +17,7 @@
 #include <string>
 
 #include "ddp/data/idx.hpp"
+#include "ddp/data/errors.hpp"
 
 namespace ddp::data {
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/data/errors.hpp"
 
 namespace ddp::data {
 

@@ -23,6 +23,7 @@
 
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 namespace ddp::elastic {
 

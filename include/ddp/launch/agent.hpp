@@ -35,6 +35,7 @@
 #include "ddp/launch/launch_options.hpp"
 #include "ddp/launch/node_rendezvous.hpp"
 #include "ddp/launch/recovery_store.hpp"
+#include "ddp/launch/errors.hpp"
 
 namespace ddp::launch {
 

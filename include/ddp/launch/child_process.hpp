@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ddp/launch/errors.hpp"
+
 namespace ddp::launch {
 
 /// One child to start.

@@ -4,6 +4,8 @@
 /// A TCP port chosen for another process to listen on, kept from the
 /// moment it is chosen until that process has it.
 
+#include "ddp/launch/errors.hpp"
+
 namespace ddp::launch {
 
 /// Note [A port held from choice to use]

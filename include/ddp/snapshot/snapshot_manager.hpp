@@ -69,7 +69,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 
 namespace ddp::parallel {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/training/errors.hpp"
 
 namespace ddp::training {
 

@@ -19,7 +19,7 @@
 
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/training/errors.hpp"
 
 namespace ddp::training {
 

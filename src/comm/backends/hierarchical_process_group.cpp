@@ -27,6 +27,7 @@
 #include "ddp/comm/errors.hpp"
 #include "comm/shm/tensor_bridge.hpp"
 #include "comm/timeout_message.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::backends {
 namespace {
@@ -177,8 +178,8 @@ std::shared_ptr<ProcessGroup> makeHierarchicalProcessGroup(
          nodes[node_index].end()) {
     ++node_index;
   }
-  auto node_store = c10::make_intrusive<c10d::PrefixStore>("hier/node" + std::to_string(node_index),
-                                                           context.store);
+  auto node_store =
+      c10::make_intrusive<c10d::PrefixStore>(detail::str("hier/node", node_index), context.store);
   auto node = makeNodeCommunicator(context, nodes[node_index], node_store);
   std::shared_ptr<ProcessGroup> leaders;
   if (nodes[node_index].front() == rank) {

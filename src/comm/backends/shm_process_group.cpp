@@ -9,6 +9,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/shm/tensor_bridge.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::backends {
 
@@ -102,11 +103,10 @@ class ShmProcessGroup final : public SerialProcessGroup {
 std::shared_ptr<ProcessGroup> makeShmProcessGroup(const BackendContext& context,
                                                   const std::vector<std::vector<int>>& nodes) {
   if (nodes.size() != 1) {
-    throw ConfigError("backend 'shm' needs every rank on one node, but the " +
-                      std::to_string(context.topology.world_size) + " ranks are on " +
-                      std::to_string(nodes.size()) +
-                      " nodes. Use backend 'auto', which runs shared memory within each node "
-                      "and Gloo between them.");
+    throw ConfigError(detail::str("backend 'shm' needs every rank on one node, but the ",
+                                  context.topology.world_size, " ranks are on ", nodes.size(),
+                                  " nodes. Use backend 'auto', which runs shared memory within "
+                                  "each node and Gloo between them."));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("shm", context.store);
   return std::make_shared<ShmProcessGroup>(context, makeNodeCommunicator(context, nodes[0], store));

@@ -10,6 +10,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "comm/flight_recorder/flight_recorder_observer.hpp"
 #include "comm/flight_recorder/ring.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::flight_recorder {
 namespace {
@@ -48,17 +49,17 @@ const char* to_string(State state) noexcept {
 }
 
 std::string Entry::describe() const {
-  std::string text = "#" + std::to_string(sequence) + " " + operation;
+  std::string text = comm::detail::str("#", sequence, " ", operation);
   if (!name.empty()) text += " '" + name + "'";
   if (!dtype.empty()) {
-    text += " of " + std::to_string(numel) + " " + dtype + " (" + std::to_string(bytes) + " B)";
+    text += comm::detail::str(" of ", numel, " ", dtype, " (", bytes, " B)");
   }
   return text;
 }
 
 std::string format(const std::vector<Entry>& entries, int rank) {
-  std::string text = "flight recorder of rank " + std::to_string(rank) + ": the last " +
-                     std::to_string(entries.size()) + " collective(s), oldest first\n";
+  std::string text = comm::detail::str("flight recorder of rank ", rank, ": the last ",
+                                       entries.size(), " collective(s), oldest first\n");
   for (const Entry& e : entries) {
     text += "  " + e.describe() + ", started " + clock_time(e.start_time) + " UTC, ";
     switch (e.state) {
@@ -71,7 +72,7 @@ std::string format(const std::vector<Entry>& entries, int rank) {
       default:
         text += std::string(to_string(e.state)) + " after " + seconds_text(e.duration);
     }
-    if (e.group != 0) text += " (group " + std::to_string(e.group) + ")";
+    if (e.group != 0) text += comm::detail::str(" (group ", e.group, ")");
     text += "\n";
   }
   return text;

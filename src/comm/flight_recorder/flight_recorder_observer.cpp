@@ -9,6 +9,7 @@
 #include "ddp/comm/flight_recorder.hpp"
 #include "comm/dtype_name.hpp"
 #include "comm/flight_recorder/ring.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::flight_recorder::detail {
 namespace {
@@ -34,7 +35,7 @@ State state_of(const std::exception_ptr& error) {
 std::string operation_of(const CollectiveFacts& facts) {
   std::string operation = facts.name;
   if (facts.reduce_op) operation += std::string("(") + to_string(*facts.reduce_op) + ")";
-  if (facts.root >= 0) operation += "(root " + std::to_string(facts.root) + ")";
+  if (facts.root >= 0) operation += comm::detail::str("(root ", facts.root, ")");
   return operation;
 }
 

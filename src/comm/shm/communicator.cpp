@@ -8,6 +8,7 @@
 #include <new>
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::shm {
 namespace {
@@ -96,8 +97,7 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     segment_ = Segment::create(freshSegmentName(), bytes);
     new (segment_.data())
         Header{kMagic, kVersion, static_cast<uint32_t>(world), options_.slot_bytes};
-    store.set("shm/segment",
-              storeBytes(segment_.name() + " " + std::to_string(options_.slot_bytes)));
+    store.set("shm/segment", storeBytes(detail::str(segment_.name(), " ", options_.slot_bytes)));
   } else {
     store.wait({"shm/segment"}, options_.timeout);
     const std::string announced = storeText(store.get("shm/segment"));
@@ -109,10 +109,10 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
         header->world != static_cast<uint32_t>(world) ||
         header->slot_bytes != options_.slot_bytes) {
       throw BackendUnavailableError(
-          "shared memory '" + name + "' was laid out for " + std::to_string(header->world) +
-          " ranks (format " + std::to_string(header->version) + "), not " + std::to_string(world) +
-          ": the ranks of this node run different ddp builds or "
-          "disagree on the world size. Start them identically.");
+          detail::str("shared memory '", name, "' was laid out for ", header->world,
+                      " ranks (format ", header->version, "), not ", world,
+                      ": the ranks of this node run different ddp builds or disagree on the world "
+                      "size. Start them identically."));
     }
   }
   controls_ = reinterpret_cast<RankControl*>(segment_.data() + controlOffset());
@@ -125,19 +125,18 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
 
   // The creator unlinks the name once every rank has mapped the segment
   // (Note [Shared-memory segments never outlive their job]).
-  store.set("shm/mapped/" + std::to_string(options_.rank), storeBytes("1"));
+  store.set(detail::str("shm/mapped/", options_.rank), storeBytes("1"));
   if (options_.rank == 0) {
     std::vector<std::string> keys;
-    for (int r = 0; r < world; ++r) keys.push_back("shm/mapped/" + std::to_string(r));
+    for (int r = 0; r < world; ++r) keys.push_back(detail::str("shm/mapped/", r));
     try {
       store.wait(keys, options_.timeout);
     } catch (const std::exception& error) {
       segment_.unlink();
-      throw RendezvousError(
-          "the shared-memory segment of this node was not mapped by every "
-          "local rank within " +
-          std::to_string(options_.timeout.count()) + " ms (" + error.what() +
-          "); a rank may have failed at start-up.");
+      throw RendezvousError(detail::str(
+          "the shared-memory segment of this node was not mapped by every local rank within ",
+          options_.timeout.count(), " ms (", error.what(),
+          "); a rank may have failed at start-up."));
     }
     segment_.unlink();
   }
@@ -180,11 +179,11 @@ void Communicator::checkStamps(const Describe& describe) {
         line[0].load(std::memory_order_relaxed), line[1].load(std::memory_order_relaxed),
         line[2].load(std::memory_order_relaxed), line[3].load(std::memory_order_relaxed)};
     if (std::memcmp(&theirs, &stamp_, sizeof(Stamp)) != 0) {
-      throw CollectiveError(
-          describe() + " does not match rank " + std::to_string(options_.global_ranks[r]) +
-          "'s collective number " + std::to_string(collectives_ + 1) +
-          " (another kind, size, dtype, op or root). All ranks must issue the same collectives "
-          "in the same order.");
+      throw CollectiveError(detail::str(describe(), " does not match rank ",
+                                        options_.global_ranks[r], "'s collective number ",
+                                        collectives_ + 1,
+                                        " (another kind, size, dtype, op or root). All ranks must "
+                                        "issue the same collectives in the same order."));
     }
   }
 }

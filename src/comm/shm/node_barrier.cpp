@@ -13,6 +13,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/timeout_message.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::shm {
 namespace {
@@ -82,7 +83,7 @@ std::string NodeBarrier::missingRanks(uint64_t target) const {
   std::string missing;
   for (int r = 0; r < size_; ++r) {
     if (ranks_[r].arrived.load(std::memory_order_acquire) >= target) continue;
-    missing += (missing.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
+    missing += detail::str(missing.empty() ? "" : ", ", global_ranks_[r]);
   }
   return missing;
 }
@@ -134,10 +135,10 @@ void NodeBarrier::arriveAndWait(std::chrono::steady_clock::time_point deadline,
     wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (everyoneReached(target)) return;
     if (const int dead = deadRank(target); dead >= 0) {
-      throw CollectiveError(describe() + " failed: rank " + std::to_string(global_ranks_[dead]) +
-                            " (pid " + std::to_string(ranks_[dead].pid.load()) +
-                            ") exited without reaching it. Check that rank's log for the "
-                            "cause; the job cannot continue without it.");
+      throw CollectiveError(detail::str(describe(), " failed: rank ", global_ranks_[dead], " (pid ",
+                                        ranks_[dead].pid.load(),
+                                        ") exited without reaching it. Check that rank's log for "
+                                        "the cause; the job cannot continue without it."));
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       throw TimeoutError(detail::timeoutMessage(describe(), timeout, missingRanks(target)));

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::shm {
 namespace {
@@ -46,7 +47,7 @@ Segment Segment::create(const std::string& name, size_t bytes) {
     close(fd);
     shm_unlink(name.c_str());
     throw BackendUnavailableError(
-        systemError("sizing shared memory (" + std::to_string(bytes) + " bytes)", name, error));
+        systemError(detail::str("sizing shared memory (", bytes, " bytes)"), name, error));
   }
   try {
     return Segment(name, mapSegment(fd, bytes, name), bytes, /*owner=*/true);
@@ -62,10 +63,9 @@ Segment Segment::open(const std::string& name, size_t bytes) {
   struct stat info {};
   if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
     close(fd);
-    throw BackendUnavailableError("shared memory '" + name + "' is smaller than the " +
-                                  std::to_string(bytes) +
-                                  " bytes its creator announced; another job may use the same "
-                                  "name. Restart the job.");
+    throw BackendUnavailableError(detail::str(
+        "shared memory '", name, "' is smaller than the ", bytes,
+        " bytes its creator announced; another job may use the same name. Restart the job."));
   }
   return Segment(name, mapSegment(fd, bytes, name), bytes, /*owner=*/false);
 }
@@ -101,7 +101,7 @@ std::string freshSegmentName() {
   std::mt19937_64 random((static_cast<uint64_t>(device()) << 32) ^ device());
   char suffix[17];
   std::snprintf(suffix, sizeof(suffix), "%016llx", static_cast<unsigned long long>(random()));
-  return std::string(kPrefix) + std::to_string(getpid()) + "-" + suffix;
+  return detail::str(kPrefix, getpid(), "-", suffix);
 }
 
 int sweepStaleSegments(const std::string& directory) {

@@ -7,6 +7,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/store/wire.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -71,13 +72,13 @@ HandshakeVerdict judge_client(std::string_view payload, std::string_view secret,
     WireReader request(payload);
     const auto op = request.u8();
     if (op != static_cast<std::uint8_t>(Op::kAuth)) {
-      return refuse("its first request was op " + std::to_string(op) + ", not AUTH");
+      return refuse(detail::str("its first request was op ", static_cast<int>(op), ", not AUTH"));
     }
     const std::string client_nonce = request.bytes();
     const std::string proof = request.bytes();
     if (client_nonce.size() != kNonceBytes) {
-      return refuse("its nonce has " + std::to_string(client_nonce.size()) + " bytes, not " +
-                    std::to_string(kNonceBytes));
+      return refuse(
+          detail::str("its nonce has ", client_nonce.size(), " bytes, not ", kNonceBytes));
     }
     if (!proofs_equal(proof, handshake_proof(secret, kClientLabel, server_nonce, client_nonce))) {
       return refuse("wrong proof of the job secret");
@@ -118,10 +119,9 @@ void client_handshake(const Socket& socket, std::string_view secret, const std::
     magic.clear();
   }
   if (magic != kMagic || version != kVersion) {
-    throw RendezvousError(where + " does not speak ddp's store protocol (version " +
-                          std::to_string(kVersion) +
-                          "). Check MASTER_ADDR and MASTER_PORT, and start every rank from the "
-                          "same build of ddp.");
+    throw RendezvousError(detail::str(
+        where, " does not speak ddp's store protocol (version ", static_cast<int>(kVersion),
+        "). Check MASTER_ADDR and MASTER_PORT, and start every rank from the same build of ddp."));
   }
   if (auth && secret.empty()) {
     throw RendezvousError(where +

@@ -11,6 +11,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/store/handshake.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -57,9 +58,10 @@ std::string read_job_secret(const std::string& path) {
     secret.pop_back();
   }
   if (secret.size() < kMinSecretBytes) {
-    throw ConfigError("the job secret file '" + path + "' holds " + std::to_string(secret.size()) +
-                      " bytes; a secret needs at least " + std::to_string(kMinSecretBytes) +
-                      ". Make one with `head -c 32 /dev/urandom | base64 > " + path + "`.");
+    throw ConfigError(detail::str("the job secret file '", path, "' holds ", secret.size(),
+                                  " bytes; a secret needs at least ", kMinSecretBytes,
+                                  ". Make one with `head -c 32 /dev/urandom | base64 > ", path,
+                                  "`."));
   }
   return secret;
 }

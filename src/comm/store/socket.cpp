@@ -20,6 +20,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/store/wire.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -157,9 +158,9 @@ void Socket::close() {
 
 std::string formatEndpoint(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) {
-    return "[" + host + "]:" + std::to_string(port);
+    return detail::str("[", host, "]:", port);
   }
-  return host + ":" + std::to_string(port);
+  return detail::str(host, ":", port);
 }
 
 std::string errnoText(int error) {
@@ -170,7 +171,7 @@ std::string errnoText(int error) {
   if constexpr (std::is_same_v<decltype(result), char* const>) {
     return result;
   } else {
-    return result == 0 ? buffer : "errno " + std::to_string(error);
+    return result == 0 ? buffer : detail::str("errno ", error);
   }
 }
 
@@ -270,11 +271,11 @@ Socket connectWithRetry(const std::string& host, int port, std::chrono::millisec
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, max_backoff);
   }
-  throw RendezvousError("could not reach the rendezvous store at " + formatEndpoint(host, port) +
-                        " within " + std::to_string(timeout.count()) +
-                        " ms (last error: " + last_error +
-                        "). Check MASTER_ADDR and MASTER_PORT, that rank 0 has started, and "
-                        "that no firewall blocks the port; or raise the rendezvous timeout.");
+  throw RendezvousError(
+      detail::str("could not reach the rendezvous store at ", formatEndpoint(host, port),
+                  " within ", timeout.count(), " ms (last error: ", last_error,
+                  "). Check MASTER_ADDR and MASTER_PORT, that rank 0 has started, and that no "
+                  "firewall blocks the port; or raise the rendezvous timeout."));
 }
 
 void setNonBlocking(int fd) {
@@ -299,8 +300,8 @@ bool takeFrame(std::string& buffer, std::string& payload, std::uint32_t max_byte
   if (buffer.size() < 4) return false;
   const std::uint32_t length = WireReader(buffer).u32();
   if (length > max_bytes) {
-    throw WireError("store frame of " + std::to_string(length) + " bytes exceeds the limit of " +
-                    std::to_string(max_bytes));
+    throw WireError(
+        detail::str("store frame of ", length, " bytes exceeds the limit of ", max_bytes));
   }
   if (buffer.size() - 4 < length) return false;
   payload.assign(buffer, 4, length);

@@ -16,6 +16,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/store/handshake.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -271,8 +272,8 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
       std::int64_t updated = 0;
       if (__builtin_add_overflow(current, delta, &updated)) {
         response.u8(static_cast<std::uint8_t>(Status::kError))
-            .bytes("cannot add " + std::to_string(delta) + " to key '" + key + "' holding " +
-                   std::to_string(current) + ": the sum overflows a 64-bit integer.");
+            .bytes(detail::str("cannot add ", delta, " to key '", key, "' holding ", current,
+                               ": the sum overflows a 64-bit integer."));
         break;
       }
       store(key, std::to_string(updated));
@@ -316,7 +317,7 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
           .i64(static_cast<std::int64_t>(data_.size()));
       break;
     default:
-      throw WireError("unknown store op " + std::to_string(static_cast<int>(op)));
+      throw WireError(detail::str("unknown store op ", static_cast<int>(op)));
   }
   reply(connection, response);
 }
@@ -358,7 +359,7 @@ void StoreServer::expireDeadlines() {
   for (auto& [id, connection] : connections_) {
     if (!connection.broken && !connection.admitted && connection.handshake_deadline <= now) {
       refuse(connection,
-             "it did not authenticate within " + std::to_string(kHandshakeTimeout.count()) + " ms");
+             detail::str("it did not authenticate within ", kHandshakeTimeout.count(), " ms"));
     }
     if (connection.broken || !connection.parked || connection.parked->deadline > now) {
       continue;

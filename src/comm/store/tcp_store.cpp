@@ -8,6 +8,7 @@
 #include "comm/store/socket.hpp"
 #include "comm/store/store_server.hpp"
 #include "comm/store/wire.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::comm {
 namespace {
@@ -36,9 +37,9 @@ TcpStoreOptions validated(TcpStoreOptions options) {
         "or host name of the machine that runs rank 0.");
   }
   if (options.port() < 0 || options.port() > 65535) {
-    throw ConfigError("invalid rendezvous store port " + std::to_string(options.port()) +
-                      ": a TCP port is between 0 and 65535. Set MASTER_PORT to a free port "
-                      "such as 29500.");
+    throw ConfigError(detail::str(
+        "invalid rendezvous store port ", options.port(),
+        ": a TCP port is between 0 and 65535. Set MASTER_PORT to a free port such as 29500."));
   }
   if (options.port() == 0 && !options.is_server()) {
     throw ConfigError(
@@ -47,16 +48,14 @@ TcpStoreOptions validated(TcpStoreOptions options) {
         "listens on.");
   }
   if (options.timeout().count() < 0) {
-    throw ConfigError("invalid rendezvous store timeout " +
-                      std::to_string(options.timeout().count()) +
-                      " ms: it must be positive, or 0 for no timeout. Raise the rendezvous "
-                      "timeout.");
+    throw ConfigError(detail::str(
+        "invalid rendezvous store timeout ", options.timeout().count(),
+        " ms: it must be positive, or 0 for no timeout. Raise the rendezvous timeout."));
   }
   if (!options.secret().empty() && options.secret().size() < kMinSecretBytes) {
-    throw ConfigError("the rendezvous store's secret has " +
-                      std::to_string(options.secret().size()) + " bytes; it needs at least " +
-                      std::to_string(kMinSecretBytes) +
-                      " (e.g. `head -c 32 /dev/urandom | base64 > job.secret`).");
+    throw ConfigError(detail::str("the rendezvous store's secret has ", options.secret().size(),
+                                  " bytes; it needs at least ", kMinSecretBytes,
+                                  " (e.g. `head -c 32 /dev/urandom | base64 > job.secret`)."));
   }
   return options;
 }
@@ -70,7 +69,7 @@ std::string describeKeys(const std::vector<std::string>& keys) {
     text += "\"" + keys[i] + "\"";
   }
   if (keys.size() > kMaxShown) {
-    text += ", and " + std::to_string(keys.size() - kMaxShown) + " more";
+    text += detail::str(", and ", keys.size() - kMaxShown, " more");
   }
   return text + "]";
 }
@@ -130,12 +129,11 @@ class TcpStore::Impl {
     }
     if (request.payload().size() > store::kMaxFrameBytes) {
       // The server would drop the connection; say why instead.
-      throw InvalidArgumentError("cannot " + operation + ": the request is " +
-                                 std::to_string(request.payload().size()) +
-                                 " bytes, more than the rendezvous store's limit of " +
-                                 std::to_string(store::kMaxFrameBytes) +
-                                 " bytes. The store is meant for small rendezvous data; send large "
-                                 "data through a collective instead.");
+      throw InvalidArgumentError(
+          detail::str("cannot ", operation, ": the request is ", request.payload().size(),
+                      " bytes, more than the rendezvous store's limit of ", store::kMaxFrameBytes,
+                      " bytes. The store is meant for small rendezvous data; send large data "
+                      "through a collective instead."));
     }
     const auto deadline = reply_timeout.count() == 0
                               ? store::kNoDeadline
@@ -148,9 +146,8 @@ class TcpStore::Impl {
       return parse(status, reader);
     } catch (const store::SocketError& error) {
       if (error.kind() == store::SocketError::Kind::kTimedOut) {
-        throw lost(
-            endpoint, operation,
-            "no reply within " + std::to_string((reply_timeout + kReplyGrace).count()) + " ms");
+        throw lost(endpoint, operation,
+                   detail::str("no reply within ", (reply_timeout + kReplyGrace).count(), " ms"));
       }
       throw lost(endpoint, operation, error.what());
     } catch (const store::WireError& error) {
@@ -214,11 +211,11 @@ std::vector<uint8_t> TcpStore::get(const std::string& key) {
   return impl_->roundTrip(
       writer, timeout, "get(\"" + key + "\")", [&](Status status, WireReader& reply) {
         if (status == Status::kTimedOut) {
-          throw TimeoutError("timed out after " + std::to_string(timeout.count()) +
-                             " ms waiting for key \"" + key + "\" in the rendezvous store at " +
-                             store::formatEndpoint(host(), port()) +
-                             ". The rank that sets it may have failed or still be starting; "
-                             "check the other ranks' logs, or raise the timeout.");
+          throw TimeoutError(
+              detail::str("timed out after ", timeout.count(), " ms waiting for key \"", key,
+                          "\" in the rendezvous store at ", store::formatEndpoint(host(), port()),
+                          ". The rank that sets it may have failed or still be starting; check the "
+                          "other ranks' logs, or raise the timeout."));
         }
         return toBytes(reply.bytes());
       });
@@ -261,21 +258,21 @@ void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_)
 void TcpStore::wait(const std::vector<std::string>& keys,
                     const std::chrono::milliseconds& timeout) {
   if (timeout.count() < 0) {
-    throw InvalidArgumentError("invalid store wait timeout " + std::to_string(timeout.count()) +
-                               " ms for key(s) " + describeKeys(keys) +
-                               ": it must be positive, or 0 to wait without a timeout.");
+    throw InvalidArgumentError(
+        detail::str("invalid store wait timeout ", timeout.count(), " ms for key(s) ",
+                    describeKeys(keys), ": it must be positive, or 0 to wait without a timeout."));
   }
   auto writer = request(Op::kWait);
   writer.u64(static_cast<std::uint64_t>(timeout.count())).keys(keys);
   impl_->roundTrip(
       writer, timeout, "wait(" + describeKeys(keys) + ")", [&](Status status, WireReader& reply) {
         if (status != Status::kTimedOut) return;
-        throw TimeoutError("timed out after " + std::to_string(timeout.count()) +
-                           " ms waiting for key(s) " + describeKeys(keys) +
-                           " in the rendezvous store at " + store::formatEndpoint(host(), port()) +
-                           " (still missing: " + describeKeys(reply.keys()) +
-                           "). The ranks that set them may have failed or still be "
-                           "starting; check the other ranks' logs, or raise the timeout.");
+        throw TimeoutError(detail::str(
+            "timed out after ", timeout.count(), " ms waiting for key(s) ", describeKeys(keys),
+            " in the rendezvous store at ", store::formatEndpoint(host(), port()),
+            " (still missing: ", describeKeys(reply.keys()),
+            "). The ranks that set them may have failed or still be starting; check the other "
+            "ranks' logs, or raise the timeout."));
       });
 }
 

@@ -37,6 +37,8 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/str.hpp"
+
 namespace ddp::comm::store {
 
 enum class Op : std::uint8_t {
@@ -130,8 +132,8 @@ class WireReader {
  private:
   void need(std::uint64_t size) const {
     if (size > rest_.size()) {
-      throw WireError("truncated store message: needed " + std::to_string(size) + " more bytes, " +
-                      std::to_string(rest_.size()) + " left");
+      throw WireError(detail::str("truncated store message: needed ", size, " more bytes, ",
+                                  rest_.size(), " left"));
     }
   }
   std::uint64_t fixed(int width) {

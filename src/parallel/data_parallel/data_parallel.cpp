@@ -7,6 +7,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "parallel/data_parallel/replica_set.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel {
 namespace {
@@ -76,9 +77,9 @@ DataParallelImpl::~DataParallelImpl() = default;
 
 std::shared_ptr<torch::nn::Module> DataParallelImpl::replica(size_t index) const {
   if (index >= replicas_->size()) {
-    throw InvalidArgumentError("DataParallel: replica " + std::to_string(index) +
-                               " does not exist; there are " + std::to_string(replicas_->size()) +
-                               " (one per device).");
+    throw InvalidArgumentError(comm::detail::str("DataParallel: replica ", index,
+                                                 " does not exist; there are ", replicas_->size(),
+                                                 " (one per device)."));
   }
   return replicas_->module(index).ptr();
 }
@@ -112,9 +113,9 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
   checkInput("input", input);
   checkInput("target", target);
   if (target.size(0) != input.size(0)) {
-    throw InvalidArgumentError("DataParallel: the target has " + std::to_string(target.size(0)) +
-                               " samples along dimension 0 but the input has " +
-                               std::to_string(input.size(0)) + "; pass one target per sample.");
+    throw InvalidArgumentError(comm::detail::str("DataParallel: the target has ", target.size(0),
+                                                 " samples along dimension 0 but the input has ",
+                                                 input.size(0), "; pass one target per sample."));
   }
   if (!torch::GradMode::is_enabled()) {
     throw InvalidArgumentError(

@@ -10,6 +10,7 @@
 
 #include "comm/compat/torch_compat.hpp"
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -22,8 +23,8 @@ std::vector<at::Tensor> buffersOf(const torch::nn::AnyModule& module) {
 // error types keep their type (and so their exit code), others become
 // ddp::Error.
 [[noreturn]] void rethrowForReplica(size_t index, const c10::Device& device, const char* phase) {
-  const std::string where = std::string("DataParallel: replica ") + std::to_string(index) +
-                            " (on " + device.str() + ") failed in " + phase + ": ";
+  const std::string where = comm::detail::str("DataParallel: replica ", index, " (on ",
+                                              device.str(), ") failed in ", phase, ": ");
   try {
     throw;
   } catch (const Error& e) {

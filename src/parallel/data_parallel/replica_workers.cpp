@@ -1,6 +1,7 @@
 #include "parallel/data_parallel/replica_workers.hpp"
 
 #include "ddp/comm/errors.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel::detail {
 
@@ -21,10 +22,8 @@ ReplicaWorkers::~ReplicaWorkers() {
 
 void ReplicaWorkers::run(size_t count, const std::function<void(size_t)>& task) {
   if (count > threads_.size() + 1) {
-    throw InvalidArgumentError("DataParallel: " + std::to_string(count) +
-                               " replicas to run but "
-                               "only " +
-                               std::to_string(threads_.size() + 1) + " threads.");
+    throw InvalidArgumentError(comm::detail::str(
+        "DataParallel: ", count, " replicas to run but only ", threads_.size() + 1, " threads."));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -6,6 +6,7 @@
 #include "ddp/comm/errors.hpp"
 #include "parallel/distributed_data_parallel/model_sync.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel {
 namespace {
@@ -19,10 +20,9 @@ void validate(const DistributedDataParallelOptions& options,
   }
   auto positive = [](double value, const char* name) {
     if (!(value > 0)) {
-      throw ConfigError(std::string("DistributedDataParallel: ") + name + " is " +
-                        std::to_string(value) +
-                        "; it must be a positive number of MiB (PyTorch "
-                        "uses 25 for bucket_cap_mb and 1 for the first bucket).");
+      throw ConfigError(comm::detail::str("DistributedDataParallel: ", name, " is ", value,
+                                          "; it must be a positive number of MiB (PyTorch uses 25 "
+                                          "for bucket_cap_mb and 1 for the first bucket)."));
     }
   };
   positive(options.bucket_cap_mb(), "bucket_cap_mb");

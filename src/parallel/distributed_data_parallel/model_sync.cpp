@@ -8,6 +8,7 @@
 #include "ddp/comm/errors.hpp"
 #include "comm/dtype_name.hpp"
 #include "comm/collective_name.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -21,7 +22,7 @@ std::vector<std::string> lines(const std::string& text) {
 
 std::string join(const std::vector<int>& ranks) {
   std::string text;
-  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  for (int r : ranks) text += comm::detail::str(text.empty() ? "" : ", ", r);
   return text;
 }
 
@@ -55,19 +56,17 @@ void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& 
   for (const auto& list : all) longest = std::max(longest, list.size());
   for (size_t i = 0; i < longest; ++i) {
     auto entry = [&](int r) {
-      return i < all[r].size()
-                 ? "'" + all[r][i] + "'"
-                 : std::string("nothing (it has only ") + std::to_string(all[r].size()) + ")";
+      return i < all[r].size() ? "'" + all[r][i] + "'"
+                               : comm::detail::str("nothing (it has only ", all[r].size(), ")");
     };
     std::vector<int> agree, differ;
     for (int r = 0; r < group.size(); ++r) (entry(r) == entry(0) ? agree : differ).push_back(r);
     if (differ.empty()) continue;
-    throw InvalidArgumentError(
-        "DistributedDataParallel: the " + what + " differ across ranks at #" + std::to_string(i) +
-        ": rank 0 has " + entry(0) + ", rank " + std::to_string(differ[0]) + " has " +
-        entry(differ[0]) + " (ranks that differ from rank 0: " + join(differ) +
-        "; ranks that agree: " + join(agree) + "; rank 0 has " + std::to_string(reference.size()) +
-        " in all). " + advice);
+    throw InvalidArgumentError(comm::detail::str(
+        "DistributedDataParallel: the ", what, " differ across ranks at #", i, ": rank 0 has ",
+        entry(0), ", rank ", differ[0], " has ", entry(differ[0]),
+        " (ranks that differ from rank 0: ", join(differ), "; ranks that agree: ", join(agree),
+        "; rank 0 has ", reference.size(), " in all). ", advice));
   }
 }
 

@@ -9,6 +9,7 @@
 #include "ddp/comm/errors.hpp"
 #include "parallel/bucketing/bucket_assignment.hpp"
 #include "comm/scope_exit.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -162,15 +163,13 @@ void Reducer::onGradientReady(size_t index) {
   if (buckets_.passes_left(index) == 0) {
     if (!expected_.empty()) {
       throw InvalidArgumentError(
-          "DistributedDataParallel(static_graph): parameter '" + names_[index] +
-          "' received more than the " + std::to_string(expected_[index]) +
-          " gradient(s) per backward pass that the first iteration recorded, "
-          "in synchronized "
-          "iteration " +
-          std::to_string(stats_.synchronized_iterations + 1) +
-          ": the graph changed. static_graph needs the same graph in every "
-          "iteration; construct "
-          "without it when the graph changes.");
+          comm::detail::str("DistributedDataParallel(static_graph): parameter '", names_[index],
+                            "' received more than the ", expected_[index],
+                            " gradient(s) per backward pass that the first iteration recorded, in "
+                            "synchronized iteration ",
+                            stats_.synchronized_iterations + 1,
+                            ": the graph changed. static_graph needs the same graph in every "
+                            "iteration; construct without it when the graph changes."));
     }
     throw InvalidArgumentError(
         "DistributedDataParallel: parameter '" + names_[index] +
@@ -242,15 +241,13 @@ void Reducer::finishIteration() {
       all += (k ? ", '" : "'") + names_[unused[k]] + "'";
     }
     if (unused.size() > 8) all += ", ...";
-    const std::string message =
-        "DistributedDataParallel: rank " + std::to_string(group_->rank()) + ", iteration " +
-        std::to_string(forwards_) + ": parameter '" + names_[unused.front()] +
-        "' received no gradient in this backward pass (" + std::to_string(unused.size()) +
-        " parameter(s) in all: " + all +
-        "), so its bucket can never be reduced. If some parameters are legitimately unused in "
-        "some iterations, construct with "
-        "DistributedDataParallelOptions().find_unused_parameters(true); otherwise make sure "
-        "every parameter contributes to the loss.";
+    const std::string message = comm::detail::str(
+        "DistributedDataParallel: rank ", group_->rank(), ", iteration ", forwards_,
+        ": parameter '", names_[unused.front()], "' received no gradient in this backward pass (",
+        unused.size(), " parameter(s) in all: ", all,
+        "), so its bucket can never be reduced. If some parameters are legitimately unused in some "
+        "iterations, construct with DistributedDataParallelOptions().find_unused_parameters(true); "
+        "otherwise make sure every parameter contributes to the loss.");
     board_.report_error(message);
     throw InvalidArgumentError(message);
   }

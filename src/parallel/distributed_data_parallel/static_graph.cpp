@@ -11,6 +11,7 @@
 #include "comm/collective_name.hpp"
 #include "ddp/comm/errors.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel::detail {
 
@@ -82,25 +83,20 @@ at::Tensor Reducer::exchangeArrivals(bool joined) {
       if (value < 0) continue;  // joined
       if (first >= 0 && value != first) differ = true;
       if (first < 0) first = value;
-      per_rank += (per_rank.empty() ? "rank " : ", rank ") + std::to_string(r) + ": " +
-                  std::to_string(value);
+      per_rank += comm::detail::str(per_rank.empty() ? "rank " : ", rank ", r, ": ", value);
     }
     if (!differ) continue;
     if (++disagreeing <= 4)
       listed += (disagreeing > 1 ? "; '" : "'") + names_[i] + "' (" + per_rank + ")";
   }
   if (disagreeing > 0) {
-    throw InvalidArgumentError(
-        "DistributedDataParallel(static_graph): the ranks' first iterations "
-        "differ: " +
-        std::to_string(disagreeing) +
-        " parameter(s) received different numbers of gradients per backward "
-        "pass: " +
-        listed + (disagreeing > 4 ? "; ..." : "") +
-        ". static_graph needs the same graph on every rank and in every "
-        "iteration; run the same "
-        "modules on every rank, or construct without static_graph (with "
-        "find_unused_parameters for parameters that some ranks skip).");
+    throw InvalidArgumentError(comm::detail::str(
+        "DistributedDataParallel(static_graph): the ranks' first iterations differ: ", disagreeing,
+        " parameter(s) received different numbers of gradients per backward pass: ", listed,
+        disagreeing > 4 ? "; ..." : "",
+        ". static_graph needs the same graph on every rank and in every iteration; run the same "
+        "modules on every rank, or construct without static_graph (with find_unused_parameters for "
+        "parameters that some ranks skip)."));
   }
   return table;
 }
@@ -120,19 +116,16 @@ void Reducer::throwMissingGradients(const std::vector<size_t>& missing) {
   std::string all;
   for (size_t k = 0; k < missing.size() && k < 8; ++k) {
     const size_t i = missing[k];
-    all += (k ? ", '" : "'") + names_[i] + "' (" +
-           std::to_string(expected_[i] - buckets_.passes_left(i)) + " of " +
-           std::to_string(expected_[i]) + ")";
+    all += comm::detail::str(k ? ", '" : "'", names_[i], "' (",
+                             expected_[i] - buckets_.passes_left(i), " of ", expected_[i], ")");
   }
   if (missing.size() > 8) all += ", ...";
-  const std::string message =
-      "DistributedDataParallel(static_graph): rank " + std::to_string(group_->rank()) + ": " +
-      std::to_string(missing.size()) +
-      " parameter(s) received fewer gradients in synchronized iteration " +
-      std::to_string(stats_.synchronized_iterations + 1) +
-      " than the first iteration recorded: " + all +
-      ". static_graph needs the same graph in every iteration; construct without it when the "
-      "graph changes (with find_unused_parameters for parameters that some iterations skip).";
+  const std::string message = comm::detail::str(
+      "DistributedDataParallel(static_graph): rank ", group_->rank(), ": ", missing.size(),
+      " parameter(s) received fewer gradients in synchronized iteration ",
+      stats_.synchronized_iterations + 1, " than the first iteration recorded: ", all,
+      ". static_graph needs the same graph in every iteration; construct without it when the graph "
+      "changes (with find_unused_parameters for parameters that some iterations skip).");
   board_.report_error(message);  // Note [Naming a mismatch on every rank]
   throw InvalidArgumentError(message);
 }

@@ -10,6 +10,7 @@
 #include "comm/collective_name.hpp"
 #include "ddp/comm/errors.hpp"
 #include "comm/scope_exit.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel::detail {
 
@@ -50,14 +51,14 @@ void GradientShards::onGradientAccumulated(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (buckets_.passes_left(index) == 0) {
     const at::Tensor& parameter = buckets_.parameters()[index];
-    const std::string k = std::to_string(passes_per_step_);
-    throw InvalidArgumentError(
-        "ZeroRedundancyOptimizer (stage 2): the gradient of parameter #" + std::to_string(index) +
-        " (shape " + c10::str(parameter.sizes()) + ") was computed more than " +
-        "backward_passes_per_step = " + k +
-        " time(s) before step(), and its bucket was already reduce-scattered. Call step() "
-        "after every " +
-        k + " backward pass(es), or set backward_passes_per_step to the passes per step.");
+    throw InvalidArgumentError(comm::detail::str(
+        "ZeroRedundancyOptimizer (stage 2): the gradient of parameter #", index, " (shape ",
+        c10::str(parameter.sizes()),
+        ") was computed more than backward_passes_per_step = ", passes_per_step_,
+        " time(s) before step(), and its bucket was already reduce-scattered. Call step() after "
+        "every ",
+        passes_per_step_,
+        " backward pass(es), or set backward_passes_per_step to the passes per step."));
   }
   if (!buckets_.count_pass(index)) return;  // Earlier passes accumulate in .grad.
   if (buckets_.mark_ready(index)) {
@@ -115,8 +116,8 @@ std::vector<int32_t> GradientShards::shadow(double divisor) {
 }
 
 std::vector<int32_t> GradientShards::finish(bool contribute) {
-  comm::detail::ScopeExit reset_at_exit(
-      [this] { resetStep(); });  // Also releases the flat buffers.
+  // Also releases the flat buffers.
+  comm::detail::ScopeExit reset_at_exit([this] { resetStep(); });
   buckets_.launch_rest([this, contribute](size_t b) { return launch(b, contribute); });
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.buckets().size(); ++b) {

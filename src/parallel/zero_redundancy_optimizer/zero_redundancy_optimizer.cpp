@@ -12,6 +12,7 @@
 #include "parallel/bucketing/bucket_assignment.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
 #include "parallel/zero_redundancy_optimizer/gradient_shards.hpp"
+#include "comm/str.hpp"
 
 namespace ddp::parallel {
 
@@ -45,8 +46,9 @@ void validate(const std::vector<at::Tensor>& parameters,
         "ddp::init().");
   }
   if (options.stage() != 1 && options.stage() != 2) {
-    throw ConfigError("ZeroRedundancyOptimizer: stage is " + std::to_string(options.stage()) +
-                      "; it must be 1 (optimizer state sharded) or 2 (gradients too).");
+    throw ConfigError(
+        comm::detail::str("ZeroRedundancyOptimizer: stage is ", options.stage(),
+                          "; it must be 1 (optimizer state sharded) or 2 (gradients too)."));
   }
   if (!(options.bucket_cap_mb() > 0)) {
     throw ConfigError("ZeroRedundancyOptimizer: bucket_cap_mb is " +
@@ -54,18 +56,19 @@ void validate(const std::vector<at::Tensor>& parameters,
   }
   const int64_t passes = options.backward_passes_per_step();
   if (passes < 1 || (options.stage() == 1 && passes != 1)) {
-    throw ConfigError("ZeroRedundancyOptimizer: backward_passes_per_step is " +
-                      std::to_string(passes) + " at stage " + std::to_string(options.stage()) +
-                      "; it must be at least 1, and 1 at stage 1 (accumulate gradients with "
-                      "DistributedDataParallel's no_sync()).");
+    throw ConfigError(comm::detail::str("ZeroRedundancyOptimizer: backward_passes_per_step is ",
+                                        passes, " at stage ", options.stage(),
+                                        "; it must be at least 1, and 1 at stage 1 (accumulate "
+                                        "gradients with DistributedDataParallel's no_sync())."));
   }
   if (parameters.empty()) {
     throw ConfigError("ZeroRedundancyOptimizer: no parameters; pass model->parameters().");
   }
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (!parameters[i].requires_grad()) {
-      throw ConfigError("ZeroRedundancyOptimizer: parameter #" + std::to_string(i) +
-                        " does not require grad; pass only trainable parameters.");
+      throw ConfigError(
+          comm::detail::str("ZeroRedundancyOptimizer: parameter #", i,
+                            " does not require grad; pass only trainable parameters."));
     }
   }
 }
