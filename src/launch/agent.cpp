@@ -225,7 +225,6 @@ bool Agent::replace_worker(Attempt& attempt, size_t index, const std::string& fa
 }
 
 Agent::Outcome Agent::monitor(Attempt& attempt) {
-  const auto& o = plan_.options;
   std::vector<ChildProcess*> processes;
   for (auto& w : attempt.workers) processes.push_back(&*w.process);
   auto last_poll = Clock::now();
