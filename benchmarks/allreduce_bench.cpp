@@ -1,7 +1,7 @@
 // allreduce_bench: one rank of benchmarks/allreduce_bench.sh (and of the
 // all-reduce runs of benchmarks/cluster_bench.sh). Times sum all-reduces of
 // 4 KiB to 256 MiB (float32, or --dtype float16/bfloat16) through several
-// engines in the same run (default: Gloo and ddp's shared-memory engine),
+// backends in the same run (default: Gloo and ddp's shared-memory backend),
 // and rank 0 prints one row per size: latency (time per all-reduce) and bus
 // bandwidth (algbw x 2(n-1)/n, the figure NCCL's tests report, comparable
 // across rank counts). With --idle-us, it then times the smallest size after
@@ -39,7 +39,7 @@ namespace {
 // waits that long. One such pause in a run of 100 all-reduces of 20 us
 // doubles their mean. So the calls are timed in five batches, each batch
 // taken on its slowest rank, and the median batch is reported: a pause
-// spoils one batch, not the figure. Every engine is timed the same way.
+// spoils one batch, not the figure. Every backend is timed the same way.
 constexpr int kBatches = 5;
 
 using ddp_bench::Clock;
@@ -48,13 +48,13 @@ using ddp_bench::spin;
 
 // Seconds per all-reduce in one batch of `calls`, aligned by a barrier, each
 // call after `idle_s` of spinning (subtracted again), on the slowest rank.
-double timeBatch(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
-                 int calls, double idle_s) {
+double time_batch(ddp::ProcessGroup& backend, ddp::ProcessGroup& control, const at::Tensor& t,
+                  int calls, double idle_s) {
   control.barrier();
   const auto start = Clock::now();
   for (int i = 0; i < calls; ++i) {
     if (idle_s > 0) spin(std::chrono::duration<double>(idle_s));
-    engine.all_reduce(t);
+    backend.all_reduce(t);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / calls;
   at::Tensor slowest = at::full({1}, seconds - idle_s, at::kDouble);
@@ -64,12 +64,12 @@ double timeBatch(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at
 
 // Seconds per all-reduce: `iterations` back to back after a warm-up, in
 // kBatches batches; the median batch.
-double timeAllReduce(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, const at::Tensor& t,
-                     int iterations) {
-  for (int i = 0; i < 3; ++i) engine.all_reduce(t);
+double time_all_reduce(ddp::ProcessGroup& backend, ddp::ProcessGroup& control, const at::Tensor& t,
+                       int iterations) {
+  for (int i = 0; i < 3; ++i) backend.all_reduce(t);
   std::vector<double> batches;
   for (int b = 0; b < kBatches; ++b)
-    batches.push_back(timeBatch(engine, control, t, std::max(1, iterations / kBatches), 0));
+    batches.push_back(time_batch(backend, control, t, std::max(1, iterations / kBatches), 0));
   return median(batches);
 }
 
@@ -81,18 +81,18 @@ double timeAllReduce(ddp::ProcessGroup& engine, ddp::ProcessGroup& control, cons
 // take turns: kIdleRounds rounds of one batch per gap, and each gap's median
 // batch. Returns seconds per all-reduce, one per gap.
 constexpr int kIdleRounds = 9;
-std::vector<double> timeAfterIdle(ddp::ProcessGroup& engine, ddp::ProcessGroup& control,
-                                  const at::Tensor& t, const std::vector<double>& gaps_s,
-                                  double budget_s) {
-  for (int i = 0; i < 3; ++i) engine.all_reduce(t);
-  const double probe = timeBatch(engine, control, t, 3, 0);
+std::vector<double> time_after_idle(ddp::ProcessGroup& backend, ddp::ProcessGroup& control,
+                                    const at::Tensor& t, const std::vector<double>& gaps_s,
+                                    double budget_s) {
+  for (int i = 0; i < 3; ++i) backend.all_reduce(t);
+  const double probe = time_batch(backend, control, t, 3, 0);
   std::vector<std::vector<double>> batches(gaps_s.size());
   for (int round = 0; round < kIdleRounds; ++round) {
     for (size_t g = 0; g < gaps_s.size(); ++g) {
       const double per_call = probe + gaps_s[g];
       const int calls =
           static_cast<int>(std::max(1.0, std::min(100000.0, budget_s / kIdleRounds / per_call)));
-      batches[g].push_back(timeBatch(engine, control, t, calls, gaps_s[g]));
+      batches[g].push_back(time_batch(backend, control, t, calls, gaps_s[g]));
     }
   }
   std::vector<double> seconds;
@@ -106,9 +106,9 @@ std::vector<double> timeAfterIdle(ddp::ProcessGroup& engine, ddp::ProcessGroup& 
 // all-reduce then took 22-31 us right after Gloo's rows and 6-9 us when
 // timed first, and its small sizes came out in no order. Pinning rank r to
 // the r-th CPU this process may use (when there are at least as many CPUs
-// as ranks on the node) times every engine on the cores it would own on a
+// as ranks on the node) times every backend on the cores it would own on a
 // dedicated node, whatever ran before. Returns the CPU, or -1 if not pinned.
-int pinToOwnCore() {
+int pin_to_own_core() {
   const char* local_rank = std::getenv("LOCAL_RANK");
   const char* local_size = std::getenv("LOCAL_WORLD_SIZE");
   if (local_rank == nullptr || local_size == nullptr) return -1;
@@ -126,39 +126,39 @@ int pinToOwnCore() {
   return -1;
 }
 
-// A comma-separated list of engines, each once, each one ddp::init knows.
-std::vector<std::string> parseEngines(const std::string& list) {
-  std::vector<std::string> engines;
+// A comma-separated list of backends, each once, each one ddp::init knows.
+std::vector<std::string> parse_backends(const std::string& list) {
+  std::vector<std::string> backends;
   std::stringstream in(list);
-  for (std::string engine; std::getline(in, engine, ',');) {
-    if (engine != "gloo" && engine != "shm" && engine != "auto") {
-      throw ddp::ConfigError("unknown engine '" + engine + "' in --engines " + list +
-                             ": use gloo, shm or auto (shm on one node, the hierarchical engine "
+  for (std::string backend; std::getline(in, backend, ',');) {
+    if (backend != "gloo" && backend != "shm" && backend != "auto") {
+      throw ddp::ConfigError("unknown backend '" + backend + "' in --backends " + list +
+                             ": use gloo, shm or auto (shm on one node, the hierarchical backend "
                              "across nodes), comma-separated");
     }
-    if (std::find(engines.begin(), engines.end(), engine) != engines.end()) {
-      throw ddp::ConfigError("engine '" + engine + "' is listed twice in --engines " + list);
+    if (std::find(backends.begin(), backends.end(), backend) != backends.end()) {
+      throw ddp::ConfigError("backend '" + backend + "' is listed twice in --backends " + list);
     }
-    engines.push_back(engine);
+    backends.push_back(backend);
   }
-  if (engines.empty()) throw ddp::ConfigError("--engines is empty: name gloo, shm or auto");
-  return engines;
+  if (backends.empty()) throw ddp::ConfigError("--backends is empty: name gloo, shm or auto");
+  return backends;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("Times all-reduce through ddp's engines (run under ddprun).");
+  CLI::App app("Times all-reduce through ddp's backends (run under ddprun).");
   int64_t min_bytes = 4 << 10;
   int64_t max_bytes = int64_t{256} << 20;
   double budget_s = 0.25;
-  std::string engine_list = "gloo,shm";
+  std::string backend_list = "gloo,shm";
   std::string dtype_name = "float32";
   app.add_option("--min-bytes", min_bytes, "smallest message");
   app.add_option("--max-bytes", max_bytes, "largest message");
-  app.add_option("--seconds-per-size", budget_s, "rough time spent per size and engine");
-  app.add_option("--engines", engine_list,
-                 "engines to time, comma-separated (gloo, shm, auto); with two, the ratios "
+  app.add_option("--seconds-per-size", budget_s, "rough time spent per size and backend");
+  app.add_option("--backends", backend_list,
+                 "backends to time, comma-separated (gloo, shm, auto); with two, the ratios "
                  "compare the second against the first");
   app.add_option("--dtype", dtype_name, "element type: float32, float16 or bfloat16 (sum)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
@@ -177,15 +177,15 @@ int main(int argc, char** argv) {
                                : dtype_name == "bfloat16" ? at::kBFloat16
                                                           : at::kFloat;
   try {
-    const std::vector<std::string> names = parseEngines(engine_list);
-    // Before ddp::init, so that every thread the engines start inherits it.
-    const int core = pin ? pinToOwnCore() : -1;
+    const std::vector<std::string> names = parse_backends(backend_list);
+    // Before ddp::init, so that every thread the backends start inherits it.
+    const int core = pin ? pin_to_own_core() : -1;
     // Gloo is always opened: it times its own rows and aligns the ranks.
     auto gloo = ddp::init(ddp::InitOptions().backend("gloo"));
-    std::vector<std::shared_ptr<ddp::ProcessGroup>> engines;
+    std::vector<std::shared_ptr<ddp::ProcessGroup>> backends;
     for (const auto& name : names) {
       if (name == "gloo") {
-        engines.push_back(gloo);
+        backends.push_back(gloo);
         continue;
       }
       // Every further group meets at a port rank 0 holds (Note [A port held
@@ -194,11 +194,11 @@ int main(int argc, char** argv) {
       if (gloo->rank() == 0) reserved.emplace();
       at::Tensor port = at::full({1}, reserved ? reserved->port() : 0, at::kInt);
       gloo->broadcast(port, 0);
-      engines.push_back(ddp::init(ddp::InitOptions().backend(name).master_port(port.item<int>())));
+      backends.push_back(ddp::init(ddp::InitOptions().backend(name).master_port(port.item<int>())));
     }
     const int n = gloo->size();
     const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
-    const bool ratios = engines.size() == 2;
+    const bool ratios = backends.size() == 2;
     if (gloo->rank() == 0) {
       std::printf("ranks=%d dtype=%s %s\n%10s", n, dtype_name.c_str(),
                   core >= 0 ? "pinned=one-core-per-rank" : "pinned=no", "bytes");
@@ -209,17 +209,17 @@ int main(int argc, char** argv) {
     }
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       at::Tensor t = at::ones({bytes / static_cast<int64_t>(c10::elementSize(dtype))}, dtype);
-      // Note [Each engine its own count]
-      // Every engine is calibrated on its own, so each spends about budget_s per size. A count
+      // Note [Each backend its own count]
+      // Every backend is calibrated on its own, so each spends about budget_s per size. A count
       // taken from Gloo (2 ms at 4 KiB here) gave shm 125 calls of 16 us, batches of 0.4 ms, and
       // one descheduled vCPU made 16 KiB slower than 64 KiB. The probe's time is the slowest
       // rank's, so all ranks agree on the count.
       std::vector<double> seconds;
-      for (const auto& engine : engines) {
-        const double probe = timeAllReduce(*engine, *gloo, t, 2);
+      for (const auto& backend : backends) {
+        const double probe = time_all_reduce(*backend, *gloo, t, 2);
         const int iterations =
             static_cast<int>(std::max(double{kBatches}, std::min(100000.0, budget_s / probe)));
-        seconds.push_back(timeAllReduce(*engine, *gloo, t, iterations));
+        seconds.push_back(time_all_reduce(*backend, *gloo, t, iterations));
       }
       if (gloo->rank() == 0) {
         std::printf("%10lld", static_cast<long long>(bytes));
@@ -231,16 +231,16 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    // The smallest size after each idle gap: "idle engine=E bytes=B idle_us=G us=T", where T
+    // The smallest size after each idle gap: "idle backend=E bytes=B idle_us=G us=T", where T
     // is the all-reduce's share of the iteration (the spin subtracted).
     at::Tensor t = at::ones({min_bytes / static_cast<int64_t>(c10::elementSize(dtype))}, dtype);
     std::vector<double> gaps_s;
     for (double gap_us : idle_us) gaps_s.push_back(gap_us * 1e-6);
-    for (size_t e = 0; e < engines.size() && !gaps_s.empty(); ++e) {
+    for (size_t e = 0; e < backends.size() && !gaps_s.empty(); ++e) {
       // Each gap gets the time each size got above.
-      const std::vector<double> seconds = timeAfterIdle(*engines[e], *gloo, t, gaps_s, budget_s);
+      const std::vector<double> seconds = time_after_idle(*backends[e], *gloo, t, gaps_s, budget_s);
       for (size_t g = 0; g < gaps_s.size() && gloo->rank() == 0; ++g) {
-        std::printf("idle engine=%s bytes=%lld idle_us=%g us=%.1f\n", names[e].c_str(),
+        std::printf("idle backend=%s bytes=%lld idle_us=%g us=%.1f\n", names[e].c_str(),
                     static_cast<long long>(min_bytes), idle_us[g], seconds[g] * 1e6);
       }
       std::fflush(stdout);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# All-reduce through Gloo and through ddp's shared-memory engine, in the same
+# All-reduce through Gloo and through ddp's shared-memory backend, in the same
 # run, 4 KiB to 256 MiB of float32, with 2 and then 4 ranks on this machine.
 # Prints a table per rank count; the last line reads
 #   shm/gloo busbw@64MiB=X latency@256KiB=Y slower-than-larger=Z

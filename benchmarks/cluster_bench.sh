@@ -3,11 +3,11 @@
 # joined by links of a set bandwidth and one-way latency
 # (benchmarks/cluster/cluster.sh). One command runs, per link speed:
 #   1. all-reduce on 2 and 4 nodes (Gloo, one rank per node), and flat Gloo
-#      against the hierarchical engine on 2 nodes x 2 ranks;
+#      against the hierarchical backend on 2 nodes x 2 ranks;
 #   2. training, ddp against PyTorch's Python DDP (Debian's python3-torch,
 #      Gloo), 2 nodes x 1 rank, same models, data, batches and seeds: the
 #      toy (linear), the ConvNet and a 40 MB perceptron (mlp); and ddp's
-#      hierarchical engine against flat Gloo on 2 nodes x 2 ranks;
+#      hierarchical backend against flat Gloo on 2 nodes x 2 ranks;
 #   3. on the slowest link, the mlp with the fp16, bf16 and PowerSGD comm
 #      hooks on both sides (and, for the cost model, float16 all-reduce, and
 #      the mlp with each hook on one node of 2 ranks, on both sides);
@@ -63,14 +63,14 @@ logs=$(mktemp -d)
 mkdir -p "$out"
 allreduce_csv=$out/allreduce.csv
 steps_csv=$out/steps.csv
-echo "link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,dtype,bytes,seconds" >"$allreduce_csv"
+echo "link,rate_gbit,delay_ms,nodes,ranks_per_node,backend,dtype,bytes,seconds" >"$allreduce_csv"
 idle_csv=$out/idle.csv
-echo "link,nodes,ranks_per_node,engine,bytes,idle_us,seconds" >"$idle_csv"
+echo "link,nodes,ranks_per_node,backend,bytes,idle_us,seconds" >"$idle_csv"
 # The idle gaps before an all-reduce (us) that the 2-node runs time
 # (Note [An all-reduce after idle time] in benchmarks/cost_model.py).
 idle_gaps=0,10,30,100,300,1000,3000
 rm -f "$out/links.txt" "$out/failures.txt"
-echo "side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,hook,param_bytes,buckets,step_ms,nosync_step_ms,images_per_s,tx_bytes_per_step,nosync_backward_ms" >"$steps_csv"
+echo "side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,backend,hook,param_bytes,buckets,step_ms,nosync_step_ms,images_per_s,tx_bytes_per_step,nosync_backward_ms" >"$steps_csv"
 
 port=29600
 job=0
@@ -107,7 +107,7 @@ run_job() {
 # owns its CPUs] in benchmarks/cluster/cluster.sh). A job with 2 ranks per
 # node on 2 nodes cannot give each rank a core on this 2-core machine; pinned,
 # each node's 2 ranks would share one core and every intra-node exchange of
-# the hierarchical engine would become a context switch, which no real node
+# the hierarchical backend would become a context switch, which no real node
 # makes. So those jobs float over all cores (CLUSTER_PIN=0), as the one-node
 # shm all-reduces that the cost model composes them from do (--no-pin).
 # allreduce_bench itself never pins here: the nodes' CPUs are cluster.sh's.
@@ -138,8 +138,8 @@ pytorch_job() {
 gbit() { echo "${1%gbit}"; }
 
 # allreduce_rows LOG LINK NODES NPROC [DTYPE]: appends allreduce_bench's
-# table in LOG to allreduce.csv, and its idle lines to idle.csv (engine auto
-# is the hierarchical engine across nodes).
+# table in LOG to allreduce.csv, and its idle lines to idle.csv (backend auto
+# is the hierarchical backend across nodes).
 allreduce_rows() {
   local log=$1 link=$2 nodes=$3 nproc=$4 dtype=${5:-float32} rate="" delay=""
   if [[ $link != shm ]]; then
@@ -150,27 +150,27 @@ allreduce_rows() {
     -v nodes="$nodes" -v nproc="$nproc" -v dtype="$dtype" '
     $1 == "bytes" { n = 0; for (i = 2; i <= NF; ++i) if ($(i + 1) == "us") { e[++n] = $i; ++i } next }
     $1 ~ /^[0-9]+$/ { for (i = 1; i <= n; ++i) {
-        engine = e[i] == "auto" ? (nodes > 1 ? "hierarchical" : "shm") : e[i]
-        printf "%s,%s,%s,%d,%d,%s,%s,%s,%.9f\n", link, rate, delay, nodes, nproc, engine, dtype, $1, $(1 + i) / 1e6 } }' \
+        backend = e[i] == "auto" ? (nodes > 1 ? "hierarchical" : "shm") : e[i]
+        printf "%s,%s,%s,%d,%d,%s,%s,%s,%.9f\n", link, rate, delay, nodes, nproc, backend, dtype, $1, $(1 + i) / 1e6 } }' \
     >>"$allreduce_csv"
-  # "idle engine=E bytes=B idle_us=G us=T" lines (allreduce_bench --idle-us).
+  # "idle backend=E bytes=B idle_us=G us=T" lines (allreduce_bench --idle-us).
   sed -n 's/^\[0\] idle //p' "$log" | awk -v link="$link" -v nodes="$nodes" -v nproc="$nproc" '{
       for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
-      engine = v["engine"] == "auto" ? (nodes > 1 ? "hierarchical" : "shm") : v["engine"]
-      printf "%s,%d,%d,%s,%s,%s,%.9f\n", link, nodes, nproc, engine, v["bytes"], v["idle_us"], v["us"] / 1e6 }' \
+      backend = v["backend"] == "auto" ? (nodes > 1 ? "hierarchical" : "shm") : v["backend"]
+      printf "%s,%d,%d,%s,%s,%s,%.9f\n", link, nodes, nproc, backend, v["bytes"], v["idle_us"], v["us"] / 1e6 }' \
     >>"$idle_csv"
 }
 
-# train SIDE NAME NODES NPROC MODEL ENGINE HOOK STEPS: one training run; its
+# train SIDE NAME NODES NPROC MODEL BACKEND HOOK STEPS: one training run; its
 # result goes to steps.csv (benchmarks/cluster/report.py makes the tables).
 train() {
-  local side=$1 name=$2 nodes=$3 nproc=$4 model=$5 engine=$6 hook=$7 steps=$8 result link
+  local side=$1 name=$2 nodes=$3 nproc=$4 model=$5 backend=$6 hook=$7 steps=$8 result link
   local tag="$side-${name//\//_}-$((job + 1))"
   local common=(--model "$model" --hook "$hook" --steps "$steps" --data-dir "$data_dir"
     --net-interface ddp0)
   if [[ $side == ddp ]]; then
     ddp_job "$tag" "$nodes" "$nproc" "$build/bin/ddp_train_bench" "${common[@]}" \
-      --backend "$engine"
+      --backend "$backend"
   else
     pytorch_job "$tag" "$nodes" "$nproc" "${common[@]}" || return 0
   fi
@@ -187,11 +187,11 @@ train() {
   fi
   echo "  $result" >&2
   link="$CLUSTER_RATE-${CLUSTER_DELAY_MS}ms"
-  if [[ $engine == auto ]]; then
-    engine=hierarchical
-    ((nodes == 1)) && engine=shm
+  if [[ $backend == auto ]]; then
+    backend=hierarchical
+    ((nodes == 1)) && backend=shm
   fi
-  echo "$side,$model,$link,$(gbit "$CLUSTER_RATE"),$CLUSTER_DELAY_MS,$nodes,$nproc,$engine,$hook,$(field "$result" param_bytes),$(field "$result" buckets),$(field "$result" step_ms),$(field "$result" nosync_step_ms),$(field "$result" images_per_s),$(field "$result" tx_bytes_per_step),$(field "$result" nosync_backward_ms)" >>"$steps_csv"
+  echo "$side,$model,$link,$(gbit "$CLUSTER_RATE"),$CLUSTER_DELAY_MS,$nodes,$nproc,$backend,$hook,$(field "$result" param_bytes),$(field "$result" buckets),$(field "$result" step_ms),$(field "$result" nosync_step_ms),$(field "$result" images_per_s),$(field "$result" tx_bytes_per_step),$(field "$result" nosync_backward_ms)" >>"$steps_csv"
 }
 
 # Timed steps per run (and as many under no_sync); STEP_SCALE shortens them.
@@ -216,7 +216,7 @@ for round in $(seq "$rounds"); do
   for nproc in 2 4; do
     echo "running shm all-reduce, $nproc ranks ..." >&2
     "$build/bin/ddprun" --standalone --nproc-per-node "$nproc" "$build/bin/allreduce_bench" \
-      --engines gloo,shm --max-bytes $((64 << 20)) --no-pin >"$logs/shm-$nproc.log" 2>&1
+      --backends gloo,shm --max-bytes $((64 << 20)) --no-pin >"$logs/shm-$nproc.log" 2>&1
     allreduce_rows "$logs/shm-$nproc.log" shm 1 "$nproc"
   done
 done
@@ -231,16 +231,16 @@ for rate in $rates; do
       idle=()
       ((nodes == 2)) && idle=(--idle-us "$idle_gaps")
       ddp_job "allreduce-$link-$nodes-$round" "$nodes" 1 "$build/bin/allreduce_bench" \
-        --engines gloo --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin "${idle[@]}"
+        --backends gloo --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin "${idle[@]}"
       allreduce_rows "$logs/allreduce-$link-$nodes-$round.log" "$link" "$nodes" 1
       if ((nodes == 4)); then cluster_down; fi
     done
     if ((round == 1)); then echo "$link: $(cluster_link_check 2)" >>"$out/links.txt"; fi
     # float16, as the fp16 hook sends it: Gloo reduces it far slower.
     ddp_job "allreduce-$link-2-fp16-$round" 2 1 "$build/bin/allreduce_bench" \
-      --engines gloo --dtype float16 --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin
+      --backends gloo --dtype float16 --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin
     allreduce_rows "$logs/allreduce-$link-2-fp16-$round.log" "$link" 2 1 float16
-    ddp_job "allreduce-$link-2x2-$round" 2 2 "$build/bin/allreduce_bench" --engines gloo,auto \
+    ddp_job "allreduce-$link-2x2-$round" 2 2 "$build/bin/allreduce_bench" --backends gloo,auto \
       --max-bytes $((64 << 20)) --seconds-per-size 0.5 --no-pin --idle-us "$idle_gaps"
     allreduce_rows "$logs/allreduce-$link-2x2-$round.log" "$link" 2 2
 

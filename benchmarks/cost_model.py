@@ -18,17 +18,17 @@ import statistics
 import sys
 
 MIB = 1 << 20
-ALLREDUCE_COLUMNS = "link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,bytes,seconds".split(",")
+ALLREDUCE_COLUMNS = "link,rate_gbit,delay_ms,nodes,ranks_per_node,backend,bytes,seconds".split(",")
 # allreduce.csv may also have a `dtype` column (float32 when absent); rows of
-# another dtype are fitted on their own, as engine "ENGINE:DTYPE".
-STEP_COLUMNS = ("side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,engine,hook,"
+# another dtype are fitted on their own, as backend "BACKEND:DTYPE".
+STEP_COLUMNS = ("side,model,link,rate_gbit,delay_ms,nodes,ranks_per_node,backend,hook,"
                 "param_bytes,buckets,step_ms,nosync_step_ms,images_per_s,tx_bytes_per_step").split(",")
 # steps.csv may also have `nosync_backward_ms`, the time inside backward of a
 # no_sync step: then b, the share of the step in backward, is measured per
 # run instead of assumed (--backward-fraction).
 # idle.csv (optional): the smallest all-reduce timed after the caller spun
 # idle_us (Note [An all-reduce after idle time]).
-IDLE_COLUMNS = "link,nodes,ranks_per_node,engine,bytes,idle_us,seconds".split(",")
+IDLE_COLUMNS = "link,nodes,ranks_per_node,backend,bytes,idle_us,seconds".split(",")
 TARGET = 0.15  # The brief's bound on |predicted - measured| / measured per step row.
 
 class InputError(Exception):
@@ -142,7 +142,7 @@ def separable(features):
     return dot / math.sqrt(sum(x * x for x in b) * sum(y * y for y in g)) < 1 - 1e-9
 
 def fit_ring(rows):
-    """Fits alpha, beta, gamma for one (link, engine) from all-reduce rows.
+    """Fits alpha, beta, gamma for one (link, backend) from all-reduce rows.
 
     In the ring formula beta and gamma both multiply (p-1)/p*m, so no set of
     (m, p) separates them: only 2*beta + gamma is identified. We then fold
@@ -218,7 +218,7 @@ def t_shm_broadcast(fit, m, p):
     return (p - 1) * fit["alpha"] + 2 * m * (fit["beta"] + fit["gamma"] / 2)
 
 def t_hierarchical(fits, link, m, nodes, local):
-    """Hierarchical engine: shm all-reduce within the node, ring between node
+    """Hierarchical backend: shm all-reduce within the node, ring between node
     leaders over `link`, shm broadcast from the leader (the three phases of
     src/comm/backends/hierarchical_process_group.cpp, which do not overlap)."""
     shm = fits.get(("shm", "shm", layout(1, local)))
@@ -232,20 +232,20 @@ def layout(nodes, local):
     """The key of a rank layout: "2x1" is 2 nodes of 1 rank."""
     return f"{int(nodes)}x{int(local)}"
 
-def allreduce_time(fits, link, engine, m, nodes, local):
+def allreduce_time(fits, link, backend, m, nodes, local):
     """Predicted seconds for one all-reduce, or None when no fit applies."""
     if nodes == 1:
         link = "shm"  # One node: no link, whatever link the row names.
-    if engine == "hierarchical":
+    if backend == "hierarchical":
         return t_hierarchical(fits, link, m, nodes, local)
-    fit = fits.get((link, engine, layout(nodes, local)))
+    fit = fits.get((link, backend, layout(nodes, local)))
     return None if fit is None else t_ring(fit, m, nodes * local)
 
 # ----------------------------------------------------------------- idle time
 
 def idle_penalties(rows, ar_rows=()):
     """What an all-reduce costs after the channel sat idle, per (link,
-    engine, layout): a sorted list of (idle seconds, extra seconds) from the
+    backend, layout): a sorted list of (idle seconds, extra seconds) from the
     medians over rounds, extra = T(idle) - T(back to back). T(back to back)
     is the same size's time in `ar_rows` (allreduce.csv's medians, what the
     fits model) where there is one, else the idle run's own gap 0.
@@ -272,12 +272,12 @@ def idle_penalties(rows, ar_rows=()):
     0.1-0.3 ms above the size table's back-to-back time in the same process
     (1.51-1.71 against 1.32-1.47 ms at 1 Gbit/s); report_idle prints that
     as the 0 us column."""
-    steady = {(r["link"], r["engine"], layout(r["nodes"], r["ranks_per_node"]), r["bytes"]):
+    steady = {(r["link"], r["backend"], layout(r["nodes"], r["ranks_per_node"]), r["bytes"]):
               r["seconds"] for r in ar_rows}
     extra, base = {}, {}
-    for r in medians(rows, ("link", "engine", "nodes", "ranks_per_node", "idle_us"),
+    for r in medians(rows, ("link", "backend", "nodes", "ranks_per_node", "idle_us"),
                      ("seconds",)):
-        key = (r["link"], r["engine"], layout(r["nodes"], r["ranks_per_node"]))
+        key = (r["link"], r["backend"], layout(r["nodes"], r["ranks_per_node"]))
         base.setdefault(key, steady.get(key + (r["bytes"],)))
         extra.setdefault(key, []).append((r["idle_us"] * 1e-6, r["seconds"]))
         if r["idle_us"] == 0 and base[key] is None:
@@ -335,13 +335,13 @@ def exposed_comm(compute, b, sizes, comm, idle=None):
         done = start + comm(s) + extra
     return max(0.0, done - b * compute), added
 
-def link_bytes_per_step(engine, nodes, local, payload):
+def link_bytes_per_step(backend, nodes, local, payload):
     """Bytes a node sends between nodes per step for `payload` all-reduced
     bytes: a ring sends 2(n-1)/n of them per participant; with several ranks
     per node the ring still crosses each node's NIC once."""
     if nodes <= 1:
         return 0.0
-    n = nodes if engine == "hierarchical" else nodes * local
+    n = nodes if backend == "hierarchical" else nodes * local
     return 2 * (n - 1) / n * payload
 
 def backward_fraction(row, default):
@@ -358,7 +358,7 @@ def step_prediction(row, fits, b, hook_costs=None, measured_b=True, idle=None):
     adds to a step (see hook_costs()); it is added in series. b is the
     backward share where the row does not measure it (or, with measured_b
     False, for every row). `idle` is idle_penalties()' result: the row's
-    link, engine and layout, where measured, add their cost of an all-reduce
+    link, backend and layout, where measured, add their cost of an all-reduce
     after idle time."""
     nodes, local = int(row["nodes"]), int(row["ranks_per_node"])
     sizes = [float(s) for s in (row["buckets"] or "").split(";") if s.strip()]
@@ -369,7 +369,7 @@ def step_prediction(row, fits, b, hook_costs=None, measured_b=True, idle=None):
     if hook in ("fp16", "bf16"):
         factor = 0.5  # Half the bytes; the cast is ignored (memory-bound, small).
     tx = row["tx_bytes_per_step"]
-    expected_tx = link_bytes_per_step(row["engine"], nodes, local, sum(sizes))
+    expected_tx = link_bytes_per_step(row["backend"], nodes, local, sum(sizes))
     if hook != "none" and tx and expected_tx:
         # What a hook sends is taken from the measured traffic: PowerSGD's
         # bytes depend on every tensor's shape, and a bf16 bucket crosses
@@ -379,21 +379,21 @@ def step_prediction(row, fits, b, hook_costs=None, measured_b=True, idle=None):
             calls = 3 if factor < 0.95 else 1  # uncompressed part, P, Q.
     elif hook == "powersgd":
         note = "no tx bytes: assumed uncompressed"
-    engine = row["engine"]
+    backend = row["backend"]
     # Half-size buckets of the fp16 hook travel as float16, which Gloo
     # reduces far slower than float32: its own fit, where measured.
-    if hook == "fp16" and factor < 0.75 and (row["link"], engine + ":float16",
+    if hook == "fp16" and factor < 0.75 and (row["link"], backend + ":float16",
                                               layout(nodes, local)) in fits:
-        engine += ":float16"
+        backend += ":float16"
 
     def comm(s):
-        t = allreduce_time(fits, row["link"], engine, s * factor / calls, nodes, local)
+        t = allreduce_time(fits, row["link"], backend, s * factor / calls, nodes, local)
         return None if t is None else calls * t
 
     if any(comm(s) is None for s in sizes):
-        return None, None, "no all-reduce fit for this link/engine"
+        return None, None, "no all-reduce fit for this link/backend"
     compute = row["nosync_step_ms"] / 1e3
-    points = (idle or {}).get((row["link"], row["engine"], layout(nodes, local)))
+    points = (idle or {}).get((row["link"], row["backend"], layout(nodes, local)))
     exposed, idle_added = exposed_comm(compute, backward_fraction(row, b) if measured_b else b,
                                        sizes, comm, (lambda g: idle_extra(points, g)) if points
                                        else None)
@@ -516,19 +516,19 @@ def section(title):
     print(f"\n== {title} ==")
 
 def report_fit(ar_rows):
-    """Fits each (link, engine, layout); prints the fit table; returns the fits.
+    """Fits each (link, backend, layout); prints the fit table; returns the fits.
 
     Note [One fit per layout]
     On this 2-core machine 4 ranks oversubscribe the cores (and the link
     router needs one too), so a ring step costs more at p = 4 than at p = 2
     for reasons no α-β term describes. One fit across p gave errors up to
     50%; so each layout (nodes x ranks per node) gets its own α and β. The
-    model still composes them: the hierarchical engine's prediction uses the
+    model still composes them: the hierarchical backend's prediction uses the
     shm fit of its node and the link's fit of its leaders."""
     groups = {}
     for r in ar_rows:
-        if r["engine"] != "hierarchical":
-            key = (r["link"], r["engine"], layout(r["nodes"], r["ranks_per_node"]))
+        if r["backend"] != "hierarchical":
+            key = (r["link"], r["backend"], layout(r["nodes"], r["ranks_per_node"]))
             groups.setdefault(key, []).append(r)
     fits, out = {}, []
     for key in sorted(groups):
@@ -547,7 +547,7 @@ def report_fit(ar_rows):
         delay = rows[0]["delay_ms"]
         out.append([*key, fit["form"], ",".join(map(str, ps)), f"{fit['alpha'] * 1e6:.1f}",
                     "" if delay is None else f"{delay * 1e3:.0f}", f"{gbit:.2f}", gamma, len(rows)])
-    table(["link", "engine", "layout", "form", "p", "alpha us", "delay us", "Gbit/s eff", "gamma", "rows"],
+    table(["link", "backend", "layout", "form", "p", "alpha us", "delay us", "Gbit/s eff", "gamma", "rows"],
           out)
     print("form: sum = 2(p-1)a + 2(p-1)/p m b; max = max of the two terms (latency hidden"
           "\n  behind the transfer), whichever fits the rows better.")
@@ -561,15 +561,15 @@ def report_allreduce(ar_rows, fits):
     out, errs = [], {}
     for r in ar_rows:
         nodes, local = int(r["nodes"]), int(r["ranks_per_node"])
-        pred = allreduce_time(fits, r["link"], r["engine"], r["bytes"], nodes, local)
+        pred = allreduce_time(fits, r["link"], r["backend"], r["bytes"], nodes, local)
         if pred is None:
             continue
         e = (pred - r["seconds"]) / r["seconds"]
-        kind = "predicted" if r["engine"] == "hierarchical" else "fit"
-        errs.setdefault((r["link"], r["engine"], kind), []).append(e)
-        out.append([r["link"], r["engine"], f"{nodes}x{local}", int(r["bytes"]),
+        kind = "predicted" if r["backend"] == "hierarchical" else "fit"
+        errs.setdefault((r["link"], r["backend"], kind), []).append(e)
+        out.append([r["link"], r["backend"], f"{nodes}x{local}", int(r["bytes"]),
                     f"{r['seconds'] * 1e6:.0f}", f"{pred * 1e6:.0f}", f"{100 * e:+.1f}"])
-    table(["link", "engine", "nodes x local", "bytes", "measured us", "model us", "err %"], out)
+    table(["link", "backend", "nodes x local", "bytes", "measured us", "model us", "err %"], out)
     print()
     for key in sorted(errs):
         print(f"{key[0]} {key[1]} ({key[2]}): {summary(errs[key])}")
@@ -582,12 +582,12 @@ def report_idle(idle):
         extra = dict(idle[key])
         out.append([" ".join(key)] + [f"{extra[g] * 1e6:+.0f}" if g in extra else "-"
                                       for g in gaps])
-    table(["link engine layout"] + [f"{g * 1e6:g} us" for g in gaps], out)
+    table(["link backend layout"] + [f"{g * 1e6:g} us" for g in gaps], out)
     print("extra us per all-reduce (smallest size, median over rounds) after the caller spun for"
           "\n  the gap, against the size's steady back-to-back time (Note [An all-reduce after idle"
           "\n  time]); 0 us: the idle run's own back-to-back batches, not used by the model.")
 
-STEP_KEY = ("side", "model", "link", "engine", "nodes", "ranks_per_node", "hook")
+STEP_KEY = ("side", "model", "link", "backend", "nodes", "ranks_per_node", "hook")
 STEP_VALUES = ("step_ms", "nosync_step_ms", "images_per_s", "tx_bytes_per_step",
                "nosync_backward_ms")
 
@@ -616,7 +616,7 @@ def report_steps(step_rows, fits, b, idle=None):
         out, errs, misses = [], [], []
         for r in rows:
             pred, tx_ratio, note = step_prediction(r, fits, b, costs, idle=idle)
-            config = (f"{r['model']} {r['link']} {r['engine']} {int(r['nodes'])}x"
+            config = (f"{r['model']} {r['link']} {r['backend']} {int(r['nodes'])}x"
                       f"{int(r['ranks_per_node'])} {r['hook']}")
             measured = [f"{backward_fraction(r, b):.2f}", f"{r['step_ms']:.2f}", r["runs"],
                         spread(r["run_values"]["step_ms"])]
@@ -633,7 +633,7 @@ def report_steps(step_rows, fits, b, idle=None):
                 misses.append(f"{config}: {100 * e:+.1f}%")
             out.append([config, *measured, f"{pred:.2f}", f"{100 * e:+.1f}",
                         "-" if tx_ratio is None else f"{tx_ratio:.2f}", note])
-        table(["model link engine nodes x local hook", "b", "measured ms", "runs", "spread %",
+        table(["model link backend nodes x local hook", "b", "measured ms", "runs", "spread %",
                "predicted ms", "err %", "tx/model", "note"], out)
         print(f"{side}: {summary(errs)} over {len(errs)} configurations")
         run_errs = []
@@ -746,9 +746,9 @@ def main(argv=None):
         return 2
     for r in ar:
         if (r.get("dtype") or "float32") != "float32":
-            r["engine"] = f"{r['engine']}:{r['dtype']}"
+            r["backend"] = f"{r['backend']}:{r['dtype']}"
     # Note [All-reduce in every round]: fit each size's median over rounds.
-    ar = medians(ar, ("link", "engine", "nodes", "ranks_per_node", "bytes"), ("seconds",))
+    ar = medians(ar, ("link", "backend", "nodes", "ranks_per_node", "bytes"), ("seconds",))
     section("fit")
     fits = report_fit(ar)
     section("all-reduce validation")

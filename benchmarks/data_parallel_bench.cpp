@@ -106,7 +106,7 @@ class Side {
       });
     } else {
       torch::nll_loss(torch::log_softmax(forward(x), 1), y).backward();
-      sumReplicaGradients();
+      sum_replica_gradients();
     }
     optimizer_.step();
   }
@@ -130,7 +130,7 @@ class Side {
     return torch::cat(outputs, 0);
   }
 
-  void sumReplicaGradients() {
+  void sum_replica_gradients() {
     torch::NoGradGuard no_grad;
     auto primary = model_->parameters();
     for (const auto& clone : clones_) {

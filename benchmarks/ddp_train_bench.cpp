@@ -100,7 +100,7 @@ struct Timed {
 
 // The interface's sent-byte counter (the kernel's, for every process of the
 // node), or 0 when no interface is named.
-int64_t txBytes(const std::string& interface) {
+int64_t tx_bytes(const std::string& interface) {
   if (interface.empty()) return 0;
   std::ifstream in("/sys/class/net/" + interface + "/statistics/tx_bytes");
   int64_t bytes = 0;
@@ -126,7 +126,7 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-std::shared_ptr<ddp::CommHook> makeHook(const Options& options) {
+std::shared_ptr<ddp::CommHook> make_hook(const Options& options) {
   if (options.hook == "fp16") return ddp::fp16_compress_hook();
   if (options.hook == "bf16") return ddp::bf16_compress_hook();
   if (options.hook == "powersgd") {
@@ -140,12 +140,12 @@ std::shared_ptr<ddp::CommHook> makeHook(const Options& options) {
 // Runs `steps` training steps between two barriers; with `sync` false every
 // backward runs under no_sync(), so no gradient is all-reduced.
 template <typename LossFn>
-Timed runSteps(ddp::DistributedDataParallel& model, torch::optim::Optimizer& optimizer,
-               LossFn loss_fn, ShardedBatches& data, int steps, bool sync,
-               const std::string& interface) {
+Timed run_steps(ddp::DistributedDataParallel& model, torch::optim::Optimizer& optimizer,
+                LossFn loss_fn, ShardedBatches& data, int steps, bool sync,
+                const std::string& interface) {
   auto& group = *model->process_group();
   group.barrier();
-  const int64_t tx_before = txBytes(interface);
+  const int64_t tx_before = tx_bytes(interface);
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor loss;
   std::chrono::steady_clock::duration backward{};
@@ -165,7 +165,7 @@ Timed runSteps(ddp::DistributedDataParallel& model, torch::optim::Optimizer& opt
   group.barrier();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {seconds, loss.defined() ? loss.item<double>() : 0.0, txBytes(interface) - tx_before,
+  return {seconds, loss.defined() ? loss.item<double>() : 0.0, tx_bytes(interface) - tx_before,
           std::chrono::duration<double>(backward).count()};
 }
 
@@ -211,7 +211,7 @@ int run(Options options) {
   }
   int64_t param_bytes = 0;
   for (const auto& p : net.ptr()->parameters()) param_bytes += p.numel() * p.element_size();
-  options.ddp.comm_hook(makeHook(options));
+  options.ddp.comm_hook(make_hook(options));
   ddp::DistributedDataParallel model(std::move(net), options.ddp, group);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr));
   ShardedBatches data(inputs, targets, options.batch, rank, world, options.seed);
@@ -220,9 +220,9 @@ int run(Options options) {
   };
 
   const std::string& nic = options.net_interface;
-  runSteps(model, optimizer, loss_fn, data, options.warmup, /*sync=*/true, nic);
-  const Timed synced = runSteps(model, optimizer, loss_fn, data, options.steps, true, nic);
-  const Timed local = runSteps(model, optimizer, loss_fn, data, options.steps, false, nic);
+  run_steps(model, optimizer, loss_fn, data, options.warmup, /*sync=*/true, nic);
+  const Timed synced = run_steps(model, optimizer, loss_fn, data, options.steps, true, nic);
+  const Timed local = run_steps(model, optimizer, loss_fn, data, options.steps, false, nic);
   if (rank == 0) {
     std::ostringstream line;
     line.setf(std::ios::fixed);
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", options.data_dir, "directory of the Fashion-MNIST idx files");
   app.add_option("--seed", options.seed, "seed of the data and of the shuffling");
   app.add_option("--backend", options.backend,
-                 "auto (shm on one node, the hierarchical engine across nodes), shm or gloo");
+                 "auto (shm on one node, the hierarchical backend across nodes), shm or gloo");
   app.add_option("--hook", options.hook, "comm hook: none, fp16, bf16 or powersgd")
       ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}));
   app.add_option("--powersgd-rank", options.powersgd_rank, "PowerSGD's matrix approximation rank")

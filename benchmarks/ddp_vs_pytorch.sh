@@ -10,7 +10,7 @@
 # PyTorch's). Exits non-zero when a run fails, not when a target is missed.
 #
 # Usage: benchmarks/ddp_vs_pytorch.sh
-# Environment: BACKEND (ddp's engine: auto, shm or gloo; default auto, which
+# Environment: BACKEND (ddp's backend: auto, shm or gloo; default auto, which
 # is shm on one node), NPROC (ranks, default 2), LINEAR_STEPS (2000), CONVNET_STEPS
 # (100), ROUNDS (5), DDP_BUILD_DIR (build), JOBS (build parallelism, 2),
 # FASHION_MNIST (/usr/share/datasets/fashion-mnist).

@@ -113,13 +113,13 @@ struct Timed {
 // The allocator's peak of allocated bytes is reset after warm-up, so it is
 // the peak of the timed steps: weights, optimizer state, gradients,
 // buckets and activations.
-void resetPeakMemory() {
+void reset_peak_memory() {
 #ifdef USE_C10D_NCCL
   c10::cuda::CUDACachingAllocator::resetPeakStats(kGpu.index());
 #endif
 }
 
-double peakMemoryMib() {
+double peak_memory_mib() {
 #ifdef USE_C10D_NCCL
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(kGpu.index());
   // Entry 0 is StatType::AGGREGATE (both pools), in a namespace that moved
@@ -130,10 +130,10 @@ double peakMemoryMib() {
 #endif
 }
 
-Timed runConfiguration(const Options& options, const std::string& model_name,
-                       const std::string& precision, const std::string& mode,
-                       const torch::Tensor& images, const torch::Tensor& labels,
-                       const std::shared_ptr<ddp::ProcessGroup>& group) {
+Timed run_configuration(const Options& options, const std::string& model_name,
+                        const std::string& precision, const std::string& mode,
+                        const torch::Tensor& images, const torch::Tensor& labels,
+                        const std::shared_ptr<ddp::ProcessGroup>& group) {
   const bool resnet = model_name == "resnet18";
   torch::manual_seed(options.seed);
   torch::nn::AnyModule net = resnet ? torch::nn::AnyModule(ddp::examples::ResNet18())
@@ -210,13 +210,13 @@ Timed runConfiguration(const Options& options, const std::string& model_name,
   for (int i = 0; i < options.warmup; ++i) step();
   const int steps = resnet ? options.resnet_steps : options.convnet_steps;
   torch::cuda::synchronize();
-  resetPeakMemory();
+  reset_peak_memory();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   torch::cuda::synchronize();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {1e3 * seconds / steps, loss.item<double>(), peakMemoryMib()};
+  return {1e3 * seconds / steps, loss.item<double>(), peak_memory_mib()};
 }
 
 int run(const Options& options) {
@@ -238,7 +238,7 @@ int run(const Options& options) {
         // memory table) too, to keep a round short.
         if ((mode.rfind("captured", 0) == 0 || mode == "ddp-view") && precision != "fp32") continue;
         const Timed timed =
-            runConfiguration(options, model, precision, mode, images, labels, group);
+            run_configuration(options, model, precision, mode, images, labels, group);
         const int batch = model == "resnet18" ? options.resnet_batch : options.convnet_batch;
         const int steps = model == "resnet18" ? options.resnet_steps : options.convnet_steps;
         std::ostringstream line;

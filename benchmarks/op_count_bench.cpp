@@ -38,7 +38,7 @@
 // left out: the other operators (other_operator_calls_per_step), because the
 // collectives are among them and only one side dispatches them: PyTorch's
 // DDP calls c10d::allreduce_ and c10d::broadcast_ through the dispatcher,
-// while ddp calls c10d's ProcessGroupGloo (or NCCL, or its own engines)
+// while ddp calls c10d's ProcessGroupGloo (or NCCL, or its own backends)
 // directly, never through the dispatcher; and the records that are no
 // operator (non_operator_records_per_step). Two figures:
 //  - ops_per_step, the headline: every operator call, those made from inside
@@ -51,8 +51,8 @@
 //    thread: the calls the training code itself (and the autograd engine,
 //    for backward) makes, how many times code chose to call into ATen.
 // The callback is global (at::addGlobalCallback): on CUDA the autograd
-// engine runs backward on its device thread, which a thread-local callback
-// registered here would reach only through the engine's propagation of
+// backend runs backward on its device thread, which a thread-local callback
+// registered here would reach only through the backend's propagation of
 // thread-local state; a global one sees every thread, and the calls made on
 // threads other than the calling one are reported (other_thread_per_step).
 // The Python side (benchmarks/pytorch_op_count.py) counts the same records
@@ -161,14 +161,14 @@ thread_local int t_depth = 0;  // operator calls open on this thread
 
 // Whether a record is the call of an ATen operator (Note [What counts as an
 // operator call]).
-bool isAtenCall(const at::RecordFunction& fn) {
+bool is_aten_call(const at::RecordFunction& fn) {
   return fn.operator_name().has_value() && std::strncmp(fn.name(), "aten::", 6) == 0;
 }
 
-std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& fn) {
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   Tally* tally = g_tally;
   if (tally == nullptr) return nullptr;
-  if (!isAtenCall(fn)) {
+  if (!is_aten_call(fn)) {
     std::lock_guard<std::mutex> lock(tally->mutex);
     ++(fn.operator_name().has_value() ? tally->other_operator : tally->non_operator);
     return nullptr;
@@ -182,21 +182,21 @@ std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void onEnd(const at::RecordFunction& fn, at::ObserverContext* /*context*/) {
+void on_end(const at::RecordFunction& fn, at::ObserverContext* /*context*/) {
   // End callbacks run for the records whose start ran them, so the depth
   // stays balanced even when g_tally changes in between.
-  if (isAtenCall(fn)) --t_depth;
+  if (is_aten_call(fn)) --t_depth;
 }
 
 // Counts the calls `body` makes, on every thread (the global callback of
 // Note [What counts as an operator call]).
 template <typename Body>
-void countCalls(Tally& tally, const c10::Device& device, Body body) {
+void count_calls(Tally& tally, const c10::Device& device, Body body) {
   if (device.is_cuda()) torch::cuda::synchronize();
   tally.main_thread = std::this_thread::get_id();
   g_tally = &tally;
   const at::CallbackHandle handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(onStart, onEnd).scopes({at::RecordScope::FUNCTION}));
+      at::RecordFunctionCallback(on_start, on_end).scopes({at::RecordScope::FUNCTION}));
   try {
     body();
     if (device.is_cuda()) torch::cuda::synchronize();
@@ -212,7 +212,7 @@ void countCalls(Tally& tally, const c10::Device& device, Body body) {
 // A DDP variant as --options spells it: "default", or settings joined by
 // '+', each NAME (a boolean set true) or NAME=VALUE, NAME a field of
 // ddp::DistributedDataParallelOptions.
-ddp::DistributedDataParallelOptions parseVariant(const std::string& variant) {
+ddp::DistributedDataParallelOptions parse_variant(const std::string& variant) {
   ddp::DistributedDataParallelOptions options;
   if (variant == "default") return options;
   std::stringstream settings(variant);
@@ -262,13 +262,13 @@ ddp::DistributedDataParallelOptions parseVariant(const std::string& variant) {
   return options;
 }
 
-std::string modeName(const std::string* variant) {
+std::string mode_name(const std::string* variant) {
   if (variant == nullptr) return "bare";
   return *variant == "default" ? "ddp" : "ddp:" + *variant;
 }
 
 // A count per step: exact when the steps divide it.
-std::string perStep(int64_t total, int steps) {
+std::string per_step(int64_t total, int steps) {
   if (total % steps == 0) return std::to_string(total / steps);
   std::ostringstream text;
   text << std::fixed << std::setprecision(2) << static_cast<double>(total) / steps;
@@ -281,9 +281,9 @@ struct Counted {
   int64_t calls = 0, top_level = 0, other_thread = 0, other_operator = 0, non_operator = 0;
 };
 
-Counted runConfiguration(const Options& options, const std::string& model_name,
-                         const c10::Device& device, const std::string* variant,
-                         const std::shared_ptr<ddp::ProcessGroup>& group) {
+Counted run_configuration(const Options& options, const std::string& model_name,
+                          const c10::Device& device, const std::string* variant,
+                          const std::shared_ptr<ddp::ProcessGroup>& group) {
   const bool resnet = model_name == "resnet18";
   torch::manual_seed(options.seed);
   torch::nn::AnyModule net = resnet ? torch::nn::AnyModule(ddp::examples::ResNet18())
@@ -291,7 +291,7 @@ Counted runConfiguration(const Options& options, const std::string& model_name,
   net.ptr()->to(device);
   std::unique_ptr<ddp::DistributedDataParallel> wrapped;
   if (variant != nullptr) {
-    wrapped = std::make_unique<ddp::DistributedDataParallel>(net, parseVariant(*variant), group);
+    wrapped = std::make_unique<ddp::DistributedDataParallel>(net, parse_variant(*variant), group);
   }
   torch::optim::SGD optimizer(net.ptr()->parameters(),
                               torch::optim::SGDOptions(0.01).momentum(0.9));
@@ -308,10 +308,10 @@ Counted runConfiguration(const Options& options, const std::string& model_name,
   for (int i = 0; i < options.warmup; ++i) step();
 
   Tally tally;
-  countCalls(tally, device, [&] {
+  count_calls(tally, device, [&] {
     for (int i = 0; i < options.steps; ++i) step();
   });
-  Counted counted{model_name, device.is_cuda() ? "cuda" : "cpu", modeName(variant), tally.by_name};
+  Counted counted{model_name, device.is_cuda() ? "cuda" : "cpu", mode_name(variant), tally.by_name};
   for (const auto& [name, count] : tally.by_name) {
     counted.calls += count.calls;
     counted.top_level += count.top_level;
@@ -322,28 +322,28 @@ Counted runConfiguration(const Options& options, const std::string& model_name,
   return counted;
 }
 
-void printCounted(const Options& options, const Counted& counted) {
+void print_counted(const Options& options, const Counted& counted) {
   const std::string head =
       "side=ddp model=" + counted.model + " device=" + counted.device + " mode=" + counted.mode;
   const int steps = options.steps;
   std::cout << "result " << head << " steps=" << steps
-            << " ops_per_step=" << perStep(counted.calls, steps)
-            << " top_level_per_step=" << perStep(counted.top_level, steps)
-            << " other_thread_per_step=" << perStep(counted.other_thread, steps)
-            << " other_operator_calls_per_step=" << perStep(counted.other_operator, steps)
-            << " non_operator_records_per_step=" << perStep(counted.non_operator, steps)
+            << " ops_per_step=" << per_step(counted.calls, steps)
+            << " top_level_per_step=" << per_step(counted.top_level, steps)
+            << " other_thread_per_step=" << per_step(counted.other_thread, steps)
+            << " other_operator_calls_per_step=" << per_step(counted.other_operator, steps)
+            << " non_operator_records_per_step=" << per_step(counted.non_operator, steps)
             << " libtorch=" << TORCH_VERSION << std::endl;
   if (!options.op_lines) return;
   for (const auto& [name, count] : counted.by_name) {
-    std::cout << "op " << head << " name=" << name << " per_step=" << perStep(count.calls, steps)
-              << " top_level_per_step=" << perStep(count.top_level, steps) << "\n";
+    std::cout << "op " << head << " name=" << name << " per_step=" << per_step(count.calls, steps)
+              << " top_level_per_step=" << per_step(count.top_level, steps) << "\n";
   }
   std::cout << std::flush;
 }
 
 // The table, and per DDP variant the names whose count differs from the bare
 // step's, largest difference first.
-void printSummary(const Options& options, const std::vector<Counted>& all) {
+void print_summary(const Options& options, const std::vector<Counted>& all) {
   const int steps = options.steps;
   std::cout << "\n"
             << std::left << std::setw(10) << "model" << std::setw(7) << "device" << std::setw(58)
@@ -355,10 +355,10 @@ void printSummary(const Options& options, const std::vector<Counted>& all) {
     if (counted.mode == "bare") bare = &counted;
     std::cout << std::left << std::setw(10) << counted.model << std::setw(7) << counted.device
               << std::setw(58) << counted.mode << std::right << std::setw(12)
-              << perStep(counted.calls, steps) << std::setw(12)
-              << (bare ? perStep(counted.calls - bare->calls, steps) : "") << std::setw(12)
-              << perStep(counted.top_level, steps) << std::setw(12)
-              << (bare ? perStep(counted.top_level - bare->top_level, steps) : "") << "\n";
+              << per_step(counted.calls, steps) << std::setw(12)
+              << (bare ? per_step(counted.calls - bare->calls, steps) : "") << std::setw(12)
+              << per_step(counted.top_level, steps) << std::setw(12)
+              << (bare ? per_step(counted.top_level - bare->top_level, steps) : "") << "\n";
   }
   bare = nullptr;
   for (const Counted& counted : all) {
@@ -391,8 +391,8 @@ void printSummary(const Options& options, const std::vector<Counted>& all) {
       const auto with = counted.by_name.count(name) ? counted.by_name.at(name) : NameCount{};
       const auto without = bare->by_name.count(name) ? bare->by_name.at(name) : NameCount{};
       std::cout << "  " << std::left << std::setw(44) << name << std::right << std::setw(8)
-                << perStep(difference, steps) << "  ("
-                << perStep(with.top_level - without.top_level, steps) << ")\n";
+                << per_step(difference, steps) << "  ("
+                << per_step(with.top_level - without.top_level, steps) << ")\n";
     }
   }
   std::cout << std::flush;
@@ -411,15 +411,15 @@ int run(const Options& options) {
     auto group = ddp::init(ddp::InitOptions().backend(cuda ? "nccl" : "gloo").rank(0).world_size(1),
                            ddp::EnvironmentMap{});
     for (const auto& model : options.models) {
-      all.push_back(runConfiguration(options, model, device, nullptr, group));
-      printCounted(options, all.back());
+      all.push_back(run_configuration(options, model, device, nullptr, group));
+      print_counted(options, all.back());
       for (const auto& variant : options.variants) {
-        all.push_back(runConfiguration(options, model, device, &variant, group));
-        printCounted(options, all.back());
+        all.push_back(run_configuration(options, model, device, &variant, group));
+        print_counted(options, all.back());
       }
     }
   }
-  printSummary(options, all);
+  print_summary(options, all);
   return 0;
 }
 
@@ -453,7 +453,7 @@ int main(int argc, char** argv) {
   app.add_flag("--op-lines", options.op_lines, "print one line per operator name");
   CLI11_PARSE(app, argc, argv);
   try {
-    for (const auto& variant : options.variants) parseVariant(variant);  // fail before running
+    for (const auto& variant : options.variants) parse_variant(variant);  // fail before running
     return run(options);
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;

@@ -5,8 +5,9 @@
 // last commit broadcast to it), beside torchrun restarting the same
 // training in Python (pytorch_recovery_bench.py).
 //
-//   ddprun --standalone --nproc-per-node 2 --max-restarts 1 --recovery memory \
+//   ddprun --standalone --nproc-per-node 2 --max-restarts 1 --recovery memory
 //       build/bin/recovery_bench --model convnet --commit-every 10 --kill-at 25
+//   (one command line)
 //
 // Every rank prints `pid P rank R round G` when it (re)starts training and
 // `step S round G rank R` after every step; G is 0 until the first failure

@@ -39,12 +39,12 @@ struct DeepMlpImpl : nn::Module {
 };
 TORCH_MODULE(DeepMlp);
 
-DeepMlp makeModel(int64_t width, int layers) {
+DeepMlp make_model(int64_t width, int layers) {
   torch::manual_seed(1);
   return DeepMlp(width, layers);
 }
 
-int64_t adamStateBytes(torch::optim::Optimizer& optimizer) {
+int64_t adam_state_bytes(torch::optim::Optimizer& optimizer) {
   int64_t bytes = 0;
   for (auto& entry : optimizer.state()) {
     auto& state = static_cast<torch::optim::AdamParamState&>(*entry.second);
@@ -59,7 +59,7 @@ struct Result {
 };
 
 template <typename Step>
-double medianStepMs(int steps, ddp::ProcessGroup& group, Step&& step) {
+double median_step_ms(int steps, ddp::ProcessGroup& group, Step&& step) {
   std::vector<double> times;
   for (int s = 0; s < steps; ++s) {
     group.barrier();
@@ -73,7 +73,7 @@ double medianStepMs(int steps, ddp::ProcessGroup& group, Step&& step) {
   return times[times.size() / 2];
 }
 
-int64_t largestAcrossRanks(int64_t value, ddp::ProcessGroup& group) {
+int64_t largest_across_ranks(int64_t value, ddp::ProcessGroup& group) {
   at::Tensor t = torch::tensor({value}, torch::kLong);
   group.all_reduce(t, ddp::ReduceOp::kMax);
   return t.item<int64_t>();
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   int64_t parameters = 0;
   std::vector<std::pair<std::string, Result>> results;
   {
-    DeepMlp net = makeModel(width, layers);
+    DeepMlp net = make_model(width, layers);
     for (const auto& p : net->parameters()) parameters += p.numel();
     ddp::DistributedDataParallel model(net, group);
     torch::optim::Adam optimizer(net->parameters(), options);
@@ -111,12 +111,12 @@ int main(int argc, char** argv) {
     };
     step(), step();
     Result r;
-    r.median_ms = medianStepMs(steps, *group, step);
-    r.state_bytes = largestAcrossRanks(adamStateBytes(optimizer), *group);
+    r.median_ms = median_step_ms(steps, *group, step);
+    r.state_bytes = largest_across_ranks(adam_state_bytes(optimizer), *group);
     results.emplace_back("DDP + Adam", r);
   }
   for (int stage : {1, 2}) {
-    DeepMlp net = makeModel(width, layers);
+    DeepMlp net = make_model(width, layers);
     std::shared_ptr<ddp::DistributedDataParallel> model;
     if (stage == 1) model = std::make_shared<ddp::DistributedDataParallel>(net, group);
     ddp::ZeroRedundancyOptimizer optimizer(
@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
     };
     step(), step();
     Result r;
-    r.median_ms = medianStepMs(steps, *group, step);
-    r.state_bytes = largestAcrossRanks(optimizer.state_bytes(), *group);
+    r.median_ms = median_step_ms(steps, *group, step);
+    r.state_bytes = largest_across_ranks(optimizer.state_bytes(), *group);
     results.emplace_back(stage == 1 ? "DDP + ZeRO-1 Adam" : "ZeRO-2 Adam", r);
   }
   if (rank == 0) {

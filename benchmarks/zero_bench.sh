@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeroRedundancyOptimizer against plain DistributedDataParallel, Adam on a
 # ~10 M-parameter MLP, with 1, 2 and 4 ranks on this machine (ddprun, the
-# default engine), in the same run: the optimizer-state bytes the fullest
+# default backend), in the same run: the optimizer-state bytes the fullest
 # rank holds and the median step time of each way.
 #
 # Usage: benchmarks/zero_bench.sh

@@ -10,7 +10,7 @@
 //
 // On CUDA (--device cuda, or auto where CUDA is available) each rank trains
 // on GPU hvd::local_rank(), as Horovod's torch.cuda.set_device(local_rank),
-// and the engine is `auto`: the fused gradients travel over NCCL.
+// and the backend is `auto`: the fused gradients travel over NCCL.
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -47,8 +47,8 @@ struct Options : ddp::examples::CommonOptions {
 
 int train(const Options& o) {
   const auto started = std::chrono::steady_clock::now();
-  const torch::Device device = ddp::examples::resolveDevice(o.device);  // GPU local rank
-  // Gloo on the CPU; on CUDA `auto`, whose NCCL engine the CUDA tensors take.
+  const torch::Device device = ddp::examples::resolve_device(o.device);  // GPU local rank
+  // Gloo on the CPU; on CUDA `auto`, whose NCCL backend the CUDA tensors take.
   auto group = hvd::init(ddp::InitOptions().backend(device.is_cuda() ? "auto" : "gloo"));
   FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
   FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
@@ -94,9 +94,9 @@ int train(const Options& o) {
       o, hvd::rank(), state.epoch,
       "Horovod-style training on Fashion-MNIST, " + std::to_string(hvd::size()) + " ranks");
 
-  auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
+  auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
-  for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
+  for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
     // A new shuffle every epoch, the same on every rank; a resumed epoch
     // continues from the samples the whole job consumed, at any world size.
     const int64_t consumed = epoch == state.epoch ? state.samples_in_epoch : 0;
@@ -104,7 +104,7 @@ int train(const Options& o) {
     const int64_t first_step = consumed / (o.batch_size * hvd::size());
     progress.begin_epoch(epoch, first_step);
     net->train();
-    for (int64_t step = first_step; !limitReached(); ++step) {
+    for (int64_t step = first_step; !limit_reached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
@@ -122,12 +122,12 @@ int train(const Options& o) {
       state.step_in_epoch = epoch_done ? 0 : step + 1;
       state.samples_in_epoch = epoch_done ? 0 : sampler.global_position();
       state.counters["global_step"] = global_step;
-      snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
+      snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
-    loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) /
+    loss = ddp::examples::sum_across_ranks(done.mean_loss, *group) /
            hvd::size();  // Horovod's metric_average
-    accuracy = ddp::examples::shardedAccuracy(net, test_set.images(), test_set.labels(), *group);
+    accuracy = ddp::examples::sharded_accuracy(net, test_set.images(), test_set.labels(), *group);
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
     if (hvd::rank() == 0) {
       char text[160];
@@ -139,7 +139,7 @@ int train(const Options& o) {
     }
   }
   if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
-    accuracy = ddp::examples::shardedAccuracy(net, test_set.images(), test_set.labels(), *group);
+    accuracy = ddp::examples::sharded_accuracy(net, test_set.images(), test_set.labels(), *group);
   }
   const std::string outputs = metrics.finish();
   if (hvd::rank() == 0) {
@@ -153,7 +153,7 @@ int train(const Options& o) {
     progress.message(text);
     if (!outputs.empty()) progress.message(outputs);
     std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
-                ddp::examples::weightsDigest(*net).c_str(), loss, accuracy);
+                ddp::examples::weights_digest(*net).c_str(), loss, accuracy);
   }
   return 0;
 }
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
       "learning-rate warm-up). Run under ddprun, torchrun, mpirun or srun.",
       "example_horovod"};
   Options o;
-  ddp::examples::addCommonOptions(app, o, /*reads_data=*/true);
+  ddp::examples::add_common_options(app, o, /*reads_data=*/true);
   app.add_option("--batch-size", o.batch_size, "samples per rank and step")
       ->check(CLI::Range(int64_t{1}, int64_t{60000}))
       ->capture_default_str();
@@ -181,5 +181,5 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  return ddp::examples::runExample([&] { return train(o); });
+  return ddp::examples::run_example([&] { return train(o); });
 }

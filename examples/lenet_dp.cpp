@@ -47,7 +47,7 @@ struct Options : ddp::examples::CommonOptions {
 
 // The replicas' devices: on CUDA one per GPU, cuda:0 to cuda:N-1 (--gpus N;
 // 0: every visible GPU); on the CPU --replicas of them (0: 2).
-std::vector<torch::Device> replicaDevices(const Options& o) {
+std::vector<torch::Device> replica_devices(const Options& o) {
   if (o.device == "cpu" && o.gpus > 0) {
     throw ddp::ConfigError("--gpus " + std::to_string(o.gpus) +
                            " asks for GPUs, but --device cpu trains on the CPU; drop --gpus "
@@ -62,7 +62,7 @@ std::vector<torch::Device> replicaDevices(const Options& o) {
                      : std::string("run it where GPUs are visible")) +
         ", or train on CPU replicas with --device cpu --replicas N.");
   }
-  const torch::Device device = ddp::examples::resolveDevice(o.device, /*local_rank=*/0);
+  const torch::Device device = ddp::examples::resolve_device(o.device, /*local_rank=*/0);
   std::vector<torch::Device> devices;
   if (device.is_cuda()) {
     if (o.replicas > 0) {
@@ -89,7 +89,7 @@ int train(const Options& o) {
         " ranks; run it alone or with --nproc-per-node 1, "
         "or use example_mnist_ddp for several processes.");
   }
-  const std::vector<torch::Device> devices = replicaDevices(o);
+  const std::vector<torch::Device> devices = replica_devices(o);
   FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
   FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
   torch::manual_seed(o.seed);
@@ -127,13 +127,13 @@ int train(const Options& o) {
   ddp::examples::MetricsOutput metrics(o, 0, state.epoch,
                                        "LeNet-5 with DataParallel on Fashion-MNIST");
 
-  auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
+  auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
-  for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
+  for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
     const int64_t first_step = epoch == state.epoch ? state.step_in_epoch : 0;
     sampler.restore(epoch, first_step * o.batch_size);  // set_epoch(epoch), then skip what was done
     progress.begin_epoch(epoch, first_step);
-    for (int64_t step = first_step; !limitReached(); ++step) {
+    for (int64_t step = first_step; !limit_reached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
@@ -151,11 +151,11 @@ int train(const Options& o) {
       state.epoch = epoch_done ? epoch + 1 : epoch;
       state.step_in_epoch = epoch_done ? 0 : step + 1;
       state.counters["global_step"] = global_step;
-      snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
+      snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
     loss = done.mean_loss;
-    accuracy = ddp::examples::shardedAccuracy(model, test_set.images(), test_set.labels(), *group);
+    accuracy = ddp::examples::sharded_accuracy(model, test_set.images(), test_set.labels(), *group);
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
     char text[128];
     std::snprintf(text, sizeof(text),
@@ -165,7 +165,7 @@ int train(const Options& o) {
     progress.message(text);
   }
   if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
-    accuracy = ddp::examples::shardedAccuracy(model, test_set.images(), test_set.labels(), *group);
+    accuracy = ddp::examples::sharded_accuracy(model, test_set.images(), test_set.labels(), *group);
   }
   const std::string outputs = metrics.finish();
   const double seconds =
@@ -176,7 +176,7 @@ int train(const Options& o) {
   progress.message(text);
   if (!outputs.empty()) progress.message(outputs);
   std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
-              ddp::examples::weightsDigest(*net).c_str(), loss, accuracy);
+              ddp::examples::weights_digest(*net).c_str(), loss, accuracy);
   return 0;
 }
 
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
       "Adam and StepLR.",
       "example_lenet_dp"};
   Options o;
-  ddp::examples::addCommonOptions(app, o, /*reads_data=*/true);
+  ddp::examples::add_common_options(app, o, /*reads_data=*/true);
   app.add_option("--batch-size", o.batch_size, "samples per step, split among the replicas")
       ->check(CLI::Range(int64_t{1}, int64_t{60000}))
       ->capture_default_str();
@@ -206,5 +206,5 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  return ddp::examples::runExample([&] { return train(o); });
+  return ddp::examples::run_example([&] { return train(o); });
 }

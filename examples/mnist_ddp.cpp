@@ -10,7 +10,7 @@
 // with error feedback, after --powersgd-start-iteration plain steps).
 //
 // --device picks the CPU or each rank's GPU (cuda:LOCAL_RANK; auto: the GPU
-// where CUDA is available); the default engine `auto` then reduces the CUDA
+// where CUDA is available); the default backend `auto` then reduces the CUDA
 // gradients with NCCL.
 //
 // --amp O1 trains with mixed precision (bfloat16 on CPU, float16 on CUDA;
@@ -61,7 +61,7 @@ struct Options : ddp::examples::CommonOptions {
   int64_t powersgd_start_iteration = 1000;
 };
 
-std::shared_ptr<ddp::CommHook> commHook(const Options& o) {
+std::shared_ptr<ddp::CommHook> comm_hook(const Options& o) {
   if (o.comm_hook == "fp16") return ddp::fp16_compress_hook();
   if (o.comm_hook == "bf16") return ddp::bf16_compress_hook();
   if (o.comm_hook == "powersgd") {
@@ -74,8 +74,8 @@ std::shared_ptr<ddp::CommHook> commHook(const Options& o) {
 
 // The model, identical on every rank (DDP copies rank 0's weights anyway,
 // and the seed makes a single-process run reproducible too), on `device`.
-ddp::examples::ConvNet buildModel(const Options& o, torch::Device device,
-                                  const std::shared_ptr<ddp::ProcessGroup>& group) {
+ddp::examples::ConvNet build_model(const Options& o, torch::Device device,
+                                   const std::shared_ptr<ddp::ProcessGroup>& group) {
   torch::manual_seed(o.seed);
   ddp::examples::ConvNet net;
   if (o.sync_bn)
@@ -86,7 +86,7 @@ ddp::examples::ConvNet buildModel(const Options& o, torch::Device device,
 
 // Mixed precision's 16-bit type: float16 on CUDA (the GradScaler covers its
 // small range), bfloat16 on the CPU (CPU autocast has no float16).
-ddp::amp::AmpOptions ampOptions(const Options& o, torch::Device device) {
+ddp::amp::AmpOptions amp_options(const Options& o, torch::Device device) {
   return ddp::amp::AmpOptions(ddp::amp::parse_opt_level(o.amp))
       .dtype(device.is_cuda() ? torch::kHalf : torch::kBFloat16);
 }
@@ -97,14 +97,14 @@ ddp::amp::AmpOptions ampOptions(const Options& o, torch::Device device) {
 struct Trainer {
   Trainer(const Options& o, torch::Device device, std::shared_ptr<ddp::ProcessGroup> group)
       : device(device),
-        net(buildModel(o, device, group)),
+        net(build_model(o, device, group)),
         optimizer(net->parameters(),
                   torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay)),
         scheduler(optimizer, o.lr_step_epochs, o.lr_gamma),
-        amp(*net, optimizer, ampOptions(o, device), group),
+        amp(*net, optimizer, amp_options(o, device), group),
         scaler(ddp::amp::GradScalerOptions().enabled(o.amp != "O0"), group),
-        model(net, ddp::DistributedDataParallelOptions().comm_hook(commHook(o)), std::move(group)) {
-  }
+        model(net, ddp::DistributedDataParallelOptions().comm_hook(comm_hook(o)),
+              std::move(group)) {}
 
   torch::Device device;        // where the model and each batch are
   ddp::examples::ConvNet net;  // the model itself (saved, evaluated)
@@ -118,7 +118,7 @@ struct Trainer {
 // One step: the batch to the model's device, forward, loss, backward (DDP
 // averages the gradients over the ranks while backward runs), update.
 // Returns this rank's loss.
-double trainStep(Trainer& t, const torch::Tensor& images, const torch::Tensor& labels) {
+double train_step(Trainer& t, const torch::Tensor& images, const torch::Tensor& labels) {
   t.amp.zero_grad();
   torch::Tensor loss = torch::nn::functional::cross_entropy(
       t.amp.forward(t.model, images.to(t.device)), labels.to(t.device));
@@ -132,7 +132,8 @@ int train(const Options& o) {
   const auto started = std::chrono::steady_clock::now();
   auto group = ddp::init(ddp::InitOptions().backend(o.backend));
   const int rank = group->rank(), world = group->size();
-  const torch::Device device = ddp::examples::resolveDevice(o.device, group->topology().local_rank);
+  const torch::Device device =
+      ddp::examples::resolve_device(o.device, group->topology().local_rank);
   FashionMnist train_set(o.data_dir, FashionMnist::Split::kTrain);
   FashionMnist test_set(o.data_dir, FashionMnist::Split::kTest);
   ddp::data::DistributedSampler sampler(train_set.size().value(), world, rank,
@@ -165,7 +166,7 @@ int train(const Options& o) {
                      (o.amp == "O0" ? ""
                       : half        ? " (float16)"
                                     : " (bfloat16)") +
-                     (o.sync_bn ? ", SyncBatchNorm" : "") + ", engine " + group->backend_name() +
+                     (o.sync_bn ? ", SyncBatchNorm" : "") + ", backend " + group->backend_name() +
                      ", comm hook " + t.model->options().comm_hook()->name());
   }
   progress.message("shard of " + std::to_string(sampler.shard_size()) + " samples, " +
@@ -174,21 +175,21 @@ int train(const Options& o) {
   ddp::examples::MetricsOutput metrics(
       o, rank, state.epoch, "ConvNet on Fashion-MNIST, " + std::to_string(world) + " ranks");
 
-  auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
+  auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
-  for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
+  for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
     // A new shuffle every epoch, the same on every rank; a resumed epoch
     // continues from the samples the whole job consumed, at any world size.
     const int64_t consumed = epoch == state.epoch ? state.samples_in_epoch : 0;
     sampler.restore_global(epoch, consumed);
     const int64_t first_step = consumed / (o.batch_size * world);
     progress.begin_epoch(epoch, first_step);
-    for (int64_t step = first_step; !limitReached(); ++step) {
+    for (int64_t step = first_step; !limit_reached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
-      const double step_loss = trainStep(t, train_set.images().index_select(0, index),
-                                         train_set.labels().index_select(0, index));
+      const double step_loss = train_step(t, train_set.images().index_select(0, index),
+                                          train_set.labels().index_select(0, index));
       ++global_step;
       progress.step(step_loss, static_cast<int64_t>(batch.size()) * world);
       const bool epoch_done = sampler.position() == sampler.shard_size();
@@ -197,13 +198,13 @@ int train(const Options& o) {
       state.step_in_epoch = epoch_done ? 0 : step + 1;
       state.samples_in_epoch = epoch_done ? 0 : sampler.global_position();
       state.counters["global_step"] = global_step;
-      snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
+      snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
     // The epoch's loss: every rank's mean over the steps it ran, averaged.
-    loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) / world;
+    loss = ddp::examples::sum_across_ranks(done.mean_loss, *group) / world;
     ddp::examples::broadcast_buffers(*t.net, *group);
-    accuracy = ddp::examples::shardedAccuracy(
+    accuracy = ddp::examples::sharded_accuracy(
         t.net, test_set.images(), test_set.labels(), *group, 1000,
         [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
@@ -217,7 +218,7 @@ int train(const Options& o) {
   }
   if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
     ddp::examples::broadcast_buffers(*t.net, *group);
-    accuracy = ddp::examples::shardedAccuracy(
+    accuracy = ddp::examples::sharded_accuracy(
         t.net, test_set.images(), test_set.labels(), *group, 1000,
         [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
   }
@@ -231,7 +232,7 @@ int train(const Options& o) {
     progress.message(text);
     if (!outputs.empty()) progress.message(outputs);
     std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
-                ddp::examples::weightsDigest(*t.net).c_str(), loss, accuracy);
+                ddp::examples::weights_digest(*t.net).c_str(), loss, accuracy);
   }
   return 0;
 }
@@ -244,7 +245,7 @@ int main(int argc, char** argv) {
       "Run alone, or under ddprun/torchrun for several ranks.",
       "example_mnist_ddp"};
   Options o;
-  ddp::examples::addCommonOptions(app, o, /*reads_data=*/true);
+  ddp::examples::add_common_options(app, o, /*reads_data=*/true);
   app.add_option("--batch-size", o.batch_size, "samples per rank and step")
       ->check(CLI::Range(int64_t{1}, int64_t{60000}))
       ->capture_default_str();
@@ -271,7 +272,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--sync-bn", o.sync_bn, "SyncBatchNorm: batch statistics over every rank's batch");
   app.add_option("--backend", o.backend,
-                 "process-group engine: auto (NCCL for CUDA tensors, shm or Gloo for the rest), "
+                 "process-group backend: auto (NCCL for CUDA tensors, shm or Gloo for the rest), "
                  "shm, gloo or nccl")
       ->check(CLI::IsMember({"auto", "shm", "gloo", "nccl"}))
       ->capture_default_str();
@@ -287,5 +288,5 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 40))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  return ddp::examples::runExample([&] { return train(o); });
+  return ddp::examples::run_example([&] { return train(o); });
 }

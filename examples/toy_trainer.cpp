@@ -9,7 +9,7 @@
 // The data are random (generated from --seed, like the tutorial's), so
 // there is no --data-dir and no test set: the final line has no accuracy.
 // With --device cuda (or auto on a machine with CUDA) each rank trains on
-// its GPU, cuda:LOCAL_RANK, and the job's engine is `auto` (NCCL for the
+// its GPU, cuda:LOCAL_RANK, and the job's backend is `auto` (NCCL for the
 // gradients) instead of Gloo.
 // Every rank traces each step ("epoch E step S loss L"; the tests kill a
 // worker at a given step); --no-trace-steps leaves only rank 0's progress.
@@ -57,7 +57,7 @@ struct Options : ddp::examples::CommonOptions {
 // --kill-at RANK:STEP: that rank SIGKILLs itself after the step, in the
 // job's first run only (TORCHELASTIC_RESTART_COUNT 0), so that tests fail a
 // worker at an exact point.
-bool killsItselfAt(const Options& o, int rank, int64_t step) {
+bool kills_itself_at(const Options& o, int rank, int64_t step) {
   if (o.kill_at.empty()) return false;
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
   if (restarts != nullptr && std::string(restarts) != "0") return false;
@@ -69,10 +69,10 @@ bool killsItselfAt(const Options& o, int rank, int64_t step) {
 // One generation of the job (all of it unless ddprun --recovery memory
 // replaces a worker): the loop continues from `state`, wherever a snapshot,
 // a commit or the start left it.
-void trainGeneration(const Options& o, const std::shared_ptr<ddp::ProcessGroup>& group,
-                     ddp::elastic::State& elastic, torch::nn::Linear& net,
-                     torch::optim::SGD& optimizer, const torch::Tensor& inputs,
-                     const torch::Tensor& targets) {
+void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>& group,
+                      ddp::elastic::State& elastic, torch::nn::Linear& net,
+                      torch::optim::SGD& optimizer, const torch::Tensor& inputs,
+                      const torch::Tensor& targets) {
   const int rank = group->rank(), world = group->size();
   ddp::snapshot::TrainingState& state = elastic.training();
   ddp::DistributedDataParallel model(net, group);
@@ -99,17 +99,17 @@ void trainGeneration(const Options& o, const std::shared_ptr<ddp::ProcessGroup>&
   ddp::examples::MetricsOutput metrics(o, rank, state.epoch,
                                        "toy trainer, " + std::to_string(world) + " ranks");
 
-  auto limitReached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
+  auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   const torch::Device device = net->weight.device();  // --device's; each batch goes there
   double loss = NAN;
-  for (int64_t epoch = state.epoch; epoch < o.epochs && !limitReached(); ++epoch) {
+  for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
     // The epoch continues from the samples the whole job consumed, so a
     // job re-formed at another world size neither skips nor repeats any.
     const int64_t consumed = epoch == state.epoch ? state.samples_in_epoch : 0;
     sampler.restore_global(epoch, consumed);
     const int64_t first_step = consumed / (o.batch_size * world);
     progress.begin_epoch(epoch, first_step);
-    for (int64_t step = first_step; !limitReached(); ++step) {
+    for (int64_t step = first_step; !limit_reached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
@@ -135,30 +135,30 @@ void trainGeneration(const Options& o, const std::shared_ptr<ddp::ProcessGroup>&
       state.step_in_epoch = epoch_done ? 0 : step + 1;
       state.samples_in_epoch = epoch_done ? 0 : sampler.global_position();
       state.counters["global_step"] = global_step;
-      snapshots.afterStep(state, epoch_done, /*stopping=*/limitReached());
+      snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
       if (o.commit_every > 0 && global_step % o.commit_every == 0) {
         elastic.commit();
         if (o.trace_steps) std::cout << "committed step " << global_step << std::endl;
       }
-      if (killsItselfAt(o, rank, global_step)) ::kill(::getpid(), SIGKILL);
+      if (kills_itself_at(o, rank, global_step)) ::kill(::getpid(), SIGKILL);
       if (o.step_delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_delay_ms));
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
-    loss = ddp::examples::sumAcrossRanks(done.mean_loss, *group) / world;
+    loss = ddp::examples::sum_across_ranks(done.mean_loss, *group) / world;
     metrics.record({epoch + 1, loss, std::nullopt, done.samples_per_s, done.seconds});
   }
   const std::string outputs = metrics.finish();
   if (rank == 0) {
     if (!outputs.empty()) progress.message(outputs);
-    std::cout << "params-digest=" << ddp::examples::weightsDigest(*net) << std::endl;
+    std::cout << "params-digest=" << ddp::examples::weights_digest(*net) << std::endl;
     std::cout << "final loss=" << loss << std::endl;
   }
 }
 
 int train(const Options& o) {
-  // The engine depends on the device, so the device (GPU local rank) comes
+  // The backend depends on the device, so the device (GPU local rank) comes
   // before the group, which elastic::run starts.
-  const torch::Device device = ddp::examples::resolveDevice(o.device);
+  const torch::Device device = ddp::examples::resolve_device(o.device);
   // The tutorial's dataset: the same random samples on every rank (drawn on
   // the CPU, whatever the device, so that every device trains on the same).
   torch::manual_seed(o.seed);
@@ -174,7 +174,7 @@ int train(const Options& o) {
   ddp::elastic::run(
       elastic,
       [&](const std::shared_ptr<ddp::ProcessGroup>& group) {
-        trainGeneration(o, group, elastic, net, optimizer, inputs, targets);
+        train_generation(o, group, elastic, net, optimizer, inputs, targets);
       },
       ddp::elastic::RunOptions().init(
           ddp::InitOptions().backend(device.is_cuda() ? "auto" : "gloo")));
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       "snapshots and automatic resume. Run alone, or under ddprun/torchrun.",
       "example_toy_trainer"};
   Options o;
-  ddp::examples::addCommonOptions(app, o, /*reads_data=*/false);
+  ddp::examples::add_common_options(app, o, /*reads_data=*/false);
   app.add_option("--batch-size", o.batch_size, "samples per rank and step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
@@ -211,5 +211,5 @@ int main(int argc, char** argv) {
       });
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);  // A tiny model: more threads only add overhead.
-  return ddp::examples::runExample([&] { return train(o); });
+  return ddp::examples::run_example([&] { return train(o); });
 }

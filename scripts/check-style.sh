@@ -2,10 +2,11 @@
 # CI's style check: every C++ file as .clang-format lays it out, and every
 # name declared in the public headers (include/ddp/) as the naming rule of
 # CONTRIBUTING.md says, checked by clang-tidy's readability-identifier-naming
-# (.clang-tidy), and the layout rule (scripts/check-layout.sh: parts in their
-# folders and namespaces, no include cycle between parts). Installs
-# clang-format and clang-tidy (Debian 12's, 14) when missing. Exits non-zero,
-# listing each finding, when a check fails.
+# (.clang-tidy), every function name elsewhere in snake_case
+# (scripts/check-naming.py), and the layout rule (scripts/check-layout.sh:
+# parts in their folders and namespaces, no include cycle between parts).
+# Installs clang-format and clang-tidy (Debian 12's, 14) when missing. Exits
+# non-zero, listing each finding, when a check fails.
 #
 #   bash scripts/check-style.sh
 #
@@ -53,6 +54,10 @@ if ! clang-tidy --quiet --config-file=.clang-tidy "$unit" -- -std=gnu++17 -I"$(p
 else
   say "${#headers[@]} public headers follow the naming rule"
 fi
+# Function names outside the public headers (src/, tests/, benchmarks/,
+# examples/, tools/), read from the sources: clang-tidy over every
+# translation unit would take most of this leg.
+python3 scripts/check-naming.py || status=1
 bash scripts/check-layout.sh || status=1
 say "$([[ $status -eq 0 ]] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $status

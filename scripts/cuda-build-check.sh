@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds ddp against Debian 13's CUDA LibTorch 2.6 (contrib's
 # libtorch-cuda-dev: CUDA 12.4, NCCL 2.22 from non-free), with the NCCL
-# engine and every CUDA code path compiled, in a Debian 13 root of its own
+# backend and every CUDA code path compiled, in a Debian 13 root of its own
 # (libgloo-cuda-dev and the CPU root's libgloo-dev conflict). Runs the test
 # suite there when the binaries can load (CPU tests pass, GPU tests skip
 # with a message); says why when they cannot. Not part of CI: the root
@@ -109,7 +109,7 @@ configured=$(grep -o 'ddp: LibTorch [0-9.]*; nccl backend: [A-Z]*' "$log" | head
 nccl_symbols=$(nm -C "$repo/$build/lib/libddp_comm.a" 2>/dev/null | grep -c 'ProcessGroupNCCL' || true)
 targets=$(grep -c 'Linking CXX' "$log" || true)
 say "built: $configured; $targets targets linked; libddp_comm.a references c10d::ProcessGroupNCCL $nccl_symbols times"
-[[ "$configured" == *"nccl backend: ON"* && $nccl_symbols -gt 0 ]] || { say "the NCCL engine was not compiled in"; exit 1; }
+[[ "$configured" == *"nccl backend: ON"* && $nccl_symbols -gt 0 ]] || { say "the NCCL backend was not compiled in"; exit 1; }
 
 # --- The suite, where the binaries can load.
 unresolved=$(in_root "$root" env "${test_env[@]}" ldd "$repo/$build/bin/comm_tests" | awk '/not found/ {print $1}' | tr '\n' ' ')

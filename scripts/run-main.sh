@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README command 1: install the Debian packages, build, check the engine with
+# README command 1: install the Debian packages, build, check the backend with
 # a 2-rank all-reduce, then train the DDP tutorial's ConvNet on Fashion-MNIST
 # with 2 ranks on this machine's CPU for 5 epochs (example_mnist_ddp under
 # ddprun), writing the metrics and the loss/accuracy curves.

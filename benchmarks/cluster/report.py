@@ -6,7 +6,7 @@
 Reads DIR/steps.csv and DIR/allreduce.csv (and DIR/links.txt, the measured
 links, and DIR/failures.txt, the PyTorch runs that failed, when present) and prints medians over the runs of each
 configuration: ddp against PyTorch on each link, flat Gloo against the
-hierarchical engine, the comm hooks, and all-reduce times by size.
+hierarchical backend, the comm hooks, and all-reduce times by size.
 Standard library only; exit 2 when a file is missing.
 """
 import csv
@@ -47,12 +47,12 @@ def main():
     runs = defaultdict(lambda: defaultdict(list))
     for r in steps:
         key = (r["side"], r["model"], r["link"], f"{r['nodes']}x{r['ranks_per_node']}",
-               r["engine"], r["hook"])
+               r["backend"], r["hook"])
         for field in ("images_per_s", "step_ms", "nosync_step_ms", "tx_bytes_per_step"):
             runs[key][field].append(float(r[field]))
 
-    def med(side, model, link, layout, engine, hook, field):
-        values = runs.get((side, model, link, layout, engine, hook), {}).get(field)
+    def med(side, model, link, layout, backend, hook, field):
+        values = runs.get((side, model, link, layout, backend, hook), {}).get(field)
         return statistics.median(values) if values else None
 
     def exposed(*key):
@@ -89,7 +89,7 @@ def main():
                          fmt(megabytes(*d), 4), fmt(megabytes(*p), 4)])
         table(["model", "ddp img/s", "PT img/s", "ratio", "ddp step", "PT step", "ddp exposed",
                "PT exposed", "ddp MB", "PT MB"], rows)
-        print(f"\n== {link}: 2 nodes x 2 ranks, ddp: flat Gloo against the hierarchical engine")
+        print(f"\n== {link}: 2 nodes x 2 ranks, ddp: flat Gloo against the hierarchical backend")
         rows = []
         for model in ("convnet", "mlp"):
             f = ("ddp", model, link, "2x2", "gloo", "none")
@@ -121,7 +121,7 @@ def main():
     # All-reduce, us per call, by size.
     columns, times, sizes = [], defaultdict(list), set()
     for r in allreduce:
-        column = (f"{r['link']} {r['nodes']}x{r['ranks_per_node']} {r['engine']}"
+        column = (f"{r['link']} {r['nodes']}x{r['ranks_per_node']} {r['backend']}"
                   f"{'' if r.get('dtype', 'float32') == 'float32' else ' ' + r['dtype']}")
         if column not in columns:
             columns.append(column)

@@ -31,7 +31,7 @@ struct CommonOptions {
 /// Adds --epochs, --max-steps, --seed, --device, --snapshot-dir,
 /// --save-every-steps, --save-every-epochs, --metrics-csv, --plot and, for
 /// examples that read a data set, --data-dir.
-inline void addCommonOptions(CLI::App& app, CommonOptions& o, bool reads_data) {
+inline void add_common_options(CLI::App& app, CommonOptions& o, bool reads_data) {
   app.add_option("--epochs", o.epochs, "epochs to train")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();

@@ -20,7 +20,7 @@ namespace ddp::examples {
 /// uses "the current GPU" (NCCL staging a CPU tensor) uses this process's.
 /// \throws ConfigError for "cuda" without CUDA, and for a GPU the node lacks
 ///   (more processes than GPUs on the node).
-inline torch::Device resolveDevice(const std::string& choice, int local_rank) {
+inline torch::Device resolve_device(const std::string& choice, int local_rank) {
   if (choice != "auto" && choice != "cpu" && choice != "cuda") {
     throw ConfigError("--device " + choice + " is not a device; use auto, cpu or cuda.");
   }
@@ -44,11 +44,11 @@ inline torch::Device resolveDevice(const std::string& choice, int local_rank) {
   return device;
 }
 
-/// As resolveDevice(choice, local_rank) for the local rank the launcher's
+/// As resolve_device(choice, local_rank) for the local rank the launcher's
 /// variables give (as ddp::init() resolves them): for examples that pick
-/// their engine by the device, before their group starts.
-inline torch::Device resolveDevice(const std::string& choice) {
-  return resolveDevice(choice, resolve_topology(capture_environment()).local_rank);
+/// their backend by the device, before their group starts.
+inline torch::Device resolve_device(const std::string& choice) {
+  return resolve_device(choice, resolve_topology(capture_environment()).local_rank);
 }
 
 }  // namespace ddp::examples

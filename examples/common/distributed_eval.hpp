@@ -28,9 +28,9 @@ inline void broadcast_buffers(torch::nn::Module& module, ProcessGroup& group) {
 /// CPU). `forward` (default: model->forward) runs the model, e.g. under
 /// mixed precision.
 template <typename Model>
-double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::Tensor& labels,
-                       ProcessGroup& group, int64_t batch_size = 1000,
-                       std::function<torch::Tensor(const torch::Tensor&)> forward = nullptr) {
+double sharded_accuracy(Model& model, const torch::Tensor& images, const torch::Tensor& labels,
+                        ProcessGroup& group, int64_t batch_size = 1000,
+                        std::function<torch::Tensor(const torch::Tensor&)> forward = nullptr) {
   if (!forward) forward = [&model](const torch::Tensor& x) { return model->forward(x); };
   const std::vector<torch::Tensor> parameters = model->parameters();
   const torch::Device device = parameters.empty() ? images.device() : parameters[0].device();
@@ -55,7 +55,7 @@ double shardedAccuracy(Model& model, const torch::Tensor& images, const torch::T
 }
 
 /// The sum of `value` over all ranks (float64, one collective).
-inline double sumAcrossRanks(double value, ProcessGroup& group) {
+inline double sum_across_ranks(double value, ProcessGroup& group) {
   torch::Tensor t = torch::tensor({value}, torch::kFloat64);
   group.all_reduce(t, ReduceOp::kSum);
   return t.item<double>();

@@ -32,7 +32,7 @@ class PeriodicSnapshots {
   /// Call after every step. `state` holds where training would continue
   /// (epoch, step_in_epoch, counters["global_step"]); `epoch_done` says the
   /// step ended an epoch, `stopping` that the run ends here (--max-steps).
-  void afterStep(const snapshot::TrainingState& state, bool epoch_done, bool stopping) {
+  void after_step(const snapshot::TrainingState& state, bool epoch_done, bool stopping) {
     if (!manager_) return;
     const int64_t global_step = state.counters.at("global_step");
     const bool by_steps = every_steps_ > 0 && global_step % every_steps_ == 0;

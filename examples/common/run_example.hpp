@@ -19,7 +19,7 @@ namespace ddp::examples {
 /// Runs `train` (returning an exit status); an exception is reported on
 /// stderr and in the launcher's error file, and mapped to ddp's exit code.
 template <typename Train>
-int runExample(Train&& train) {
+int run_example(Train&& train) {
   try {
     return train();
   } catch (const std::exception& e) {
@@ -31,7 +31,7 @@ int runExample(Train&& train) {
 
 /// FNV-1a over the bytes of a module's parameters and buffers: equal
 /// digests mean bit-identical weights (tests compare resumed runs with it).
-inline std::string weightsDigest(const torch::nn::Module& module) {
+inline std::string weights_digest(const torch::nn::Module& module) {
   uint64_t hash = 1469598103934665603ull;
   auto add = [&](const torch::Tensor& tensor) {
     torch::Tensor bytes = tensor.contiguous().cpu();

@@ -118,7 +118,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
           batch.device, at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(batch.device)));
       flag = &record.found_inf_per_device.back().second;
     }
-    if (compat::hasFusedUnscale(batch.device.type())) {
+    if (compat::has_fused_unscale(batch.device.type())) {
       const at::Tensor inverse_scale =
           at::full({1}, inverse, at::TensorOptions().dtype(at::kFloat).device(batch.device));
       // Sets the flag to 1 when a gradient holds inf or NaN (checked before

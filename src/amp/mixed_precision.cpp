@@ -12,12 +12,12 @@
 namespace ddp::amp {
 namespace {
 
-bool isHalf(const at::Tensor& t) {
+bool is_half(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
 }
 
 // The one device type of the model's parameters (kCPU for a model without).
-c10::DeviceType deviceTypeOf(torch::nn::Module& model) {
+c10::DeviceType device_type_of(torch::nn::Module& model) {
   std::optional<c10::Device> device;
   for (const auto& item : model.named_parameters()) {
     const c10::Device here = item.value().device();
@@ -36,7 +36,7 @@ c10::DeviceType deviceTypeOf(torch::nn::Module& model) {
 
 MixedPrecision::MixedPrecision(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                AmpOptions options, std::shared_ptr<ProcessGroup> group)
-    : options_(options), device_type_(deviceTypeOf(model)), optimizer_(&optimizer) {
+    : options_(options), device_type_(device_type_of(model)), optimizer_(&optimizer) {
   const OptLevel level = options_.opt_level();
   if (level != OptLevel::kO0) check_half_dtype(options_.dtype(), device_type_, "MixedPrecision");
   const bool casts = level == OptLevel::kO2 || level == OptLevel::kO3;
@@ -59,7 +59,7 @@ MixedPrecision::MixedPrecision(torch::nn::Module& model, torch::optim::Optimizer
   std::unordered_map<const void*, at::Tensor> master_of;
   torch::NoGradGuard no_grad;
   for (const auto& module : model.modules(/*include_self=*/true)) {
-    if (level == OptLevel::kO2 && nn::detail::isBatchNorm(*module)) continue;  // stays float32
+    if (level == OptLevel::kO2 && nn::detail::is_batch_norm(*module)) continue;  // stays float32
     for (auto tensors : {module->named_parameters(false), module->named_buffers(false)}) {
       for (auto& item : tensors) {
         at::Tensor& tensor = item.value();
@@ -107,7 +107,7 @@ at::Tensor MixedPrecision::cast_input(const at::Tensor& input) const {
 }
 
 at::Tensor MixedPrecision::cast_output(const at::Tensor& output) const {
-  return output.defined() && isHalf(output) ? output.to(at::kFloat) : output;
+  return output.defined() && is_half(output) ? output.to(at::kFloat) : output;
 }
 
 void MixedPrecision::zero_grad() {

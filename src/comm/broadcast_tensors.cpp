@@ -30,28 +30,28 @@ void broadcast_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tenso
   for (const auto& t : tensors) by_device[t.device().str()].push_back(t);
   // Each tensor starts 8-byte aligned: reinterpreting bytes as a dtype
   // needs an offset divisible by its size.
-  auto bytesOf = [](const at::Tensor& t) {
+  auto bytes_of = [](const at::Tensor& t) {
     return t.numel() * static_cast<int64_t>(t.element_size());
   };
   auto aligned = [](int64_t n) { return (n + 7) / 8 * 8; };
   for (auto& [device, members] : by_device) {
     int64_t total = 0;
-    for (const auto& t : members) total += aligned(bytesOf(t));
+    for (const auto& t : members) total += aligned(bytes_of(t));
     at::Tensor packed = at::empty({total / 4}, members.front().options().dtype(at::kInt));
     at::Tensor bytes = packed.view(at::kByte);
     int64_t offset = 0;
     for (const auto& t : members) {
       if (group.rank() == root) {
-        bytes.narrow(0, offset, bytesOf(t)).copy_(t.reshape({-1}).view(at::kByte));
+        bytes.narrow(0, offset, bytes_of(t)).copy_(t.reshape({-1}).view(at::kByte));
       }
-      offset += aligned(bytesOf(t));
+      offset += aligned(bytes_of(t));
     }
     group.broadcast(packed, root);
     if (group.rank() == root) continue;
     offset = 0;
     for (const auto& t : members) {
-      t.copy_(bytes.narrow(0, offset, bytesOf(t)).view(t.scalar_type()).view(t.sizes()));
-      offset += aligned(bytesOf(t));
+      t.copy_(bytes.narrow(0, offset, bytes_of(t)).view(t.scalar_type()).view(t.sizes()));
+      offset += aligned(bytes_of(t));
     }
   }
 }

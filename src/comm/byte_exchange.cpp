@@ -8,7 +8,7 @@
 namespace ddp::comm::detail {
 namespace {
 
-int64_t wordsFor(int64_t bytes) { return std::max<int64_t>((bytes + 3) / 4, 1); }
+int64_t words_for(int64_t bytes) { return std::max<int64_t>((bytes + 3) / 4, 1); }
 
 }  // namespace
 
@@ -16,7 +16,7 @@ std::string broadcast_bytes(ProcessGroup& group, const std::string& bytes, int r
   at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
   group.broadcast(length, root);
   const int64_t size = length.item<int64_t>();
-  at::Tensor words = at::zeros({wordsFor(size)}, at::kInt);
+  at::Tensor words = at::zeros({words_for(size)}, at::kInt);
   if (group.rank() == root) std::memcpy(words.data_ptr(), bytes.data(), bytes.size());
   group.broadcast(words, root);
   return std::string(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(size));
@@ -27,7 +27,7 @@ std::vector<std::string> all_gather_bytes(ProcessGroup& group, const std::string
   at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
   at::Tensor lengths = at::empty({world}, at::kLong);
   group.all_gather(lengths, length);
-  const int64_t words = wordsFor(lengths.max().item<int64_t>());
+  const int64_t words = words_for(lengths.max().item<int64_t>());
   at::Tensor mine = at::zeros({words}, at::kInt);
   std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
   at::Tensor all = at::empty({world * words}, at::kInt);

@@ -6,7 +6,7 @@
 // Note [Bytes through a collective]
 // Bytes travel packed four to an int32 element, zero-padded, after their
 // length (an int64): a broadcast is two collectives, an all-gather two (the
-// lengths, then every rank's bytes padded to the longest). Every engine
+// lengths, then every rank's bytes padded to the longest). Every backend
 // carries int32 and int64, and no element is reinterpreted across ranks
 // with different byte orders: all ranks of a job share one architecture.
 

@@ -57,7 +57,7 @@ class CollectiveObservation {
 };
 
 /// Tells `observers` (not empty) about collective `name` on `tensor`
-/// (undefined for a barrier), which `issue` hands to the engine, and
+/// (undefined for a barrier), which `issue` hands to the backend, and
 /// returns its Work, which ends it for them when waited on (or destroyed).
 /// An error of `issue` ends it as never issued and propagates. Out of line,
 /// so that the caller's path without observers stays a check and a call.

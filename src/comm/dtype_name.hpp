@@ -8,7 +8,7 @@
 
 namespace ddp::comm::detail {
 
-inline std::string dtypeName(c10::ScalarType dtype) {
+inline std::string dtype_name(c10::ScalarType dtype) {
   switch (dtype) {
     case c10::ScalarType::Float:
       return "float32";

@@ -34,7 +34,7 @@ std::optional<std::string> lookup(const EnvironmentMap& env, const std::string& 
   return it->second;
 }
 
-int parseInteger(const std::string& text, const std::string& origin) {
+int parse_integer(const std::string& text, const std::string& origin) {
   int value = 0;
   const char* begin = text.data();
   const char* end = begin + text.size();
@@ -47,17 +47,17 @@ int parseInteger(const std::string& text, const std::string& origin) {
   return value;
 }
 
-std::optional<Sourced> integerVariable(const EnvironmentMap& env, const std::string& name,
-                                       LaunchSource source) {
+std::optional<Sourced> integer_variable(const EnvironmentMap& env, const std::string& name,
+                                        LaunchSource source) {
   auto text = lookup(env, name);
   if (!text) return std::nullopt;
   std::string origin = name + " (" + to_string(source) + ")";
-  return Sourced{parseInteger(*text, origin), origin};
+  return Sourced{parse_integer(*text, origin), origin};
 }
 
-Sourced requiredVariable(const EnvironmentMap& env, const std::string& name,
-                         const std::string& present, LaunchSource source) {
-  auto value = integerVariable(env, name, source);
+Sourced required_variable(const EnvironmentMap& env, const std::string& name,
+                          const std::string& present, LaunchSource source) {
+  auto value = integer_variable(env, name, source);
   if (!value) {
     throw ConfigError(present + " is set but " + name + " is missing (" + to_string(source) +
                       "'s variables come together). Set " + name +
@@ -89,23 +89,23 @@ bool describes(const EnvironmentMap& env, const LauncherVariables& names) {
   return env.count(names.rank) || env.count(names.world_size);
 }
 
-PartialTopology fromLauncher(const EnvironmentMap& env, const LauncherVariables& names) {
+PartialTopology from_launcher(const EnvironmentMap& env, const LauncherVariables& names) {
   PartialTopology t;
   t.source = names.source;
   const char* present = env.count(names.rank) ? names.rank : names.world_size;
-  t.rank = requiredVariable(env, names.rank, present, names.source);
-  t.world_size = requiredVariable(env, names.world_size, present, names.source);
-  t.local_rank = integerVariable(env, names.local_rank, names.source);
-  t.local_world_size = integerVariable(env, names.local_world_size, names.source);
-  if (names.group_rank) t.group_rank = integerVariable(env, names.group_rank, names.source);
+  t.rank = required_variable(env, names.rank, present, names.source);
+  t.world_size = required_variable(env, names.world_size, present, names.source);
+  t.local_rank = integer_variable(env, names.local_rank, names.source);
+  t.local_world_size = integer_variable(env, names.local_world_size, names.source);
+  if (names.group_rank) t.group_rank = integer_variable(env, names.group_rank, names.source);
   t.master_addr = lookup(env, "MASTER_ADDR");
-  t.master_port = integerVariable(env, "MASTER_PORT", names.source);
+  t.master_port = integer_variable(env, "MASTER_PORT", names.source);
   return t;
 }
 
 // torchrun's (and ddprun's) variables about the job rather than the rank.
-void addTorchrunExtras(const EnvironmentMap& env, PartialTopology& t) {
-  t.restart_count = integerVariable(env, kRestartCountVariable, LaunchSource::kTorchrun);
+void add_torchrun_extras(const EnvironmentMap& env, PartialTopology& t) {
+  t.restart_count = integer_variable(env, kRestartCountVariable, LaunchSource::kTorchrun);
   const auto agent_store = lookup(env, kAgentStoreVariable);
   if (!agent_store || *agent_store == "False") return;
   if (*agent_store != "True") {
@@ -118,7 +118,7 @@ void addTorchrunExtras(const EnvironmentMap& env, PartialTopology& t) {
 
 // Slurm writes node lists compressed: "node[01-04,07],gpu5". Rank 0 runs on
 // the first node, which is what the rendezvous needs.
-std::string firstSlurmHost(const std::string& nodelist) {
+std::string first_slurm_host(const std::string& nodelist) {
   std::string first;
   int depth = 0;
   for (char c : nodelist) {
@@ -137,16 +137,16 @@ std::string firstSlurmHost(const std::string& nodelist) {
 
 // SLURM_TASKS_PER_NODE looks like "2(x3),1": three nodes with 2 tasks, then
 // one node with 1. Returns the count for node `node_id`.
-std::optional<int> slurmTasksOnNode(const std::string& spec, int node_id) {
+std::optional<int> slurm_tasks_on_node(const std::string& spec, int node_id) {
   std::stringstream items(spec);
   std::string item;
   int node = 0;
   while (std::getline(items, item, ',')) {
-    int tasks = parseInteger(item.substr(0, item.find('(')), "SLURM_TASKS_PER_NODE (Slurm)");
+    int tasks = parse_integer(item.substr(0, item.find('(')), "SLURM_TASKS_PER_NODE (Slurm)");
     int repeat = 1;
     if (auto x = item.find("(x"); x != std::string::npos) {
       repeat =
-          parseInteger(item.substr(x + 2, item.find(')') - x - 2), "SLURM_TASKS_PER_NODE (Slurm)");
+          parse_integer(item.substr(x + 2, item.find(')') - x - 2), "SLURM_TASKS_PER_NODE (Slurm)");
     }
     if (node_id < node + repeat) return tasks;
     node += repeat;
@@ -155,11 +155,11 @@ std::optional<int> slurmTasksOnNode(const std::string& spec, int node_id) {
 }
 
 // Slurm also describes nodes of unequal size and names the master's host.
-void addSlurmExtras(const EnvironmentMap& env, PartialTopology& t) {
+void add_slurm_extras(const EnvironmentMap& env, PartialTopology& t) {
   if (!t.local_world_size) {
     auto spec = lookup(env, "SLURM_TASKS_PER_NODE");
     if (spec) {
-      if (auto tasks = slurmTasksOnNode(*spec, t.group_rank ? t.group_rank->value : 0)) {
+      if (auto tasks = slurm_tasks_on_node(*spec, t.group_rank ? t.group_rank->value : 0)) {
         t.local_world_size = Sourced{*tasks, "SLURM_TASKS_PER_NODE (Slurm)"};
       }
     }
@@ -167,26 +167,26 @@ void addSlurmExtras(const EnvironmentMap& env, PartialTopology& t) {
   if (!t.master_addr) {
     auto nodelist = lookup(env, "SLURM_STEP_NODELIST");
     if (!nodelist) nodelist = lookup(env, "SLURM_JOB_NODELIST");
-    if (nodelist) t.master_addr = firstSlurmHost(*nodelist);
+    if (nodelist) t.master_addr = first_slurm_host(*nodelist);
   }
 }
 
-PartialTopology fromEnvironment(const EnvironmentMap& env) {
+PartialTopology from_environment(const EnvironmentMap& env) {
   if (describes(env, kTorchrun)) {
-    PartialTopology t = fromLauncher(env, kTorchrun);
-    addTorchrunExtras(env, t);
+    PartialTopology t = from_launcher(env, kTorchrun);
+    add_torchrun_extras(env, t);
     return t;
   }
-  if (describes(env, kOpenMpi)) return fromLauncher(env, kOpenMpi);
+  if (describes(env, kOpenMpi)) return from_launcher(env, kOpenMpi);
   if (describes(env, kSlurm)) {
-    PartialTopology t = fromLauncher(env, kSlurm);
-    addSlurmExtras(env, t);
+    PartialTopology t = from_launcher(env, kSlurm);
+    add_slurm_extras(env, t);
     return t;
   }
   return PartialTopology{};
 }
 
-void applyOverrides(PartialTopology& t, const TopologyOverrides& o) {
+void apply_overrides(PartialTopology& t, const TopologyOverrides& o) {
   auto apply = [](std::optional<Sourced>& field, const std::optional<int>& value,
                   const char* name) {
     if (value) field = Sourced{*value, std::string("the explicit ") + name + " option"};
@@ -212,8 +212,8 @@ void applyOverrides(PartialTopology& t, const TopologyOverrides& o) {
   }
 }
 
-void checkRange(const Sourced& value, int low, int high_exclusive, const std::string& rule,
-                const std::string& fix) {
+void check_range(const Sourced& value, int low, int high_exclusive, const std::string& rule,
+                 const std::string& fix) {
   if (value.value < low || value.value >= high_exclusive) {
     throw ConfigError(detail::str(value.origin, " is ", value.value, ", but ", rule, ". ", fix));
   }
@@ -248,34 +248,34 @@ EnvironmentMap capture_environment() {
 }
 
 Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& overrides) {
-  PartialTopology p = fromEnvironment(env);
-  applyOverrides(p, overrides);
+  PartialTopology p = from_environment(env);
+  apply_overrides(p, overrides);
 
   Topology t;
   t.source = p.source;
   if (!p.rank) return t;  // No launcher and no overrides: a single process.
 
   const Sourced& world = *p.world_size;
-  checkRange(world, 1, 1 << 24, "the world size must be at least 1",
-             "Check the launcher's process count.");
-  checkRange(*p.rank, 0, world.value,
-             detail::str("ranks run from 0 to ", world.value - 1, " (", world.origin, " is ",
-                         world.value, ")"),
-             "Each process needs a distinct rank below the world size: check the launcher "
-             "command or the values you exported.");
+  check_range(world, 1, 1 << 24, "the world size must be at least 1",
+              "Check the launcher's process count.");
+  check_range(*p.rank, 0, world.value,
+              detail::str("ranks run from 0 to ", world.value - 1, " (", world.origin, " is ",
+                          world.value, ")"),
+              "Each process needs a distinct rank below the world size: check the launcher "
+              "command or the values you exported.");
   t.rank = p.rank->value;
   t.world_size = world.value;
 
   // Without node-local information, assume every rank runs on this node.
   Sourced local_world = p.local_world_size.value_or(Sourced{world.value, "the world size"});
-  checkRange(
+  check_range(
       local_world, 1, world.value + 1,
       detail::str("the local world size must be between 1 and the world size (", world.value, ")"),
       "Check the launcher's per-node process count.");
   Sourced local_rank = p.local_rank.value_or(Sourced{t.rank % local_world.value, "the rank"});
-  checkRange(local_rank, 0, local_world.value,
-             detail::str("local ranks run from 0 to ", local_world.value - 1),
-             "Check the launcher's per-node process count.");
+  check_range(local_rank, 0, local_world.value,
+              detail::str("local ranks run from 0 to ", local_world.value - 1),
+              "Check the launcher's per-node process count.");
   t.local_rank = local_rank.value;
   t.local_world_size = local_world.value;
   t.group_rank = p.group_rank ? p.group_rank->value : t.rank / local_world.value;
@@ -295,13 +295,13 @@ Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& ov
         "or use ddprun/torchrun, which set them."));
   }
   if (p.master_port) {
-    checkRange(*p.master_port, 1, 65536, "a TCP port must be between 1 and 65535",
-               "Choose a free port, e.g. MASTER_PORT=29500.");
+    check_range(*p.master_port, 1, 65536, "a TCP port must be between 1 and 65535",
+                "Choose a free port, e.g. MASTER_PORT=29500.");
     t.master_port = p.master_port->value;
   }
   if (p.restart_count) {
-    checkRange(*p.restart_count, 0, 1 << 30, "a restart count is 0 or more",
-               "Leave TORCHELASTIC_RESTART_COUNT to the launcher.");
+    check_range(*p.restart_count, 0, 1 << 30, "a restart count is 0 or more",
+                "Leave TORCHELASTIC_RESTART_COUNT to the launcher.");
     t.restart_count = p.restart_count->value;
   }
   t.agent_store = p.agent_store;

@@ -65,7 +65,7 @@ namespace {
 
 std::terminate_handler previous_handler = nullptr;
 
-[[noreturn]] void recordThenTerminate() {
+[[noreturn]] void record_then_terminate() {
   if (std::exception_ptr uncaught = std::current_exception()) {
     try {
       std::rethrow_exception(uncaught);
@@ -82,7 +82,7 @@ std::terminate_handler previous_handler = nullptr;
 
 void record_uncaught_errors() noexcept {
   static std::once_flag installed;
-  std::call_once(installed, [] { previous_handler = std::set_terminate(recordThenTerminate); });
+  std::call_once(installed, [] { previous_handler = std::set_terminate(record_then_terminate); });
 }
 
 std::optional<RecordedError> read_error_file(const std::string& path) {

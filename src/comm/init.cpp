@@ -39,31 +39,31 @@ void validate(const InitOptions& options) {
   positive(options.collective_timeout(), "collective_timeout");
 }
 
-std::string rankKey(int rank) { return detail::str("ddp/joined/", rank); }
+std::string rank_key(int rank) { return detail::str("ddp/joined/", rank); }
 
 // The ranks below world_size without their key in `store` (at most 16
 // named), and how many there are.
-std::pair<std::string, int> missingRanks(c10d::Store& store, const Topology& topology) {
+std::pair<std::string, int> missing_ranks(c10d::Store& store, const Topology& topology) {
   std::string missing;
   int count = 0;
   for (int r = 0; r < topology.world_size; ++r) {
-    if (store.check({rankKey(r)})) continue;
+    if (store.check({rank_key(r)})) continue;
     if (count++ < 16) missing += detail::str(missing.empty() ? "" : ", ", r);
   }
   return {missing, count};
 }
 
-// Note [Joining before the engine starts]
+// Note [Joining before the backend starts]
 // Gloo's own rendezvous would also time out when a rank is missing, but its
 // message names a store key, not a rank. ddp first has every rank announce
 // itself with its world size, so a missing rank or a rank started with
 // another WORLD_SIZE is reported as such.
-void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::milliseconds timeout,
-                  const std::string& where) {
+void join_all_ranks(c10d::Store& store, const Topology& topology, std::chrono::milliseconds timeout,
+                    const std::string& where) {
   const std::string world = std::to_string(topology.world_size);
-  store.set(rankKey(topology.rank), std::vector<uint8_t>(world.begin(), world.end()));
+  store.set(rank_key(topology.rank), std::vector<uint8_t>(world.begin(), world.end()));
   std::vector<std::string> keys;
-  for (int r = 0; r < topology.world_size; ++r) keys.push_back(rankKey(r));
+  for (int r = 0; r < topology.world_size; ++r) keys.push_back(rank_key(r));
   std::exception_ptr timed_out;
   try {
     store.wait(keys, timeout);
@@ -75,7 +75,7 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
   if (timed_out) {
     std::pair<std::string, int> missing;
     try {
-      missing = missingRanks(store, topology);
+      missing = missing_ranks(store, topology);
     } catch (const std::exception&) {
       std::rethrow_exception(timed_out);  // the store itself failed: say that
     }
@@ -87,7 +87,7 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
         "none of them failed at start-up, or raise the rendezvous timeout."));
   }
   for (int r = 0; r < topology.world_size; ++r) {
-    auto value = store.get(rankKey(r));
+    auto value = store.get(rank_key(r));
     std::string theirs(value.begin(), value.end());
     if (theirs != world) {
       throw ConfigError(detail::str("rank ", r, " was started with world size ", theirs,
@@ -100,7 +100,7 @@ void joinAllRanks(c10d::Store& store, const Topology& topology, std::chrono::mil
 // The job's secret, from the file ddprun (or the user) names; without one
 // the store admits anyone who can reach it, as c10d's does, and rank 0 says
 // so once.
-std::string jobSecret(const EnvironmentMap& env, const Topology& topology) {
+std::string job_secret(const EnvironmentMap& env, const Topology& topology) {
   const auto file = env.find(store::kJobSecretFileVariable);
   if (file != env.end() && !file->second.empty()) return store::read_job_secret(file->second);
   if (topology.rank == 0) {
@@ -130,16 +130,16 @@ std::string jobSecret(const EnvironmentMap& env, const Topology& topology) {
 // the prefix a restarted job would find the failed attempt's keys. The
 // store authenticates no one: ddp's job secret applies only where ddp hosts
 // the store, and rank 0 says so once.
-std::string agentStorePrefix(const Topology& topology) {
+std::string agent_store_prefix(const Topology& topology) {
   return detail::str("/worker/attempt_", topology.restart_count);
 }
 
-compat::StorePtr joinAgentStore(const Topology& topology, const EnvironmentMap& env,
-                                std::chrono::milliseconds timeout) {
-  const std::string endpoint = store::formatEndpoint(topology.master_addr, topology.master_port);
+compat::StorePtr join_agent_store(const Topology& topology, const EnvironmentMap& env,
+                                  std::chrono::milliseconds timeout) {
+  const std::string endpoint = store::format_endpoint(topology.master_addr, topology.master_port);
   c10::intrusive_ptr<c10d::Store> client;
   try {
-    client = compat::makeC10dTcpStore(topology.master_addr, topology.master_port,
+    client = compat::make_c10d_tcp_store(topology.master_addr, topology.master_port,
                                       /*is_server=*/false, timeout);
   } catch (const c10::Error& error) {
     const std::string why = error.what_without_backtrace();
@@ -162,31 +162,31 @@ compat::StorePtr joinAgentStore(const Topology& topology, const EnvironmentMap& 
                  "whose store admits only the job's ranks."
               << std::endl;
   }
-  auto store = c10::make_intrusive<c10d::PrefixStore>(agentStorePrefix(topology), client);
-  joinAllRanks(*store, topology, timeout, "torchrun's store at " + endpoint);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(agent_store_prefix(topology), client);
+  join_all_ranks(*store, topology, timeout, "torchrun's store at " + endpoint);
   return store;
 }
 
 // The rendezvous store: a TcpStore hosted by rank 0, or torchrun's agent's
 // (a HashStore alone).
-compat::StorePtr connectStore(const Topology& topology, const EnvironmentMap& env,
-                              std::chrono::milliseconds timeout) {
+compat::StorePtr connect_store(const Topology& topology, const EnvironmentMap& env,
+                               std::chrono::milliseconds timeout) {
   if (topology.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
-  if (topology.agent_store) return joinAgentStore(topology, env, timeout);
+  if (topology.agent_store) return join_agent_store(topology, env, timeout);
   auto store = c10::make_intrusive<TcpStore>(TcpStoreOptions()
                                                  .host(topology.master_addr)
                                                  .port(topology.master_port)
                                                  .is_server(topology.rank == 0)
                                                  .timeout(timeout)
-                                                 .secret(jobSecret(env, topology)));
-  joinAllRanks(*store, topology, timeout,
-               detail::str(topology.master_addr, ":", topology.master_port));
+                                                 .secret(job_secret(env, topology)));
+  join_all_ranks(*store, topology, timeout,
+                 detail::str(topology.master_addr, ":", topology.master_port));
   return store;
 }
 
-// The engine InitOptions::backend names.
-std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const EnvironmentMap& env,
-                                        compat::StorePtr& rendezvous) {
+// The backend InitOptions::backend names.
+std::shared_ptr<ProcessGroup> make_group(const InitOptions& options, const EnvironmentMap& env,
+                                         compat::StorePtr& rendezvous) {
   validate(options);
   TopologyOverrides overrides;
   overrides.rank = options.rank();
@@ -204,23 +204,23 @@ std::shared_ptr<ProcessGroup> makeGroup(const InitOptions& options, const Enviro
     context.gloo_interface = env.at("GLOO_SOCKET_IFNAME");
   }
   // Fail before touching the network if the backend cannot exist here.
-  if (options.backend() == "nccl" && !backends::ncclCompiledIn()) {
-    return backends::makeNcclProcessGroup(context);
+  if (options.backend() == "nccl" && !backends::nccl_compiled_in()) {
+    return backends::make_nccl_process_group(context);
   }
   if (options.store()) {
     rendezvous = options.store();
-    joinAllRanks(*rendezvous, context.topology, options.rendezvous_timeout(),
-                 "the store of InitOptions::store");
+    join_all_ranks(*rendezvous, context.topology, options.rendezvous_timeout(),
+                   "the store of InitOptions::store");
   } else {
-    rendezvous = connectStore(context.topology, env, options.rendezvous_timeout());
+    rendezvous = connect_store(context.topology, env, options.rendezvous_timeout());
   }
-  context.store = c10::make_intrusive<c10d::PrefixStore>("ddp/engine", rendezvous);
-  if (options.backend() == "gloo") return backends::makeGlooProcessGroup(context);
-  if (options.backend() == "nccl") return backends::makeNcclProcessGroup(context);
+  context.store = c10::make_intrusive<c10d::PrefixStore>("ddp/backend", rendezvous);
+  if (options.backend() == "gloo") return backends::make_gloo_process_group(context);
+  if (options.backend() == "nccl") return backends::make_nccl_process_group(context);
   if (options.backend() == "shm") {
-    return backends::makeShmProcessGroup(context, backends::groupRanksByNode(context));
+    return backends::make_shm_process_group(context, backends::group_ranks_by_node(context));
   }
-  return backends::makeAutoProcessGroup(context);
+  return backends::make_auto_process_group(context);
 }
 
 }  // namespace
@@ -232,7 +232,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
   record_uncaught_errors();  // no decorator needed (ddp/comm/error_file.hpp)
   compat::StorePtr rendezvous;
-  std::shared_ptr<ProcessGroup> group = makeGroup(options, env, rendezvous);
+  std::shared_ptr<ProcessGroup> group = make_group(options, env, rendezvous);
   if (rendezvous) {  // the group shares the store; this keeps it alive
     group->set_rendezvous_store(
         std::shared_ptr<c10d::Store>(rendezvous.get(), [rendezvous](c10d::Store*) {}));

@@ -2,7 +2,9 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/collective_observation.hpp"
 #include "ddp/comm/collective_observer.hpp"
@@ -13,7 +15,7 @@
 namespace ddp::comm {
 namespace {
 
-bool isSupportedDtype(c10::ScalarType dtype) {
+bool is_supported_dtype(c10::ScalarType dtype) {
   switch (dtype) {
     case c10::ScalarType::Float:
     case c10::ScalarType::Double:
@@ -27,7 +29,7 @@ bool isSupportedDtype(c10::ScalarType dtype) {
   }
 }
 
-void checkTensor(const char* collective, const char* role, const at::Tensor& tensor) {
+void check_tensor(const char* collective, const char* role, const at::Tensor& tensor) {
   const std::string where = std::string(collective) + ": the " + role + " tensor";
   if (!tensor.defined()) {
     throw InvalidArgumentError(where + " is undefined; pass an allocated tensor.");
@@ -41,22 +43,33 @@ void checkTensor(const char* collective, const char* role, const at::Tensor& ten
                                ", strides " + c10::str(tensor.strides()) +
                                "); pass tensor.contiguous() and copy the result back.");
   }
-  if (!isSupportedDtype(tensor.scalar_type())) {
-    throw InvalidArgumentError(where + " has dtype " + detail::dtypeName(tensor.scalar_type()) +
+  if (!is_supported_dtype(tensor.scalar_type())) {
+    throw InvalidArgumentError(where + " has dtype " + detail::dtype_name(tensor.scalar_type()) +
                                ", which ddp's collectives do not carry; use float32, float64, "
                                "bfloat16, float16, int32 or int64 (tensor.to(...)).");
   }
 }
 
-void checkSameKind(const char* collective, const at::Tensor& output, const at::Tensor& input) {
+void check_same_kind(const char* collective, const at::Tensor& output, const at::Tensor& input) {
   if (output.scalar_type() != input.scalar_type() || output.device() != input.device()) {
     throw InvalidArgumentError(
-        std::string(collective) + ": output is " + detail::dtypeName(output.scalar_type()) +
-        " on " + output.device().str() + " but input is " + detail::dtypeName(input.scalar_type()) +
-        " on " + input.device().str() +
+        std::string(collective) + ": output is " + detail::dtype_name(output.scalar_type()) +
+        " on " + output.device().str() + " but input is " +
+        detail::dtype_name(input.scalar_type()) + " on " + input.device().str() +
         "; both must have the same dtype and "
         "device.");
   }
+}
+
+// Hands a checked collective to the backend: `issue` is its do...() call.
+// The observers, when there are any, are told around it (Note [Observing
+// collectives]); without them this is the call alone, inlined.
+template <typename Issue>
+Work issue_observed(const std::vector<std::shared_ptr<CollectiveObserver>>& observers,
+                    const char* name, const at::Tensor& tensor, std::optional<ReduceOp> op,
+                    int root, Issue issue) {
+  if (observers.empty()) return issue();
+  return detail::observe_collective(observers, name, tensor, op, root, std::move(issue));
 }
 
 }  // namespace
@@ -90,14 +103,13 @@ void ProcessGroup::add_observer(std::shared_ptr<CollectiveObserver> observer) {
   observers_.push_back(std::move(observer));
 }
 
-// Each public method: check, then, only when observers are attached (Note
-// [Observing collectives]), tell them around the backend's call.
+// Each public method checks its arguments, then issues through
+// issue_observed().
 
 Work ProcessGroup::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
-  checkTensor("all_reduce", "input", tensor);
-  if (observers_.empty()) return do_all_reduce(tensor, op);
-  return detail::observe_collective(observers_, "all_reduce", tensor, op, -1,
-                                    [this, &tensor, op] { return do_all_reduce(tensor, op); });
+  check_tensor("all_reduce", "input", tensor);
+  return issue_observed(observers_, "all_reduce", tensor, op, -1,
+                        [this, &tensor, op] { return do_all_reduce(tensor, op); });
 }
 
 void ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
@@ -105,15 +117,14 @@ void ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
 }
 
 Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root) {
-  checkTensor("broadcast", "input", tensor);
+  check_tensor("broadcast", "input", tensor);
   if (root < 0 || root >= size()) {
     throw InvalidArgumentError(detail::str("broadcast: root rank ", root,
                                            " is outside the group (ranks 0 to ", size() - 1,
                                            "); pass an existing rank."));
   }
-  if (observers_.empty()) return do_broadcast(tensor, root);
-  return detail::observe_collective(observers_, "broadcast", tensor, std::nullopt, root,
-                                    [this, &tensor, root] { return do_broadcast(tensor, root); });
+  return issue_observed(observers_, "broadcast", tensor, std::nullopt, root,
+                        [this, &tensor, root] { return do_broadcast(tensor, root); });
 }
 
 void ProcessGroup::broadcast(const at::Tensor& tensor, int root) {
@@ -121,19 +132,17 @@ void ProcessGroup::broadcast(const at::Tensor& tensor, int root) {
 }
 
 Work ProcessGroup::all_gather_async(const at::Tensor& output, const at::Tensor& input) {
-  checkTensor("all_gather", "input", input);
-  checkTensor("all_gather", "output", output);
-  checkSameKind("all_gather", output, input);
+  check_tensor("all_gather", "input", input);
+  check_tensor("all_gather", "output", output);
+  check_same_kind("all_gather", output, input);
   if (output.numel() != input.numel() * size()) {
     throw InvalidArgumentError(detail::str(
         "all_gather: output has ", output.numel(),
         " elements but must hold every rank's input: ", size(), " ranks x ", input.numel(), " = ",
         input.numel() * size(), "; allocate it with size() * input.numel() elements."));
   }
-  if (observers_.empty()) return do_all_gather(output, input);
-  return detail::observe_collective(
-      observers_, "all_gather", input, std::nullopt, -1,
-      [this, &output, &input] { return do_all_gather(output, input); });
+  return issue_observed(observers_, "all_gather", input, std::nullopt, -1,
+                        [this, &output, &input] { return do_all_gather(output, input); });
 }
 
 void ProcessGroup::all_gather(const at::Tensor& output, const at::Tensor& input) {
@@ -142,9 +151,9 @@ void ProcessGroup::all_gather(const at::Tensor& output, const at::Tensor& input)
 
 Work ProcessGroup::reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
                                         ReduceOp op) {
-  checkTensor("reduce_scatter", "input", input);
-  checkTensor("reduce_scatter", "output", output);
-  checkSameKind("reduce_scatter", output, input);
+  check_tensor("reduce_scatter", "input", input);
+  check_tensor("reduce_scatter", "output", output);
+  check_same_kind("reduce_scatter", output, input);
   if (input.numel() != output.numel() * size()) {
     throw InvalidArgumentError(
         detail::str("reduce_scatter: input has ", input.numel(),
@@ -152,10 +161,9 @@ Work ProcessGroup::reduce_scatter_async(const at::Tensor& output, const at::Tens
                     " ranks x ", output.numel(), " = ", output.numel() * size(),
                     "; size the input as size() * output.numel()."));
   }
-  if (observers_.empty()) return do_reduce_scatter(output, input, op);
-  return detail::observe_collective(
-      observers_, "reduce_scatter", input, op, -1,
-      [this, &output, &input, op] { return do_reduce_scatter(output, input, op); });
+  return issue_observed(observers_, "reduce_scatter", input, op, -1, [this, &output, &input, op] {
+    return do_reduce_scatter(output, input, op);
+  });
 }
 
 void ProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
@@ -163,9 +171,8 @@ void ProcessGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& in
 }
 
 Work ProcessGroup::barrier_async() {
-  if (observers_.empty()) return do_barrier();
-  return detail::observe_collective(observers_, "barrier", at::Tensor(), std::nullopt, -1,
-                                    [this] { return do_barrier(); });
+  return issue_observed(observers_, "barrier", at::Tensor(), std::nullopt, -1,
+                        [this] { return do_barrier(); });
 }
 
 void ProcessGroup::barrier() { barrier_async().wait(); }

@@ -4,15 +4,15 @@
 
 namespace ddp::comm::detail {
 
-std::string timeoutMessage(const std::string& what, std::chrono::milliseconds timeout,
-                           const std::string& missing, const std::string& unknown_why) {
+std::string timeout_message(const std::string& what, std::chrono::milliseconds timeout,
+                            const std::string& missing, const std::string& unknown_why) {
   std::string text = str(what, " did not finish within ", timeout.count(), " ms");
   if (!missing.empty()) {
     text += ": rank(s) " + missing + " did not reach it";
   } else {
     const std::string why = unknown_why.substr(0, unknown_why.find('\n'));
     text += " (" +
-            (why.empty() ? std::string("the engine does not say which ranks were missing") : why) +
+            (why.empty() ? std::string("the backend does not say which ranks were missing") : why) +
             ")";
   }
   return str(text,

@@ -13,16 +13,16 @@ namespace ddp::comm {
 namespace detail {
 
 std::string CollectiveInfo::describe() const {
-  std::string text = engine.empty() ? name : engine + " " + name;
+  std::string text = backend.empty() ? name : backend + " " + name;
   if (op) text += std::string("(") + to_string(*op) + ")";
-  text += detail::str(" of ", numel, " ", dtypeName(dtype), " elements");
+  text += detail::str(" of ", numel, " ", dtype_name(dtype), " elements");
   return detail::str(text, " on rank ", rank, " of ", world_size);
 }
 
-CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, const char* name,
-                              const at::Tensor& tensor, std::optional<ReduceOp> op) {
+CollectiveInfo collective_info(const ProcessGroup& group, std::string backend, const char* name,
+                               const at::Tensor& tensor, std::optional<ReduceOp> op) {
   CollectiveInfo info;
-  info.engine = std::move(engine);
+  info.backend = std::move(backend);
   info.name = name;
   info.op = op;
   info.dtype = tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Float;
@@ -68,7 +68,7 @@ void WorkImpl::wait() {
     try {
       if (upstream_) upstream_->wait();
       if (work_) {
-        if (info_.engine_enforces_timeout) {
+        if (info_.backend_enforces_timeout) {
           work_->wait();
         } else {
           work_->wait(info_.timeout);
@@ -79,7 +79,7 @@ void WorkImpl::wait() {
       error_ = std::current_exception();
     } catch (const std::exception& e) {
       try {
-        rethrowAsDdpError(info_, e);
+        rethrow_as_ddp_error(info_, e);
       } catch (...) {
         error_ = std::current_exception();
       }
@@ -95,7 +95,7 @@ void WorkImpl::wait() {
 }
 
 // Lock-free so that polling never waits behind a blocking wait(); the
-// engine handles are kept until the Work is destroyed, so reading them here
+// backend handles are kept until the Work is destroyed, so reading them here
 // cannot race with wait().
 bool WorkImpl::is_completed() const {
   if (done_.load(std::memory_order_acquire)) return true;
@@ -103,32 +103,32 @@ bool WorkImpl::is_completed() const {
 }
 
 // Note [Classifying foreign errors]
-// ddp's own engines throw ddp's typed errors. The c10d engines throw
-// whatever Gloo or NCCL raise, with wording that differs between engines and
-// LibTorch versions, so the text decides nothing. Both engines were given
+// ddp's own backends throw ddp's typed errors. The c10d backends throw
+// whatever Gloo or NCCL raise, with wording that differs between backends and
+// LibTorch versions, so the text decides nothing. Both backends were given
 // this collective's timeout, and their timers started after `issued_at`: an
 // error raised once the timeout has elapsed since then is their timeout; an
 // earlier one (a closed connection, a peer that exited) is not.
-void rethrowAsDdpError(const CollectiveInfo& info, const std::exception& error) {
+void rethrow_as_ddp_error(const CollectiveInfo& info, const std::exception& error) {
   const std::string cause = error.what();
   if (std::chrono::steady_clock::now() - info.issued_at >= info.timeout) {
     throw TimeoutError(
-        timeoutMessage(info.describe(), info.timeout, "",
-                       "the engine does not say which ranks were missing; it said: " + cause));
+        timeout_message(info.describe(), info.timeout, "",
+                        "the backend does not say which ranks were missing; it said: " + cause));
   }
   throw CollectiveError(info.describe() + " failed: " + cause.substr(0, cause.find('\n')) +
                         ". A peer rank may have exited; check every rank's log.");
 }
 
-Work startCollective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
-                     std::function<void()> finish) {
+Work start_collective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
+                      std::function<void()> finish) {
   compat::WorkPtr work;
   try {
     work = issue();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    rethrowAsDdpError(info, e);
+    rethrow_as_ddp_error(info, e);
   }
   return Work(std::make_shared<WorkImpl>(info, std::move(work), std::move(finish)));
 }

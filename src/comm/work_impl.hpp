@@ -19,8 +19,8 @@ namespace ddp::comm::detail {
 /// What a collective is, kept so that an error can name it. The text is
 /// built only when needed, off the hot path.
 struct CollectiveInfo {
-  /// The engine ("gloo", "nccl", "shm", "hierarchical"), first in messages.
-  std::string engine;
+  /// The backend ("gloo", "nccl", "shm", "hierarchical"), first in messages.
+  std::string backend;
   const char* name = "";
   std::optional<ReduceOp> op;
   c10::ScalarType dtype = c10::ScalarType::Float;
@@ -28,28 +28,28 @@ struct CollectiveInfo {
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{0};
-  /// When the collective was handed to the engine.
+  /// When the collective was handed to the backend.
   std::chrono::steady_clock::time_point issued_at;
   /// Note [One clock decides a timeout]
-  /// The shared-memory engines enforce the timeout inside the collective,
+  /// The shared-memory backends enforce the timeout inside the collective,
   /// where they know which ranks are missing; waiting on their Work then
   /// sets no timer of its own, which would race theirs and win or lose by
   /// scheduling luck. NCCL's watchdog enforces it too (Note [NCCL's wait
   /// leaves the host free]). Gloo gets the timeout both as an option and on
   /// wait; either timer firing is the same timeout.
-  bool engine_enforces_timeout = false;
+  bool backend_enforces_timeout = false;
 
-  /// "<engine> all_reduce(sum) of 1024 float32 elements on rank 0 of 2".
+  /// "<backend> all_reduce(sum) of 1024 float32 elements on rank 0 of 2".
   std::string describe() const;
 };
 
-/// What `group`'s `engine` is about to run: `name` on `tensor` (undefined
+/// What `group`'s `backend` is about to run: `name` on `tensor` (undefined
 /// for a barrier), with `op` for reductions.
-CollectiveInfo collectiveInfo(const ProcessGroup& group, std::string engine, const char* name,
-                              const at::Tensor& tensor, std::optional<ReduceOp> op = std::nullopt);
+CollectiveInfo collective_info(const ProcessGroup& group, std::string backend, const char* name,
+                               const at::Tensor& tensor, std::optional<ReduceOp> op = std::nullopt);
 
-/// A collective in flight on an engine, plus an optional step that runs on
-/// the waiting thread once the engine is done (copying a widened bfloat16
+/// A collective in flight on an backend, plus an optional step that runs on
+/// the waiting thread once the backend is done (copying a widened bfloat16
 /// result back, dividing a sum into an average, reducing received chunks).
 class WorkImpl {
  public:
@@ -86,16 +86,16 @@ class WorkImpl {
   std::exception_ptr error_;
 };
 
-/// Rethrows an engine's exception as ddp's TimeoutError or CollectiveError,
+/// Rethrows an backend's exception as ddp's TimeoutError or CollectiveError,
 /// naming the collective: a timeout when the collective's timeout had elapsed
 /// since it was issued (Note [Classifying foreign errors]). Callers let
 /// ddp::Error through unchanged: its type is already its kind.
-[[noreturn]] void rethrowAsDdpError(const CollectiveInfo& info, const std::exception& error);
+[[noreturn]] void rethrow_as_ddp_error(const CollectiveInfo& info, const std::exception& error);
 
-/// Starts a collective: `issue` hands it to the engine; `finish` (optional)
-/// runs after the engine completes. Errors thrown while issuing are
+/// Starts a collective: `issue` hands it to the backend; `finish` (optional)
+/// runs after the backend completes. Errors thrown while issuing are
 /// translated like errors thrown while waiting.
-Work startCollective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
-                     std::function<void()> finish = {});
+Work start_collective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
+                      std::function<void()> finish = {});
 
 }  // namespace ddp::comm::detail

@@ -12,23 +12,23 @@
 namespace ddp::data {
 namespace {
 
-bool isFile(const std::string& path) {
+bool is_file(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
 // The gzipped name as distributed, else the name after `gunzip`.
-std::string findFile(const std::string& root, const std::string& name) {
+std::string find_file(const std::string& root, const std::string& name) {
   const std::string base = root.empty() || root.back() == '/' ? root + name : root + "/" + name;
   for (const std::string& candidate : {base + ".gz", base})
-    if (isFile(candidate)) return candidate;
+    if (is_file(candidate)) return candidate;
   throw DataError("Fashion-MNIST file '" + name + "' not found in '" + root + "' (tried '" + base +
                   ".gz' and '" + base +
                   "'). Install the Debian package that provides it, or point root at a "
                   "directory holding the four (Fashion-)MNIST idx files");
 }
 
-std::string shapeOf(const torch::Tensor& t) {
+std::string shape_of(const torch::Tensor& t) {
   std::ostringstream out;
   out << t.sizes() << " " << t.scalar_type();
   return out.str();
@@ -43,18 +43,18 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
                                         ", it must be positive. Use the data set's pixel standard "
                                         "deviation (0.3530 for Fashion-MNIST)"));
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
-  const std::string images_path = findFile(root, prefix + "-images-idx3-ubyte");
-  const std::string labels_path = findFile(root, prefix + "-labels-idx1-ubyte");
+  const std::string images_path = find_file(root, prefix + "-images-idx3-ubyte");
+  const std::string labels_path = find_file(root, prefix + "-labels-idx1-ubyte");
 
   torch::Tensor images = read_idx(images_path);
   if (images.scalar_type() != torch::kUInt8 || images.dim() != 3)
     throw DataError("idx file '" + images_path +
-                    "': expected uint8 images [N, rows, cols], found " + shapeOf(images) +
+                    "': expected uint8 images [N, rows, cols], found " + shape_of(images) +
                     ". Pass the images file of (Fashion-)MNIST");
   torch::Tensor labels = read_idx(labels_path);
   if (labels.scalar_type() != torch::kUInt8 || labels.dim() != 1)
     throw DataError("idx file '" + labels_path + "': expected uint8 labels [N], found " +
-                    shapeOf(labels) + ". Pass the labels file of (Fashion-)MNIST");
+                    shape_of(labels) + ". Pass the labels file of (Fashion-)MNIST");
   if (images.size(0) != labels.size(0))
     throw DataError(comm::detail::str("images and labels disagree in count: '", images_path,
                                       "' holds ", images.size(0), " images but '", labels_path,

@@ -33,7 +33,7 @@ namespace {
 
 constexpr const char* kRedownload = "Download the file again; it is damaged or not an idx file";
 
-std::string hexBytes(const unsigned char* bytes, size_t n) {
+std::string hex_bytes(const unsigned char* bytes, size_t n) {
   std::ostringstream out;
   static const char* digits = "0123456789abcdef";
   for (size_t i = 0; i < n; ++i) {
@@ -93,7 +93,7 @@ class ByteSource {
       size_t got = 0;
       if (gz_ != nullptr) {
         const int result = gzread(gz_, bytes + total, static_cast<unsigned>(want));
-        if (result < 0) failGzip();
+        if (result < 0) fail_gzip();
         got = static_cast<size_t>(result);
       } else {
         got = std::fread(bytes + total, 1, want, plain_);
@@ -108,7 +108,7 @@ class ByteSource {
   }
 
   // What zlib says about an early end of a gzipped file, for messages.
-  std::string endNote() {
+  std::string end_note() {
     if (gz_ == nullptr) return "";
     int code = Z_OK;
     gzerror(gz_, &code);
@@ -116,7 +116,7 @@ class ByteSource {
   }
 
  private:
-  [[noreturn]] void failGzip() {
+  [[noreturn]] void fail_gzip() {
     int code = Z_OK;
     const char* message = gzerror(gz_, &code);
     fail(path_, std::string("corrupt gzip data (zlib: ") + (message ? message : "unknown") + ")",
@@ -146,12 +146,12 @@ constexpr IdxType kTypes[] = {
 // below the 255 a corrupted byte can claim.
 constexpr int kMaxDims = 16;
 
-uint32_t bigEndian32(const unsigned char* p) {
+uint32_t big_endian32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
 // Converts big-endian elements of `width` bytes to this machine's order.
-void toHostOrder(unsigned char* data, size_t count, size_t width) {
+void to_host_order(unsigned char* data, size_t count, size_t width) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
   (void)data, (void)count, (void)width;
 #else
@@ -159,7 +159,7 @@ void toHostOrder(unsigned char* data, size_t count, size_t width) {
 #endif
 }
 
-std::string shapeText(const std::vector<int64_t>& dims) {
+std::string shape_text(const std::vector<int64_t>& dims) {
   std::ostringstream out;
   for (size_t i = 0; i < dims.size(); ++i) out << (i ? " x " : "") << dims[i];
   return dims.empty() ? "a scalar" : out.str();
@@ -177,12 +177,12 @@ at::Tensor read_idx(const std::string& path) {
     fail(path,
          comm::detail::str(
              "not an idx file: the ", kind, " holds only ", magic_bytes, " bytes (",
-             magic_bytes ? hexBytes(magic, magic_bytes) : "empty",
+             magic_bytes ? hex_bytes(magic, magic_bytes) : "empty",
              "), an idx file starts with a 4-byte magic number 00 00 <type> <dimensions>"),
          kRedownload);
   if (magic[0] != 0 || magic[1] != 0)
     fail(path,
-         "not an idx file: bad magic number " + hexBytes(magic, 4) +
+         "not an idx file: bad magic number " + hex_bytes(magic, 4) +
              " (an idx file starts with 00 00 <type> <dimensions>, e.g. 00 00 08 03 for images)",
          "Pass an idx file such as train-images-idx3-ubyte(.gz)");
   const IdxType* type = nullptr;
@@ -190,8 +190,8 @@ at::Tensor read_idx(const std::string& path) {
     if (candidate.code == magic[2]) type = &candidate;
   if (type == nullptr)
     fail(path,
-         "unknown type code 0x" + hexBytes(magic + 2, 1) + " in magic number " +
-             hexBytes(magic, 4) +
+         "unknown type code 0x" + hex_bytes(magic + 2, 1) + " in magic number " +
+             hex_bytes(magic, 4) +
              " (known: 08 uint8, 09 int8, 0b int16, 0c int32, 0d float32, 0e float64)",
          kRedownload);
   const int ndims = magic[3];
@@ -204,17 +204,18 @@ at::Tensor read_idx(const std::string& path) {
   std::vector<unsigned char> header(4 * static_cast<size_t>(ndims));
   const size_t header_bytes = source.read(header.data(), header.size());
   if (header_bytes < header.size())
-    fail(path,
-         comm::detail::str("truncated header: ", ndims, " dimensions need ", header.size(),
-                           " bytes after the magic number, found ", header_bytes, source.endNote()),
-         kRedownload);
+    fail(
+        path,
+        comm::detail::str("truncated header: ", ndims, " dimensions need ", header.size(),
+                          " bytes after the magic number, found ", header_bytes, source.end_note()),
+        kRedownload);
   std::vector<int64_t> dims(ndims);
   int64_t count = 1;
   // Zero dimensions count as 1 here: [0, 2^32-1, 2^32-1] holds no element,
   // but its strides would still overflow int64.
   int64_t bound = 1;
   for (int d = 0; d < ndims; ++d) {
-    dims[d] = bigEndian32(header.data() + 4 * d);
+    dims[d] = big_endian32(header.data() + 4 * d);
     // bound <= 2^31 and dims[d] < 2^32, so the product cannot overflow int64.
     count *= dims[d];
     bound *= std::max<int64_t>(dims[d], 1);
@@ -223,7 +224,7 @@ at::Tensor read_idx(const std::string& path) {
       const bool has_zero = std::count(shown.begin(), shown.end(), 0) > 0;
       fail(path,
            comm::detail::str(
-               "implausible dimensions ", shapeText(shown), d + 1 < ndims ? " x ..." : "",
+               "implausible dimensions ", shape_text(shown), d + 1 < ndims ? " x ..." : "",
                ": more than ", kMaxIdxElements, " elements",
                has_zero ? " (counting empty dimensions as 1, as their strides do)" : ""),
            kRedownload);
@@ -243,9 +244,9 @@ at::Tensor read_idx(const std::string& path) {
     if (got < want) {
       const size_t found = before + got;
       fail(path,
-           comm::detail::str("truncated data: ", shapeText(dims), " ", type->name,
+           comm::detail::str("truncated data: ", shape_text(dims), " ", type->name,
                              " elements: expected ", expected, " bytes of data, found ", found,
-                             source.endNote()),
+                             source.end_note()),
            kRedownload);
     }
   }
@@ -258,11 +259,11 @@ at::Tensor read_idx(const std::string& path) {
   if (extra > 0)
     fail(path,
          comm::detail::str("trailing garbage: ", extra >= kCountLimit ? "at least " : "", extra,
-                           " bytes after the ", expected, " bytes of data that ", shapeText(dims),
+                           " bytes after the ", expected, " bytes of data that ", shape_text(dims),
                            " ", type->name, " elements need"),
          "Check that the header's dimensions match the data, or download the file again");
 
-  toHostOrder(data.data(), static_cast<size_t>(count), type->bytes);
+  to_host_order(data.data(), static_cast<size_t>(count), type->bytes);
   at::Tensor result = at::empty(dims, at::TensorOptions().dtype(type->dtype));
   if (expected > 0) std::memcpy(result.data_ptr(), data.data(), expected);
   return result;

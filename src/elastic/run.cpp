@@ -17,7 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 int64_t milliseconds(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -152,7 +152,7 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
       if (!lost_peer) throw;
       failed_at = Clock::now();
       std::cerr << who << "generation " << generations.current()
-                << " lost a peer: " << firstLine(e.what())
+                << " lost a peer: " << first_line(e.what())
                 << "; waiting for the launcher's next generation (recovery in memory)" << std::endl;
     }
     group.reset();

@@ -30,7 +30,7 @@ using nlohmann::json;
 // therefore ends with a one-element all-reduce of "did anything fail here",
 // and every rank throws together: the failing rank with its reason, the
 // others pointing at it.
-void agreeOrThrow(ProcessGroup& group, const std::string& local_failure, const char* who) {
+void agree_or_throw(ProcessGroup& group, const std::string& local_failure, const char* who) {
   at::Tensor failed = at::full({1}, local_failure.empty() ? -1 : group.rank(), at::kLong);
   group.all_reduce(failed, ReduceOp::kMax);
   if (!local_failure.empty()) throw InvalidArgumentError(local_failure);
@@ -44,7 +44,7 @@ void agreeOrThrow(ProcessGroup& group, const std::string& local_failure, const c
 }
 
 // The parameter that a manifest entry's state tensor belongs to.
-const at::Tensor& parameterOf(const torch::optim::Optimizer& optimizer, const json& entry) {
+const at::Tensor& parameter_of(const torch::optim::Optimizer& optimizer, const json& entry) {
   return optimizer.param_groups()
       .at(entry.at("group").get<size_t>())
       .params()
@@ -63,14 +63,14 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
   // A cheap agreement check first (one all-reduce of a fingerprint); only
   // when ranks differ does the full comparison run, to name the difference.
   std::string text;
-  for (const auto& d : ddp::parallel::detail::describeTensors(names, tensors)) text += d + "\n";
+  for (const auto& d : ddp::parallel::detail::describe_tensors(names, tensors)) text += d + "\n";
   const int64_t fingerprint = static_cast<int64_t>(std::hash<std::string>{}(text) >> 2);
   at::Tensor extremes = at::tensor({fingerprint, -fingerprint}, at::kLong);
   group->all_reduce(extremes, ReduceOp::kMax);
   if (extremes[0].item<int64_t>() != -extremes[1].item<int64_t>()) {
     try {
-      ddp::parallel::detail::verifySameAcrossRanks(
-          *group, ddp::parallel::detail::describeTensors(names, tensors), "tensors");
+      ddp::parallel::detail::verify_same_across_ranks(
+          *group, ddp::parallel::detail::describe_tensors(names, tensors), "tensors");
     } catch (const InvalidArgumentError& e) {
       throw InvalidArgumentError(std::string("hvd::broadcast_parameters: ") + e.what());
     }
@@ -102,7 +102,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
   json description;
   std::string failure;
   try {
-    description = ddp::snapshot::detail::exportOptimizer(optimizer, tensors);
+    description = ddp::snapshot::detail::export_optimizer(optimizer, tensors);
   } catch (const SnapshotError& e) {
     failure = where + ": " + e.what() + ".";
   }
@@ -110,7 +110,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
     if (!failure.empty()) throw InvalidArgumentError(failure);
     return;
   }
-  agreeOrThrow(*group, failure, kWho);
+  agree_or_throw(*group, failure, kWho);
 
   // 2. The root's description, with the name, dtype and shape of every
   // state tensor, in the order they will travel.
@@ -140,7 +140,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
       if (group->rank() == root) {
         tensor = tensors.at(tensor_name);
       } else {
-        const at::Tensor& parameter = parameterOf(optimizer, entry);
+        const at::Tensor& parameter = parameter_of(optimizer, entry);
         tensor = at::empty(
             entry.at("sizes").get<std::vector<int64_t>>(),
             parameter.options().dtype(static_cast<at::ScalarType>(entry.at("dtype").get<int>())));
@@ -148,7 +148,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
       received[tensor_name] = tensor;
       travelling.push_back(tensor);
     }
-    ddp::snapshot::detail::checkOptimizer(where, shared.at("optimizer"), received, optimizer);
+    ddp::snapshot::detail::check_optimizer(where, shared.at("optimizer"), received, optimizer);
   } catch (const SnapshotError& e) {
     failure = std::string(e.what()) +
               ". Every rank must build the same optimizer over the "
@@ -158,13 +158,13 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
                                 "'s optimizer state does not fit this rank's optimizer (", e.what(),
                                 "). Every rank must build the same optimizer over the same model.");
   }
-  agreeOrThrow(*group, failure, kWho);
+  agree_or_throw(*group, failure, kWho);
 
   // 4. The state tensors in one collective, then the import.
   torch::NoGradGuard no_grad;
   broadcast_tensors(*group, travelling, root);
   if (group->rank() != root)
-    ddp::snapshot::detail::importOptimizer(shared.at("optimizer"), received, optimizer);
+    ddp::snapshot::detail::import_optimizer(shared.at("optimizer"), received, optimizer);
 }
 
 }  // namespace ddp::hvd

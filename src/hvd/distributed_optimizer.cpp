@@ -54,7 +54,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<torch::optim::Optimiz
   }
   fusion_ = std::make_shared<detail::GradientFusion>(std::move(trainable), options_.process_group(),
                                                      options_);
-  fusion_->attachHooks();
+  fusion_->attach_hooks();
   fusion_->set_step_start([this] {
     Join* join = active_join();
     if (join == nullptr) return 1.0;

@@ -26,7 +26,7 @@ using ddp::parallel::detail::CapRule;
 // alone, and a threshold of 0 gives one buffer per gradient. Horovod fuses
 // dynamically whatever is ready within a cycle; fixed buffers give the same
 // few large collectives with an order every rank knows without negotiating.
-BucketSettings fusionSettings(const DistributedOptimizerOptions& options) {
+BucketSettings fusion_settings(const DistributedOptimizerOptions& options) {
   BucketSettings settings;
   settings.first_cap_bytes = options.fusion_threshold_bytes();
   settings.cap_bytes = options.fusion_threshold_bytes();
@@ -47,14 +47,14 @@ GradientFusion::GradientFusion(std::vector<at::Tensor> parameters,
                                const DistributedOptimizerOptions& options)
     : group_(std::move(group)),
       options_(options),
-      buffers_(std::move(parameters), fusionSettings(options_)) {
+      buffers_(std::move(parameters), fusion_settings(options_)) {
   stats_.buffer_bytes = buffers_.bucket_bytes();
 }
 
-void GradientFusion::attachHooks() {
+void GradientFusion::attach_hooks() {
   std::weak_ptr<GradientFusion> weak = weak_from_this();
   buffers_.attach_hooks([weak](size_t index) {
-    if (auto self = weak.lock()) self->onGradientAccumulated(index);
+    if (auto self = weak.lock()) self->on_gradient_accumulated(index);
   });
 }
 
@@ -68,13 +68,13 @@ void GradientFusion::set_step_start(std::function<double()> step_start) {
   step_start_ = std::move(step_start);
 }
 
-void GradientFusion::startStep() {
+void GradientFusion::start_step() {
   if (step_started_) return;
   step_started_ = true;
   join_scale_ = step_start_ ? step_start_() : 1.0;
 }
 
-void GradientFusion::resetStep() {
+void GradientFusion::reset_step() {
   buffers_.reset();
   launched_during_backward_ = 0;
   step_started_ = false;
@@ -83,13 +83,13 @@ void GradientFusion::resetStep() {
 
 void GradientFusion::shadow_step() {
   std::lock_guard<std::mutex> lock(mutex_);
-  ScopeExit reset_at_exit([this] { resetStep(); });
+  ScopeExit reset_at_exit([this] { reset_step(); });
   for (Bucket& buffer : buffers_.buckets()) buffer.flat.zero_();
   buffers_.launch_rest([this](size_t b) { return issue(b); });
   for (Bucket& buffer : buffers_.buckets()) buffer.work.wait();
 }
 
-void GradientFusion::onGradientAccumulated(size_t index) {
+void GradientFusion::on_gradient_accumulated(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (buffers_.passes_left(index) == 0) {
     const int64_t k = options_.backward_passes_per_step();
@@ -101,7 +101,7 @@ void GradientFusion::onGradientAccumulated(size_t index) {
                           " backward pass(es), or set backward_passes_per_step to the number of "
                           "backward passes per step."));
   }
-  startStep();
+  start_step();
   if (!buffers_.count_pass(index)) return;
   // Every rank issues the buffers' collectives in the same order, whatever
   // order its gradients arrive in.
@@ -164,8 +164,8 @@ void GradientFusion::unpack(const Bucket& buffer) {
 
 void GradientFusion::synchronize() {
   std::lock_guard<std::mutex> lock(mutex_);
-  ScopeExit reset_at_exit([this] { resetStep(); });
-  startStep();
+  ScopeExit reset_at_exit([this] { reset_step(); });
+  start_step();
   buffers_.launch_rest([this](size_t b) { return launch(b); });
   at::NoGradGuard no_grad;
   for (Bucket& buffer : buffers_.buckets()) {

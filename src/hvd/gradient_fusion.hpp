@@ -24,7 +24,7 @@ class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
                  const DistributedOptimizerOptions& options);
 
   /// Installs the per-parameter hooks; call once, after construction.
-  void attachHooks();
+  void attach_hooks();
 
   /// Starts every buffer not started yet, waits for all and writes the
   /// reduced gradients into .grad; then a new step begins.
@@ -40,12 +40,12 @@ class GradientFusion : public std::enable_shared_from_this<GradientFusion> {
   void shadow_step();
 
  private:
-  void onGradientAccumulated(size_t index);
+  void on_gradient_accumulated(size_t index);
   Work launch(size_t buffer_index);
   Work issue(size_t buffer_index);
-  void startStep();
+  void start_step();
   void unpack(const ddp::parallel::detail::Bucket& buffer);
-  void resetStep();
+  void reset_step();
 
   std::shared_ptr<ProcessGroup> group_;
   DistributedOptimizerOptions options_;

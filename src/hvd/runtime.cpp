@@ -13,7 +13,7 @@ std::mutex& mutex() {
   return instance;
 }
 
-std::shared_ptr<ProcessGroup>& defaultGroup() {
+std::shared_ptr<ProcessGroup>& default_group() {
   static std::shared_ptr<ProcessGroup> group;
   return group;
 }
@@ -22,8 +22,8 @@ std::shared_ptr<ProcessGroup>& defaultGroup() {
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(mutex());
-  if (!defaultGroup()) defaultGroup() = ddp::init(options);
-  return defaultGroup();
+  if (!default_group()) default_group() = ddp::init(options);
+  return default_group();
 }
 
 void init(std::shared_ptr<ProcessGroup> group) {
@@ -33,17 +33,17 @@ void init(std::shared_ptr<ProcessGroup> group) {
         "ddp::init(), or call hvd::init() without arguments.");
   }
   std::lock_guard<std::mutex> lock(mutex());
-  defaultGroup() = std::move(group);
+  default_group() = std::move(group);
 }
 
 void shutdown() {
   std::lock_guard<std::mutex> lock(mutex());
-  defaultGroup().reset();
+  default_group().reset();
 }
 
 bool is_initialized() {
   std::lock_guard<std::mutex> lock(mutex());
-  return defaultGroup() != nullptr;
+  return default_group() != nullptr;
 }
 
 std::shared_ptr<ProcessGroup> process_group() {
@@ -64,12 +64,12 @@ std::shared_ptr<ProcessGroup> group_or_default(std::shared_ptr<ProcessGroup> gro
                                                const char* who) {
   if (group) return group;
   std::lock_guard<std::mutex> lock(mutex());
-  if (!defaultGroup()) {
+  if (!default_group()) {
     throw ConfigError(std::string(who) +
                       " needs a process group, and hvd::init() has not been "
                       "called: call ddp::hvd::init() at start-up, or pass a group explicitly.");
   }
-  return defaultGroup();
+  return default_group();
 }
 
 }  // namespace detail

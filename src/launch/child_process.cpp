@@ -21,7 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> childEnvironment(const ChildSpec& spec) {
+std::vector<std::string> child_environment(const ChildSpec& spec) {
   EnvironmentMap merged = capture_environment();
   for (const auto& name : spec.unset_env) merged.erase(name);
   for (const auto& [name, value] : spec.env) merged[name] = value;
@@ -37,7 +37,7 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return result;
 }
 
-void makePipe(int fds[2], const std::string& program) {
+void make_pipe(int fds[2], const std::string& program) {
   if (pipe2(fds, O_CLOEXEC) != 0) {
     const int error = errno;
     throw LaunchError("cannot start '" + program + "': creating a pipe for its output failed (" +
@@ -57,16 +57,16 @@ ChildProcess::ChildProcess(const ChildSpec& spec, bool separate_stderr) {
   }
   // Prepared before fork(): the child may only call async-signal-safe code.
   std::vector<std::string> argv = spec.argv;
-  std::vector<std::string> env = childEnvironment(spec);
+  std::vector<std::string> env = child_environment(spec);
   std::vector<char*> argv_ptrs = pointers(argv);
   std::vector<char*> env_ptrs = pointers(env);
   const pid_t parent = getpid();
 
   int out[2], err[2] = {-1, -1};
-  makePipe(out, spec.argv[0]);
+  make_pipe(out, spec.argv[0]);
   if (separate_stderr) {
     try {
-      makePipe(err, spec.argv[0]);
+      make_pipe(err, spec.argv[0]);
     } catch (...) {
       close(out[0]);
       close(out[1]);

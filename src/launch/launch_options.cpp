@@ -24,7 +24,7 @@ namespace ddp::launch {
 namespace {
 
 // `text` as a whole decimal int, or nothing.
-std::optional<int> toInt(const std::string& text) {
+std::optional<int> to_int(const std::string& text) {
   size_t used = 0;
   int value = 0;
   try {
@@ -36,7 +36,7 @@ std::optional<int> toInt(const std::string& text) {
   return value;
 }
 
-int resolveNproc(const std::string& text) {
+int resolve_nproc(const std::string& text) {
   // torchrun's meanings: one worker per GPU ("gpu", and "auto" when there
   // are GPUs) or per CPU core ("cpu", and "auto" without GPUs).
   if (text == "gpu") {
@@ -50,7 +50,7 @@ int resolveNproc(const std::string& text) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (text == "cpu") return cores;
   if (text == "auto") return at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : cores;
-  const std::optional<int> value = toInt(text);
+  const std::optional<int> value = to_int(text);
   if (!value) {
     throw ConfigError("--nproc-per-node is '" + text +
                       "'; it must be a number of workers such as 2, or 'gpu', 'cpu' or 'auto'.");
@@ -63,10 +63,10 @@ int resolveNproc(const std::string& text) {
 }
 
 // torchrun's --nnodes: N, or MIN:MAX.
-std::pair<int, int> parseNnodes(const std::string& text) {
+std::pair<int, int> parse_nnodes(const std::string& text) {
   const size_t colon = text.find(':');
-  const std::optional<int> low = toInt(text.substr(0, colon));
-  const std::optional<int> high = colon == std::string::npos ? low : toInt(text.substr(colon + 1));
+  const std::optional<int> low = to_int(text.substr(0, colon));
+  const std::optional<int> high = colon == std::string::npos ? low : to_int(text.substr(colon + 1));
   if (!low || !high) {
     throw ConfigError("--nnodes is '" + text +
                       "'; it must be a number of nodes such as 2, or a range MIN:MAX such as 1:4.");
@@ -78,7 +78,7 @@ std::pair<int, int> parseNnodes(const std::string& text) {
   return {*low, *high};
 }
 
-double toSeconds(const std::string& text, const std::string& name) {
+double to_seconds(const std::string& text, const std::string& name) {
   size_t used = 0;
   double value = 0;
   try {
@@ -101,7 +101,7 @@ std::chrono::milliseconds duration(double seconds, const std::string& name) {
 }
 
 // torchrun's --rdzv-conf: KEY=VALUE pairs separated by commas.
-void applyRdzvConf(const std::string& conf, LaunchPlan& plan) {
+void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
   size_t start = 0;
   while (start < conf.size()) {
     size_t end = conf.find(',', start);
@@ -119,9 +119,9 @@ void applyRdzvConf(const std::string& conf, LaunchPlan& plan) {
     const std::string value = item.substr(equals + 1);
     const std::string name = "--rdzv-conf " + key;
     if (key == "join_timeout" || key == "timeout") {
-      plan.rendezvous_timeout = duration(toSeconds(value, name), name);
+      plan.rendezvous_timeout = duration(to_seconds(value, name), name);
     } else if (key == "last_call_timeout") {
-      plan.last_call_timeout = duration(toSeconds(value, name), name);
+      plan.last_call_timeout = duration(to_seconds(value, name), name);
     } else if (key == "is_host") {
       std::string lower = value;
       for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -142,7 +142,7 @@ void applyRdzvConf(const std::string& conf, LaunchPlan& plan) {
 }
 
 // HOST[:PORT] or [IPv6]:PORT.
-std::pair<std::string, int> parseEndpoint(const std::string& text, int default_port) {
+std::pair<std::string, int> parse_endpoint(const std::string& text, int default_port) {
   std::string host = text;
   std::string port;
   if (!text.empty() && text.front() == '[') {
@@ -155,7 +155,7 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, int default_p
     host = text.substr(0, text.find(':'));
     port = text.substr(text.find(':') + 1);
   }
-  const std::optional<int> number = port.empty() ? default_port : toInt(port);
+  const std::optional<int> number = port.empty() ? default_port : to_int(port);
   if (host.empty() || !number || *number < 1 || *number > 65535) {
     throw ConfigError("--rdzv-endpoint is '" + text +
                       "'; it must be HOST[:PORT] with a port between 1 and 65535, e.g. "
@@ -164,15 +164,15 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, int default_p
   return {host, *number};
 }
 
-bool isExecutableFile(const std::filesystem::path& p) {
+bool is_executable_file(const std::filesystem::path& p) {
   return std::filesystem::is_regular_file(p) && access(p.c_str(), X_OK) == 0;
 }
 
 // `name` itself where it has a slash, else the first executable `name` in PATH.
-std::optional<std::string> searchPath(const std::string& name) {
+std::optional<std::string> search_path(const std::string& name) {
   namespace fs = std::filesystem;
   if (name.find('/') != std::string::npos) {
-    if (isExecutableFile(name)) return fs::absolute(name).string();
+    if (is_executable_file(name)) return fs::absolute(name).string();
     return std::nullopt;
   }
   const EnvironmentMap env = capture_environment();
@@ -182,13 +182,13 @@ std::optional<std::string> searchPath(const std::string& name) {
     size_t end = path.find(':', start);
     if (end == std::string::npos) end = path.size();
     fs::path candidate = fs::path(path.substr(start, end - start)) / name;
-    if (isExecutableFile(candidate)) return candidate.string();
+    if (is_executable_file(candidate)) return candidate.string();
     start = end + 1;
   }
   return std::nullopt;
 }
 
-bool endsWith(const std::string& text, const std::string& tail) {
+bool ends_with(const std::string& text, const std::string& tail) {
   return text.size() >= tail.size() &&
          text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -202,20 +202,20 @@ bool endsWith(const std::string& text, const std::string& tail) {
 // python3 in its PATH, the one a shell would run (a virtual environment's,
 // where one is active). Any other program runs itself, found through PATH
 // as a shell would find it; --no-python runs even a .py file itself.
-std::vector<std::string> resolveCommand(const LaunchOptions& options) {
+std::vector<std::string> resolve_command(const LaunchOptions& options) {
   namespace fs = std::filesystem;
   std::vector<std::string> argv = options.command;
   const std::string& name = argv.front();
   const bool script =
       !options.no_python &&
-      (endsWith(name, ".py") || (fs::is_regular_file(name) && access(name.c_str(), X_OK) != 0));
+      (ends_with(name, ".py") || (fs::is_regular_file(name) && access(name.c_str(), X_OK) != 0));
   if (script) {
     if (!fs::is_regular_file(name)) {
       throw ConfigError("the Python script '" + name +
                         "' does not exist; give its path (relative to the current directory), "
                         "or --no-python for a program that is not a Python script.");
     }
-    const std::optional<std::string> python = searchPath("python3");
+    const std::optional<std::string> python = search_path("python3");
     if (!python) {
       throw ConfigError("'" + name +
                         "' is a Python script, run as `python3 -u SCRIPT`, but there is no "
@@ -226,7 +226,7 @@ std::vector<std::string> resolveCommand(const LaunchOptions& options) {
     argv.insert(argv.begin(), {*python, "-u"});
     return argv;
   }
-  const std::optional<std::string> program = searchPath(name);
+  const std::optional<std::string> program = search_path(name);
   if (!program) {
     throw ConfigError(
         "the program '" + name + "' does not exist or is not executable" +
@@ -240,7 +240,7 @@ std::vector<std::string> resolveCommand(const LaunchOptions& options) {
 
 // Node 0 hosts the rendezvous at master_addr:master_port; find out now,
 // before starting anything, whether that port can be had.
-void checkPortFree(const std::string& host, int port) {
+void check_port_free(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
@@ -273,8 +273,8 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
   if (options.command.empty()) {
     throw ConfigError("no program given; usage: ddprun [options] PROGRAM [ARGS...]");
   }
-  plan.nproc = resolveNproc(options.nproc_per_node);
-  std::tie(plan.min_nodes, plan.max_nodes) = parseNnodes(options.nnodes);
+  plan.nproc = resolve_nproc(options.nproc_per_node);
+  std::tie(plan.min_nodes, plan.max_nodes) = parse_nnodes(options.nnodes);
   if (options.rdzv_backend == "c10d") {
     plan.c10d = true;
   } else if (options.rdzv_backend == "etcd" || options.rdzv_backend == "etcd-v2") {
@@ -314,7 +314,7 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
   plan.monitor_interval = duration(options.monitor_interval_s, "--monitor-interval");
   plan.stop_grace = duration(options.stop_grace_s, "--stop-grace");
   plan.rendezvous_timeout = duration(options.rendezvous_timeout_s, "--rendezvous-timeout");
-  applyRdzvConf(options.rdzv_conf, plan);
+  apply_rdzv_conf(options.rdzv_conf, plan);
   plan.redirects = StreamChoice::parse(options.redirects, "--redirects");
   plan.tee = StreamChoice::parse(options.tee, "--tee");
   if (options.standalone) {
@@ -322,7 +322,7 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
     plan.options.master_port = 0;  // chosen when the job starts
   } else if (!options.rdzv_endpoint.empty()) {
     // torchrun's endpoint: where the agents meet, for either backend.
-    std::tie(plan.store_host, plan.store_port) = parseEndpoint(options.rdzv_endpoint, 29400);
+    std::tie(plan.store_host, plan.store_port) = parse_endpoint(options.rdzv_endpoint, 29400);
     if (!plan.c10d) plan.options.master_addr = plan.store_host;
   } else if (plan.c10d && plan.max_nodes > 1) {
     throw ConfigError(
@@ -335,20 +335,20 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
     plan.store_host = options.master_addr;
     plan.store_port = options.master_port;
   }
-  plan.argv = resolveCommand(options);
+  plan.argv = resolve_command(options);
   if (!options.secret_file.empty()) {
     store::read_job_secret(options.secret_file);  // fail now, not in every worker
     plan.secret_file = std::filesystem::absolute(options.secret_file).string();
   }
   if (!options.standalone && !plan.c10d && options.node_rank == 0) {
-    checkPortFree(plan.store_host, plan.store_port);
+    check_port_free(plan.store_host, plan.store_port);
   }
   return plan;
 }
 
 StreamChoice StreamChoice::parse(const std::string& text, const std::string& option) {
   auto streams = [&](const std::string& value) {
-    const std::optional<int> number = toInt(value);
+    const std::optional<int> number = to_int(value);
     if (!number || *number < 0 || *number > 3) {
       throw ConfigError(option + " is '" + text +
                         "'; torchrun's values are 0 (none), 1 (stdout), 2 (stderr) or 3 (both), "
@@ -369,7 +369,7 @@ StreamChoice StreamChoice::parse(const std::string& text, const std::string& opt
     start = end + 1;
     const size_t colon = pair.find(':');
     const std::optional<int> rank =
-        colon == std::string::npos ? std::nullopt : toInt(pair.substr(0, colon));
+        colon == std::string::npos ? std::nullopt : to_int(pair.substr(0, colon));
     if (!rank || *rank < 0) streams("-1");  // throws, naming the whole value
     choice.by_rank_[*rank] = streams(pair.substr(colon + 1));
   }

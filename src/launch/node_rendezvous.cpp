@@ -27,8 +27,8 @@ std::string seconds(std::chrono::milliseconds duration) {
                            " s");
 }
 
-c10::intrusive_ptr<c10d::Store> storeAt(const LaunchPlan& plan, bool server,
-                                        const std::string& secret) {
+c10::intrusive_ptr<c10d::Store> store_at(const LaunchPlan& plan, bool server,
+                                         const std::string& secret) {
   return c10::make_intrusive<TcpStore>(TcpStoreOptions()
                                            .host(plan.store_host)
                                            .port(plan.store_port)
@@ -38,7 +38,7 @@ c10::intrusive_ptr<c10d::Store> storeAt(const LaunchPlan& plan, bool server,
 }
 
 // The host names the job; every other node must belong to it.
-void claimRunId(c10d::Store& store, bool host, const LaunchPlan& plan) {
+void claim_run_id(c10d::Store& store, bool host, const LaunchPlan& plan) {
   const std::string mine = plan.options.run_id;
   if (host) store.set("ddprun/run_id", bytes(mine));
   store.wait({"ddprun/run_id"}, plan.rendezvous_timeout);
@@ -59,19 +59,19 @@ NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret
     host_ = true;
   } else if (!plan.c10d) {
     host_ = plan.options.node_rank == 0;
-    store_ = storeAt(plan, host_, secret);
+    store_ = store_at(plan, host_, secret);
   } else {
     if (plan.is_host.value_or(true)) {
       try {
-        store_ = storeAt(plan, /*server=*/true, secret);
+        store_ = store_at(plan, /*server=*/true, secret);
         host_ = true;
       } catch (const RendezvousError&) {
         if (plan.is_host.value_or(false)) throw;  // told to host: say why it cannot
       }
     }
-    if (!host_) store_ = storeAt(plan, /*server=*/false, secret);
+    if (!host_) store_ = store_at(plan, /*server=*/false, secret);
   }
-  claimRunId(*store_, host_, plan);
+  claim_run_id(*store_, host_, plan);
   if (host_ && plan.c10d) {
     const std::string& local = plan.options.local_addr;
     store_->set(key(-1, "master_addr"), bytes(local.empty() ? plan.store_host : local));

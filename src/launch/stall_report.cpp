@@ -135,7 +135,7 @@ std::string describe_stall(std::vector<RankPosition> ranks) {
     }
     text += ", " + plural_ranks(finished) + " did";
   }
-  return text + ": the engine or the network between them stalled.";
+  return text + ": the backend or the network between them stalled.";
 }
 
 std::string encode_position(const RankPosition& position) {

@@ -16,7 +16,7 @@
 //   - when every rank reached the newest but they disagree on what it is,
 //     the ranks issued different collectives, and the report names each;
 //   - when every rank reached the same collective and some did not finish
-//     it, the stall is inside the engine or the network;
+//     it, the stall is inside the backend or the network;
 //   - when every rank finished its last collective, or none issued one,
 //     the failure was not a collective's, and there is nothing to say.
 // A rank with no file (it never started ddp) counts as having issued none.

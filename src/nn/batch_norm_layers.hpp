@@ -11,15 +11,16 @@
 namespace ddp::nn::detail {
 
 /// Whether `module` is a BatchNorm1d/2d/3d (LibTorch's own layers).
-inline bool isTorchBatchNorm(const torch::nn::Module& module) {
+inline bool is_torch_batch_norm(const torch::nn::Module& module) {
   return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) != nullptr ||
          dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr ||
          dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) != nullptr;
 }
 
 /// Whether `module` is any batch-norm layer, ddp::nn::SyncBatchNorm included.
-inline bool isBatchNorm(const torch::nn::Module& module) {
-  return isTorchBatchNorm(module) || dynamic_cast<const nn::SyncBatchNormImpl*>(&module) != nullptr;
+inline bool is_batch_norm(const torch::nn::Module& module) {
+  return is_torch_batch_norm(module) ||
+         dynamic_cast<const nn::SyncBatchNormImpl*>(&module) != nullptr;
 }
 
 }  // namespace ddp::nn::detail

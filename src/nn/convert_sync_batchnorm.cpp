@@ -19,7 +19,7 @@ struct Found {
   std::shared_ptr<torch::nn::Module> layer;
 };
 
-bool isContainer(const torch::nn::Module& module) {
+bool is_container(const torch::nn::Module& module) {
   return dynamic_cast<const torch::nn::SequentialImpl*>(&module) != nullptr ||
          dynamic_cast<const torch::nn::ModuleListImpl*>(&module) != nullptr ||
          dynamic_cast<const torch::nn::ModuleDictImpl*>(&module) != nullptr;
@@ -28,8 +28,8 @@ bool isContainer(const torch::nn::Module& module) {
 void collect(torch::nn::Module& parent, const std::string& prefix, std::vector<Found>& found) {
   for (const auto& child : parent.named_children()) {
     const std::string path = prefix + child.key();
-    if (detail::isTorchBatchNorm(*child.value())) {
-      if (!isContainer(parent)) {
+    if (detail::is_torch_batch_norm(*child.value())) {
+      if (!is_container(parent)) {
         throw InvalidArgumentError(
             "convert_sync_batchnorm: the batch-norm layer '" + path + "' is a child of a " +
             parent.name() +
@@ -46,8 +46,8 @@ void collect(torch::nn::Module& parent, const std::string& prefix, std::vector<F
 }
 
 template <typename BatchNormImpl>
-bool tryConvert(const std::shared_ptr<torch::nn::Module>& layer,
-                const std::shared_ptr<ProcessGroup>& group, SyncBatchNorm& result) {
+bool try_convert(const std::shared_ptr<torch::nn::Module>& layer,
+                 const std::shared_ptr<ProcessGroup>& group, SyncBatchNorm& result) {
   auto* bn = dynamic_cast<BatchNormImpl*>(layer.get());
   if (bn == nullptr) return false;
   result = SyncBatchNorm(bn->options, group, bn->weight, bn->bias, bn->running_mean,
@@ -56,12 +56,12 @@ bool tryConvert(const std::shared_ptr<torch::nn::Module>& layer,
   return true;
 }
 
-SyncBatchNorm convertLayer(const std::shared_ptr<torch::nn::Module>& layer,
-                           const std::shared_ptr<ProcessGroup>& group) {
+SyncBatchNorm convert_layer(const std::shared_ptr<torch::nn::Module>& layer,
+                            const std::shared_ptr<ProcessGroup>& group) {
   SyncBatchNorm result{nullptr};
-  if (tryConvert<torch::nn::BatchNorm1dImpl>(layer, group, result) ||
-      tryConvert<torch::nn::BatchNorm2dImpl>(layer, group, result) ||
-      tryConvert<torch::nn::BatchNorm3dImpl>(layer, group, result)) {
+  if (try_convert<torch::nn::BatchNorm1dImpl>(layer, group, result) ||
+      try_convert<torch::nn::BatchNorm2dImpl>(layer, group, result) ||
+      try_convert<torch::nn::BatchNorm3dImpl>(layer, group, result)) {
     return result;
   }
   throw InvalidArgumentError("convert_sync_batchnorm: " + layer->name() +
@@ -70,9 +70,9 @@ SyncBatchNorm convertLayer(const std::shared_ptr<torch::nn::Module>& layer,
 
 // Re-points the container's own list (what its forward uses) and its
 // registered child.
-void replaceInContainer(torch::nn::Module& parent, const std::string& name,
-                        const std::shared_ptr<torch::nn::Module>& old_layer,
-                        const SyncBatchNorm& layer) {
+void replace_in_container(torch::nn::Module& parent, const std::string& name,
+                          const std::shared_ptr<torch::nn::Module>& old_layer,
+                          const SyncBatchNorm& layer) {
   if (auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(&parent)) {
     for (auto& entry : *sequential) {
       if (entry.ptr() == old_layer) entry = torch::nn::AnyModule(layer);
@@ -99,7 +99,7 @@ std::shared_ptr<torch::nn::Module> convert_sync_batchnorm(std::shared_ptr<torch:
         "convert_sync_batchnorm: the process group is null; pass the group "
         "returned by ddp::init()");
   }
-  if (detail::isTorchBatchNorm(*module)) return convertLayer(module, group).ptr();
+  if (detail::is_torch_batch_norm(*module)) return convert_layer(module, group).ptr();
   std::vector<Found> found;
   collect(*module, "", found);  // throws before anything changes
   std::map<torch::nn::Module*, SyncBatchNorm>
@@ -107,9 +107,9 @@ std::shared_ptr<torch::nn::Module> convert_sync_batchnorm(std::shared_ptr<torch:
   for (const auto& item : found) {
     auto it = converted.find(item.layer.get());
     if (it == converted.end()) {
-      it = converted.emplace(item.layer.get(), convertLayer(item.layer, group)).first;
+      it = converted.emplace(item.layer.get(), convert_layer(item.layer, group)).first;
     }
-    replaceInContainer(*item.parent, item.name, item.layer, it->second);
+    replace_in_container(*item.parent, item.name, item.layer, it->second);
   }
   return module;
 }

@@ -134,8 +134,8 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
     average_factor =
         options.momentum() ? *options.momentum() : 1.0 / num_batches_tracked.item<double>();
   }
-  return detail::syncBatchNormTraining(input, weight, bias, running_mean, running_var,
-                                       average_factor, options.eps(), group);
+  return detail::sync_batch_norm_training(input, weight, bias, running_mean, running_var,
+                                          average_factor, options.eps(), group);
 }
 
 }  // namespace ddp::nn

@@ -24,26 +24,26 @@ struct GroupCapsule : torch::CustomClassHolder {
 
 // Statistics and arithmetic run in float32 for 16-bit inputs (the output
 // keeps the input's dtype), in the input's own type otherwise.
-c10::ScalarType computeType(const at::Tensor& input) {
+c10::ScalarType compute_type(const at::Tensor& input) {
   auto type = input.scalar_type();
   return type == at::kHalf || type == at::kBFloat16 ? at::kFloat : type;
 }
 
 // Every dimension but the channels (1).
-std::vector<int64_t> reduceDims(const at::Tensor& input) {
+std::vector<int64_t> reduce_dims(const at::Tensor& input) {
   std::vector<int64_t> dims{0};
   for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
   return dims;
 }
 
 // A per-channel vector shaped to broadcast against `input`: (1, C, 1, ...).
-at::Tensor perChannel(const at::Tensor& values, const at::Tensor& input) {
+at::Tensor per_channel(const at::Tensor& values, const at::Tensor& input) {
   std::vector<int64_t> shape(input.dim(), 1);
   shape[1] = values.numel();
   return values.view(shape);
 }
 
-std::string shapeOf(const at::Tensor& t) {
+std::string shape_of(const at::Tensor& t) {
   std::ostringstream text;
   text << t.sizes();
   return text.str();
@@ -68,8 +68,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const at::Tensor& running_mean = running.mean;
     const at::Tensor& running_var = running.var;
     const int64_t channels = input.size(1);
-    const auto dims = reduceDims(input);
-    const auto compute = computeType(input);
+    const auto dims = reduce_dims(input);
+    const auto compute = compute_type(input);
     const at::Tensor x = input.to(compute);
     // Note [Synchronized statistics]: one packed all-reduce of
     // [sum (C), sum of squares (C), count (1)] in float64.
@@ -83,7 +83,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       throw InvalidArgumentError(
           comm::detail::str("SyncBatchNorm: expected more than 1 value per channel over all ranks "
                             "when training, got ",
-                            static_cast<int64_t>(count), " (this rank's input is ", shapeOf(input),
+                            static_cast<int64_t>(count), " (this rank's input is ", shape_of(input),
                             "); use larger batches, or eval mode"));
     }
     const at::Tensor mean = stats.narrow(0, 0, channels) / count;
@@ -101,8 +101,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const at::Tensor mean_c = mean.to(compute);
     const at::Tensor invstd_c = (variance + eps).rsqrt().to(compute);
     const at::Tensor scale = weight.defined() ? invstd_c * weight.to(compute) : invstd_c;
-    at::Tensor output = (x - perChannel(mean_c, input)) * perChannel(scale, input);
-    if (bias.defined()) output.add_(perChannel(bias.to(compute), input));
+    at::Tensor output = (x - per_channel(mean_c, input)) * per_channel(scale, input);
+    if (bias.defined()) output.add_(per_channel(bias.to(compute), input));
 
     ctx->save_for_backward({input, weight, mean_c, invstd_c});
     ctx->saved_data["count"] = count;
@@ -116,9 +116,9 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const at::Tensor &input = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3];
     const auto compute = mean.scalar_type();
     const int64_t channels = input.size(1);
-    const auto dims = reduceDims(input);
+    const auto dims = reduce_dims(input);
     const at::Tensor dy = grad_outputs[0].to(compute);
-    const at::Tensor xmu = input.to(compute) - perChannel(mean, input);
+    const at::Tensor xmu = input.to(compute) - per_channel(mean, input);
     const at::Tensor sum_dy = at::sum(dy, dims, false, at::kDouble);
     const at::Tensor sum_dy_xmu = at::sum(dy * xmu, dims, false, at::kDouble);
 
@@ -135,9 +135,9 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       const at::Tensor mean_dy = (global.narrow(0, 0, channels) / count).to(compute);
       const at::Tensor mean_dy_xmu = (global.narrow(0, channels, channels) / count).to(compute);
       const at::Tensor scale = weight.defined() ? invstd * weight.to(compute) : invstd;
-      grad_input = (dy - perChannel(mean_dy, input) -
-                    xmu * perChannel(invstd * invstd * mean_dy_xmu, input)) *
-                   perChannel(scale, input);
+      grad_input = (dy - per_channel(mean_dy, input) -
+                    xmu * per_channel(invstd * invstd * mean_dy_xmu, input)) *
+                   per_channel(scale, input);
       grad_input = grad_input.to(input.scalar_type());
     }
     if (weight.defined() && ctx->needs_input_grad(1)) {
@@ -156,10 +156,10 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
 
 }  // namespace
 
-at::Tensor syncBatchNormTraining(const at::Tensor& input, const at::Tensor& weight,
-                                 const at::Tensor& bias, const at::Tensor& running_mean,
-                                 const at::Tensor& running_var, double average_factor, double eps,
-                                 const std::shared_ptr<ProcessGroup>& group) {
+at::Tensor sync_batch_norm_training(const at::Tensor& input, const at::Tensor& weight,
+                                    const at::Tensor& bias, const at::Tensor& running_mean,
+                                    const at::Tensor& running_var, double average_factor,
+                                    double eps, const std::shared_ptr<ProcessGroup>& group) {
   auto optional = [](const at::Tensor& t) {
     return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
   };

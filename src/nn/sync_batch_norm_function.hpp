@@ -15,9 +15,9 @@ namespace ddp::nn::detail {
 /// Normalizes `input` with the mean and variance of the global batch over
 /// `group`'s ranks, and updates `running_mean`/`running_var` (when defined)
 /// with `average_factor`; differentiable in `input`, `weight` and `bias`.
-at::Tensor syncBatchNormTraining(const at::Tensor& input, const at::Tensor& weight,
-                                 const at::Tensor& bias, const at::Tensor& running_mean,
-                                 const at::Tensor& running_var, double average_factor, double eps,
-                                 const std::shared_ptr<ProcessGroup>& group);
+at::Tensor sync_batch_norm_training(const at::Tensor& input, const at::Tensor& weight,
+                                    const at::Tensor& bias, const at::Tensor& running_mean,
+                                    const at::Tensor& running_var, double average_factor,
+                                    double eps, const std::shared_ptr<ProcessGroup>& group);
 
 }  // namespace ddp::nn::detail

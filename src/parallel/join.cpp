@@ -13,7 +13,7 @@
 namespace ddp::parallel {
 namespace {
 
-CollectiveError earlyTermination(int active, int world, int rank) {
+CollectiveError early_termination(int active, int world, int rank) {
   return CollectiveError(
       comm::detail::str("Join: rank ", rank, " sees ", world - active, " of the ", world,
                         " ranks out of inputs, and throw_on_early_termination is set; every rank "
@@ -105,7 +105,7 @@ JoinRound Join::notify(const Joinable& caller, bool sync) {
   }
   round_ = exchange(/*active=*/true, sync);
   if (options_.throw_on_early_termination() && round_.active < round_.world) {
-    throw earlyTermination(round_.active, round_.world, group_->rank());
+    throw early_termination(round_.active, round_.world, group_->rank());
   }
   return round_;
 }
@@ -118,7 +118,7 @@ int Join::join() {
     round_ = exchange(/*active=*/false, false);
     if (round_.active == 0) break;
     if (options_.throw_on_early_termination()) {
-      throw earlyTermination(round_.active, round_.world, group_->rank());
+      throw early_termination(round_.active, round_.world, group_->rank());
     }
     for (Joinable* joinable : joinables_) joinable->join_shadow(round_);
     last_to_join = false;

@@ -14,7 +14,7 @@
 
 namespace ddp::snapshot::detail {
 
-inline nlohmann::json gradScalerToJson(const amp::GradScaler& scaler) {
+inline nlohmann::json grad_scaler_to_json(const amp::GradScaler& scaler) {
   const amp::GradScalerState s = scaler.state();
   return {{"scale", s.scale},
           {"growth_tracker", s.growth_tracker},
@@ -25,9 +25,9 @@ inline nlohmann::json gradScalerToJson(const amp::GradScaler& scaler) {
 
 /// The saved state, checked against GradScaler's rules without touching
 /// `live`. \throws SnapshotError naming `path` when it is missing or invalid.
-inline amp::GradScalerState gradScalerFromJson(const nlohmann::json& scalars,
-                                               const amp::GradScaler& live,
-                                               const std::string& path) {
+inline amp::GradScalerState grad_scaler_from_json(const nlohmann::json& scalars,
+                                                  const amp::GradScaler& live,
+                                                  const std::string& path) {
   if (!scalars.contains("grad_scaler")) {
     throw SnapshotError(path + ": the snapshot holds no gradient scaler state");
   }

@@ -36,7 +36,7 @@ struct KindInfo {
   bool has_step;
 };
 
-const KindInfo& infoOf(Kind kind) {
+const KindInfo& info_of(Kind kind) {
   static const KindInfo kSgd{"sgd", {"momentum_buffer"}, {}, false};
   static const KindInfo kAdam{"adam", {"exp_avg", "exp_avg_sq"}, {"max_exp_avg_sq"}, true};
   static const KindInfo kAdamW{"adamw", {"exp_avg", "exp_avg_sq"}, {"max_exp_avg_sq"}, true};
@@ -57,7 +57,7 @@ const KindInfo& infoOf(Kind kind) {
   return kSgd;
 }
 
-Kind kindOf(const optim::Optimizer& optimizer) {
+Kind kind_of(const optim::Optimizer& optimizer) {
   if (dynamic_cast<const optim::SGD*>(&optimizer)) return Kind::kSgd;
   if (dynamic_cast<const optim::Adam*>(&optimizer)) return Kind::kAdam;
   if (dynamic_cast<const optim::AdamW*>(&optimizer)) return Kind::kAdamW;
@@ -68,7 +68,7 @@ Kind kindOf(const optim::Optimizer& optimizer) {
                       " (supported: SGD, Adam, AdamW, RMSprop, Adagrad)");
 }
 
-std::string prefixOf(size_t group, size_t index) {
+std::string prefix_of(size_t group, size_t index) {
   return comm::detail::str("optim/g", group, "/p", index, "/");
 }
 
@@ -81,7 +81,7 @@ O& as(Base& options) {
 }
 
 template <typename O>
-json adamOptions(const O& o) {
+json adam_options(const O& o) {
   return {{"lr", o.lr()},
           {"betas", {std::get<0>(o.betas()), std::get<1>(o.betas())}},
           {"eps", o.eps()},
@@ -90,7 +90,7 @@ json adamOptions(const O& o) {
 }
 
 template <typename O>
-void setAdamOptions(const json& j, O& o) {
+void set_adam_options(const json& j, O& o) {
   o.lr(j.at("lr").get<double>());
   o.betas(std::make_tuple(j.at("betas").at(0).get<double>(), j.at("betas").at(1).get<double>()));
   o.eps(j.at("eps").get<double>());
@@ -98,7 +98,7 @@ void setAdamOptions(const json& j, O& o) {
   o.amsgrad(j.at("amsgrad").get<bool>());
 }
 
-json optionsToJson(Kind kind, const optim::OptimizerOptions& options) {
+json options_to_json(Kind kind, const optim::OptimizerOptions& options) {
   switch (kind) {
     case Kind::kSgd: {
       auto& o = as<const optim::SGDOptions>(options);
@@ -109,9 +109,9 @@ json optionsToJson(Kind kind, const optim::OptimizerOptions& options) {
               {"nesterov", o.nesterov()}};
     }
     case Kind::kAdam:
-      return adamOptions(as<const optim::AdamOptions>(options));
+      return adam_options(as<const optim::AdamOptions>(options));
     case Kind::kAdamW:
-      return adamOptions(as<const optim::AdamWOptions>(options));
+      return adam_options(as<const optim::AdamWOptions>(options));
     case Kind::kRmsprop: {
       auto& o = as<const optim::RMSpropOptions>(options);
       return {{"lr", o.lr()},
@@ -133,7 +133,7 @@ json optionsToJson(Kind kind, const optim::OptimizerOptions& options) {
   return {};
 }
 
-void optionsFromJson(Kind kind, const json& j, optim::OptimizerOptions& options) {
+void options_from_json(Kind kind, const json& j, optim::OptimizerOptions& options) {
   switch (kind) {
     case Kind::kSgd: {
       auto& o = as<optim::SGDOptions>(options);
@@ -145,9 +145,9 @@ void optionsFromJson(Kind kind, const json& j, optim::OptimizerOptions& options)
       return;
     }
     case Kind::kAdam:
-      return setAdamOptions(j, as<optim::AdamOptions>(options));
+      return set_adam_options(j, as<optim::AdamOptions>(options));
     case Kind::kAdamW:
-      return setAdamOptions(j, as<optim::AdamWOptions>(options));
+      return set_adam_options(j, as<optim::AdamWOptions>(options));
     case Kind::kRmsprop: {
       auto& o = as<optim::RMSpropOptions>(options);
       o.lr(j.at("lr").get<double>());
@@ -177,22 +177,22 @@ struct StateFields {
 };
 
 template <typename S>
-StateFields adamFields(const S& s) {
+StateFields adam_fields(const S& s) {
   return {s.step(),
           {{"exp_avg", s.exp_avg()},
            {"exp_avg_sq", s.exp_avg_sq()},
            {"max_exp_avg_sq", s.max_exp_avg_sq()}}};
 }
 
-StateFields fieldsOf(Kind kind, const optim::OptimizerParamState& state) {
+StateFields fields_of(Kind kind, const optim::OptimizerParamState& state) {
   switch (kind) {
     case Kind::kSgd:
       return {std::nullopt,
               {{"momentum_buffer", as<const optim::SGDParamState>(state).momentum_buffer()}}};
     case Kind::kAdam:
-      return adamFields(as<const optim::AdamParamState>(state));
+      return adam_fields(as<const optim::AdamParamState>(state));
     case Kind::kAdamW:
-      return adamFields(as<const optim::AdamWParamState>(state));
+      return adam_fields(as<const optim::AdamWParamState>(state));
     case Kind::kRmsprop: {
       auto& s = as<const optim::RMSpropParamState>(state);
       return {s.step(),
@@ -211,7 +211,7 @@ StateFields fieldsOf(Kind kind, const optim::OptimizerParamState& state) {
 using FieldGetter = std::function<at::Tensor(const std::string&)>;  // undefined if absent
 
 template <typename S>
-std::unique_ptr<optim::OptimizerParamState> makeAdamState(int64_t step, const FieldGetter& get) {
+std::unique_ptr<optim::OptimizerParamState> make_adam_state(int64_t step, const FieldGetter& get) {
   auto s = std::make_unique<S>();
   s->step(step);
   s->exp_avg(get("exp_avg"));
@@ -220,9 +220,9 @@ std::unique_ptr<optim::OptimizerParamState> makeAdamState(int64_t step, const Fi
   return s;
 }
 
-std::unique_ptr<optim::OptimizerParamState> makeState(Kind kind, const json& entry,
-                                                      const FieldGetter& get) {
-  int64_t step = infoOf(kind).has_step ? entry.at("step").get<int64_t>() : 0;
+std::unique_ptr<optim::OptimizerParamState> make_state(Kind kind, const json& entry,
+                                                       const FieldGetter& get) {
+  int64_t step = info_of(kind).has_step ? entry.at("step").get<int64_t>() : 0;
   switch (kind) {
     case Kind::kSgd: {
       auto s = std::make_unique<optim::SGDParamState>();
@@ -230,9 +230,9 @@ std::unique_ptr<optim::OptimizerParamState> makeState(Kind kind, const json& ent
       return s;
     }
     case Kind::kAdam:
-      return makeAdamState<optim::AdamParamState>(step, get);
+      return make_adam_state<optim::AdamParamState>(step, get);
     case Kind::kAdamW:
-      return makeAdamState<optim::AdamWParamState>(step, get);
+      return make_adam_state<optim::AdamWParamState>(step, get);
     case Kind::kRmsprop: {
       auto s = std::make_unique<optim::RMSpropParamState>();
       s->step(step);
@@ -252,45 +252,45 @@ std::unique_ptr<optim::OptimizerParamState> makeState(Kind kind, const json& ent
 }
 
 struct SchedulerAccess : optim::LRScheduler {
-  static unsigned optim::LRScheduler::*stepCount() { return &SchedulerAccess::step_count_; }
+  static unsigned optim::LRScheduler::*step_count() { return &SchedulerAccess::step_count_; }
 };
 
 }  // namespace
 
-json exportOptimizer(const optim::Optimizer& optimizer, TensorMap& tensors) {
-  Kind kind = kindOf(optimizer);
+json export_optimizer(const optim::Optimizer& optimizer, TensorMap& tensors) {
+  Kind kind = kind_of(optimizer);
   json groups = json::array();
   const auto& param_groups = optimizer.param_groups();
   for (size_t g = 0; g < param_groups.size(); ++g) {
     const auto& params = param_groups[g].params();
     json states = json::array();
     for (size_t i = 0; i < params.size(); ++i) {
-      auto found = optimizer.state().find(compat::optimizerStateKey(params[i]));
+      auto found = optimizer.state().find(compat::optimizer_state_key(params[i]));
       if (found == optimizer.state().end() || !found->second) {
         states.push_back(nullptr);
         continue;
       }
-      StateFields fields = fieldsOf(kind, *found->second);
+      StateFields fields = fields_of(kind, *found->second);
       json entry = json::object();
       if (fields.step) entry["step"] = *fields.step;
       for (const auto& [field, tensor] : fields.tensors) {
-        if (tensor.defined()) tensors[prefixOf(g, i) + field] = tensor;
+        if (tensor.defined()) tensors[prefix_of(g, i) + field] = tensor;
       }
       states.push_back(std::move(entry));
     }
-    groups.push_back({{"options", optionsToJson(kind, param_groups[g].options())},
+    groups.push_back({{"options", options_to_json(kind, param_groups[g].options())},
                       {"params", params.size()},
                       {"state", std::move(states)}});
   }
-  return {{"type", infoOf(kind).name},
-          {"defaults", optionsToJson(kind, optimizer.defaults())},
+  return {{"type", info_of(kind).name},
+          {"defaults", options_to_json(kind, optimizer.defaults())},
           {"groups", std::move(groups)}};
 }
 
-void checkOptimizer(const std::string& where, const json& description, const TensorMap& tensors,
-                    const optim::Optimizer& optimizer) {
-  Kind kind = kindOf(optimizer);
-  const KindInfo& info = infoOf(kind);
+void check_optimizer(const std::string& where, const json& description, const TensorMap& tensors,
+                     const optim::Optimizer& optimizer) {
+  Kind kind = kind_of(optimizer);
+  const KindInfo& info = info_of(kind);
   auto fail = [&](const std::string& problem) { throw SnapshotError(where + ": " + problem); };
   try {
     auto type = description.at("type").get<std::string>();
@@ -298,7 +298,7 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
       fail("the snapshot holds the state of an optimizer of type " + type + ", this one is " +
            info.name);
     }
-    optionsFromJson(kind, description.at("defaults"), *optimizer.defaults().clone());
+    options_from_json(kind, description.at("defaults"), *optimizer.defaults().clone());
     const json& groups = description.at("groups");
     const auto& param_groups = optimizer.param_groups();
     if (!groups.is_array() || groups.size() != param_groups.size()) {
@@ -309,7 +309,7 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
     for (size_t g = 0; g < param_groups.size(); ++g) {
       const json& group = groups.at(g);
       const auto& params = param_groups[g].params();
-      optionsFromJson(kind, group.at("options"), *param_groups[g].options().clone());
+      options_from_json(kind, group.at("options"), *param_groups[g].options().clone());
       const json& states = group.at("state");
       if (group.at("params").get<size_t>() != params.size() || !states.is_array() ||
           states.size() != params.size()) {
@@ -321,7 +321,7 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
         if (info.has_step) (void)states.at(i).at("step").get<int64_t>();
         for (const auto* fields : {&info.required, &info.optional}) {
           for (const auto& field : *fields) {
-            std::string name = prefixOf(g, i) + field;
+            std::string name = prefix_of(g, i) + field;
             auto found = tensors.find(name);
             if (found == tensors.end()) {
               if (fields == &info.required) fail("optimizer state tensor " + name + " is missing");
@@ -331,8 +331,8 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
             const at::Tensor& t = found->second;
             if (!t.sizes().equals(params[i].sizes()) ||
                 t.scalar_type() != params[i].scalar_type()) {
-              fail("optimizer state tensor " + name + " is " + describeTensor(t) +
-                   ", its parameter is " + describeTensor(params[i]));
+              fail("optimizer state tensor " + name + " is " + describe_tensor(t) +
+                   ", its parameter is " + describe_tensor(params[i]));
             }
           }
         }
@@ -348,37 +348,37 @@ void checkOptimizer(const std::string& where, const json& description, const Ten
   }
 }
 
-void importOptimizer(const json& description, const TensorMap& tensors,
-                     optim::Optimizer& optimizer) {
-  Kind kind = kindOf(optimizer);
-  optionsFromJson(kind, description.at("defaults"), optimizer.defaults());
+void import_optimizer(const json& description, const TensorMap& tensors,
+                      optim::Optimizer& optimizer) {
+  Kind kind = kind_of(optimizer);
+  options_from_json(kind, description.at("defaults"), optimizer.defaults());
   const json& groups = description.at("groups");
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     auto& group = optimizer.param_groups()[g];
-    optionsFromJson(kind, groups.at(g).at("options"), group.options());
+    options_from_json(kind, groups.at(g).at("options"), group.options());
     const json& states = groups.at(g).at("state");
     for (size_t i = 0; i < group.params().size(); ++i) {
       const at::Tensor& param = group.params()[i];
-      const auto key = compat::optimizerStateKey(param);
+      const auto key = compat::optimizer_state_key(param);
       optimizer.state().erase(key);
       if (states.at(i).is_null()) continue;
-      auto get = [&, prefix = prefixOf(g, i)](const std::string& field) {
+      auto get = [&, prefix = prefix_of(g, i)](const std::string& field) {
         auto found = tensors.find(prefix + field);
         if (found == tensors.end()) return at::Tensor();
         // A private copy, so that restoring one file twice shares nothing.
         return found->second.to(param.device(), param.scalar_type(), false, /*copy=*/true);
       };
-      optimizer.state()[key] = makeState(kind, states.at(i), get);
+      optimizer.state()[key] = make_state(kind, states.at(i), get);
     }
   }
 }
 
-unsigned schedulerStepCount(const optim::LRScheduler& scheduler) {
-  return scheduler.*SchedulerAccess::stepCount();
+unsigned scheduler_step_count(const optim::LRScheduler& scheduler) {
+  return scheduler.*SchedulerAccess::step_count();
 }
 
-void setSchedulerStepCount(optim::LRScheduler& scheduler, unsigned count) {
-  scheduler.*SchedulerAccess::stepCount() = count;
+void set_scheduler_step_count(optim::LRScheduler& scheduler, unsigned count) {
+  scheduler.*SchedulerAccess::step_count() = count;
 }
 
 }  // namespace ddp::snapshot::detail

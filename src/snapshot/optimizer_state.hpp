@@ -29,19 +29,19 @@ using TensorMap = std::map<std::string, at::Tensor>;
 /// Adds the state of `optimizer` to `tensors` and returns its description.
 /// Throws SnapshotError naming the optimizer's type when it is not SGD,
 /// Adam, AdamW, RMSprop or Adagrad.
-nlohmann::json exportOptimizer(const torch::optim::Optimizer& optimizer, TensorMap& tensors);
+nlohmann::json export_optimizer(const torch::optim::Optimizer& optimizer, TensorMap& tensors);
 
 /// Throws SnapshotError (prefixed with `where`) naming the first way in
 /// which `description` and the `optim/...` entries of `tensors` do not fit
 /// `optimizer`: another type, other group or parameter counts, a missing,
 /// extra or differently shaped state tensor, a malformed option.
-void checkOptimizer(const std::string& where, const nlohmann::json& description,
-                    const TensorMap& tensors, const torch::optim::Optimizer& optimizer);
+void check_optimizer(const std::string& where, const nlohmann::json& description,
+                     const TensorMap& tensors, const torch::optim::Optimizer& optimizer);
 
 /// Replaces every group's options and every parameter's state of
-/// `optimizer` with the snapshot's (already checked by checkOptimizer()).
-void importOptimizer(const nlohmann::json& description, const TensorMap& tensors,
-                     torch::optim::Optimizer& optimizer);
+/// `optimizer` with the snapshot's (already checked by check_optimizer()).
+void import_optimizer(const nlohmann::json& description, const TensorMap& tensors,
+                      torch::optim::Optimizer& optimizer);
 
 /// The number of step() calls a scheduler has made (LRScheduler::step_count_).
 ///
@@ -50,8 +50,8 @@ void importOptimizer(const nlohmann::json& description, const TensorMap& tensors
 /// offers no accessor. It is reached through a pointer to member formed in a
 /// derived class, which C++ permits without any undefined behaviour. The
 /// learning rates themselves live in the optimizer's options.
-unsigned schedulerStepCount(const torch::optim::LRScheduler& scheduler);
-/// Sets the step count read by schedulerStepCount().
-void setSchedulerStepCount(torch::optim::LRScheduler& scheduler, unsigned count);
+unsigned scheduler_step_count(const torch::optim::LRScheduler& scheduler);
+/// Sets the step count read by scheduler_step_count().
+void set_scheduler_step_count(torch::optim::LRScheduler& scheduler, unsigned count);
 
 }  // namespace ddp::snapshot::detail

@@ -27,25 +27,25 @@ std::vector<std::pair<std::string, at::Generator>> generators() {
   return all;
 }
 
-at::Tensor generatorState(at::Generator& generator) {
+at::Tensor generator_state(at::Generator& generator) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   return generator.get_state();
 }
 
 // Every rank's generator states, on rank 0 (named rng/rank<r>/<device>).
-std::map<std::string, at::Tensor> gatherRngStates(ProcessGroup& group) {
+std::map<std::string, at::Tensor> gather_rng_states(ProcessGroup& group) {
   auto local = generators();
   std::map<std::string, at::Tensor> result;
   if (group.size() == 1) {
     for (auto& [device, generator] : local)
-      result["rng/rank0/" + device] = generatorState(generator);
+      result["rng/rank0/" + device] = generator_state(generator);
     return result;
   }
   // Ranks may differ in device count: each sends its states as bytes, each
   // state after its length (Note [Bytes through a collective]).
   std::string mine;
   for (auto& [device, generator] : local) {
-    const at::Tensor state = generatorState(generator).contiguous();
+    const at::Tensor state = generator_state(generator).contiguous();
     const int64_t length = state.numel();
     mine.append(reinterpret_cast<const char*>(&length), sizeof(length));
     mine.append(static_cast<const char*>(state.data_ptr()), static_cast<size_t>(length));

@@ -32,10 +32,10 @@ namespace ddp::snapshot::detail {
 std::vector<std::pair<std::string, at::Generator>> generators();
 
 /// A copy of `generator`'s state.
-at::Tensor generatorState(at::Generator& generator);
+at::Tensor generator_state(at::Generator& generator);
 
 /// Every rank's generator states, on rank 0 (named rng/rank<r>/<device>);
 /// a collective.
-std::map<std::string, at::Tensor> gatherRngStates(comm::ProcessGroup& group);
+std::map<std::string, at::Tensor> gather_rng_states(comm::ProcessGroup& group);
 
 }  // namespace ddp::snapshot::detail

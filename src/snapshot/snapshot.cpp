@@ -31,35 +31,35 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-using detail::gatherRngStates;
+using detail::gather_rng_states;
+using detail::generator_state;
 using detail::generators;
-using detail::generatorState;
 using detail::TensorMap;
 
 void warn(const std::string& message) { std::cerr << "ddp: warning: " << message << std::endl; }
 
 // Writes `state` (and the gathered RNG states) as the next snapshot, or as
 // number `sequence` if it is not 0; rank 0.
-std::string writeSnapshot(const SnapshotOptions& options, const TrainingState& state,
-                          const TensorMap& rng, const json& zero_record, int world_size,
-                          uint64_t& sequence) {
+std::string write_snapshot(const SnapshotOptions& options, const TrainingState& state,
+                           const TensorMap& rng, const json& zero_record, int world_size,
+                           uint64_t& sequence) {
   const std::string& dir = options.directory();
   std::error_code error;
-  if (sequence == 0) sequence = detail::nextSnapshotSequence(options);
-  std::string name = detail::snapshotFileName(options.prefix(), sequence);
+  if (sequence == 0) sequence = detail::next_snapshot_sequence(options);
+  std::string name = detail::snapshot_file_name(options.prefix(), sequence);
   std::string path = (fs::path(dir) / name).string();
 
-  detail::StateRecords records = detail::stateRecords(state, rng, zero_record, world_size);
-  const std::string scalars_text = detail::scalarsText(records.scalars);
+  detail::StateRecords records = detail::state_records(state, rng, zero_record, world_size);
+  const std::string scalars_text = detail::scalars_text(records.scalars);
   detail::SnapshotWriter writer((fs::path(dir) / ("." + name + ".tmp")).string());
-  for (const auto& [key, tensor] : records.tensors) writer.addTensor(key, tensor);
-  writer.addJson("scalars", scalars_text);
+  for (const auto& [key, tensor] : records.tensors) writer.add_tensor(key, tensor);
+  writer.add_json("scalars", scalars_text);
   writer.commit(path, static_cast<uint32_t>(world_size), sequence);
 
   // Keep the newest keep_last snapshots; remove temporary files of writers
   // that died before their rename (Note [Writing is atomic]).
-  detail::pruneSnapshots(options);
-  detail::fsyncDirectory(dir);
+  detail::prune_snapshots(options);
+  detail::fsync_directory(dir);
   return path;
 }
 
@@ -88,17 +88,17 @@ std::string SnapshotManager::save(const TrainingState& state) {
         "the training state has both an optimizer and a zero_optimizer; set the one in use");
   }
   TensorMap rng;
-  if (state.include_rng) rng = gatherRngStates(*group_);  // a collective: every rank
+  if (state.include_rng) rng = gather_rng_states(*group_);  // a collective: every rank
   uint64_t sequence = 0;
   json zero_record;
   if (state.zero_optimizer) {
-    zero_record = detail::saveZeroShards(options_, *group_, *state.zero_optimizer, sequence);
+    zero_record = detail::save_zero_shards(options_, *group_, *state.zero_optimizer, sequence);
   }
   std::exception_ptr failure;
   std::string path;
   if (group_->rank() == 0) {
     try {
-      path = writeSnapshot(options_, state, rng, zero_record, group_->size(), sequence);
+      path = write_snapshot(options_, state, rng, zero_record, group_->size(), sequence);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -113,8 +113,8 @@ std::string SnapshotManager::save(const TrainingState& state) {
                             "; its error says why");
       }
       path = (fs::path(options_.directory()) /
-              detail::snapshotFileName(options_.prefix(),
-                                       static_cast<uint64_t>(outcome[1].item<int64_t>())))
+              detail::snapshot_file_name(options_.prefix(),
+                                         static_cast<uint64_t>(outcome[1].item<int64_t>())))
                  .string();
     }
   }
@@ -126,9 +126,9 @@ bool SnapshotManager::resume(TrainingState& state) {
   std::optional<SnapshotFile> chosen;
   int64_t sequence = -1;
   for (const auto& candidate :
-       detail::snapshotCandidates(options_.directory(), options_.prefix())) {
+       detail::snapshot_candidates(options_.directory(), options_.prefix())) {
     try {
-      chosen = detail::readSnapshot(candidate.path);
+      chosen = detail::read_snapshot(candidate.path);
       sequence = static_cast<int64_t>(candidate.sequence);
       break;
     } catch (const SnapshotError& e) {
@@ -166,13 +166,13 @@ bool SnapshotManager::resume(TrainingState& state) {
 
 std::vector<std::string> SnapshotManager::list() const {
   std::vector<std::string> paths;
-  for (auto& candidate : detail::snapshotCandidates(options_.directory(), options_.prefix())) {
+  for (auto& candidate : detail::snapshot_candidates(options_.directory(), options_.prefix())) {
     paths.push_back(std::move(candidate.path));
   }
   return paths;
 }
 
-SnapshotFile read_snapshot_file(const std::string& path) { return detail::readSnapshot(path); }
+SnapshotFile read_snapshot_file(const std::string& path) { return detail::read_snapshot(path); }
 
 void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank,
                             int world_size) {
@@ -209,7 +209,7 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
           "TrainingState::zero_optimizer)");
     }
     if (state.grad_scaler)
-      scaler = detail::gradScalerFromJson(scalars, *state.grad_scaler, file.path);
+      scaler = detail::grad_scaler_from_json(scalars, *state.grad_scaler, file.path);
   } catch (const json::exception& e) {
     fail(std::string("malformed scalars record: ") + e.what());
   }
@@ -230,8 +230,8 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
         if (!found->second.sizes().equals(item.value().sizes()) ||
             found->second.scalar_type() != item.value().scalar_type()) {
           fail("model " + kind + " '" + item.key() + "' is " +
-               detail::describeTensor(found->second) + " in the snapshot but " +
-               detail::describeTensor(item.value()) + " in the model");
+               detail::describe_tensor(found->second) + " in the snapshot but " +
+               detail::describe_tensor(item.value()) + " in the model");
         }
         expected.insert(key);
         model_copies.emplace_back(item.value(), &found->second);
@@ -244,11 +244,11 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     }
   }
   if (state.optimizer) {
-    detail::checkOptimizer(file.path, scalars.at("optimizer"), tensors, *state.optimizer);
+    detail::check_optimizer(file.path, scalars.at("optimizer"), tensors, *state.optimizer);
   }
   std::optional<detail::ZeroImport> zero;
   if (state.zero_optimizer) {
-    zero = detail::prepareZeroImport(file.path, scalars.at("zero"), *state.zero_optimizer);
+    zero = detail::prepare_zero_import(file.path, scalars.at("zero"), *state.zero_optimizer);
   }
   std::vector<std::pair<at::Generator, const at::Tensor*>> rng_states;
   std::optional<uint64_t> rng_seed;  // Note [Resuming at another world size]
@@ -265,11 +265,11 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     for (auto& [device, generator] : generators()) {
       auto found = tensors.find(head + device);
       if (found == tensors.end()) continue;
-      at::Tensor current = generatorState(generator);
+      at::Tensor current = generator_state(generator);
       if (!found->second.sizes().equals(current.sizes()) ||
           found->second.scalar_type() != at::kByte) {
-        fail("RNG state " + found->first + " is " + detail::describeTensor(found->second) +
-             ", this generator's is " + detail::describeTensor(current));
+        fail("RNG state " + found->first + " is " + detail::describe_tensor(found->second) +
+             ", this generator's is " + detail::describe_tensor(current));
       }
       rng_states.emplace_back(generator, &found->second);
     }
@@ -284,12 +284,12 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     torch::NoGradGuard no_grad;
     for (auto& [live, saved] : model_copies) live.copy_(*saved);
   }
-  if (state.optimizer) detail::importOptimizer(scalars.at("optimizer"), tensors, *state.optimizer);
+  if (state.optimizer) detail::import_optimizer(scalars.at("optimizer"), tensors, *state.optimizer);
   if (zero) {
-    detail::importOptimizer(zero->description, zero->tensors,
-                            state.zero_optimizer->local_optimizer());
+    detail::import_optimizer(zero->description, zero->tensors,
+                             state.zero_optimizer->local_optimizer());
   }
-  if (state.scheduler) detail::setSchedulerStepCount(*state.scheduler, scheduler_steps);
+  if (state.scheduler) detail::set_scheduler_step_count(*state.scheduler, scheduler_steps);
   if (state.grad_scaler) state.grad_scaler->load_state(scaler);
   state.epoch = epoch;
   state.step_in_epoch = step_in_epoch;

@@ -16,51 +16,51 @@ namespace fs = std::filesystem;
 constexpr char kExtension[] = ".ddpsnap";
 constexpr char kShardTag[] = ".shard-";
 
-bool allDigits(const std::string& text) {
+bool all_digits(const std::string& text) {
   return !text.empty() && text.size() <= 19 &&
          std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
 
-std::string snapshotFileName(const std::string& prefix, uint64_t sequence) {
+std::string snapshot_file_name(const std::string& prefix, uint64_t sequence) {
   char digits[32];
   std::snprintf(digits, sizeof digits, "%012llu", static_cast<unsigned long long>(sequence));
   return prefix + "-" + digits + kExtension;
 }
 
-std::optional<uint64_t> snapshotSequence(const std::string& name, const std::string& prefix) {
+std::optional<uint64_t> snapshot_sequence(const std::string& name, const std::string& prefix) {
   const std::string head = prefix + "-", tail = kExtension;
   if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
       name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
     return std::nullopt;
   }
   std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
-  if (!allDigits(digits)) return std::nullopt;
+  if (!all_digits(digits)) return std::nullopt;
   return std::stoull(digits);
 }
 
-std::string zeroShardName(const std::string& main_name, int rank, int world) {
+std::string zero_shard_name(const std::string& main_name, int rank, int world) {
   const std::string stem = main_name.substr(0, main_name.size() - (sizeof kExtension - 1));
   return comm::detail::str(stem, kShardTag, rank, "-of-", world, kExtension);
 }
 
-std::optional<uint64_t> zeroShardSequence(const std::string& name, const std::string& prefix) {
+std::optional<uint64_t> zero_shard_sequence(const std::string& name, const std::string& prefix) {
   const std::string head = prefix + "-";
   if (name.rfind(head, 0) != 0) return std::nullopt;
   const size_t tag = name.find(kShardTag, head.size());
   if (tag == std::string::npos) return std::nullopt;
   const std::string digits = name.substr(head.size(), tag - head.size());
-  if (!allDigits(digits)) return std::nullopt;
+  if (!all_digits(digits)) return std::nullopt;
   return std::stoull(digits);
 }
 
-std::vector<SnapshotCandidate> snapshotCandidates(const std::string& directory,
-                                                  const std::string& prefix) {
+std::vector<SnapshotCandidate> snapshot_candidates(const std::string& directory,
+                                                   const std::string& prefix) {
   std::vector<SnapshotCandidate> found;
   std::error_code error;
   for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
-    auto sequence = snapshotSequence(it->path().filename().string(), prefix);
+    auto sequence = snapshot_sequence(it->path().filename().string(), prefix);
     if (sequence && it->is_regular_file(error)) found.push_back({*sequence, it->path().string()});
   }
   std::sort(found.begin(), found.end(),
@@ -68,23 +68,23 @@ std::vector<SnapshotCandidate> snapshotCandidates(const std::string& directory,
   return found;
 }
 
-uint64_t nextSnapshotSequence(const snapshot::SnapshotOptions& options) {
+uint64_t next_snapshot_sequence(const snapshot::SnapshotOptions& options) {
   std::error_code error;
   fs::create_directories(options.directory(), error);
   if (error) {
     throw SnapshotError("cannot create snapshot directory " + options.directory() + ": " +
                         error.message());
   }
-  auto existing = snapshotCandidates(options.directory(), options.prefix());
+  auto existing = snapshot_candidates(options.directory(), options.prefix());
   return existing.empty() ? 1 : existing.front().sequence + 1;
 }
 
-void pruneSnapshots(const snapshot::SnapshotOptions& options) {
+void prune_snapshots(const snapshot::SnapshotOptions& options) {
   const std::string& dir = options.directory();
   const std::string& prefix = options.prefix();
   std::error_code error;
   std::set<uint64_t> kept;
-  auto all = snapshotCandidates(dir, prefix);
+  auto all = snapshot_candidates(dir, prefix);
   for (size_t i = 0; i < all.size(); ++i) {
     if (i < static_cast<size_t>(options.keep_last())) {
       kept.insert(all[i].sequence);
@@ -99,10 +99,10 @@ void pruneSnapshots(const snapshot::SnapshotOptions& options) {
     if (file.rfind(temp_head, 0) == 0 && file.size() > 4 &&
         file.compare(file.size() - 4, 4, ".tmp") == 0) {
       const std::string target = file.substr(1, file.size() - 5);
-      if (snapshotSequence(target, prefix) || zeroShardSequence(target, prefix)) {
+      if (snapshot_sequence(target, prefix) || zero_shard_sequence(target, prefix)) {
         fs::remove(it->path(), ignored);
       }
-    } else if (auto shard = zeroShardSequence(file, prefix); shard && kept.count(*shard) == 0) {
+    } else if (auto shard = zero_shard_sequence(file, prefix); shard && kept.count(*shard) == 0) {
       fs::remove(it->path(), ignored);
     }
   }

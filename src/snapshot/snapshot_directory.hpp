@@ -15,17 +15,17 @@
 namespace ddp::snapshot::detail {
 
 /// `<prefix>-<sequence, 12 digits>.ddpsnap`.
-std::string snapshotFileName(const std::string& prefix, uint64_t sequence);
+std::string snapshot_file_name(const std::string& prefix, uint64_t sequence);
 
 /// The sequence number of `<prefix>-<digits>.ddpsnap`, if `name` is one.
-std::optional<uint64_t> snapshotSequence(const std::string& name, const std::string& prefix);
+std::optional<uint64_t> snapshot_sequence(const std::string& name, const std::string& prefix);
 
 /// `<prefix>-<sequence>.shard-<rank>-of-<world>.ddpsnap`, beside the main
 /// file `main_name` (`<prefix>-<sequence>.ddpsnap`).
-std::string zeroShardName(const std::string& main_name, int rank, int world);
+std::string zero_shard_name(const std::string& main_name, int rank, int world);
 
 /// The sequence number of a shard file of `prefix`, if `name` is one.
-std::optional<uint64_t> zeroShardSequence(const std::string& name, const std::string& prefix);
+std::optional<uint64_t> zero_shard_sequence(const std::string& name, const std::string& prefix);
 
 /// A main snapshot file in the directory.
 struct SnapshotCandidate {
@@ -34,16 +34,16 @@ struct SnapshotCandidate {
 };
 
 /// The main snapshot files in `directory`, newest (highest sequence) first.
-std::vector<SnapshotCandidate> snapshotCandidates(const std::string& directory,
-                                                  const std::string& prefix);
+std::vector<SnapshotCandidate> snapshot_candidates(const std::string& directory,
+                                                   const std::string& prefix);
 
 /// Creates the directory and returns the next snapshot's sequence number.
 /// Throws SnapshotError.
-uint64_t nextSnapshotSequence(const snapshot::SnapshotOptions& options);
+uint64_t next_snapshot_sequence(const snapshot::SnapshotOptions& options);
 
 /// Removes all but the newest keep_last main files, the shard files of
 /// every other sequence (those of a save that failed too), and temporary
 /// files of writers that died before their rename (Note [Writing is atomic]).
-void pruneSnapshots(const snapshot::SnapshotOptions& options);
+void prune_snapshots(const snapshot::SnapshotOptions& options);
 
 }  // namespace ddp::snapshot::detail

@@ -45,7 +45,7 @@ constexpr std::array<std::pair<uint32_t, c10::ScalarType>, 12> kDtypeCodes{
 constexpr size_t kMaxName = 4096;
 constexpr uint32_t kMaxDims = 64;
 
-std::string systemError() { return std::strerror(errno); }
+std::string system_error() { return std::strerror(errno); }
 
 std::string hex32(uint32_t value) {
   char text[16];
@@ -64,7 +64,7 @@ struct Header {
   uint64_t payload_size = 0;
 };
 
-std::array<unsigned char, kSnapshotHeaderSize> encodeHeader(const Header& h) {
+std::array<unsigned char, kSnapshotHeaderSize> encode_header(const Header& h) {
   std::array<unsigned char, kSnapshotHeaderSize> bytes{};
   std::memcpy(bytes.data(), kSnapshotMagic, 8);
   std::memcpy(bytes.data() + 8, &h.version, 4);
@@ -74,7 +74,7 @@ std::array<unsigned char, kSnapshotHeaderSize> encodeHeader(const Header& h) {
   std::memcpy(bytes.data() + 24, &h.sequence, 8);
   std::memcpy(bytes.data() + 32, &h.created_unix_ms, 8);
   std::memcpy(bytes.data() + 40, &h.payload_size, 8);
-  uint32_t header_crc = crc32Update(0, bytes.data(), kSnapshotHeaderSize - 4);
+  uint32_t header_crc = crc32_update(0, bytes.data(), kSnapshotHeaderSize - 4);
   std::memcpy(bytes.data() + kSnapshotHeaderSize - 4, &header_crc, 4);
   return bytes;
 }
@@ -84,7 +84,7 @@ class Reader {
  public:
   Reader(const std::string& path, const unsigned char* data, size_t size)
       : path_(path), data_(data), size_(size) {}
-  bool atEnd() const { return offset_ == size_; }
+  bool at_end() const { return offset_ == size_; }
   template <typename T>
   T get(const char* what) {
     T value;
@@ -111,7 +111,7 @@ class Reader {
   size_t offset_ = 0;
 };
 
-at::Tensor readTensor(Reader& reader, const std::string& name) {
+at::Tensor read_tensor(Reader& reader, const std::string& name) {
   uint32_t code = reader.get<uint32_t>("a dtype code");
   auto found = std::find_if(kDtypeCodes.begin(), kDtypeCodes.end(),
                             [&](const auto& entry) { return entry.first == code; });
@@ -142,9 +142,9 @@ at::Tensor readTensor(Reader& reader, const std::string& name) {
   return tensor;
 }
 
-std::vector<unsigned char> readWholeFile(const std::string& path) {
+std::vector<unsigned char> read_whole_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw SnapshotError("cannot open snapshot " + path + ": " + systemError());
+  if (fd < 0) throw SnapshotError("cannot open snapshot " + path + ": " + system_error());
   std::vector<unsigned char> bytes;
   struct stat info;
   bool ok = ::fstat(fd, &info) == 0;
@@ -157,7 +157,7 @@ std::vector<unsigned char> readWholeFile(const std::string& path) {
     if (got <= 0) break;  // 0: the file shrank; what was read is judged below
     done += static_cast<size_t>(got);
   }
-  std::string error = systemError();
+  std::string error = system_error();
   ::close(fd);
   if (!ok) throw SnapshotError("cannot read snapshot " + path + ": " + error);
   bytes.resize(done);
@@ -166,7 +166,7 @@ std::vector<unsigned char> readWholeFile(const std::string& path) {
 
 }  // namespace
 
-uint32_t crc32Update(uint32_t crc, const void* data, size_t size) {
+uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
   auto bytes = static_cast<const Bytef*>(data);
   while (size > 0) {  // zlib's length is a uInt: feed at most 1 GiB at a time
     uInt chunk = static_cast<uInt>(std::min<size_t>(size, size_t{1} << 30));
@@ -179,9 +179,9 @@ uint32_t crc32Update(uint32_t crc, const void* data, size_t size) {
 
 SnapshotWriter::SnapshotWriter(std::string temp_path) : temp_path_(std::move(temp_path)) {
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot create it: " + systemError());
+  if (fd_ < 0) fail("cannot create it: " + system_error());
   std::array<unsigned char, kSnapshotHeaderSize> placeholder{};  // filled in by commit()
-  writeAll(placeholder.data(), placeholder.size());
+  write_all(placeholder.data(), placeholder.size());
 }
 
 SnapshotWriter::~SnapshotWriter() {
@@ -193,40 +193,40 @@ void SnapshotWriter::fail(const std::string& what) const {
   throw SnapshotError("cannot write snapshot " + temp_path_ + ": " + what);
 }
 
-void SnapshotWriter::writeAll(const void* data, size_t size) {
+void SnapshotWriter::write_all(const void* data, size_t size) {
   auto bytes = static_cast<const char*>(data);
   while (size > 0) {
     ssize_t written = ::write(fd_, bytes, size);
     if (written < 0 && errno == EINTR) continue;
-    if (written < 0) fail(systemError());
+    if (written < 0) fail(system_error());
     bytes += written;
     size -= static_cast<size_t>(written);
   }
 }
 
 void SnapshotWriter::flush() {
-  writeAll(buffer_.data(), buffer_.size());
+  write_all(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 
 void SnapshotWriter::put(const void* data, size_t size) {
-  payload_crc_ = crc32Update(payload_crc_, data, size);
+  payload_crc_ = crc32_update(payload_crc_, data, size);
   payload_size_ += size;
   constexpr size_t kBufferSize = size_t{1} << 16;
   if (buffer_.size() + size > kBufferSize) flush();
   if (size >= kBufferSize) {
-    writeAll(data, size);
+    write_all(data, size);
   } else {
     buffer_.append(static_cast<const char*>(data), size);
   }
 }
 
-void SnapshotWriter::putString(const std::string& text) {
-  putU32(static_cast<uint32_t>(text.size()));
+void SnapshotWriter::put_string(const std::string& text) {
+  put_u32(static_cast<uint32_t>(text.size()));
   put(text.data(), text.size());
 }
 
-void SnapshotWriter::addTensor(const std::string& name, const at::Tensor& tensor) {
+void SnapshotWriter::add_tensor(const std::string& name, const at::Tensor& tensor) {
   if (name.size() > kMaxName) fail("record name longer than 4096 bytes: " + name.substr(0, 64));
   if (!tensor.defined()) fail("tensor '" + name + "' is undefined");
   if (tensor.layout() != c10::kStrided || tensor.is_quantized()) {
@@ -237,28 +237,28 @@ void SnapshotWriter::addTensor(const std::string& name, const at::Tensor& tensor
   });
   if (found == kDtypeCodes.end()) {
     fail("tensor '" + name + "' has unsupported dtype " +
-         comm::detail::dtypeName(tensor.scalar_type()));
+         comm::detail::dtype_name(tensor.scalar_type()));
   }
   at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
-  putU32(kRecordTensor);
-  putString(name);
-  putU32(found->first);
-  putU32(static_cast<uint32_t>(cpu.dim()));
+  put_u32(kRecordTensor);
+  put_string(name);
+  put_u32(found->first);
+  put_u32(static_cast<uint32_t>(cpu.dim()));
   for (int64_t size : cpu.sizes()) put(&size, sizeof size);
-  putU64(cpu.nbytes());
+  put_u64(cpu.nbytes());
   if (cpu.nbytes() > 0) put(cpu.data_ptr(), cpu.nbytes());
 }
 
-void SnapshotWriter::addJson(const std::string& name, const std::string& json_text) {
-  putU32(kRecordJson);
-  putString(name);
-  putU64(json_text.size());
+void SnapshotWriter::add_json(const std::string& name, const std::string& json_text) {
+  put_u32(kRecordJson);
+  put_string(name);
+  put_u64(json_text.size());
   put(json_text.data(), json_text.size());
 }
 
 void SnapshotWriter::commit(const std::string& final_path, uint32_t world_size, uint64_t sequence) {
   flush();
-  writeAll(kSnapshotEndMarker, sizeof kSnapshotEndMarker);
+  write_all(kSnapshotEndMarker, sizeof kSnapshotEndMarker);
   Header header;
   header.world_size = world_size;
   header.payload_crc = payload_crc_;
@@ -267,40 +267,40 @@ void SnapshotWriter::commit(const std::string& final_path, uint32_t world_size, 
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
   header.payload_size = payload_size_;
-  auto bytes = encodeHeader(header);
+  auto bytes = encode_header(header);
   if (::pwrite(fd_, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
-    fail("writing the header: " + systemError());
+    fail("writing the header: " + system_error());
   }
-  if (::fsync(fd_) != 0) fail("fsync: " + systemError());
+  if (::fsync(fd_) != 0) fail("fsync: " + system_error());
   int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) fail("close: " + systemError());
+  if (::close(fd) != 0) fail("close: " + system_error());
   if (::rename(temp_path_.c_str(), final_path.c_str()) != 0) {
-    fail("renaming it to " + final_path + ": " + systemError());
+    fail("renaming it to " + final_path + ": " + system_error());
   }
   committed_ = true;
   auto slash = final_path.find_last_of('/');
-  fsyncDirectory(slash == std::string::npos ? "." : final_path.substr(0, slash + 1));
+  fsync_directory(slash == std::string::npos ? "." : final_path.substr(0, slash + 1));
 }
 
-std::string describeTensor(const at::Tensor& tensor) {
+std::string describe_tensor(const at::Tensor& tensor) {
   std::ostringstream text;
-  text << tensor.sizes() << ' ' << comm::detail::dtypeName(tensor.scalar_type());
+  text << tensor.sizes() << ' ' << comm::detail::dtype_name(tensor.scalar_type());
   return text.str();
 }
 
-void fsyncDirectory(const std::string& path) {
+void fsync_directory(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
-    throw SnapshotError("cannot open directory " + path + " to fsync it: " + systemError());
+    throw SnapshotError("cannot open directory " + path + " to fsync it: " + system_error());
   int rc = ::fsync(fd);
-  std::string error = systemError();
+  std::string error = system_error();
   ::close(fd);
   if (rc != 0) throw SnapshotError("cannot fsync directory " + path + ": " + error);
 }
 
-snapshot::SnapshotFile readSnapshot(const std::string& path) {
-  std::vector<unsigned char> file = readWholeFile(path);
+snapshot::SnapshotFile read_snapshot(const std::string& path) {
+  std::vector<unsigned char> file = read_whole_file(path);
   if (file.empty()) throw SnapshotError(path + " is not a ddp snapshot: the file is empty");
   if (file.size() < sizeof kSnapshotMagic || std::memcmp(file.data(), kSnapshotMagic, 8) != 0) {
     throw SnapshotError(path +
@@ -325,7 +325,7 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
   uint32_t header_crc;
   std::memcpy(&header_crc, file.data() + kSnapshotHeaderSize - 4, 4);
   if (h.header_size != kSnapshotHeaderSize ||
-      crc32Update(0, file.data(), kSnapshotHeaderSize - 4) != header_crc) {
+      crc32_update(0, file.data(), kSnapshotHeaderSize - 4) != header_crc) {
     throw SnapshotError(path + ": snapshot header is corrupt (header checksum mismatch)");
   }
   uint64_t expected = kSnapshotHeaderSize + sizeof kSnapshotEndMarker;
@@ -344,7 +344,7 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
                                           " bytes, the header announces ", expected));
   }
   const unsigned char* payload = file.data() + kSnapshotHeaderSize;
-  uint32_t crc = crc32Update(0, payload, h.payload_size);
+  uint32_t crc = crc32_update(0, payload, h.payload_size);
   if (crc != h.payload_crc) {
     throw SnapshotError(path + ": snapshot payload is corrupt: its checksum is " + hex32(crc) +
                         ", the header records " + hex32(h.payload_crc));
@@ -357,7 +357,7 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
   result.created_unix_ms = h.created_unix_ms;
   Reader reader(path, payload, h.payload_size);
   bool have_scalars = false;
-  while (!reader.atEnd()) {
+  while (!reader.at_end()) {
     uint32_t kind = reader.get<uint32_t>("a record kind");
     uint32_t name_size = reader.get<uint32_t>("a name length");
     if (name_size > kMaxName)
@@ -365,7 +365,7 @@ snapshot::SnapshotFile readSnapshot(const std::string& path) {
     auto name_bytes = reader.take(name_size, "a name");
     std::string name(reinterpret_cast<const char*>(name_bytes), name_size);
     if (kind == kRecordTensor) {
-      at::Tensor tensor = readTensor(reader, name);
+      at::Tensor tensor = read_tensor(reader, name);
       if (!result.tensors.emplace(name, std::move(tensor)).second) {
         reader.fail("tensor record '" + name + "' appears twice");
       }

@@ -22,7 +22,7 @@ inline constexpr uint32_t kRecordTensor = 1;
 inline constexpr uint32_t kRecordJson = 2;
 
 /// CRC-32 (zlib's) of `size` bytes, continuing from `crc`.
-uint32_t crc32Update(uint32_t crc, const void* data, size_t size);
+uint32_t crc32_update(uint32_t crc, const void* data, size_t size);
 
 /// Writes one snapshot to a temporary file and renames it into place.
 ///
@@ -42,20 +42,20 @@ class SnapshotWriter {
   SnapshotWriter& operator=(const SnapshotWriter&) = delete;
 
   /// Appends a tensor record (copied to a contiguous CPU tensor first).
-  void addTensor(const std::string& name, const at::Tensor& tensor);
+  void add_tensor(const std::string& name, const at::Tensor& tensor);
   /// Appends a JSON record.
-  void addJson(const std::string& name, const std::string& json_text);
+  void add_json(const std::string& name, const std::string& json_text);
   /// Writes the end marker and the header, fsyncs, renames the file to
   /// `final_path` and fsyncs the directory.
   void commit(const std::string& final_path, uint32_t world_size, uint64_t sequence);
 
  private:
   void put(const void* data, size_t size);  // buffered, counted, checksummed
-  void putU32(uint32_t value) { put(&value, sizeof value); }
-  void putU64(uint64_t value) { put(&value, sizeof value); }
-  void putString(const std::string& text);
+  void put_u32(uint32_t value) { put(&value, sizeof value); }
+  void put_u64(uint64_t value) { put(&value, sizeof value); }
+  void put_string(const std::string& text);
   void flush();
-  void writeAll(const void* data, size_t size);  // straight to the file
+  void write_all(const void* data, size_t size);  // straight to the file
   [[noreturn]] void fail(const std::string& what) const;
 
   std::string temp_path_;
@@ -67,12 +67,12 @@ class SnapshotWriter {
 };
 
 /// Reads and verifies one snapshot file (ddp::snapshot::read_snapshot_file).
-snapshot::SnapshotFile readSnapshot(const std::string& path);
+snapshot::SnapshotFile read_snapshot(const std::string& path);
 
 /// "[3, 4] float32": a tensor's shape and dtype, for messages.
-std::string describeTensor(const at::Tensor& tensor);
+std::string describe_tensor(const at::Tensor& tensor);
 
 /// fsyncs the directory `path` so that a rename or unlink in it is durable.
-void fsyncDirectory(const std::string& path);
+void fsync_directory(const std::string& path);
 
 }  // namespace ddp::snapshot::detail

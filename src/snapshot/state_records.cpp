@@ -16,9 +16,9 @@ namespace ddp::snapshot::detail {
 
 using nlohmann::json;
 
-StateRecords stateRecords(const snapshot::TrainingState& state,
-                          const std::map<std::string, at::Tensor>& rng, const json& zero_record,
-                          int world_size) {
+StateRecords state_records(const snapshot::TrainingState& state,
+                           const std::map<std::string, at::Tensor>& rng, const json& zero_record,
+                           int world_size) {
   StateRecords records;
   records.scalars = {{"epoch", state.epoch},
                      {"step_in_epoch", state.step_in_epoch},
@@ -41,14 +41,14 @@ StateRecords stateRecords(const snapshot::TrainingState& state,
   }
   if (state.optimizer) {
     TensorMap optimizer_tensors;
-    scalars["optimizer"] = exportOptimizer(*state.optimizer, optimizer_tensors);
+    scalars["optimizer"] = export_optimizer(*state.optimizer, optimizer_tensors);
     for (auto& entry : optimizer_tensors) tensors.emplace_back(entry);
   }
   if (state.scheduler) {
     scalars["scheduler"] = {{"type", c10::demangle(typeid(*state.scheduler).name())},
-                            {"step_count", schedulerStepCount(*state.scheduler)}};
+                            {"step_count", scheduler_step_count(*state.scheduler)}};
   }
-  if (state.grad_scaler) scalars["grad_scaler"] = gradScalerToJson(*state.grad_scaler);
+  if (state.grad_scaler) scalars["grad_scaler"] = grad_scaler_to_json(*state.grad_scaler);
   if (!zero_record.is_null()) scalars["zero"] = zero_record;
   for (const auto& [key, tensor] : state.extra_tensors)
     tensors.emplace_back("extra/" + key, tensor);
@@ -56,7 +56,7 @@ StateRecords stateRecords(const snapshot::TrainingState& state,
   return records;
 }
 
-std::string scalarsText(const json& scalars) {
+std::string scalars_text(const json& scalars) {
   try {
     return scalars.dump(1);
   } catch (const json::exception& e) {
@@ -79,10 +79,10 @@ SnapshotFile capture_training_state(const TrainingState& state) {
   std::map<std::string, at::Tensor> rng;
   if (state.include_rng) {
     for (auto& [device, generator] : detail::generators()) {
-      rng.emplace("rng/rank0/" + device, detail::generatorState(generator));
+      rng.emplace("rng/rank0/" + device, detail::generator_state(generator));
     }
   }
-  detail::StateRecords records = detail::stateRecords(state, rng, nullptr, /*world_size=*/1);
+  detail::StateRecords records = detail::state_records(state, rng, nullptr, /*world_size=*/1);
   SnapshotFile file;
   file.path = "(in memory)";
   file.format_version = detail::kSnapshotFormatVersion;
@@ -90,7 +90,7 @@ SnapshotFile capture_training_state(const TrainingState& state) {
   for (const auto& [name, tensor] : records.tensors) {
     file.tensors.emplace(name, tensor.detach().to(at::kCPU).clone());
   }
-  file.scalars_json = detail::scalarsText(records.scalars);
+  file.scalars_json = detail::scalars_text(records.scalars);
   return file;
 }
 

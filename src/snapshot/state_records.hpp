@@ -28,12 +28,12 @@ struct StateRecords {
 /// rng/rank<r>/<device>), a sharded optimizer's `zero_record` (null: none)
 /// and the world size that wrote them.
 /// \throws SnapshotError when the optimizer is not one snapshots support.
-StateRecords stateRecords(const snapshot::TrainingState& state,
-                          const std::map<std::string, at::Tensor>& rng,
-                          const nlohmann::json& zero_record, int world_size);
+StateRecords state_records(const snapshot::TrainingState& state,
+                           const std::map<std::string, at::Tensor>& rng,
+                           const nlohmann::json& zero_record, int world_size);
 
 /// The "scalars" record as text. \throws SnapshotError when the metadata is
 /// not valid UTF-8.
-std::string scalarsText(const nlohmann::json& scalars);
+std::string scalars_text(const nlohmann::json& scalars);
 
 }  // namespace ddp::snapshot::detail

@@ -32,8 +32,8 @@ struct SavedPiece {
 
 // Writes this rank's shard file atomically; returns its pieces as
 // [parameter, begin, length] triples.
-json writeZeroShard(const std::string& directory, const std::string& main_name,
-                    const ZeroRedundancyOptimizer& zero, uint64_t sequence) {
+json write_zero_shard(const std::string& directory, const std::string& main_name,
+                      const ZeroRedundancyOptimizer& zero, uint64_t sequence) {
   const torch::optim::Optimizer& optimizer = zero.local_optimizer();
   if (optimizer.param_groups().size() != 1) {
     throw SnapshotError(
@@ -42,23 +42,23 @@ json writeZeroShard(const std::string& directory, const std::string& main_name,
                           " param groups; its factory must make one (as zero_optimizer() does)"));
   }
   TensorMap tensors;
-  json description = exportOptimizer(optimizer, tensors);
+  json description = export_optimizer(optimizer, tensors);
   json pieces = json::array();
   for (const auto& piece : zero.pieces())
     pieces.push_back({piece.parameter, piece.begin, piece.length});
 
   const int rank = zero.group().rank(), world = zero.group().size();
-  const std::string name = zeroShardName(main_name, rank, world);
+  const std::string name = zero_shard_name(main_name, rank, world);
   SnapshotWriter writer((fs::path(directory) / ("." + name + ".tmp")).string());
-  for (const auto& [key, tensor] : tensors) writer.addTensor(key, tensor);
-  writer.addJson("scalars",
-                 json{{"optimizer", description}, {"rank", rank}, {"pieces", pieces}}.dump());
+  for (const auto& [key, tensor] : tensors) writer.add_tensor(key, tensor);
+  writer.add_json("scalars",
+                  json{{"optimizer", description}, {"rank", rank}, {"pieces", pieces}}.dump());
   writer.commit((fs::path(directory) / name).string(), static_cast<uint32_t>(world), sequence);
   return pieces;
 }
 
 // The main file's record: every rank's pieces, each parameter's elements.
-json zeroRecord(const ZeroRedundancyOptimizer& zero, const std::vector<json>& pieces_by_rank) {
+json zero_record(const ZeroRedundancyOptimizer& zero, const std::vector<json>& pieces_by_rank) {
   std::vector<int64_t> numels;
   for (const at::Tensor& parameter : zero.parameters()) numels.push_back(parameter.numel());
   return {{"world", pieces_by_rank.size()}, {"numels", numels}, {"pieces", pieces_by_rank}};
@@ -66,8 +66,8 @@ json zeroRecord(const ZeroRedundancyOptimizer& zero, const std::vector<json>& pi
 
 }  // namespace
 
-json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
-                    const ZeroRedundancyOptimizer& zero, uint64_t& sequence) {
+json save_zero_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
+                      const ZeroRedundancyOptimizer& zero, uint64_t& sequence) {
   if (zero.group().size() != group.size() || zero.group().rank() != group.rank()) {
     throw SnapshotError(comm::detail::str("the ZeroRedundancyOptimizer's process group (rank ",
                                           zero.group().rank(), " of ", zero.group().size(),
@@ -77,7 +77,7 @@ json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& grou
   std::exception_ptr failure;
   if (group.rank() == 0) {
     try {
-      sequence = nextSnapshotSequence(options);
+      sequence = next_snapshot_sequence(options);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -90,8 +90,8 @@ json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& grou
   std::string mine;  // this rank's pieces; empty if it failed
   if (sequence != 0) {
     try {
-      mine = writeZeroShard(options.directory(), snapshotFileName(options.prefix(), sequence), zero,
-                            sequence)
+      mine = write_zero_shard(options.directory(), snapshot_file_name(options.prefix(), sequence),
+                              zero, sequence)
                  .dump();
     } catch (...) {
       failure = std::current_exception();
@@ -110,11 +110,11 @@ json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& grou
     }
     pieces.push_back(json::parse(everyone[r]));
   }
-  return zeroRecord(zero, pieces);
+  return zero_record(zero, pieces);
 }
 
-ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
-                             const ZeroRedundancyOptimizer& zero) {
+ZeroImport prepare_zero_import(const std::string& main_path, const json& record,
+                               const ZeroRedundancyOptimizer& zero) {
   auto fail = [&](const std::string& problem) { throw SnapshotError(main_path + ": " + problem); };
   const std::vector<at::Tensor>& parameters = zero.parameters();
   ZeroImport result;
@@ -156,7 +156,7 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
     auto shard = [&](int r) -> const snapshot::SnapshotFile& {
       auto found = files.find(r);
       if (found != files.end()) return found->second;
-      auto file = readSnapshot((directory / zeroShardName(main_name, r, old_world)).string());
+      auto file = read_snapshot((directory / zero_shard_name(main_name, r, old_world)).string());
       json scalars = json::parse(file.scalars_json);
       if (scalars.at("rank").get<int>() != r || scalars.at("pieces") != ranks[r]) {
         fail(comm::detail::str(file.path, " is not rank ", r, "'s shard of this snapshot"));
@@ -193,7 +193,7 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
         for (auto it = file.tensors.lower_bound(source_prefix);
              it != file.tensors.end() && it->first.rfind(source_prefix, 0) == 0; ++it) {
           if (it->second.numel() != old.length) {
-            fail(comm::detail::str(file.path, ": ", it->first, " is ", describeTensor(it->second),
+            fail(comm::detail::str(file.path, ": ", it->first, " is ", describe_tensor(it->second),
                                    " for a piece of ", old.length, " elements"));
           }
           at::Tensor& state =
@@ -221,8 +221,8 @@ ZeroImport prepareZeroImport(const std::string& main_path, const json& record,
   } catch (const json::exception& e) {
     fail(std::string("malformed ZeRO record: ") + e.what());
   }
-  checkOptimizer(main_path + " (this rank's shard of the optimizer state)", result.description,
-                 result.tensors, zero.local_optimizer());
+  check_optimizer(main_path + " (this rank's shard of the optimizer state)", result.description,
+                  result.tensors, zero.local_optimizer());
   return result;
 }
 

@@ -22,8 +22,8 @@ namespace ddp::snapshot::detail {
 /// snapshot, numbered by rank 0 (`sequence` is set on every rank); returns
 /// the main file's "zero" record on every rank. A collective; throws
 /// SnapshotError on every rank if any rank could not write its shard.
-nlohmann::json saveZeroShards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
-                              const ZeroRedundancyOptimizer& zero, uint64_t& sequence);
+nlohmann::json save_zero_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
+                                const ZeroRedundancyOptimizer& zero, uint64_t& sequence);
 
 /// This rank's optimizer state, cut out of the shard files of `main_path`
 /// that overlap its pieces, checked against `zero`'s local optimizer.
@@ -33,7 +33,7 @@ struct ZeroImport {
 };
 /// Throws SnapshotError naming the first problem (another model, a missing
 /// or corrupt shard file, elements no shard holds, another optimizer).
-ZeroImport prepareZeroImport(const std::string& main_path, const nlohmann::json& record,
-                             const ZeroRedundancyOptimizer& zero);
+ZeroImport prepare_zero_import(const std::string& main_path, const nlohmann::json& record,
+                               const ZeroRedundancyOptimizer& zero);
 
 }  // namespace ddp::snapshot::detail

@@ -51,7 +51,7 @@ class PendingEvent final : public ObservedCollective {
                    const CollectiveOutcome& outcome) noexcept override;
 
  private:
-  json toJson(const CollectiveFacts& facts, bool waited, double duration_us, int pid) const;
+  json to_json(const CollectiveFacts& facts, bool waited, double duration_us, int pid) const;
 
   uint64_t session_;
   std::string name_;
@@ -97,22 +97,22 @@ class Recorder {
     lanes_busy_.clear();
     lanes_named_ = 0;
     ++session_;
-    writeRaw("[\n]\n", 0);
+    write_raw("[\n]\n", 0);
     end_ = 1;  // The next entry replaces "\n]\n" from offset 1.
-    writeEntry({{"name", "process_name"},
-                {"ph", "M"},
-                {"pid", rank},
-                {"args", {{"name", comm::detail::str("rank ", rank)}}}});
-    writeEntry({{"name", "process_sort_index"},
-                {"ph", "M"},
-                {"pid", rank},
-                {"args", {{"sort_index", rank}}}});
+    write_entry({{"name", "process_name"},
+                 {"ph", "M"},
+                 {"pid", rank},
+                 {"args", {{"name", comm::detail::str("rank ", rank)}}}});
+    write_entry({{"name", "process_sort_index"},
+                 {"ph", "M"},
+                 {"pid", rank},
+                 {"args", {{"sort_index", rank}}}});
     active_.store(true, std::memory_order_release);
   }
 
   void stop() {
     std::lock_guard<std::mutex> lock(mutex_);
-    closeLocked();
+    close_locked();
   }
 
   std::string path() {
@@ -126,7 +126,7 @@ class Recorder {
   }
 
   std::unique_ptr<PendingEvent> begin(const CollectiveFacts& facts) {
-    std::string name = ddp::comm::detail::current_collective_name().value_or(operationName(facts));
+    std::string name = ddp::comm::detail::current_collective_name().value_or(operation_name(facts));
     std::lock_guard<std::mutex> lock(mutex_);
     if (!active()) return nullptr;
     int lane = 0;
@@ -144,7 +144,7 @@ class Recorder {
     lanes_busy_[lane] = false;
     while (lanes_named_ <= lane) {
       const int named = lanes_named_++;
-      writeEntry(
+      write_entry(
           {{"name", "thread_name"},
            {"ph", "M"},
            {"pid", rank_},
@@ -153,7 +153,7 @@ class Recorder {
             {{"name", named == 0 ? std::string("collectives")
                                  : comm::detail::str("collectives (overlapping ", named, ")")}}}});
     }
-    writeEntry(event(rank_));
+    write_entry(event(rank_));
     ++events_;
   }
 
@@ -163,22 +163,22 @@ class Recorder {
   }
 
  private:
-  static std::string operationName(const CollectiveFacts& facts) {
+  static std::string operation_name(const CollectiveFacts& facts) {
     std::string name = facts.name;
     if (facts.reduce_op) name += std::string("(") + to_string(*facts.reduce_op) + ")";
     return name;
   }
 
-  void writeEntry(const json& entry) {
+  void write_entry(const json& entry) {
     const std::string text = (wrote_any_ ? ",\n" : "\n") + entry.dump() + "\n]\n";
-    if (!writeRaw(text, end_)) return;
+    if (!write_raw(text, end_)) return;
     end_ += static_cast<off_t>(text.size() - 3);  // Before the new "\n]\n".
     wrote_any_ = true;
   }
 
   // One pwrite per entry; a failure (disk full) stops the timeline with a
   // warning rather than failing the collective that is being recorded.
-  bool writeRaw(const std::string& text, off_t offset) {
+  bool write_raw(const std::string& text, off_t offset) {
     size_t written = 0;
     while (written < text.size()) {
       ssize_t n = ::pwrite(fd_, text.data() + written, text.size() - written,
@@ -187,7 +187,7 @@ class Recorder {
       if (n <= 0) {
         std::cerr << "ddp timeline: writing '" << path_ << "' failed (" << std::strerror(errno)
                   << "); the timeline stops here.\n";
-        closeLocked();
+        close_locked();
         return false;
       }
       written += static_cast<size_t>(n);
@@ -195,7 +195,7 @@ class Recorder {
     return true;
   }
 
-  void closeLocked() {
+  void close_locked() {
     active_.store(false, std::memory_order_release);
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -216,13 +216,13 @@ class Recorder {
 
 }  // namespace
 
-json PendingEvent::toJson(const CollectiveFacts& facts, bool waited, double duration_us,
-                          int pid) const {
+json PendingEvent::to_json(const CollectiveFacts& facts, bool waited, double duration_us,
+                           int pid) const {
   json args = {{"op", facts.name}, {"waited", waited}};
   if (facts.reduce_op) args["reduce"] = to_string(*facts.reduce_op);
   if (facts.root >= 0) args["root"] = facts.root;
   if (facts.dtype) {
-    args["dtype"] = ddp::comm::detail::dtypeName(*facts.dtype);
+    args["dtype"] = ddp::comm::detail::dtype_name(*facts.dtype);
     args["numel"] = facts.numel;
     args["bytes"] = facts.bytes;
   }
@@ -235,7 +235,7 @@ json PendingEvent::toJson(const CollectiveFacts& facts, bool waited, double dura
 
 void PendingEvent::on_finished(const CollectiveFacts& facts,
                                const CollectiveOutcome& outcome) noexcept {
-  if (!outcome.issued) {  // the engine refused it: nothing ran, nothing to show
+  if (!outcome.issued) {  // the backend refused it: nothing ran, nothing to show
     Recorder::get().release(session_, lane_);
     return;
   }
@@ -244,7 +244,7 @@ void PendingEvent::on_finished(const CollectiveFacts& facts,
   const double duration_us = std::chrono::duration<double, std::micro>(outcome.duration).count();
   try {
     Recorder::get().end(session_, lane_,
-                        [&](int pid) { return toJson(facts, waited, duration_us, pid); });
+                        [&](int pid) { return to_json(facts, waited, duration_us, pid); });
   } catch (const std::exception& e) {
     std::cerr << "ddp timeline: an event could not be written: " << e.what() << "\n";
   }
@@ -254,7 +254,7 @@ std::unique_ptr<ObservedCollective> begin_event(const CollectiveFacts& facts) {
   return Recorder::get().begin(facts);
 }
 
-void startFromEnvironmentOnce(const EnvironmentMap& env, int rank) {
+void start_from_environment_once(const EnvironmentMap& env, int rank) {
   static std::once_flag once;
   std::call_once(once, [&env, rank] {
     auto found = env.find(kEnvironmentVariable);

@@ -13,7 +13,7 @@ namespace {
 // registry]): DDP_TIMELINE starts the timeline at the first init().
 std::shared_ptr<CollectiveObserver> observer_for_init(ProcessGroup& group,
                                                       const EnvironmentMap& env) {
-  startFromEnvironmentOnce(env, group.rank());
+  start_from_environment_once(env, group.rank());
   return TimelineObserver::get();
 }
 

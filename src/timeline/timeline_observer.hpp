@@ -3,7 +3,7 @@
 // Internal: the timeline as a collective observer.
 //
 // Note [The timeline as an observer]
-// The timeline watches collectives from outside the engines: it registers
+// The timeline watches collectives from outside the backends: it registers
 // an observer factory with ddp::comm (Note [Parts attach observers through a
 // registry] in ddp/comm/observer_factory.hpp), so that init() adds its observer
 // to every group it makes, and timeline::recorded() adds it to a group made
@@ -12,13 +12,13 @@
 // returns null: nothing follows the collective's Work. While a timeline is
 // recorded, it returns a PendingEvent that holds the event's lane; the
 // event is written when the collective ends (Note [When a collective ends]
-// in ddp/comm/collective_observer.hpp). The engines, DistributedDataParallel and
+// in ddp/comm/collective_observer.hpp). The backends, DistributedDataParallel and
 // the Horovod-style optimizer know nothing of it; they only name what they
 // issue (comm/collective_name.hpp). A collective is recorded once however many
-// engines it passes through (`auto` hands it to Gloo or NCCL, the
-// hierarchical engine to its leaders' Gloo), because only the group the
+// backends it passes through (`auto` hands it to Gloo or NCCL, the
+// hierarchical backend to its leaders' Gloo), because only the group the
 // caller holds has the observer: no thread-local call depth is needed, and
-// an engine's worker thread needs no special care.
+// an backend's worker thread needs no special care.
 
 #include <memory>
 
@@ -34,7 +34,7 @@ std::unique_ptr<ObservedCollective> begin_event(const CollectiveFacts& facts);
 /// Starts the timeline named by DDP_TIMELINE in `env`, as `rank`, the first
 /// time it is called in the process; later calls do nothing.
 /// \throws IoError when the file cannot be created.
-void startFromEnvironmentOnce(const EnvironmentMap& env, int rank);
+void start_from_environment_once(const EnvironmentMap& env, int rank);
 
 /// Records the collectives of the groups it observes while a timeline is
 /// recorded (Note [The timeline as an observer]).

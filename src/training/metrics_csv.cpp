@@ -15,7 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string formatRow(const EpochMetrics& row) {
+std::string format_row(const EpochMetrics& row) {
   char text[256];
   char accuracy[64] = "";
   if (row.accuracy) std::snprintf(accuracy, sizeof(accuracy), "%.6f", *row.accuracy);
@@ -24,23 +24,23 @@ std::string formatRow(const EpochMetrics& row) {
   return text;
 }
 
-[[noreturn]] void failWriting(const std::string& path) {
+[[noreturn]] void fail_writing(const std::string& path) {
   throw MetricsError("cannot write the metrics file '" + path + "': " + std::strerror(errno) +
                      "; give a path in a writable directory.");
 }
 
 // Writes `text` to `path` through a temporary file and a rename, so that a
 // crash leaves the old file or the new one.
-void replaceFile(const std::string& path, const std::string& text) {
+void replace_file(const std::string& path, const std::string& text) {
   const std::string temporary = path + ".tmp";
   std::FILE* file = std::fopen(temporary.c_str(), "w");
-  if (!file) failWriting(path);
+  if (!file) fail_writing(path);
   const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  if (std::fclose(file) != 0 || !written) failWriting(path);
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) failWriting(path);
+  if (std::fclose(file) != 0 || !written) fail_writing(path);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) fail_writing(path);
 }
 
-double parseNumber(const std::string& field, const std::string& what, const std::string& where) {
+double parse_number(const std::string& field, const std::string& what, const std::string& where) {
   char* end = nullptr;
   errno = 0;
   const double value = std::strtod(field.c_str(), &end);
@@ -66,18 +66,18 @@ MetricsCsv::MetricsCsv(std::string path, int64_t completed_epochs) : path_(std::
   std::string text = std::string(kMetricsCsvHeader) + "\n";
   if (completed_epochs > 0 && fs::exists(path_)) {
     for (const EpochMetrics& row : read_metrics_csv(path_)) {
-      if (row.epoch <= completed_epochs) text += formatRow(row) + "\n";
+      if (row.epoch <= completed_epochs) text += format_row(row) + "\n";
     }
   }
-  replaceFile(path_, text);
+  replace_file(path_, text);
 }
 
 void MetricsCsv::append(const EpochMetrics& row) {
   std::FILE* file = std::fopen(path_.c_str(), "a");
-  if (!file) failWriting(path_);
-  const std::string text = formatRow(row) + "\n";
+  if (!file) fail_writing(path_);
+  const std::string text = format_row(row) + "\n";
   const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  if (std::fclose(file) != 0 || !written) failWriting(path_);
+  if (std::fclose(file) != 0 || !written) fail_writing(path_);
 }
 
 std::vector<EpochMetrics> read_metrics_csv(const std::string& path) {
@@ -104,15 +104,15 @@ std::vector<EpochMetrics> read_metrics_csv(const std::string& path) {
                                            kMetricsCsvHeader, "): '", line, "'."));
     }
     EpochMetrics row;
-    const double epoch = parseNumber(fields[0], "the epoch", where);
+    const double epoch = parse_number(fields[0], "the epoch", where);
     row.epoch = static_cast<int64_t>(epoch);
     if (static_cast<double>(row.epoch) != epoch) {
       throw MetricsError(where + ": the epoch is '" + fields[0] + "', not a whole number.");
     }
-    row.loss = parseNumber(fields[1], "the loss", where);
-    if (!fields[2].empty()) row.accuracy = parseNumber(fields[2], "the accuracy", where);
-    row.samples_per_s = parseNumber(fields[3], "samples_per_s", where);
-    row.seconds = parseNumber(fields[4], "seconds", where);
+    row.loss = parse_number(fields[1], "the loss", where);
+    if (!fields[2].empty()) row.accuracy = parse_number(fields[2], "the accuracy", where);
+    row.samples_per_s = parse_number(fields[3], "samples_per_s", where);
+    row.seconds = parse_number(fields[4], "seconds", where);
     rows.push_back(row);
   }
   return rows;

@@ -73,7 +73,7 @@ std::string script(const std::string& csv, const std::string& png, const PlotOpt
   return s.str();
 }
 
-std::string readTail(const std::string& path, size_t limit) {
+std::string read_tail(const std::string& path, size_t limit) {
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   if (text.size() > limit) text = "..." + text.substr(text.size() - limit);
@@ -141,7 +141,7 @@ void plot_loss_accuracy(const std::string& csv, const std::string& png,
   close(fd);
   const std::string log = base + ".log";
   const int status = written ? run(gnuplot, base, log) : -1;
-  const std::string output = readTail(log, 2000);
+  const std::string output = read_tail(log, 2000);
   fs::remove(base, error);
   fs::remove(log, error);
   if (!written) throw PlotError("cannot write the gnuplot script to the temporary directory.");

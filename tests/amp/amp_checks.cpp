@@ -27,13 +27,13 @@ using amp::OptLevel;
 using examples::ConvNet;
 using examples::Mlp;
 
-std::vector<torch::Tensor> snapshotOf(const std::vector<torch::Tensor>& tensors) {
+std::vector<torch::Tensor> snapshot_of(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> copies;
   for (const auto& t : tensors) copies.push_back(t.detach().clone());
   return copies;
 }
 
-bool allEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (!torch::equal(a[i], b[i])) return false;
@@ -42,8 +42,8 @@ bool allEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tens
 }
 
 // Where `a` and `b` differ, for a failure message ("" when they are equal).
-std::string firstDifference(const std::vector<torch::Tensor>& a,
-                            const std::vector<torch::Tensor>& b) {
+std::string first_difference(const std::vector<torch::Tensor>& a,
+                             const std::vector<torch::Tensor>& b) {
   if (a.size() != b.size()) {
     return std::to_string(a.size()) + " tensors against " + std::to_string(b.size());
   }
@@ -70,19 +70,20 @@ class Checker {
 
   // "" when every tensor equals rank 0's, bit for bit, else the first
   // difference. A collective: every rank calls it in the same order.
-  std::string differenceFromRank0(const std::vector<torch::Tensor>& tensors) {
+  std::string difference_from_rank0(const std::vector<torch::Tensor>& tensors) {
     std::vector<torch::Tensor> rank0;
     for (const auto& t : tensors) {
       rank0.push_back(t.detach().clone().contiguous());
       group_->broadcast(rank0.back(), 0);
     }
-    const std::string difference = firstDifference(tensors, rank0);
+    const std::string difference = first_difference(tensors, rank0);
     return difference.empty() ? "" : difference + " from rank 0's";
   }
 
   // Records that every tensor equals rank 0's.
-  void recordSameOnEveryRank(const std::string& what, const std::vector<torch::Tensor>& tensors) {
-    const std::string difference = differenceFromRank0(tensors);
+  void record_same_on_every_rank(const std::string& what,
+                                 const std::vector<torch::Tensor>& tensors) {
+    const std::string difference = difference_from_rank0(tensors);
     record(what, difference.empty(), difference);
   }
 
@@ -92,14 +93,14 @@ class Checker {
 
   // Gradients 0.25 * (rank + 1) * scale, so that unscaled they are exact;
   // the last rank's first element is `bad` when `inject`.
-  void setGradients(nn::Linear& model, double scale, bool inject, float bad) {
+  void set_gradients(nn::Linear& model, double scale, bool inject, float bad) {
     for (auto& p : model->parameters()) {
       p.mutable_grad() = torch::full_like(p, 0.25 * (rank_ + 1) * scale);
       if (inject && rank_ == world_ - 1) p.mutable_grad().view(-1)[0] = bad;
     }
   }
 
-  void scalerOverflow() {
+  void scaler_overflow() {
     torch::manual_seed(1);
     nn::Linear model(4, 3);
     torch::optim::SGD optimizer(model->parameters(), 0.5);
@@ -111,14 +112,14 @@ class Checker {
     for (float bad : bad_values) {
       const std::string subject =
           scaler_check::on_the_last_rank(std::isnan(bad) ? scaler_check::kNaN : scaler_check::kInf);
-      auto before = snapshotOf(model->parameters());
-      setGradients(model, scaler.get_scale(), /*inject=*/true, bad);
+      auto before = snapshot_of(model->parameters());
+      set_gradients(model, scaler.get_scale(), /*inject=*/true, bad);
       const bool stepped = scaler.step(optimizer);
       record(check_name(subject, scaler_check::kSkippedEverywhere), !stepped && scaler.found_inf(),
              std::string("step() returned ") + (stepped ? "true" : "false") + ", found_inf() " +
                  (scaler.found_inf() ? "true" : "false"));
       record(check_name(subject, scaler_check::kParametersUnchanged),
-             allEqual(model->parameters(), before), firstDifference(model->parameters(), before));
+             all_equal(model->parameters(), before), first_difference(model->parameters(), before));
       scaler.update();
       expected_scale /= 2;
       record(check_name(subject, scaler_check::kScaleHalved),
@@ -129,16 +130,16 @@ class Checker {
     }
     // Clean steps: exact unscaled gradients, growth after exactly 3 of them.
     for (int step = 1; step <= scaler_check::kCleanSteps; ++step) {
-      auto before = snapshotOf(model->parameters());
-      setGradients(model, scaler.get_scale(), false, 0);
+      auto before = snapshot_of(model->parameters());
+      set_gradients(model, scaler.get_scale(), false, 0);
       const bool stepped = scaler.step(optimizer);
       std::vector<torch::Tensor> expected;
       for (const auto& b : before) {
         expected.push_back(b.add(torch::full_like(b, 0.25 * (rank_ + 1)), -0.5));
       }
-      const bool exact = stepped && allEqual(model->parameters(), expected);
+      const bool exact = stepped && all_equal(model->parameters(), expected);
       record(check_name(scaler_check::clean_step(step), scaler_check::kUnscaledGradients), exact,
-             stepped ? "parameters: " + firstDifference(model->parameters(), expected)
+             stepped ? "parameters: " + first_difference(model->parameters(), expected)
                      : "the step was skipped");
       scaler.update();
       if (step == scaler_check::kCleanSteps) expected_scale *= 2;
@@ -152,7 +153,7 @@ class Checker {
     }
     if (world_ > 1) {  // Why the group matters: alone, only the culprit skips.
       GradScaler alone(GradScalerOptions().init_scale(1024));
-      setGradients(model, alone.get_scale(), true, bad_values[0]);
+      set_gradients(model, alone.get_scale(), true, bad_values[0]);
       const bool stepped = alone.step(optimizer);
       record(scaler_check::kAloneOnlyCulpritSkips, stepped == (rank_ != world_ - 1),
              std::string("step() returned ") + (stepped ? "true" : "false") + " on rank " +
@@ -161,7 +162,7 @@ class Checker {
   }
 
   // O1 under DDP equals one process running O1 on each rank's chunk.
-  void o1MlpAgainstOneProcess() {
+  void o1_mlp_against_one_process() {
     constexpr int64_t kPerRank = 4;
     torch::manual_seed(7 + rank_);  // DDP copies rank 0's weights
     Mlp net(8, 32, 4);
@@ -189,11 +190,11 @@ class Checker {
     // (gradients summed in another order) may differ: 1e-3, not 1e-5.
     const double error = worst_relative_error(net->parameters(), reference->parameters());
     record(amp_ddp_check::kO1Mlp, error <= 1e-3f, "max relative error " + std::to_string(error));
-    recordSameOnEveryRank(amp_ddp_check::kO1Replicas, net->parameters());
+    record_same_on_every_rank(amp_ddp_check::kO1Replicas, net->parameters());
   }
 
   // The tutorial's set-up: ConvNet, SyncBatchNorm, O1 bfloat16, a scaler.
-  void o1ConvNetWithSyncBatchNorm() {
+  void o1_conv_net_with_sync_batch_norm() {
     constexpr int64_t kPerRank = 3;
     torch::manual_seed(11 + rank_);
     ConvNet net;
@@ -249,8 +250,8 @@ class Checker {
     }
     std::vector<torch::Tensor> parameters_and_statistics = net->parameters();
     for (const auto& b : net->buffers()) parameters_and_statistics.push_back(b);
-    recordSameOnEveryRank(check_name(amp_ddp_check::kO1ConvNet, amp_ddp_check::kReplicas),
-                          parameters_and_statistics);
+    record_same_on_every_rank(check_name(amp_ddp_check::kO1ConvNet, amp_ddp_check::kReplicas),
+                              parameters_and_statistics);
     record(check_name(amp_ddp_check::kO1ConvNet, amp_ddp_check::kNoOverflow),
            scaler.get_scale() == 65536.0, "scale " + std::to_string(scaler.get_scale()));
     // bfloat16 activations and their gradients round differently in
@@ -277,7 +278,7 @@ class Checker {
   }
 
   // O2: masters aligned across ranks; an overflow on one rank skipped by all.
-  void o2ConvNet() {
+  void o2_conv_net() {
     constexpr int64_t kPerRank = 2;
     torch::manual_seed(13 + rank_);  // different on each rank on purpose
     ConvNet net;
@@ -295,7 +296,7 @@ class Checker {
       scaler.scale(loss).backward();
       std::vector<torch::Tensor> masters_before;
       for (auto& item : mp.master_weights()) masters_before.push_back(item.second.detach().clone());
-      auto model_before = snapshotOf(net->parameters());
+      auto model_before = snapshot_of(net->parameters());
       if (step == 1 && rank_ == world_ - 1) {  // after DDP's reduction: this rank only
         net->fc->weight.mutable_grad().view(-1)[5] = std::numeric_limits<float>::infinity();
       }
@@ -305,30 +306,30 @@ class Checker {
         std::vector<torch::Tensor> masters_after;
         for (auto& item : mp.master_weights()) masters_after.push_back(item.second);
         record(check_name(amp_ddp_check::kO2, amp_ddp_check::kInfSkippedEverywhere),
-               !stepped && allEqual(masters_after, masters_before) &&
-                   allEqual(net->parameters(), model_before),
+               !stepped && all_equal(masters_after, masters_before) &&
+                   all_equal(net->parameters(), model_before),
                std::string("step() returned ") + (stepped ? "true" : "false") +
-                   "; masters: " + firstDifference(masters_after, masters_before) +
-                   "; model: " + firstDifference(net->parameters(), model_before));
+                   "; masters: " + first_difference(masters_after, masters_before) +
+                   "; model: " + first_difference(net->parameters(), model_before));
         record(check_name(amp_ddp_check::kO2, amp_ddp_check::kScaleHalvesEverywhere),
                scaler.get_scale() == 32768.0, "scale " + std::to_string(scaler.get_scale()));
       }
     }
     std::vector<torch::Tensor> masters;
     for (auto& item : mp.master_weights()) masters.push_back(item.second);
-    recordSameOnEveryRank(check_name(amp_ddp_check::kO2, amp_ddp_check::kMastersEverywhere),
-                          masters);
+    record_same_on_every_rank(check_name(amp_ddp_check::kO2, amp_ddp_check::kMastersEverywhere),
+                              masters);
     // (Buffers differ: plain BatchNorm's running statistics follow each
     // rank's last batch, as in PyTorch.)
-    recordSameOnEveryRank(check_name(amp_ddp_check::kO2, amp_ddp_check::kParametersEverywhere),
-                          net->parameters());
+    record_same_on_every_rank(check_name(amp_ddp_check::kO2, amp_ddp_check::kParametersEverywhere),
+                              net->parameters());
     const auto rounded = mp.master_weights().at("amp.master/fc.weight").to(torch::kBFloat16);
     record(check_name(amp_ddp_check::kO2, amp_ddp_check::kRoundedMasters),
            torch::equal(net->fc->weight, rounded),
-           "fc.weight: " + firstDifference({net->fc->weight}, {rounded}));
+           "fc.weight: " + first_difference({net->fc->weight}, {rounded}));
   }
 
-  void o3Mlp() {
+  void o3_mlp() {
     torch::manual_seed(17 + rank_);
     Mlp net(8, 16, 4);
     torch::optim::SGD optimizer(net->parameters(), 0.1);
@@ -351,8 +352,8 @@ class Checker {
     }
     record(check_name(amp_ddp_check::kO3, amp_ddp_check::kBFloat16Parameters), not_bf16.empty(),
            not_bf16);
-    recordSameOnEveryRank(check_name(amp_ddp_check::kO3, amp_ddp_check::kReplicasIdentical),
-                          net->parameters());
+    record_same_on_every_rank(check_name(amp_ddp_check::kO3, amp_ddp_check::kReplicasIdentical),
+                              net->parameters());
   }
 
  private:
@@ -363,18 +364,18 @@ class Checker {
 
 }  // namespace
 
-int checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group) {
+int check_scaler_overflow(const std::shared_ptr<ProcessGroup>& group) {
   Checker checker(group);
-  checker.scalerOverflow();
+  checker.scaler_overflow();
   return checker.failed();
 }
 
-int checkAmpWithDdp(const std::shared_ptr<ProcessGroup>& group) {
+int check_amp_with_ddp(const std::shared_ptr<ProcessGroup>& group) {
   Checker checker(group);
-  checker.o1MlpAgainstOneProcess();
-  checker.o1ConvNetWithSyncBatchNorm();
-  checker.o2ConvNet();
-  checker.o3Mlp();
+  checker.o1_mlp_against_one_process();
+  checker.o1_conv_net_with_sync_batch_norm();
+  checker.o2_conv_net();
+  checker.o3_mlp();
   return checker.failed();
 }
 

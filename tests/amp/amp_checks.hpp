@@ -18,15 +18,15 @@ namespace ddp::testing {
 /// group every rank skips the step, keeps its parameters and halves the
 /// scale; growth after exactly growth_interval clean steps; without the
 /// group only the overflowing rank skips.
-int checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group);
+int check_scaler_overflow(const std::shared_ptr<ProcessGroup>& group);
 
 /// Opt levels under DistributedDataParallel: O1 against one process on the
 /// whole batch; the tutorial ConvNet with SyncBatchNorm at O1 with a
 /// scaler; O2 (masters aligned across ranks, an overflow on one rank
 /// skipped by all); O3. Replicas stay bit-identical.
-int checkAmpWithDdp(const std::shared_ptr<ProcessGroup>& group);
+int check_amp_with_ddp(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names of checkScalerOverflow()'s checks.
+/// The names of check_scaler_overflow()'s checks.
 namespace scaler_check {
 /// What is injected into the last rank's gradient, and what that checks.
 inline const std::string kInf = "inf";
@@ -48,8 +48,8 @@ inline const std::string kAloneOnlyCulpritSkips =
     "without the group only the overflowing rank skips";
 }  // namespace scaler_check
 
-/// The names checkScalerOverflow() reports on every rank of `world`.
-inline std::set<std::string> scalerCheckNames(int world) {
+/// The names check_scaler_overflow() reports on every rank of `world`.
+inline std::set<std::string> scaler_check_names(int world) {
   using namespace scaler_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names;
   for (const auto& bad_value : {kInf, kNaN}) {
@@ -65,7 +65,7 @@ inline std::set<std::string> scalerCheckNames(int world) {
   return names;
 }
 
-/// The names of checkAmpWithDdp()'s checks.
+/// The names of check_amp_with_ddp()'s checks.
 namespace amp_ddp_check {
 inline const std::string kO1Mlp = "O1 under DDP matches one process within 1e-3";
 inline const std::string kO1Replicas = "O1 replicas are identical";
@@ -89,8 +89,8 @@ inline const std::string kBFloat16Parameters = "every parameter bfloat16";
 inline const std::string kReplicasIdentical = "replicas identical";
 }  // namespace amp_ddp_check
 
-/// The names checkAmpWithDdp() reports on every rank.
-inline std::set<std::string> ampWithDdpCheckNames() {
+/// The names check_amp_with_ddp() reports on every rank.
+inline std::set<std::string> amp_with_ddp_check_names() {
   using namespace amp_ddp_check;  // NOLINT(google-build-using-namespace)
   return {kO1Mlp,
           kO1Replicas,

@@ -16,15 +16,15 @@ class AmpScalerRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(AmpScalerRanks, OverflowOnOneRankSkipsTheStepEverywhereAndHalvesTheScale) {
   const int world = GetParam();
-  expectChecks(runRanks(world, {"scaler-overflow"}), scalerCheckNames(world));
+  expect_checks(run_ranks(world, {"scaler-overflow"}), scaler_check_names(world));
 }
 
 INSTANTIATE_TEST_SUITE_P(AmpGradScaler, AmpScalerRanks, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 TEST(AmpDistributed, OptLevelsUnderDistributedDataParallelOnTwoRanks) {
-  expectChecks(runRanks(2, {"amp-ddp"}, torchrunEnvironment, std::chrono::seconds(150)),
-               ampWithDdpCheckNames());
+  expect_checks(run_ranks(2, {"amp-ddp"}, torchrun_environment, std::chrono::seconds(150)),
+                amp_with_ddp_check_names());
 }
 
 }  // namespace

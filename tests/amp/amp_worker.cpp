@@ -21,7 +21,7 @@ namespace {
 using Checks = std::function<int(const std::shared_ptr<ddp::ProcessGroup>&)>;
 
 // A scenario running `checks` on a Gloo group.
-ddp::testing::WorkerScenario onGloo(Checks checks) {
+ddp::testing::WorkerScenario on_gloo(Checks checks) {
   return [checks](const std::vector<std::string>&) {
     auto group =
         ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(std::chrono::seconds(30)));
@@ -32,7 +32,8 @@ ddp::testing::WorkerScenario onGloo(Checks checks) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ddp::testing::run_worker(argc, argv,
-                                  {{"scaler-overflow", onGloo(ddp::testing::checkScalerOverflow)},
-                                   {"amp-ddp", onGloo(ddp::testing::checkAmpWithDdp)}});
+  return ddp::testing::run_worker(
+      argc, argv,
+      {{"scaler-overflow", on_gloo(ddp::testing::check_scaler_overflow)},
+       {"amp-ddp", on_gloo(ddp::testing::check_amp_with_ddp)}});
 }

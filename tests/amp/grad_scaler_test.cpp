@@ -222,7 +222,7 @@ TEST(AmpGradScaler, UpdateWithANewScaleSetsIt) {
             std::string::npos);
 }
 
-GradScaler scalerAfterSomeSteps() {
+GradScaler scaler_after_some_steps() {
   LinearWithGradients s;
   GradScaler scaler(GradScalerOptions().init_scale(300).growth_interval(7).backoff_factor(0.25));
   s.gradients(1, std::numeric_limits<float>::infinity(), true);
@@ -236,7 +236,7 @@ GradScaler scalerAfterSomeSteps() {
   return scaler;
 }
 
-void expectSameState(const GradScalerState& a, const GradScalerState& b) {
+void expect_same_state(const GradScalerState& a, const GradScalerState& b) {
   EXPECT_EQ(a.scale, b.scale);
   EXPECT_EQ(a.growth_tracker, b.growth_tracker);
   EXPECT_EQ(a.growth_factor, b.growth_factor);
@@ -245,12 +245,12 @@ void expectSameState(const GradScalerState& a, const GradScalerState& b) {
 }
 
 TEST(AmpGradScaler, StateRoundTripsThroughLoadStateAndAnArchive) {
-  GradScaler trained = scalerAfterSomeSteps();
+  GradScaler trained = scaler_after_some_steps();
   ASSERT_EQ(trained.get_scale(), 75.0);
   ASSERT_EQ(trained.get_growth_tracker(), 3);
   GradScaler restored;
   restored.load_state(trained.state());
-  expectSameState(restored.state(), trained.state());
+  expect_same_state(restored.state(), trained.state());
 
   torch::serialize::OutputArchive out;
   trained.save(out);
@@ -260,7 +260,7 @@ TEST(AmpGradScaler, StateRoundTripsThroughLoadStateAndAnArchive) {
   in.load_from(bytes);
   GradScaler loaded;
   loaded.load(in);
-  expectSameState(loaded.state(), trained.state());
+  expect_same_state(loaded.state(), trained.state());
 
   GradScalerState invalid = trained.state();
   invalid.growth_tracker = 7;
@@ -279,7 +279,7 @@ TEST(AmpGradScaler, StateIsPartOfASnapshot) {
   const ddp::testing::TemporaryDirectory dir("ddp-amp-snapshot-");
   auto group = ddp::init(ddp::InitOptions().backend("gloo").rank(0).world_size(1));
   ddp::snapshot::SnapshotManager snapshots(ddp::snapshot::SnapshotOptions(dir.string()), group);
-  GradScaler trained = scalerAfterSomeSteps();
+  GradScaler trained = scaler_after_some_steps();
   ddp::snapshot::TrainingState saved;
   saved.grad_scaler = &trained;
   snapshots.save(saved);
@@ -288,7 +288,7 @@ TEST(AmpGradScaler, StateIsPartOfASnapshot) {
   ddp::snapshot::TrainingState resumed;
   resumed.grad_scaler = &fresh;
   ASSERT_TRUE(snapshots.resume(resumed));
-  expectSameState(fresh.state(), trained.state());
+  expect_same_state(fresh.state(), trained.state());
 
   ddp::snapshot::SnapshotManager other(
       ddp::snapshot::SnapshotOptions(dir.string()).prefix("noscaler"), group);

@@ -48,7 +48,7 @@ TEST(AmpOptLevel, ParsesApexSpellingsAndNamesABadOne) {
 TEST(AmpAutocast, GuardRunsConvolutionsInBFloat16AndNestsAndRestores) {
   nn::Conv2d conv(nn::Conv2dOptions(1, 2, 3));
   auto x = torch::randn({1, 1, 5, 5});
-  EXPECT_FALSE(ddp::compat::autocastEnabled(c10::kCPU));
+  EXPECT_FALSE(ddp::compat::autocast_enabled(c10::kCPU));
   {
     AutocastGuard outer(c10::kCPU, torch::kBFloat16);
     EXPECT_TRUE(outer.active());
@@ -60,10 +60,10 @@ TEST(AmpAutocast, GuardRunsConvolutionsInBFloat16AndNestsAndRestores) {
       AutocastGuard off(c10::kCPU, torch::kBFloat16, /*enabled=*/false);
       EXPECT_FALSE(off.active());
     }
-    EXPECT_TRUE(ddp::compat::autocastEnabled(c10::kCPU));
+    EXPECT_TRUE(ddp::compat::autocast_enabled(c10::kCPU));
     EXPECT_EQ(conv->forward(x).scalar_type(), torch::kBFloat16);
   }
-  EXPECT_FALSE(ddp::compat::autocastEnabled(c10::kCPU));
+  EXPECT_FALSE(ddp::compat::autocast_enabled(c10::kCPU));
   EXPECT_EQ(conv->forward(x).scalar_type(), torch::kFloat);
 }
 
@@ -286,7 +286,7 @@ struct TrainingRun {
   }
 };
 
-TrainingRun trainConvNet(OptLevel level) {
+TrainingRun train_conv_net(OptLevel level) {
   torch::manual_seed(2024);
   auto images = torch::randn({16, 1, 28, 28});
   auto teacher = torch::randn({28 * 28, 10});
@@ -309,12 +309,12 @@ TrainingRun trainConvNet(OptLevel level) {
 }
 
 TEST(AmpConvergence, BFloat16LevelsReachTheFloat32LossOnTheConvNet) {
-  const TrainingRun reference = trainConvNet(OptLevel::kO0);
+  const TrainingRun reference = train_conv_net(OptLevel::kO0);
   std::string losses = "O0:";
   for (float l : reference.losses) losses += " " + std::to_string(l);
   EXPECT_LT(reference.tail(), 0.25f * reference.losses.front()) << losses;
   for (OptLevel level : {OptLevel::kO1, OptLevel::kO2, OptLevel::kO3}) {
-    const TrainingRun run = trainConvNet(level);
+    const TrainingRun run = train_conv_net(level);
     std::string mine = ddp::amp::to_string(level) + std::string(":");
     for (float l : run.losses) mine += " " + std::to_string(l);
     EXPECT_NEAR(run.tail(), reference.tail(), 0.05f) << losses << "\n" << mine;

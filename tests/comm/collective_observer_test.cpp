@@ -164,7 +164,7 @@ TEST(CoreCollectiveObserver, ObserversStartInOrderAndEndInReverse) {
   EXPECT_THROW(group->add_observer(nullptr), InvalidArgumentError);
 }
 
-// A group of one rank whose engine refuses every collective.
+// A group of one rank whose backend refuses every collective.
 class RefusingGroup final : public ProcessGroup {
  public:
   explicit RefusingGroup(const ProcessGroup& like)
@@ -184,7 +184,7 @@ class RefusingGroup final : public ProcessGroup {
  private:
   Work refuse() {
     ++issued;
-    throw CollectiveError("refusing: the engine is closed");
+    throw CollectiveError("refusing: the backend is closed");
   }
 };
 
@@ -207,7 +207,7 @@ TEST(CoreCollectiveObserver, ACollectiveNeverIssuedEndsAtOnce) {
   ASSERT_EQ(log->outcomes.size(), 1u);
   EXPECT_THROW(std::rethrow_exception(log->outcomes[0].error), CollectiveError);
 
-  // An observer that throws fails the collective before the engine sees it.
+  // An observer that throws fails the collective before the backend sees it.
   group->add_observer(std::make_shared<ThrowingObserver>());
   EXPECT_THROW(group->barrier(), ConfigError);
   EXPECT_EQ(group->issued, 1);

@@ -37,7 +37,7 @@ std::function<void(const std::string&)> raising() {
   return [](const std::string& message) { throw E(message); };
 }
 
-const std::vector<Kind>& allKinds() {
+const std::vector<Kind>& all_kinds() {
   static const std::vector<Kind> kinds = {
       {"ConfigError", raising<ConfigError>(), ExitCode::kConfig, 3},
       {"RendezvousError", raising<RendezvousError>(), ExitCode::kRendezvous, 4},
@@ -57,7 +57,7 @@ const std::vector<Kind>& allKinds() {
 }
 
 TEST(CoreExitCodes, EveryKindMapsToItsOwnDocumentedCode) {
-  for (const Kind& kind : allKinds()) {
+  for (const Kind& kind : all_kinds()) {
     SCOPED_TRACE(kind.name);
     EXPECT_EQ(static_cast<int>(kind.code), kind.value);
     try {
@@ -92,7 +92,7 @@ TEST(CoreExitCodes, EveryKindMapsToItsOwnDocumentedCode) {
 
 TEST(CoreExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
   std::map<int, std::string> owner;
-  for (const Kind& kind : allKinds()) {
+  for (const Kind& kind : all_kinds()) {
     const auto [it, inserted] = owner.emplace(kind.value, kind.name);
     EXPECT_TRUE(inserted) << kind.name << " shares exit code " << kind.value << " with "
                           << it->second;
@@ -101,7 +101,7 @@ TEST(CoreExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
   EXPECT_EQ(static_cast<int>(ExitCode::kFailure), 1);
   // 0, 1 and 2 belong to no kind; the kinds take 3, 4, ... without gaps.
   std::set<int> expected;
-  for (int value = 3; value < 3 + static_cast<int>(allKinds().size()); ++value) {
+  for (int value = 3; value < 3 + static_cast<int>(all_kinds().size()); ++value) {
     expected.insert(value);
   }
   std::set<int> actual;
@@ -129,8 +129,8 @@ TEST(CoreExitCodes, EveryExitCodeValueIsDistinct) {
       {"kIo", ExitCode::kIo},
       {"kLaunch", ExitCode::kLaunch},
   };
-  // Two per kind in allKinds() besides kSuccess and kFailure: none forgotten.
-  EXPECT_EQ(codes.size(), allKinds().size() + 2);
+  // Two per kind in all_kinds() besides kSuccess and kFailure: none forgotten.
+  EXPECT_EQ(codes.size(), all_kinds().size() + 2);
   std::map<int, std::string> owner;
   for (const auto& [name, code] : codes) {
     const auto [it, inserted] = owner.emplace(static_cast<int>(code), name);
@@ -140,8 +140,8 @@ TEST(CoreExitCodes, EveryExitCodeValueIsDistinct) {
   EXPECT_EQ(owner.size(), codes.size());
   // And each kind's code is its own enumerator, not another kind's.
   std::set<ExitCode> kind_codes;
-  for (const Kind& kind : allKinds()) kind_codes.insert(kind.code);
-  EXPECT_EQ(kind_codes.size(), allKinds().size());
+  for (const Kind& kind : all_kinds()) kind_codes.insert(kind.code);
+  EXPECT_EQ(kind_codes.size(), all_kinds().size());
   EXPECT_EQ(kind_codes.count(ExitCode::kSuccess), 0u);
   EXPECT_EQ(kind_codes.count(ExitCode::kFailure), 0u);
 }

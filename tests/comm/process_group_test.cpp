@@ -1,5 +1,5 @@
 // A process group of one (no launcher variables, no network), and the
-// argument checks every collective makes before an engine sees it.
+// argument checks every collective makes before an backend sees it.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -20,7 +20,7 @@ TEST(CoreProcessGroup, AloneWithoutVariables) {
   auto group = single();
   EXPECT_EQ(group->rank(), 0);
   EXPECT_EQ(group->size(), 1);
-  EXPECT_EQ(group->backend_name(), ddp::testing::autoBackendName("shm"));
+  EXPECT_EQ(group->backend_name(), ddp::testing::auto_backend_name("shm"));
   torch::Tensor t = torch::arange(5, torch::kFloat32);
   group->all_reduce(t, ReduceOp::kAverage);
   EXPECT_TRUE(torch::equal(t, torch::arange(5, torch::kFloat32)));

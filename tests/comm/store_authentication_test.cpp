@@ -43,11 +43,11 @@ c10::intrusive_ptr<TcpStore> client(int port, const std::string& secret) {
 // A raw TCP connection to the server, as an intruder would make.
 class RawClient {
  public:
-  explicit RawClient(int port) : socket_(connectWithRetry("127.0.0.1", port, 5s)) {}
+  explicit RawClient(int port) : socket_(connect_with_retry("127.0.0.1", port, 5s)) {}
 
   void send(const std::string& bytes) {
     std::string pending = bytes;
-    while (!pending.empty() && writeAvailable(socket_.fd(), pending)) {
+    while (!pending.empty() && write_available(socket_.fd(), pending)) {
       pollfd fd{socket_.fd(), POLLOUT, 0};
       if (!pending.empty()) ::poll(&fd, 1, 100);
     }
@@ -58,13 +58,13 @@ class RawClient {
 
   // Everything the server sends until it closes the connection, or
   // "(still open)" appended if it does not within `deadline`.
-  std::string readUntilClosed(std::chrono::milliseconds deadline) {
+  std::string read_until_closed(std::chrono::milliseconds deadline) {
     std::string received;
     const auto end = Clock::now() + deadline;
     while (Clock::now() < end) {
       pollfd fd{socket_.fd(), POLLIN, 0};
       ::poll(&fd, 1, 50);
-      if (!readAvailable(socket_.fd(), received, 1 << 20)) return received;
+      if (!read_available(socket_.fd(), received, 1 << 20)) return received;
     }
     return received + "(still open)";
   }
@@ -73,17 +73,17 @@ class RawClient {
   Socket socket_;
 };
 
-std::string setRequest(const std::string& key, const std::string& value) {
+std::string set_request(const std::string& key, const std::string& value) {
   WireWriter request;
   request.u8(static_cast<std::uint8_t>(Op::kSet)).bytes(key).bytes(value);
-  return encodeFrame(request.payload());
+  return encode_frame(request.payload());
 }
 
 // The server's first frame: HELLO with a nonce (it has a secret).
-std::string helloOf(const std::string& received) {
+std::string hello_of(const std::string& received) {
   std::string buffer = received;
   std::string payload;
-  EXPECT_TRUE(takeFrame(buffer, payload)) << "no whole HELLO frame";
+  EXPECT_TRUE(take_frame(buffer, payload)) << "no whole HELLO frame";
   return payload;
 }
 
@@ -112,13 +112,13 @@ TEST(StoreAuthentication, ClientWithoutTheSecretCanNeitherReadNorSetAKey) {
   RawClient intruder(server.port());
   WireWriter get;
   get.u8(static_cast<std::uint8_t>(Op::kGet)).u64(100).bytes("job/key");
-  intruder.send(setRequest("job/key", "poisoned") + setRequest("intruder", "x") +
-                encodeFrame(get.payload()));
-  std::string received = intruder.readUntilClosed(5s);
+  intruder.send(set_request("job/key", "poisoned") + set_request("intruder", "x") +
+                encode_frame(get.payload()));
+  std::string received = intruder.read_until_closed(5s);
   ASSERT_EQ(received.find("(still open)"), std::string::npos) << "the server kept the intruder";
   std::string payload;
-  ASSERT_TRUE(takeFrame(received, payload));  // HELLO
-  ASSERT_TRUE(takeFrame(received, payload));  // the refusal, and nothing else
+  ASSERT_TRUE(take_frame(received, payload));  // HELLO
+  ASSERT_TRUE(take_frame(received, payload));  // the refusal, and nothing else
   WireReader refusal(payload);
   EXPECT_EQ(refusal.u8(), static_cast<std::uint8_t>(Status::kError));
   EXPECT_EQ(received, "") << "the intruder got more than a refusal";
@@ -158,22 +158,22 @@ TEST(StoreAuthentication, ClientWithASecretRefusesAStoreThatAsksForNone) {
 
 TEST(StoreAuthentication, AFakeServerWithoutTheSecretCannotPassItselfOff) {
   // It listens on the job's port, greets like a store and admits anyone.
-  Socket listener = listenOn("127.0.0.1", 0);
-  const int port = localPort(listener);
+  Socket listener = listen_on("127.0.0.1", 0);
+  const int port = local_port(listener);
   std::thread fake([&] {
     pollfd fd{listener.fd(), POLLIN, 0};
     if (::poll(&fd, 1, 5000) != 1) return;
     Socket connection(::accept(listener.fd(), nullptr, nullptr));
-    setNonBlocking(connection.fd());
-    const auto deadline = deadlineAfter(5000ms);
+    set_non_blocking(connection.fd());
+    const auto deadline = deadline_after(5000ms);
     // The client hangs up once it has read the proof.
-    sendFrame(connection, hello_payload(random_bytes(kNonceBytes)), deadline);
-    recvFrame(connection, deadline);  // the client's AUTH
+    send_frame(connection, hello_payload(random_bytes(kNonceBytes)), deadline);
+    recv_frame(connection, deadline);  // the client's AUTH
     WireWriter ok;
     ok.u8(static_cast<std::uint8_t>(Status::kOk)).bytes(random_bytes(32));
-    sendFrame(connection, ok.payload(), deadline);
+    send_frame(connection, ok.payload(), deadline);
     try {
-      recvFrame(connection, deadline);  // waits for the client to hang up
+      recv_frame(connection, deadline);  // waits for the client to hang up
     } catch (const SocketError&) {
     }
   });
@@ -191,10 +191,10 @@ TEST(StoreAuthentication, GarbageGiantAndTruncatedFramesCloseThatClientOnly) {
   const std::string cut_short("\x05\x00\x00\x00\x09", 5);  // an AUTH frame's first byte
   // Garbage, a giant length field and an empty AUTH are dropped at once.
   for (const std::string& bytes : {std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
-                                   giant_length + "abc", encodeFrame(std::string(1, '\x09'))}) {
+                                   giant_length + "abc", encode_frame(std::string(1, '\x09'))}) {
     RawClient broken(server.port());
     broken.send(bytes);
-    const std::string received = broken.readUntilClosed(5s);
+    const std::string received = broken.read_until_closed(5s);
     EXPECT_EQ(received.find("(still open)"), std::string::npos)
         << "the server kept a client that sent " << bytes.size() << " bad bytes";
   }
@@ -203,7 +203,7 @@ TEST(StoreAuthentication, GarbageGiantAndTruncatedFramesCloseThatClientOnly) {
   RawClient truncated(server.port());
   truncated.send(cut_short);
   truncated.finish();
-  EXPECT_EQ(truncated.readUntilClosed(5s).find("(still open)"), std::string::npos);
+  EXPECT_EQ(truncated.read_until_closed(5s).find("(still open)"), std::string::npos);
   EXPECT_EQ(job->get("k"), std::vector<uint8_t>{'v'});
 }
 
@@ -211,12 +211,12 @@ TEST(StoreAuthentication, AClientThatNeverAuthenticatesIsDroppedAtTheDeadline) {
   StoreServer server("127.0.0.1", 0, kSecret);
   RawClient silent(server.port());
   const auto start = Clock::now();
-  const std::string received = silent.readUntilClosed(kHandshakeTimeout + 5s);
+  const std::string received = silent.read_until_closed(kHandshakeTimeout + 5s);
   const auto waited = Clock::now() - start;
   EXPECT_EQ(received.find("(still open)"), std::string::npos);
   EXPECT_GE(waited, kHandshakeTimeout - 500ms);
   EXPECT_EQ(server.refused_clients(), 1u);
-  EXPECT_EQ(helloOf(received).substr(0, 8), "DDPSTORE");
+  EXPECT_EQ(hello_of(received).substr(0, 8), "DDPSTORE");
 }
 
 TEST(StoreAuthentication, ProofsDependOnSecretNoncesAndRole) {

@@ -33,11 +33,11 @@ ddp::TcpStoreOptions options(const std::string& host, int port) {
   return ddp::TcpStoreOptions().host(host).port(port).timeout(kTestTimeout);
 }
 
-StorePtr startServer(const std::string& host = "127.0.0.1") {
+StorePtr start_server(const std::string& host = "127.0.0.1") {
   return c10::make_intrusive<ddp::TcpStore>(options(host, 0).is_server(true));
 }
 
-StorePtr connectTo(const ddp::TcpStore& server) {
+StorePtr connect_to(const ddp::TcpStore& server) {
   return c10::make_intrusive<ddp::TcpStore>(options(server.host(), server.port()));
 }
 
@@ -47,7 +47,7 @@ std::vector<uint8_t> bytes(const std::string& text) {
 
 std::string text(const std::vector<uint8_t>& data) { return std::string(data.begin(), data.end()); }
 
-milliseconds elapsedSince(Clock::time_point start) {
+milliseconds elapsed_since(Clock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - start);
 }
 
@@ -78,7 +78,7 @@ class ListeningSocket {
 };
 
 // An IPv4 address of this machine other than loopback, or "" if none.
-std::string nonLoopbackIPv4() {
+std::string non_loopback_i_pv4() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return "";
   std::string found;
@@ -98,12 +98,12 @@ std::string nonLoopbackIPv4() {
 }
 
 TEST(CoreStore, SetGetAcrossClients) {
-  auto server = startServer();
+  auto server = start_server();
   EXPECT_GT(server->port(), 0);  // the port the server picked
   EXPECT_EQ(server->host(), "127.0.0.1");
   server->set("from_server", bytes("s"));
   auto run_client = [&](const std::string& name, const std::string& peer) {
-    auto client = connectTo(*server);
+    auto client = connect_to(*server);
     client->set("from_" + name, bytes(name + "_value"));
     EXPECT_EQ(text(client->get("from_server")), "s");
     return text(client->get("from_" + peer));  // blocks until the peer set it
@@ -117,8 +117,8 @@ TEST(CoreStore, SetGetAcrossClients) {
 }
 
 TEST(CoreStore, GetBlocksUntilAnotherThreadSetsTheKey) {
-  auto server = startServer();
-  auto client = connectTo(*server);
+  auto server = start_server();
+  auto client = connect_to(*server);
   const auto start = Clock::now();
   auto value = std::async(std::launch::async, [&] { return text(client->get("late")); });
   std::this_thread::sleep_for(milliseconds(300));
@@ -126,17 +126,17 @@ TEST(CoreStore, GetBlocksUntilAnotherThreadSetsTheKey) {
       << "get() returned before the key was set";
   server->set("late", bytes("here"));
   EXPECT_EQ(value.get(), "here");
-  EXPECT_GE(elapsedSince(start), milliseconds(300));
+  EXPECT_GE(elapsed_since(start), milliseconds(300));
 }
 
 TEST(CoreStore, AddReturnsExactRunningTotalsFromFourThreads) {
-  auto server = startServer();
+  auto server = start_server();
   constexpr int kThreads = 4;
   constexpr int kAddsPerThread = 1000;
   std::vector<std::future<std::vector<int64_t>>> results;
   for (int t = 0; t < kThreads; ++t) {
     results.push_back(std::async(std::launch::async, [&] {
-      auto client = connectTo(*server);
+      auto client = connect_to(*server);
       std::vector<int64_t> totals;
       for (int i = 0; i < kAddsPerThread; ++i) {
         totals.push_back(client->add("counter", 1));
@@ -162,7 +162,7 @@ TEST(CoreStore, AddReturnsExactRunningTotalsFromFourThreads) {
 }
 
 TEST(CoreStore, AddToANonIntegerValueThrowsInvalidArgumentError) {
-  auto server = startServer();
+  auto server = start_server();
   server->set("word", bytes("abc"));
   try {
     server->add("word", 1);
@@ -174,7 +174,7 @@ TEST(CoreStore, AddToANonIntegerValueThrowsInvalidArgumentError) {
 }
 
 TEST(CoreStore, CompareSetFollowsC10dSemantics) {
-  auto server = startServer();
+  auto server = start_server();
   // Missing key, empty expected value: the desired value is set.
   EXPECT_EQ(text(server->compareSet("a", bytes(""), bytes("one"))), "one");
   EXPECT_EQ(text(server->get("a")), "one");
@@ -190,8 +190,8 @@ TEST(CoreStore, CompareSetFollowsC10dSemantics) {
 }
 
 TEST(CoreStore, CheckDeleteKeyAndGetNumKeys) {
-  auto server = startServer();
-  auto client = connectTo(*server);
+  auto server = start_server();
+  auto client = connect_to(*server);
   EXPECT_EQ(client->getNumKeys(), 0);
   EXPECT_TRUE(client->check({}));
   client->set("x", bytes("1"));
@@ -213,8 +213,8 @@ TEST(CoreStore, CheckDeleteKeyAndGetNumKeys) {
 }
 
 TEST(CoreStore, WaitTimesOutWithTimeoutErrorNamingKeysAndTimeout) {
-  auto server = startServer();
-  auto client = connectTo(*server);
+  auto server = start_server();
+  auto client = connect_to(*server);
   client->set("present", bytes("1"));
   const milliseconds timeout(500);
   const auto start = Clock::now();
@@ -222,7 +222,7 @@ TEST(CoreStore, WaitTimesOutWithTimeoutErrorNamingKeysAndTimeout) {
     client->wait({"present", "missing_key"}, timeout);
     FAIL() << "wait() returned although a key never appeared";
   } catch (const ddp::TimeoutError& error) {
-    const auto elapsed = elapsedSince(start);
+    const auto elapsed = elapsed_since(start);
     EXPECT_GE(elapsed, timeout);
     EXPECT_LT(elapsed, timeout + std::chrono::seconds(2));
     const std::string message = error.what();
@@ -236,16 +236,16 @@ TEST(CoreStore, WaitTimesOutWithTimeoutErrorNamingKeysAndTimeout) {
 }
 
 TEST(CoreStore, GetTimesOutAfterTheStoreTimeout) {
-  auto server = startServer();
-  auto client = connectTo(*server);
+  auto server = start_server();
+  auto client = connect_to(*server);
   client->setTimeout(milliseconds(300));
   const auto start = Clock::now();
   try {
     client->get("never_set");
     FAIL() << "get() returned for a key that was never set";
   } catch (const ddp::TimeoutError& error) {
-    EXPECT_GE(elapsedSince(start), milliseconds(300));
-    EXPECT_LT(elapsedSince(start), milliseconds(2300));
+    EXPECT_GE(elapsed_since(start), milliseconds(300));
+    EXPECT_LT(elapsed_since(start), milliseconds(2300));
     const std::string message = error.what();
     EXPECT_NE(message.find("never_set"), std::string::npos) << message;
     EXPECT_NE(message.find("300 ms"), std::string::npos) << message;
@@ -253,8 +253,8 @@ TEST(CoreStore, GetTimesOutAfterTheStoreTimeout) {
 }
 
 TEST(CoreStore, WaitReturnsOnceAllKeysExist) {
-  auto server = startServer();
-  auto client = connectTo(*server);
+  auto server = start_server();
+  auto client = connect_to(*server);
   auto waiter = std::async(std::launch::async, [&] {
     client->wait({"k1", "k2"}, c10d::Store::kNoTimeout);
   });
@@ -274,8 +274,8 @@ TEST(CoreStore, ClientThrowsRendezvousErrorWhenNothingListens) {
     ddp::TcpStore client(options("127.0.0.1", port).timeout(timeout));
     FAIL() << "connected to a port where nothing listens";
   } catch (const ddp::RendezvousError& error) {
-    EXPECT_GE(elapsedSince(start), timeout);
-    EXPECT_LT(elapsedSince(start), timeout + std::chrono::seconds(2));
+    EXPECT_GE(elapsed_since(start), timeout);
+    EXPECT_LT(elapsed_since(start), timeout + std::chrono::seconds(2));
     const std::string message = error.what();
     EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << message;
     EXPECT_NE(message.find("500 ms"), std::string::npos) << message;
@@ -295,12 +295,12 @@ TEST(CoreStore, ServerOnAPortInUseThrowsRendezvousError) {
 }
 
 TEST(CoreStore, ServerBoundToLoopbackIsNotReachableOnOtherAddresses) {
-  const std::string other = nonLoopbackIPv4();
+  const std::string other = non_loopback_i_pv4();
   if (other.empty()) {
     GTEST_SKIP() << "this machine has no non-loopback IPv4 address to try";
   }
-  auto server = startServer("127.0.0.1");
-  EXPECT_NO_THROW(connectTo(*server));  // reachable where it is bound
+  auto server = start_server("127.0.0.1");
+  EXPECT_NO_THROW(connect_to(*server));  // reachable where it is bound
   EXPECT_THROW(ddp::TcpStore(options(other, server->port()).timeout(milliseconds(300))),
                ddp::RendezvousError)
       << "a store bound to 127.0.0.1 answered on " << other;
@@ -309,18 +309,18 @@ TEST(CoreStore, ServerBoundToLoopbackIsNotReachableOnOtherAddresses) {
 TEST(CoreStore, ServerOnIPv6Loopback) {
   StorePtr server;
   try {
-    server = startServer("::1");
+    server = start_server("::1");
   } catch (const ddp::RendezvousError& error) {
     GTEST_SKIP() << "IPv6 loopback is not available here: " << error.what();
   }
-  auto client = connectTo(*server);
+  auto client = connect_to(*server);
   client->set("v6", bytes("yes"));
   EXPECT_EQ(text(server->get("v6")), "yes");
 }
 
 TEST(CoreStore, ClientThrowsWhenTheServerGoesAwayDuringAWait) {
-  auto server = startServer();
-  auto client = connectTo(*server);
+  auto server = start_server();
+  auto client = connect_to(*server);
   auto waiter =
       std::async(std::launch::async, [&] { client->wait({"never"}, std::chrono::seconds(30)); });
   std::this_thread::sleep_for(milliseconds(200));
@@ -329,7 +329,7 @@ TEST(CoreStore, ClientThrowsWhenTheServerGoesAwayDuringAWait) {
   ASSERT_EQ(waiter.wait_for(std::chrono::seconds(5)), std::future_status::ready)
       << "the client kept waiting after the server went away";
   EXPECT_THROW(waiter.get(), ddp::RendezvousError);
-  EXPECT_LT(elapsedSince(start), std::chrono::seconds(5));
+  EXPECT_LT(elapsed_since(start), std::chrono::seconds(5));
   // Later calls fail at once too, saying the connection was lost.
   try {
     client->set("k", bytes("v"));
@@ -340,8 +340,8 @@ TEST(CoreStore, ClientThrowsWhenTheServerGoesAwayDuringAWait) {
 }
 
 TEST(CoreStore, BinaryValuesRoundTrip) {
-  auto server = startServer();
-  auto client = connectTo(*server);
+  auto server = start_server();
+  auto client = connect_to(*server);
   std::vector<uint8_t> all_bytes;
   for (int i = 0; i < 256; ++i) all_bytes.push_back(static_cast<uint8_t>(i));
   const std::vector<uint8_t> edges = {0x00, 0xff, 0x00, 0x00, 0xff};
@@ -357,7 +357,7 @@ TEST(CoreStore, BinaryValuesRoundTrip) {
 }
 
 TEST(CoreStore, CloneConnectsToTheSameServer) {
-  auto server = startServer();
+  auto server = start_server();
   auto clone = server->clone();
   clone->set("through_clone", bytes("1"));
   EXPECT_TRUE(server->check({"through_clone"}));

@@ -1,7 +1,7 @@
 #pragma once
 
 // The name backend "auto" reports, which depends on the machine: NCCL joins
-// the CPU engine where ddp carries it and LibTorch sees a CUDA device.
+// the CPU backend where ddp carries it and LibTorch sees a CUDA device.
 
 #include <ATen/Context.h>
 
@@ -11,10 +11,10 @@
 
 namespace ddp::testing {
 
-/// "auto(<cpu_engine>)", or "auto(<cpu_engine>,nccl)" on a CUDA machine.
-inline std::string autoBackendName(const std::string& cpu_engine) {
-  const bool nccl = backends::ncclCompiledIn() && at::hasCUDA();
-  return "auto(" + cpu_engine + (nccl ? ",nccl" : "") + ")";
+/// "auto(<cpu_backend>)", or "auto(<cpu_backend>,nccl)" on a CUDA machine.
+inline std::string auto_backend_name(const std::string& cpu_backend) {
+  const bool nccl = backends::nccl_compiled_in() && at::hasCUDA();
+  return "auto(" + cpu_backend + (nccl ? ",nccl" : "") + ")";
 }
 
 }  // namespace ddp::testing

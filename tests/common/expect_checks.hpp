@@ -20,7 +20,7 @@ namespace ddp::testing {
 /// The checks one worker reported: name -> "" when it passed, else the
 /// failure detail. A name reported more than once counts as a failure
 /// (names must be unique, or one report could hide another).
-inline std::map<std::string, std::string> parseChecks(const std::string& output) {
+inline std::map<std::string, std::string> parse_checks(const std::string& output) {
   std::map<std::string, std::string> checks;
   std::istringstream lines(output);
   std::string line;
@@ -52,13 +52,13 @@ inline std::map<std::string, std::string> parseChecks(const std::string& output)
 /// Every rank R of `results` exited 0 and reported exactly the checks
 /// `expected_for(R)`, each passed (for checks that only some ranks make).
 /// Each failure is a separate gtest failure that names the rank.
-inline void expectChecksPerRank(
+inline void expect_checks_per_rank(
     const std::vector<launch::ChildResult>& results,
     const std::function<std::set<std::string>(int rank)>& expected_for) {
   for (size_t rank = 0; rank < results.size(); ++rank) {
     const auto& result = results[rank];
     const std::set<std::string> expected = expected_for(static_cast<int>(rank));
-    const auto checks = parseChecks(result.output);
+    const auto checks = parse_checks(result.output);
     for (const auto& [name, failure] : checks) {
       if (!failure.empty())
         ADD_FAILURE() << "rank " << rank << ": check " << name << " " << failure;
@@ -89,9 +89,9 @@ inline void expectChecksPerRank(
 
 /// Every rank of `results` exited 0 and reported exactly `expected`, each
 /// passed. Each failure is a separate gtest failure that names the rank.
-inline void expectChecks(const std::vector<launch::ChildResult>& results,
-                         const std::set<std::string>& expected) {
-  expectChecksPerRank(results, [&](int) { return expected; });
+inline void expect_checks(const std::vector<launch::ChildResult>& results,
+                          const std::set<std::string>& expected) {
+  expect_checks_per_rank(results, [&](int) { return expected; });
 }
 
 }  // namespace ddp::testing

@@ -49,7 +49,7 @@ class NamedChecks {
   void close(const std::string& name, const at::Tensor& got, const at::Tensor& expected,
              double tolerance) {
     if (got.sizes() != expected.sizes()) {
-      check(name, false, "shape " + shapeOf(got) + ", expected " + shapeOf(expected));
+      check(name, false, "shape " + shape_of(got) + ", expected " + shape_of(expected));
       return;
     }
     const double error = relative_error(got, expected);
@@ -96,7 +96,7 @@ class NamedChecks {
   }
 
  private:
-  static std::string shapeOf(const at::Tensor& t) {
+  static std::string shape_of(const at::Tensor& t) {
     std::string text = "[";
     for (size_t i = 0; i < t.sizes().size(); ++i) {
       text += (i ? ", " : "") + std::to_string(t.sizes()[i]);
@@ -107,7 +107,7 @@ class NamedChecks {
   // The first few values, for a failure message.
   static std::string preview(const at::Tensor& t) {
     const auto flat = t.reshape({-1});
-    std::string text = shapeOf(t) + " {";
+    std::string text = shape_of(t) + " {";
     const int64_t shown = std::min<int64_t>(flat.numel(), 6);
     for (int64_t i = 0; i < shown; ++i) {
       text += (i ? ", " : "") + std::to_string(flat[i].item<double>());

@@ -163,8 +163,8 @@ struct Resumed {
   int64_t global_position = 0;
   std::vector<int64_t> shard_sizes;
 };
-Resumed resumeAt(int world, int64_t size, int64_t steps, int64_t batch,
-                 DistributedSamplerOptions options) {
+Resumed resume_at(int world, int64_t size, int64_t steps, int64_t batch,
+                  DistributedSamplerOptions options) {
   Resumed r;
   for (int rank = 0; rank < 2; ++rank) {
     DistributedSampler sampler(size, 2, rank, options);
@@ -191,7 +191,7 @@ TEST(DataDistributedSampler, GlobalPositionResumesTheEpochAtAnotherWorldSize) {
   for (int world : {1, 2, 3}) {
     SCOPED_TRACE("resumed at " + std::to_string(world) + " ranks");
     const auto options = DistributedSamplerOptions().seed(4);
-    const Resumed r = resumeAt(world, size, /*steps=*/3, /*batch=*/7, options);
+    const Resumed r = resume_at(world, size, /*steps=*/3, /*batch=*/7, options);
     EXPECT_EQ(r.global_position, 2 * 3 * 7);
     EXPECT_EQ(r.before.size(), 42u);
     // Every rank has the same number of samples left: ceil(61 / world).
@@ -211,7 +211,7 @@ TEST(DataDistributedSampler, GlobalPositionResumesTheEpochAtAnotherWorldSize) {
     EXPECT_EQ(repeated, padding);
   }
   // drop_last: nothing repeats, and fewer than `world` samples are dropped.
-  const Resumed dropped = resumeAt(3, size, 3, 7, DistributedSamplerOptions().drop_last(true));
+  const Resumed dropped = resume_at(3, size, 3, 7, DistributedSamplerOptions().drop_last(true));
   for (int64_t i : dropped.after) EXPECT_EQ(dropped.before.count(i), 0u) << i;
   EXPECT_EQ(dropped.after.size(), 60u);  // 61 left, 3 ranks: 20 each
 }

@@ -31,7 +31,7 @@ using Bytes = std::vector<unsigned char>;
 namespace {
 
 // An idx file's bytes: magic, big-endian dims, then `payload` as given.
-Bytes idxBytes(unsigned char type, const std::vector<uint32_t>& dims, const Bytes& payload) {
+Bytes idx_bytes(unsigned char type, const std::vector<uint32_t>& dims, const Bytes& payload) {
   Bytes out = {0, 0, type, static_cast<unsigned char>(dims.size())};
   for (uint32_t d : dims)
     for (int shift = 24; shift >= 0; shift -= 8) out.push_back((d >> shift) & 0xff);
@@ -41,7 +41,7 @@ Bytes idxBytes(unsigned char type, const std::vector<uint32_t>& dims, const Byte
 
 // Big-endian bytes of each value's object representation.
 template <typename T>
-Bytes bigEndian(const std::vector<T>& values) {
+Bytes big_endian(const std::vector<T>& values) {
   Bytes out;
   for (T v : values) {
     unsigned char raw[sizeof(T)];
@@ -68,7 +68,7 @@ class DataIdxTest : public ::testing::Test {
     return path;
   }
 
-  static Bytes readAll(const std::string& path) {
+  static Bytes read_all(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return Bytes(std::istreambuf_iterator<char>(in), {});
   }
@@ -84,7 +84,7 @@ class DataIdxTest : public ::testing::Test {
   const fs::path dir_ = temporary_.path();
 };
 
-void expectContains(const std::string& text, const std::string& part) {
+void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
 }
 
@@ -93,7 +93,7 @@ void expectContains(const std::string& text, const std::string& part) {
 TEST_F(DataIdxTest, ReadsUint8ImagesPlainAndGzipped) {
   Bytes pixels(2 * 3 * 4);
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<unsigned char>(i * 10);
-  const Bytes file = idxBytes(0x08, {2, 3, 4}, pixels);
+  const Bytes file = idx_bytes(0x08, {2, 3, 4}, pixels);
   for (bool gzip : {false, true}) {
     torch::Tensor t = read_idx(write(gzip ? "a.gz" : "a", file, gzip));
     EXPECT_EQ(t.scalar_type(), torch::kUInt8);
@@ -103,7 +103,7 @@ TEST_F(DataIdxTest, ReadsUint8ImagesPlainAndGzipped) {
 }
 
 TEST_F(DataIdxTest, GzipIsRecognisedByContentNotName) {
-  const Bytes file = idxBytes(0x08, {3}, {7, 8, 9});
+  const Bytes file = idx_bytes(0x08, {3}, {7, 8, 9});
   torch::Tensor t = read_idx(write("labels-without-suffix", file, /*gzip=*/true));
   EXPECT_TRUE(torch::equal(t, torch::tensor({7, 8, 9}, torch::kUInt8)));
 }
@@ -112,29 +112,29 @@ TEST_F(DataIdxTest, ReadsEveryTypeCodeWithExactValues) {
   for (bool gzip : {false, true}) {
     SCOPED_TRACE(gzip ? "gzipped" : "plain");
     auto i8 =
-        read_idx(write("i8", idxBytes(0x09, {4}, bigEndian<int8_t>({-128, -1, 0, 127})), gzip));
+        read_idx(write("i8", idx_bytes(0x09, {4}, big_endian<int8_t>({-128, -1, 0, 127})), gzip));
     EXPECT_EQ(i8.scalar_type(), torch::kInt8);
     EXPECT_TRUE(torch::equal(i8, torch::tensor({-128, -1, 0, 127}, torch::kInt8)));
 
     auto i16 = read_idx(
-        write("i16", idxBytes(0x0B, {2, 2}, bigEndian<int16_t>({-32768, -2, 258, 32767})), gzip));
+        write("i16", idx_bytes(0x0B, {2, 2}, big_endian<int16_t>({-32768, -2, 258, 32767})), gzip));
     EXPECT_EQ(i16.scalar_type(), torch::kInt16);
     EXPECT_TRUE(
         torch::equal(i16, torch::tensor({-32768, -2, 258, 32767}, torch::kInt16).reshape({2, 2})));
 
     auto i32 = read_idx(write(
-        "i32", idxBytes(0x0C, {3}, bigEndian<int32_t>({INT32_MIN, 16909060, INT32_MAX})), gzip));
+        "i32", idx_bytes(0x0C, {3}, big_endian<int32_t>({INT32_MIN, 16909060, INT32_MAX})), gzip));
     EXPECT_EQ(i32.scalar_type(), torch::kInt32);
     EXPECT_TRUE(torch::equal(i32, torch::tensor({INT32_MIN, 16909060, INT32_MAX}, torch::kInt32)));
 
     auto f32 = read_idx(
-        write("f32", idxBytes(0x0D, {1, 3}, bigEndian<float>({1.5f, -0.25f, 3.0e38f})), gzip));
+        write("f32", idx_bytes(0x0D, {1, 3}, big_endian<float>({1.5f, -0.25f, 3.0e38f})), gzip));
     EXPECT_EQ(f32.scalar_type(), torch::kFloat32);
     EXPECT_EQ(f32.sizes(), (std::vector<int64_t>{1, 3}));
     EXPECT_TRUE(torch::equal(f32, torch::tensor({{1.5f, -0.25f, 3.0e38f}})));
 
     auto f64 = read_idx(
-        write("f64", idxBytes(0x0E, {2}, bigEndian<double>({3.141592653589793, -1e-300})), gzip));
+        write("f64", idx_bytes(0x0E, {2}, big_endian<double>({3.141592653589793, -1e-300})), gzip));
     EXPECT_EQ(f64.scalar_type(), torch::kFloat64);
     EXPECT_EQ(f64[0].item<double>(), 3.141592653589793);
     EXPECT_EQ(f64[1].item<double>(), -1e-300);
@@ -142,9 +142,9 @@ TEST_F(DataIdxTest, ReadsEveryTypeCodeWithExactValues) {
 }
 
 TEST_F(DataIdxTest, EmptyDimensionAndScalarAreValid) {
-  auto empty = read_idx(write("e", idxBytes(0x0C, {0, 5}, {})));
+  auto empty = read_idx(write("e", idx_bytes(0x0C, {0, 5}, {})));
   EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 5}));
-  auto scalar = read_idx(write("s", idxBytes(0x08, {}, {42})));
+  auto scalar = read_idx(write("s", idx_bytes(0x08, {}, {42})));
   EXPECT_EQ(scalar.dim(), 0);
   EXPECT_EQ(scalar.item<int>(), 42);
 }
@@ -152,43 +152,43 @@ TEST_F(DataIdxTest, EmptyDimensionAndScalarAreValid) {
 TEST_F(DataIdxTest, MissingFileIsNamed) {
   const std::string path = (dir_ / "nope-idx1-ubyte").string();
   const std::string message = read_error(path);
-  expectContains(message, path);
-  expectContains(message, "no such file");
+  expect_contains(message, path);
+  expect_contains(message, "no such file");
 }
 
 TEST_F(DataIdxTest, DirectoryIsRefused) {
-  expectContains(read_error(dir_.string()), "not a regular file");
+  expect_contains(read_error(dir_.string()), "not a regular file");
 }
 
 TEST_F(DataIdxTest, BadMagicShowsTheBytesInHex) {
   const std::string path = write("bad", {0x50, 0x4b, 0x03, 0x04, 0, 0, 0, 0});
   const std::string message = read_error(path);
-  expectContains(message, path);
-  expectContains(message, "not an idx file");
-  expectContains(message, "50 4b 03 04");
+  expect_contains(message, path);
+  expect_contains(message, "not an idx file");
+  expect_contains(message, "50 4b 03 04");
 }
 
 TEST_F(DataIdxTest, ShortAndEmptyFilesAreNotIdx) {
-  expectContains(read_error(write("empty", {})), "holds only 0 bytes");
-  expectContains(read_error(write("short", {0, 0, 8})), "00 00 08");
-  expectContains(read_error(write("empty.gz", {}, true)), "gzipped file holds only 0 bytes");
+  expect_contains(read_error(write("empty", {})), "holds only 0 bytes");
+  expect_contains(read_error(write("short", {0, 0, 8})), "00 00 08");
+  expect_contains(read_error(write("empty.gz", {}, true)), "gzipped file holds only 0 bytes");
 }
 
 TEST_F(DataIdxTest, UnknownTypeCodeIsNamed) {
-  const std::string message = read_error(write("t", idxBytes(0x0A, {1}, {0})));
-  expectContains(message, "unknown type code 0x0a");
+  const std::string message = read_error(write("t", idx_bytes(0x0A, {1}, {0})));
+  expect_contains(message, "unknown type code 0x0a");
 }
 
 TEST_F(DataIdxTest, TruncatedHeaderAndDataGiveByteCounts) {
-  Bytes header_cut = idxBytes(0x08, {2, 3}, {});
+  Bytes header_cut = idx_bytes(0x08, {2, 3}, {});
   header_cut.resize(9);  // Magic + 5 of the 8 dimension bytes.
-  expectContains(read_error(write("h", header_cut)),
-                 "need 8 bytes after the magic number, found 5");
+  expect_contains(read_error(write("h", header_cut)),
+                  "need 8 bytes after the magic number, found 5");
 
   for (bool gzip : {false, true}) {
-    const std::string message = read_error(write("d", idxBytes(0x0B, {2, 3}, Bytes(7, 1)), gzip));
-    expectContains(message, "truncated data");
-    expectContains(message, "expected 12 bytes of data, found 7");
+    const std::string message = read_error(write("d", idx_bytes(0x0B, {2, 3}, Bytes(7, 1)), gzip));
+    expect_contains(message, "truncated data");
+    expect_contains(message, "expected 12 bytes of data, found 7");
   }
 }
 
@@ -197,38 +197,38 @@ TEST_F(DataIdxTest, TruncatedGzipStreamIsTruncatedData) {
   Bytes payload(4000);
   std::mt19937 gen(1);
   for (auto& b : payload) b = static_cast<unsigned char>(gen());
-  Bytes gz = readAll(write("full.gz", idxBytes(0x08, {4000}, payload), true));
+  Bytes gz = read_all(write("full.gz", idx_bytes(0x08, {4000}, payload), true));
   gz.resize(gz.size() / 2);
   const std::string message = read_error(write("cut.gz", gz));
-  expectContains(message, "truncated data");
-  expectContains(message, "expected 4000 bytes of data");
+  expect_contains(message, "truncated data");
+  expect_contains(message, "expected 4000 bytes of data");
 }
 
 TEST_F(DataIdxTest, ImplausibleDimensionsAreRefusedBeforeAllocating) {
-  const std::string huge = read_error(write("huge", idxBytes(0x0E, {65536, 65536}, {})));
-  expectContains(huge, "implausible dimensions 65536 x 65536");
+  const std::string huge = read_error(write("huge", idx_bytes(0x0E, {65536, 65536}, {})));
+  expect_contains(huge, "implausible dimensions 65536 x 65536");
   // 2^32-1 cubed overflows int64: must be caught, not wrapped.
   const std::string overflow =
-      read_error(write("ovf", idxBytes(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {})));
-  expectContains(overflow, "implausible dimensions 4294967295 x ...");
+      read_error(write("ovf", idx_bytes(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {})));
+  expect_contains(overflow, "implausible dimensions 4294967295 x ...");
   // Even with no element, huge dimensions would overflow the strides.
   const std::string strides =
-      read_error(write("zero", idxBytes(0x08, {0, 0xffffffffu, 0xffffffffu}, {})));
-  expectContains(strides, "implausible dimensions 0 x 4294967295 x ...");
-  expectContains(read_error(write("dims", Bytes{0, 0, 8, 200})), "declares 200 dimensions");
+      read_error(write("zero", idx_bytes(0x08, {0, 0xffffffffu, 0xffffffffu}, {})));
+  expect_contains(strides, "implausible dimensions 0 x 4294967295 x ...");
+  expect_contains(read_error(write("dims", Bytes{0, 0, 8, 200})), "declares 200 dimensions");
 }
 
 TEST_F(DataIdxTest, TrailingGarbageIsCounted) {
   for (bool gzip : {false, true}) {
-    const std::string message = read_error(write("g", idxBytes(0x08, {2}, {1, 2, 3, 4, 5}), gzip));
-    expectContains(message, "trailing garbage: 3 bytes after the 2 bytes of data");
+    const std::string message = read_error(write("g", idx_bytes(0x08, {2}, {1, 2, 3, 4, 5}), gzip));
+    expect_contains(message, "trailing garbage: 3 bytes after the 2 bytes of data");
   }
 }
 
 TEST_F(DataIdxTest, CorruptGzipIsDataError) {
-  Bytes gz = readAll(write("ok.gz", idxBytes(0x08, {64}, Bytes(64, 3)), true));
+  Bytes gz = read_all(write("ok.gz", idx_bytes(0x08, {64}, Bytes(64, 3)), true));
   gz[gz.size() - 6] ^= 0xff;  // Corrupt the CRC in the trailer.
-  expectContains(read_error(write("crc.gz", gz)), "corrupt gzip data");
+  expect_contains(read_error(write("crc.gz", gz)), "corrupt gzip data");
 }
 
 // Random damage to a valid file (plain and gzipped), with a fixed seed:
@@ -236,8 +236,8 @@ TEST_F(DataIdxTest, CorruptGzipIsDataError) {
 TEST_F(DataIdxTest, FuzzedFilesOnlyEverThrowDataError) {
   Bytes values(3 * 4 * 5 * 2);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<unsigned char>(i * 7);
-  const Bytes plain = idxBytes(0x0B, {3, 4, 5}, values);
-  const Bytes gzipped = readAll(write("seed.gz", plain, true));
+  const Bytes plain = idx_bytes(0x0B, {3, 4, 5}, values);
+  const Bytes gzipped = read_all(write("seed.gz", plain, true));
   std::mt19937 gen(20240607);
   int data_errors = 0, successes = 0;
   for (int round = 0; round < 2000; ++round) {
@@ -277,20 +277,20 @@ TEST_F(DataIdxTest, FuzzedFilesOnlyEverThrowDataError) {
 // A tiny (Fashion-)MNIST directory: `count` 28x28 images and `labels`.
 class DataFashionMnistTest : public DataIdxTest {
  protected:
-  void writeSplit(const std::string& prefix, int images, const Bytes& labels, bool gzip) {
+  void write_split(const std::string& prefix, int images, const Bytes& labels, bool gzip) {
     Bytes pixels(static_cast<size_t>(images) * 28 * 28);
     for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<unsigned char>(i % 256);
     const std::string suffix = gzip ? ".gz" : "";
     write(prefix + "-images-idx3-ubyte" + suffix,
-          idxBytes(0x08, {static_cast<uint32_t>(images), 28, 28}, pixels), gzip);
+          idx_bytes(0x08, {static_cast<uint32_t>(images), 28, 28}, pixels), gzip);
     write(prefix + "-labels-idx1-ubyte" + suffix,
-          idxBytes(0x08, {static_cast<uint32_t>(labels.size())}, labels), gzip);
+          idx_bytes(0x08, {static_cast<uint32_t>(labels.size())}, labels), gzip);
   }
 };
 
 TEST_F(DataFashionMnistTest, SmallSplitsPlainAndGzipped) {
-  writeSplit("train", 3, {0, 9, 4}, /*gzip=*/true);
-  writeSplit("t10k", 2, {5, 1}, /*gzip=*/false);  // As after gunzip (MNIST mirrors).
+  write_split("train", 3, {0, 9, 4}, /*gzip=*/true);
+  write_split("t10k", 2, {5, 1}, /*gzip=*/false);  // As after gunzip (MNIST mirrors).
   FashionMnist train(dir_.string(), FashionMnist::Split::kTrain,
                      ddp::data::FashionMnistOptions().normalize(false));
   EXPECT_EQ(train.size().value(), 3u);
@@ -309,19 +309,19 @@ TEST_F(DataFashionMnistTest, SmallSplitsPlainAndGzipped) {
 }
 
 TEST_F(DataFashionMnistTest, CountMismatchNamesBothFiles) {
-  writeSplit("train", 3, {0, 1}, true);
+  write_split("train", 3, {0, 1}, true);
   const std::string message = error_of<DataError>([&] { FashionMnist data(dir_.string()); });
-  expectContains(message, "train-images-idx3-ubyte.gz' holds 3 images");
-  expectContains(message, "train-labels-idx1-ubyte.gz' holds 2 labels");
+  expect_contains(message, "train-images-idx3-ubyte.gz' holds 3 images");
+  expect_contains(message, "train-labels-idx1-ubyte.gz' holds 2 labels");
 }
 
 TEST_F(DataFashionMnistTest, MissingFileAndBadLabelsAreDataErrors) {
-  expectContains(
+  expect_contains(
       error_of<DataError>([&] { FashionMnist data(dir_.string(), FashionMnist::Split::kTest); }),
       "t10k-images-idx3-ubyte' not found in '" + dir_.string());
-  writeSplit("train", 2, {3, 12}, false);
-  expectContains(error_of<DataError>([&] { FashionMnist data(dir_.string()); }),
-                 "label 12 at index 1 is outside 0..9");
+  write_split("train", 2, {3, 12}, false);
+  expect_contains(error_of<DataError>([&] { FashionMnist data(dir_.string()); }),
+                  "label 12 at index 1 is outside 0..9");
 }
 
 TEST(DataFashionMnistReal, DebianDatasetHasTheKnownCountsAndMean) {

@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 constexpr int kCommitEvery = 4;
 
 // Rank 1 SIGKILLs itself after step `kill_at` (0: never).
-ChildSpec toyJob(int kill_at) {
+ChildSpec toy_job(int kill_at) {
   std::vector<std::string> args = {"--standalone",
                                    "--nproc-per-node",
                                    "3",
@@ -50,14 +50,14 @@ ChildSpec toyJob(int kill_at) {
   return ddprun(args);
 }
 
-std::string digestOf(const std::string& output) {
+std::string digest_of(const std::string& output) {
   std::smatch m;
   return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
                                                                                      : "<none>";
 }
 
 // The pids rank `rank` printed, in order (one "pid P" per generation).
-std::vector<std::string> pidsOf(const std::string& output, int rank) {
+std::vector<std::string> pids_of(const std::string& output, int rank) {
   std::vector<std::string> pids;
   const std::regex line("\\[" + std::to_string(rank) + "\\] pid (\\d+)");
   for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
@@ -73,12 +73,12 @@ class ElasticRecovery : public ::testing::TestWithParam<int> {};
 // the start-up commit); step 9 falls one step after the commit of step 8.
 TEST_P(ElasticRecovery, KilledWorkerIsReplacedAloneAndTheJobEndsBitIdentically) {
   const int kill_at = GetParam();
-  const ChildResult straight = run_children({toyJob(0)}, 150s).at(0);
+  const ChildResult straight = run_children({toy_job(0)}, 150s).at(0);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  const std::string expected = digestOf(straight.output);
+  const std::string expected = digest_of(straight.output);
   ASSERT_NE(expected, "<none>") << straight.output;
 
-  const ChildResult killed = run_children({toyJob(kill_at)}, 150s).at(0);
+  const ChildResult killed = run_children({toy_job(kill_at)}, 150s).at(0);
   const std::string& output = killed.output;
   EXPECT_EQ(killed.exit_code, 0) << output;
   EXPECT_TRUE(contains(output, "[1] epoch 0 step " + std::to_string(kill_at) + " ")) << output;
@@ -90,11 +90,11 @@ TEST_P(ElasticRecovery, KilledWorkerIsReplacedAloneAndTheJobEndsBitIdentically) 
   EXPECT_FALSE(contains(output, "restarting every worker")) << output;
   // The survivors kept their processes; rank 1 is a new one.
   for (int survivor : {0, 2}) {
-    const auto pids = pidsOf(output, survivor);
+    const auto pids = pids_of(output, survivor);
     ASSERT_EQ(pids.size(), 2u) << "rank " << survivor << "\n" << output;
     EXPECT_EQ(pids[0], pids[1]) << "rank " << survivor;
   }
-  const auto replaced = pidsOf(output, 1);
+  const auto replaced = pids_of(output, 1);
   ASSERT_EQ(replaced.size(), 2u) << output;
   EXPECT_NE(replaced[1], replaced[0]);
   // Commit 1 is the start's; one more every 4 steps the whole job finished.
@@ -114,7 +114,7 @@ TEST_P(ElasticRecovery, KilledWorkerIsReplacedAloneAndTheJobEndsBitIdentically) 
         << output;
   }
   EXPECT_FALSE(contains(output, "resumed at epoch")) << output;
-  EXPECT_EQ(digestOf(output), expected) << "killed at step " << kill_at << "\n" << output;
+  EXPECT_EQ(digest_of(output), expected) << "killed at step " << kill_at << "\n" << output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Launcher, ElasticRecovery, ::testing::Values(2, 9),
@@ -127,33 +127,9 @@ TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
   const PortReservation reserved;
   const std::string port = std::to_string(reserved.port());
   auto node = [&](int rank, int kill_at) {
-    std::vector<std::string> args = {"--nnodes",
-                                     "2",
-                                     "--node-rank",
-                                     std::to_string(rank),
-                                     "--master-addr",
-                                     "127.0.0.1",
-                                     "--master-port",
-                                     port,
-                                     "--nproc-per-node",
-                                     "1",
-                                     "--run-id",
-                                     "elastic",
-                                     "--rendezvous-timeout",
-                                     "30",
-                                     "--max-restarts",
-                                     "1",
-                                     "--monitor-interval",
-                                     "0.1",
-                                     "--recovery",
-                                     "memory",
-                                     DDP_TOY_TRAINER,
-                                     "--epochs",
-                                     "1",
-                                     "--seed",
-                                     "7",
-                                     "--commit-every",
-                                     std::to_string(kCommitEvery)};
+    std::vector<std::string> args = two_node_args(rank, port, "elastic", "30");
+    args.insert(args.end(), {"--recovery", "memory", DDP_TOY_TRAINER, "--epochs", "1", "--seed",
+                             "7", "--commit-every", std::to_string(kCommitEvery)});
     if (kill_at > 0) {
       args.push_back("--kill-at");
       args.push_back("1:" + std::to_string(kill_at));
@@ -162,7 +138,7 @@ TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
   };
   const auto straight = run_children({node(0, 0), node(1, 0)}, 120s);
   ASSERT_EQ(straight[0].exit_code, 0) << straight[0].output << straight[1].output;
-  const std::string expected = digestOf(straight[0].output);
+  const std::string expected = digest_of(straight[0].output);
   ASSERT_NE(expected, "<none>") << straight[0].output;
 
   const auto killed = run_children({node(0, 9), node(1, 9)}, 120s);
@@ -174,18 +150,18 @@ TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
   EXPECT_TRUE(contains(second, "starting it again alone in generation 1")) << second;
   EXPECT_FALSE(contains(first, "ended with")) << first;
   EXPECT_FALSE(contains(first + second, "restarting every worker")) << first << second;
-  const auto pids = pidsOf(first, 0);
+  const auto pids = pids_of(first, 0);
   ASSERT_EQ(pids.size(), 2u) << first;
   EXPECT_EQ(pids[0], pids[1]);
   EXPECT_TRUE(contains(first, "[0] ddp: rank 0: generation 1: continuing from commit 3 of rank 0"))
       << first;
   EXPECT_TRUE(contains(second, "[1] ddp: rank 1: generation 1: continuing from commit 3 of rank 0"))
       << second;
-  EXPECT_EQ(digestOf(first), expected) << first << second;
+  EXPECT_EQ(digest_of(first), expected) << first << second;
 }
 
 TEST(ElasticRecoveryOptions, AnUnknownRecoveryIsRefused) {
-  const ChildResult r = runLauncher({"--standalone", "--recovery", "ram", DDP_TOY_TRAINER});
+  const ChildResult r = run_launcher({"--standalone", "--recovery", "ram", DDP_TOY_TRAINER});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "--recovery is 'ram'; it must be 'disk'")) << r.output;
 }

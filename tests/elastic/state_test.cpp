@@ -43,7 +43,7 @@ struct Trainee {
     return copies;
   }
   // Adam's first moment of the weight, as a snapshot names it.
-  at::Tensor firstMoment() const {
+  at::Tensor first_moment() const {
     return snapshot::capture_training_state(state).tensors.at("optim/g0/p0/exp_avg");
   }
   torch::nn::Linear net{nullptr};
@@ -51,7 +51,7 @@ struct Trainee {
   snapshot::TrainingState state;
 };
 
-void expectEqual(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+void expect_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i;
 }
@@ -62,21 +62,21 @@ TEST(ElasticState, RestoreReturnsToTheCommitExactly) {
   State state(t.state);
   const auto untouched = t.parameters();
   state.restore();  // nothing committed: nothing changes
-  expectEqual(t.parameters(), untouched);
+  expect_equal(t.parameters(), untouched);
   EXPECT_EQ(state.commits(), 0);
 
   t.state.epoch = 3;
   state.commit();
   const auto committed = t.parameters();
-  const at::Tensor moment = t.firstMoment();
+  const at::Tensor moment = t.first_moment();
   const at::Tensor draws = torch::rand({6});  // the generator after the commit
   t.step(3);
   t.state.epoch = 4;
   ASSERT_FALSE(torch::equal(t.parameters()[0], committed[0]));
 
   state.restore();
-  expectEqual(t.parameters(), committed);
-  EXPECT_TRUE(torch::equal(t.firstMoment(), moment));
+  expect_equal(t.parameters(), committed);
+  EXPECT_TRUE(torch::equal(t.first_moment(), moment));
   EXPECT_EQ(t.state.epoch, 3);
   EXPECT_EQ(t.state.counters.at("global_step"), 2);
   EXPECT_TRUE(torch::equal(torch::rand({6}), draws));
@@ -92,7 +92,7 @@ std::shared_ptr<ProcessGroup> member(const c10::intrusive_ptr<c10d::Store>& stor
 }
 
 // Runs sync() on `states` as the ranks of one group; returns each result.
-std::vector<std::optional<int>> syncAll(std::vector<State*> states) {
+std::vector<std::optional<int>> sync_all(std::vector<State*> states) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::future<std::optional<int>>> results;
   const int size = static_cast<int>(states.size());
@@ -126,7 +126,7 @@ TEST(ElasticState, SyncGivesEveryRankTheMostAdvancedCommitOfTheLowestRankHolding
   t0.state.samples_in_epoch = 96;
   s0.commit();
   const auto expected = t0.parameters();
-  const at::Tensor moment = t0.firstMoment();
+  const at::Tensor moment = t0.first_moment();
   t0.step(1);
   t1.step(4);
   s1.commit();
@@ -134,14 +134,14 @@ TEST(ElasticState, SyncGivesEveryRankTheMostAdvancedCommitOfTheLowestRankHolding
   s2.commit();
   s2.commit();
 
-  const auto senders = syncAll({&s0, &s1, &s2});
+  const auto senders = sync_all({&s0, &s1, &s2});
   for (int rank = 0; rank < 3; ++rank) {
     ASSERT_TRUE(senders[static_cast<size_t>(rank)].has_value()) << "rank " << rank;
     EXPECT_EQ(*senders[static_cast<size_t>(rank)], 0) << "rank " << rank;
   }
   for (Trainee* t : {&t0, &t1, &t2}) {
-    expectEqual(t->parameters(), expected);
-    EXPECT_TRUE(torch::equal(t->firstMoment(), moment));
+    expect_equal(t->parameters(), expected);
+    EXPECT_TRUE(torch::equal(t->first_moment(), moment));
     EXPECT_EQ(t->state.epoch, 5);
     EXPECT_EQ(t->state.samples_in_epoch, 96);
     EXPECT_EQ(t->state.counters.at("global_step"), 3);
@@ -150,7 +150,7 @@ TEST(ElasticState, SyncGivesEveryRankTheMostAdvancedCommitOfTheLowestRankHolding
   // restore() now comes back to the synced state on every rank.
   t1.step(2);
   s1.restore();
-  expectEqual(t1.parameters(), expected);
+  expect_equal(t1.parameters(), expected);
 }
 
 TEST(ElasticState, SyncWithoutAnyCommitChangesNothing) {
@@ -158,11 +158,11 @@ TEST(ElasticState, SyncWithoutAnyCommitChangesNothing) {
   for (Trainee* t : {&t0, &t1}) t->state.include_rng = false;
   State s0(t0.state), s1(t1.state);
   const auto before0 = t0.parameters(), before1 = t1.parameters();
-  const auto senders = syncAll({&s0, &s1});
+  const auto senders = sync_all({&s0, &s1});
   EXPECT_FALSE(senders[0].has_value());
   EXPECT_FALSE(senders[1].has_value());
-  expectEqual(t0.parameters(), before0);
-  expectEqual(t1.parameters(), before1);
+  expect_equal(t0.parameters(), before0);
+  expect_equal(t1.parameters(), before1);
 }
 
 TEST(ElasticState, AShardedOptimizerCannotBeCommitted) {

@@ -16,18 +16,19 @@ using namespace std::chrono_literals;
 
 TEST(ExamplesAccuracy, MnistDdpWithPowerSgdIsWithinHalfAPointOfAllReduceAfterFiveEpochs) {
   DDP_REQUIRE_FASHION_MNIST();
-  const ChildResult plain = run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP, {"--epochs", "5"}), {}, 840s);
+  const ChildResult plain =
+      run(under_ddprun(2, DDP_EXAMPLE_MNIST_DDP, {"--epochs", "5"}), {}, 840s);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   const ChildResult compressed =
-      run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
-                      {"--epochs", "5", "--comm-hook", "powersgd", "--powersgd-rank", "4",
-                       "--powersgd-start-iteration", "10"}),
+      run(under_ddprun(2, DDP_EXAMPLE_MNIST_DDP,
+                       {"--epochs", "5", "--comm-hook", "powersgd", "--powersgd-rank", "4",
+                        "--powersgd-start-iteration", "10"}),
           {}, 840s);
   ASSERT_EQ(compressed.exit_code, 0) << compressed.output;
   EXPECT_NE(compressed.output.find("comm hook powersgd"), std::string::npos) << compressed.output;
 
-  const FinalLine with_allreduce = finalLine(plain.output);
-  const FinalLine with_powersgd = finalLine(compressed.output);
+  const FinalLine with_allreduce = final_line(plain.output);
+  const FinalLine with_powersgd = final_line(compressed.output);
   ASSERT_TRUE(with_allreduce.accuracy && with_powersgd.accuracy)
       << plain.output << compressed.output;
   EXPECT_GT(*with_allreduce.accuracy, 0.88) << "the tutorial's figure is about 0.91\n"

@@ -37,8 +37,8 @@ inline ChildResult run(std::vector<std::string> argv, std::map<std::string, std:
 }
 
 // `program args...` under ddprun with `nproc` workers on this machine.
-inline std::vector<std::string> underDdprun(int nproc, const std::string& program,
-                                            std::vector<std::string> args) {
+inline std::vector<std::string> under_ddprun(int nproc, const std::string& program,
+                                             std::vector<std::string> args) {
   std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
                                    std::to_string(nproc), program};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -51,7 +51,7 @@ struct FinalLine {
 };
 
 // The example's last result line: "final loss=L accuracy=A" (accuracy optional).
-inline FinalLine finalLine(const std::string& output) {
+inline FinalLine final_line(const std::string& output) {
   std::smatch m;
   FinalLine line;
   if (std::regex_search(output, m, std::regex(R"(final loss=(\S+)(?: accuracy=(\S+))?\n)"))) {
@@ -61,13 +61,13 @@ inline FinalLine finalLine(const std::string& output) {
   return line;
 }
 
-inline std::string digestOf(const std::string& output) {
+inline std::string digest_of(const std::string& output) {
   std::smatch m;
   return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
                                                                                      : "<none>";
 }
 
-inline bool gnuplotInstalled() {
+inline bool gnuplot_installed() {
   try {
     ddp::training::require_gnuplot();
     return true;
@@ -76,7 +76,7 @@ inline bool gnuplotInstalled() {
   }
 }
 
-inline bool fashionMnistInstalled() {
+inline bool fashion_mnist_installed() {
   return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") ||
          std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte");
 }
@@ -93,5 +93,5 @@ inline size_t count(const std::string& text, const std::string& part) {
 // GTEST_SKIP() returns only from the function it is in, so in a helper the
 // test would go on and fail for want of the data.
 #define DDP_REQUIRE_FASHION_MNIST() \
-  if (!fashionMnistInstalled())     \
+  if (!fashion_mnist_installed())   \
   GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)"

@@ -35,7 +35,7 @@ class ExamplesRun : public ::testing::Test {
   const ddp::testing::TemporaryDirectory dir_{"ddp-examples-"};
 };
 
-void expectHelpLists(const std::string& program, const std::vector<std::string>& flags) {
+void expect_help_lists(const std::string& program, const std::vector<std::string>& flags) {
   const ChildResult help = run({program, "--help"});
   EXPECT_EQ(help.exit_code, 0) << help.output;
   for (const auto& flag : flags)
@@ -52,14 +52,14 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
     extra.insert(extra.end(), common.begin(), common.end());
     return extra;
   };
-  expectHelpLists(DDP_EXAMPLE_MNIST_DDP,
-                  with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend",
-                        "--comm-hook", "--powersgd-rank", "--powersgd-start-iteration"}));
-  expectHelpLists(DDP_EXAMPLE_LENET_DP, with({"--data-dir", "--batch-size", "--gpus", "--replicas",
-                                              "--lr", "--lr-gamma"}));
-  expectHelpLists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
-  expectHelpLists(DDP_EXAMPLE_HOROVOD,
-                  with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
+  expect_help_lists(DDP_EXAMPLE_MNIST_DDP,
+                    with({"--data-dir", "--batch-size", "--lr", "--amp", "--sync-bn", "--backend",
+                          "--comm-hook", "--powersgd-rank", "--powersgd-start-iteration"}));
+  expect_help_lists(DDP_EXAMPLE_LENET_DP, with({"--data-dir", "--batch-size", "--gpus",
+                                                "--replicas", "--lr", "--lr-gamma"}));
+  expect_help_lists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
+  expect_help_lists(DDP_EXAMPLE_HOROVOD,
+                    with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
   const ChildResult wrong = run({DDP_EXAMPLE_MNIST_DDP, "--epochs", "0"});
   EXPECT_NE(wrong.exit_code, 0) << wrong.output;
   EXPECT_NE(wrong.output.find("--epochs"), std::string::npos) << wrong.output;
@@ -72,11 +72,11 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
   std::vector<std::string> argv = {DDP_EXAMPLE_MNIST_DDP, "--max-steps", "5",
                                    "--batch-size",        "32",          "--metrics-csv",
                                    path("metrics.csv")};
-  const bool plot = gnuplotInstalled();
+  const bool plot = gnuplot_installed();
   if (plot) argv.insert(argv.end(), {"--plot", path("curves.png")});
   const ChildResult r = run(argv);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const FinalLine final = finalLine(r.output);
+  const FinalLine final = final_line(r.output);
   EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
   EXPECT_GT(final.loss, 0) << r.output;
   ASSERT_TRUE(final.accuracy) << r.output;
@@ -101,22 +101,22 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
 }
 
 // The mixed-precision example: O1 (bfloat16 autocast on CPU) with
-// SyncBatchNorm, two ranks under ddprun on the default engine (shm for the
+// SyncBatchNorm, two ranks under ddprun on the default backend (shm for the
 // CPU tensors; auto(shm,nccl) where LibTorch has CUDA).
 TEST_F(ExamplesRun, MnistDdpTrainsWithAmpO1AndSyncBatchNormUnderDdprun) {
   DDP_REQUIRE_FASHION_MNIST();
-  const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
-                                        {"--max-steps", "4", "--batch-size", "32", "--amp", "O1",
-                                         "--sync-bn", "--device", "cpu"}),
+  const ChildResult r = run(under_ddprun(2, DDP_EXAMPLE_MNIST_DDP,
+                                         {"--max-steps", "4", "--batch-size", "32", "--amp", "O1",
+                                          "--sync-bn", "--device", "cpu"}),
                             {}, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(
-      r.output.find("[0] [rank 0] mixed precision O1 (bfloat16), SyncBatchNorm, engine auto(shm"),
+      r.output.find("[0] [rank 0] mixed precision O1 (bfloat16), SyncBatchNorm, backend auto(shm"),
       std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 4/938 loss "), std::string::npos)
       << r.output;
-  const FinalLine final = finalLine(r.output);
+  const FinalLine final = final_line(r.output);
   EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
   EXPECT_GT(final.loss, 0) << r.output;
   ASSERT_TRUE(final.accuracy) << r.output;
@@ -132,10 +132,10 @@ TEST_F(ExamplesRun, MnistDdpTrainsWithAmpO1AndSyncBatchNormUnderDdprun) {
 TEST_F(ExamplesRun, MnistDdpUnderDdprunResumesFromTheSavedStepBitExactly) {
   DDP_REQUIRE_FASHION_MNIST();
   auto job = [&](const std::string& snapshots, int max_steps) {
-    return run(underDdprun(2, DDP_EXAMPLE_MNIST_DDP,
-                           {"--max-steps", std::to_string(max_steps), "--batch-size", "32",
-                            "--seed", "3", "--snapshot-dir", path(snapshots), "--save-every-steps",
-                            "3", "--metrics-csv", path(snapshots + ".csv"), "--device", "cpu"}));
+    return run(under_ddprun(2, DDP_EXAMPLE_MNIST_DDP,
+                            {"--max-steps", std::to_string(max_steps), "--batch-size", "32",
+                             "--seed", "3", "--snapshot-dir", path(snapshots), "--save-every-steps",
+                             "3", "--metrics-csv", path(snapshots + ".csv"), "--device", "cpu"}));
   };
   const ChildResult first = job("resumed", 4);
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -167,14 +167,14 @@ TEST_F(ExamplesRun, MnistDdpUnderDdprunResumesFromTheSavedStepBitExactly) {
   EXPECT_NE(second.output.find("[rank 0] done: 8 steps"), std::string::npos) << second.output;
   const auto rows = ddp::training::read_metrics_csv(path("resumed.csv"));
   ASSERT_EQ(rows.size(), 1u);  // The partial epoch 1, rewritten by the resumed run.
-  EXPECT_NEAR(*rows[0].accuracy, *finalLine(second.output).accuracy, 1e-4);
+  EXPECT_NEAR(*rows[0].accuracy, *final_line(second.output).accuracy, 1e-4);
 
   const ChildResult straight = job("straight", 8);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  EXPECT_NE(digestOf(straight.output), "<none>") << straight.output;
-  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n"
-                                                                << straight.output;
-  EXPECT_EQ(finalLine(second.output).accuracy, finalLine(straight.output).accuracy);
+  EXPECT_NE(digest_of(straight.output), "<none>") << straight.output;
+  EXPECT_EQ(digest_of(second.output), digest_of(straight.output)) << second.output << "\n---\n"
+                                                                  << straight.output;
+  EXPECT_EQ(final_line(second.output).accuracy, final_line(straight.output).accuracy);
 }
 
 TEST_F(ExamplesRun, MnistDdpNamesAMissingDataFileAndMissingGnuplot) {
@@ -202,11 +202,11 @@ TEST_F(ExamplesRun, ToyTrainerUnderDdprunSavesEveryEpochAndWritesItsCsv) {
       "--device",       "cpu",        "--max-steps",         "40", "--no-trace-steps",
       "--snapshot-dir", path("snap"), "--save-every-epochs", "1",  "--metrics-csv",
       path("toy.csv")};
-  const bool plot = gnuplotInstalled();
+  const bool plot = gnuplot_installed();
   if (plot) args.insert(args.end(), {"--plot", path("toy.png")});
-  const ChildResult r = run(underDdprun(2, DDP_EXAMPLE_TOY_TRAINER, args));
+  const ChildResult r = run(under_ddprun(2, DDP_EXAMPLE_TOY_TRAINER, args));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const FinalLine final = finalLine(r.output);
+  const FinalLine final = final_line(r.output);
   EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
   EXPECT_FALSE(final.accuracy) << r.output;
   EXPECT_NE(r.output.find("[0] [rank 0] epoch 1/5 step 32/32 loss "), std::string::npos)
@@ -238,7 +238,7 @@ TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
   EXPECT_NE(r.output.find("[rank 0] 2 replicas (cpu, cpu); batches of 64"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[rank 0] epoch 1/5 step 30/938 loss "), std::string::npos) << r.output;
-  const FinalLine final = finalLine(r.output);
+  const FinalLine final = final_line(r.output);
   EXPECT_TRUE(std::isfinite(final.loss)) << r.output;
   ASSERT_TRUE(final.accuracy) << r.output;
   EXPECT_GT(*final.accuracy, 0.15) << "30 steps of Adam should beat chance (0.1):\n" << r.output;
@@ -246,7 +246,7 @@ TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_NEAR(*rows[0].accuracy, *final.accuracy, 1e-4);
 
-  const ChildResult two = run(underDdprun(2, DDP_EXAMPLE_LENET_DP, {"--max-steps", "1"}));
+  const ChildResult two = run(under_ddprun(2, DDP_EXAMPLE_LENET_DP, {"--max-steps", "1"}));
   EXPECT_NE(two.exit_code, 0) << two.output;
   EXPECT_NE(two.output.find("trains in one process (DataParallel), but it was started as 2 ranks"),
             std::string::npos)
@@ -260,7 +260,7 @@ TEST_F(ExamplesRun, LenetDpTrainsWithTwoReplicasAloneAndRefusesSeveralRanks) {
 TEST_F(ExamplesRun, HorovodUnderDdprunWarmsUpAndResumesBitExactly) {
   DDP_REQUIRE_FASHION_MNIST();
   auto job = [&](const std::string& snapshots, int max_steps) {
-    return run(underDdprun(
+    return run(under_ddprun(
         2, DDP_EXAMPLE_HOROVOD,
         {"--max-steps", std::to_string(max_steps), "--warmup-steps", "4", "--seed", "5",
          "--snapshot-dir", path(snapshots), "--save-every-steps", "0", "--device", "cpu"}));
@@ -281,13 +281,13 @@ TEST_F(ExamplesRun, HorovodUnderDdprunWarmsUpAndResumesBitExactly) {
   EXPECT_NE(second.output.find(", lr 0.02\n"), std::string::npos)
       << "0.01 x 2 ranks after the warm-up:\n"
       << second.output;
-  EXPECT_TRUE(std::isfinite(finalLine(second.output).loss)) << second.output;
+  EXPECT_TRUE(std::isfinite(final_line(second.output).loss)) << second.output;
 
   const ChildResult straight = job("straight", 6);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  EXPECT_NE(digestOf(straight.output), "<none>") << straight.output;
-  EXPECT_EQ(digestOf(second.output), digestOf(straight.output)) << second.output << "\n---\n"
-                                                                << straight.output;
+  EXPECT_NE(digest_of(straight.output), "<none>") << straight.output;
+  EXPECT_EQ(digest_of(second.output), digest_of(straight.output)) << second.output << "\n---\n"
+                                                                  << straight.output;
 }
 
 // --device auto (the default) trains on the CPU where CUDA is unavailable:
@@ -300,8 +300,8 @@ TEST_F(ExamplesRun, DeviceAutoIsTheCpuWithoutCuda) {
     const ChildResult on_cpu = run(argv);
     EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
     EXPECT_EQ(on_cpu.exit_code, 0) << on_cpu.output;
-    EXPECT_NE(digestOf(on_cpu.output), "<none>") << on_cpu.output;
-    EXPECT_EQ(digestOf(by_default.output), digestOf(on_cpu.output))
+    EXPECT_NE(digest_of(on_cpu.output), "<none>") << on_cpu.output;
+    EXPECT_EQ(digest_of(by_default.output), digest_of(on_cpu.output))
         << by_default.output << "\n---\n"
         << on_cpu.output;
     return std::make_pair(by_default, on_cpu);

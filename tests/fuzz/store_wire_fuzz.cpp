@@ -47,42 +47,42 @@ struct Fixture {
 }
 
 Socket authenticated(int port) {
-  Socket socket = connectWithRetry("127.0.0.1", port, 5s);
-  client_handshake(socket, kSecret, "fuzzed store", deadlineAfter(5000ms));
+  Socket socket = connect_with_retry("127.0.0.1", port, 5s);
+  client_handshake(socket, kSecret, "fuzzed store", deadline_after(5000ms));
   return socket;
 }
 
-std::string roundTrip(const Socket& socket, const WireWriter& request) {
-  const auto deadline = deadlineAfter(5000ms);
-  sendFrame(socket, const_cast<WireWriter&>(request).payload(), deadline);
-  return recvFrame(socket, deadline);
+std::string round_trip(const Socket& socket, const WireWriter& request) {
+  const auto deadline = deadline_after(5000ms);
+  send_frame(socket, const_cast<WireWriter&>(request).payload(), deadline);
+  return recv_frame(socket, deadline);
 }
 
-void setGenuineKey(Fixture& f);
+void set_genuine_key(Fixture& f);
 
 void restart(Fixture& f) {
   f.genuine = Socket();
   f.server.reset();
   f.server = std::make_unique<StoreServer>("127.0.0.1", 0, kSecret);
   f.genuine = authenticated(f.server->port());
-  setGenuineKey(f);
+  set_genuine_key(f);
 }
 
-void setGenuineKey(Fixture& f) {
+void set_genuine_key(Fixture& f) {
   WireWriter set;
   set.u8(static_cast<std::uint8_t>(Op::kSet)).bytes("genuine/key").bytes("genuine value");
-  roundTrip(f.genuine, set);
+  round_trip(f.genuine, set);
 }
 
 // The genuine client reads its key back: the server is alive and responsive,
 // and an intruder's input changed nothing. (An admitted input may change or
 // delete the key; it is then set again for the next input.)
-void checkHealth(Fixture& f, bool intruder) {
+void check_health(Fixture& f, bool intruder) {
   WireWriter get;
   get.u8(static_cast<std::uint8_t>(Op::kGet)).u64(1).bytes("genuine/key");
   std::string reply;
   try {
-    reply = roundTrip(f.genuine, get);
+    reply = round_trip(f.genuine, get);
   } catch (const std::exception& error) {
     die(std::string("the genuine client was not served after the input: ") + error.what());
   }
@@ -90,14 +90,14 @@ void checkHealth(Fixture& f, bool intruder) {
   const bool intact =
       reader.u8() == static_cast<std::uint8_t>(Status::kOk) && reader.bytes() == "genuine value";
   if (intruder && !intact) die("an unauthenticated input changed the key space");
-  if (!intact) setGenuineKey(f);
+  if (!intact) set_genuine_key(f);
 }
 
 void send(const Socket& socket, const std::uint8_t* data, std::size_t size) {
   std::string pending(reinterpret_cast<const char*>(data), size);
   const auto deadline = Clock::now() + 1s;
   while (!pending.empty() && Clock::now() < deadline) {
-    if (!writeAvailable(socket.fd(), pending)) return;  // the server hung up
+    if (!write_available(socket.fd(), pending)) return;  // the server hung up
     pollfd fd{socket.fd(), POLLOUT, 0};
     if (!pending.empty()) ::poll(&fd, 1, 10);
   }
@@ -119,14 +119,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const bool intruder = data[0] % 2 == 0;
   {
-    Socket client = intruder ? connectWithRetry("127.0.0.1", fixture.server->port(), 5s)
+    Socket client = intruder ? connect_with_retry("127.0.0.1", fixture.server->port(), 5s)
                              : authenticated(fixture.server->port());
     send(client, data + 1, size - 1);
     // Take whatever the server answers at once, then hang up.
     std::string ignored;
     pollfd fd{client.fd(), POLLIN, 0};
-    if (::poll(&fd, 1, 1) > 0) readAvailable(client.fd(), ignored, 1 << 20);
+    if (::poll(&fd, 1, 1) > 0) read_available(client.fd(), ignored, 1 << 20);
   }
-  checkHealth(fixture, intruder);
+  check_health(fixture, intruder);
   return 0;
 }

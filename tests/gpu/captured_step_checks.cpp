@@ -1,4 +1,4 @@
-// CapturedStep on CUDA (gpu_checks.hpp: checkCapturedStep): captured and
+// CapturedStep on CUDA (gpu_checks.hpp: check_captured_step): captured and
 // replayed DDP training steps against the same steps run eagerly.
 
 #include <torch/torch.h>
@@ -77,8 +77,8 @@ Trained train(const std::string& model_name, bool shortcut, bool captured,
   return result;
 }
 
-void checkModel(const std::string& model_name, bool shortcut,
-                const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
+void check_model(const std::string& model_name, bool shortcut,
+                 const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
   const std::string name =
       "captured " + model_name + (shortcut ? " alone" : " with the nccl all-reduce");
   const Trained eager = train(model_name, shortcut, false, group);
@@ -98,7 +98,7 @@ void checkModel(const std::string& model_name, bool shortcut,
                    std::to_string(worst));
 }
 
-void checkScalerRefused(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
+void check_scaler_refused(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
   torch::manual_seed(5);
   examples::ConvNet net;
   net->to(kGpu);
@@ -136,19 +136,19 @@ void checkScalerRefused(const std::shared_ptr<ProcessGroup>& group, NamedChecks&
 
 }  // namespace
 
-void checkCapturedStep(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
+void check_captured_step(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
   // The same kernels in both runs: no autotuning, no TF32.
   at::globalContext().setBenchmarkCuDNN(false);
   at::globalContext().setDeterministicCuDNN(true);
   at::globalContext().setAllowTF32CuDNN(false);
   at::globalContext().setAllowTF32CuBLAS(false);
   for (const char* model : {"convnet", "resnet18"}) {
-    for (bool shortcut : {true, false}) checkModel(model, shortcut, group, checks);
+    for (bool shortcut : {true, false}) check_model(model, shortcut, group, checks);
   }
-  checkScalerRefused(group, checks);
+  check_scaler_refused(group, checks);
 }
 
-std::vector<std::string> capturedStepChecks() {
+std::vector<std::string> captured_step_checks() {
   std::vector<std::string> names;
   for (const char* model : {"convnet", "resnet18"}) {
     for (const char* how : {" alone", " with the nccl all-reduce"}) {

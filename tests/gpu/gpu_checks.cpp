@@ -51,7 +51,7 @@ at::Tensor gradients(const std::vector<at::Tensor>& parameters) {
 }
 
 // Whether `t` equals rank 0's copy bit for bit.
-bool sameAsRankZero(ProcessGroup& group, const at::Tensor& t) {
+bool same_as_rank_zero(ProcessGroup& group, const at::Tensor& t) {
   at::Tensor rank0 = t.detach().clone().contiguous();
   group.broadcast(rank0, 0);
   return torch::equal(rank0, t);
@@ -63,18 +63,18 @@ at::Tensor mine(const at::Tensor& whole, int rank, int64_t per_rank = kPerRank) 
 }
 
 // Training checks use exact float32: no TF32 in convolutions or matrix products.
-void exactFloat32() {
+void exact_float32() {
   at::globalContext().setAllowTF32CuDNN(false);
   at::globalContext().setAllowTF32CuBLAS(false);
 }
 
 }  // namespace
 
-std::vector<c10::ScalarType> gpuCollectiveDtypes() {
+std::vector<c10::ScalarType> gpu_collective_dtypes() {
   return {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf, torch::kInt, torch::kLong};
 }
 
-std::vector<std::pair<ReduceOp, std::string>> gpuReduceOps() {
+std::vector<std::pair<ReduceOp, std::string>> gpu_reduce_ops() {
   return {{ReduceOp::kSum, "sum"},
           {ReduceOp::kAverage, "average"},
           {ReduceOp::kMin, "min"},
@@ -82,7 +82,7 @@ std::vector<std::pair<ReduceOp, std::string>> gpuReduceOps() {
           {ReduceOp::kProduct, "product"}};
 }
 
-std::string dtypeLabel(c10::ScalarType dtype) {
+std::string dtype_label(c10::ScalarType dtype) {
   switch (dtype) {
     case torch::kFloat:
       return "float32";
@@ -101,23 +101,23 @@ std::string dtypeLabel(c10::ScalarType dtype) {
   }
 }
 
-void checkCudaCollectives(ProcessGroup& group, NamedChecks& checks) {
+void check_cuda_collectives(ProcessGroup& group, NamedChecks& checks) {
   const int rank = group.rank();
   const int world = group.size();
   const double w = world;
   const at::Tensor b = base(kElements);
-  for (auto dtype : gpuCollectiveDtypes()) {
-    const std::string label = dtypeLabel(dtype);
+  for (auto dtype : gpu_collective_dtypes()) {
+    const std::string label = dtype_label(dtype);
     const bool integral = at::isIntegralType(dtype, /*includeBool=*/false);
     auto expect = [&](const std::string& name, const at::Tensor& got, const at::Tensor& expected) {
       if (!got.is_cuda() || got.scalar_type() != dtype) {
         checks.check(name, false,
-                     "result on " + got.device().str() + " as " + dtypeLabel(got.scalar_type()));
+                     "result on " + got.device().str() + " as " + dtype_label(got.scalar_type()));
         return;
       }
       checks.equal(name, got, expected.to(dtype));
     };
-    for (const auto& [op, op_name] : gpuReduceOps()) {
+    for (const auto& [op, op_name] : gpu_reduce_ops()) {
       at::Tensor t = (b * (rank + 1)).to(dtype);
       group.all_reduce(t, op);
       at::Tensor expected;
@@ -202,10 +202,10 @@ namespace {
 // copy) on the whole batch, `steps` SGD steps with momentum, and checks the
 // parameters after each step.
 template <typename Net>
-void compareTraining(const std::string& name, Net net, Net reference,
-                     const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
-                     std::vector<int64_t> input_shape, int64_t outputs,
-                     DistributedDataParallelOptions options = {}, int steps = 4) {
+void compare_training(const std::string& name, Net net, Net reference,
+                      const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
+                      std::vector<int64_t> input_shape, int64_t outputs,
+                      DistributedDataParallelOptions options = {}, int steps = 4) {
   const int rank = group->rank();
   const int64_t rows = group->size() * kPerRank;
   net->to(kGpu);
@@ -228,32 +228,32 @@ void compareTraining(const std::string& name, Net net, Net reference,
     checks.close(name + " step " + std::to_string(step) + " parameters", flat(net->parameters()),
                  flat(reference->parameters()), 1e-5);
   }
-  checks.check(name + " replicas identical", sameAsRankZero(*group, flat(net->parameters())),
+  checks.check(name + " replicas identical", same_as_rank_zero(*group, flat(net->parameters())),
                "parameters differ from rank 0's");
 }
 
 }  // namespace
 
-void checkCudaDdp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
-  exactFloat32();
+void check_cuda_ddp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
+  exact_float32();
   torch::manual_seed(1);
   Mlp mlp(20, 32, 4);
   torch::manual_seed(1);
   Mlp mlp_reference(20, 32, 4);
-  compareTraining("mlp", mlp, mlp_reference, group, checks, {20}, 4);
+  compare_training("mlp", mlp, mlp_reference, group, checks, {20}, 4);
 
   torch::manual_seed(2);
   LeNet5 lenet;
   torch::manual_seed(2);
   LeNet5 lenet_reference;
-  compareTraining("lenet", lenet, lenet_reference, group, checks, {1, 28, 28}, 10);
+  compare_training("lenet", lenet, lenet_reference, group, checks, {1, 28, 28}, 10);
 
   torch::manual_seed(3);
   Mlp viewed(20, 32, 4);
   torch::manual_seed(3);
   Mlp viewed_reference(20, 32, 4);
-  compareTraining("mlp bucket view", viewed, viewed_reference, group, checks, {20}, 4,
-                  DistributedDataParallelOptions().gradient_as_bucket_view(true));
+  compare_training("mlp bucket view", viewed, viewed_reference, group, checks, {20}, 4,
+                   DistributedDataParallelOptions().gradient_as_bucket_view(true));
 
   // Two micro-batches under no_sync, then a synchronized one: the gradients
   // are the sum of three whole-batch gradients.
@@ -287,9 +287,9 @@ namespace {
 // How far `got` is from `expected`, as a fraction of how far `expected`
 // travelled from `initial`: 16-bit training may deviate a little from
 // float32 training, by much less than the distance both trained.
-void expectCloseToFloat32Training(NamedChecks& checks, const std::string& name,
-                                  const at::Tensor& got, const at::Tensor& expected,
-                                  const at::Tensor& initial, double fraction) {
+void expect_close_to_float32_training(NamedChecks& checks, const std::string& name,
+                                      const at::Tensor& got, const at::Tensor& expected,
+                                      const at::Tensor& initial, double fraction) {
   const double travelled = (expected - initial).abs().max().item<double>();
   const double deviation = (got - expected).abs().max().item<double>();
   checks.check(name, travelled > 0 && deviation <= fraction * travelled,
@@ -299,9 +299,9 @@ void expectCloseToFloat32Training(NamedChecks& checks, const std::string& name,
 
 // One opt level and dtype under DDP against float32 training of the same MLP
 // on the whole batch.
-void checkOptLevel(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
-                   amp::OptLevel level, c10::ScalarType dtype) {
-  const std::string prefix = std::string(amp::to_string(level)) + " " + dtypeLabel(dtype);
+void check_opt_level(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
+                     amp::OptLevel level, c10::ScalarType dtype) {
+  const std::string prefix = std::string(amp::to_string(level)) + " " + dtype_label(dtype);
   const int rank = group->rank();
   const int64_t rows = group->size() * kPerRank;
   torch::manual_seed(21);
@@ -319,7 +319,7 @@ void checkOptLevel(const std::shared_ptr<ProcessGroup>& group, NamedChecks& chec
     bool all_16_bit = true;
     for (const auto& p : net->parameters()) all_16_bit = all_16_bit && p.scalar_type() == dtype;
     checks.check(prefix + " model parameters 16-bit", all_16_bit,
-                 "a parameter is not " + dtypeLabel(dtype));
+                 "a parameter is not " + dtype_label(dtype));
     const auto masters = mixed.master_weights();
     bool all_float = masters.size() == net->parameters().size();
     for (const auto& [name, master] : masters)
@@ -339,7 +339,7 @@ void checkOptLevel(const std::shared_ptr<ProcessGroup>& group, NamedChecks& chec
     const at::Tensor output = mixed.forward(model, mine(x, rank));
     if (step == 0) {
       checks.check(prefix + " output float32", output.scalar_type() == torch::kFloat,
-                   "output is " + dtypeLabel(output.scalar_type()));
+                   "output is " + dtype_label(output.scalar_type()));
     }
     const at::Tensor loss = torch::mse_loss(output, mine(y, rank));
     if (scaled) {
@@ -367,17 +367,17 @@ void checkOptLevel(const std::shared_ptr<ProcessGroup>& group, NamedChecks& chec
   } else {
     trained = flat(net->parameters());
   }
-  expectCloseToFloat32Training(checks, prefix + " close to float32 training", trained,
-                               flat(reference->parameters()), initial, 0.05);
-  checks.check(prefix + " replicas identical", sameAsRankZero(*group, flat(net->parameters())),
+  expect_close_to_float32_training(checks, prefix + " close to float32 training", trained,
+                                   flat(reference->parameters()), initial, 0.05);
+  checks.check(prefix + " replicas identical", same_as_rank_zero(*group, flat(net->parameters())),
                "parameters differ from rank 0's");
 }
 
 // An inf injected into the last rank's gradient after DDP's reduction: every
 // rank skips the step and halves the scale; the next clean step runs.
-void checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
-                         c10::ScalarType dtype) {
-  const std::string prefix = "scaler " + dtypeLabel(dtype);
+void check_scaler_overflow(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
+                           c10::ScalarType dtype) {
+  const std::string prefix = "scaler " + dtype_label(dtype);
   const int rank = group->rank();
   const int64_t rows = group->size() * kPerRank;
   torch::manual_seed(31);
@@ -414,26 +414,26 @@ void checkScalerOverflow(const std::shared_ptr<ProcessGroup>& group, NamedChecks
                    std::string("stepped ") + (stepped ? "true" : "false"));
     }
   }
-  checks.check(prefix + " replicas identical", sameAsRankZero(*group, flat(net->parameters())),
+  checks.check(prefix + " replicas identical", same_as_rank_zero(*group, flat(net->parameters())),
                "parameters differ from rank 0's");
 }
 
 }  // namespace
 
-void checkCudaAmp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
-  exactFloat32();
+void check_cuda_amp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
+  exact_float32();
   for (auto dtype : {torch::kHalf, torch::kBFloat16}) {
     {
       const at::Tensor a = torch::randn({8, 8}, torch::device(kGpu));
       amp::AutocastGuard guard(c10::kCUDA, dtype);
       const at::Tensor product = torch::mm(a, a);
-      checks.check("O1 " + dtypeLabel(dtype) + " autocast runs matmul in 16 bits",
+      checks.check("O1 " + dtype_label(dtype) + " autocast runs matmul in 16 bits",
                    product.scalar_type() == dtype,
-                   "matmul gave " + dtypeLabel(product.scalar_type()));
+                   "matmul gave " + dtype_label(product.scalar_type()));
     }
-    checkOptLevel(group, checks, amp::OptLevel::kO1, dtype);
-    checkOptLevel(group, checks, amp::OptLevel::kO2, dtype);
-    checkScalerOverflow(group, checks, dtype);
+    check_opt_level(group, checks, amp::OptLevel::kO1, dtype);
+    check_opt_level(group, checks, amp::OptLevel::kO2, dtype);
+    check_scaler_overflow(group, checks, dtype);
   }
 }
 
@@ -441,8 +441,8 @@ namespace {
 
 // SyncBatchNorm over ranks of uneven batch sizes (4, 6, 8, ...) against
 // BatchNorm on the concatenated batch.
-void checkSyncBatchNormCase(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
-                            const std::string& name, std::vector<int64_t> spatial) {
+void check_sync_batch_norm_case(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks,
+                                const std::string& name, std::vector<int64_t> spatial) {
   const int rank = group->rank();
   const int world = group->size();
   const int64_t channels = 3;
@@ -501,10 +501,10 @@ void checkSyncBatchNormCase(const std::shared_ptr<ProcessGroup>& group, NamedChe
 
 }  // namespace
 
-void checkCudaSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
-  exactFloat32();
-  checkSyncBatchNormCase(group, checks, "batch norm 1d", {});
-  checkSyncBatchNormCase(group, checks, "batch norm 2d", {5, 5});
+void check_cuda_sync_batch_norm(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
+  exact_float32();
+  check_sync_batch_norm_case(group, checks, "batch norm 1d", {});
+  check_sync_batch_norm_case(group, checks, "batch norm 2d", {5, 5});
 
   // The tutorial's ConvNet with SyncBatchNorm under DDP equals one process
   // running BatchNorm on the whole batch.
@@ -513,8 +513,8 @@ void checkCudaSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group, NamedChe
   torch::manual_seed(5);
   ConvNet reference;
   ddp::nn::convert_sync_batchnorm(net.ptr(), group);
-  compareTraining("convnet sync batch norm", net, reference, group, checks, {1, 28, 28}, 10,
-                  DistributedDataParallelOptions(), 3);
+  compare_training("convnet sync batch norm", net, reference, group, checks, {1, 28, 28}, 10,
+                   DistributedDataParallelOptions(), 3);
   std::vector<at::Tensor> statistics, expected;
   for (const auto& item : net->named_buffers()) {
     if (item.key().find("running_") != std::string::npos) statistics.push_back(item.value());

@@ -14,36 +14,36 @@
 namespace ddp::testing {
 
 /// The dtypes every collective is checked with.
-std::vector<c10::ScalarType> gpuCollectiveDtypes();
+std::vector<c10::ScalarType> gpu_collective_dtypes();
 
 /// The reductions every all-reduce is checked with, with their names.
-std::vector<std::pair<ReduceOp, std::string>> gpuReduceOps();
+std::vector<std::pair<ReduceOp, std::string>> gpu_reduce_ops();
 
 /// "float32", "bfloat16", ...
-std::string dtypeLabel(c10::ScalarType dtype);
+std::string dtype_label(c10::ScalarType dtype);
 
 /// Every collective on CUDA tensors against its closed form: all-reduce with
 /// every op, broadcast from the last rank, all-gather, reduce-scatter, for
 /// every dtype; a barrier and an asynchronous all-reduce. Results must stay
 /// on the tensor's GPU.
-void checkCudaCollectives(ProcessGroup& group, NamedChecks& checks);
+void check_cuda_collectives(ProcessGroup& group, NamedChecks& checks);
 
 /// DistributedDataParallel on CUDA against one process on the concatenated
 /// batch: an MLP and LeNet-5 (SGD with momentum, 4 steps), the MLP again
 /// with gradient_as_bucket_view, gradients accumulated under no_sync; the
 /// replicas bit-identical across ranks.
-void checkCudaDdp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
+void check_cuda_ddp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
 
 /// Mixed precision on CUDA under DDP for float16 and bfloat16: O1 (autocast
 /// really runs in 16 bits; training close to float32), O2 (16-bit model,
 /// float32 masters; close to float32) and the GradScaler (an inf injected on
 /// the last rank skips the step on every rank and halves the scale).
-void checkCudaAmp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
+void check_cuda_amp(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
 
 /// SyncBatchNorm on CUDA against BatchNorm on the whole batch (uneven batch
 /// sizes per rank; output, gradients, running statistics), and the ConvNet
 /// with SyncBatchNorm under DDP against one process.
-void checkCudaSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
+void check_cuda_sync_batch_norm(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
 
 /// DDP steps on CUDA that never make the host wait for the GPU (Note [Two
 /// ways to wait for the GPU] in host_sync_checks.cpp), at world size 1 on
@@ -52,18 +52,18 @@ void checkCudaSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group, NamedChe
 /// fp16 and bf16 hooks, ZeroRedundancyOptimizer stages 1 and 2; and at most
 /// one synchronizing call per step with find_unused_parameters and with the
 /// GradScaler (Note [Inherent synchronizations]).
-void checkHostNeverWaits(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
+void check_host_never_waits(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
 
-/// The names of the checks checkHostNeverWaits makes.
-std::vector<std::string> hostNeverWaitsChecks();
+/// The names of the checks check_host_never_waits makes.
+std::vector<std::string> host_never_waits_checks();
 
 /// CapturedStep at world size 1 on NCCL: ConvNet and ResNet-18, with the
 /// single-process shortcut (nothing to reduce) and without (the NCCL
 /// all-reduces in the graph): 20 replayed steps against 20 eager ones, to
 /// 1e-6; a GradScaler inside the capture refused with a named error.
-void checkCapturedStep(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
+void check_captured_step(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks);
 
-/// The names of the checks checkCapturedStep makes.
-std::vector<std::string> capturedStepChecks();
+/// The names of the checks check_captured_step makes.
+std::vector<std::string> captured_step_checks();
 
 }  // namespace ddp::testing

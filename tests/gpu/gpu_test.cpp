@@ -3,7 +3,7 @@
 // machine scripts/gpu-check.sh builds ddp against its LibTorch and runs them.
 // The multi-process ones start gpu_test_worker ranks that share the one GPU
 // (NCCL allows one rank per GPU, so two ranks run over Gloo, whose c10d
-// engine moves CUDA tensors through the host).
+// backend moves CUDA tensors through the host).
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -31,26 +31,26 @@ namespace {
                                  : "LibTorch " TORCH_VERSION " here is CPU-only") \
                << "; the GPU tests run on a GPU machine: bash scripts/gpu-check.sh"
 
-#define DDP_REQUIRE_NCCL()                                                        \
-  if (!backends::ncclCompiledIn())                                                \
-  GTEST_SKIP() << "this build of ddp has no NCCL engine (LibTorch " TORCH_VERSION \
+#define DDP_REQUIRE_NCCL()                                                         \
+  if (!backends::nccl_compiled_in())                                               \
+  GTEST_SKIP() << "this build of ddp has no NCCL backend (LibTorch " TORCH_VERSION \
                   " without CUDA/NCCL); build against a CUDA LibTorch"
 
 constexpr auto kDeadline = std::chrono::seconds(300);
 
-std::vector<launch::ChildResult> runGpuRanks(int world, const std::string& scenario,
-                                             const std::string& backend) {
-  return runRanks(world, {scenario, backend}, torchrunEnvironment, kDeadline);
+std::vector<launch::ChildResult> run_gpu_ranks(int world, const std::string& scenario,
+                                               const std::string& backend) {
+  return run_ranks(world, {scenario, backend}, torchrun_environment, kDeadline);
 }
 
-std::set<std::string> collectiveChecks(const std::string& backend) {
+std::set<std::string> collective_checks(const std::string& backend) {
   std::set<std::string> names{"backend is " + backend,           "barrier",
                               "asynchronous all_reduce float32", "cpu tensor all_reduce sum",
                               "cpu tensor stays on the cpu",     "cpu tensor broadcast",
                               "cpu tensor all_gather",           "cpu tensor reduce_scatter sum"};
-  for (auto dtype : gpuCollectiveDtypes()) {
-    const std::string label = dtypeLabel(dtype);
-    for (const auto& op : gpuReduceOps()) names.insert("all_reduce " + op.second + " " + label);
+  for (auto dtype : gpu_collective_dtypes()) {
+    const std::string label = dtype_label(dtype);
+    for (const auto& op : gpu_reduce_ops()) names.insert("all_reduce " + op.second + " " + label);
     names.insert("broadcast " + label);
     names.insert("all_gather " + label);
     names.insert("reduce_scatter sum " + label);
@@ -58,20 +58,20 @@ std::set<std::string> collectiveChecks(const std::string& backend) {
   return names;
 }
 
-void addTraining(std::set<std::string>& names, const std::string& name, int steps) {
+void add_training(std::set<std::string>& names, const std::string& name, int steps) {
   for (int step = 0; step < steps; ++step) {
     names.insert(name + " step " + std::to_string(step) + " parameters");
   }
   names.insert(name + " replicas identical");
 }
 
-std::set<std::string> ddpChecks() {
+std::set<std::string> ddp_checks() {
   std::set<std::string> names{"no_sync accumulated gradients"};
-  for (const char* model : {"mlp", "lenet", "mlp bucket view"}) addTraining(names, model, 4);
+  for (const char* model : {"mlp", "lenet", "mlp bucket view"}) add_training(names, model, 4);
   return names;
 }
 
-std::set<std::string> ampChecks() {
+std::set<std::string> amp_checks() {
   std::set<std::string> names;
   for (const char* dtype : {"float16", "bfloat16"}) {
     const std::string d = dtype;
@@ -94,7 +94,7 @@ std::set<std::string> ampChecks() {
   return names;
 }
 
-std::set<std::string> syncBatchNormChecks() {
+std::set<std::string> sync_batch_norm_checks() {
   std::set<std::string> names{"convnet sync batch norm running statistics"};
   for (const char* layer : {"batch norm 1d", "batch norm 2d"}) {
     for (const char* check :
@@ -103,57 +103,57 @@ std::set<std::string> syncBatchNormChecks() {
       names.insert(std::string(layer) + check);
     }
   }
-  addTraining(names, "convnet sync batch norm", 3);
+  add_training(names, "convnet sync batch norm", 3);
   return names;
 }
 
 TEST(GpuNccl, CollectivesAtWorldSizeOne) {
   DDP_REQUIRE_GPU();
   DDP_REQUIRE_NCCL();
-  expectChecks(runGpuRanks(1, "collectives", "nccl"), collectiveChecks("nccl"));
+  expect_checks(run_gpu_ranks(1, "collectives", "nccl"), collective_checks("nccl"));
 }
 
 TEST(GpuGloo, CollectivesOnCudaTensorsWithTwoProcesses) {
   DDP_REQUIRE_GPU();
-  expectChecks(runGpuRanks(2, "collectives", "gloo"), collectiveChecks("gloo"));
+  expect_checks(run_gpu_ranks(2, "collectives", "gloo"), collective_checks("gloo"));
 }
 
 TEST(GpuDdp, TwoProcessesOverGlooEqualOneProcess) {
   DDP_REQUIRE_GPU();
-  expectChecks(runGpuRanks(2, "ddp", "gloo"), ddpChecks());
+  expect_checks(run_gpu_ranks(2, "ddp", "gloo"), ddp_checks());
 }
 
 TEST(GpuDdp, NcclAtWorldSizeOneEqualsOneProcess) {
   DDP_REQUIRE_GPU();
   DDP_REQUIRE_NCCL();
-  expectChecks(runGpuRanks(1, "ddp", "nccl"), ddpChecks());
+  expect_checks(run_gpu_ranks(1, "ddp", "nccl"), ddp_checks());
 }
 
 // Note [Two ways to wait for the GPU] in host_sync_checks.cpp.
 TEST(GpuDdp, StepsNeverMakeTheHostWaitForTheGpu) {
   DDP_REQUIRE_GPU();
   DDP_REQUIRE_NCCL();
-  const std::vector<std::string> names = hostNeverWaitsChecks();
-  expectChecks(runGpuRanks(1, "host-never-waits", "nccl"),
-               std::set<std::string>(names.begin(), names.end()));
+  const std::vector<std::string> names = host_never_waits_checks();
+  expect_checks(run_gpu_ranks(1, "host-never-waits", "nccl"),
+                std::set<std::string>(names.begin(), names.end()));
 }
 
 TEST(GpuCapturedStep, ReplaysEqualEagerStepsOnNccl) {
   DDP_REQUIRE_GPU();
   DDP_REQUIRE_NCCL();
-  const std::vector<std::string> names = capturedStepChecks();
-  expectChecks(runGpuRanks(1, "captured-step", "nccl"),
-               std::set<std::string>(names.begin(), names.end()));
+  const std::vector<std::string> names = captured_step_checks();
+  expect_checks(run_gpu_ranks(1, "captured-step", "nccl"),
+                std::set<std::string>(names.begin(), names.end()));
 }
 
 TEST(GpuAmp, OptLevelsAndScalerOnTwoProcesses) {
   DDP_REQUIRE_GPU();
-  expectChecks(runGpuRanks(2, "amp", "gloo"), ampChecks());
+  expect_checks(run_gpu_ranks(2, "amp", "gloo"), amp_checks());
 }
 
 TEST(GpuSyncBatchNorm, TwoProcessesEqualBatchNormOnTheWholeBatch) {
   DDP_REQUIRE_GPU();
-  expectChecks(runGpuRanks(2, "sync-batch-norm", "gloo"), syncBatchNormChecks());
+  expect_checks(run_gpu_ranks(2, "sync-batch-norm", "gloo"), sync_batch_norm_checks());
 }
 
 // Two replicas on one GPU (each on its own thread) train exactly as one

@@ -37,17 +37,17 @@ int main(int argc, char** argv) {
     if (scenario == "collectives") {
       checks.check("backend is " + std::string(argv[2]), group->backend_name() == argv[2],
                    "backend " + group->backend_name());
-      ddp::testing::checkCudaCollectives(*group, checks);
+      ddp::testing::check_cuda_collectives(*group, checks);
     } else if (scenario == "ddp") {
-      ddp::testing::checkCudaDdp(group, checks);
+      ddp::testing::check_cuda_ddp(group, checks);
     } else if (scenario == "amp") {
-      ddp::testing::checkCudaAmp(group, checks);
+      ddp::testing::check_cuda_amp(group, checks);
     } else if (scenario == "captured-step") {
-      ddp::testing::checkCapturedStep(group, checks);
+      ddp::testing::check_captured_step(group, checks);
     } else if (scenario == "host-never-waits") {
-      ddp::testing::checkHostNeverWaits(group, checks);
+      ddp::testing::check_host_never_waits(group, checks);
     } else {
-      ddp::testing::checkCudaSyncBatchNorm(group, checks);
+      ddp::testing::check_cuda_sync_batch_norm(group, checks);
     }
     group->barrier();
     std::cout << "rank " << group->rank() << ": " << checks.failed() << " check(s) failed"

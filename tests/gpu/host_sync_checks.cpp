@@ -1,5 +1,5 @@
 // DDP steps on CUDA that never make the host wait for the GPU
-// (gpu_checks.hpp: checkHostNeverWaits).
+// (gpu_checks.hpp: check_host_never_waits).
 //
 // Note [Two ways to wait for the GPU]
 // A step can stall the host on the GPU in two ways.
@@ -110,8 +110,8 @@ struct DdpSetup {
   void backward() { torch::cross_entropy_loss(model->forward(data.x), data.y).backward(); }
 };
 
-Trainer ddpTrainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
-                   DistributedDataParallelOptions options) {
+Trainer ddp_trainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
+                    DistributedDataParallelOptions options) {
   auto setup = std::make_shared<DdpSetup>(group, std::move(options));
   return {name,
           [s = setup.get()] {
@@ -122,8 +122,8 @@ Trainer ddpTrainer(const std::shared_ptr<ProcessGroup>& group, const std::string
           0, setup};
 }
 
-Trainer noSyncTrainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
-                      DistributedDataParallelOptions options) {
+Trainer no_sync_trainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
+                        DistributedDataParallelOptions options) {
   auto setup = std::make_shared<DdpSetup>(group, std::move(options));
   return {name,
           [s = setup.get()] {
@@ -138,15 +138,15 @@ Trainer noSyncTrainer(const std::shared_ptr<ProcessGroup>& group, const std::str
           0, setup};
 }
 
-Trainer unusedTrainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
-                      DistributedDataParallelOptions options) {
-  Trainer trainer = ddpTrainer(group, name, options.find_unused_parameters(true));
+Trainer unused_trainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
+                       DistributedDataParallelOptions options) {
+  Trainer trainer = ddp_trainer(group, name, options.find_unused_parameters(true));
   trainer.allowed_per_step = 1;
   return trainer;
 }
 
-Trainer scalerTrainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
-                      DistributedDataParallelOptions options) {
+Trainer scaler_trainer(const std::shared_ptr<ProcessGroup>& group, const std::string& name,
+                       DistributedDataParallelOptions options) {
   struct State {
     DdpSetup setup;
     amp::GradScaler scaler;
@@ -167,7 +167,7 @@ Trainer scalerTrainer(const std::shared_ptr<ProcessGroup>& group, const std::str
           1, state};
 }
 
-Trainer zeroTrainer(const std::shared_ptr<ProcessGroup>& group, int stage) {
+Trainer zero_trainer(const std::shared_ptr<ProcessGroup>& group, int stage) {
   struct State {
     examples::ConvNet net = DdpSetup::make();
     std::unique_ptr<DistributedDataParallel> model;
@@ -194,7 +194,7 @@ Trainer zeroTrainer(const std::shared_ptr<ProcessGroup>& group, int stage) {
           0, state};
 }
 
-void checkTrainer(Trainer& trainer, NamedChecks& checks) {
+void check_trainer(Trainer& trainer, NamedChecks& checks) {
   // Warm-up: the first iteration rebuilds the buckets (and records the
   // static graph), which waits for the GPU once; cuDNN picks its kernels.
   for (int i = 0; i < 3; ++i) trainer.step();
@@ -239,28 +239,28 @@ void checkTrainer(Trainer& trainer, NamedChecks& checks) {
 
 }  // namespace
 
-void checkHostNeverWaits(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
+void check_host_never_waits(const std::shared_ptr<ProcessGroup>& group, NamedChecks& checks) {
   const auto full = [] { return DistributedDataParallelOptions().single_process_shortcut(false); };
   std::vector<std::function<Trainer()>> trainers = {
-      [&] { return ddpTrainer(group, "ddp alone", DistributedDataParallelOptions()); },
-      [&] { return ddpTrainer(group, "ddp", full()); },
-      [&] { return ddpTrainer(group, "ddp bucket view", full().gradient_as_bucket_view(true)); },
-      [&] { return ddpTrainer(group, "ddp static graph", full().static_graph(true)); },
-      [&] { return noSyncTrainer(group, "ddp no_sync", full()); },
-      [&] { return ddpTrainer(group, "ddp fp16 hook", full().comm_hook(fp16_compress_hook())); },
-      [&] { return ddpTrainer(group, "ddp bf16 hook", full().comm_hook(bf16_compress_hook())); },
-      [&] { return unusedTrainer(group, "ddp find_unused_parameters", full()); },
-      [&] { return scalerTrainer(group, "ddp grad scaler", full()); },
-      [&] { return zeroTrainer(group, 1); },
-      [&] { return zeroTrainer(group, 2); },
+      [&] { return ddp_trainer(group, "ddp alone", DistributedDataParallelOptions()); },
+      [&] { return ddp_trainer(group, "ddp", full()); },
+      [&] { return ddp_trainer(group, "ddp bucket view", full().gradient_as_bucket_view(true)); },
+      [&] { return ddp_trainer(group, "ddp static graph", full().static_graph(true)); },
+      [&] { return no_sync_trainer(group, "ddp no_sync", full()); },
+      [&] { return ddp_trainer(group, "ddp fp16 hook", full().comm_hook(fp16_compress_hook())); },
+      [&] { return ddp_trainer(group, "ddp bf16 hook", full().comm_hook(bf16_compress_hook())); },
+      [&] { return unused_trainer(group, "ddp find_unused_parameters", full()); },
+      [&] { return scaler_trainer(group, "ddp grad scaler", full()); },
+      [&] { return zero_trainer(group, 1); },
+      [&] { return zero_trainer(group, 2); },
   };
   for (auto& make : trainers) {
     Trainer trainer = make();
-    checkTrainer(trainer, checks);
+    check_trainer(trainer, checks);
   }
 }
 
-std::vector<std::string> hostNeverWaitsChecks() {
+std::vector<std::string> host_never_waits_checks() {
   std::vector<std::string> names;
   for (const char* name : {"ddp alone", "ddp", "ddp bucket view", "ddp static graph", "ddp no_sync",
                            "ddp fp16 hook", "ddp bf16 hook", "zero stage 1", "zero stage 2"}) {
@@ -276,12 +276,12 @@ std::vector<std::string> hostNeverWaitsChecks() {
 
 #else
 
-void checkHostNeverWaits(const std::shared_ptr<ProcessGroup>& /*group*/, NamedChecks& checks) {
+void check_host_never_waits(const std::shared_ptr<ProcessGroup>& /*group*/, NamedChecks& checks) {
   checks.check("built with CUDA", false,
                "this build of ddp has no CUDA LibTorch; the host-sync checks need one");
 }
 
-std::vector<std::string> hostNeverWaitsChecks() { return {"built with CUDA"}; }
+std::vector<std::string> host_never_waits_checks() { return {"built with CUDA"}; }
 
 #endif
 

@@ -33,8 +33,8 @@ TEST_P(HvdTraining, MatchesOneProcessOnTheConcatenatedBatch) {
   const auto& param = GetParam();
   std::vector<std::string> args{"train"};
   args.insert(args.end(), param.flags.begin(), param.flags.end());
-  auto results = runRanks(param.world, args);
-  expectChecks(results, hvd_check::training_check_names(fusion_threshold_of(param.flags)));
+  auto results = run_ranks(param.world, args);
+  expect_checks(results, hvd_check::training_check_names(fusion_threshold_of(param.flags)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -49,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(
         TrainingCase{"N2_Fp16", 2, {"--fp16"}},
         TrainingCase{"N3_Fp16NoFusion", 3, {"--fp16", "--fusion", "0"}},
         TrainingCase{"N3_Sum", 3, {"--sum"}},
-        // The shared-memory engine underneath, unchanged API.
+        // The shared-memory backend underneath, unchanged API.
         TrainingCase{"N3_FusedOnShm", 3, {"--backend", "shm"}},
         TrainingCase{"N2_Fp16NoFusionOnShm", 2, {"--fp16", "--fusion", "0", "--backend", "shm"}}),
     [](const auto& info) { return info.param.name; });
@@ -58,16 +58,16 @@ class HvdBroadcast : public ::testing::TestWithParam<int> {};
 
 TEST_P(HvdBroadcast, EveryRankEndsWithRankZerosModelAndOptimizer) {
   const int world = GetParam();
-  auto results = runRanks(world, {"broadcast-state"});
-  expectChecks(results, hvd_check::broadcast_check_names());
+  auto results = run_ranks(world, {"broadcast-state"});
+  expect_checks(results, hvd_check::broadcast_check_names());
 }
 
 INSTANTIATE_TEST_SUITE_P(Hvd, HvdBroadcast, ::testing::Values(2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 TEST(HvdApi, RankSizeLocalRankLocalSize) {
-  auto results = runRanks(3, {"api"});
-  expectChecks(results, hvd_check::api_check_names());
+  auto results = run_ranks(3, {"api"});
+  expect_checks(results, hvd_check::api_check_names());
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_NE(results[rank].output.find("before init: hvd::process_group() needs a process group, "
                                         "and hvd::init() has not been called"),
@@ -77,7 +77,7 @@ TEST(HvdApi, RankSizeLocalRankLocalSize) {
 }
 
 TEST(HvdApi, DifferentOptimizerTypesFailOnEveryRankWithoutHanging) {
-  auto results = runRanks(3, {"mismatch"}, torchrunEnvironment, std::chrono::seconds(60));
+  auto results = run_ranks(3, {"mismatch"}, torchrun_environment, std::chrono::seconds(60));
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_FALSE(results[rank].killed_at_deadline) << describe(results);
     EXPECT_EQ(results[rank].exit_code, static_cast<int>(ExitCode::kInvalidArgument))
@@ -100,8 +100,8 @@ TEST(HvdJoin, UnevenStepsMatchOneProcessAndEndTogether) {
        {std::vector<std::string>{}, {"--fusion", "0", "--by-contributors"}}) {
     std::vector<std::string> args = {"join"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto results = runRanks(3, args);
-    expectChecks(results, hvd_check::join_check_names());
+    auto results = run_ranks(3, args);
+    expect_checks(results, hvd_check::join_check_names());
   }
 }
 

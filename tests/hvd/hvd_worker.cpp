@@ -14,7 +14,7 @@
 //
 //   hvd_test_worker join [--fusion BYTES] [--by-contributors]
 //       uneven inputs under ddp::Join
-// Every scenario takes --backend B (default gloo) for the engine underneath.
+// Every scenario takes --backend B (default gloo) for the backend underneath.
 //
 // Prints each check by name (tests/common/named_checks.hpp; the names are
 // hvd_checks.hpp's); exit codes and errors as tests/common/worker_main.hpp
@@ -62,11 +62,11 @@ int exit_code(const NamedChecks& checks) {
   return ddp::testing::checks_exit_code(hvd::rank(), checks.failed());
 }
 
-bool hasFlag(const std::vector<std::string>& args, const std::string& flag) {
+bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
   return std::find(args.begin(), args.end(), flag) != args.end();
 }
 
-int64_t valueOf(const std::vector<std::string>& args, const std::string& flag, int64_t fallback) {
+int64_t value_of(const std::vector<std::string>& args, const std::string& flag, int64_t fallback) {
   auto it = std::find(args.begin(), args.end(), flag);
   return it != args.end() && it + 1 != args.end() ? std::stoll(*(it + 1)) : fallback;
 }
@@ -74,16 +74,16 @@ int64_t valueOf(const std::vector<std::string>& args, const std::string& flag, i
 // Step s's data for the whole job: world * passes chunks of kRows rows;
 // rank r's pass p trains on chunk r * passes + p.
 constexpr int64_t kRows = 4;
-std::pair<torch::Tensor, torch::Tensor> stepData(int step, int64_t chunks) {
+std::pair<torch::Tensor, torch::Tensor> step_data(int step, int64_t chunks) {
   torch::manual_seed(500 + step);
   return {torch::randn({chunks * kRows, 6}), torch::randn({chunks * kRows, 3})};
 }
 
 int train(const std::vector<std::string>& args) {
   const int world = hvd::size(), rank = hvd::rank();
-  const int64_t passes = valueOf(args, "--passes", 1);
-  const bool fp16 = hasFlag(args, "--fp16"), sum = hasFlag(args, "--sum");
-  const bool average_aggregated = hasFlag(args, "--average-aggregated");
+  const int64_t passes = value_of(args, "--passes", 1);
+  const bool fp16 = has_flag(args, "--fp16"), sum = has_flag(args, "--sum");
+  const bool average_aggregated = has_flag(args, "--average-aggregated");
   auto options = hvd::DistributedOptimizerOptions()
                      .fusion_threshold_bytes(ddp::testing::fusion_threshold_of(args))
                      .backward_passes_per_step(passes)
@@ -105,7 +105,7 @@ int train(const std::vector<std::string>& args) {
   constexpr int kSteps = check::kTrainingSteps;
   NamedChecks checks;
   for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = stepData(step, world * passes);
+    auto [x, y] = step_data(step, world * passes);
     optimizer.zero_grad();
     for (int64_t p = 0; p < passes; ++p) {
       const int64_t chunk = rank * passes + p;
@@ -176,7 +176,7 @@ struct Trainee {
       optimizer.step();
     }
   }
-  void oneMoreStep() {
+  void one_more_step() {
     torch::manual_seed(12345);
     optimizer.zero_grad();
     model->forward(torch::randn({5, 6})).pow(2).mean().backward();
@@ -185,8 +185,8 @@ struct Trainee {
 };
 
 template <typename Optimizer, typename Options>
-void checkBroadcastState(NamedChecks& checks, const std::string& name,
-                         const std::function<Options(int)>& options_for) {
+void check_broadcast_state(NamedChecks& checks, const std::string& name,
+                           const std::function<Options(int)>& options_for) {
   const int rank = hvd::rank();
   Trainee<Optimizer, Options> mine(rank, options_for(rank));
   Trainee<Optimizer, Options> rank0(0, options_for(0));  // rank 0's, recomputed here
@@ -194,8 +194,8 @@ void checkBroadcastState(NamedChecks& checks, const std::string& name,
   hvd::broadcast_optimizer_state(mine.optimizer, 0);
 
   ddp::snapshot::detail::TensorMap got_tensors, expected_tensors;
-  auto got = ddp::snapshot::detail::exportOptimizer(mine.optimizer, got_tensors);
-  auto expected = ddp::snapshot::detail::exportOptimizer(rank0.optimizer, expected_tensors);
+  auto got = ddp::snapshot::detail::export_optimizer(mine.optimizer, got_tensors);
+  auto expected = ddp::snapshot::detail::export_optimizer(rank0.optimizer, expected_tensors);
   checks.check(check_name(name, check::kOptionsAndSteps), got == expected,
                got.dump() + " vs " + expected.dump());
   bool same = got_tensors.size() == expected_tensors.size() && !expected_tensors.empty();
@@ -212,39 +212,39 @@ void checkBroadcastState(NamedChecks& checks, const std::string& name,
   checks.check(check_name(name, check::kParametersEqual), params,
                "max relative error " + std::to_string(worst_relative_error(
                                            mine.model->parameters(), rank0.model->parameters())));
-  mine.oneMoreStep();
-  rank0.oneMoreStep();
+  mine.one_more_step();
+  rank0.one_more_step();
   const double next_error =
       worst_relative_error(mine.model->parameters(), rank0.model->parameters());
   checks.check(check_name(name, check::kNextStep), next_error == 0,
                "max relative error " + std::to_string(next_error));
 }
 
-int broadcastState() {
+int broadcast_state() {
   namespace optim = torch::optim;
   NamedChecks checks;
-  checkBroadcastState<optim::SGD, optim::SGDOptions>(checks, check::kSgd, [](int r) {
+  check_broadcast_state<optim::SGD, optim::SGDOptions>(checks, check::kSgd, [](int r) {
     return optim::SGDOptions(0.01 * (r + 1))
         .momentum(0.5 + 0.1 * r)
         .weight_decay(1e-3 * r)
         .nesterov(r == 0);
   });
-  checkBroadcastState<optim::Adam, optim::AdamOptions>(checks, check::kAdam, [](int r) {
+  check_broadcast_state<optim::Adam, optim::AdamOptions>(checks, check::kAdam, [](int r) {
     return optim::AdamOptions(1e-3 * (r + 1))
         .betas(std::make_tuple(0.9 - 0.05 * r, 0.999 - 0.01 * r))
         .weight_decay(1e-2 * r)
         .amsgrad(r == 0);
   });
-  checkBroadcastState<optim::AdamW, optim::AdamWOptions>(checks, check::kAdamW, [](int r) {
+  check_broadcast_state<optim::AdamW, optim::AdamWOptions>(checks, check::kAdamW, [](int r) {
     return optim::AdamWOptions(2e-3 * (r + 1)).weight_decay(0.05 * (r + 1)).eps(1e-8 * (r + 1));
   });
-  checkBroadcastState<optim::RMSprop, optim::RMSpropOptions>(checks, check::kRmsprop, [](int r) {
+  check_broadcast_state<optim::RMSprop, optim::RMSpropOptions>(checks, check::kRmsprop, [](int r) {
     return optim::RMSpropOptions(1e-3 * (r + 1))
         .alpha(0.9 + 0.01 * r)
         .momentum(0.1 * (r + 1))
         .centered(r == 0);
   });
-  checkBroadcastState<optim::Adagrad, optim::AdagradOptions>(checks, check::kAdagrad, [](int r) {
+  check_broadcast_state<optim::Adagrad, optim::AdagradOptions>(checks, check::kAdagrad, [](int r) {
     return optim::AdagradOptions(0.05 * (r + 1))
         .lr_decay(1e-3 * r)
         .initial_accumulator_value(0.1 * r);
@@ -292,7 +292,7 @@ int mismatch() {
 int join(const std::vector<std::string>& args) {
   const int world = hvd::size(), rank = hvd::rank();
   const std::vector<int> batches = {3, 5, 8};
-  const bool by_contributors = hasFlag(args, "--by-contributors");
+  const bool by_contributors = has_flag(args, "--by-contributors");
   torch::manual_seed(9);
   Mlp model;
   torch::manual_seed(9);
@@ -305,7 +305,7 @@ int join(const std::vector<std::string>& args) {
   {
     ddp::Join join({&optimizer}, ddp::JoinOptions().divide_by_initial_world_size(!by_contributors));
     for (int step = 0; step < batches[rank]; ++step) {
-      auto [x, y] = stepData(step, world);
+      auto [x, y] = step_data(step, world);
       optimizer.zero_grad();
       torch::mse_loss(model->forward(x.narrow(0, rank * kRows, kRows)),
                       y.narrow(0, rank * kRows, kRows))
@@ -315,7 +315,7 @@ int join(const std::vector<std::string>& args) {
     source = join.join();
   }
   for (int step = 0; step < 8; ++step) {
-    auto [x, y] = stepData(step, world);
+    auto [x, y] = step_data(step, world);
     int active = 0;
     for (int b : batches) active += b > step;
     reference_optimizer.zero_grad();
@@ -337,8 +337,8 @@ int join(const std::vector<std::string>& args) {
   return exit_code(checks);
 }
 
-// Starts hvd on the engine `--backend B` names (default gloo).
-void initHvd(const std::vector<std::string>& args) {
+// Starts hvd on the backend `--backend B` names (default gloo).
+void init_hvd(const std::vector<std::string>& args) {
   std::string backend = "gloo";
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == "--backend") backend = args[i + 1];
@@ -347,15 +347,15 @@ void initHvd(const std::vector<std::string>& args) {
 }
 
 // A scenario run once hvd is started.
-ddp::testing::WorkerScenario afterInit(std::function<int(const std::vector<std::string>&)> body) {
+ddp::testing::WorkerScenario after_init(std::function<int(const std::vector<std::string>&)> body) {
   return [body](const std::vector<std::string>& args) {
-    initHvd(args);
+    init_hvd(args);
     return body(args);
   };
 }
 
 // The "api" scenario: hvd before init() is an error, then api().
-int apiBeforeAndAfterInit(const std::vector<std::string>& args) {
+int api_before_and_after_init(const std::vector<std::string>& args) {
   try {
     hvd::rank();
     std::cout << "rank() before init() did not fail\n";
@@ -363,7 +363,7 @@ int apiBeforeAndAfterInit(const std::vector<std::string>& args) {
   } catch (const ddp::ConfigError& e) {
     std::cout << "before init: " << e.what() << "\n";
   }
-  initHvd(args);
+  init_hvd(args);
   return api();
 }
 
@@ -373,9 +373,9 @@ int main(int argc, char** argv) {
   using Args = std::vector<std::string>;
   return ddp::testing::run_worker(
       argc, argv,
-      {{"train", afterInit(train)},
-       {"broadcast-state", afterInit([](const Args&) { return broadcastState(); })},
-       {"api", apiBeforeAndAfterInit},
-       {"mismatch", afterInit([](const Args&) { return mismatch(); })},
-       {"join", afterInit(join)}});
+      {{"train", after_init(train)},
+       {"broadcast-state", after_init([](const Args&) { return broadcast_state(); })},
+       {"api", api_before_and_after_init},
+       {"mismatch", after_init([](const Args&) { return mismatch(); })},
+       {"join", after_init(join)}});
 }

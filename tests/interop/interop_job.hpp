@@ -40,14 +40,14 @@ inline bool contains(const std::string& text, const std::string& what) {
 }
 
 /// The `params-digest=` a run printed, or "<none>".
-inline std::string digestOf(const std::string& output) {
+inline std::string digest_of(const std::string& output) {
   std::smatch m;
   return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
                                                                                      : "<none>";
 }
 
 /// The executable `name` on PATH, or "".
-inline std::string onPath(const std::string& name) {
+inline std::string on_path(const std::string& name) {
   const EnvironmentMap env = capture_environment();
   std::stringstream dirs(env.count("PATH") ? env.at("PATH") : "");
   for (std::string dir; std::getline(dirs, dir, ':');) {
@@ -58,7 +58,7 @@ inline std::string onPath(const std::string& name) {
 
 /// `job` (the toy trainer's arguments) under ddprun, `processes` workers on
 /// this machine.
-inline launch::ChildResult underDdprun(int processes, const std::vector<std::string>& job) {
+inline launch::ChildResult under_ddprun(int processes, const std::vector<std::string>& job) {
   std::vector<std::string> argv = {DDP_DDPRUN, "--standalone", "--nproc-per-node",
                                    std::to_string(processes), DDP_TOY_TRAINER};
   argv.insert(argv.end(), job.begin(), job.end());

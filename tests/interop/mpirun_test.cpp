@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 
 // The mpirun on PATH, or "".
 const std::string& mpirun() {
-  static const std::string path = onPath("mpirun");
+  static const std::string path = on_path("mpirun");
   return path;
 }
 
@@ -42,7 +42,7 @@ const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
 // mpirun -np `processes` TOY kJob, with `variables` exported (-x). As root
 // (a container) Open MPI wants --allow-run-as-root; --oversubscribe lets it
 // start more processes than this machine has cores.
-ChildSpec underMpirun(int processes, const std::vector<std::string>& variables) {
+ChildSpec under_mpirun(int processes, const std::vector<std::string>& variables) {
   std::vector<std::string> argv = {mpirun(), "--oversubscribe", "-np", std::to_string(processes)};
   if (geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
   for (const std::string& variable : variables) argv.insert(argv.end(), {"-x", variable});
@@ -53,10 +53,10 @@ ChildSpec underMpirun(int processes, const std::vector<std::string>& variables) 
 
 // The job under mpirun, rank 0's port held by this test until the job ends
 // (Note [A port held from choice to use]).
-ChildResult onAReservedPort(int processes) {
+ChildResult on_a_reserved_port(int processes) {
   const launch::PortReservation reserved;
   const std::string port = std::to_string(reserved.port());
-  return run_children({underMpirun(processes, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port})},
+  return run_children({under_mpirun(processes, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port})},
                       kDeadline)
       .at(0);
 }
@@ -65,12 +65,12 @@ class InteropMpirun : public ::testing::TestWithParam<int> {};
 
 TEST_P(InteropMpirun, TrainsAsUnderDdprun) {
   SKIP_WITHOUT_MPIRUN();
-  const ChildResult reference = underDdprun(GetParam(), kJob);
+  const ChildResult reference = under_ddprun(GetParam(), kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
-  const ChildResult run = onAReservedPort(GetParam());
+  ASSERT_NE(digest_of(reference.output), "<none>") << reference.output;
+  const ChildResult run = on_a_reserved_port(GetParam());
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
+  EXPECT_EQ(digest_of(run.output), digest_of(reference.output)) << run.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(InteropMpirun, InteropMpirun, ::testing::Values(2, 3),
@@ -79,14 +79,14 @@ INSTANTIATE_TEST_SUITE_P(InteropMpirun, InteropMpirun, ::testing::Values(2, 3),
 // Open MPI gives ranks but no rendezvous address: ddp says what to export.
 TEST(InteropMpirunErrors, WithoutMasterAddrTheErrorSaysWhatToExport) {
   SKIP_WITHOUT_MPIRUN();
-  const ChildResult run = run_children({underMpirun(2, {})}, kDeadline).at(0);
+  const ChildResult run = run_children({under_mpirun(2, {})}, kDeadline).at(0);
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_TRUE(contains(run.output,
                        "MASTER_ADDR is not set, but Open MPI describes 2 processes that must "
                        "meet at rank 0. Export MASTER_ADDR (the host of rank 0) and MASTER_PORT "
                        "(a free port), e.g. `mpirun -x MASTER_ADDR=node0 -x MASTER_PORT=29500"))
       << run.output;
-  EXPECT_EQ(digestOf(run.output), "<none>") << run.output;
+  EXPECT_EQ(digest_of(run.output), "<none>") << run.output;
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ using namespace std::chrono_literals;
 constexpr auto kClusterDeadline = 300s;
 
 // The program `name` on PATH, or "".
-std::string readFile(const std::filesystem::path& path) {
+std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
@@ -79,10 +79,10 @@ class InteropSlurm : public ::testing::Test {
     failure_ = "slurm_cluster.sh start: " + start.status() + "\n" + start.output;
   }
 
-  static void TearDownTestSuite() { stopCluster(); }
+  static void TearDownTestSuite() { stop_cluster(); }
 
   // Stops the cluster in dir_ and, once nothing runs there, removes it.
-  static void stopCluster() {
+  static void stop_cluster() {
     if (dir_.empty()) return;
     const ChildResult stop = cluster({"stop", dir_.string()});
     EXPECT_EQ(stop.exit_code, 0) << "slurm_cluster.sh stop: " << stop.status() << "\n"
@@ -114,7 +114,7 @@ class InteropSlurm : public ::testing::Test {
 
   // `run(port)` on a port this test holds until it returns.
   template <typename Run>
-  static ChildResult onAReservedPort(Run run) {
+  static ChildResult on_a_reserved_port(Run run) {
     const launch::PortReservation reserved;
     return run(std::to_string(reserved.port()));
   }
@@ -126,29 +126,29 @@ class InteropSlurm : public ::testing::Test {
 };
 
 TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
-  const ChildResult reference = underDdprun(2, kJob);
+  const ChildResult reference = under_ddprun(2, kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
-  const ChildResult run = onAReservedPort([](const std::string& port) {
-    std::vector<std::string> argv = {onPath("srun"),    "-n",           "2", "--time",
+  ASSERT_NE(digest_of(reference.output), "<none>") << reference.output;
+  const ChildResult run = on_a_reserved_port([](const std::string& port) {
+    std::vector<std::string> argv = {on_path("srun"),   "-n",           "2", "--time",
                                      kTimeLimitMinutes, DDP_TOY_TRAINER};
     argv.insert(argv.end(), kJob.begin(), kJob.end());
     return run_children({client(argv, {{"MASTER_PORT", port}})}, kDeadline).at(0);
   });
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
+  EXPECT_EQ(digest_of(run.output), digest_of(reference.output)) << run.output;
 }
 
 // A batch script as a user writes one: it asks for 2 tasks, exports
 // MASTER_PORT and starts the trainer with srun; sbatch --wait returns when
 // the job ends, with its exit status.
 TEST_F(InteropSlurm, SbatchScriptTrainsAsUnderDdprun) {
-  const ChildResult reference = underDdprun(2, kJob);
+  const ChildResult reference = under_ddprun(2, kJob);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
+  ASSERT_NE(digest_of(reference.output), "<none>") << reference.output;
   int attempt = 0;
   std::string job_output;
-  const ChildResult run = onAReservedPort([&](const std::string& port) {
+  const ChildResult run = on_a_reserved_port([&](const std::string& port) {
     const std::filesystem::path script = dir_ / ("job-" + std::to_string(attempt) + ".sh");
     const std::filesystem::path output = dir_ / ("job-" + std::to_string(attempt) + ".out");
     ++attempt;
@@ -158,16 +158,16 @@ TEST_F(InteropSlurm, SbatchScriptTrainsAsUnderDdprun) {
                           << "export MASTER_PORT=" << port << "\n"
                           << "srun " << DDP_TOY_TRAINER << joined(kJob) << "\n";
     ChildResult result =
-        run_children({client({onPath("sbatch"), "--wait", "--output", output.string(), "--chdir",
+        run_children({client({on_path("sbatch"), "--wait", "--output", output.string(), "--chdir",
                               dir_.string(), script.string()})},
                      kDeadline)
             .at(0);
-    job_output = readFile(output);
+    job_output = read_file(output);
     result.output += "\n--- " + output.string() + "\n" + job_output;
     return result;
   });
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(digestOf(job_output), digestOf(reference.output)) << run.output;
+  EXPECT_EQ(digest_of(job_output), digest_of(reference.output)) << run.output;
 }
 
 }  // namespace

@@ -40,11 +40,11 @@ int count(const std::string& text, const std::string& what) {
 }
 
 // The digest in whichever of `results` has it (the node of rank 0).
-using interop::digestOf;  // the one of a single output, beside this one
+using interop::digest_of;  // the one of a single output, beside this one
 
-std::string digestOf(const std::vector<ChildResult>& results) {
+std::string digest_of(const std::vector<ChildResult>& results) {
   for (const ChildResult& r : results) {
-    if (digestOf(r.output) != "<none>") return digestOf(r.output);
+    if (digest_of(r.output) != "<none>") return digest_of(r.output);
   }
   return "<none>";
 }
@@ -60,7 +60,7 @@ std::string outputs(const std::vector<ChildResult>& results) {
 
 // Debian 13's PyTorch lacks libuv, which c10d's TCPStore uses by default:
 // torchrun runs with torchrun_site/sitecustomize.py on PYTHONPATH.
-std::string pythonPath() {
+std::string python_path() {
   const EnvironmentMap env = capture_environment();
   const auto own = env.find("PYTHONPATH");
   return std::string(DDP_TORCHRUN_SITE) +
@@ -70,9 +70,9 @@ std::string pythonPath() {
 // What torchrun's Python gets: the site directory, no bytecode written into
 // the source tree, and its own temporary directory (torchrun leaves a log
 // directory in TMPDIR after every run), removed when this process exits.
-std::map<std::string, std::string> pythonEnvironment() {
+std::map<std::string, std::string> python_environment() {
   static const TemporaryDirectory temporaries("ddp-torchrun-");
-  return {{"PYTHONPATH", pythonPath()},
+  return {{"PYTHONPATH", python_path()},
           {"PYTHONDONTWRITEBYTECODE", "1"},
           {"TMPDIR", temporaries.string()}};
 }
@@ -83,7 +83,7 @@ struct Torchrun {
   std::string skip_reason;  // empty: usable
 };
 
-Torchrun findTorchrun() {
+Torchrun find_torchrun() {
   const EnvironmentMap env = capture_environment();
   std::stringstream dirs(env.count("PATH") ? env.at("PATH") : "");
   std::string path;
@@ -104,7 +104,7 @@ Torchrun findTorchrun() {
   for (std::string word; words >> word;) argv.push_back(word);
   if (argv.empty()) return {"", path + " is not a Python script, so not PyTorch's torchrun."};
   argv.insert(argv.end(), {"-c", "import torch; print('torch', torch.__version__)"});
-  const ChildResult version = run_children({ChildSpec{argv, pythonEnvironment(), {}}}, 120s).at(0);
+  const ChildResult version = run_children({ChildSpec{argv, python_environment(), {}}}, 120s).at(0);
   std::smatch m;
   if (!std::regex_search(version.output, m, std::regex(R"(torch (\d+)\.(\S+))"))) {
     return {"", path + "'s Python cannot import torch (" + version.status() +
@@ -117,7 +117,8 @@ Torchrun findTorchrun() {
                     "every launch mode (Debian 12's 1.13 does not even start on Python 3.11)."};
   }
   const ChildResult help =
-      run_children({ChildSpec{{path, "--help"}, pythonEnvironment(), kUnsetVariables}}, 120s).at(0);
+      run_children({ChildSpec{{path, "--help"}, python_environment(), kUnsetVariables}}, 120s)
+          .at(0);
   if (help.exit_code != 0) {
     return {"", path + " (" + pytorch + ") does not start here (" + help.status() + "): " +
                     help.output.substr(help.output.size() > 600 ? help.output.size() - 600 : 0)};
@@ -126,7 +127,7 @@ Torchrun findTorchrun() {
 }
 
 const Torchrun& torchrun() {
-  static const Torchrun found = findTorchrun();
+  static const Torchrun found = find_torchrun();
   return found;
 }
 
@@ -135,18 +136,18 @@ const Torchrun& torchrun() {
   static_assert(true)
 
 // torchrun `launcher_args` --no-python TOY `job`.
-ChildSpec underTorchrun(const std::vector<std::string>& launcher_args,
-                        const std::vector<std::string>& job) {
+ChildSpec under_torchrun(const std::vector<std::string>& launcher_args,
+                         const std::vector<std::string>& job) {
   std::vector<std::string> argv = {torchrun().path};
   argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
   argv.insert(argv.end(), {"--no-python", DDP_TOY_TRAINER});
   argv.insert(argv.end(), job.begin(), job.end());
-  return ChildSpec{argv, pythonEnvironment(), kUnsetVariables};
+  return ChildSpec{argv, python_environment(), kUnsetVariables};
 }
 
 // Runs the launchers made for a port this test holds until they end (Note
 // [A port held from choice to use]).
-std::vector<ChildResult> onAReservedPort(
+std::vector<ChildResult> on_a_reserved_port(
     const std::function<std::vector<ChildSpec>(const std::string& port)>& launchers) {
   const launch::PortReservation reserved;
   return run_children(launchers(std::to_string(reserved.port())), kDeadline);
@@ -156,23 +157,23 @@ std::vector<ChildResult> onAReservedPort(
 const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
 
 // kJob's digest under ddprun.
-const std::string& expectedDigest() {
+const std::string& expected_digest() {
   static const std::string digest = [] {
-    const ChildResult reference = underDdprun(2, kJob);
+    const ChildResult reference = under_ddprun(2, kJob);
     EXPECT_EQ(reference.exit_code, 0) << reference.output;
-    return digestOf(reference.output);
+    return digest_of(reference.output);
   }();
   return digest;
 }
 
 TEST(InteropTorchrun, StandaloneTrainsAsUnderDdprun) {
   SKIP_WITHOUT_TORCHRUN_2();
-  ASSERT_NE(expectedDigest(), "<none>");
+  ASSERT_NE(expected_digest(), "<none>");
   const ChildResult run =
-      run_children({underTorchrun({"--standalone", "--nproc-per-node", "2"}, kJob)}, kDeadline)
+      run_children({under_torchrun({"--standalone", "--nproc-per-node", "2"}, kJob)}, kDeadline)
           .at(0);
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(digestOf(run.output), expectedDigest()) << run.output;
+  EXPECT_EQ(digest_of(run.output), expected_digest()) << run.output;
   EXPECT_EQ(count(run.output, kUnauthenticated), 1) << run.output;  // rank 0, once
   EXPECT_FALSE(contains(run.output, "has no job secret")) << run.output;
 }
@@ -181,10 +182,10 @@ TEST(InteropTorchrun, StandaloneTrainsAsUnderDdprun) {
 // loopback: torchrun's static rendezvous, whose store is node 0's agent's.
 TEST(InteropTorchrun, StaticMultiNodeTrainsAsUnderDdprun) {
   SKIP_WITHOUT_TORCHRUN_2();
-  ASSERT_NE(expectedDigest(), "<none>");
-  const auto nodes = onAReservedPort([](const std::string& port) {
+  ASSERT_NE(expected_digest(), "<none>");
+  const auto nodes = on_a_reserved_port([](const std::string& port) {
     auto node = [&](int rank) {
-      return underTorchrun(
+      return under_torchrun(
           {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "1",
            "--master-addr", "127.0.0.1", "--master-port", port},
           kJob);
@@ -192,7 +193,7 @@ TEST(InteropTorchrun, StaticMultiNodeTrainsAsUnderDdprun) {
     return std::vector<ChildSpec>{node(0), node(1)};
   });
   for (const ChildResult& node : nodes) EXPECT_EQ(node.exit_code, 0) << outputs(nodes);
-  EXPECT_EQ(digestOf(nodes[0].output), expectedDigest()) << outputs(nodes);
+  EXPECT_EQ(digest_of(nodes[0].output), expected_digest()) << outputs(nodes);
   EXPECT_EQ(count(outputs(nodes), kUnauthenticated), 1) << outputs(nodes);
 }
 
@@ -203,17 +204,17 @@ class InteropTorchrunC10d : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(InteropTorchrunC10d, RendezvousTrainsAsUnderDdprun) {
   SKIP_WITHOUT_TORCHRUN_2();
-  ASSERT_NE(expectedDigest(), "<none>");
-  const auto nodes = onAReservedPort([this](const std::string& port) {
+  ASSERT_NE(expected_digest(), "<none>");
+  const auto nodes = on_a_reserved_port([this](const std::string& port) {
     auto node = [&] {
-      return underTorchrun({"--nnodes", GetParam(), "--nproc-per-node", "1", "--rdzv-backend",
-                            "c10d", "--rdzv-endpoint", "127.0.0.1:" + port, "--rdzv-id", "j1"},
-                           kJob);
+      return under_torchrun({"--nnodes", GetParam(), "--nproc-per-node", "1", "--rdzv-backend",
+                             "c10d", "--rdzv-endpoint", "127.0.0.1:" + port, "--rdzv-id", "j1"},
+                            kJob);
     };
     return std::vector<ChildSpec>{node(), node()};
   });
   for (const ChildResult& node : nodes) EXPECT_EQ(node.exit_code, 0) << outputs(nodes);
-  EXPECT_EQ(digestOf(nodes), expectedDigest()) << outputs(nodes);
+  EXPECT_EQ(digest_of(nodes), expected_digest()) << outputs(nodes);
   EXPECT_EQ(count(outputs(nodes), kUnauthenticated), 1) << outputs(nodes);
 }
 
@@ -236,21 +237,21 @@ TEST(InteropTorchrun, KilledWorkerIsRestartedAndResumes) {
     return std::vector<std::string>{"--epochs",           "2", "--seed",         "7",
                                     "--save-every-steps", "4", "--snapshot-dir", dir};
   };
-  const ChildResult reference = underDdprun(2, job(reference_dir));
+  const ChildResult reference = under_ddprun(2, job(reference_dir));
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  ASSERT_NE(digestOf(reference.output), "<none>") << reference.output;
+  ASSERT_NE(digest_of(reference.output), "<none>") << reference.output;
 
   std::vector<std::string> killed = job(restarted_dir);
   killed.insert(killed.end(), {"--kill-at", "1:10"});
   const ChildResult run =
-      run_children(
-          {underTorchrun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"}, killed)},
-          kDeadline)
+      run_children({under_torchrun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"},
+                                   killed)},
+                   kDeadline)
           .at(0);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(contains(run.output, "exitcode: -9")) << run.output;  // torchrun saw the kill
   EXPECT_TRUE(contains(run.output, "resumed at epoch 0, step 8")) << run.output;
-  EXPECT_EQ(digestOf(run.output), digestOf(reference.output)) << run.output;
+  EXPECT_EQ(digest_of(run.output), digest_of(reference.output)) << run.output;
   EXPECT_EQ(count(run.output, kUnauthenticated), 2) << run.output;  // rank 0 of each run
 }
 
@@ -264,7 +265,7 @@ TEST(InteropTorchrun, WorkersErrorIsShownInTorchrunsSummary) {
   const std::string not_a_directory = dir.file("snapshots");
   std::ofstream(not_a_directory) << "a file where the snapshot directory should be\n";
   const std::vector<std::string> job = {"--epochs", "1", "--snapshot-dir", not_a_directory};
-  const ChildResult reference = underDdprun(2, job);
+  const ChildResult reference = under_ddprun(2, job);
   std::map<std::string, std::string> message_of_rank;
   const std::regex error_line(R"(\[(\d+)\] error: ([^\n]+))");
   for (std::sregex_iterator it(reference.output.begin(), reference.output.end(), error_line), end;
@@ -274,7 +275,7 @@ TEST(InteropTorchrun, WorkersErrorIsShownInTorchrunsSummary) {
   ASSERT_EQ(message_of_rank.size(), 2u) << reference.output;
 
   const ChildResult run =
-      run_children({underTorchrun({"--standalone", "--nproc-per-node", "2"}, job)}, kDeadline)
+      run_children({under_torchrun({"--standalone", "--nproc-per-node", "2"}, job)}, kDeadline)
           .at(0);
   EXPECT_NE(run.exit_code, 0) << run.output;
   const size_t summary = run.output.find("Root Cause (first observed failure)");

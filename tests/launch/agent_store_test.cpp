@@ -16,11 +16,11 @@ namespace {
 using namespace std::chrono_literals;
 
 // The agent's store, on a port it picks itself (no race for a free port).
-c10::intrusive_ptr<c10d::TCPStore> agentStore() {
-  return comm::compat::makeC10dTcpStore("127.0.0.1", 0, /*is_server=*/true, 30s);
+c10::intrusive_ptr<c10d::TCPStore> agent_store() {
+  return comm::compat::make_c10d_tcp_store("127.0.0.1", 0, /*is_server=*/true, 30s);
 }
 
-std::vector<ChildResult> runAttempt(c10d::TCPStore& agent, int restart_count) {
+std::vector<ChildResult> run_attempt(c10d::TCPStore& agent, int restart_count) {
   auto worker = [&](int rank) {
     return ChildSpec{{DDP_LAUNCH_WORKER, "env"},
                      {{"RANK", std::to_string(rank)},
@@ -39,8 +39,8 @@ std::vector<ChildResult> runAttempt(c10d::TCPStore& agent, int restart_count) {
 const std::string kWarning = "is torchrun's, which authenticates no one (PyTorch's SECURITY.md)";
 
 TEST(LauncherAgentStore, WorkersJoinTheAgentsStoreAsClientsAndRankZeroWarnsOnce) {
-  auto agent = agentStore();
-  auto results = runAttempt(*agent, 0);
+  auto agent = agent_store();
+  auto results = run_attempt(*agent, 0);
   for (int rank : {0, 1}) {
     EXPECT_EQ(results[rank].exit_code, 0) << results[rank].output;
     EXPECT_TRUE(contains(results[rank].output, "attempt 0: sum of ranks 1"))
@@ -62,12 +62,12 @@ TEST(LauncherAgentStore, WorkersJoinTheAgentsStoreAsClientsAndRankZeroWarnsOnce)
 // The agent's store outlives its workers: a restarted job must not meet the
 // failed attempt's keys. Attempt 0 here left the keys of a 3-rank job.
 TEST(LauncherAgentStore, ARestartedJobMeetsInItsOwnAttempt) {
-  auto agent = agentStore();
+  auto agent = agent_store();
   const std::string three = "3";
   for (const char* key : {"/worker/attempt_0/ddp/joined/0", "/worker/attempt_0/ddp/joined/1"}) {
     agent->set(key, std::vector<uint8_t>(three.begin(), three.end()));
   }
-  auto results = runAttempt(*agent, 1);
+  auto results = run_attempt(*agent, 1);
   for (int rank : {0, 1}) {
     EXPECT_EQ(results[rank].exit_code, 0) << results[rank].output;
     EXPECT_TRUE(contains(results[rank].output, "attempt 1: sum of ranks 1"))

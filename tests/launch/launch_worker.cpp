@@ -44,19 +44,20 @@ std::string var(const std::string& name) {
 
 int attempt() { return std::stoi(var("TORCHELASTIC_RESTART_COUNT")); }
 
-void sleepForever() {
+void sleep_forever() {
   while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-int allReduceRanks(const std::shared_ptr<ddp::ProcessGroup>& group) {
+int all_reduce_ranks(const std::shared_ptr<ddp::ProcessGroup>& group) {
   at::Tensor t = at::full({1}, group->rank(), at::kLong);
   group->all_reduce(t);
   std::cout << "attempt " << attempt() << ": sum of ranks " << t.item<int64_t>() << std::endl;
   return 0;
 }
 
-int allReduceRanks(std::chrono::milliseconds timeout) {
-  return allReduceRanks(ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(timeout)));
+int all_reduce_ranks(std::chrono::milliseconds timeout) {
+  return all_reduce_ranks(
+      ddp::init(ddp::InitOptions().backend("gloo").collective_timeout(timeout)));
 }
 
 }  // namespace
@@ -81,13 +82,13 @@ int main(int argc, char** argv) {
         std::cout << name << "=" << var(name) << "\n";
       }
       std::cerr << "stderr of local rank " << var("LOCAL_RANK") << std::endl;
-      allReduceRanks(std::chrono::seconds(30));
+      all_reduce_ranks(std::chrono::seconds(30));
       std::cout << "a line without a newline at exit";
       return 0;
     }
     if (scenario == "grow") {  // round 0
       std::cout << "waiting in round 0" << std::endl;
-      sleepForever();
+      sleep_forever();
     }
     if (scenario == "shrink") {  // round 0: all-reduce until a peer is lost
       auto group = ddp::init(
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
       }
     }
     if (scenario == "fail") {
-      if (rank != target) sleepForever();
+      if (rank != target) sleep_forever();
       std::cout << "attempt " << attempt() << ": failing on purpose" << std::endl;
       throw ddp::InvalidArgumentError("rank " + std::to_string(rank) +
                                       " failed on purpose at attempt " + std::to_string(attempt()));
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
           }
         }
       }
-      return allReduceRanks(group);
+      return all_reduce_ranks(group);
     }
     if (scenario == "stall") {
       auto group = ddp::init(
@@ -151,14 +152,14 @@ int main(int argc, char** argv) {
       group->broadcast(at::zeros({4}));
       if (rank == target) {
         std::cout << "stalling after 5 collectives" << std::endl;
-        sleepForever();
+        sleep_forever();
       }
       group->all_reduce(at::ones({1}, at::kLong));
       return 0;
     }
     if (scenario == "sleep") {
       std::cout << "pid " << getpid() << std::endl;
-      sleepForever();
+      sleep_forever();
     }
     std::cerr << "unknown scenario '" << scenario << "'" << std::endl;
     return 2;

@@ -27,7 +27,7 @@ using ddp::testing::PortHolder;
 using namespace std::chrono_literals;
 
 TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
-  auto r = runLauncher(
+  auto r = run_launcher(
       {"--standalone", "--nproc-per-node", "2", "--run-id", "envtest", DDP_LAUNCH_WORKER, "env"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank : {0, 1}) {
@@ -54,7 +54,7 @@ TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
   EXPECT_NE(r.output.find("TORCHELASTIC_ERROR_FILE=/"), std::string::npos);
 }
 
-std::string readFile(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
@@ -74,11 +74,11 @@ TEST(LauncherRun, RedirectsKeepEachRanksStreamsAndTeeShowsThemToo) {
                                      "3"};
     if (tee) args.insert(args.end(), {"--tee", "3"});
     args.insert(args.end(), {DDP_LAUNCH_WORKER, "env"});
-    auto r = runLauncher(args);
+    auto r = run_launcher(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (int rank : {0, 1}) {
       const std::string base = dir + "/logs/attempt_0/" + std::to_string(rank) + "/";
-      EXPECT_NE(readFile(base + "stdout.log").find("RANK=" + std::to_string(rank) + "\n"),
+      EXPECT_NE(read_file(base + "stdout.log").find("RANK=" + std::to_string(rank) + "\n"),
                 std::string::npos)
           << base;
       EXPECT_TRUE(std::filesystem::exists(base + "stderr.log")) << base;
@@ -88,9 +88,9 @@ TEST(LauncherRun, RedirectsKeepEachRanksStreamsAndTeeShowsThemToo) {
 }
 
 TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
-  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
-                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER, "fail",
-                        "1"});
+  auto r = run_launcher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+                         "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
+                         "fail", "1"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(count(r.output, "failing on purpose"), 3) << r.output;  // first start + 2 restarts
   EXPECT_NE(r.output.find("(restart 1 of 2)"), std::string::npos) << r.output;
@@ -111,7 +111,7 @@ TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
 TEST(LauncherRestarts, UncaughtExceptionIsRecordedInTorchrunsSchemaWithoutADecorator) {
   const ddp::testing::TemporaryDirectory logs("ddprun-uncaught-");
   const std::string dir = logs.string();
-  auto r = runLauncher(
+  auto r = run_launcher(
       {"--standalone", "--run-id", "uncaught", "--log-dir", dir, DDP_LAUNCH_WORKER, "uncaught"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("ended with signal 6 (Aborted): rank 0 gave up waiting, on purpose"),
@@ -130,9 +130,9 @@ TEST(LauncherRestarts, UncaughtExceptionIsRecordedInTorchrunsSchemaWithoutADecor
 
 TEST(LauncherRestarts, StoppedWorkerIsRestartedAfterCollectiveTimeout) {
   const auto start = std::chrono::steady_clock::now();
-  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
-                        "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
-                        "stop-once", "1"});
+  auto r = run_launcher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                         "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
+                         "stop-once", "1"});
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -182,23 +182,23 @@ TEST(LauncherSignals, SigtermStopsEveryWorkerWithinTheGrace) {
 }
 
 TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
-  auto unknown = runLauncher({"--no-such-option", "1", DDP_LAUNCH_WORKER, "env"}, 30s);
+  auto unknown = run_launcher({"--no-such-option", "1", DDP_LAUNCH_WORKER, "env"}, 30s);
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_NE(unknown.output.find("--no-such-option"), std::string::npos) << unknown.output;
 
-  auto zero = runLauncher({"--nproc-per-node", "0", DDP_LAUNCH_WORKER, "env"}, 30s);
+  auto zero = run_launcher({"--nproc-per-node", "0", DDP_LAUNCH_WORKER, "env"}, 30s);
   EXPECT_EQ(zero.exit_code, static_cast<int>(ExitCode::kConfig)) << zero.output;
   EXPECT_NE(zero.output.find("--nproc-per-node is 0; it must be at least 1"), std::string::npos)
       << zero.output;
 
-  auto missing = runLauncher({"--standalone", "/no/such/trainer"}, 30s);
+  auto missing = run_launcher({"--standalone", "/no/such/trainer"}, 30s);
   EXPECT_EQ(missing.exit_code, static_cast<int>(ExitCode::kConfig)) << missing.output;
   EXPECT_NE(missing.output.find("the program '/no/such/trainer' does not exist"), std::string::npos)
       << missing.output;
 
   PortHolder holder;
   const std::string port = std::to_string(holder.port());
-  auto taken = runLauncher({"--master-port", port, DDP_LAUNCH_WORKER, "env"}, 30s);
+  auto taken = run_launcher({"--master-port", port, DDP_LAUNCH_WORKER, "env"}, 30s);
   EXPECT_EQ(taken.exit_code, static_cast<int>(ExitCode::kRendezvous)) << taken.output;
   EXPECT_NE(taken.output.find("127.0.0.1:" + port + " for the job: the port is already in use"),
             std::string::npos)
@@ -208,7 +208,7 @@ TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
   const ddp::testing::TemporaryDirectory scratch("ddprun-not-a-dir-");
   const std::string file = scratch.file("a-file");
   std::ofstream(file) << "a regular file where --log-dir needs a directory\n";
-  auto unwritable = runLauncher(
+  auto unwritable = run_launcher(
       {"--standalone", "--run-id", "io", "--log-dir", file + "/logs", DDP_LAUNCH_WORKER, "env"},
       30s);
   EXPECT_EQ(unwritable.exit_code, static_cast<int>(ExitCode::kIo)) << unwritable.output;
@@ -221,31 +221,14 @@ TEST(LauncherInput, BadInputIsAClearErrorAndNonZeroExit) {
 }
 
 // Two launchers, one per "node", meeting on loopback.
-std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
-                                  const std::string& second_run_id = "twonodes",
-                                  const std::string& rendezvous_timeout = "20") {
+std::vector<ChildResult> two_nodes(const std::vector<std::string>& worker,
+                                   const std::string& second_run_id = "twonodes",
+                                   const std::string& rendezvous_timeout = "20") {
   const PortReservation reserved;
   const std::string port = std::to_string(reserved.port());
   auto node = [&](int rank, const std::string& run_id) {
-    std::vector<std::string> args = {"--nnodes",
-                                     "2",
-                                     "--node-rank",
-                                     std::to_string(rank),
-                                     "--master-addr",
-                                     "127.0.0.1",
-                                     "--master-port",
-                                     port,
-                                     "--nproc-per-node",
-                                     "1",
-                                     "--run-id",
-                                     run_id,
-                                     "--max-restarts",
-                                     "1",
-                                     "--monitor-interval",
-                                     "0.1",
-                                     "--rendezvous-timeout",
-                                     rendezvous_timeout,
-                                     DDP_LAUNCH_WORKER};
+    std::vector<std::string> args = two_node_args(rank, port, run_id, rendezvous_timeout);
+    args.push_back(DDP_LAUNCH_WORKER);
     args.insert(args.end(), worker.begin(), worker.end());
     return ddprun(args);
   };
@@ -253,7 +236,7 @@ std::vector<ChildResult> twoNodes(const std::vector<std::string>& worker,
 }
 
 TEST(LauncherNodes, TwoNodesOnLoopbackMeetAndAllReduce) {
-  auto results = twoNodes({"env"});
+  auto results = two_nodes({"env"});
   for (int node : {0, 1}) {
     EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
     EXPECT_NE(results[node].output.find("[" + std::to_string(node) +
@@ -266,7 +249,7 @@ TEST(LauncherNodes, TwoNodesOnLoopbackMeetAndAllReduce) {
 }
 
 TEST(LauncherNodes, WorkerKilledOnTheSecondNodeRestartsBoth) {
-  auto results = twoNodes({"kill-once", "1"});
+  auto results = two_nodes({"kill-once", "1"});
   for (int node : {0, 1}) {
     EXPECT_EQ(results[node].exit_code, 0) << results[0].output << results[1].output;
     EXPECT_NE(results[node].output.find("(restart 1 of 1)"), std::string::npos)
@@ -293,7 +276,7 @@ TEST(LauncherNodes, TwoNodesOnLoopbackTrainTheToyTrainer) {
 }
 
 TEST(LauncherNodes, JobsWithDifferentRunIdsNeverMerge) {
-  auto results = twoNodes({"env"}, "another-job", "4");
+  auto results = two_nodes({"env"}, "another-job", "4");
   EXPECT_EQ(results[1].exit_code, 4) << results[1].output;
   EXPECT_NE(results[1].output.find("belongs to run 'twonodes', not to this run 'another-job'"),
             std::string::npos)

@@ -21,7 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // Whether something accepts connections on 127.0.0.1:`port`.
-bool hostListens(int port) {
+bool host_listens(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -33,7 +33,7 @@ bool hostListens(int port) {
 }
 
 // Reads `process`'s output until it contains `what` (or 60 s pass).
-std::string outputUntil(ChildProcess& process, const std::string& what) {
+std::string output_until(ChildProcess& process, const std::string& what) {
   std::string output;
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   while (!contains(output, what) && std::chrono::steady_clock::now() < deadline) {
@@ -71,7 +71,7 @@ TEST(LauncherMembership, NodeArrivingAtARunningJobReformsItWithBoth) {
                                  endpoint, "--rdzv-id", "grow", "--monitor-interval", "0.1",
                                  "--rdzv-conf", "last_call_timeout=1", DDP_LAUNCH_WORKER, "grow"});
   ChildProcess first(node, false);
-  std::string first_output = outputUntil(first, "] waiting in round 0");
+  std::string first_output = output_until(first, "] waiting in round 0");
   ASSERT_TRUE(contains(first_output, "[0] waiting in round 0")) << first_output;
   ChildProcess second(node, false);
   const ChildResult joined = finish(second, "");
@@ -104,11 +104,11 @@ TEST(LauncherMembership, LostNodeLeavesTheJobRunningOnTheOther) {
   ChildProcess host(node, false);
   // The second node starts once the first hosts the rendezvous.
   const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!hostListens(port) && std::chrono::steady_clock::now() < deadline) {
+  while (!host_listens(port) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
   }
   ChildProcess lost(node, false);
-  std::string lost_output = outputUntil(lost, "] round 0: all-reduced over 2");
+  std::string lost_output = output_until(lost, "] round 0: all-reduced over 2");
   ASSERT_TRUE(contains(lost_output, "round 0: all-reduced over 2")) << lost_output;
   lost.signal_group(SIGKILL);  // the launcher and its worker
   lost.reap_blocking();

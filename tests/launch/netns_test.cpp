@@ -45,7 +45,7 @@ class NamespacePair {
   const std::string& why() const { return why_; }
   const std::string& a() const { return a_; }
   const std::string& b() const { return b_; }
-  const std::string& addressA() const { return address_a_; }
+  const std::string& address_a() const { return address_a_; }
 
  private:
   std::string a_, b_, address_a_, address_b_, why_;
@@ -66,7 +66,7 @@ TEST(LauncherNetns, TwoNodesAcrossAVethPairSurviveAWorkerKill) {
                       "--node-rank",
                       std::to_string(rank),
                       "--master-addr",
-                      pair.addressA(),
+                      pair.address_a(),
                       "--master-port",
                       "29500",
                       "--nproc-per-node",

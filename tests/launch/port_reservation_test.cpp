@@ -31,7 +31,7 @@ constexpr int kFirst = 40000;  // the namespace's ephemeral range
 constexpr int kLast = 40063;
 
 // A namespace with `lo` up and the range above; "" when made, else why not.
-std::string enterNarrowNamespace() {
+std::string enter_narrow_namespace() {
   if (unshare(CLONE_NEWNET) != 0) {
     return std::string("unshare(CLONE_NEWNET) failed: ") + std::strerror(errno);
   }
@@ -57,7 +57,7 @@ sockaddr_in loopback(int port) {
   return address;
 }
 
-int localPort(int fd) {
+int local_port(int fd) {
   sockaddr_in address{};
   socklen_t length = sizeof(address);
   getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
@@ -65,7 +65,7 @@ int localPort(int fd) {
 }
 
 // Every port bind(0) hands out until the range is exhausted.
-std::set<int> portsBindZeroGives() {
+std::set<int> ports_bind_zero_gives() {
   std::vector<int> fds;
   std::set<int> ports;
   for (;;) {
@@ -76,14 +76,14 @@ std::set<int> portsBindZeroGives() {
       break;
     }
     fds.push_back(fd);
-    ports.insert(localPort(fd));
+    ports.insert(local_port(fd));
   }
   for (int fd : fds) close(fd);
   return ports;
 }
 
 // Every source port connect() takes until the range is exhausted.
-std::set<int> portsConnectTakes() {
+std::set<int> ports_connect_takes() {
   const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in server = loopback(30000);  // outside the range
   bind(listener, reinterpret_cast<sockaddr*>(&server), sizeof(server));
@@ -98,32 +98,32 @@ std::set<int> portsConnectTakes() {
     }
     fds.push_back(fd);
     fds.push_back(accept(listener, nullptr, nullptr));
-    ports.insert(localPort(fd));
+    ports.insert(local_port(fd));
   }
   for (int fd : fds) close(fd);
   return ports;
 }
 
 // The checks, in the calling thread's new namespace.
-void checkReservation() {
+void check_reservation() {
   // The old way: the port is free when looked at, and handed out again.
   int found_free = 0;
   {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in address = loopback(0);
     ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    found_free = localPort(fd);
+    found_free = local_port(fd);
     close(fd);
   }
-  EXPECT_EQ(portsBindZeroGives().count(found_free), 1u) << "port " << found_free;
+  EXPECT_EQ(ports_bind_zero_gives().count(found_free), 1u) << "port " << found_free;
 
   const PortReservation reserved;
   ASSERT_GE(reserved.port(), kFirst);
   ASSERT_LE(reserved.port(), kLast);
-  const std::set<int> bound = portsBindZeroGives();
+  const std::set<int> bound = ports_bind_zero_gives();
   EXPECT_EQ(bound.size(), static_cast<size_t>(kLast - kFirst));  // all but the reserved one
   EXPECT_EQ(bound.count(reserved.port()), 0u) << "bind(0) took reserved port " << reserved.port();
-  const std::set<int> connected = portsConnectTakes();
+  const std::set<int> connected = ports_connect_takes();
   EXPECT_EQ(connected.size(), static_cast<size_t>(kLast - kFirst));
   EXPECT_EQ(connected.count(reserved.port()), 0u)
       << "connect() took reserved port " << reserved.port();
@@ -141,8 +141,8 @@ void checkReservation() {
 TEST(CorePortReservation, NoBindOrConnectTakesTheReservedPortButTheStoreListensThere) {
   std::string why_not;
   std::thread([&] {
-    why_not = enterNarrowNamespace();
-    if (why_not.empty()) checkReservation();
+    why_not = enter_narrow_namespace();
+    if (why_not.empty()) check_reservation();
   }).join();
   if (!why_not.empty()) GTEST_SKIP() << why_not;
 }

@@ -29,7 +29,7 @@ const std::string kScript = DDP_LAUNCHER_TEST_DIR "/ddp_script.py";
 
 // The directory of the first python3 that imports torch.distributed:
 // /usr/bin's (Debian's python3-torch), else the first in PATH that does.
-const std::string& torchPythonDir() {
+const std::string& torch_python_dir() {
   static const std::string dir = [] {
     std::vector<std::string> candidates = {"/usr/bin/python3"};
     const char* path = getenv("PATH");
@@ -54,21 +54,21 @@ const std::string& torchPythonDir() {
 }
 
 #define SKIP_WITHOUT_TORCH()                                                                  \
-  if (torchPythonDir().empty())                                                               \
+  if (torch_python_dir().empty())                                                             \
   GTEST_SKIP() << "no python3 with PyTorch (torch.distributed) in /usr/bin or PATH; install " \
                   "Debian's python3-torch to run this test"
 
 // ddprun running ddp_script.py with the PyTorch-enabled python3 first in PATH.
 // USE_LIBUV=0: env:// makes rank 0 host a c10d TCPStore, whose libuv server
 // Debian 13's PyTorch lacks (1.13 ignores the variable).
-ChildResult runScript(const std::vector<std::string>& ddprun_args,
-                      const std::vector<std::string>& script_args) {
+ChildResult run_script(const std::vector<std::string>& ddprun_args,
+                       const std::vector<std::string>& script_args) {
   std::vector<std::string> args = ddprun_args;
   args.push_back(kScript);
   args.insert(args.end(), script_args.begin(), script_args.end());
   ChildSpec spec = ddprun(args);
   const char* path = getenv("PATH");
-  spec.env["PATH"] = torchPythonDir() + ":" + (path ? path : "/usr/bin:/bin");
+  spec.env["PATH"] = torch_python_dir() + ":" + (path ? path : "/usr/bin:/bin");
   spec.env["USE_LIBUV"] = "0";
   return run_children({spec}, 240s).at(0);
 }
@@ -87,7 +87,7 @@ TEST(LauncherPython, APyTorchDdpScriptTrainsOnTwoRanks) {
   SKIP_WITHOUT_TORCH();
   const TemporaryDirectory dir("ddprun-python-");
   ChildResult r =
-      runScript({"--standalone", "--nproc-per-node", "2"}, {"--checkpoint", dir.file("ckpt.pt")});
+      run_script({"--standalone", "--nproc-per-node", "2"}, {"--checkpoint", dir.file("ckpt.pt")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto found = digests(r.output);
   ASSERT_EQ(found.size(), 2u) << r.output;
@@ -98,15 +98,15 @@ TEST(LauncherPython, APyTorchDdpScriptTrainsOnTwoRanks) {
 TEST(LauncherPython, AKilledWorkerIsRestartedAndTheScriptResumesFromItsCheckpoint) {
   SKIP_WITHOUT_TORCH();
   const TemporaryDirectory whole("ddprun-python-");
-  ChildResult uninterrupted =
-      runScript({"--standalone", "--nproc-per-node", "2"}, {"--checkpoint", whole.file("ckpt.pt")});
+  ChildResult uninterrupted = run_script({"--standalone", "--nproc-per-node", "2"},
+                                         {"--checkpoint", whole.file("ckpt.pt")});
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
   const auto expected = digests(uninterrupted.output);
   ASSERT_EQ(expected.size(), 2u) << uninterrupted.output;
 
   const TemporaryDirectory killed("ddprun-python-");
-  ChildResult r = runScript({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"},
-                            {"--checkpoint", killed.file("ckpt.pt"), "--kill-at", "2"});
+  ChildResult r = run_script({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"},
+                             {"--checkpoint", killed.file("ckpt.pt"), "--kill-at", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "rank 1 kills itself after step 2")) << r.output;
   EXPECT_TRUE(contains(r.output, "restarting every worker (restart 1 of 1)")) << r.output;
@@ -121,7 +121,7 @@ TEST(LauncherPython, AKilledWorkerIsRestartedAndTheScriptResumesFromItsCheckpoin
 // --no-python runs the program itself: a script without the executable bit
 // is then an error, as before.
 TEST(LauncherPython, NoPythonRunsTheProgramItself) {
-  ChildResult r = runLauncher({"--standalone", "--no-python", kScript, "--checkpoint", "x"});
+  ChildResult r = run_launcher({"--standalone", "--no-python", kScript, "--checkpoint", "x"});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_TRUE(contains(r.output, "ddp_script.py' does not exist or is not executable")) << r.output;
 }
@@ -138,7 +138,7 @@ TEST(LauncherPython, AScriptWithoutPython3InPathIsAClearError) {
 }
 
 TEST(LauncherPython, AMissingScriptIsAClearError) {
-  ChildResult r = runLauncher({"--standalone", "no-such-train.py"});
+  ChildResult r = run_launcher({"--standalone", "no-such-train.py"});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_TRUE(contains(r.output, "the Python script 'no-such-train.py' does not exist"))
       << r.output;

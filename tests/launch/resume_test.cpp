@@ -18,7 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-ChildSpec toyJob(const std::string& snapshot_dir) {
+ChildSpec toy_job(const std::string& snapshot_dir) {
   return ChildSpec{{DDP_DDPRUN,
                     "--standalone",
                     "--nproc-per-node",
@@ -44,7 +44,7 @@ ChildSpec toyJob(const std::string& snapshot_dir) {
                    {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}};
 }
 
-std::string digestOf(const std::string& output) {
+std::string digest_of(const std::string& output) {
   std::smatch m;
   return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
                                                                                      : "<none>";
@@ -57,16 +57,16 @@ TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
       killed_snapshots("ddp-resume-");
   const std::string straight_dir = straight_snapshots.string(),
                     killed_dir = killed_snapshots.string();
-  auto straight = run_children({toyJob(straight_dir)}, 120s).at(0);
+  auto straight = run_children({toy_job(straight_dir)}, 120s).at(0);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  const std::string expected = digestOf(straight.output);
+  const std::string expected = digest_of(straight.output);
   ASSERT_NE(expected, "<none>") << straight.output;
 
   // 2 epochs of 2048 / (2 ranks x 32) = 32 steps each.
   std::mt19937 random(GetParam());
   const int kill_at = std::uniform_int_distribution<int>(2, 60)(random);
   std::cout << "killing rank 1 at step " << kill_at << std::endl;
-  ChildProcess job(toyJob(killed_dir), false);
+  ChildProcess job(toy_job(killed_dir), false);
   std::string output;
   pid_t victim = -1;
   bool killed = false;
@@ -92,7 +92,7 @@ TEST_P(LauncherResume, WorkerKilledAtARandomStepResumesBitIdentically) {
   EXPECT_NE(output.find("ended with signal 9 (Killed)"), std::string::npos) << output;
   EXPECT_NE(output.find("(restart 1 of 3)"), std::string::npos) << output;
   if (kill_at >= 4) EXPECT_NE(output.find("[0] resumed at epoch"), std::string::npos) << output;
-  EXPECT_EQ(digestOf(output), expected) << "killed at step " << kill_at << "\n" << output;
+  EXPECT_EQ(digest_of(output), expected) << "killed at step " << kill_at << "\n" << output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Launcher, LauncherResume, ::testing::Values(1, 2, 3),

@@ -19,8 +19,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string secretFile(const std::filesystem::path& dir, const std::string& name,
-                       const std::string& content) {
+std::string secret_file(const std::filesystem::path& dir, const std::string& name,
+                        const std::string& content) {
   std::filesystem::create_directories(dir);
   const std::string path = (dir / name).string();
   std::ofstream(path) << content << "\n";
@@ -29,7 +29,7 @@ std::string secretFile(const std::filesystem::path& dir, const std::string& name
 }
 
 TEST(LauncherSecret, OneNodeJobHasItsOwnSecretAndItsStoreRefusesIntruders) {
-  auto r = runLauncher({"--standalone", "--nproc-per-node", "2", DDP_LAUNCH_WORKER, "intrude"});
+  auto r = run_launcher({"--standalone", "--nproc-per-node", "2", DDP_LAUNCH_WORKER, "intrude"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[1] intruder without a secret: refused"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[1] intruder with a wrong secret: refused"), std::string::npos)
@@ -51,8 +51,8 @@ TEST(LauncherSecret, OneNodeJobHasItsOwnSecretAndItsStoreRefusesIntruders) {
 TEST(LauncherSecret, NodesMeetWithTheSameSecretFileAndAWrongOneIsRefused) {
   const ddp::testing::TemporaryDirectory secrets("ddprun-secrets-");
   const std::filesystem::path& dir = secrets.path();
-  const std::string good = secretFile(dir, "job.secret", "a secret both nodes were given");
-  const std::string bad = secretFile(dir, "other.secret", "a secret of some other job");
+  const std::string good = secret_file(dir, "job.secret", "a secret both nodes were given");
+  const std::string bad = secret_file(dir, "other.secret", "a secret of some other job");
   auto nodes = [&](const std::string& second_secret, const std::string& timeout) {
     const PortReservation reserved;
     const std::string port = std::to_string(reserved.port());
@@ -79,7 +79,7 @@ TEST(LauncherSecret, NodesMeetWithTheSameSecretFileAndAWrongOneIsRefused) {
   EXPECT_NE(refused[0].exit_code, 0) << "node 0 should time out waiting for its second node";
 
   ::chmod(good.c_str(), 0644);
-  auto unsafe = runLauncher({"--secret-file", good, DDP_LAUNCH_WORKER, "env"}, 30s);
+  auto unsafe = run_launcher({"--secret-file", good, DDP_LAUNCH_WORKER, "env"}, 30s);
   EXPECT_EQ(unsafe.exit_code, 3) << unsafe.output;  // ConfigError
   EXPECT_NE(unsafe.output.find("has mode 0644"), std::string::npos) << unsafe.output;
 }

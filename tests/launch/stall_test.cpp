@@ -58,7 +58,7 @@ TEST(LauncherStallReport, DifferentCollectivesAtTheSameNumberAreNamed) {
 TEST(LauncherStallReport, EveryRankInTheSameCollectiveIsAStallBetweenThem) {
   EXPECT_EQ(describe_stall({{0, sum(4, State::kTimedOut, 2)}, {1, sum(4, State::kCompleted)}}),
             "every rank reached collective #4 all_reduce(sum) of 1 int64 (8 B); rank 0 did not "
-            "finish it, rank 1 did: the engine or the network between them stalled.");
+            "finish it, rank 1 did: the backend or the network between them stalled.");
 }
 
 TEST(LauncherStallReport, NothingToSayWhenNoCollectiveIsUnfinished) {
@@ -90,9 +90,9 @@ TEST(LauncherStallReport, RankListsAndPositionsRoundTrip) {
 TEST(LauncherStallReport, DdprunNamesTheRankThatStoppedAndTheCollectiveTheOthersWaitedIn) {
   const ddp::testing::TemporaryDirectory logs("ddprun-stall-");
   const std::string dir = logs.string();
-  auto r = runLauncher({"--standalone", "--nproc-per-node", "3", "--run-id", "stall", "--log-dir",
-                        dir, "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
-                        "stall", "1"});
+  auto r = run_launcher({"--standalone", "--nproc-per-node", "3", "--run-id", "stall", "--log-dir",
+                         dir, "--monitor-interval", "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER,
+                         "stall", "1"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "[1] stalling after 5 collectives")) << r.output;
   EXPECT_TRUE(contains(r.output,

@@ -21,7 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string readFile(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
@@ -78,17 +78,17 @@ TEST(LauncherTorchrun, RangeOfNodesStartsWithEveryNodeThatJoinedBeforeTheLastCal
 TEST(LauncherTorchrun, MinimumAloneStartsAfterTheLastCallAndTooFewTimeOut) {
   const PortReservation reserved;
   const std::string port = std::to_string(reserved.port());
-  auto alone = runLauncher({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                            "127.0.0.1:" + port, "--rdzv-conf", "last_call_timeout=1",
-                            DDP_LAUNCH_WORKER, "env"});
+  auto alone = run_launcher({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                             "127.0.0.1:" + port, "--rdzv-conf", "last_call_timeout=1",
+                             DDP_LAUNCH_WORKER, "env"});
   EXPECT_EQ(alone.exit_code, 0) << alone.output;
   EXPECT_TRUE(contains(alone.output, "[0] GROUP_WORLD_SIZE=1")) << alone.output;
   EXPECT_TRUE(contains(alone.output, "[0] WORLD_SIZE=1")) << alone.output;
   EXPECT_GE(alone.seconds, 1.0);
 
-  auto too_few =
-      runLauncher({"--nnodes", "2:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                   "127.0.0.1:" + port, "--rdzv-conf", "join_timeout=2", DDP_LAUNCH_WORKER, "env"});
+  auto too_few = run_launcher({"--nnodes", "2:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                               "127.0.0.1:" + port, "--rdzv-conf", "join_timeout=2",
+                               DDP_LAUNCH_WORKER, "env"});
   EXPECT_EQ(too_few.exit_code, static_cast<int>(ExitCode::kTimeout)) << too_few.output;
   EXPECT_TRUE(contains(too_few.output,
                        "only 1 of at least 2 node(s) joined the rendezvous at "
@@ -105,7 +105,7 @@ TEST(LauncherTorchrun, RedirectsAndTeeTakeTorchrunsValuesPerLocalRank) {
     std::vector<std::string> args = {"--standalone", "--nproc-per-node", "2", "--run-id", run_id};
     args.insert(args.end(), streams.begin(), streams.end());
     args.insert(args.end(), {DDP_LAUNCH_WORKER, "env"});
-    return runLauncher(args);
+    return run_launcher(args);
   };
   auto file = [&](const std::string& run_id, int local, const char* name) {
     return dir + "/" + run_id + "/attempt_0/" + std::to_string(local) + "/" + name;
@@ -118,8 +118,8 @@ TEST(LauncherTorchrun, RedirectsAndTeeTakeTorchrunsValuesPerLocalRank) {
   EXPECT_FALSE(contains(mapped.output, "[1] ")) << mapped.output;
   for (int local : {0, 1}) {
     const std::string n = std::to_string(local);
-    EXPECT_TRUE(contains(readFile(file("mapped", local, "stdout.log")), "RANK=" + n + "\n"));
-    EXPECT_EQ(readFile(file("mapped", local, "stderr.log")), "stderr of local rank " + n + "\n");
+    EXPECT_TRUE(contains(read_file(file("mapped", local, "stdout.log")), "RANK=" + n + "\n"));
+    EXPECT_EQ(read_file(file("mapped", local, "stderr.log")), "stderr of local rank " + n + "\n");
   }
   // --log-dir alone keeps error files there, and the streams on the console.
   auto console = run("console", {"--log-dir", dir});
@@ -137,14 +137,14 @@ TEST(LauncherTorchrun, RedirectsAndTeeTakeTorchrunsValuesPerLocalRank) {
   ASSERT_NE(at, std::string::npos) << fresh.output;
   const std::string logs =
       fresh.output.substr(at + said.size(), fresh.output.find('\n', at) - at - said.size());
-  EXPECT_EQ(readFile(logs + "/fresh/attempt_0/1/stderr.log"), "stderr of local rank 1\n");
+  EXPECT_EQ(read_file(logs + "/fresh/attempt_0/1/stderr.log"), "stderr of local rank 1\n");
   EXPECT_TRUE(contains(fresh.output, "[0] stderr of local rank 0\n")) << fresh.output;
   EXPECT_FALSE(contains(fresh.output, "[1] stderr")) << fresh.output;
   std::filesystem::remove_all(logs);
 }
 
 TEST(LauncherTorchrun, NprocPerNodeCpuStartsOneWorkerPerCore) {
-  auto r = runLauncher({"--standalone", "--nproc_per_node=cpu", DDP_LAUNCH_WORKER, "env"});
+  auto r = run_launcher({"--standalone", "--nproc_per_node=cpu", DDP_LAUNCH_WORKER, "env"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   EXPECT_EQ(count(r.output, "] LOCAL_WORLD_SIZE=" + std::to_string(cores) + "\n"), cores)
@@ -178,7 +178,7 @@ TEST(LauncherTorchrun, BadValuesAreClearErrors) {
   for (const auto& [args, message] : cases) {
     std::vector<std::string> line = args;
     line.insert(line.end(), {DDP_LAUNCH_WORKER, "env"});
-    auto r = runLauncher(line, 30s);
+    auto r = run_launcher(line, 30s);
     EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kConfig)) << r.output;
     EXPECT_TRUE(contains(r.output, "ddprun: error: " + message)) << message << "\n" << r.output;
     EXPECT_FALSE(contains(r.output, "RANK=")) << r.output;

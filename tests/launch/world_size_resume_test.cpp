@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 constexpr int kSamples = 2048;  // the toy trainer's data set
 
 // Every index in the "epoch 0 samples ..." lines of `output`, with repeats.
-std::multiset<int64_t> samplesSeen(const std::string& output) {
+std::multiset<int64_t> samples_seen(const std::string& output) {
   std::multiset<int64_t> seen;
   std::istringstream lines(output);
   const std::string marker = "] epoch 0 samples";
@@ -35,7 +35,7 @@ std::multiset<int64_t> samplesSeen(const std::string& output) {
 }
 
 ChildResult toy(int nproc, const std::string& snapshot_dir, const std::string& max_steps) {
-  return runLauncher(
+  return run_launcher(
       {"--standalone", "--nproc-per-node", std::to_string(nproc), DDP_TOY_TRAINER, "--epochs", "1",
        "--seed", "3", "--max-steps", max_steps, "--save-every-steps", "10", "--no-trace-steps",
        "--trace-samples", "--snapshot-dir", snapshot_dir},
@@ -48,7 +48,7 @@ TEST(LauncherWorldSize, SnapshotAtTwoRanksResumesTheEpochAtOneAndAtThree) {
   const std::string base = snapshots.string();
   const ChildResult first = toy(2, base + "/saved", "10");
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  const std::multiset<int64_t> before = samplesSeen(first.output);
+  const std::multiset<int64_t> before = samples_seen(first.output);
   ASSERT_EQ(before.size(), 10u * 2 * 32) << first.output;  // 10 steps, 2 ranks, batch 32
   ASSERT_EQ(std::set<int64_t>(before.begin(), before.end()).size(), before.size());
 
@@ -63,7 +63,7 @@ TEST(LauncherWorldSize, SnapshotAtTwoRanksResumesTheEpochAtOneAndAtThree) {
                                   "the epoch continues from sample 640 of its order"),
               std::string::npos)
         << resumed.output;
-    const std::multiset<int64_t> after = samplesSeen(resumed.output);
+    const std::multiset<int64_t> after = samples_seen(resumed.output);
     // 1408 samples left, padded to a multiple of the ranks from the
     // epoch's start (as PyTorch pads): 1408 at 1 rank, 3 x 470 at 3.
     const size_t left = kSamples - before.size();

@@ -26,13 +26,13 @@ constexpr int64_t kPerRank = 4;  // samples per rank and step
 constexpr int kSteps = 4;
 
 // BranchNet's branch is used only on some steps by some ranks.
-bool branchUsed(int step, int rank) { return (step + rank) % 3 == 0; }
+bool branch_used(int step, int rank) { return (step + rank) % 3 == 0; }
 
 // The whole step's data, identical on every rank: rank r trains on chunk r.
 struct Batch {
   torch::Tensor x, y;
 };
-Batch makeBatch(int step, int64_t rows, std::vector<int64_t> feature_shape, bool classes) {
+Batch make_batch(int step, int64_t rows, std::vector<int64_t> feature_shape, bool classes) {
   torch::manual_seed(1000 + step);
   feature_shape.insert(feature_shape.begin(), rows);
   Batch b{torch::randn(feature_shape), {}};
@@ -45,8 +45,8 @@ class DdpChecker {
   explicit DdpChecker(const std::shared_ptr<ProcessGroup>& group)
       : group_(group), rank_(group->rank()), world_(group->size()) {}
 
-  void expectClose(const std::string& what, const std::vector<torch::Tensor>& got,
-                   const std::vector<torch::Tensor>& expected, float tolerance) {
+  void expect_close(const std::string& what, const std::vector<torch::Tensor>& got,
+                    const std::vector<torch::Tensor>& expected, float tolerance) {
     if (got.size() != expected.size()) {
       record(what, false,
              std::to_string(got.size()) + " tensors, expected " + std::to_string(expected.size()));
@@ -77,15 +77,15 @@ class DdpChecker {
 
   // Trains an MLP with DDP (rank-dependent initial weights: DDP must copy
   // rank 0's) and returns its final parameters.
-  std::vector<torch::Tensor> trainMlp(DistributedDataParallelOptions options, int micro_batches,
-                                      ReducerStats* stats = nullptr) {
+  std::vector<torch::Tensor> train_mlp(DistributedDataParallelOptions options, int micro_batches,
+                                       ReducerStats* stats = nullptr) {
     torch::manual_seed(7 + rank_);
     DistributedDataParallel model(Mlp(8, 16, 4), options, group_);
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < kSteps; ++step) {
       optimizer.zero_grad();
       for (int m = 0; m < micro_batches; ++m) {
-        Batch b = makeBatch(step * 10 + m, world_ * kPerRank, {8}, false);
+        Batch b = make_batch(step * 10 + m, world_ * kPerRank, {8}, false);
         auto pass = [&] { torch::mse_loss(model->forward(mine(b.x)), mine(b.y)).backward(); };
         if (m + 1 < micro_batches) {
           auto guard = model->no_sync();
@@ -102,14 +102,14 @@ class DdpChecker {
 
   // The same in one process on all ranks' data: per rank chunk, per
   // micro-batch, gradients summed over micro-batches, averaged over ranks.
-  std::vector<torch::Tensor> referenceMlp(int micro_batches) {
+  std::vector<torch::Tensor> reference_mlp(int micro_batches) {
     torch::manual_seed(7);
     Mlp model(8, 16, 4);
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < kSteps; ++step) {
       optimizer.zero_grad();
       for (int m = 0; m < micro_batches; ++m) {
-        Batch b = makeBatch(step * 10 + m, world_ * kPerRank, {8}, false);
+        Batch b = make_batch(step * 10 + m, world_ * kPerRank, {8}, false);
         for (int r = 0; r < world_; ++r) {
           (torch::mse_loss(model->forward(chunk(b.x, r)), chunk(b.y, r)) / world_).backward();
         }
@@ -120,10 +120,10 @@ class DdpChecker {
   }
 
   void mlp() {
-    auto expected = referenceMlp(1);
-    expectClose(ddp_check::kMlp, trainMlp({}, 1), expected, 1e-5f);
-    auto with_views = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(true), 1);
-    auto without = trainMlp(DistributedDataParallelOptions().gradient_as_bucket_view(false), 1);
+    auto expected = reference_mlp(1);
+    expect_close(ddp_check::kMlp, train_mlp({}, 1), expected, 1e-5f);
+    auto with_views = train_mlp(DistributedDataParallelOptions().gradient_as_bucket_view(true), 1);
+    auto without = train_mlp(DistributedDataParallelOptions().gradient_as_bucket_view(false), 1);
     bool identical = true;
     for (size_t i = 0; i < with_views.size(); ++i)
       identical &= torch::equal(with_views[i], without[i]);
@@ -141,15 +141,15 @@ class DdpChecker {
            "gradients in " + std::to_string(storages(with_views)) + " storage(s) with views, " +
                std::to_string(storages(without)) + " without (expected 1 and " +
                std::to_string(without.size()) + ")");
-    expectClose(ddp_check::kTinyBuckets,
-                trainMlp(DistributedDataParallelOptions()
-                             .bucket_cap_mb(0.0001)
-                             .first_bucket_cap_mb(0.0001)
-                             .delay_allreduce(true),
-                         1),
-                expected, 1e-5f);
+    expect_close(ddp_check::kTinyBuckets,
+                 train_mlp(DistributedDataParallelOptions()
+                               .bucket_cap_mb(0.0001)
+                               .first_bucket_cap_mb(0.0001)
+                               .delay_allreduce(true),
+                           1),
+                 expected, 1e-5f);
     ReducerStats stats;
-    expectClose(ddp_check::kNoSync, trainMlp({}, 2, &stats), referenceMlp(2), 1e-5f);
+    expect_close(ddp_check::kNoSync, train_mlp({}, 2, &stats), reference_mlp(2), 1e-5f);
     // Reducing inside no_sync() too would give the same average: the number
     // of reductions tells them apart.
     record(ddp_check::kNoSyncReducesOnce, stats.synchronized_iterations == kSteps,
@@ -159,7 +159,7 @@ class DdpChecker {
 
   // BatchNorm keeps per-rank batch statistics, so the reference runs each
   // rank's chunk separately; the buffers follow rank 0 (broadcast_buffers).
-  void convNet() {
+  void conv_net() {
     std::vector<torch::Tensor> buffers_after_mine;  // rank 0's, then this rank's batch
     torch::manual_seed(11 + rank_);
     DistributedDataParallel model(ConvNet(), group_);
@@ -168,7 +168,7 @@ class DdpChecker {
     torch::optim::SGD optimizer(model->parameters(), 0.05);
     torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
     for (int step = 0; step < kSteps; ++step) {
-      Batch b = makeBatch(step, world_ * kPerRank, {1, 28, 28}, true);
+      Batch b = make_batch(step, world_ * kPerRank, {1, 28, 28}, true);
       optimizer.zero_grad();
       torch::cross_entropy_loss(model->forward(mine(b.x)), mine(b.y)).backward();
       optimizer.step();
@@ -187,20 +187,20 @@ class DdpChecker {
       reference_optimizer.step();
     }
     auto module = model->module();
-    expectClose(ddp_check::kConvNet, module->parameters(), reference->parameters(), 1e-5f);
+    expect_close(ddp_check::kConvNet, module->parameters(), reference->parameters(), 1e-5f);
     if (rank_ == 0) {
-      expectClose(ddp_check::kConvNetBuffersOnRank0, module->buffers(), reference->buffers(),
-                  1e-5f);
+      expect_close(ddp_check::kConvNetBuffersOnRank0, module->buffers(), reference->buffers(),
+                   1e-5f);
     } else {
       // Rank 0's own buffers are the same with or without broadcast_buffers;
       // another rank's show it: rank 0's before the last step, then updated
       // by this rank's last batch.
-      expectClose(ddp_check::kConvNetBuffersElsewhere, module->buffers(), buffers_after_mine,
-                  1e-5f);
+      expect_close(ddp_check::kConvNetBuffersElsewhere, module->buffers(), buffers_after_mine,
+                   1e-5f);
     }
   }
 
-  void unusedBranch() {
+  void unused_branch() {
     torch::manual_seed(21 + rank_);
     DistributedDataParallel model(
         BranchNet(), DistributedDataParallelOptions().find_unused_parameters(true), group_);
@@ -210,34 +210,34 @@ class DdpChecker {
     torch::optim::SGD reference_optimizer(reference->parameters(),
                                           torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < kSteps + 2; ++step) {
-      Batch b = makeBatch(step, world_ * kPerRank, {8}, false);
+      Batch b = make_batch(step, world_ * kPerRank, {8}, false);
       optimizer.zero_grad();
-      auto out = model->forward(mine(b.x), branchUsed(step, rank_));
+      auto out = model->forward(mine(b.x), branch_used(step, rank_));
       torch::mse_loss(out, mine(b.y).narrow(1, 0, 2)).backward();
       optimizer.step();
       reference_optimizer.zero_grad();
       for (int r = 0; r < world_; ++r) {
-        auto ref_out = reference->forward(chunk(b.x, r), branchUsed(step, r));
+        auto ref_out = reference->forward(chunk(b.x, r), branch_used(step, r));
         (torch::mse_loss(ref_out, chunk(b.y, r).narrow(1, 0, 2)) / world_).backward();
       }
       reference_optimizer.step();
     }
-    expectClose(ddp_check::kUnusedBranch, model->module()->parameters(), reference->parameters(),
-                1e-5f);
+    expect_close(ddp_check::kUnusedBranch, model->module()->parameters(), reference->parameters(),
+                 1e-5f);
   }
 
   // One step's gradients through a 16-bit hook: close to the float32
   // average, and really compressed: the hook copies the 16-bit sum back, so
   // every gradient element is a value of the wire type (a float32 reduction
   // gives values that are not, at every world size).
-  void compressionHook(std::shared_ptr<CommHook> hook, at::ScalarType wire, float tolerance) {
+  void compression_hook(std::shared_ptr<CommHook> hook, at::ScalarType wire, float tolerance) {
     const std::string name = hook->name();
     torch::manual_seed(31);
     DistributedDataParallel model(Mlp(8, 16, 4), DistributedDataParallelOptions().comm_hook(hook),
                                   group_);
     torch::manual_seed(31);
     Mlp reference(8, 16, 4);
-    Batch b = makeBatch(0, world_ * kPerRank, {8}, false);
+    Batch b = make_batch(0, world_ * kPerRank, {8}, false);
     torch::mse_loss(model->forward(mine(b.x)), mine(b.y)).backward();
     torch::mse_loss(reference->forward(b.x), b.y).backward();
     std::vector<torch::Tensor> grads, expected;
@@ -245,7 +245,7 @@ class DdpChecker {
       grads.push_back(model->parameters()[i].grad());
       expected.push_back(reference->parameters()[i].grad());
     }
-    expectClose(ddp_check::hook_precision(name), grads, expected, tolerance);
+    expect_close(ddp_check::hook_precision(name), grads, expected, tolerance);
     std::string not_representable;
     for (const auto& item : model->named_parameters()) {
       const torch::Tensor grad = item.value().grad().reshape({-1});
@@ -254,7 +254,7 @@ class DdpChecker {
       const int64_t j = (rounded != grad).nonzero()[0][0].item<int64_t>();
       std::ostringstream text;
       text << std::setprecision(9) << item.key() << "'s gradient [" << j << "] is "
-           << grad[j].item<float>() << ", which " << comm::detail::dtypeName(wire) << " rounds to "
+           << grad[j].item<float>() << ", which " << comm::detail::dtype_name(wire) << " rounds to "
            << rounded[j].item<float>();
       not_representable = text.str();
       break;
@@ -291,10 +291,10 @@ class DdpChecker {
 
   int run() {
     mlp();
-    convNet();
-    unusedBranch();
-    compressionHook(fp16_compress_hook(), at::kHalf, 2e-3f);
-    compressionHook(bf16_compress_hook(), at::kBFloat16, 1.6e-2f);
+    conv_net();
+    unused_branch();
+    compression_hook(fp16_compress_hook(), at::kHalf, 2e-3f);
+    compression_hook(bf16_compress_hook(), at::kBFloat16, 1.6e-2f);
     overlap();
     return checks_.failed();
   }
@@ -318,16 +318,16 @@ class DdpChecker {
 
 }  // namespace
 
-int checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group) {
+int check_distributed_data_parallel(const std::shared_ptr<ProcessGroup>& group) {
   return DdpChecker(group).run();
 }
 
-void wrapMismatchedModel(const std::shared_ptr<ProcessGroup>& group) {
+void wrap_mismatched_model(const std::shared_ptr<ProcessGroup>& group) {
   const int64_t hidden = group->rank() == group->size() - 1 ? 17 : 16;
   DistributedDataParallel model(Mlp(8, hidden, 4), group);
 }
 
-void trainWithUnusedParameter(const std::shared_ptr<ProcessGroup>& group) {
+void train_with_unused_parameter(const std::shared_ptr<ProcessGroup>& group) {
   DistributedDataParallel model(BranchNet(), group);
   torch::mse_loss(model->forward(torch::randn({kPerRank, 8}), false), torch::randn({kPerRank, 2}))
       .backward();

@@ -3,7 +3,7 @@
 // DistributedDataParallel against single-process training, run on each rank
 // of a real process group by ddp_test_worker. Each check is reported by name
 // (tests/common/named_checks.hpp); each name is written once, below, for the
-// checks and the parent tests' ddpCheckNames() alike.
+// checks and the parent tests' ddp_check_names() alike.
 
 #include <c10/core/ScalarType.h>
 
@@ -23,9 +23,9 @@ namespace ddp::testing {
 /// training on the concatenated batch; also no_sync, gradient_as_bucket_view,
 /// the fp16/bf16 hooks and overlap. Prints each check by name; returns how
 /// many failed.
-int checkDistributedDataParallel(const std::shared_ptr<ProcessGroup>& group);
+int check_distributed_data_parallel(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names of checkDistributedDataParallel()'s checks.
+/// The names of check_distributed_data_parallel()'s checks.
 namespace ddp_check {
 inline const std::string kMlp = "MLP matches single-process training";
 inline const std::string kBucketViewIdentical =
@@ -52,7 +52,7 @@ inline std::string hook_precision(const std::string& hook) {
 }
 /// "<hook> hook result is exactly representable in <wire type>"
 inline std::string hook_representable(const std::string& hook, at::ScalarType wire) {
-  return hook + " hook result is exactly representable in " + ddp::comm::detail::dtypeName(wire);
+  return hook + " hook result is exactly representable in " + ddp::comm::detail::dtype_name(wire);
 }
 /// The compression hooks checked: each one's name() and wire type.
 inline std::vector<std::pair<std::string, at::ScalarType>> compression_hooks() {
@@ -60,9 +60,9 @@ inline std::vector<std::pair<std::string, at::ScalarType>> compression_hooks() {
 }
 }  // namespace ddp_check
 
-/// The names checkDistributedDataParallel() reports on `rank`, for the
+/// The names check_distributed_data_parallel() reports on `rank`, for the
 /// parent test.
-inline std::set<std::string> ddpCheckNames(int rank) {
+inline std::set<std::string> ddp_check_names(int rank) {
   using namespace ddp_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names{kMlp,     kBucketViewIdentical, kBucketViewShared, kTinyBuckets,
                               kNoSync,  kNoSyncReducesOnce,   kConvNet,          kUnusedBranch,
@@ -76,10 +76,10 @@ inline std::set<std::string> ddpCheckNames(int rank) {
 }
 
 /// Wraps a model whose hidden width depends on the rank: must throw.
-void wrapMismatchedModel(const std::shared_ptr<ProcessGroup>& group);
+void wrap_mismatched_model(const std::shared_ptr<ProcessGroup>& group);
 
 /// Trains a model with a branch no rank uses, without find_unused_parameters:
 /// must throw naming the branch's parameters.
-void trainWithUnusedParameter(const std::shared_ptr<ProcessGroup>& group);
+void train_with_unused_parameter(const std::shared_ptr<ProcessGroup>& group);
 
 }  // namespace ddp::testing

@@ -16,16 +16,16 @@ class DdpTraining : public ::testing::TestWithParam<int> {};
 
 TEST_P(DdpTraining, MatchesSingleProcessTraining) {
   const int world = GetParam();
-  auto results = runRanks(world, {"ddp", "--backend", "gloo"});
+  auto results = run_ranks(world, {"ddp", "--backend", "gloo"});
   // The ConvNet's buffers are checked one way on rank 0, another on the others.
-  expectChecksPerRank(results, ddpCheckNames);
+  expect_checks_per_rank(results, ddp_check_names);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ddp, DdpTraining, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 TEST(DdpStartup, MismatchedModelFailsOnEveryRankNamingTheParameter) {
-  auto results = runRanks(3, {"ddp-mismatch"});
+  auto results = run_ranks(3, {"ddp-mismatch"});
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kInvalidArgument)) << describe(results);
     EXPECT_NE(r.output.find("the parameters differ across ranks at #0: rank 0 has "
@@ -37,7 +37,7 @@ TEST(DdpStartup, MismatchedModelFailsOnEveryRankNamingTheParameter) {
 }
 
 TEST(DdpStartup, UnusedParameterWithoutOptionIsAnErrorNamingIt) {
-  auto results = runRanks(2, {"ddp-unused", "--collective-timeout-ms", "20000"});
+  auto results = run_ranks(2, {"ddp-unused", "--collective-timeout-ms", "20000"});
   for (const auto& r : results) {
     EXPECT_FALSE(r.killed_at_deadline) << describe(results);
     EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kInvalidArgument)) << describe(results);

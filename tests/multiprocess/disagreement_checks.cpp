@@ -10,7 +10,7 @@
 
 namespace ddp::testing {
 
-void runDisagreement(const std::shared_ptr<ProcessGroup>& group, const std::string& phase) {
+void run_disagreement(const std::shared_ptr<ProcessGroup>& group, const std::string& phase) {
   const int rank = group->rank();
   DistributedDataParallelOptions options;
   if (phase == "bucket-caps" && rank == 1)

@@ -22,6 +22,6 @@ namespace ddp::testing {
 
 /// Runs `phase`; throws the error DDP raises. Returns normally on a rank
 /// that finished its iterations, after printing "rank R: finished".
-void runDisagreement(const std::shared_ptr<ProcessGroup>& group, const std::string& phase);
+void run_disagreement(const std::shared_ptr<ProcessGroup>& group, const std::string& phase);
 
 }  // namespace ddp::testing

@@ -16,8 +16,8 @@ namespace {
 constexpr int kTimeoutMs = 5000;  // the collective timeout the workers get
 
 std::vector<launch::ChildResult> disagree(const std::string& phase) {
-  auto results = runRanks(2, {"ddp-disagree", "--phase", phase, "--backend", "gloo",
-                              "--collective-timeout-ms", std::to_string(kTimeoutMs)});
+  auto results = run_ranks(2, {"ddp-disagree", "--phase", phase, "--backend", "gloo",
+                               "--collective-timeout-ms", std::to_string(kTimeoutMs)});
   for (const auto& r : results) {
     EXPECT_FALSE(r.killed_at_deadline) << describe(results);
     // The timeout, then a margin for a loaded machine: never a hang.
@@ -26,8 +26,8 @@ std::vector<launch::ChildResult> disagree(const std::string& phase) {
   return results;
 }
 
-void expectFails(const launch::ChildResult& r, const std::vector<std::string>& parts,
-                 const std::vector<launch::ChildResult>& all) {
+void expect_fails(const launch::ChildResult& r, const std::vector<std::string>& parts,
+                  const std::vector<launch::ChildResult>& all) {
   EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kInvalidArgument)) << describe(all);
   for (const auto& part : parts) {
     EXPECT_NE(r.output.find(part), std::string::npos) << "missing: " << part << "\n"
@@ -45,14 +45,14 @@ TEST(DdpDisagreement, ParameterUnusedOnOneRankIsNamedOnEveryRank) {
     auto results = disagree("unused-on-rank-" + std::to_string(culprit));
     const int other = 1 - culprit;
     const std::string who = "rank " + std::to_string(culprit);
-    expectFails(results[culprit], {who + ", iteration 3: " + kUnused}, results);
-    expectFails(results[other],
-                {"rank " + std::to_string(other) +
-                     ", iteration 3: the gradient collectives did "
-                     "not complete",
-                 "The ranks disagree:\n  " + who + " failed: DistributedDataParallel: " + who +
-                     ", iteration 3: " + kUnused},
-                results);
+    expect_fails(results[culprit], {who + ", iteration 3: " + kUnused}, results);
+    expect_fails(results[other],
+                 {"rank " + std::to_string(other) +
+                      ", iteration 3: the gradient collectives did "
+                      "not complete",
+                  "The ranks disagree:\n  " + who + " failed: DistributedDataParallel: " + who +
+                      ", iteration 3: " + kUnused},
+                 results);
   }
 }
 
@@ -62,23 +62,23 @@ TEST(DdpDisagreement, StaticGraphChangeOnOneRankIsNamedOnEveryRank) {
       "DistributedDataParallel(static_graph): rank 1: 2 parameter(s) received fewer gradients in "
       "synchronized iteration 3 than the first iteration recorded: 'branch.weight' (0 of 1), "
       "'branch.bias' (0 of 1)";
-  expectFails(results[1], {change}, results);
-  expectFails(results[0],
-              {"rank 0, iteration 3: the gradient collectives did not complete",
-               "The ranks disagree:\n  rank 1 failed: " + change},
-              results);
+  expect_fails(results[1], {change}, results);
+  expect_fails(results[0],
+               {"rank 0, iteration 3: the gradient collectives did not complete",
+                "The ranks disagree:\n  rank 1 failed: " + change},
+               results);
 }
 
 TEST(DdpDisagreement, RankThatRanFewerIterationsIsNamed) {
   auto results = disagree("fewer-iterations-on-rank-1");
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
   EXPECT_NE(results[1].output.find("rank 1: finished"), std::string::npos) << describe(results);
-  expectFails(results[0],
-              {"rank 0, iteration 3: the gradient collectives did not complete",
-               "rank 1 has left, after 2 training forwards, 2 of them synchronized: the ranks ran "
-               "different numbers of iterations",
-               "ddp::Join"},
-              results);
+  expect_fails(results[0],
+               {"rank 0, iteration 3: the gradient collectives did not complete",
+                "rank 1 has left, after 2 training forwards, 2 of them synchronized: the ranks ran "
+                "different numbers of iterations",
+                "ddp::Join"},
+               results);
 }
 
 TEST(DdpDisagreement, StoreHostThatRanFewerIterationsIsNamed) {
@@ -109,22 +109,22 @@ TEST(DdpDisagreement, StoreHostThatRanFewerIterationsIsNamed) {
 TEST(DdpDisagreement, SkippedBackwardIsNamed) {
   auto results = disagree("skipped-backward");
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
-  expectFails(results[0],
-              {"rank 0, iteration 3: the gradient collectives did not complete",
-               "rank 1 skipped the backward of its iteration 2",
-               "rank 1 has left, after 3 training forwards, 2 of them synchronized"},
-              results);
+  expect_fails(results[0],
+               {"rank 0, iteration 3: the gradient collectives did not complete",
+                "rank 1 skipped the backward of its iteration 2",
+                "rank 1 has left, after 3 training forwards, 2 of them synchronized"},
+               results);
 }
 
 TEST(DdpDisagreement, DifferentBucketCapsFailAtConstructionOnEveryRank) {
   auto results = disagree("bucket-caps");
   for (const auto& r : results) {
-    expectFails(r,
-                {"DistributedDataParallel: the DDP options and gradient buckets differ across "
-                 "ranks at #0: rank 0 has 'bucket_cap_mb=25.000000",
-                 "rank 1 has 'bucket_cap_mb=0.000100",
-                 "Give every rank the same DistributedDataParallelOptions"},
-                results);
+    expect_fails(r,
+                 {"DistributedDataParallel: the DDP options and gradient buckets differ across "
+                  "ranks at #0: rank 0 has 'bucket_cap_mb=25.000000",
+                  "rank 1 has 'bucket_cap_mb=0.000100",
+                  "Give every rank the same DistributedDataParallelOptions"},
+                 results);
   }
 }
 

@@ -4,7 +4,7 @@
 #include "ddp/launch/port_reservation.hpp"
 
 namespace ddp::testing {
-Environment torchrunEnvironment(int rank, int world, int port) {
+Environment torchrun_environment(int rank, int world, int port) {
   return {{"RANK", std::to_string(rank)},
           {"WORLD_SIZE", std::to_string(world)},
           {"LOCAL_RANK", std::to_string(rank)},
@@ -15,9 +15,9 @@ Environment torchrunEnvironment(int rank, int world, int port) {
           {"OMP_NUM_THREADS", "1"}};
 }
 
-EnvironmentFor onNodes(int nodes) {
+EnvironmentFor on_nodes(int nodes) {
   return [nodes](int rank, int world, int port) {
-    auto env = torchrunEnvironment(rank, world, port);
+    auto env = torchrun_environment(rank, world, port);
     const int per_node = world / nodes;
     env["LOCAL_RANK"] = std::to_string(rank % per_node);
     env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
@@ -26,9 +26,9 @@ EnvironmentFor onNodes(int nodes) {
   };
 }
 
-std::vector<launch::ChildResult> runRanks(int world, const std::vector<std::string>& args,
-                                          const EnvironmentFor& environment_for,
-                                          std::chrono::milliseconds deadline) {
+std::vector<launch::ChildResult> run_ranks(int world, const std::vector<std::string>& args,
+                                           const EnvironmentFor& environment_for,
+                                           std::chrono::milliseconds deadline) {
   const launch::PortReservation reserved;  // Note [A port held from choice to use]
   const int port = reserved.port();
   std::vector<launch::ChildSpec> specs;
@@ -43,7 +43,7 @@ std::vector<launch::ChildResult> runRanks(int world, const std::vector<std::stri
   return launch::run_children(specs, deadline);
 }
 
-long failedAfterMs(const launch::ChildResult& result) {
+long failed_after_ms(const launch::ChildResult& result) {
   const std::string marker = "all_reduce failed after ";
   const auto at = result.output.find(marker);
   return at == std::string::npos ? -1 : std::stol(result.output.substr(at + marker.size()));

@@ -22,7 +22,7 @@ using examples::Mlp;
 constexpr int64_t kRows = 4;  // samples per batch
 
 // Rank r's batch number `step`: the same on every rank that computes it.
-std::pair<torch::Tensor, torch::Tensor> batchOf(int rank, int step, bool images) {
+std::pair<torch::Tensor, torch::Tensor> batch_of(int rank, int step, bool images) {
   torch::manual_seed(5000 + 97 * rank + step);
   if (images) {
     return {torch::randn({kRows, 1, 28, 28}), torch::randint(0, 10, {kRows})};
@@ -30,13 +30,13 @@ std::pair<torch::Tensor, torch::Tensor> batchOf(int rank, int step, bool images)
   return {torch::randn({kRows, 8}), torch::randn({kRows, 4})};
 }
 
-torch::Tensor lossOf(const torch::Tensor& output, const torch::Tensor& target, bool images) {
+torch::Tensor loss_of(const torch::Tensor& output, const torch::Tensor& target, bool images) {
   return images ? torch::cross_entropy_loss(output, target) : torch::mse_loss(output, target);
 }
 
 // Every rank's values, concatenated: equal everywhere iff the maximum over
 // the ranks equals the minimum.
-bool sameOnEveryRank(ProcessGroup& group, const std::vector<torch::Tensor>& tensors) {
+bool same_on_every_rank(ProcessGroup& group, const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> flat;
   for (const auto& t : tensors) flat.push_back(t.detach().to(torch::kDouble).reshape({-1}));
   torch::Tensor high = torch::cat(flat), low = high.clone();
@@ -59,7 +59,7 @@ class JoinChecker {
   void uneven(const std::string& name, std::vector<int> batches, bool by_contributors, bool images,
               const DistributedDataParallelOptions& options = {}, int micro = 1) {
     torch::manual_seed(31 + rank_);  // DDP must copy rank 0's weights
-    Model net = makeModel<Model>();
+    Model net = make_model<Model>();
     DistributedDataParallel model(net, options, group_);
     torch::optim::SGD optimizer(model->parameters(), 0.05);
     int source = -1;
@@ -69,17 +69,17 @@ class JoinChecker {
         optimizer.zero_grad();
         for (int k = 0; k + 1 < micro; ++k) {
           auto guard = model->no_sync();
-          auto [x, y] = batchOf(rank_, step * micro + k, images);
-          lossOf(model->forward(x), y, images).backward();
+          auto [x, y] = batch_of(rank_, step * micro + k, images);
+          loss_of(model->forward(x), y, images).backward();
         }
-        auto [x, y] = batchOf(rank_, step * micro + micro - 1, images);
-        lossOf(model->forward(x), y, images).backward();
+        auto [x, y] = batch_of(rank_, step * micro + micro - 1, images);
+        loss_of(model->forward(x), y, images).backward();
         optimizer.step();
       }
       source = join.join();
     }
     torch::manual_seed(31);
-    Model reference = makeModel<Model>();
+    Model reference = make_model<Model>();
     torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
     const int steps = *std::max_element(batches.begin(), batches.end());
     for (int step = 0; step < steps; ++step) {
@@ -90,8 +90,8 @@ class JoinChecker {
       for (int r = 0; r < world_; ++r) {
         if (batches[r] <= step) continue;
         for (int k = 0; k < micro; ++k) {
-          auto [x, y] = batchOf(r, step * micro + k, images);
-          (lossOf(reference->forward(x), y, images) / divisor).backward();
+          auto [x, y] = batch_of(r, step * micro + k, images);
+          (loss_of(reference->forward(x), y, images) / divisor).backward();
         }
       }
       reference_optimizer.step();
@@ -101,7 +101,7 @@ class JoinChecker {
     std::vector<torch::Tensor> state = net->parameters();
     for (const auto& b : net->buffers()) state.push_back(b);
     checks_.check(check_name(name, join_check::kSameStateEverywhere),
-                  sameOnEveryRank(*group_, state));
+                  same_on_every_rank(*group_, state));
     int last = 0;
     for (int r = 0; r < world_; ++r) {
       if (batches[r] >= batches[last]) last = r;  // the highest of the longest
@@ -112,8 +112,8 @@ class JoinChecker {
 
   // ZeroRedundancyOptimizer under a Join: stage 1 beside DDP (joined after
   // it) or stage 2 alone; the joined ranks keep stepping their shards.
-  void zeroUneven(const std::string& name, int stage, const ZeroOptimizerFactory& factory,
-                  std::vector<int> batches, bool by_contributors) {
+  void zero_uneven(const std::string& name, int stage, const ZeroOptimizerFactory& factory,
+                   std::vector<int> batches, bool by_contributors) {
     torch::manual_seed(31);
     Mlp net(8, 16, 4);
     std::shared_ptr<DistributedDataParallel> model;
@@ -127,7 +127,7 @@ class JoinChecker {
       Join join(joinables, JoinOptions().divide_by_initial_world_size(!by_contributors));
       for (int step = 0; step < batches[rank_]; ++step) {
         optimizer.zero_grad();
-        auto [x, y] = batchOf(rank_, step, false);
+        auto [x, y] = batch_of(rank_, step, false);
         torch::mse_loss(model ? (*model)->forward(x) : net->forward(x), y).backward();
         optimizer.step();
       }
@@ -143,7 +143,7 @@ class JoinChecker {
       reference_optimizer->zero_grad();
       for (int r = 0; r < world_; ++r) {
         if (batches[r] <= step) continue;
-        auto [x, y] = batchOf(r, step, false);
+        auto [x, y] = batch_of(r, step, false);
         (torch::mse_loss(reference->forward(x), y) / (by_contributors ? active : world_))
             .backward();
       }
@@ -152,12 +152,12 @@ class JoinChecker {
     checks_.close_all(check_name(name, join_check::kParameters), net->parameters(),
                       reference->parameters(), 1e-5);
     checks_.check(check_name(name, join_check::kSameParametersEverywhere),
-                  sameOnEveryRank(*group_, net->parameters()));
+                  same_on_every_rank(*group_, net->parameters()));
   }
 
   // Ranks with 2, 3 and 3 batches: the ranks still training throw at their
   // third forward, the joined rank in its first round; nobody hangs.
-  void earlyTermination() {
+  void early_termination() {
     const std::vector<int> batches = {2, 3, 3};
     torch::manual_seed(31);
     DistributedDataParallel model(Mlp(8, 16, 4), group_);
@@ -166,7 +166,7 @@ class JoinChecker {
     try {
       Join join({model.get()}, JoinOptions().throw_on_early_termination(true));
       for (int step = 0; step < batches[rank_]; ++step) {
-        auto [x, y] = batchOf(rank_, step, false);
+        auto [x, y] = batch_of(rank_, step, false);
         optimizer.zero_grad();
         torch::mse_loss(model->forward(x), y).backward();
         optimizer.step();
@@ -186,7 +186,7 @@ class JoinChecker {
 
  private:
   template <typename Model>
-  Model makeModel() {
+  Model make_model() {
     if constexpr (std::is_same_v<Model, Mlp>) {
       return Mlp(8, 16, 4);
     } else {
@@ -202,7 +202,7 @@ class JoinChecker {
 
 }  // namespace
 
-int checkJoin(const std::shared_ptr<ProcessGroup>& group) {
+int check_join(const std::shared_ptr<ProcessGroup>& group) {
   JoinChecker checker(group);
   checker.uneven<Mlp>(join_check::kMlpByWorldSize, {3, 5, 8}, false, false);
   checker.uneven<Mlp>(join_check::kMlpByContributors, {8, 3, 5}, true, false);
@@ -210,14 +210,14 @@ int checkJoin(const std::shared_ptr<ProcessGroup>& group) {
   checker.uneven<Mlp>(join_check::kStaticGraph, {0, 3, 5}, false, false,
                       DistributedDataParallelOptions().static_graph(true));
   checker.uneven<Mlp>(join_check::kMicroBatches, {2, 4, 3}, true, false, {}, 3);
-  checker.zeroUneven(join_check::kZeroStage1, 1,
-                     zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)), {3, 5, 8},
-                     false);
-  checker.zeroUneven(
+  checker.zero_uneven(join_check::kZeroStage1, 1,
+                      zero_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2)),
+                      {3, 5, 8}, false);
+  checker.zero_uneven(
       join_check::kZeroStage2, 2,
       zero_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(0.05).momentum(0.9)), {8, 0, 5},
       true);
-  checker.earlyTermination();
+  checker.early_termination();
   return checker.failed();
 }
 

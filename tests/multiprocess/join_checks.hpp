@@ -5,7 +5,7 @@
 // are compared with one process that applies, at each step, the average of
 // the gradients of the ranks that still had a batch. Each check is reported
 // by name (tests/common/named_checks.hpp), each name written once, below;
-// the parent test expects joinCheckNames().
+// the parent test expects join_check_names().
 
 #include <memory>
 #include <set>
@@ -19,9 +19,9 @@ namespace ddp::testing {
 
 /// Runs every Join case; prints each check by name and returns how many
 /// failed. Needs a group of 3 ranks.
-int checkJoin(const std::shared_ptr<ProcessGroup>& group);
+int check_join(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names of checkJoin()'s checks: each case's, then what each checks.
+/// The names of check_join()'s checks: each case's, then what each checks.
 namespace join_check {
 inline const std::string kMlpByWorldSize = "MLP, batches 3/5/8, divide by initial world size";
 inline const std::string kMlpByContributors = "MLP, batches 8/3/5, divide by contributing ranks";
@@ -55,8 +55,8 @@ inline const std::string kEarlyTermination =
     "throw_on_early_termination: every rank throws CollectiveError naming the count";
 }  // namespace join_check
 
-/// The names checkJoin() reports on every rank.
-inline std::set<std::string> joinCheckNames() {
+/// The names check_join() reports on every rank.
+inline std::set<std::string> join_check_names() {
   using namespace join_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names{kEarlyTermination};
   for (const auto& c : ddp_cases()) {

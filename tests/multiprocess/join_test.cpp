@@ -13,9 +13,9 @@ namespace ddp::testing {
 namespace {
 
 TEST(DdpJoin, UnevenInputsMatchOneProcessAndEndTogether) {
-  auto results = runRanks(3, {"join", "--backend", "gloo", "--collective-timeout-ms", "60000"});
+  auto results = run_ranks(3, {"join", "--backend", "gloo", "--collective-timeout-ms", "60000"});
   for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-  expectChecks(results, joinCheckNames());
+  expect_checks(results, join_check_names());
 }
 
 }  // namespace

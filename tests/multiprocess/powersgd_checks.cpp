@@ -18,7 +18,7 @@ namespace {
 using Shapes = std::vector<std::vector<int64_t>>;
 
 // A bucket laid out as DistributedDataParallel hands it to a hook.
-GradBucket makeBucket(const Shapes& shapes) {
+GradBucket make_bucket(const Shapes& shapes) {
   int64_t total = 0;
   for (const auto& shape : shapes) total += c10::multiply_integers(shape);
   GradBucket bucket;
@@ -34,14 +34,14 @@ GradBucket makeBucket(const Shapes& shapes) {
 }
 
 // Rank r's gradients at `iteration`, the same wherever they are computed.
-torch::Tensor gradientsOf(int rank, int iteration, int64_t numel) {
+torch::Tensor gradients_of(int rank, int iteration, int64_t numel) {
   torch::manual_seed(900 + 31 * rank + iteration);
   return torch::randn({numel});
 }
 
-torch::Tensor meanGradients(int world, int iteration, int64_t numel) {
+torch::Tensor mean_gradients(int world, int iteration, int64_t numel) {
   torch::Tensor sum = torch::zeros({numel});
-  for (int r = 0; r < world; ++r) sum += gradientsOf(r, iteration, numel);
+  for (int r = 0; r < world; ++r) sum += gradients_of(r, iteration, numel);
   return sum / world;
 }
 
@@ -57,17 +57,17 @@ class PowerSgdChecker {
     return bucket.buffer.clone();
   }
 
-  void fullRank() {
+  void full_rank() {
     PowerSgdHook hook(
         PowerSgdOptions().matrix_approximation_rank(5).start_iteration(2).min_compression_rate(0));
-    GradBucket bucket = makeBucket({{8, 5}, {5}, {16, 3}});
+    GradBucket bucket = make_bucket({{8, 5}, {5}, {16, 3}});
     const int64_t n = bucket.buffer.numel();
     double plain_error = 0, compressed_error = 0;
     int64_t sent_before = 0, sent_per_iteration = -1;
     bool same_sent = true;
     for (int it = 0; it < 5; ++it) {
-      const torch::Tensor out = step(hook, bucket, gradientsOf(rank_, it, n));
-      const double e = relative_error(out, meanGradients(world_, it, n));
+      const torch::Tensor out = step(hook, bucket, gradients_of(rank_, it, n));
+      const double e = relative_error(out, mean_gradients(world_, it, n));
       (it < 2 ? plain_error : compressed_error) =
           std::max(it < 2 ? plain_error : compressed_error, e);
       if (it >= 2) {
@@ -89,15 +89,15 @@ class PowerSgdChecker {
 
   // sum_t out_t + mean_r(E_r) = sum_t mean_r(G_r,t): error feedback loses
   // nothing, it only delays.
-  void errorFeedback() {
+  void error_feedback() {
     PowerSgdHook hook(PowerSgdOptions().matrix_approximation_rank(1).start_iteration(2));
-    GradBucket bucket = makeBucket({{32, 16}, {16}, {24, 8, 2}});
+    GradBucket bucket = make_bucket({{32, 16}, {16}, {24, 8, 2}});
     const int64_t n = bucket.buffer.numel();
     torch::Tensor applied = torch::zeros({n}), truth = torch::zeros({n});
     double lossy = 0;
     for (int it = 0; it < 6; ++it) {
-      const torch::Tensor mean = meanGradients(world_, it, n);
-      const torch::Tensor out = step(hook, bucket, gradientsOf(rank_, it, n));
+      const torch::Tensor mean = mean_gradients(world_, it, n);
+      const torch::Tensor out = step(hook, bucket, gradients_of(rank_, it, n));
       applied += out;
       truth += mean;
       lossy = std::max(lossy, relative_error(out, mean));
@@ -109,17 +109,17 @@ class PowerSgdChecker {
                   "max relative difference " + std::to_string(lossy));
   }
 
-  void whatIsCompressed() {
+  void what_is_compressed() {
     PowerSgdHook hook(PowerSgdOptions().matrix_approximation_rank(2).start_iteration(2));
-    GradBucket bucket = makeBucket({{4, 4}, {64}, {64, 64}});
+    GradBucket bucket = make_bucket({{4, 4}, {64}, {64, 64}});
     const int64_t n = bucket.buffer.numel();
     double small_error = 0, large_error = 0;
     int64_t sent = 0;
     for (int it = 0; it < 3; ++it) {
       const int64_t before = hook.communicated_elements();
-      const torch::Tensor out = step(hook, bucket, gradientsOf(rank_, it, n));
+      const torch::Tensor out = step(hook, bucket, gradients_of(rank_, it, n));
       sent = hook.communicated_elements() - before;
-      const torch::Tensor mean = meanGradients(world_, it, n);
+      const torch::Tensor mean = mean_gradients(world_, it, n);
       small_error =
           std::max(small_error, relative_error(out.narrow(0, 0, 80), mean.narrow(0, 0, 80)));
       if (it == 2) {
@@ -135,7 +135,7 @@ class PowerSgdChecker {
 
   // The same gradients every iteration, no error feedback: warm-started
   // power iteration converges to the top singular pair of the mean.
-  void warmStart() {
+  void warm_start() {
     torch::manual_seed(77);
     const torch::Tensor u = std::get<0>(torch::linalg_qr(torch::randn({24, 6})));
     const torch::Tensor v = std::get<0>(torch::linalg_qr(torch::randn({12, 6})));
@@ -151,7 +151,7 @@ class PowerSgdChecker {
     PowerSgdHook warm(
         PowerSgdOptions().matrix_approximation_rank(1).start_iteration(2).use_error_feedback(
             false));
-    GradBucket bucket = makeBucket({{24, 12}});
+    GradBucket bucket = make_bucket({{24, 12}});
     double error = 0;
     for (int it = 0; it < 30; ++it) {
       error = (step(warm, bucket, mine.reshape({-1})).view({24, 12}) - mean).norm().item<double>();
@@ -185,10 +185,10 @@ class PowerSgdChecker {
 
   // Full rank and rate 0: every matrix compressed, the average exact, so
   // training equals one process on the whole batch.
-  void trainsAsOneProcess() {
+  void trains_as_one_process() {
     using examples::Mlp;
     constexpr int64_t kPerRank = 4;
-    auto batchOf = [](int step) {
+    auto batch_of = [](int step) {
       torch::manual_seed(400 + step);
       return std::make_pair(torch::randn({kPerRank * 2, 8}), torch::randn({kPerRank * 2, 4}));
     };
@@ -199,7 +199,7 @@ class PowerSgdChecker {
     DistributedDataParallel model(net, DistributedDataParallelOptions().comm_hook(hook), group_);
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int s = 0; s < 6; ++s) {
-      auto [x, y] = batchOf(s);
+      auto [x, y] = batch_of(s);
       optimizer.zero_grad();
       torch::mse_loss(model->forward(x.chunk(world_)[rank_]), y.chunk(world_)[rank_]).backward();
       optimizer.step();
@@ -209,7 +209,7 @@ class PowerSgdChecker {
     torch::optim::SGD reference_optimizer(reference->parameters(),
                                           torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int s = 0; s < 6; ++s) {
-      auto [x, y] = batchOf(s);
+      auto [x, y] = batch_of(s);
       reference_optimizer.zero_grad();
       torch::mse_loss(reference->forward(x), y).backward();
       reference_optimizer.step();
@@ -231,14 +231,14 @@ class PowerSgdChecker {
 
 }  // namespace
 
-int checkPowerSgd(const std::shared_ptr<ProcessGroup>& group) {
+int check_power_sgd(const std::shared_ptr<ProcessGroup>& group) {
   PowerSgdChecker checker(group);
-  checker.fullRank();
-  checker.errorFeedback();
-  checker.whatIsCompressed();
-  checker.warmStart();
+  checker.full_rank();
+  checker.error_feedback();
+  checker.what_is_compressed();
+  checker.warm_start();
   checker.validation();
-  checker.trainsAsOneProcess();
+  checker.trains_as_one_process();
   return checker.failed();
 }
 

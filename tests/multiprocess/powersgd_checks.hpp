@@ -6,7 +6,7 @@
 // invariant, what is compressed and how much is sent, warm start, the
 // options' validation, and DistributedDataParallel training with the hook
 // at full rank against one process. Each check is reported by name, each
-// name written once, below; the parent test expects powerSgdCheckNames().
+// name written once, below; the parent test expects power_sgd_check_names().
 
 #include <memory>
 #include <set>
@@ -18,9 +18,9 @@ namespace ddp::testing {
 
 /// Runs every PowerSGD case; prints each check by name and returns how many
 /// failed. Needs a group of 2 ranks.
-int checkPowerSgd(const std::shared_ptr<ProcessGroup>& group);
+int check_power_sgd(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names of checkPowerSgd()'s checks.
+/// The names of check_power_sgd()'s checks.
 namespace powersgd_check {
 inline const std::string kPlainBeforeStart =
     "the start_iteration iterations before compression are plain averages";
@@ -47,8 +47,8 @@ inline const std::string kDdp =
     "DistributedDataParallel with PowerSGD at full rank matches one process";
 }  // namespace powersgd_check
 
-/// The names checkPowerSgd() reports on every rank.
-inline std::set<std::string> powerSgdCheckNames() {
+/// The names check_power_sgd() reports on every rank.
+inline std::set<std::string> power_sgd_check_names() {
   using namespace powersgd_check;  // NOLINT(google-build-using-namespace)
   return {kPlainBeforeStart,
           kFullRankEqualsAverage,

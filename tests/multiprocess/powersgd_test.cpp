@@ -14,9 +14,10 @@ namespace ddp::testing {
 namespace {
 
 TEST(DdpPowerSgd, ReducesToTheAverageAtFullRankAndKeepsWhatItLeavesOut) {
-  auto results = runRanks(2, {"powersgd", "--backend", "gloo", "--collective-timeout-ms", "60000"});
+  auto results =
+      run_ranks(2, {"powersgd", "--backend", "gloo", "--collective-timeout-ms", "60000"});
   for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-  expectChecks(results, powerSgdCheckNames());
+  expect_checks(results, power_sgd_check_names());
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ struct SharedBlockNetImpl : nn::Module {
 TORCH_MODULE(SharedBlockNet);
 
 // The step's whole batch, the same on every rank; rank r trains on chunk r.
-std::pair<torch::Tensor, torch::Tensor> batchOf(int step, int64_t rows) {
+std::pair<torch::Tensor, torch::Tensor> batch_of(int step, int64_t rows) {
   torch::manual_seed(7000 + step);
   return {torch::randn({rows, 8}), torch::randn({rows, 4})};
 }
@@ -54,23 +54,23 @@ class StaticGraphChecker {
 
   // kSteps of SGD with momentum through DDP, each rank on its chunk, against
   // one process on the whole batch (without checkpointing: the same math).
-  void matchesOneProcess(const std::string& variant, DistributedDataParallelOptions options) {
+  void matches_one_process(const std::string& variant, DistributedDataParallelOptions options) {
     using namespace static_graph_check;  // NOLINT(google-build-using-namespace)
     const std::string subject = block_applied_twice(variant);
     torch::manual_seed(11 + rank_);  // DDP must copy rank 0's weights
     SharedBlockNet net;
     DistributedDataParallel model(net, options.bucket_cap_mb(0.0005).first_bucket_cap_mb(0.0005),
                                   group_);
-    const std::string error = trainDdp(model, 2, 0.9);
-    SharedBlockNet reference = trainedReference(2, 0.9);
+    const std::string error = train_ddp(model, 2, 0.9);
+    SharedBlockNet reference = trained_reference(2, 0.9);
     checks_.close_all(check_name(subject, kParameters), net->parameters(), reference->parameters(),
                       1e-5, error);
 
     const ReducerStats stats = model->stats();
     const std::vector<int64_t> expected = {1, 1, 2, 2, 1, 1, 0, 0};
     checks_.check(check_name(subject, kGradientCounts), stats.static_gradient_counts == expected,
-                  "recorded " + listOf(stats.static_gradient_counts) + ", expected " +
-                      listOf(expected) + " (input, block, output, spare; weight and bias)");
+                  "recorded " + list_of(stats.static_gradient_counts) + ", expected " +
+                      list_of(expected) + " (input, block, output, spare; weight and bias)");
     checks_.check(check_name(subject, kSpareKeepsNoGradient),
                   !net->spare->weight.grad().defined() && !net->spare->bias.grad().defined());
     checks_.check(check_name(subject, kNoUnusedSearch), stats.unused_parameter_searches == 0,
@@ -84,12 +84,12 @@ class StaticGraphChecker {
 
   // The same model without static_graph: the block's second gradient is an
   // error; applied once, reentrant checkpointing works and matches.
-  void withoutStaticGraph() {
+  void without_static_graph() {
     std::string error;
     {
       torch::manual_seed(11);
       DistributedDataParallel model(SharedBlockNet(), group_);
-      auto [x, y] = batchOf(0, kPerRank * world_);
+      auto [x, y] = batch_of(0, kPerRank * world_);
       try {
         torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{2}, true),
                         y.chunk(world_)[rank_])
@@ -109,18 +109,18 @@ class StaticGraphChecker {
     SharedBlockNet net;
     DistributedDataParallel model(
         net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
-    error = trainDdp(model, 1, 0);
-    SharedBlockNet reference = trainedReference(1, 0);
+    error = train_ddp(model, 1, 0);
+    SharedBlockNet reference = trained_reference(1, 0);
     checks_.close_all(static_graph_check::kAppliedOnceWithout, net->parameters(),
                       reference->parameters(), 1e-5, error);
   }
 
   // Rank 1 applies the block twice in the first iteration, rank 0 once.
-  void ranksDiffer() {
+  void ranks_differ() {
     torch::manual_seed(11);
     DistributedDataParallel model(SharedBlockNet(),
                                   DistributedDataParallelOptions().static_graph(true), group_);
-    auto [x, y] = batchOf(0, kPerRank * world_);
+    auto [x, y] = batch_of(0, kPerRank * world_);
     std::string error;
     try {
       torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{rank_ + 1}, true),
@@ -138,14 +138,14 @@ class StaticGraphChecker {
   }
 
   // Every rank applies the block once in the third iteration.
-  void laterIterationDiffers() {
+  void later_iteration_differs() {
     torch::manual_seed(11);
     DistributedDataParallel model(SharedBlockNet(),
                                   DistributedDataParallelOptions().static_graph(true), group_);
     std::string error;
     try {
       for (int step = 0; step < 3; ++step) {
-        auto [x, y] = batchOf(step, kPerRank * world_);
+        auto [x, y] = batch_of(step, kPerRank * world_);
         const int64_t uses = step == 2 ? 1 : 2;
         torch::mse_loss(model->forward(x.chunk(world_)[rank_], uses, true), y.chunk(world_)[rank_])
             .backward();
@@ -167,12 +167,12 @@ class StaticGraphChecker {
  private:
   // kSteps of SGD (lr 0.05) through `model`, each rank on its chunk, the
   // block applied `uses` times under checkpointing; what it threw, or "".
-  std::string trainDdp(DistributedDataParallel& model, int64_t uses, double momentum) {
+  std::string train_ddp(DistributedDataParallel& model, int64_t uses, double momentum) {
     torch::optim::SGD optimizer(model->parameters(),
                                 torch::optim::SGDOptions(0.05).momentum(momentum));
     try {
       for (int step = 0; step < kSteps; ++step) {
-        auto [x, y] = batchOf(step, kPerRank * world_);
+        auto [x, y] = batch_of(step, kPerRank * world_);
         optimizer.zero_grad();
         torch::mse_loss(model->forward(x.chunk(world_)[rank_], uses, true), y.chunk(world_)[rank_])
             .backward();
@@ -186,13 +186,13 @@ class StaticGraphChecker {
 
   // The same steps in one process on the whole batch, without checkpointing
   // (the same math), from rank 0's initial weights.
-  SharedBlockNet trainedReference(int64_t uses, double momentum) const {
+  SharedBlockNet trained_reference(int64_t uses, double momentum) const {
     torch::manual_seed(11);
     SharedBlockNet reference;
     torch::optim::SGD optimizer(reference->parameters(),
                                 torch::optim::SGDOptions(0.05).momentum(momentum));
     for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batchOf(step, kPerRank * world_);
+      auto [x, y] = batch_of(step, kPerRank * world_);
       optimizer.zero_grad();
       torch::mse_loss(reference->forward(x, uses, false), y).backward();
       optimizer.step();
@@ -200,7 +200,7 @@ class StaticGraphChecker {
     return reference;
   }
 
-  static std::string listOf(const std::vector<int64_t>& values) {
+  static std::string list_of(const std::vector<int64_t>& values) {
     std::string text = "{";
     for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
     return text + "}";
@@ -214,18 +214,18 @@ class StaticGraphChecker {
 
 }  // namespace
 
-int checkStaticGraph(const std::shared_ptr<ProcessGroup>& group) {
+int check_static_graph(const std::shared_ptr<ProcessGroup>& group) {
   StaticGraphChecker checker(group);
-  checker.matchesOneProcess(static_graph_check::kStaticGraph,
-                            DistributedDataParallelOptions().static_graph(true));
-  checker.matchesOneProcess(static_graph_check::kWithOtherOptions,
-                            DistributedDataParallelOptions()
-                                .static_graph(true)
-                                .find_unused_parameters(true)
-                                .gradient_as_bucket_view(true));
-  checker.withoutStaticGraph();
-  checker.ranksDiffer();
-  checker.laterIterationDiffers();
+  checker.matches_one_process(static_graph_check::kStaticGraph,
+                              DistributedDataParallelOptions().static_graph(true));
+  checker.matches_one_process(static_graph_check::kWithOtherOptions,
+                              DistributedDataParallelOptions()
+                                  .static_graph(true)
+                                  .find_unused_parameters(true)
+                                  .gradient_as_bucket_view(true));
+  checker.without_static_graph();
+  checker.ranks_differ();
+  checker.later_iteration_differs();
   return checker.failed();
 }
 

@@ -5,7 +5,7 @@
 // reentrant activation checkpointing, against one process on the whole
 // batch; the counts it records; the errors when the ranks, or a later
 // iteration, differ from the first. Each check is reported by name, each
-// name written once, below; the parent test expects staticGraphCheckNames().
+// name written once, below; the parent test expects static_graph_check_names().
 
 #include <memory>
 #include <set>
@@ -19,9 +19,9 @@ namespace ddp::testing {
 
 /// Runs every static_graph case; prints each check by name and returns how
 /// many failed. Needs a group of 2 ranks.
-int checkStaticGraph(const std::shared_ptr<ProcessGroup>& group);
+int check_static_graph(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names of checkStaticGraph()'s checks.
+/// The names of check_static_graph()'s checks.
 namespace static_graph_check {
 /// The options the block applied twice is trained with.
 inline const std::string kStaticGraph = "static_graph";
@@ -56,8 +56,8 @@ inline const std::string kLaterIterationDiffers =
     "iteration";
 }  // namespace static_graph_check
 
-/// The names checkStaticGraph() reports on every rank.
-inline std::set<std::string> staticGraphCheckNames() {
+/// The names check_static_graph() reports on every rank.
+inline std::set<std::string> static_graph_check_names() {
   using namespace static_graph_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names{kSecondGradientWithout, kAppliedOnceWithout, kRanksDiffer,
                               kLaterIterationDiffers};

@@ -14,9 +14,9 @@ namespace {
 
 TEST(DdpStaticGraph, CheckpointedSharedBlockMatchesOneProcessAndChangesAreNamed) {
   auto results =
-      runRanks(2, {"static-graph", "--backend", "gloo", "--collective-timeout-ms", "60000"});
+      run_ranks(2, {"static-graph", "--backend", "gloo", "--collective-timeout-ms", "60000"});
   for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-  expectChecks(results, staticGraphCheckNames());
+  expect_checks(results, static_graph_check_names());
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ Arguments parse(const std::vector<std::string>& arguments) {
   return args;
 }
 
-int runTopology(ddp::ProcessGroup& group) {
+int run_topology(ddp::ProcessGroup& group) {
   const auto& t = group.topology();
   std::cout << "rank=" << t.rank << " world_size=" << t.world_size << " local_rank=" << t.local_rank
             << " local_world_size=" << t.local_world_size << " group_rank=" << t.group_rank
@@ -111,7 +111,7 @@ int runTopology(ddp::ProcessGroup& group) {
 }
 
 // All-reduces 1024 ones; on failure, says after how long, then rethrows.
-int timedAllReduce(ddp::ProcessGroup& group) {
+int timed_all_reduce(ddp::ProcessGroup& group) {
   at::Tensor t = at::ones({1024});
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -127,8 +127,8 @@ int timedAllReduce(ddp::ProcessGroup& group) {
   return 0;
 }
 
-int runExitEarly(ddp::ProcessGroup& group) {
-  if (group.rank() == 0) return timedAllReduce(group);
+int run_exit_early(ddp::ProcessGroup& group) {
+  if (group.rank() == 0) return timed_all_reduce(group);
   std::cout << "rank " << group.rank() << ": leaving without the collective\n";
   std::cout.flush();
   std::_Exit(0);  // Leave abruptly, as a crashed peer would.
@@ -140,10 +140,10 @@ int runExitEarly(ddp::ProcessGroup& group) {
 // failed while the stalled rank was still away, whatever the machine's load,
 // and no upper bound on the peer's time is needed (the harness deadline
 // catches a hang).
-int runStall(ddp::ProcessGroup& group, const Arguments& args) {
+int run_stall(ddp::ProcessGroup& group, const Arguments& args) {
   at::Tensor pids = at::empty({group.size()}, at::kLong);
   group.all_gather(pids, at::full({1}, static_cast<int64_t>(getpid()), at::kLong));
-  if (group.rank() != args.stall_rank) return timedAllReduce(group);
+  if (group.rank() != args.stall_rank) return timed_all_reduce(group);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.stall_ms);
   auto alive = [&] {
     for (int r = 0; r < group.size(); ++r) {
@@ -165,20 +165,20 @@ int runStall(ddp::ProcessGroup& group, const Arguments& args) {
 
 // A shared-memory group beside `gloo`, meeting at a port rank 0 holds until
 // its store listens there (Note [A port held from choice to use]).
-int runShmAgainstGloo(ddp::ProcessGroup& gloo, const Arguments& args) {
+int run_shm_against_gloo(ddp::ProcessGroup& gloo, const Arguments& args) {
   std::optional<ddp::launch::PortReservation> reserved;
   if (gloo.rank() == 0) reserved.emplace();
   at::Tensor port = at::full({1}, reserved ? reserved->port() : 0, at::kInt);
   gloo.broadcast(port, 0);
   ddp::InitOptions options = args.init;
   auto shm = ddp::init(options.backend("shm").master_port(port.item<int>()));
-  return checks_exit_code(gloo.rank(), ddp::testing::checkShmAgainstGloo(gloo, *shm));
+  return checks_exit_code(gloo.rank(), ddp::testing::check_shm_against_gloo(gloo, *shm));
 }
 
 using Group = std::shared_ptr<ddp::ProcessGroup>;
 
 // A scenario run on the group its options describe.
-ddp::testing::WorkerScenario onGroup(std::function<int(const Group&, const Arguments&)> body) {
+ddp::testing::WorkerScenario on_group(std::function<int(const Group&, const Arguments&)> body) {
   return [body](const std::vector<std::string>& arguments) {
     const Arguments args = parse(arguments);
     return body(ddp::init(args.init), args);
@@ -187,7 +187,7 @@ ddp::testing::WorkerScenario onGroup(std::function<int(const Group&, const Argum
 
 // A scenario whose checks print one line each and return how many failed.
 ddp::testing::WorkerScenario checking(std::function<int(const Group&, const Arguments&)> checks) {
-  return onGroup([checks](const Group& group, const Arguments& args) {
+  return on_group([checks](const Group& group, const Arguments& args) {
     return checks_exit_code(group->rank(), checks(group, args));
   });
 }
@@ -198,35 +198,39 @@ int main(int argc, char** argv) {
   namespace t = ddp::testing;
   return t::run_worker(
       argc, argv,
-      {{"collectives", checking([](const Group& g, auto&) { return t::checkAllCollectives(*g); })},
-       {"topology", onGroup([](const Group& g, auto&) { return runTopology(*g); })},
-       {"stall", onGroup([](const Group& g, const Arguments& args) { return runStall(*g, args); })},
-       {"exit-early", onGroup([](const Group& g, auto&) { return runExitEarly(*g); })},
-       {"ddp", checking([](const Group& g, auto&) { return t::checkDistributedDataParallel(g); })},
-       {"ddp-mismatch", onGroup([](const Group& g, auto&) {
-          t::wrapMismatchedModel(g);
+      {{"collectives",
+        checking([](const Group& g, auto&) { return t::check_all_collectives(*g); })},
+       {"topology", on_group([](const Group& g, auto&) { return run_topology(*g); })},
+       {"stall",
+        on_group([](const Group& g, const Arguments& args) { return run_stall(*g, args); })},
+       {"exit-early", on_group([](const Group& g, auto&) { return run_exit_early(*g); })},
+       {"ddp",
+        checking([](const Group& g, auto&) { return t::check_distributed_data_parallel(g); })},
+       {"ddp-mismatch", on_group([](const Group& g, auto&) {
+          t::wrap_mismatched_model(g);
           std::cout << "rank " << g->rank() << ": the mismatched model was accepted\n";
           return 1;
         })},
-       {"ddp-unused", onGroup([](const Group& g, auto&) {
-          t::trainWithUnusedParameter(g);
+       {"ddp-unused", on_group([](const Group& g, auto&) {
+          t::train_with_unused_parameter(g);
           std::cout << "rank " << g->rank() << ": the unused parameter went unnoticed\n";
           return 1;
         })},
-       {"ddp-disagree", onGroup([](const Group& g, const Arguments& args) {
-          t::runDisagreement(g, args.phase);
+       {"ddp-disagree", on_group([](const Group& g, const Arguments& args) {
+          t::run_disagreement(g, args.phase);
           return 0;
         })},
-       {"join", checking([](const Group& g, auto&) { return t::checkJoin(g); })},
-       {"static-graph", checking([](const Group& g, auto&) { return t::checkStaticGraph(g); })},
-       {"powersgd", checking([](const Group& g, auto&) { return t::checkPowerSgd(g); })},
-       {"zero", checking([](const Group& g, auto&) { return t::checkZero(g); })},
+       {"join", checking([](const Group& g, auto&) { return t::check_join(g); })},
+       {"static-graph", checking([](const Group& g, auto&) { return t::check_static_graph(g); })},
+       {"powersgd", checking([](const Group& g, auto&) { return t::check_power_sgd(g); })},
+       {"zero", checking([](const Group& g, auto&) { return t::check_zero(g); })},
        {"zero-snapshot", checking([](const Group& g, const Arguments& args) {
-          return t::checkZeroSnapshot(g, args.phase, args.directory);
+          return t::check_zero_snapshot(g, args.phase, args.directory);
         })},
-       {"shm-vs-gloo",
-        onGroup([](const Group& g, const Arguments& args) { return runShmAgainstGloo(*g, args); })},
+       {"shm-vs-gloo", on_group([](const Group& g, const Arguments& args) {
+          return run_shm_against_gloo(*g, args);
+        })},
        {"stress", checking([](const Group& g, auto&) {
-          return t::stressCollectives(*g, t::kStressIterations);
+          return t::stress_collectives(*g, t::kStressIterations);
         })}});
 }

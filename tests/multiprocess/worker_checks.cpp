@@ -14,9 +14,9 @@ namespace {
 
 // Rank r's value at element j. Small integers, so that every result below is
 // exact even in bfloat16 (8 significant bits) for up to 4 ranks.
-double valueOf(int rank, int64_t j) { return rank + 1 + static_cast<double>(j % 3); }
+double value_of(int rank, int64_t j) { return rank + 1 + static_cast<double>(j % 3); }
 
-// The closed form of reducing valueOf(r, j) over ranks 0..world-1.
+// The closed form of reducing value_of(r, j) over ranks 0..world-1.
 double reduced(ReduceOp op, int world, int64_t j, bool integral) {
   const double offset = static_cast<double>(j % 3);
   switch (op) {
@@ -49,7 +49,7 @@ class Checker {
  public:
   explicit Checker(ProcessGroup& group) : group_(group) {}
 
-  void expectEqual(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
+  void expect_equal(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
     if (got.sizes() == expected.sizes() && got.scalar_type() == expected.scalar_type() &&
         at::equal(got, expected)) {
       checks_.check(what, true);
@@ -61,7 +61,7 @@ class Checker {
                                              : " (sizes or dtype differ)";
     int64_t j = mismatch.numel() > 0 ? mismatch[0][0].item<int64_t>() : 0;
     checks_.check(what, false,
-                  detail::dtypeName(got.scalar_type()) + where + ": got " +
+                  detail::dtype_name(got.scalar_type()) + where + ": got " +
                       std::to_string(got.reshape(-1)[j].item<double>()) + ", expected " +
                       std::to_string(expected.reshape(-1)[j].item<double>()));
   }
@@ -69,11 +69,11 @@ class Checker {
   void all_reduce(at::ScalarType dtype, ReduceOp op) {
     const int64_t n = 1031;  // Odd, so that ring chunks are uneven.
     const bool integral = at::isIntegralType(dtype, false);
-    at::Tensor t = filled(n, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); });
+    at::Tensor t = filled(n, dtype, [&](int64_t j) { return value_of(group_.rank(), j); });
     group_.all_reduce(t, op);
-    expectEqual(collective_check::all_reduce(op, dtype), t, filled(n, dtype, [&](int64_t j) {
-                  return reduced(op, group_.size(), j, integral);
-                }));
+    expect_equal(collective_check::all_reduce(op, dtype), t, filled(n, dtype, [&](int64_t j) {
+                   return reduced(op, group_.size(), j, integral);
+                 }));
   }
 
   void broadcast(at::ScalarType dtype, int root) {
@@ -81,7 +81,7 @@ class Checker {
     auto value = [&](int64_t j) { return 10.0 * (root + 1) + static_cast<double>(j % 7); };
     at::Tensor t = group_.rank() == root ? filled(n, dtype, value) : at::full({n}, -1, dtype);
     group_.broadcast(t.view({11, 47}), root);
-    expectEqual(collective_check::broadcast(root, dtype), t, filled(n, dtype, value));
+    expect_equal(collective_check::broadcast(root, dtype), t, filled(n, dtype, value));
   }
 
   void all_gather(at::ScalarType dtype) {
@@ -90,8 +90,8 @@ class Checker {
     at::Tensor input = filled(n, dtype, [&](int64_t j) { return 10.0 * group_.rank() + j % 5; });
     at::Tensor output = at::full({world * n}, -1, dtype);
     group_.all_gather(output, input);
-    expectEqual(collective_check::all_gather(dtype), output,
-                filled(world * n, dtype, [&](int64_t j) { return 10.0 * (j / n) + (j % n) % 5; }));
+    expect_equal(collective_check::all_gather(dtype), output,
+                 filled(world * n, dtype, [&](int64_t j) { return 10.0 * (j / n) + (j % n) % 5; }));
   }
 
   void reduce_scatter(at::ScalarType dtype, ReduceOp op) {
@@ -99,12 +99,12 @@ class Checker {
     const int world = group_.size();
     const int rank = group_.rank();
     const bool integral = at::isIntegralType(dtype, false);
-    at::Tensor input = filled(world * chunk, dtype, [&](int64_t j) { return valueOf(rank, j); });
+    at::Tensor input = filled(world * chunk, dtype, [&](int64_t j) { return value_of(rank, j); });
     at::Tensor output = at::full({chunk}, -1, dtype);
     group_.reduce_scatter(output, input, op);
-    expectEqual(collective_check::reduce_scatter(op, dtype), output,
-                filled(chunk, dtype,
-                       [&](int64_t k) { return reduced(op, world, rank * chunk + k, integral); }));
+    expect_equal(collective_check::reduce_scatter(op, dtype), output,
+                 filled(chunk, dtype,
+                        [&](int64_t k) { return reduced(op, world, rank * chunk + k, integral); }));
   }
 
   // Several collectives in flight at once, waited on in reverse order.
@@ -115,19 +115,19 @@ class Checker {
     std::vector<Work> works;
     for (int k = 0; k < collective_check::kAsyncAllReduces; ++k) {
       tensors.push_back(
-          filled(100 + k, dtype, [&](int64_t j) { return valueOf(group_.rank(), j); }));
+          filled(100 + k, dtype, [&](int64_t j) { return value_of(group_.rank(), j); }));
       works.push_back(group_.all_reduce_async(tensors.back(), ReduceOp::kSum));
     }
     at::Tensor gathered = at::zeros({world * 5}, dtype);
     works.push_back(group_.all_gather_async(gathered, at::full({5}, group_.rank(), dtype)));
     for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
     for (int k = 0; k < collective_check::kAsyncAllReduces; ++k) {
-      expectEqual(collective_check::all_reduce_async(k, dtype), tensors[k],
-                  filled(100 + k, dtype,
-                         [&](int64_t j) { return reduced(ReduceOp::kSum, world, j, integral); }));
+      expect_equal(collective_check::all_reduce_async(k, dtype), tensors[k],
+                   filled(100 + k, dtype,
+                          [&](int64_t j) { return reduced(ReduceOp::kSum, world, j, integral); }));
     }
-    expectEqual(collective_check::all_gather_async(dtype), gathered,
-                filled(world * 5, dtype, [](int64_t j) { return static_cast<double>(j / 5); }));
+    expect_equal(collective_check::all_gather_async(dtype), gathered,
+                 filled(world * 5, dtype, [](int64_t j) { return static_cast<double>(j / 5); }));
     bool all_completed = true;
     for (auto& w : works) all_completed = all_completed && w.is_completed();
     checks_.check(collective_check::completed_after_wait(dtype), all_completed,
@@ -160,11 +160,11 @@ class Checker {
   }
 
   int run() {
-    for (auto dtype : collectiveDtypes()) {
-      for (auto op : collectiveOps()) all_reduce(dtype, op);
+    for (auto dtype : collective_dtypes()) {
+      for (auto op : collective_ops()) all_reduce(dtype, op);
       for (int root = 0; root < group_.size(); ++root) broadcast(dtype, root);
       all_gather(dtype);
-      for (auto op : collectiveOps()) reduce_scatter(dtype, op);
+      for (auto op : collective_ops()) reduce_scatter(dtype, op);
       asynchronous(dtype);
     }
     barrier();
@@ -178,6 +178,6 @@ class Checker {
 
 }  // namespace
 
-int checkAllCollectives(ProcessGroup& group) { return Checker(group).run(); }
+int check_all_collectives(ProcessGroup& group) { return Checker(group).run(); }
 
 }  // namespace ddp::testing

@@ -24,13 +24,13 @@ constexpr int64_t kPerRank = 4;
 constexpr int kSteps = 5;
 // Every parameter gets a gradient: 8x16, 16x16 and 16x4 layers, in buckets
 // (under kTwoBucketsCapMb, from the last layer) of 68, 272 and 144 elements.
-nn::Sequential threeLayers() {
+nn::Sequential three_layers() {
   return nn::Sequential(nn::Linear(8, 16), nn::Tanh(), nn::Linear(16, 16), nn::Tanh(),
                         nn::Linear(16, 4));
 }
 
 template <typename Call>
-std::string messageOf(Call call) {
+std::string message_of(Call call) {
   try {
     call();
   } catch (const std::exception& e) {
@@ -39,7 +39,7 @@ std::string messageOf(Call call) {
   return "(no exception)";
 }
 
-std::pair<torch::Tensor, torch::Tensor> batchOf(int step, int world) {
+std::pair<torch::Tensor, torch::Tensor> batch_of(int step, int world) {
   torch::manual_seed(600 + step);
   return {torch::randn({kPerRank * world, 8}), torch::randn({kPerRank * world, 4})};
 }
@@ -50,7 +50,7 @@ struct OptimizerCase {
   int64_t state_per_element;  // bytes of state per float32 element
 };
 
-std::vector<OptimizerCase> optimizerCases() {
+std::vector<OptimizerCase> optimizer_cases() {
   return {
       {zero_check::kSgdMomentum,
        zero_optimizer<optim::SGD>(optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-2)), 4},
@@ -66,7 +66,7 @@ class ZeroChecker {
   explicit ZeroChecker(std::shared_ptr<ProcessGroup> group)
       : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
 
-  void matchesPlainDdp(int stage, const OptimizerCase& c, bool two_buckets = false) {
+  void matches_plain_ddp(int stage, const OptimizerCase& c, bool two_buckets = false) {
     using namespace zero_check;  // NOLINT(google-build-using-namespace)
     const std::string subject = at_stage(stage, two_buckets ? in_two_buckets(c.name) : c.name);
     // Plain DDP with the whole optimizer on every rank.
@@ -76,7 +76,7 @@ class ZeroChecker {
         plain_net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
     auto plain_optimizer = c.factory(plain_net->parameters());
     for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batchOf(step, world_);
+      auto [x, y] = batch_of(step, world_);
       plain_optimizer->zero_grad();
       torch::mse_loss(plain->forward(x.chunk(world_)[rank_]), y.chunk(world_)[rank_]).backward();
       plain_optimizer->step();
@@ -96,7 +96,7 @@ class ZeroChecker {
                                       group_);
     bool released = true;
     for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batchOf(step, world_);
+      auto [x, y] = batch_of(step, world_);
       optimizer.zero_grad();
       const at::Tensor input = x.chunk(world_)[rank_];
       const at::Tensor output = stage == 1 ? (*model)->forward(input) : net->forward(input);
@@ -108,12 +108,12 @@ class ZeroChecker {
 
     checks_.close_all(check_name(subject, kParameters), net->parameters(), plain_net->parameters(),
                       1e-6);
-    // Closed forms (zeroNetShare): chunk r of each bucket.
-    const std::vector<int64_t> buckets = zeroNetBuckets(two_buckets);
+    // Closed forms (zero_net_share): chunk r of each bucket.
+    const std::vector<int64_t> buckets = zero_net_buckets(two_buckets);
     checks_.check(check_name(subject, kBuckets), optimizer.bucket_elements() == buckets,
                   std::to_string(optimizer.bucket_elements().size()) + " bucket(s), the first of " +
                       std::to_string(optimizer.bucket_elements().front()) + " elements");
-    const ZeroNetShare share = zeroNetShare(rank_, world_, buckets);
+    const ZeroNetShare share = zero_net_share(rank_, world_, buckets);
     const int64_t owned = optimizer.shard_elements();
     checks_.check(
         check_name(subject, kShardState),
@@ -134,9 +134,9 @@ class ZeroChecker {
 
   // Stage 2 with two backward passes per step against plain DDP with the
   // first pass under no_sync(): both average the summed gradients.
-  void accumulatesPasses() {
-    using namespace zero_check;                        // NOLINT(google-build-using-namespace)
-    const auto factory = optimizerCases()[1].factory;  // Adam
+  void accumulates_passes() {
+    using namespace zero_check;                         // NOLINT(google-build-using-namespace)
+    const auto factory = optimizer_cases()[1].factory;  // Adam
     torch::manual_seed(21);
     ZeroNet plain_net;
     DistributedDataParallel plain(
@@ -152,7 +152,7 @@ class ZeroChecker {
                                       group_);
     bool kept = true;
     for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batchOf(step, world_);
+      auto [x, y] = batch_of(step, world_);
       const auto xs = x.chunk(world_)[rank_].chunk(2), ys = y.chunk(world_)[rank_].chunk(2);
       plain_optimizer->zero_grad();
       {
@@ -175,20 +175,20 @@ class ZeroChecker {
 
   // Counts the collectives ZeRO issues: the reduce-scatters of the last two
   // layers' buckets start before the first layer's gradient exists.
-  void overlapsBackward() {
+  void overlaps_backward() {
     using namespace zero_check;  // NOLINT(google-build-using-namespace)
     torch::manual_seed(5);
-    nn::Sequential net = threeLayers();
+    nn::Sequential net = three_layers();
     auto counting = std::make_shared<CountingGroup>(group_);
     ZeroRedundancyOptimizer optimizer(
-        net->parameters(), optimizerCases()[0].factory,
+        net->parameters(), optimizer_cases()[0].factory,
         ZeroRedundancyOptimizerOptions().stage(2).bucket_cap_mb(kTwoBucketsCapMb), counting);
     int64_t before_first_layer = -1;
     net[0]->as<nn::Linear>()->weight.register_hook(
         [&](const at::Tensor&) { before_first_layer = counting->issued(); });
     checks_.check(check_name(kOverlap, kThreeBuckets),
                   optimizer.bucket_elements() == std::vector<int64_t>{68, 272, 144});
-    auto [x, y] = batchOf(0, world_);
+    auto [x, y] = batch_of(0, world_);
     optimizer.zero_grad();
     torch::mse_loss(net->forward(x.chunk(world_)[rank_]), y.chunk(world_)[rank_]).backward();
     const int64_t after_backward = counting->issued();
@@ -208,30 +208,30 @@ class ZeroChecker {
                       std::to_string(usage_exchanges + 3));
   }
 
-  void misuseIsNamed() {
+  void misuse_is_named() {
     torch::manual_seed(5);
-    nn::Sequential net = threeLayers();
-    ZeroRedundancyOptimizer optimizer(net->parameters(), optimizerCases()[0].factory,
+    nn::Sequential net = three_layers();
+    ZeroRedundancyOptimizer optimizer(net->parameters(), optimizer_cases()[0].factory,
                                       ZeroRedundancyOptimizerOptions().stage(2), group_);
     const at::Tensor x = torch::ones({2, 8});
     net->forward(x).sum().backward();
-    const std::string twice = messageOf([&] { net->forward(x).sum().backward(); });
+    const std::string twice = message_of([&] { net->forward(x).sum().backward(); });
     checks_.check(zero_check::kSecondBackward,
                   twice.find("was computed more than backward_passes_per_step = 1 time(s) before "
                              "step()") != std::string::npos,
                   "message: '" + twice + "'");
-    const std::string zeroed = messageOf([&] { optimizer.zero_grad(); });
+    const std::string zeroed = message_of([&] { optimizer.zero_grad(); });
     checks_.check(zero_check::kZeroGradMidway,
                   zeroed.find("zero_grad() after a backward pass whose gradients are already "
                               "being reduce-scattered") != std::string::npos,
                   "message: '" + zeroed + "'");
     optimizer.step();
-    const std::string cap = messageOf([&] {
-      ZeroRedundancyOptimizer bad(net->parameters(), optimizerCases()[0].factory,
+    const std::string cap = message_of([&] {
+      ZeroRedundancyOptimizer bad(net->parameters(), optimizer_cases()[0].factory,
                                   ZeroRedundancyOptimizerOptions().bucket_cap_mb(0), group_);
     });
-    const std::string passes = messageOf([&] {
-      ZeroRedundancyOptimizer bad(net->parameters(), optimizerCases()[0].factory,
+    const std::string passes = message_of([&] {
+      ZeroRedundancyOptimizer bad(net->parameters(), optimizer_cases()[0].factory,
                                   ZeroRedundancyOptimizerOptions().backward_passes_per_step(2),
                                   group_);
     });
@@ -241,13 +241,13 @@ class ZeroChecker {
                   "messages: '" + cap + "', '" + passes + "'");
   }
 
-  void releasedGradients() { checks_.check(zero_check::kNoFullGradientKept, all_released_); }
+  void released_gradients() { checks_.check(zero_check::kNoFullGradientKept, all_released_); }
 
-  void badStage() {
+  void bad_stage() {
     std::string message;
     try {
       ZeroNet net;
-      ZeroRedundancyOptimizer optimizer(net->parameters(), optimizerCases()[0].factory,
+      ZeroRedundancyOptimizer optimizer(net->parameters(), optimizer_cases()[0].factory,
                                         ZeroRedundancyOptimizerOptions().stage(3), group_);
     } catch (const ConfigError& e) {
       message = e.what();
@@ -270,17 +270,17 @@ class ZeroChecker {
 
 }  // namespace
 
-int checkZero(const std::shared_ptr<ProcessGroup>& group) {
+int check_zero(const std::shared_ptr<ProcessGroup>& group) {
   ZeroChecker checker(group);
   for (int stage : zero_check::stages()) {
-    for (const OptimizerCase& c : optimizerCases()) checker.matchesPlainDdp(stage, c);
-    checker.matchesPlainDdp(stage, optimizerCases()[1], /*two_buckets=*/true);
+    for (const OptimizerCase& c : optimizer_cases()) checker.matches_plain_ddp(stage, c);
+    checker.matches_plain_ddp(stage, optimizer_cases()[1], /*two_buckets=*/true);
   }
-  checker.accumulatesPasses();
-  checker.overlapsBackward();
-  checker.misuseIsNamed();
-  checker.releasedGradients();
-  checker.badStage();
+  checker.accumulates_passes();
+  checker.overlaps_backward();
+  checker.misuse_is_named();
+  checker.released_gradients();
+  checker.bad_stage();
   return checker.failed();
 }
 

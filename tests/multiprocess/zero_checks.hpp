@@ -7,7 +7,7 @@
 // two; the state each rank holds; stage 2's accumulation over two passes,
 // its reduce-scatters overlapping backward (counted), the gradients it
 // releases and the misuse it names. Each check is reported by name, each
-// name written once, below; the parent test expects zeroCheckNames().
+// name written once, below; the parent test expects zero_check_names().
 
 #include <memory>
 #include <set>
@@ -21,9 +21,9 @@ namespace ddp::testing {
 
 /// Runs every ZeRO case; prints each check by name and returns how many
 /// failed.
-int checkZero(const std::shared_ptr<ProcessGroup>& group);
+int check_zero(const std::shared_ptr<ProcessGroup>& group);
 
-/// The names of checkZero()'s checks.
+/// The names of check_zero()'s checks.
 namespace zero_check {
 /// The stages each optimizer case runs at.
 inline std::vector<int> stages() { return {1, 2}; }
@@ -77,8 +77,8 @@ inline const std::string kNoFullGradientKept = "stage 2: no full gradient is kep
 inline const std::string kBadStage = "stage 3 is a ConfigError naming the stages";
 }  // namespace zero_check
 
-/// The names checkZero() reports on every rank.
-inline std::set<std::string> zeroCheckNames() {
+/// The names check_zero() reports on every rank.
+inline std::set<std::string> zero_check_names() {
   using namespace zero_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names{check_name(kTwoPasses, kFirstPassKept),
                               check_name(kTwoPasses, kTwoPassesParameters),

@@ -29,7 +29,7 @@ constexpr double kTwoBucketsCapMb = 256.0 / (1024 * 1024);
 
 /// ZeroNet's buckets under the default cap (one of all 232 elements) and
 /// under kTwoBucketsCapMb (spare and out: 88 elements; hidden: 144).
-inline std::vector<int64_t> zeroNetBuckets(bool two) {
+inline std::vector<int64_t> zero_net_buckets(bool two) {
   return two ? std::vector<int64_t>{88, 144} : std::vector<int64_t>{232};
 }
 
@@ -41,7 +41,7 @@ struct ZeroNetShare {
   int64_t owned = 0;
   int64_t trained = 0;
 };
-inline ZeroNetShare zeroNetShare(int rank, int world, const std::vector<int64_t>& buckets) {
+inline ZeroNetShare zero_net_share(int rank, int world, const std::vector<int64_t>& buckets) {
   constexpr int64_t kSpare = 20;
   ZeroNetShare share;
   for (size_t b = 0; b < buckets.size(); ++b) {

@@ -26,7 +26,7 @@ constexpr int64_t kBatch = 12;  // divides evenly over 1, 2 and 3 ranks
 constexpr int kSavedSteps = 4;
 constexpr int kSteps = 8;
 
-std::pair<torch::Tensor, torch::Tensor> batchOf(int step) {
+std::pair<torch::Tensor, torch::Tensor> batch_of(int step) {
   torch::manual_seed(900 + step);
   return {torch::randn({kBatch, 8}), torch::randn({kBatch, 4})};
 }
@@ -57,7 +57,7 @@ class ZeroSnapshotChecker {
              const std::function<void(int)>& after_step) {
     const int world = group_->size(), rank = group_->rank();
     for (int step = first; step < last; ++step) {
-      auto [x, y] = batchOf(step);
+      auto [x, y] = batch_of(step);
       optimizer.zero_grad();
       const at::Tensor input = x.chunk(world)[rank];
       const at::Tensor output = c.stage == 1 ? (*model)->forward(input) : net->forward(input);
@@ -92,7 +92,7 @@ class ZeroSnapshotChecker {
         state.step_in_epoch = step + 1;
         snapshots.save(state);
       });
-      if (group_->rank() == 0) listsShards(c, dir);
+      if (group_->rank() == 0) lists_shards(c, dir);
       return;
     }
     const bool resumed = snapshots.resume(state);
@@ -100,27 +100,27 @@ class ZeroSnapshotChecker {
         check_name(c.name, zero_snapshot_check::kResumed),
         resumed && state.step_in_epoch == kSavedSteps,
         "resumed " + std::to_string(resumed) + ", step " + std::to_string(state.step_in_epoch));
-    holdsNewShard(c, optimizer);
+    holds_new_shard(c, optimizer);
     train(c, net, optimizer, model, kSavedSteps, kSteps, [](int) {});
 
     torch::manual_seed(31);
     ZeroNet reference;
     auto whole = c.factory(reference->parameters());
     for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batchOf(step);
+      auto [x, y] = batch_of(step);
       whole->zero_grad();
       torch::mse_loss(reference->forward(x), y).backward();
       whole->step();
     }
     checks_.close_all(check_name(c.name, zero_snapshot_check::kParameters), net->parameters(),
                       reference->parameters(), 1e-5);
-    if (c.stage == 1) plainOptimizerRefused(dir, net);
+    if (c.stage == 1) plain_optimizer_refused(dir, net);
   }
 
   int failed() const { return checks_.failed(); }
 
  private:
-  void listsShards(const Case& c, const std::string& dir) {
+  void lists_shards(const Case& c, const std::string& dir) {
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(dir)) {
       names.push_back(entry.path().filename().string());
@@ -135,16 +135,16 @@ class ZeroSnapshotChecker {
                   "found " + listed);
   }
 
-  // Closed form: chunk r of the one bucket (zeroNetShare).
-  void holdsNewShard(const Case& c, const ZeroRedundancyOptimizer& optimizer) {
-    const auto share = zeroNetShare(group_->rank(), group_->size(), zeroNetBuckets(false));
+  // Closed form: chunk r of the one bucket (zero_net_share).
+  void holds_new_shard(const Case& c, const ZeroRedundancyOptimizer& optimizer) {
+    const auto share = zero_net_share(group_->rank(), group_->size(), zero_net_buckets(false));
     checks_.check(check_name(c.name, zero_snapshot_check::kNewShard),
                   optimizer.state_bytes() == share.trained * c.state_per_element,
                   std::to_string(optimizer.state_bytes()) + " bytes; expected " +
                       std::to_string(share.trained * c.state_per_element));
   }
 
-  void plainOptimizerRefused(const std::string& dir, ZeroNet& net) {
+  void plain_optimizer_refused(const std::string& dir, ZeroNet& net) {
     optim::Adam plain(net->parameters(), optim::AdamOptions(1e-2));
     snapshot::TrainingState state;
     state.model = net.ptr().get();
@@ -168,8 +168,8 @@ class ZeroSnapshotChecker {
 
 }  // namespace
 
-int checkZeroSnapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
-                      const std::string& directory) {
+int check_zero_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
+                        const std::string& directory) {
   ZeroSnapshotChecker checker(group, directory);
   for (const Case& c : cases()) checker.run(c, phase == "save");
   return checker.failed();

@@ -7,7 +7,7 @@
 // process that trained all 8 steps with the whole optimizer. Stage 1 with
 // Adam beside DDP and stage 2 with SGD with momentum, each in a directory of
 // its own. Each check is reported by name, each name written once, below;
-// the parent test expects zeroSnapshotCheckNames(phase).
+// the parent test expects zero_snapshot_check_names(phase).
 
 #include <memory>
 #include <set>
@@ -21,10 +21,10 @@ namespace ddp::testing {
 
 /// Runs `phase` ("save" or "resume") with snapshots under `directory`;
 /// prints each check by name and returns how many failed.
-int checkZeroSnapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
-                      const std::string& directory);
+int check_zero_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
+                        const std::string& directory);
 
-/// The names of checkZeroSnapshot()'s checks.
+/// The names of check_zero_snapshot()'s checks.
 namespace zero_snapshot_check {
 /// The cases, each in a directory of its own.
 inline const std::string kStage1Adam = "stage 1, Adam";
@@ -42,8 +42,8 @@ inline const std::string kPlainOptimizerRefused =
     "a plain optimizer cannot resume sharded state: SnapshotError naming zero_optimizer";
 }  // namespace zero_snapshot_check
 
-/// The names checkZeroSnapshot() reports on `rank` in `phase`.
-inline std::set<std::string> zeroSnapshotCheckNames(const std::string& phase, int rank) {
+/// The names check_zero_snapshot() reports on `rank` in `phase`.
+inline std::set<std::string> zero_snapshot_check_names(const std::string& phase, int rank) {
   using namespace zero_snapshot_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names;
   if (phase == "resume") names.insert(kPlainOptimizerRefused);

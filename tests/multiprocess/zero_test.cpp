@@ -21,9 +21,9 @@ class DdpZero : public ::testing::TestWithParam<int> {};
 
 TEST_P(DdpZero, ShardedOptimizerMatchesPlainDdp) {
   auto results =
-      runRanks(GetParam(), {"zero", "--backend", "gloo", "--collective-timeout-ms", "60000"});
+      run_ranks(GetParam(), {"zero", "--backend", "gloo", "--collective-timeout-ms", "60000"});
   for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-  expectChecks(results, zeroCheckNames());
+  expect_checks(results, zero_check_names());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ddp, DdpZero, ::testing::Values(1, 2, 3, 4),
@@ -35,10 +35,11 @@ TEST(DdpZeroSnapshot, ResumesAtAnotherWorldSize) {
   const TemporaryDirectory snapshots("ddp-zero-snapshot-");
   const std::string directory = snapshots.string();
   auto run = [&](int world, const std::string& phase) {
-    auto results = runRanks(world, {"zero-snapshot", "--phase", phase, "--directory", directory,
-                                    "--backend", "gloo", "--collective-timeout-ms", "60000"});
+    auto results = run_ranks(world, {"zero-snapshot", "--phase", phase, "--directory", directory,
+                                     "--backend", "gloo", "--collective-timeout-ms", "60000"});
     for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-    expectChecksPerRank(results, [&](int rank) { return zeroSnapshotCheckNames(phase, rank); });
+    expect_checks_per_rank(results,
+                           [&](int rank) { return zero_snapshot_check_names(phase, rank); });
   };
   run(2, "save");
   run(1, "resume");

@@ -54,20 +54,20 @@ class Checker {
   }
 
   // The sum over ranks of this rank's tensor (a weight gradient's share).
-  torch::Tensor sumOverRanks(const torch::Tensor& t) const {
+  torch::Tensor sum_over_ranks(const torch::Tensor& t) const {
     torch::Tensor total = t.detach().clone().contiguous();
     group_->all_reduce(total, ReduceOp::kSum);
     return total;
   }
 
-  static nn::AnyModule referenceLayer(size_t spatial_dims, const nn::BatchNormOptions& options) {
+  static nn::AnyModule reference_layer(size_t spatial_dims, const nn::BatchNormOptions& options) {
     if (spatial_dims <= 1) return nn::AnyModule(nn::BatchNorm1d(options));
     if (spatial_dims == 2) return nn::AnyModule(nn::BatchNorm2d(options));
     return nn::AnyModule(nn::BatchNorm3d(options));
   }
 
   // Every rank's batch size in case `c`.
-  std::vector<int64_t> batchPerRank(const LayerCase& c) const {
+  std::vector<int64_t> batches_per_rank(const LayerCase& c) const {
     std::vector<int64_t> sizes;
     for (int r = 0; r < world_; ++r) {
       sizes.push_back(c.rows == Rows::kEqual ? 4 : c.rows == Rows::kUnequal ? 3 + 2 * r : 1);
@@ -78,9 +78,9 @@ class Checker {
   // kSteps training steps, then eval, comparing everything on the way.
   void layer(const LayerCase& c) {
     using namespace sync_batch_norm_check;  // NOLINT(google-build-using-namespace)
-    const std::vector<int64_t> batch_per_rank = batchPerRank(c);
+    const std::vector<int64_t> batch_per_rank = batches_per_rank(c);
     const int64_t channels = c.options.num_features();
-    nn::AnyModule reference = referenceLayer(c.spatial.size(), c.options);
+    nn::AnyModule reference = reference_layer(c.spatial.size(), c.options);
     SyncBatchNorm sync(c.options, group_);
     auto ref_params = reference.ptr()->named_parameters();
     auto ref_buffers = reference.ptr()->named_buffers();
@@ -110,9 +110,9 @@ class Checker {
       close(check_name(at, kOutput), y, mine(y_all, batch_per_rank));
       close(check_name(at, kInputGradient), x.grad(), mine(x_all.grad(), batch_per_rank));
       if (c.options.affine()) {
-        close(check_name(at, kWeightGradient), sumOverRanks(sync->weight.grad()),
+        close(check_name(at, kWeightGradient), sum_over_ranks(sync->weight.grad()),
               ref_params["weight"].grad());
-        close(check_name(at, kBiasGradient), sumOverRanks(sync->bias.grad()),
+        close(check_name(at, kBiasGradient), sum_over_ranks(sync->bias.grad()),
               ref_params["bias"].grad());
         sync->weight.mutable_grad().zero_();
         sync->bias.mutable_grad().zero_();
@@ -141,7 +141,7 @@ class Checker {
     if (c.options.track_running_stats()) {
       expected = mine(reference.forward(x_all), batch_per_rank);
     } else {  // each rank normalizes with its own batch
-      nn::AnyModule local = referenceLayer(c.spatial.size(), c.options);
+      nn::AnyModule local = reference_layer(c.spatial.size(), c.options);
       if (c.options.affine()) {
         torch::NoGradGuard no_grad;
         local.ptr()->named_parameters()["weight"].copy_(sync->weight);
@@ -156,7 +156,7 @@ class Checker {
 
   // One sample per rank: fine in any group (a rank adds L values per
   // channel); an error only when all ranks together hold one value.
-  void oneSamplePerRank() {
+  void one_sample_per_rank() {
     layer(sync_batch_norm_check::one_sample_per_rank());
     if (world_ > 1) return;
     SyncBatchNorm sync(nn::BatchNormOptions(3), group_);
@@ -175,7 +175,7 @@ class Checker {
   // A ConvNet trained a little (BatchNorm2d in Sequentials), converted: its
   // values are kept (the very tensors), eval outputs are unchanged, and
   // DDP training with it equals one process on the concatenated batch.
-  void convertedConvNet() {
+  void converted_conv_net() {
     using examples::ConvNet;
     torch::manual_seed(31);
     ConvNet net, reference;
@@ -253,11 +253,11 @@ class Checker {
 
 }  // namespace
 
-int checkSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group) {
+int check_sync_batch_norm(const std::shared_ptr<ProcessGroup>& group) {
   Checker checker(group);
   for (const auto& c : sync_batch_norm_check::layer_cases()) checker.layer(c);
-  checker.oneSamplePerRank();
-  checker.convertedConvNet();
+  checker.one_sample_per_rank();
+  checker.converted_conv_net();
   return checker.failed();
 }
 

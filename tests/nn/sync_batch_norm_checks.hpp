@@ -24,9 +24,9 @@ namespace ddp::testing {
 /// statistics, eval mode without communication; one sample per rank; a
 /// trained ConvNet converted, and trained under DDP. Returns how many checks
 /// failed.
-int checkSyncBatchNorm(const std::shared_ptr<ProcessGroup>& group);
+int check_sync_batch_norm(const std::shared_ptr<ProcessGroup>& group);
 
-/// The plan of checkSyncBatchNorm() and the names of its checks.
+/// The plan of check_sync_batch_norm() and the names of its checks.
 namespace sync_batch_norm_check {
 
 /// How many rows each rank's batch holds.
@@ -128,9 +128,9 @@ inline const std::string kRunningStatistics = "its running statistics equal the 
 
 }  // namespace sync_batch_norm_check
 
-/// The names checkSyncBatchNorm() reports on every rank of a group of
+/// The names check_sync_batch_norm() reports on every rank of a group of
 /// `world`.
-inline std::set<std::string> syncBatchNormCheckNames(int world) {
+inline std::set<std::string> sync_batch_norm_check_names(int world) {
   using namespace sync_batch_norm_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names{kSameRoot,       kSameTensors,        kConverted,
                               kSameEvalOutput, kTrainsAsOneProcess, kRunningStatistics};

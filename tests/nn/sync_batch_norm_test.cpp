@@ -24,7 +24,7 @@ using ddp::nn::convert_sync_batchnorm;
 using ddp::nn::SyncBatchNorm;
 using ddp::nn::SyncBatchNormImpl;
 
-std::shared_ptr<ProcessGroup> groupOfOne() {
+std::shared_ptr<ProcessGroup> group_of_one() {
   static auto group = init(InitOptions().backend("gloo").rank(0).world_size(1));
   return group;
 }
@@ -33,26 +33,27 @@ class NnSyncBatchNormRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(NnSyncBatchNormRanks, MatchesBatchNormOnTheWholeBatch) {
   const int world = GetParam();
-  auto results = runRanks(world, {"check"}, torchrunEnvironment, std::chrono::seconds(150));
-  expectChecks(results, syncBatchNormCheckNames(world));
+  auto results = run_ranks(world, {"check"}, torchrun_environment, std::chrono::seconds(150));
+  expect_checks(results, sync_batch_norm_check_names(world));
 }
 
 INSTANTIATE_TEST_SUITE_P(NnSyncBatchNorm, NnSyncBatchNormRanks, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
-// The same checks with the shared-memory engine underneath: SyncBatchNorm
+// The same checks with the shared-memory backend underneath: SyncBatchNorm
 // works unchanged on it.
 TEST(NnSyncBatchNormOnShm, MatchesBatchNormOnTheWholeBatch) {
   const int world = 3;
-  auto results = runRanks(world, {"check", "shm"}, torchrunEnvironment, std::chrono::seconds(150));
-  expectChecks(results, syncBatchNormCheckNames(world));
+  auto results =
+      run_ranks(world, {"check", "shm"}, torchrun_environment, std::chrono::seconds(150));
+  expect_checks(results, sync_batch_norm_check_names(world));
 }
 
 TEST(NnSyncBatchNormConvert, RootBatchNormBecomesASyncLayerSharingItsTensorsAndOptions) {
   nn::BatchNorm2d bn(nn::BatchNormOptions(3).eps(1e-3).momentum(0.2));
   bn->forward(torch::randn({4, 3, 2, 2}) * 3 + 1);  // running statistics move
   bn->eval();
-  auto converted = convert_sync_batchnorm(bn.ptr(), groupOfOne());
+  auto converted = convert_sync_batchnorm(bn.ptr(), group_of_one());
   auto* sync = converted->as<SyncBatchNormImpl>();
   ASSERT_NE(sync, nullptr);
   EXPECT_TRUE(sync->weight.is_same(bn->weight));
@@ -72,7 +73,7 @@ TEST(NnSyncBatchNormConvert, ChildrenOfSequentialModuleListAndModuleDictAreRepla
   nn::ModuleList list(inner, nn::BatchNorm1d(4));
   nn::ModuleDict dict(std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>>{
       {"norm", std::make_shared<nn::BatchNorm2dImpl>(2)}, {"list", list.ptr()}});
-  auto root = convert_sync_batchnorm(dict.ptr(), groupOfOne());
+  auto root = convert_sync_batchnorm(dict.ptr(), group_of_one());
   EXPECT_EQ(root.get(), dict.ptr().get());
   EXPECT_NE(dict["norm"]->as<SyncBatchNormImpl>(), nullptr);
   EXPECT_NE(list[1]->as<SyncBatchNormImpl>(), nullptr);
@@ -100,7 +101,7 @@ TORCH_MODULE(HoldsAMember);
 TEST(NnSyncBatchNormConvert, BatchNormHeldAsAMemberIsAnErrorNamingItAndNothingChanges) {
   HoldsAMember model;
   auto message =
-      error_of<InvalidArgumentError>([&] { convert_sync_batchnorm(model.ptr(), groupOfOne()); });
+      error_of<InvalidArgumentError>([&] { convert_sync_batchnorm(model.ptr(), group_of_one()); });
   EXPECT_NE(message.find("the batch-norm layer 'norm' is a child of a"), std::string::npos)
       << message;
   EXPECT_NE(message.find("which is not a Sequential, ModuleList or ModuleDict"), std::string::npos);
@@ -115,24 +116,24 @@ TEST(NnSyncBatchNormOptions, InvalidValuesAreNamed) {
   EXPECT_NE(
       error_of<ConfigError>(make(nn::BatchNormOptions(3), nullptr)).find("process group is null"),
       std::string::npos);
-  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(0), groupOfOne()))
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(0), group_of_one()))
                 .find("num_features is 0; it must be the (positive) number of channels"),
             std::string::npos);
   // Values print as a stream prints them (Note [Messages are built with str()]),
   // so a tiny offending value is shown as itself, not as 0.000000.
-  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).eps(0), groupOfOne()))
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).eps(0), group_of_one()))
                 .find("eps is 0; it must be positive (BatchNorm uses 1e-5)"),
             std::string::npos);
-  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).eps(-1e-9), groupOfOne()))
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).eps(-1e-9), group_of_one()))
                 .find("eps is -1e-09; it must be positive"),
             std::string::npos);
-  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).momentum(1.5), groupOfOne()))
+  EXPECT_NE(error_of<ConfigError>(make(nn::BatchNormOptions(3).momentum(1.5), group_of_one()))
                 .find("momentum is 1.5; it must lie in [0, 1]"),
             std::string::npos);
 }
 
 TEST(NnSyncBatchNormInput, WrongRankOrChannelCountIsAnErrorNamingIt) {
-  SyncBatchNorm layer(nn::BatchNormOptions(3), groupOfOne());
+  SyncBatchNorm layer(nn::BatchNormOptions(3), group_of_one());
   EXPECT_NE(error_of<InvalidArgumentError>([&] {
               layer->forward(torch::randn({3}));
             }).find("expected an input of 2 to 5 dimensions"),
@@ -148,7 +149,7 @@ TEST(NnSyncBatchNormInput, WrongRankOrChannelCountIsAnErrorNamingIt) {
 }
 
 TEST(NnSyncBatchNormModule, CloneIsIndependentAndPrettyPrintNamesTheOptions) {
-  SyncBatchNorm layer(nn::BatchNormOptions(2).momentum(c10::nullopt), groupOfOne());
+  SyncBatchNorm layer(nn::BatchNormOptions(2).momentum(c10::nullopt), group_of_one());
   layer->forward(torch::randn({6, 2}) + 4);
   auto copy = std::dynamic_pointer_cast<SyncBatchNormImpl>(layer->clone());
   ASSERT_NE(copy, nullptr);
@@ -167,7 +168,7 @@ TEST(NnSyncBatchNormModule, CloneIsIndependentAndPrettyPrintNamesTheOptions) {
 TEST(NnSyncBatchNormModule, BFloat16InputWithFloatParametersMatchesBatchNorm) {
   torch::manual_seed(3);
   nn::BatchNorm2d reference(4);
-  SyncBatchNorm layer(nn::BatchNormOptions(4), groupOfOne());
+  SyncBatchNorm layer(nn::BatchNormOptions(4), group_of_one());
   auto x = (torch::randn({3, 4, 5, 5}) * 2 + 1).to(torch::kBFloat16);
   auto got = layer->forward(x);
   EXPECT_EQ(got.scalar_type(), torch::kBFloat16);

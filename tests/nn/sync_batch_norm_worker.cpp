@@ -21,6 +21,6 @@ int main(int argc, char** argv) {
                         auto group = ddp::init(ddp::InitOptions()
                                                    .backend(args.empty() ? "gloo" : args[0])
                                                    .collective_timeout(std::chrono::seconds(30)));
-                        return checks_exit_code(group->rank(), checkSyncBatchNorm(group));
+                        return checks_exit_code(group->rank(), check_sync_batch_norm(group));
                       }}});
 }

@@ -25,7 +25,7 @@ BucketInput input(int64_t bytes, c10::ScalarType dtype = c10::kFloat,
   return BucketInput{bytes, dtype, device};
 }
 
-std::vector<BucketInput> sameKind(const std::vector<int64_t>& bytes) {
+std::vector<BucketInput> same_kind(const std::vector<int64_t>& bytes) {
   std::vector<BucketInput> inputs;
   for (int64_t b : bytes) inputs.push_back(input(b));
   return inputs;
@@ -41,9 +41,9 @@ TEST(DdpBucketAssignment, EmptyInput) {
 }
 
 TEST(DdpBucketAssignment, OneParameter) {
-  EXPECT_EQ(assign_buckets(sameKind({40}), {0}, 100, 200), (Buckets{{0}}));   // under the cap
-  EXPECT_EQ(assign_buckets(sameKind({500}), {0}, 100, 200), (Buckets{{0}}));  // over it
-  EXPECT_EQ(assign_buckets(sameKind({0}), {0}, 100, 200), (Buckets{{0}}));    // empty tensor
+  EXPECT_EQ(assign_buckets(same_kind({40}), {0}, 100, 200), (Buckets{{0}}));   // under the cap
+  EXPECT_EQ(assign_buckets(same_kind({500}), {0}, 100, 200), (Buckets{{0}}));  // over it
+  EXPECT_EQ(assign_buckets(same_kind({0}), {0}, 100, 200), (Buckets{{0}}));    // empty tensor
   EXPECT_EQ(initial_bucket_order(1), std::vector<size_t>{0});
 }
 
@@ -51,7 +51,7 @@ TEST(DdpBucketAssignment, OneParameter) {
 // first bucket closes at exactly 100 bytes (two), the next at 150 (three),
 // and the remainder stays a bucket of its own.
 TEST(DdpBucketAssignment, BucketsCloseWhenTheyReachTheirCap) {
-  const auto inputs = sameKind({50, 50, 50, 50, 50, 50});
+  const auto inputs = same_kind({50, 50, 50, 50, 50, 50});
   EXPECT_EQ(assign_buckets(inputs, {5, 4, 3, 2, 1, 0}, 100, 150),
             (Buckets{{5, 4}, {3, 2, 1}, {0}}));
   // One byte short of each cap: one more member per bucket.
@@ -62,13 +62,13 @@ TEST(DdpBucketAssignment, BucketsCloseWhenTheyReachTheirCap) {
 // when the bucket was empty (0 and 3), else together with the smaller
 // gradients before it (1, 2); what follows starts a new bucket.
 TEST(DdpBucketAssignment, LargeParameterClosesItsBucket) {
-  const auto inputs = sameKind({500, 10, 600, 700, 10});
+  const auto inputs = same_kind({500, 10, 600, 700, 10});
   EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3, 4}, 100, 100), (Buckets{{0}, {1, 2}, {3}, {4}}));
 }
 
 // Cap 0: every parameter is a bucket of its own, in order.
 TEST(DdpBucketAssignment, ZeroCapGivesOneBucketPerParameter) {
-  EXPECT_EQ(assign_buckets(sameKind({8, 0, 8}), {2, 1, 0}, 0, 0), (Buckets{{2}, {1}, {0}}));
+  EXPECT_EQ(assign_buckets(same_kind({8, 0, 8}), {2, 1, 0}, 0, 0), (Buckets{{2}, {1}, {0}}));
 }
 
 // The first-bucket cap applies to the first bucket of each dtype: float
@@ -116,7 +116,7 @@ TEST(DdpBucketAssignment, DeviceChangesSplitBuckets) {
 // no gradient in reverse registration order. Membership and bucket order
 // follow the order given. Four 40-byte parameters, caps 80.
 TEST(DdpBucketAssignment, OrderDecidesMembershipAndBucketOrder) {
-  const auto inputs = sameKind({40, 40, 40, 40});
+  const auto inputs = same_kind({40, 40, 40, 40});
   EXPECT_EQ(initial_bucket_order(4), (std::vector<size_t>{3, 2, 1, 0}));
   EXPECT_EQ(assign_buckets(inputs, initial_bucket_order(4), 80, 80), (Buckets{{3, 2}, {1, 0}}));
 
@@ -141,19 +141,19 @@ TEST(DdpBucketAssignment, BucketsAreOrderedByFirstMember) {
 
 // Parameters left out of the order are in no bucket.
 TEST(DdpBucketAssignment, ParametersMissingFromTheOrderAreLeftOut) {
-  EXPECT_EQ(assign_buckets(sameKind({4, 4, 4}), {2, 0}, 1000, 1000), (Buckets{{2, 0}}));
+  EXPECT_EQ(assign_buckets(same_kind({4, 4, 4}), {2, 0}, 1000, 1000), (Buckets{{2, 0}}));
 }
 
 // A three-layer perceptron with DDP's default caps (1 MiB first, 25 MiB
 // after), in reverse registration order: the last layer's gradients and the
 // second weight fill the first bucket past 1 MiB; the rest fits in one.
 TEST(DdpBucketAssignment, DefaultCapsOnALayeredModel) {
-  const auto inputs = sameKind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40});
+  const auto inputs = same_kind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40});
   EXPECT_EQ(assign_buckets(inputs, initial_bucket_order(6), 1 * kMiB, 25 * kMiB),
             (Buckets{{5, 4, 3, 2}, {1, 0}}));
   // A 1 MiB parameter last: it fills the first bucket alone; with 3 MiB
   // buckets after it, the second closes only when the 4 MiB weight joins.
-  const auto bigger = sameKind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40, 1 * kMiB});
+  const auto bigger = same_kind({4 * kMiB, 4 * kKiB, 2 * kMiB, 2 * kKiB, 40 * kKiB, 40, 1 * kMiB});
   EXPECT_EQ(assign_buckets(bigger, {6, 5, 4, 3, 2, 1, 0}, 1 * kMiB, 3 * kMiB),
             (Buckets{{6}, {5, 4, 3, 2, 1, 0}}));
 }
@@ -163,7 +163,7 @@ TEST(DdpBucketAssignment, DefaultCapsOnALayeredModel) {
 // two per bucket where kCloseOnReaching also gives two; cap 149: still two,
 // where kCloseOnReaching takes three (it closes at 150, past the cap).
 TEST(DdpBucketAssignment, NeverExceedKeepsBucketsWithinTheCap) {
-  const auto inputs = sameKind({50, 50, 50, 50, 50, 50});
+  const auto inputs = same_kind({50, 50, 50, 50, 50, 50});
   const std::vector<size_t> order = {5, 4, 3, 2, 1, 0};
   EXPECT_EQ(assign_buckets(inputs, order, 100, 100, CapRule::kNeverExceed),
             (Buckets{{5, 4}, {3, 2}, {1, 0}}));
@@ -178,13 +178,14 @@ TEST(DdpBucketAssignment, NeverExceedKeepsBucketsWithinTheCap) {
 // gradient, empty ones included; the first cap still governs the first
 // bucket of each dtype.
 TEST(DdpBucketAssignment, NeverExceedSendsLargeGradientsAlone) {
-  const auto inputs = sameKind({10, 500, 10, 10});
+  const auto inputs = same_kind({10, 500, 10, 10});
   EXPECT_EQ(assign_buckets(inputs, {0, 1, 2, 3}, 100, 100, CapRule::kNeverExceed),
             (Buckets{{0}, {1}, {2, 3}}));
-  EXPECT_EQ(assign_buckets(sameKind({8, 0, 8}), {2, 1, 0}, 0, 0, CapRule::kNeverExceed),
+  EXPECT_EQ(assign_buckets(same_kind({8, 0, 8}), {2, 1, 0}, 0, 0, CapRule::kNeverExceed),
             (Buckets{{2}, {1}, {0}}));
-  EXPECT_EQ(assign_buckets(sameKind({10, 10, 10, 10}), {0, 1, 2, 3}, 10, 30, CapRule::kNeverExceed),
-            (Buckets{{0}, {1, 2, 3}}));
+  EXPECT_EQ(
+      assign_buckets(same_kind({10, 10, 10, 10}), {0, 1, 2, 3}, 10, 30, CapRule::kNeverExceed),
+      (Buckets{{0}, {1, 2, 3}}));
 }
 
 }  // namespace

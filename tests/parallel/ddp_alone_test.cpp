@@ -93,7 +93,7 @@ Trained train(Mode mode, DistributedDataParallelOptions options, bool skip_side 
   return run;
 }
 
-void expectBitIdentical(const Trained& got, const Trained& expected, const std::string& what) {
+void expect_bit_identical(const Trained& got, const Trained& expected, const std::string& what) {
   ASSERT_EQ(got.parameters.size(), expected.parameters.size());
   for (size_t i = 0; i < got.parameters.size(); ++i) {
     EXPECT_TRUE(torch::equal(got.parameters[i], expected.parameters[i]))
@@ -132,8 +132,8 @@ TEST(DdpAlone, StepsIssueNoCollectiveAndMatchTheFullPathBitForBit) {
     const Trained bare = train(Mode::kBare, c.options, c.skip_side, c.accumulate);
     const Trained alone = train(Mode::kShortcut, c.options, c.skip_side, c.accumulate);
     const Trained full = train(Mode::kFullPath, c.options, c.skip_side, c.accumulate);
-    expectBitIdentical(alone, full, "shortcut against the full path");
-    expectBitIdentical(alone, bare, "shortcut against the bare model");
+    expect_bit_identical(alone, full, "shortcut against the full path");
+    expect_bit_identical(alone, bare, "shortcut against the bare model");
     for (size_t step = 0; step < alone.collectives_per_step.size(); ++step) {
       EXPECT_EQ(alone.collectives_per_step[step], 0) << "step " << step;
       EXPECT_GE(full.collectives_per_step[step], 2) << "step " << step;  // several buckets

@@ -17,13 +17,13 @@ namespace {
 using Members = std::vector<std::vector<size_t>>;
 
 // Four float parameters of 2, 3, 4 and 5 elements (8, 12, 16, 20 bytes).
-std::vector<at::Tensor> fourParameters() {
+std::vector<at::Tensor> four_parameters() {
   std::vector<at::Tensor> parameters;
   for (int64_t n : {2, 3, 4, 5}) parameters.push_back(torch::zeros({n}, torch::requires_grad()));
   return parameters;
 }
 
-Members membersOf(const GradientBuckets& engine) {
+Members members_of(const GradientBuckets& engine) {
   Members members;
   for (const Bucket& bucket : engine.buckets()) members.push_back(bucket.members);
   return members;
@@ -40,20 +40,20 @@ BucketSettings caps(int64_t first, int64_t later, CapRule rule) {
 // Reverse registration order at first; each rule groups as assign_buckets
 // does, and the buckets hold the wire dtype and the members' sizes.
 TEST(DdpGradientBuckets, BuildsBucketsInReverseRegistrationOrder) {
-  GradientBuckets ddp_like(fourParameters(), caps(20, 30, CapRule::kCloseOnReaching));
+  GradientBuckets ddp_like(four_parameters(), caps(20, 30, CapRule::kCloseOnReaching));
   // 20 bytes reach the first cap; 16 + 12 + 8 = 36 reach the second.
-  EXPECT_EQ(membersOf(ddp_like), (Members{{3}, {2, 1, 0}}));
+  EXPECT_EQ(members_of(ddp_like), (Members{{3}, {2, 1, 0}}));
   EXPECT_EQ(ddp_like.bucket_bytes(), (std::vector<int64_t>{20, 36}));
   EXPECT_EQ(ddp_like.bucket_of(1), 1u);
 
   // Never past 30: 20 | 16 + 12 | 8.
-  GradientBuckets hvd_like(fourParameters(), caps(30, 30, CapRule::kNeverExceed));
-  EXPECT_EQ(membersOf(hvd_like), (Members{{3}, {2, 1}, {0}}));
+  GradientBuckets hvd_like(four_parameters(), caps(30, 30, CapRule::kNeverExceed));
+  EXPECT_EQ(members_of(hvd_like), (Members{{3}, {2, 1}, {0}}));
 
   BucketSettings half = caps(30, 30, CapRule::kNeverExceed);
   half.wire_type = [](c10::ScalarType) { return c10::kHalf; };
-  GradientBuckets compressed(fourParameters(), half);  // 4, 6, 8, 10 bytes on the wire
-  EXPECT_EQ(membersOf(compressed), (Members{{3, 2, 1, 0}}));
+  GradientBuckets compressed(four_parameters(), half);  // 4, 6, 8, 10 bytes on the wire
+  EXPECT_EQ(members_of(compressed), (Members{{3, 2, 1, 0}}));
   EXPECT_EQ(compressed.buckets()[0].flat.scalar_type(), c10::kHalf);
   EXPECT_EQ(compressed.bucket_bytes(), (std::vector<int64_t>{28}));
   // Offsets follow the members' order: 3 (5 elements), 2 (4), 1 (3), 0.
@@ -63,8 +63,8 @@ TEST(DdpGradientBuckets, BuildsBucketsInReverseRegistrationOrder) {
 // Buckets launch strictly in bucket order: a complete bucket waits for its
 // predecessors, and one completion can release several.
 TEST(DdpGradientBuckets, LaunchesCompleteBucketsInBucketOrder) {
-  GradientBuckets engine(fourParameters(), caps(1, 1, CapRule::kCloseOnReaching));
-  ASSERT_EQ(membersOf(engine), (Members{{3}, {2}, {1}, {0}}));
+  GradientBuckets engine(four_parameters(), caps(1, 1, CapRule::kCloseOnReaching));
+  ASSERT_EQ(members_of(engine), (Members{{3}, {2}, {1}, {0}}));
   std::vector<size_t> launched;
   const auto launch = [&](size_t b) {
     launched.push_back(b);
@@ -89,8 +89,8 @@ TEST(DdpGradientBuckets, LaunchesCompleteBucketsInBucketOrder) {
 
 // A bucket is complete when its last member is ready, not before.
 TEST(DdpGradientBuckets, BucketCompletesWithItsLastMember) {
-  GradientBuckets engine(fourParameters(), caps(1000, 1000, CapRule::kCloseOnReaching));
-  ASSERT_EQ(membersOf(engine), (Members{{3, 2, 1, 0}}));
+  GradientBuckets engine(four_parameters(), caps(1000, 1000, CapRule::kCloseOnReaching));
+  ASSERT_EQ(members_of(engine), (Members{{3, 2, 1, 0}}));
   EXPECT_FALSE(engine.mark_ready(0));
   EXPECT_FALSE(engine.mark_ready(3));
   EXPECT_FALSE(engine.mark_ready(2));
@@ -101,7 +101,7 @@ TEST(DdpGradientBuckets, BucketCompletesWithItsLastMember) {
 // passes_per_step: a gradient is ready after that many accumulations; the
 // hooks fire once per accumulation of each parameter, with its index.
 TEST(DdpGradientBuckets, HooksCountPassesPerParameter) {
-  auto parameters = fourParameters();
+  auto parameters = four_parameters();
   BucketSettings settings = caps(1000, 1000, CapRule::kNeverExceed);
   settings.passes_per_step = 2;
   GradientBuckets engine(parameters, settings);
@@ -135,7 +135,7 @@ TEST(DdpGradientBuckets, HooksCountPassesPerParameter) {
 // slice() is each parameter's window in its bucket; rebuild() regroups in a
 // new order with zeroed buckets and a new step.
 TEST(DdpGradientBuckets, SlicesAndRebuild) {
-  GradientBuckets engine(fourParameters(), caps(1000, 1000, CapRule::kCloseOnReaching));
+  GradientBuckets engine(four_parameters(), caps(1000, 1000, CapRule::kCloseOnReaching));
   engine.slice(2).fill_(7);
   const at::Tensor flat = engine.buckets()[0].flat;
   // Members 3 (5 elements), then 2 (4): elements 5..8 are parameter 2's.
@@ -144,7 +144,7 @@ TEST(DdpGradientBuckets, SlicesAndRebuild) {
   engine.mark_ready(2);
 
   engine.rebuild({0, 1, 2, 3});
-  EXPECT_EQ(membersOf(engine), (Members{{0, 1, 2, 3}}));
+  EXPECT_EQ(members_of(engine), (Members{{0, 1, 2, 3}}));
   EXPECT_EQ(engine.buckets()[0].flat.sum().item<float>(), 0.0f);
   EXPECT_EQ(engine.buckets()[0].pending, 4u);
   EXPECT_EQ(engine.passes_left(2), 1);

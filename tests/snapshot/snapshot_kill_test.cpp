@@ -55,7 +55,7 @@ struct Kill {
   std::intmax_t temp_bytes = -1;
   bool saved = false;
 };
-Kill writeAndKill(const fs::path& dir, int value, std::uintmax_t at_bytes) {
+Kill write_and_kill(const fs::path& dir, int value, std::uintmax_t at_bytes) {
   const fs::path temp = dir / ".snapshot-000000000002.ddpsnap.tmp";
   ChildProcess writer({{DDP_SNAPSHOT_KILL_WRITER, "write", dir.string(), std::to_string(value)}},
                       /*separate_stderr=*/false);
@@ -98,7 +98,7 @@ TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
   // Kill points 0 .. kKillPoints - 1 at every 1/kKillPoints of the bytes,
   // the last one with all bytes written.
   for (int point = 0; point <= kKillPoints; ++point) {
-    const Kill kill = writeAndKill(dir, 2, base_size * point / kKillPoints);
+    const Kill kill = write_and_kill(dir, 2, base_size * point / kKillPoints);
     const auto complete = snapshots(dir);
     ASSERT_GE(complete.size(), 1u);
     EXPECT_EQ(complete.front(), base);

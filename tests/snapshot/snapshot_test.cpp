@@ -35,12 +35,12 @@ using Bytes = std::vector<char>;
 
 namespace {
 
-Bytes readBytes(const std::string& path) {
+Bytes read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-void writeBytes(const std::string& path, const Bytes& bytes) {
+void write_bytes(const std::string& path, const Bytes& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
 }
 
@@ -49,8 +49,8 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 // `steps` SGD-style steps of an MLP(6 -> 3) on random data.
-void trainMlp(Mlp& model, torch::optim::Optimizer& optimizer, int steps,
-              torch::optim::LRScheduler* scheduler = nullptr) {
+void train_mlp(Mlp& model, torch::optim::Optimizer& optimizer, int steps,
+               torch::optim::LRScheduler* scheduler = nullptr) {
   for (int i = 0; i < steps; ++i) {
     auto x = torch::rand({8, 6}), y = torch::rand({8, 3});
     optimizer.zero_grad();
@@ -61,7 +61,7 @@ void trainMlp(Mlp& model, torch::optim::Optimizer& optimizer, int steps,
 }
 
 // Every parameter and buffer of `a` and `b` bit-identical.
-void expectModulesEqual(torch::nn::Module& a, torch::nn::Module& b) {
+void expect_modules_equal(torch::nn::Module& a, torch::nn::Module& b) {
   for (bool parameters : {true, false}) {
     auto ta = parameters ? a.named_parameters() : a.named_buffers();
     auto tb = parameters ? b.named_parameters() : b.named_buffers();
@@ -84,9 +84,9 @@ ddp::snapshot::TrainingState bound(torch::nn::Module& model,
 
 // The state of parameter `i` of group 0.
 template <typename S>
-const S& paramState(const torch::optim::Optimizer& optimizer, size_t i) {
+const S& param_state(const torch::optim::Optimizer& optimizer, size_t i) {
   const auto& p = optimizer.param_groups()[0].params()[i];
-  return static_cast<const S&>(*optimizer.state().at(ddp::compat::optimizerStateKey(p)));
+  return static_cast<const S&>(*optimizer.state().at(ddp::compat::optimizer_state_key(p)));
 }
 
 class SnapshotTest : public ::testing::Test {
@@ -98,16 +98,16 @@ class SnapshotTest : public ::testing::Test {
                                           group_);
   }
   // Saves an MLP state with counters["global_step"] = step; returns the path.
-  std::string saveMlpAt(int64_t step) {
+  std::string save_mlp_at(int64_t step) {
     torch::manual_seed(step);
     Mlp model(6, 16, 3);
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    trainMlp(model, optimizer, 2);
+    train_mlp(model, optimizer, 2);
     ddp::snapshot::TrainingState state = bound(*model, &optimizer);
     state.counters["global_step"] = step;
     return manager().save(state);
   }
-  int64_t resumedStep() {
+  int64_t resumed_step() {
     Mlp model(6, 16, 3);
     ddp::snapshot::TrainingState state = bound(*model);
     EXPECT_TRUE(manager().resume(state));
@@ -125,7 +125,7 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
   torch::optim::SGD optimizer(model->parameters(),
                               torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
   torch::optim::StepLR scheduler(optimizer, /*step_size=*/2, /*gamma=*/0.5);
-  trainMlp(model, optimizer, 5, &scheduler);
+  train_mlp(model, optimizer, 5, &scheduler);
   ddp::snapshot::TrainingState saved = bound(*model, &optimizer, &scheduler);
   saved.epoch = 3;
   saved.step_in_epoch = 7;
@@ -149,11 +149,11 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
   ASSERT_TRUE(manager().resume(state));
 
   EXPECT_TRUE(torch::equal(torch::rand({5}), expected_draws));  // RNG restored
-  expectModulesEqual(*model, *fresh);
+  expect_modules_equal(*model, *fresh);
   for (size_t i = 0; i < model->parameters().size(); ++i) {
     EXPECT_TRUE(torch::equal(
-        paramState<torch::optim::SGDParamState>(optimizer, i).momentum_buffer(),
-        paramState<torch::optim::SGDParamState>(fresh_optimizer, i).momentum_buffer()));
+        param_state<torch::optim::SGDParamState>(optimizer, i).momentum_buffer(),
+        param_state<torch::optim::SGDParamState>(fresh_optimizer, i).momentum_buffer()));
   }
   const auto& want =
       static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups()[0].options());
@@ -161,7 +161,7 @@ TEST_F(SnapshotTest, RoundTripMlpSgdMomentumStepLrRngAndUserState) {
       static_cast<const torch::optim::SGDOptions&>(fresh_optimizer.param_groups()[0].options());
   EXPECT_EQ(want.lr(), 0.1 * 0.5 * 0.5);  // StepLR changed it twice in 5 steps
   EXPECT_TRUE(want == got);
-  EXPECT_EQ(ddp::snapshot::detail::schedulerStepCount(fresh_scheduler), 5u);
+  EXPECT_EQ(ddp::snapshot::detail::scheduler_step_count(fresh_scheduler), 5u);
   for (int i = 0; i < 2; ++i) scheduler.step(), fresh_scheduler.step();  // step 7 halves the rate
   EXPECT_EQ(want.lr(), got.lr());
   EXPECT_EQ(got.lr(), 0.1 * 0.125);
@@ -194,12 +194,12 @@ TEST_F(SnapshotTest, RoundTripConvNetBatchNormBuffersAndAdam) {
   ddp::snapshot::TrainingState state = bound(*fresh, &fresh_optimizer);
   ASSERT_TRUE(manager().resume(state));
 
-  expectModulesEqual(*model, *fresh);  // includes running_mean/var, num_batches_tracked
+  expect_modules_equal(*model, *fresh);  // includes running_mean/var, num_batches_tracked
   EXPECT_EQ(fresh->named_buffers()["layer1.1.num_batches_tracked"].item<int64_t>(), 3);
   using S = torch::optim::AdamParamState;
   for (size_t i = 0; i < model->parameters().size(); ++i) {
-    const S& a = paramState<S>(optimizer, i);
-    const S& b = paramState<S>(fresh_optimizer, i);
+    const S& a = param_state<S>(optimizer, i);
+    const S& b = param_state<S>(fresh_optimizer, i);
     EXPECT_EQ(a.step(), b.step());
     EXPECT_TRUE(torch::equal(a.exp_avg(), b.exp_avg()));
     EXPECT_TRUE(torch::equal(a.exp_avg_sq(), b.exp_avg_sq()));
@@ -226,16 +226,16 @@ TEST_F(SnapshotTest, EveryOptimizerContinuesBitExactly) {
     torch::manual_seed(4);
     Mlp model(6, 16, 3);
     auto optimizer = make(model);
-    trainMlp(model, *optimizer, 3);
+    train_mlp(model, *optimizer, 3);
     manager().save(bound(*model, optimizer.get()));
-    trainMlp(model, *optimizer, 3);
+    train_mlp(model, *optimizer, 3);
     torch::manual_seed(5);
     Mlp fresh(6, 16, 3);
     auto fresh_optimizer = make(fresh);
     ddp::snapshot::TrainingState state = bound(*fresh, fresh_optimizer.get());
     ASSERT_TRUE(manager().resume(state));
-    trainMlp(fresh, *fresh_optimizer, 3);
-    expectModulesEqual(*model, *fresh);
+    train_mlp(fresh, *fresh_optimizer, 3);
+    expect_modules_equal(*model, *fresh);
   }
 }
 
@@ -253,7 +253,7 @@ TEST_F(SnapshotTest, ContinuationAfterRestartIsBitIdentical) {
     auto program = std::make_unique<Program>(7);
     EXPECT_FALSE(manager().resume(program->state));
     for (int64_t step = 0; step < 10; ++step) {
-      trainMlp(program->model, program->optimizer, 1, &program->scheduler);
+      train_mlp(program->model, program->optimizer, 1, &program->scheduler);
       program->state.counters["global_step"] = step + 1;
       if (interrupt && step == 4) {
         manager().save(program->state);
@@ -302,13 +302,13 @@ TEST_F(SnapshotTest, CorruptNewestIsSkippedWithAWarningNamingIt) {
   for (const auto& damage : damages) {
     SCOPED_TRACE(damage.name);
     fs::remove_all(dir_);
-    saveMlpAt(1);
-    std::string newest = saveMlpAt(2);
-    Bytes bytes = readBytes(newest);
+    save_mlp_at(1);
+    std::string newest = save_mlp_at(2);
+    Bytes bytes = read_bytes(newest);
     damage.apply(bytes);
-    writeBytes(newest, bytes);
+    write_bytes(newest, bytes);
     testing::internal::CaptureStderr();
-    EXPECT_EQ(resumedStep(), 1);
+    EXPECT_EQ(resumed_step(), 1);
     std::string warnings = testing::internal::GetCapturedStderr();
     EXPECT_TRUE(contains(warnings, newest)) << warnings;
     EXPECT_TRUE(contains(warnings, damage.expected)) << warnings;
@@ -323,8 +323,8 @@ TEST_F(SnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
   std::mt19937 rng(1);
   Bytes noise(1000);
   for (char& c : noise) c = static_cast<char>(rng());
-  writeBytes(random, noise);
-  writeBytes(empty, {});
+  write_bytes(random, noise);
+  write_bytes(empty, {});
   for (const auto& path : {random, empty}) {
     std::string message =
         error_of<ddp::SnapshotError>([&] { ddp::snapshot::read_snapshot_file(path); });
@@ -337,7 +337,7 @@ TEST_F(SnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
 }
 
 TEST_F(SnapshotTest, AnotherModelIsRejectedNamingTheFirstMismatchAndLeftUntouched) {
-  std::string path = saveMlpAt(1);
+  std::string path = save_mlp_at(1);
   torch::manual_seed(9);
   Mlp other(6, 32, 3);  // fc1.weight is [32, 6], not [16, 6]
   at::Tensor before = other->fc1->weight.clone();
@@ -405,8 +405,8 @@ TEST_F(SnapshotTest, AnotherWorldSizeDerivesEachRanksGeneratorsAndKeepsTheGlobal
 }
 
 TEST_F(SnapshotTest, FileLayoutHeaderRecordsAndEndMarker) {
-  std::string path = saveMlpAt(42);
-  Bytes bytes = readBytes(path);
+  std::string path = save_mlp_at(42);
+  Bytes bytes = read_bytes(path);
   ASSERT_GT(bytes.size(), 72u);
   EXPECT_EQ(std::string(bytes.data(), 8), "DDPSNAP1");
   auto u32 = [&](size_t offset) {
@@ -430,19 +430,19 @@ TEST_F(SnapshotTest, FileLayoutHeaderRecordsAndEndMarker) {
 }
 
 TEST_F(SnapshotTest, LeftoverTemporaryFileOfAKilledWriterIsIgnored) {
-  std::string intact = saveMlpAt(1);
-  std::string second = saveMlpAt(2);
+  std::string intact = save_mlp_at(1);
+  std::string second = save_mlp_at(2);
   // As if the writer of snapshot 2 died before its rename.
-  Bytes partial = readBytes(second);
+  Bytes partial = read_bytes(second);
   partial.resize(partial.size() / 3);
   fs::remove(second);
   std::string temp = dir_ + "/.snapshot-000000000002.ddpsnap.tmp";
-  writeBytes(temp, partial);
+  write_bytes(temp, partial);
   EXPECT_EQ(manager().list(), std::vector<std::string>{intact});
   testing::internal::CaptureStderr();
-  EXPECT_EQ(resumedStep(), 1);
+  EXPECT_EQ(resumed_step(), 1);
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
-  saveMlpAt(3);  // the next save cleans the leftover up
+  save_mlp_at(3);  // the next save cleans the leftover up
   EXPECT_FALSE(fs::exists(temp));
 }
 

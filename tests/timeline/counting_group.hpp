@@ -1,7 +1,7 @@
 #pragma once
 
 // A process group that counts the collectives issued through it and hands
-// each to another group's public method, as the `auto` engine does: the
+// each to another group's public method, as the `auto` backend does: the
 // timeline must then show each collective once, and its count is known
 // independently of the timeline.
 

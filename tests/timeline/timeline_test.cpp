@@ -27,15 +27,15 @@
 namespace ddp::testing {
 namespace {
 
-EnvironmentFor withTimeline(const std::string& path) {
+EnvironmentFor with_timeline(const std::string& path) {
   return [path](int rank, int world, int port) {
-    auto env = torchrunEnvironment(rank, world, port);
+    auto env = torchrun_environment(rank, world, port);
     env[timeline::kEnvironmentVariable] = path;
     return env;
   };
 }
 
-int64_t issuedIn(const std::string& output) {
+int64_t issued_in(const std::string& output) {
   std::smatch match;
   static const std::regex pattern("collectives issued: ([0-9]+)");
   return std::regex_search(output, match, pattern) ? std::stoll(match[1]) : -1;
@@ -45,23 +45,23 @@ class TimelineRecording : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TimelineRecording, TwoRanksWriteOneEventPerCollective) {
   const TemporaryDirectory dir("ddp-timeline-");
-  auto results = runRanks(2, {"record", GetParam()}, withTimeline(dir.file("tl-%r.json")),
-                          std::chrono::seconds(120));
+  auto results = run_ranks(2, {"record", GetParam()}, with_timeline(dir.file("tl-%r.json")),
+                           std::chrono::seconds(120));
   // The worker's checks of its own file (timeline_worker.cpp, record()).
-  expectChecks(results, timelineRecordCheckNames());
+  expect_checks(results, timeline_record_check_names());
   std::vector<std::string> files;
   int64_t total = 0;
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_EQ(results[rank].exit_code, 0) << describe(results);
-    const int64_t issued = issuedIn(results[rank].output);
+    const int64_t issued = issued_in(results[rank].output);
     // At least 9 user collectives, 3 DDP buckets, 2 + 6 DistributedOptimizer
     // all-reduces and 4 + 10 for the broadcasts (plus DDP's start-up).
     ASSERT_GE(issued, 34) << describe(results);
     // Read back here too, independently of the worker's own checks.
     const std::string file = dir.file("tl-" + std::to_string(rank) + ".json");
-    nlohmann::json trace = readTrace(file);
+    nlohmann::json trace = read_trace(file);
     ASSERT_TRUE(trace.is_array()) << file;
-    EXPECT_EQ(static_cast<int64_t>(completeEvents(trace).size()), issued);
+    EXPECT_EQ(static_cast<int64_t>(complete_events(trace).size()), issued);
     bool named_process = false;
     for (const auto& event : trace) {
       if (event.value("name", "") == "process_name") {
@@ -74,7 +74,7 @@ TEST_P(TimelineRecording, TwoRanksWriteOneEventPerCollective) {
   }
   const std::string merged = dir.file("merged.json");
   timeline::merge(files, merged);
-  auto events = completeEvents(readTrace(merged));
+  auto events = complete_events(read_trace(merged));
   EXPECT_EQ(static_cast<int64_t>(events.size()), total);
   std::set<int> pids;
   for (const auto& event : events) pids.insert(event.at("pid").get<int>());
@@ -82,24 +82,24 @@ TEST_P(TimelineRecording, TwoRanksWriteOneEventPerCollective) {
 }
 
 // gloo: the worker's CountingGroup hands each collective to Gloo's public
-// method; auto: one more engine in between. Each is recorded once.
+// method; auto: one more backend in between. Each is recorded once.
 INSTANTIATE_TEST_SUITE_P(Timeline, TimelineRecording, ::testing::Values("gloo", "auto"));
 
 TEST(TimelineKilled, SigkillMidRunLeavesValidJson) {
   const TemporaryDirectory dir("ddp-timeline-");
-  auto results = runRanks(2, {"killed", "gloo"}, withTimeline(dir.file("tl-%r.json")),
-                          std::chrono::seconds(60));
+  auto results = run_ranks(2, {"killed", "gloo"}, with_timeline(dir.file("tl-%r.json")),
+                           std::chrono::seconds(60));
   ASSERT_EQ(results[1].term_signal, SIGKILL) << describe(results);
   EXPECT_NE(results[0].exit_code, 0) << describe(results);
   EXPECT_FALSE(results[0].killed_at_deadline) << describe(results);
   // Rank 1 completed 5 all-reduces; the one in flight when it died was never
   // finished, so it is not in the file.
-  nlohmann::json killed = readTrace(dir.file("tl-1.json"));
+  nlohmann::json killed = read_trace(dir.file("tl-1.json"));
   ASSERT_TRUE(killed.is_array()) << "the SIGKILLed rank's file is not valid JSON";
-  EXPECT_EQ(completeEvents(killed).size(), 5u);
-  nlohmann::json survivor = readTrace(dir.file("tl-0.json"));
+  EXPECT_EQ(complete_events(killed).size(), 5u);
+  nlohmann::json survivor = read_trace(dir.file("tl-0.json"));
   ASSERT_TRUE(survivor.is_array());
-  EXPECT_GE(completeEvents(survivor).size(), 5u);
+  EXPECT_GE(complete_events(survivor).size(), 5u);
 }
 
 TEST(TimelinePaths, RankReplacesPercentROrFollowsThePrefix) {
@@ -124,9 +124,9 @@ TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
   EXPECT_EQ(timeline::current_path(), path);
   for (int i = 1; i <= 3; ++i) {
     group_->all_reduce(torch::ones({8}), ReduceOp::kSum);
-    nlohmann::json trace = readTrace(path);
+    nlohmann::json trace = read_trace(path);
     ASSERT_TRUE(trace.is_array()) << "invalid after event " << i;
-    EXPECT_EQ(completeEvents(trace).size(), static_cast<size_t>(i));
+    EXPECT_EQ(complete_events(trace).size(), static_cast<size_t>(i));
   }
   timeline::start(*group_, timeline::TimelineOptions(dir_.file("t%r.json")));  // same path: no-op
   EXPECT_EQ(timeline::events_written(), 3);
@@ -134,7 +134,7 @@ TEST_F(TimelineLocal, FileIsValidJsonAfterEveryEventAndAfterStop) {
   EXPECT_FALSE(timeline::recording());
   EXPECT_EQ(timeline::current_path(), "");
   group_->all_reduce(torch::ones({8}), ReduceOp::kSum);  // not recorded
-  EXPECT_EQ(completeEvents(readTrace(path)).size(), 3u);
+  EXPECT_EQ(complete_events(read_trace(path)).size(), 3u);
 }
 
 TEST_F(TimelineLocal, StartingElsewhereIsAConfigErrorAndAMissingDirectoryAnIoError) {
@@ -181,7 +181,7 @@ TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
     group_->all_gather(torch::empty({2}), torch::ones({2}));
   }
   group_->reduce_scatter(torch::empty({2}), torch::ones({2}), ReduceOp::kMax);
-  auto events = completeEvents(readTrace(dir_.file("n0.json")));
+  auto events = complete_events(read_trace(dir_.file("n0.json")));
   std::vector<std::string> names;
   for (const auto& e : events) names.push_back(e.at("name"));
   EXPECT_EQ(names, (std::vector<std::string>{"outer", "inner", "outer", "bucket 7", "helper",
@@ -190,7 +190,7 @@ TEST_F(TimelineLocal, InnermostScopeNamesAndFallbacksYieldToOthers) {
   EXPECT_FALSE(events[2].at("args").contains("bytes"));  // a barrier carries no tensor
 }
 
-TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
+TEST_F(TimelineLocal, NestedBackendsAreRecordedOnce) {
   auto counting = std::make_shared<CountingGroup>(group_);
   auto twice = std::make_shared<CountingGroup>(counting);
   timeline::start(*group_, timeline::TimelineOptions(dir_.file("c%r.json")));
@@ -199,19 +199,19 @@ TEST_F(TimelineLocal, NestedEnginesAreRecordedOnce) {
   counting->barrier();
   EXPECT_EQ(twice->issued(), 2);
   EXPECT_EQ(counting->issued(), 3);
-  EXPECT_EQ(completeEvents(readTrace(dir_.file("c0.json"))).size(), 3u);
+  EXPECT_EQ(complete_events(read_trace(dir_.file("c0.json"))).size(), 3u);
 }
 
-// A Gloo engine of one rank made without init(): no observer.
-std::shared_ptr<ProcessGroup> bareGlooLike(const ProcessGroup& group) {
+// A Gloo backend of one rank made without init(): no observer.
+std::shared_ptr<ProcessGroup> bare_gloo_like(const ProcessGroup& group) {
   backends::BackendContext context;
   context.topology = group.topology();
   context.store = c10::make_intrusive<c10d::HashStore>();
   context.collective_timeout = group.collective_timeout();
-  return backends::makeGlooProcessGroup(context);
+  return backends::make_gloo_process_group(context);
 }
 
-bool hasTimelineObserver(const ProcessGroup& group) {
+bool has_timeline_observer(const ProcessGroup& group) {
   for (const auto& observer : group.observers()) {
     if (observer == timeline::detail::TimelineObserver::get()) return true;
   }
@@ -219,11 +219,11 @@ bool hasTimelineObserver(const ProcessGroup& group) {
 }
 
 // The timeline is an observer that init() adds (Note [The timeline as an
-// observer]): an engine made without init() records nothing, a group made
+// observer]): an backend made without init() records nothing, a group made
 // by hand is recorded once given to timeline::recorded(), and giving it
 // twice changes nothing.
 TEST_F(TimelineLocal, RecordsGroupsFromInitAndGroupsWrappedByRecorded) {
-  ASSERT_TRUE(hasTimelineObserver(*group_))
+  ASSERT_TRUE(has_timeline_observer(*group_))
       << "init() returned " << group_->backend_name() << " without the timeline's observer";
   EXPECT_EQ(group_->backend_name(), "gloo");
   const size_t observers = group_->observers().size();
@@ -231,14 +231,14 @@ TEST_F(TimelineLocal, RecordsGroupsFromInitAndGroupsWrappedByRecorded) {
   EXPECT_EQ(group_->observers().size(), observers) << "recorded() added a second observer";
   EXPECT_THROW(timeline::recorded(nullptr), InvalidArgumentError);
 
-  auto by_hand = std::make_shared<CountingGroup>(bareGlooLike(*group_));
+  auto by_hand = std::make_shared<CountingGroup>(bare_gloo_like(*group_));
   timeline::start(*group_, timeline::TimelineOptions(dir_.file("d%r.json")));
   by_hand->all_reduce(torch::ones({4}));   // not recorded: not wrapped
   group_->broadcast(torch::ones({4}), 0);  // recorded
   auto wrapped = timeline::recorded(by_hand);
   wrapped->all_reduce(torch::ones({4}));  // recorded, once
   std::vector<std::string> names;
-  for (const auto& e : completeEvents(readTrace(dir_.file("d0.json"))))
+  for (const auto& e : complete_events(read_trace(dir_.file("d0.json"))))
     names.push_back(e.at("name"));
   EXPECT_EQ(names, (std::vector<std::string>{"broadcast", "all_reduce(sum)"}));
   EXPECT_EQ(by_hand->issued(), 2);

@@ -50,12 +50,12 @@ TORCH_MODULE(Mlp);
 std::string counted(const std::vector<nlohmann::json>& events, const std::string& prefix,
                     int64_t expected) {
   return "'" + prefix + "' events: got " +
-         std::to_string(ddp::testing::countNamed(events, prefix)) + ", expected " +
+         std::to_string(ddp::testing::count_named(events, prefix)) + ", expected " +
          std::to_string(expected);
 }
 
 // User collectives: 9 in all, 8 outside any scope and 1 named.
-void userCollectives(ddp::ProcessGroup& group) {
+void user_collectives(ddp::ProcessGroup& group) {
   const int world = group.size();
   torch::Tensor values = torch::ones({1000});
   group.all_reduce(values, ddp::ReduceOp::kSum);
@@ -73,7 +73,7 @@ void userCollectives(ddp::ProcessGroup& group) {
   group.all_reduce(torch::ones({4}), ddp::ReduceOp::kSum);
 }
 
-int64_t trainDdp(const std::shared_ptr<ddp::ProcessGroup>& group, int steps) {
+int64_t train_ddp(const std::shared_ptr<ddp::ProcessGroup>& group, int steps) {
   torch::manual_seed(1);
   ddp::DistributedDataParallel model(Mlp(), group);
   torch::optim::SGD optimizer(model->parameters(), 0.1);
@@ -87,8 +87,8 @@ int64_t trainDdp(const std::shared_ptr<ddp::ProcessGroup>& group, int steps) {
   return buckets;
 }
 
-void trainHorovod(const std::shared_ptr<ddp::ProcessGroup>& group, int64_t fusion_threshold_bytes,
-                  int steps) {
+void train_horovod(const std::shared_ptr<ddp::ProcessGroup>& group, int64_t fusion_threshold_bytes,
+                   int steps) {
   torch::manual_seed(2);
   Mlp model;
   ddp::hvd::DistributedOptimizer optimizer(
@@ -111,36 +111,36 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
   checks.check(kStarted, ddp::timeline::recording(), "not recording");
   const std::string path = ddp::timeline::current_path();
 
-  userCollectives(*group);
-  const int64_t ddp_buckets = trainDdp(group, 3);
-  trainHorovod(group, /*fusion_threshold_bytes=*/64 << 20, 2);  // 1 buffer per step
-  trainHorovod(group, /*fusion_threshold_bytes=*/0, 1);         // 6 gradients, 6 all-reduces
+  user_collectives(*group);
+  const int64_t ddp_buckets = train_ddp(group, 3);
+  train_horovod(group, /*fusion_threshold_bytes=*/64 << 20, 2);  // 1 buffer per step
+  train_horovod(group, /*fusion_threshold_bytes=*/0, 1);         // 6 gradients, 6 all-reduces
   const int64_t issued = group->issued();
 
   // The file is read while the timeline is still being recorded: it must
   // be complete JSON at every moment.
-  nlohmann::json trace = ddp::testing::readTrace(path);
+  nlohmann::json trace = ddp::testing::read_trace(path);
   checks.check(kParsesWhileRecording, trace.is_array(), "it does not: " + path);
-  auto events = ddp::testing::completeEvents(trace);
+  auto events = ddp::testing::complete_events(trace);
   checks.check(
       kOneEventPerCollective, static_cast<int64_t>(events.size()) == issued,
       std::to_string(events.size()) + " events, " + std::to_string(issued) + " collectives issued");
   checks.check(
       kEventsWritten, ddp::timeline::events_written() == issued,
       std::to_string(ddp::timeline::events_written()) + ", expected " + std::to_string(issued));
-  checks.check(kDdpBuckets, ddp::testing::countNamed(events, "ddp.bucket ") == ddp_buckets,
+  checks.check(kDdpBuckets, ddp::testing::count_named(events, "ddp.bucket ") == ddp_buckets,
                counted(events, "ddp.bucket ", ddp_buckets));
-  checks.check(kFusionBuffers, ddp::testing::countNamed(events, "hvd.fusion_buffer 0") == 2,
+  checks.check(kFusionBuffers, ddp::testing::count_named(events, "hvd.fusion_buffer 0") == 2,
                counted(events, "hvd.fusion_buffer 0", 2));
-  checks.check(kUnfused, ddp::testing::countNamed(events, "hvd.allreduce ") == 6,
+  checks.check(kUnfused, ddp::testing::count_named(events, "hvd.allreduce ") == 6,
                counted(events, "hvd.allreduce ", 6));
   checks.check(kBroadcastParameters,
-               ddp::testing::countNamed(events, "hvd.broadcast_parameters") == 2 * 2,
+               ddp::testing::count_named(events, "hvd.broadcast_parameters") == 2 * 2,
                counted(events, "hvd.broadcast_parameters", 2 * 2));
   checks.check(kBroadcastOptimizerState,
-               ddp::testing::countNamed(events, "hvd.broadcast_optimizer_state") == 2 * 5,
+               ddp::testing::count_named(events, "hvd.broadcast_optimizer_state") == 2 * 5,
                counted(events, "hvd.broadcast_optimizer_state", 2 * 5));
-  checks.check(kNameScope, ddp::testing::countNamed(events, "user.metrics") == 1,
+  checks.check(kNameScope, ddp::testing::count_named(events, "user.metrics") == 1,
                counted(events, "user.metrics", 1));
   std::string unscoped;
   for (const char* op :
@@ -149,17 +149,17 @@ int record(const std::shared_ptr<ddp::ProcessGroup>& real) {
     unscoped += std::string(unscoped.empty() ? "" : "; ") + counted(events, op, 1);
   }
   checks.check(kUnscoped,
-               ddp::testing::countNamed(events, "all_reduce(sum)") == 1 &&
-                   ddp::testing::countNamed(events, "all_reduce(average)") == 1 &&
-                   ddp::testing::countNamed(events, "all_reduce(max)") == 1 &&
-                   ddp::testing::countNamed(events, "all_reduce(min)") == 1 &&
-                   ddp::testing::countNamed(events, "broadcast") == 1 &&
-                   ddp::testing::countNamed(events, "all_gather") == 1 &&
-                   ddp::testing::countNamed(events, "reduce_scatter(sum)") == 1 &&
-                   ddp::testing::countNamed(events, "barrier") == 1,
+               ddp::testing::count_named(events, "all_reduce(sum)") == 1 &&
+                   ddp::testing::count_named(events, "all_reduce(average)") == 1 &&
+                   ddp::testing::count_named(events, "all_reduce(max)") == 1 &&
+                   ddp::testing::count_named(events, "all_reduce(min)") == 1 &&
+                   ddp::testing::count_named(events, "broadcast") == 1 &&
+                   ddp::testing::count_named(events, "all_gather") == 1 &&
+                   ddp::testing::count_named(events, "reduce_scatter(sum)") == 1 &&
+                   ddp::testing::count_named(events, "barrier") == 1,
                unscoped);
-  checks.check(kNoOverlap, ddp::testing::firstOverlap(events).empty(),
-               ddp::testing::firstOverlap(events) + " overlap");
+  checks.check(kNoOverlap, ddp::testing::first_overlap(events).empty(),
+               ddp::testing::first_overlap(events) + " overlap");
   bool fields_ok = !events.empty();
   int never_waited = 0;
   for (const auto& event : events) {
@@ -197,7 +197,7 @@ int killed(const std::shared_ptr<ddp::ProcessGroup>& group) {
 }
 
 // The group each scenario runs on: ARGUMENTS are the backend.
-std::shared_ptr<ddp::ProcessGroup> groupFor(const std::vector<std::string>& arguments) {
+std::shared_ptr<ddp::ProcessGroup> group_for(const std::vector<std::string>& arguments) {
   if (arguments.empty()) throw std::invalid_argument("give the backend after the scenario");
   return ddp::init(
       ddp::InitOptions().backend(arguments[0]).collective_timeout(std::chrono::seconds(20)));
@@ -208,6 +208,6 @@ std::shared_ptr<ddp::ProcessGroup> groupFor(const std::vector<std::string>& argu
 int main(int argc, char** argv) {
   return ddp::testing::run_worker(
       argc, argv,
-      {{"record", [](const std::vector<std::string>& args) { return record(groupFor(args)); }},
-       {"killed", [](const std::vector<std::string>& args) { return killed(groupFor(args)); }}});
+      {{"record", [](const std::vector<std::string>& args) { return record(group_for(args)); }},
+       {"killed", [](const std::vector<std::string>& args) { return killed(group_for(args)); }}});
 }

@@ -15,7 +15,7 @@
 namespace ddp::testing {
 
 /// The file parsed as JSON (a discarded value when it is not valid JSON).
-inline nlohmann::json readTrace(const std::string& path) {
+inline nlohmann::json read_trace(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -23,7 +23,7 @@ inline nlohmann::json readTrace(const std::string& path) {
 }
 
 /// The complete ("X") events of a trace, in file order.
-inline std::vector<nlohmann::json> completeEvents(const nlohmann::json& trace) {
+inline std::vector<nlohmann::json> complete_events(const nlohmann::json& trace) {
   std::vector<nlohmann::json> events;
   if (!trace.is_array()) return events;
   for (const auto& event : trace) {
@@ -33,7 +33,7 @@ inline std::vector<nlohmann::json> completeEvents(const nlohmann::json& trace) {
 }
 
 /// How many complete events have a name starting with `prefix`.
-inline int countNamed(const std::vector<nlohmann::json>& events, const std::string& prefix) {
+inline int count_named(const std::vector<nlohmann::json>& events, const std::string& prefix) {
   int count = 0;
   for (const auto& event : events) {
     if (event.at("name").get<std::string>().rfind(prefix, 0) == 0) ++count;
@@ -43,7 +43,7 @@ inline int countNamed(const std::vector<nlohmann::json>& events, const std::stri
 
 /// "" when no two events of one (pid, tid) lane overlap in time, else the
 /// first pair's names.
-inline std::string firstOverlap(const std::vector<nlohmann::json>& events) {
+inline std::string first_overlap(const std::vector<nlohmann::json>& events) {
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
   std::map<std::pair<int, int>, std::vector<std::string>> names;
   for (const auto& event : events) {
@@ -67,7 +67,7 @@ inline std::string firstOverlap(const std::vector<nlohmann::json>& events) {
 
 /// The names of timeline_test_worker's checks of its own file (its
 /// "record" scenario), each written only here: the worker reports them,
-/// timeline_test.cpp expects them all (timelineRecordCheckNames()).
+/// timeline_test.cpp expects them all (timeline_record_check_names()).
 namespace timeline_check {
 inline const std::string kStarted = "DDP_TIMELINE started the timeline";
 inline const std::string kParsesWhileRecording = "the file parses as a JSON array while recording";
@@ -89,7 +89,7 @@ inline const std::string kFirstEvent = "the first event describes a 1000-element
 }  // namespace timeline_check
 
 /// The names timeline_test_worker's "record" scenario reports on every rank.
-inline std::set<std::string> timelineRecordCheckNames() {
+inline std::set<std::string> timeline_record_check_names() {
   using namespace timeline_check;  // NOLINT(google-build-using-namespace)
   return {kStarted,
           kParsesWhileRecording,

@@ -24,7 +24,7 @@ using ddp::testing::error_of;
 
 namespace {
 
-std::string readFile(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
@@ -159,7 +159,7 @@ TEST_F(TrainingFiles, MetricsCsvWritesHeaderAndRowsAndReadsThemBack) {
   MetricsCsv metrics(csv);
   metrics.append({1, 0.5, 0.8125, 1234.56, 10.25});
   metrics.append({2, 0.25, std::nullopt, 1300, 9.5});
-  EXPECT_EQ(readFile(csv),
+  EXPECT_EQ(read_file(csv),
             "epoch,loss,accuracy,samples_per_s,seconds\n"
             "1,0.500000,0.812500,1234.6,10.250\n"
             "2,0.250000,,1300.0,9.500\n");
@@ -231,14 +231,14 @@ TEST_F(TrainingFiles, PlotWritesAPngWhenGnuplotIsInstalled) {
   }
   const std::string png = path("plots/curves.png");
   plot_loss_accuracy(csv, png, PlotOptions().title("it's a test"));  // A quote in the title.
-  const std::string bytes = readFile(png);
+  const std::string bytes = read_file(png);
   ASSERT_GT(bytes.size(), 1000u);
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 
   MetricsCsv single(path("one.csv"));  // One epoch, no accuracy: still a picture.
   single.append({1, 0.6, std::nullopt, 1000, 10});
   plot_loss_accuracy(path("one.csv"), path("one.png"));
-  EXPECT_EQ(readFile(path("one.png")).substr(0, 4), "\x89PNG");
+  EXPECT_EQ(read_file(path("one.png")).substr(0, 4), "\x89PNG");
 }
 
 TEST_F(TrainingFiles, PlotErrorsSayWhatToDo) {

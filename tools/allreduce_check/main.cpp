@@ -27,7 +27,7 @@ struct Options {
 
 // One rank: rank r contributes r + 1 everywhere, so every element of the
 // sum must be N (N + 1) / 2.
-int runRank(const Options& options) {
+int run_rank(const Options& options) {
   auto group = ddp::init(ddp::InitOptions().backend(options.backend));
   const int world = group->size();
   torch::Tensor t = torch::full({options.numel}, group->rank() + 1, torch::kFloat32);
@@ -48,7 +48,7 @@ int runRank(const Options& options) {
 }
 
 // Starts `nproc` ranks of this program with torchrun's variables.
-int startRanks(const Options& options, const std::string& self) {
+int start_ranks(const Options& options, const std::string& self) {
   const ddp::launch::PortReservation reserved;  // Note [A port held from choice to use]
   const int port = reserved.port();
   std::vector<ddp::launch::ChildSpec> ranks;
@@ -97,8 +97,8 @@ int main(int argc, char** argv) {
   try {
     const bool under_launcher =
         ddp::resolve_topology(ddp::capture_environment()).source != ddp::LaunchSource::kNone;
-    if (under_launcher || options.nproc == 1) return runRank(options);
-    return startRanks(options, "/proc/self/exe");
+    if (under_launcher || options.nproc == 1) return run_rank(options);
+    return start_ranks(options, "/proc/self/exe");
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return static_cast<int>(ddp::exit_code_for(e));

@@ -26,7 +26,7 @@
 
 namespace {
 
-void onSignal(int signal) { ddp::launch::Agent::request_stop(signal); }
+void on_signal(int signal) { ddp::launch::Agent::request_stop(signal); }
 
 void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
@@ -81,7 +81,7 @@ void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
 // (or their values) on belongs to the program, so `ddprun -n 2 ./train
 // --epochs 3` passes --epochs to ./train, while an unknown option before
 // the program is an error instead of silently becoming the program.
-size_t programStart(int argc, char** argv, const CLI::App& app) {
+size_t program_start(int argc, char** argv, const CLI::App& app) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--") return i + 1;
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
       "non-executable) PROGRAM runs as `python3 -u PROGRAM ARGS...`, python3 from PATH.");
   ddp::launch::LaunchOptions options;
   parse(app, options);
-  const size_t start = programStart(argc, argv, app);
+  const size_t start = program_start(argc, argv, app);
   std::vector<std::string> own(argv + 1, argv + start);
   if (!own.empty() && own.back() == "--") own.pop_back();
   std::reverse(own.begin(), own.end());  // CLI11 parses a vector from the back.
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   options.command.assign(argv + start, argv + argc);
   try {
     ddp::launch::LaunchPlan plan = ddp::launch::resolve_launch(options);
-    for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, onSignal);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, on_signal);
     ddp::launch::Agent agent(std::move(plan));
     return agent.run();
   } catch (const ddp::Error& e) {

@@ -23,7 +23,7 @@
 /// or throws, on the waiting thread: that is when its result is in place
 /// (and when NCCL's or Gloo's errors surface), not when the issuing call
 /// returned. A Work destroyed without a wait() ends at its destruction, with
-/// CollectiveOutcome::waited false; a collective the engine refused to issue
+/// CollectiveOutcome::waited false; a collective the backend refused to issue
 /// ends at once, with CollectiveOutcome::issued false. Each ObservedCollective
 /// hears of the end exactly once.
 
@@ -54,7 +54,7 @@ struct CollectiveFacts {
   int64_t numel = 0;
   /// Bytes of the input tensor (0 for a barrier).
   int64_t bytes = 0;
-  /// When the observers were told, just before the engine saw it: the wall
+  /// When the observers were told, just before the backend saw it: the wall
   /// clock, comparable between ranks.
   std::chrono::system_clock::time_point start_time;
   /// The same moment on the monotonic clock, which CollectiveOutcome's
@@ -67,7 +67,7 @@ struct CollectiveOutcome {
   /// What issuing it or its wait() threw (a ddp::Error, TimeoutError for a
   /// timeout); null when it completed or was never waited on.
   std::exception_ptr error;
-  /// False when the engine refused to issue it: it never ran.
+  /// False when the backend refused to issue it: it never ran.
   bool issued = true;
   /// False when its Work was destroyed without a wait() (or it was never
   /// issued): whether it succeeded is not known.
@@ -100,7 +100,7 @@ class CollectiveObserver {
  public:
   virtual ~CollectiveObserver() = default;
   /// Called on the issuing thread after the arguments were checked, before
-  /// the engine sees the collective. Returns what is to be told of its end,
+  /// the backend sees the collective. Returns what is to be told of its end,
   /// or null to hear no more of it (then nothing waits on its Work for this
   /// observer). An exception fails the collective before it is issued: the
   /// observers already told hear that it never ran.

@@ -123,7 +123,7 @@ class TimeoutError : public ErrorOfKind<TimeoutError, ExitCode::kTimeout> {
 };
 
 /// A collective failed for a reason other than a timeout: a peer closed its
-/// connection, or the engine reported an error. Thrown by Work::wait() and
+/// connection, or the backend reported an error. Thrown by Work::wait() and
 /// the collectives.
 class CollectiveError : public ErrorOfKind<CollectiveError, ExitCode::kCollective> {
  public:

@@ -4,7 +4,7 @@
 /// The flight recorder: every process keeps its last 64 collectives (what
 /// they were, when they started, whether they finished), so that a hung or
 /// timed-out job can say which rank stopped where. NCCL's flight recorder
-/// (TORCH_NCCL_TRACE_BUFFER_SIZE) for every ddp engine, always on.
+/// (TORCH_NCCL_TRACE_BUFFER_SIZE) for every ddp backend, always on.
 ///
 /// Note [What the flight recorder keeps]
 /// ddp::init() adds an observer to the group it returns (Note [Observing
@@ -47,7 +47,7 @@ inline constexpr const char* kFileVariable = "DDP_FLIGHT_RECORDER_FILE";
 
 /// Where a recorded collective stands.
 enum class State : int32_t {
-  kIssued = 1,     ///< Handed to the engine; no wait() has returned yet.
+  kIssued = 1,     ///< Handed to the backend; no wait() has returned yet.
   kCompleted = 2,  ///< A wait() returned: the result is in place.
   kTimedOut = 3,   ///< A wait() threw TimeoutError.
   kFailed = 4,     ///< A wait() threw another error.

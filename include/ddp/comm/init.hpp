@@ -62,7 +62,7 @@ struct InitOptions {
 /// Starts this process's process group: resolves the topology from the
 /// environment and `options`, meets the other ranks at rank 0's store (hosted
 /// by rank 0, bound to the master address only) or at InitOptions::store,
-/// and starts the engine. With world size 1 and no store nothing touches the
+/// and starts the backend. With world size 1 and no store nothing touches the
 /// network.
 /// \throws ConfigError for bad options or environment variables,
 ///   RendezvousError when the ranks cannot meet, BackendUnavailableError for a

@@ -33,7 +33,7 @@ enum class ReduceOp {
 /// The name of a reduction ("sum", "average", ...).
 const char* to_string(ReduceOp op) noexcept;
 
-/// The ranks of a job and the collectives between them, over one engine
+/// The ranks of a job and the collectives between them, over one backend
 /// (Gloo, NCCL, or `auto`, which picks per tensor device).
 ///
 /// Every collective exists in two forms: `all_reduce(...)` blocks until done;
@@ -42,13 +42,13 @@ const char* to_string(ReduceOp op) noexcept;
 /// and contiguous, of dtype float32, float64, bfloat16, float16, int32 or
 /// int64.
 ///
-/// Note [Arguments are checked before any engine sees them]
+/// Note [Arguments are checked before any backend sees them]
 /// A wrong size on one rank would otherwise surface as a hang or a garbled
 /// result on another. The public methods validate, then call the backend's
 /// do...() implementation, which may assume valid arguments.
 ///
 /// Note [Observing collectives]
-/// What watches collectives from outside the engines (the flight recorder,
+/// What watches collectives from outside the backends (the flight recorder,
 /// the timeline, a program's statistics) is a CollectiveObserver added to
 /// the group (ddp/comm/collective_observer.hpp). The public methods tell the
 /// observers around the backend's do...() call: started just before it, in
@@ -57,7 +57,7 @@ const char* to_string(ReduceOp op) noexcept;
 /// end. A group without observers pays one empty-vector check per
 /// collective: no allocation, no clock, no virtual call. Only the public
 /// methods notify, so a collective that a group hands on to another inside
-/// (`auto` to Gloo, the hierarchical engine to its leaders) is observed
+/// (`auto` to Gloo, the hierarchical backend to its leaders) is observed
 /// once, by the group the caller holds.
 class ProcessGroup {
  public:
@@ -73,7 +73,7 @@ class ProcessGroup {
   const Topology& topology() const noexcept { return topology_; }
   /// How long a collective may take before it fails with TimeoutError.
   std::chrono::milliseconds collective_timeout() const noexcept { return collective_timeout_; }
-  /// The engine's name: "gloo", "nccl" or "auto(gloo,nccl)".
+  /// The backend's name: "gloo", "nccl" or "auto(gloo,nccl)".
   virtual std::string backend_name() const = 0;
 
   /// The rendezvous store the group was formed through (a ddp::TcpStore

@@ -35,7 +35,7 @@ class [[nodiscard]] Work {
   /// Blocks until the collective has finished and its result is in place.
   /// \throws TimeoutError when it did not finish within the collective
   ///   timeout, naming the operation.
-  /// \throws CollectiveError when the engine reported another failure.
+  /// \throws CollectiveError when the backend reported another failure.
   void wait();
 
   /// True once the collective has finished (successfully or not). Does not

@@ -25,7 +25,7 @@
 /// "hvd.broadcast_parameters", ...) or, for a collective issued outside any
 /// scope, the operation ("all_reduce(sum)", "broadcast", ...). `args` holds
 /// the operation, reduction, root, dtype, element count and bytes (of the
-/// input tensor). A collective is recorded once, however many engines it
+/// input tensor). A collective is recorded once, however many backends it
 /// passes through (`auto` hands it to Gloo or NCCL).
 ///
 /// Note [The file is valid JSON at every moment]
@@ -73,7 +73,7 @@ inline constexpr const char* kEnvironmentVariable = "DDP_TIMELINE";
 /// through it are recorded while a timeline is recorded, and returns
 /// `group`; a group recorded already is left as it is. ddp::init() returns
 /// recorded groups, so call it only for a group you made otherwise.
-/// Collectives an engine hands on to another inside are part of the outer
+/// Collectives an backend hands on to another inside are part of the outer
 /// one and recorded once.
 /// \throws InvalidArgumentError when `group` is null.
 std::shared_ptr<ProcessGroup> recorded(std::shared_ptr<ProcessGroup> group);

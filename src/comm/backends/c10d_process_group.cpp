@@ -4,21 +4,21 @@
 
 namespace ddp::comm::backends {
 
-C10dProcessGroup::C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine,
-                                   std::string name, bool engine_enforces_timeout)
+C10dProcessGroup::C10dProcessGroup(const BackendContext& context, compat::BackendPtr backend,
+                                   std::string name, bool backend_enforces_timeout)
     : ProcessGroup(context.topology, context.collective_timeout),
-      engine_(std::move(engine)),
+      backend_(std::move(backend)),
       name_(std::move(name)),
-      engine_enforces_timeout_(engine_enforces_timeout) {}
+      backend_enforces_timeout_(backend_enforces_timeout) {}
 
 detail::CollectiveInfo C10dProcessGroup::info(const char* name, const at::Tensor& tensor,
                                               std::optional<ReduceOp> op) const {
-  detail::CollectiveInfo info = detail::collectiveInfo(*this, name_, name, tensor, op);
-  info.engine_enforces_timeout = engine_enforces_timeout_;
+  detail::CollectiveInfo info = detail::collective_info(*this, name_, name, tensor, op);
+  info.backend_enforces_timeout = backend_enforces_timeout_;
   return info;
 }
 
-c10d::ReduceOp C10dProcessGroup::toC10d(ReduceOp op) {
+c10d::ReduceOp C10dProcessGroup::to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
       return c10d::ReduceOp::SUM;
@@ -35,36 +35,37 @@ c10d::ReduceOp C10dProcessGroup::toC10d(ReduceOp op) {
 }
 
 Work C10dProcessGroup::do_all_reduce(const at::Tensor& tensor, ReduceOp op) {
-  return detail::startCollective(info("all_reduce", tensor, op), [&] {
+  return detail::start_collective(info("all_reduce", tensor, op), [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
-    options.reduceOp = toC10d(op);
+    options.reduceOp = to_c10d(op);
     options.timeout = collective_timeout();
-    return engine_->allreduce(tensors, options);
+    return backend_->allreduce(tensors, options);
   });
 }
 
 Work C10dProcessGroup::do_broadcast(const at::Tensor& tensor, int root) {
-  return broadcastAs(tensor, tensor, root);
+  return broadcast_as(tensor, tensor, root);
 }
 
-Work C10dProcessGroup::broadcastAs(const at::Tensor& described, const at::Tensor& moved, int root) {
-  return detail::startCollective(info("broadcast", described), [&] {
+Work C10dProcessGroup::broadcast_as(const at::Tensor& described, const at::Tensor& moved,
+                                    int root) {
+  return detail::start_collective(info("broadcast", described), [&] {
     std::vector<at::Tensor> tensors{moved};
     c10d::BroadcastOptions options;
     options.rootRank = root;
     options.timeout = collective_timeout();
-    return engine_->broadcast(tensors, options);
+    return backend_->broadcast(tensors, options);
   });
 }
 
 Work C10dProcessGroup::do_all_gather(const at::Tensor& output, const at::Tensor& input) {
-  return allGatherAs(input, output, input);
+  return all_gather_as(input, output, input);
 }
 
-Work C10dProcessGroup::allGatherAs(const at::Tensor& described, const at::Tensor& output,
-                                   const at::Tensor& input) {
-  return detail::startCollective(info("all_gather", described), [&] {
+Work C10dProcessGroup::all_gather_as(const at::Tensor& described, const at::Tensor& output,
+                                     const at::Tensor& input) {
+  return detail::start_collective(info("all_gather", described), [&] {
     // c10d's portable all-gather takes one output tensor per rank; views into
     // the caller's flat output receive the data without a copy back.
     const int64_t chunk = input.numel();
@@ -74,27 +75,27 @@ Work C10dProcessGroup::allGatherAs(const at::Tensor& described, const at::Tensor
     std::vector<at::Tensor> inputs{input.view({-1})};
     c10d::AllgatherOptions options;
     options.timeout = collective_timeout();
-    return engine_->allgather(outputs, inputs, options);
+    return backend_->allgather(outputs, inputs, options);
   });
 }
 
 Work C10dProcessGroup::do_reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                                          ReduceOp op) {
-  return detail::startCollective(info("reduce_scatter", output, op), [&] {
+  return detail::start_collective(info("reduce_scatter", output, op), [&] {
     at::Tensor flat_output = output.view({-1});
     at::Tensor flat_input = input.view({-1});
     c10d::ReduceScatterOptions options;
-    options.reduceOp = toC10d(op);
+    options.reduceOp = to_c10d(op);
     options.timeout = collective_timeout();
-    return engine_->_reduce_scatter_base(flat_output, flat_input, options);
+    return backend_->_reduce_scatter_base(flat_output, flat_input, options);
   });
 }
 
 Work C10dProcessGroup::do_barrier() {
-  return detail::startCollective(info("barrier", at::Tensor()), [&] {
+  return detail::start_collective(info("barrier", at::Tensor()), [&] {
     c10d::BarrierOptions options;
     options.timeout = collective_timeout();
-    return engine_->barrier(options);
+    return backend_->barrier(options);
   });
 }
 

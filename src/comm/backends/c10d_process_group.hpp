@@ -1,6 +1,6 @@
 #pragma once
 
-// Internal: a ddp::ProcessGroup that forwards to one c10d engine.
+// Internal: a ddp::ProcessGroup that forwards to one c10d backend.
 
 #include <optional>
 #include <string>
@@ -10,16 +10,16 @@
 
 namespace ddp::comm::backends {
 
-/// Forwards each collective to the engine's native implementation. Engines
+/// Forwards each collective to the backend's native implementation. Backends
 /// that lack one (Gloo in LibTorch 1.13 has no average, no bfloat16 and no
 /// reduce-scatter) override the corresponding do...() method.
 class C10dProcessGroup : public ProcessGroup {
  public:
-  /// `engine_enforces_timeout`: the engine aborts a collective that outlives
+  /// `backend_enforces_timeout`: the backend aborts a collective that outlives
   /// the group's timeout by itself (NCCL's watchdog), so waiting on its Work
   /// sets no timer (Note [NCCL's wait leaves the host free]).
-  C10dProcessGroup(const BackendContext& context, compat::EnginePtr engine, std::string name,
-                   bool engine_enforces_timeout = false);
+  C10dProcessGroup(const BackendContext& context, compat::BackendPtr backend, std::string name,
+                   bool backend_enforces_timeout = false);
 
   std::string backend_name() const override { return name_; }
 
@@ -31,20 +31,21 @@ class C10dProcessGroup : public ProcessGroup {
   Work do_barrier() override;
 
   /// Broadcast / all-gather of `moved`, a bit-for-bit view of the caller's
-  /// tensor in a dtype the engine can carry; errors name `described`.
-  Work broadcastAs(const at::Tensor& described, const at::Tensor& moved, int root);
-  Work allGatherAs(const at::Tensor& described, const at::Tensor& output, const at::Tensor& input);
+  /// tensor in a dtype the backend can carry; errors name `described`.
+  Work broadcast_as(const at::Tensor& described, const at::Tensor& moved, int root);
+  Work all_gather_as(const at::Tensor& described, const at::Tensor& output,
+                     const at::Tensor& input);
 
   /// What an error about this collective will name.
   detail::CollectiveInfo info(const char* name, const at::Tensor& tensor,
                               std::optional<ReduceOp> op = std::nullopt) const;
-  compat::Engine& engine() { return *engine_; }
-  static c10d::ReduceOp toC10d(ReduceOp op);
+  compat::Backend& backend() { return *backend_; }
+  static c10d::ReduceOp to_c10d(ReduceOp op);
 
  private:
-  compat::EnginePtr engine_;
+  compat::BackendPtr backend_;
   std::string name_;
-  bool engine_enforces_timeout_;
+  bool backend_enforces_timeout_;
 };
 
 }  // namespace ddp::comm::backends

@@ -1,8 +1,8 @@
-// Gloo: the CPU engine from LibTorch's c10d.
+// Gloo: the CPU backend from LibTorch's c10d.
 //
 // Note [Filling Gloo's gaps in LibTorch 1.13]
 // Gloo there rejects ReduceOp::AVG, has no reduce-scatter and no bfloat16.
-// ddp fills them without changing the engine:
+// ddp fills them without changing the backend:
 //  - average: a sum, divided by the world size once the sum has arrived
 //    (integers with truncation, as NCCL's integer average does);
 //  - bfloat16: moved bit-for-bit as float16 (the same two bytes; Gloo 1.13
@@ -28,15 +28,15 @@
 namespace ddp::comm::backends {
 namespace {
 
-bool isBFloat16(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16; }
+bool is_b_float16(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16; }
 
-bool needsWidening(const at::Tensor& t) { return !compat::kGlooHasBFloat16 && isBFloat16(t); }
+bool needs_widening(const at::Tensor& t) { return !compat::kGlooHasBFloat16 && is_b_float16(t); }
 
 // A bfloat16 tensor seen as float16: the same bytes, a dtype Gloo can move.
 // Only copies touch it, so no bit pattern is reinterpreted arithmetically.
-at::Tensor asMovable(const at::Tensor& t) { return needsWidening(t) ? t.view(at::kHalf) : t; }
+at::Tensor as_movable(const at::Tensor& t) { return needs_widening(t) ? t.view(at::kHalf) : t; }
 
-void divideBySize(const at::Tensor& t, int size) {
+void divide_by_size(const at::Tensor& t, int size) {
   if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
     t.div_(size, "trunc");
   } else {
@@ -45,12 +45,12 @@ void divideBySize(const at::Tensor& t, int size) {
 }
 
 // Combines the world_size chunks stacked in `received` (dim 0) into `output`.
-void reduceChunks(const at::Tensor& output, const at::Tensor& received, ReduceOp op, int size) {
+void reduce_chunks(const at::Tensor& output, const at::Tensor& received, ReduceOp op, int size) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
       output.copy_(received.sum(0));
-      if (op == ReduceOp::kAverage) divideBySize(output, size);
+      if (op == ReduceOp::kAverage) divide_by_size(output, size);
       break;
     case ReduceOp::kMin:
       output.copy_(std::get<0>(received.min(0)));
@@ -66,7 +66,7 @@ void reduceChunks(const at::Tensor& output, const at::Tensor& received, ReduceOp
 
 // The address of the local interface that routes to `master`: peers reach
 // this rank's Gloo pairs there. A UDP connect sends nothing.
-std::string localAddressTowards(const std::string& master) {
+std::string local_address_towards(const std::string& master) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* result = nullptr;
@@ -104,46 +104,46 @@ class GlooProcessGroup final : public C10dProcessGroup {
 
  protected:
   Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
-    const bool widen = needsWidening(tensor);
+    const bool widen = needs_widening(tensor);
     if (!widen && op != ReduceOp::kAverage) return C10dProcessGroup::do_all_reduce(tensor, op);
     at::Tensor buffer = widen ? tensor.to(at::kFloat) : tensor;
-    const ReduceOp engine_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+    const ReduceOp backend_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
     const int world = size();
-    return detail::startCollective(
+    return detail::start_collective(
         info("all_reduce", tensor, op),
         [&] {
           std::vector<at::Tensor> tensors{buffer};
           c10d::AllreduceOptions options;
-          options.reduceOp = toC10d(engine_op);
+          options.reduceOp = to_c10d(backend_op);
           options.timeout = collective_timeout();
-          return engine().allreduce(tensors, options);
+          return backend().allreduce(tensors, options);
         },
         [tensor, buffer, op, widen, world] {
-          if (op == ReduceOp::kAverage) divideBySize(buffer, world);
+          if (op == ReduceOp::kAverage) divide_by_size(buffer, world);
           if (widen) tensor.copy_(buffer);
         });
   }
 
   Work do_broadcast(const at::Tensor& tensor, int root) override {
-    return broadcastAs(tensor, asMovable(tensor), root);
+    return broadcast_as(tensor, as_movable(tensor), root);
   }
 
   Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
-    return allGatherAs(input, asMovable(output), asMovable(input));
+    return all_gather_as(input, as_movable(output), as_movable(input));
   }
 
   Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
     const int world = size();
     at::Tensor received = at::empty_like(input);
-    return detail::startCollective(
+    return detail::start_collective(
         info("reduce_scatter", output, op),
         [&] {
-          at::Tensor send = asMovable(input).view({-1});
-          at::Tensor receive = asMovable(received).view({-1});
+          at::Tensor send = as_movable(input).view({-1});
+          at::Tensor receive = as_movable(received).view({-1});
           std::vector<int64_t> equal_splits;  // empty: equal chunks per rank
           c10d::AllToAllOptions options;
           options.timeout = collective_timeout();
-          return engine().alltoall_base(receive, send, equal_splits, equal_splits, options);
+          return backend().alltoall_base(receive, send, equal_splits, equal_splits, options);
         },
         [output, received, op, world] {
           at::Tensor chunks = received.view({world, -1});
@@ -151,14 +151,14 @@ class GlooProcessGroup final : public C10dProcessGroup {
           // and LibTorch 1.13's CPU kernels lack some float16 reductions.
           if (received.element_size() == 2 && received.is_floating_point())
             chunks = chunks.to(at::kFloat);
-          reduceChunks(output.view({-1}), chunks, op, world);
+          reduce_chunks(output.view({-1}), chunks, op, world);
         });
   }
 };
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> makeGlooProcessGroup(const BackendContext& context) {
+std::shared_ptr<ProcessGroup> make_gloo_process_group(const BackendContext& context) {
   auto options = c10d::ProcessGroupGloo::Options::create(context.collective_timeout);
   if (!context.gloo_interface.empty()) {
     options->devices.push_back(
@@ -166,12 +166,12 @@ std::shared_ptr<ProcessGroup> makeGlooProcessGroup(const BackendContext& context
   } else {
     const std::string address = context.topology.world_size == 1
                                     ? std::string("127.0.0.1")
-                                    : localAddressTowards(context.topology.master_addr);
+                                    : local_address_towards(context.topology.master_addr);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address));
   }
-  auto engine = c10::make_intrusive<c10d::ProcessGroupGloo>(context.store, context.topology.rank,
-                                                            context.topology.world_size, options);
-  return std::make_shared<GlooProcessGroup>(context, std::move(engine), "gloo");
+  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(context.store, context.topology.rank,
+                                                             context.topology.world_size, options);
+  return std::make_shared<GlooProcessGroup>(context, std::move(backend), "gloo");
 }
 
 }  // namespace ddp::comm::backends

@@ -32,7 +32,7 @@
 namespace ddp::comm::backends {
 namespace {
 
-void divideBySize(const at::Tensor& t, int size) {
+void divide_by_size(const at::Tensor& t, int size) {
   if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
     t.div_(size, "trunc");
   } else {
@@ -56,7 +56,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     }
   }
 
-  ~HierarchicalProcessGroup() override { stopWorker(); }
+  ~HierarchicalProcessGroup() override { stop_worker(); }
 
   std::string backend_name() const override { return "hierarchical(shm,gloo)"; }
 
@@ -65,8 +65,8 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     auto what = info("all_reduce", tensor, op);
     return submit(what, [this, tensor, op, describe = describing(what)] {
       shm::HostStaging staged(tensor);
-      allReduceHost(staged.host(), op, describe);
-      staged.copyBack();
+      all_reduce_host(staged.host(), op, describe);
+      staged.copy_back();
     });
   }
 
@@ -81,9 +81,9 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
       if (node_index_ == root_node) {
         node_->broadcast(staged.data(), tensor.nbytes(), root_local, describe);
       }
-      if (leaders_) betweenNodes(describe, [&] { leaders_->broadcast(staged.host(), root_node); });
+      if (leaders_) between_nodes(describe, [&] { leaders_->broadcast(staged.host(), root_node); });
       if (node_index_ != root_node) node_->broadcast(staged.data(), tensor.nbytes(), 0, describe);
-      staged.copyBack();
+      staged.copy_back();
     });
   }
 
@@ -100,7 +100,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
       if (leaders_) {
         at::Tensor blocks =
             at::empty({static_cast<int64_t>(nodes_.size()) * block.numel()}, block.options());
-        betweenNodes(describe, [&] { leaders_->all_gather(blocks, block); });
+        between_nodes(describe, [&] { leaders_->all_gather(blocks, block); });
         at::Tensor flat = out.host().view({-1});
         for (size_t k = 0; k < nodes_.size(); ++k) {
           for (size_t i = 0; i < nodes_[k].size(); ++i) {
@@ -110,7 +110,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
         }
       }
       node_->broadcast(out.data(), output.nbytes(), 0, describe);
-      out.copyBack();
+      out.copy_back();
     });
   }
 
@@ -118,7 +118,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     auto what = info("reduce_scatter", output, op);
     return submit(what, [this, output, input, op, describe = describing(what)] {
       at::Tensor everything = input.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true);
-      allReduceHost(everything, op, describe);
+      all_reduce_host(everything, op, describe);
       output.view({-1}).copy_(everything.view({size(), -1})[rank()]);
     });
   }
@@ -127,7 +127,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     auto what = info("barrier", at::Tensor());
     return submit(what, [this, describe = describing(what)] {
       node_->barrier(describe);
-      if (leaders_) betweenNodes(describe, [&] { leaders_->barrier(); });
+      if (leaders_) between_nodes(describe, [&] { leaders_->barrier(); });
       node_->barrier(describe);
     });
   }
@@ -137,28 +137,28 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
   // collective (this rank of the whole job, Note [One timeout message]), not
   // the leaders' group, whose ranks are node indices.
   template <typename Step>
-  void betweenNodes(const shm::Describe& describe, Step&& step) {
+  void between_nodes(const shm::Describe& describe, Step&& step) {
     try {
       step();
     } catch (const TimeoutError&) {
       throw TimeoutError(
-          detail::timeoutMessage(describe(), collective_timeout(), "",
-                                 "its Gloo step between the node leaders timed out"));
+          detail::timeout_message(describe(), collective_timeout(), "",
+                                  "its Gloo step between the node leaders timed out"));
     } catch (const CollectiveError& error) {
       throw CollectiveError(describe() + " failed between nodes: " + error.what());
     }
   }
 
-  void allReduceHost(const at::Tensor& host, ReduceOp op, const shm::Describe& describe) {
-    node_->all_reduce(host.data_ptr(), host.numel(), shm::elementTypeOf(host.scalar_type()),
-                      shm::combineOf(op), /*average=*/false, describe);
+  void all_reduce_host(const at::Tensor& host, ReduceOp op, const shm::Describe& describe) {
+    node_->all_reduce(host.data_ptr(), host.numel(), shm::element_type_of(host.scalar_type()),
+                      shm::combine_of(op), /*average=*/false, describe);
     if (leaders_) {
-      betweenNodes(describe, [&] {
+      between_nodes(describe, [&] {
         leaders_->all_reduce(host, op == ReduceOp::kAverage ? ReduceOp::kSum : op);
       });
     }
     node_->broadcast(host.data_ptr(), host.nbytes(), 0, describe);
-    if (op == ReduceOp::kAverage) divideBySize(host, size());
+    if (op == ReduceOp::kAverage) divide_by_size(host, size());
   }
 
   std::vector<std::vector<int>> nodes_;
@@ -170,7 +170,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> makeHierarchicalProcessGroup(
+std::shared_ptr<ProcessGroup> make_hierarchical_process_group(
     const BackendContext& context, const std::vector<std::vector<int>>& nodes) {
   const int rank = context.topology.rank;
   int node_index = 0;
@@ -180,14 +180,14 @@ std::shared_ptr<ProcessGroup> makeHierarchicalProcessGroup(
   }
   auto node_store =
       c10::make_intrusive<c10d::PrefixStore>(detail::str("hier/node", node_index), context.store);
-  auto node = makeNodeCommunicator(context, nodes[node_index], node_store);
+  auto node = make_node_communicator(context, nodes[node_index], node_store);
   std::shared_ptr<ProcessGroup> leaders;
   if (nodes[node_index].front() == rank) {
     BackendContext leader_context = context;
     leader_context.topology.rank = node_index;
     leader_context.topology.world_size = static_cast<int>(nodes.size());
     leader_context.store = c10::make_intrusive<c10d::PrefixStore>("hier/leaders", context.store);
-    leaders = makeGlooProcessGroup(leader_context);
+    leaders = make_gloo_process_group(leader_context);
   }
   return std::make_shared<HierarchicalProcessGroup>(context, nodes, node_index, std::move(node),
                                                     std::move(leaders));

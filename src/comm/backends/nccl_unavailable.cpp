@@ -8,9 +8,9 @@
 
 namespace ddp::comm::backends {
 
-bool ncclCompiledIn() noexcept { return false; }
+bool nccl_compiled_in() noexcept { return false; }
 
-std::shared_ptr<ProcessGroup> makeNcclProcessGroup(const BackendContext&) {
+std::shared_ptr<ProcessGroup> make_nccl_process_group(const BackendContext&) {
   throw BackendUnavailableError(
       std::string("backend 'nccl' is not available: this ddp was built against LibTorch ") +
       TORCH_VERSION +

@@ -18,7 +18,7 @@
 namespace ddp::comm::backends {
 namespace {
 
-std::string nodeIdentity(const Topology& topology) {
+std::string node_identity(const Topology& topology) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   std::string boot;
@@ -28,10 +28,10 @@ std::string nodeIdentity(const Topology& topology) {
 
 }  // namespace
 
-std::vector<std::vector<int>> groupRanksByNode(const BackendContext& context) {
+std::vector<std::vector<int>> group_ranks_by_node(const BackendContext& context) {
   const Topology& topology = context.topology;
   if (topology.world_size == 1) return {{0}};
-  const std::string own = nodeIdentity(topology);
+  const std::string own = node_identity(topology);
   auto key = [](int rank) { return detail::str("ddp/node/", rank); };
   context.store->set(key(topology.rank), std::vector<uint8_t>(own.begin(), own.end()));
   std::vector<std::string> keys;

@@ -14,19 +14,19 @@
 namespace ddp::comm::backends {
 
 Work SerialProcessGroup::submit(const detail::CollectiveInfo& info, std::function<void()> task) {
-  return detail::startCollective(info, [&] { return executor_.submit(std::move(task)); });
+  return detail::start_collective(info, [&] { return executor_.submit(std::move(task)); });
 }
 
 detail::CollectiveInfo SerialProcessGroup::info(const char* name, const at::Tensor& tensor,
                                                 std::optional<ReduceOp> op) const {
-  detail::CollectiveInfo info = detail::collectiveInfo(*this, engine_, name, tensor, op);
-  info.engine_enforces_timeout = true;
+  detail::CollectiveInfo info = detail::collective_info(*this, backend_, name, tensor, op);
+  info.backend_enforces_timeout = true;
   return info;
 }
 
-std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& context,
-                                                        const std::vector<int>& node_ranks,
-                                                        const compat::StorePtr& store) {
+std::unique_ptr<shm::Communicator> make_node_communicator(const BackendContext& context,
+                                                          const std::vector<int>& node_ranks,
+                                                          const compat::StorePtr& store) {
   shm::CommunicatorOptions options;
   options.rank = static_cast<int>(
       std::find(node_ranks.begin(), node_ranks.end(), context.topology.rank) - node_ranks.begin());
@@ -42,7 +42,7 @@ class ShmProcessGroup final : public SerialProcessGroup {
   ShmProcessGroup(const BackendContext& context, std::unique_ptr<shm::Communicator> node)
       : SerialProcessGroup(context, "shm"), node_(std::move(node)) {}
 
-  ~ShmProcessGroup() override { stopWorker(); }
+  ~ShmProcessGroup() override { stop_worker(); }
 
   std::string backend_name() const override { return "shm"; }
 
@@ -51,9 +51,9 @@ class ShmProcessGroup final : public SerialProcessGroup {
     auto what = info("all_reduce", tensor, op);
     return submit(what, [node = node_.get(), tensor, op, describe = describing(what)] {
       shm::HostStaging staged(tensor);
-      node->all_reduce(staged.data(), tensor.numel(), shm::elementTypeOf(tensor.scalar_type()),
-                       shm::combineOf(op), op == ReduceOp::kAverage, describe);
-      staged.copyBack();
+      node->all_reduce(staged.data(), tensor.numel(), shm::element_type_of(tensor.scalar_type()),
+                       shm::combine_of(op), op == ReduceOp::kAverage, describe);
+      staged.copy_back();
     });
   }
 
@@ -62,7 +62,7 @@ class ShmProcessGroup final : public SerialProcessGroup {
     return submit(what, [node = node_.get(), tensor, root, describe = describing(what)] {
       shm::HostStaging staged(tensor);
       node->broadcast(staged.data(), tensor.nbytes(), root, describe);
-      staged.copyBack();
+      staged.copy_back();
     });
   }
 
@@ -72,7 +72,7 @@ class ShmProcessGroup final : public SerialProcessGroup {
       shm::HostStaging out(output);
       shm::HostStaging in(input);
       node->all_gather(out.data(), in.data(), input.nbytes(), describe);
-      out.copyBack();
+      out.copy_back();
     });
   }
 
@@ -82,9 +82,9 @@ class ShmProcessGroup final : public SerialProcessGroup {
       shm::HostStaging out(output);
       shm::HostStaging in(input);
       node->reduce_scatter(out.data(), in.data(), output.numel(),
-                           shm::elementTypeOf(output.scalar_type()), shm::combineOf(op),
+                           shm::element_type_of(output.scalar_type()), shm::combine_of(op),
                            op == ReduceOp::kAverage, describe);
-      out.copyBack();
+      out.copy_back();
     });
   }
 
@@ -100,8 +100,8 @@ class ShmProcessGroup final : public SerialProcessGroup {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> makeShmProcessGroup(const BackendContext& context,
-                                                  const std::vector<std::vector<int>>& nodes) {
+std::shared_ptr<ProcessGroup> make_shm_process_group(const BackendContext& context,
+                                                     const std::vector<std::vector<int>>& nodes) {
   if (nodes.size() != 1) {
     throw ConfigError(detail::str("backend 'shm' needs every rank on one node, but the ",
                                   context.topology.world_size, " ranks are on ", nodes.size(),
@@ -109,7 +109,8 @@ std::shared_ptr<ProcessGroup> makeShmProcessGroup(const BackendContext& context,
                                   "each node and Gloo between them."));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("shm", context.store);
-  return std::make_shared<ShmProcessGroup>(context, makeNodeCommunicator(context, nodes[0], store));
+  return std::make_shared<ShmProcessGroup>(context,
+                                           make_node_communicator(context, nodes[0], store));
 }
 
 }  // namespace ddp::comm::backends

@@ -1,6 +1,6 @@
 #pragma once
 
-// Internal: what the shared-memory engines share: the ranks of each node,
+// Internal: what the shared-memory backends share: the ranks of each node,
 // collectives described for errors, and a group running on its own thread.
 
 #include <memory>
@@ -14,21 +14,21 @@
 namespace ddp::comm::backends {
 
 /// A ProcessGroup whose collectives run one after another on a worker
-/// thread (the engine's calls are blocking).
+/// thread (the backend's calls are blocking).
 class SerialProcessGroup : public ProcessGroup {
  protected:
-  /// `engine` names the engine in messages ("shm", "hierarchical").
-  SerialProcessGroup(const BackendContext& context, std::string engine)
-      : ProcessGroup(context.topology, context.collective_timeout), engine_(std::move(engine)) {}
+  /// `backend` names the backend in messages ("shm", "hierarchical").
+  SerialProcessGroup(const BackendContext& context, std::string backend)
+      : ProcessGroup(context.topology, context.collective_timeout), backend_(std::move(backend)) {}
 
   /// Runs `task` on the worker thread; errors name `info`.
   Work submit(const detail::CollectiveInfo& info, std::function<void()> task);
 
   /// Drains and stops the worker thread; derived destructors call it before
   /// their members (which the queued tasks use) go away.
-  void stopWorker() { executor_.stop(); }
+  void stop_worker() { executor_.stop(); }
 
-  /// What an error about this collective names. The engine enforces the
+  /// What an error about this collective names. The backend enforces the
   /// timeout itself (Note [One clock decides a timeout]).
   detail::CollectiveInfo info(const char* name, const at::Tensor& tensor,
                               std::optional<ReduceOp> op = std::nullopt) const;
@@ -39,14 +39,14 @@ class SerialProcessGroup : public ProcessGroup {
   }
 
  private:
-  std::string engine_;
+  std::string backend_;
   shm::SerialExecutor executor_;
 };
 
 /// The node communicator for `node_ranks` (job ranks, ascending), which
 /// must contain this rank; meets through `store`.
-std::unique_ptr<shm::Communicator> makeNodeCommunicator(const BackendContext& context,
-                                                        const std::vector<int>& node_ranks,
-                                                        const compat::StorePtr& store);
+std::unique_ptr<shm::Communicator> make_node_communicator(const BackendContext& context,
+                                                          const std::vector<int>& node_ranks,
+                                                          const compat::StorePtr& store);
 
 }  // namespace ddp::comm::backends

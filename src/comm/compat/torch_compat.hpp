@@ -40,19 +40,19 @@
 namespace ddp::comm::compat {
 
 // Note [c10d backends across versions]
-// In 1.13 each engine (ProcessGroupGloo, ProcessGroupNCCL) derives from
-// c10d::ProcessGroup. From 2.0 on, engines derive from c10d::Backend and
+// In 1.13 each backend (ProcessGroupGloo, ProcessGroupNCCL) derives from
+// c10d::ProcessGroup. From 2.0 on, backends derive from c10d::Backend and
 // c10d::ProcessGroup became a dispatcher over them. The collective methods
 // ddp calls (allreduce, broadcast, allgather, alltoall_base, barrier,
 // _reduce_scatter_base) have the same signatures on both, so ddp holds the
-// engine through this alias.
+// backend through this alias.
 #if DDP_TORCH_AT_LEAST(2, 0)
-using Engine = c10d::Backend;
+using Backend = c10d::Backend;
 #else
-using Engine = c10d::ProcessGroup;
+using Backend = c10d::ProcessGroup;
 #endif
 
-using EnginePtr = c10::intrusive_ptr<Engine>;
+using BackendPtr = c10::intrusive_ptr<Backend>;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 
@@ -98,7 +98,7 @@ class ChainedPostAccumulateGradHook final : public torch::autograd::PostAccumula
 }  // namespace detail
 #endif
 
-inline std::shared_ptr<torch::autograd::Node> addPostAccumulateGradHook(
+inline std::shared_ptr<torch::autograd::Node> add_post_accumulate_grad_hook(
     const at::Tensor& parameter, std::function<void()> hook) {
 #if DDP_TORCH_AT_LEAST(2, 2)
   auto previous = std::move(torch::autograd::impl::post_acc_grad_hooks(parameter));
@@ -128,7 +128,7 @@ using OptimizerStateKey =
 
 namespace detail {
 template <typename Key>
-Key optimizerStateKey(c10::TensorImpl* impl) {
+Key optimizer_state_key(c10::TensorImpl* impl) {
   if constexpr (std::is_same_v<Key, std::string>) {
     std::ostringstream text;
     text << static_cast<void*>(impl);
@@ -140,13 +140,13 @@ Key optimizerStateKey(c10::TensorImpl* impl) {
 }  // namespace detail
 
 /// The key of `parameter`'s entry in Optimizer::state().
-inline OptimizerStateKey optimizerStateKey(const at::Tensor& parameter) {
-  return detail::optimizerStateKey<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
+inline OptimizerStateKey optimizer_state_key(const at::Tensor& parameter) {
+  return detail::optimizer_state_key<OptimizerStateKey>(parameter.unsafeGetTensorImpl());
 }
 
 /// Runs `callback` once the current backward pass has finished; only valid
 /// while a backward pass is running (from a hook).
-inline void queueBackwardCallback(std::function<void()> callback) {
+inline void queue_backward_callback(std::function<void()> callback) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
 }
 
@@ -155,7 +155,7 @@ inline void queueBackwardCallback(std::function<void()> callback) {
 // for inf/NaN and multiplies them by the inverse scale in one kernel. Its CUDA
 // kernel exists in every supported version; the CPU kernel came with 2.3
 // (pytorch#109281). Elsewhere GradScaler checks and scales each gradient.
-inline bool hasFusedUnscale(c10::DeviceType device) {
+inline bool has_fused_unscale(c10::DeviceType device) {
 #if DDP_TORCH_AT_LEAST(2, 3)
   return device == c10::DeviceType::CUDA || device == c10::DeviceType::CPU;
 #else
@@ -167,7 +167,7 @@ inline bool hasFusedUnscale(c10::DeviceType device) {
 // at::_foreach_copy_ (LibTorch 2.2 on) copies a list of tensors into another
 // with one multi-tensor kernel launch on CUDA where 1.13 needs one copy_ per
 // tensor. The values are the same either way.
-inline void copyEach(at::TensorList destinations, at::TensorList sources) {
+inline void copy_each(at::TensorList destinations, at::TensorList sources) {
 #if DDP_TORCH_AT_LEAST(2, 2)
   if (destinations.empty()) return;  // the foreach kernels refuse empty lists
   at::_foreach_copy_(destinations, sources);
@@ -186,25 +186,25 @@ inline void copyEach(at::TensorList destinations, at::TensorList sources) {
 // off wherever the field exists; 1.13 has no such field.
 namespace detail {
 template <typename Options>
-auto useClassicTcpStore(Options& options, int) -> decltype(options.useLibUV = false, void()) {
+auto use_classic_tcp_store(Options& options, int) -> decltype(options.useLibUV = false, void()) {
   options.useLibUV = false;
 }
 template <typename Options>
-void useClassicTcpStore(Options& /*options*/, long) {}  // no libuv backend to avoid
+void use_classic_tcp_store(Options& /*options*/, long) {}  // no libuv backend to avoid
 }  // namespace detail
 
 /// A c10d::TCPStore at `host`:`port`: a client, or with `is_server` the
 /// server too (tests stand in for torchrun's agent with one). Waits up to
 /// `timeout` for the server; c10::Error when it cannot be reached.
-inline c10::intrusive_ptr<c10d::TCPStore> makeC10dTcpStore(const std::string& host, int port,
-                                                           bool is_server,
-                                                           std::chrono::milliseconds timeout) {
+inline c10::intrusive_ptr<c10d::TCPStore> make_c10d_tcp_store(const std::string& host, int port,
+                                                              bool is_server,
+                                                              std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(port);
   options.isServer = is_server;
   options.waitWorkers = false;
   options.timeout = timeout;
-  detail::useClassicTcpStore(options, 0);
+  detail::use_classic_tcp_store(options, 0);
   return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
@@ -214,34 +214,34 @@ inline c10::intrusive_ptr<c10d::TCPStore> makeC10dTcpStore(const std::string& ho
 // set_autocast_cpu_dtype for CPU); 2.4 replaced them by functions taking the
 // device type and deprecated the old ones. ddp uses CPU and CUDA only.
 #if DDP_TORCH_AT_LEAST(2, 4)
-inline bool autocastEnabled(c10::DeviceType device) {
+inline bool autocast_enabled(c10::DeviceType device) {
   return at::autocast::is_autocast_enabled(device);
 }
-inline void setAutocastEnabled(c10::DeviceType device, bool enabled) {
+inline void set_autocast_enabled(c10::DeviceType device, bool enabled) {
   at::autocast::set_autocast_enabled(device, enabled);
 }
-inline c10::ScalarType autocastDtype(c10::DeviceType device) {
+inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
   return at::autocast::get_autocast_dtype(device);
 }
-inline void setAutocastDtype(c10::DeviceType device, c10::ScalarType dtype) {
+inline void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
   at::autocast::set_autocast_dtype(device, dtype);
 }
 #else
-inline bool autocastEnabled(c10::DeviceType device) {
+inline bool autocast_enabled(c10::DeviceType device) {
   return device == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
 }
-inline void setAutocastEnabled(c10::DeviceType device, bool enabled) {
+inline void set_autocast_enabled(c10::DeviceType device, bool enabled) {
   if (device == c10::kCUDA) {
     at::autocast::set_enabled(enabled);
   } else {
     at::autocast::set_cpu_enabled(enabled);
   }
 }
-inline c10::ScalarType autocastDtype(c10::DeviceType device) {
+inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
   return device == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype()
                               : at::autocast::get_autocast_cpu_dtype();
 }
-inline void setAutocastDtype(c10::DeviceType device, c10::ScalarType dtype) {
+inline void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
   if (device == c10::kCUDA) {
     at::autocast::set_autocast_gpu_dtype(dtype);
   } else {

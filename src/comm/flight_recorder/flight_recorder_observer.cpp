@@ -87,7 +87,7 @@ std::unique_ptr<ObservedCollective> FlightRecorderObserver::on_started(
   entry.operation = operation_of(facts);
   entry.name = ddp::comm::detail::current_collective_name().value_or("");
   if (facts.dtype) {
-    entry.dtype = ddp::comm::detail::dtypeName(*facts.dtype);
+    entry.dtype = ddp::comm::detail::dtype_name(*facts.dtype);
     entry.numel = facts.numel;
     entry.bytes = facts.bytes;
   }

@@ -4,7 +4,7 @@
 // collectives] in ddp/comm/process_group.hpp), which ddp::init() adds to every
 // group it makes: each collective takes a slot of the process's ring
 // (comm/flight_recorder/ring.hpp), which its end completes; when a wait on one
-// times out, it prints the ring to stderr. The engines know nothing of it.
+// times out, it prints the ring to stderr. The backends know nothing of it.
 
 #include <atomic>
 #include <cstdint>

@@ -45,30 +45,30 @@ struct alignas(128) Header {
 };
 static_assert(sizeof(Header) <= 128);
 
-size_t controlOffset() { return kHeaderBytes; }
-size_t dataOffset(int world) {
+size_t control_offset() { return kHeaderBytes; }
+size_t data_offset(int world) {
   const size_t end = kHeaderBytes + sizeof(RankControl) * static_cast<size_t>(world);
   return (end + 4095) / 4096 * 4096;
 }
-size_t segmentBytes(int world, size_t slot_bytes) {
-  return dataOffset(world) + static_cast<size_t>(world) * 2 * slot_bytes;
+size_t segment_bytes(int world, size_t slot_bytes) {
+  return data_offset(world) + static_cast<size_t>(world) * 2 * slot_bytes;
 }
 
 // Note [Staging slots fit in /dev/shm]
 // Containers often mount a small /dev/shm (Docker: 64 MiB). Rank 0 halves
 // the slots until the segment takes at most half of the free space, down to
 // 64 KiB: smaller slots mean more rounds, not failure.
-size_t fittingSlotBytes(int world, size_t wanted) {
+size_t fitting_slot_bytes(int world, size_t wanted) {
   struct statvfs info {};
   if (statvfs("/dev/shm", &info) != 0) return wanted;
   const auto free_bytes = static_cast<size_t>(info.f_bavail) * info.f_frsize;
   size_t slot = wanted;
-  while (slot > (size_t{64} << 10) && segmentBytes(world, slot) > free_bytes / 2) slot /= 2;
+  while (slot > (size_t{64} << 10) && segment_bytes(world, slot) > free_bytes / 2) slot /= 2;
   return slot;
 }
 
-std::string storeText(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
-std::vector<uint8_t> storeBytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::string store_text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+std::vector<uint8_t> store_bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
 // The boundaries of n shares of `count` elements: share j is
 // [bound(j), bound(j + 1)), cache-line aligned, possibly empty at the end.
@@ -78,7 +78,7 @@ struct Shares {
   int64_t bound(int j) const { return std::min(count, per * j); }
   int64_t length(int j) const { return bound(j + 1) - bound(j); }
 };
-Shares splitIntoShares(int64_t count, int n, int element_size) {
+Shares split_into_shares(int64_t count, int n, int element_size) {
   const int64_t align = std::max<int64_t>(1, kShareAlignment / element_size);
   int64_t per = (count + n - 1) / n;
   per = (per + align - 1) / align * align;
@@ -91,19 +91,19 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     : options_(std::move(options)) {
   const int world = size();
   if (options_.rank == 0) {
-    sweepStaleSegments();
-    options_.slot_bytes = fittingSlotBytes(world, options_.slot_bytes);
-    const size_t bytes = segmentBytes(world, options_.slot_bytes);
-    segment_ = Segment::create(freshSegmentName(), bytes);
+    sweep_stale_segments();
+    options_.slot_bytes = fitting_slot_bytes(world, options_.slot_bytes);
+    const size_t bytes = segment_bytes(world, options_.slot_bytes);
+    segment_ = Segment::create(fresh_segment_name(), bytes);
     new (segment_.data())
         Header{kMagic, kVersion, static_cast<uint32_t>(world), options_.slot_bytes};
-    store.set("shm/segment", storeBytes(detail::str(segment_.name(), " ", options_.slot_bytes)));
+    store.set("shm/segment", store_bytes(detail::str(segment_.name(), " ", options_.slot_bytes)));
   } else {
     store.wait({"shm/segment"}, options_.timeout);
-    const std::string announced = storeText(store.get("shm/segment"));
+    const std::string announced = store_text(store.get("shm/segment"));
     const std::string name = announced.substr(0, announced.find(' '));
     options_.slot_bytes = std::stoull(announced.substr(announced.find(' ') + 1));
-    segment_ = Segment::open(name, segmentBytes(world, options_.slot_bytes));
+    segment_ = Segment::open(name, segment_bytes(world, options_.slot_bytes));
     const auto* header = reinterpret_cast<const Header*>(segment_.data());
     if (header->magic != kMagic || header->version != kVersion ||
         header->world != static_cast<uint32_t>(world) ||
@@ -115,17 +115,17 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
                       "size. Start them identically."));
     }
   }
-  controls_ = reinterpret_cast<RankControl*>(segment_.data() + controlOffset());
-  data_ = segment_.data() + dataOffset(world);
+  controls_ = reinterpret_cast<RankControl*>(segment_.data() + control_offset());
+  data_ = segment_.data() + data_offset(world);
   wake_ = reinterpret_cast<WakeWord*>(segment_.data() + 128);
   RankControl& own = controls_[options_.rank];
   own.pid.store(getpid());
-  own.pid_namespace.store(currentPidNamespace());
+  own.pid_namespace.store(current_pid_namespace());
   barrier_.emplace(controls_, wake_, options_.rank, options_.global_ranks);
 
   // The creator unlinks the name once every rank has mapped the segment
   // (Note [Shared-memory segments never outlive their job]).
-  store.set(detail::str("shm/mapped/", options_.rank), storeBytes("1"));
+  store.set(detail::str("shm/mapped/", options_.rank), store_bytes("1"));
   if (options_.rank == 0) {
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back(detail::str("shm/mapped/", r));
@@ -158,10 +158,10 @@ void Communicator::begin(const Stamp& stamp) {
 }
 
 void Communicator::meet(const Describe& describe) {
-  barrier_->arriveAndWait(deadline_, describe, options_.timeout);
+  barrier_->arrive_and_wait(deadline_, describe, options_.timeout);
   if (first_meeting_) {
     first_meeting_ = false;
-    checkStamps(describe);
+    check_stamps(describe);
   }
 }
 
@@ -171,7 +171,7 @@ void Communicator::meet(const Describe& describe) {
 // collective k live in line k % 2: no rank can write collective k + 2's
 // stamp before passing a barrier of collective k + 1, which it cannot do
 // before every rank has finished checking collective k.
-void Communicator::checkStamps(const Describe& describe) {
+void Communicator::check_stamps(const Describe& describe) {
   const auto parity = collectives_ % 2;
   for (int r = 0; r < size(); ++r) {
     const auto& line = controls_[r].stamps[parity];
@@ -192,7 +192,7 @@ void Communicator::all_reduce(void* data, int64_t n, ElementType type, Combine c
                               bool average, const Describe& describe) {
   const int world = size();
   const int me = options_.rank;
-  const int element = elementSize(type);
+  const int element = element_size(type);
   begin({1, static_cast<uint64_t>(type) << 8 | static_cast<uint64_t>(combine) << 1 | average,
          static_cast<uint64_t>(n), 0});
   char* tensor = static_cast<char*>(data);
@@ -201,7 +201,7 @@ void Communicator::all_reduce(void* data, int64_t n, ElementType type, Combine c
   int64_t base = 0;
   do {
     const int64_t count = std::min(capacity, n - base);
-    const Shares shares = splitIntoShares(count, world, element);
+    const Shares shares = split_into_shares(count, world, element);
     char* mine = slot(me, rounds_);
     char* chunk = tensor + base * element;
     // 1. Stage the shares other ranks reduce (everything but my own).
@@ -272,7 +272,7 @@ void Communicator::reduce_scatter(void* output, const void* input, int64_t n, El
                                   Combine combine, bool average, const Describe& describe) {
   const int world = size();
   const int me = options_.rank;
-  const int element = elementSize(type);
+  const int element = element_size(type);
   begin({4, static_cast<uint64_t>(type) << 8 | static_cast<uint64_t>(combine) << 1 | average,
          static_cast<uint64_t>(n), 0});
   const char* in = static_cast<const char*>(input);

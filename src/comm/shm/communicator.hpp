@@ -67,7 +67,7 @@ class Communicator {
   };
   void begin(const Stamp& stamp);
   void meet(const Describe& describe);
-  void checkStamps(const Describe& describe);
+  void check_stamps(const Describe& describe);
   char* slot(int rank, uint64_t round) const;
 
   CommunicatorOptions options_;

@@ -36,7 +36,7 @@ constexpr int kSpinIterations = 200;
 constexpr std::chrono::microseconds kYieldFor{100};
 constexpr std::chrono::milliseconds kSleepSlice{50};
 
-inline void cpuRelax() {
+inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -44,7 +44,7 @@ inline void cpuRelax() {
 #endif
 }
 
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds slice) {
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds slice) {
   timespec timeout{};
   timeout.tv_sec = slice.count() / 1000;
   timeout.tv_nsec = (slice.count() % 1000) * 1000000L;
@@ -53,13 +53,13 @@ void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::mill
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
 }
 
-void futexWakeAll(std::atomic<uint32_t>* word) {
+void futex_wake_all(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace
 
-uint64_t currentPidNamespace() {
+uint64_t current_pid_namespace() {
   struct stat info {};
   return stat("/proc/self/ns/pid", &info) == 0 ? static_cast<uint64_t>(info.st_ino) : 0;
 }
@@ -72,14 +72,14 @@ NodeBarrier::NodeBarrier(RankControl* ranks, WakeWord* wake, int rank,
       size_(static_cast<int>(global_ranks.size())),
       global_ranks_(std::move(global_ranks)) {}
 
-bool NodeBarrier::everyoneReached(uint64_t target) const {
+bool NodeBarrier::everyone_reached(uint64_t target) const {
   for (int r = 0; r < size_; ++r) {
     if (ranks_[r].arrived.load(std::memory_order_acquire) < target) return false;
   }
   return true;
 }
 
-std::string NodeBarrier::missingRanks(uint64_t target) const {
+std::string NodeBarrier::missing_ranks(uint64_t target) const {
   std::string missing;
   for (int r = 0; r < size_; ++r) {
     if (ranks_[r].arrived.load(std::memory_order_acquire) >= target) continue;
@@ -90,7 +90,7 @@ std::string NodeBarrier::missingRanks(uint64_t target) const {
 
 // A peer in our pid namespace whose process no longer exists will never
 // arrive. Peers in another namespace are only covered by the deadline.
-int NodeBarrier::deadRank(uint64_t target) const {
+int NodeBarrier::dead_rank(uint64_t target) const {
   const uint64_t own_namespace = ranks_[rank_].pid_namespace.load(std::memory_order_relaxed);
   for (int r = 0; r < size_; ++r) {
     if (ranks_[r].arrived.load(std::memory_order_acquire) >= target) continue;
@@ -104,44 +104,44 @@ int NodeBarrier::deadRank(uint64_t target) const {
   return -1;
 }
 
-void NodeBarrier::arriveAndWait(std::chrono::steady_clock::time_point deadline,
-                                const std::function<std::string()>& describe,
-                                std::chrono::milliseconds timeout) {
+void NodeBarrier::arrive_and_wait(std::chrono::steady_clock::time_point deadline,
+                                  const std::function<std::string()>& describe,
+                                  std::chrono::milliseconds timeout) {
   const uint64_t target = ++count_;
   ranks_[rank_].arrived.store(target, std::memory_order_seq_cst);
   wake_->generation.fetch_add(1, std::memory_order_seq_cst);
-  if (wake_->sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&wake_->generation);
+  if (wake_->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&wake_->generation);
 
   for (int spin = 0; spin < kSpinIterations; ++spin) {
-    if (everyoneReached(target)) return;
-    cpuRelax();
+    if (everyone_reached(target)) return;
+    cpu_relax();
   }
   const auto stop_yielding = std::chrono::steady_clock::now() + kYieldFor;
   while (std::chrono::steady_clock::now() < stop_yielding) {
-    if (everyoneReached(target)) return;
+    if (everyone_reached(target)) return;
     sched_yield();
   }
   for (;;) {
     wake_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t generation = wake_->generation.load(std::memory_order_seq_cst);
-    if (everyoneReached(target)) {
+    if (everyone_reached(target)) {
       wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
       return;
     }
     const auto now = std::chrono::steady_clock::now();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    futexWait(&wake_->generation, generation,
-              std::max(std::chrono::milliseconds(1), std::min(left, kSleepSlice)));
+    futex_wait(&wake_->generation, generation,
+               std::max(std::chrono::milliseconds(1), std::min(left, kSleepSlice)));
     wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (everyoneReached(target)) return;
-    if (const int dead = deadRank(target); dead >= 0) {
+    if (everyone_reached(target)) return;
+    if (const int dead = dead_rank(target); dead >= 0) {
       throw CollectiveError(detail::str(describe(), " failed: rank ", global_ranks_[dead], " (pid ",
                                         ranks_[dead].pid.load(),
                                         ") exited without reaching it. Check that rank's log for "
                                         "the cause; the job cannot continue without it."));
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw TimeoutError(detail::timeoutMessage(describe(), timeout, missingRanks(target)));
+      throw TimeoutError(detail::timeout_message(describe(), timeout, missing_ranks(target)));
     }
   }
 }

@@ -46,17 +46,17 @@ class NodeBarrier {
   /// Arrives and waits until `deadline`. `describe` names the collective and
   /// `timeout` is the collective timeout the deadline came from, for the
   /// error message (Note [One timeout message]).
-  void arriveAndWait(std::chrono::steady_clock::time_point deadline,
-                     const std::function<std::string()>& describe,
-                     std::chrono::milliseconds timeout);
+  void arrive_and_wait(std::chrono::steady_clock::time_point deadline,
+                       const std::function<std::string()>& describe,
+                       std::chrono::milliseconds timeout);
 
   /// Barriers passed so far (the same number on every rank).
   uint64_t count() const noexcept { return count_; }
 
  private:
-  bool everyoneReached(uint64_t target) const;
-  std::string missingRanks(uint64_t target) const;
-  int deadRank(uint64_t target) const;
+  bool everyone_reached(uint64_t target) const;
+  std::string missing_ranks(uint64_t target) const;
+  int dead_rank(uint64_t target) const;
 
   RankControl* ranks_;
   WakeWord* wake_;
@@ -67,6 +67,6 @@ class NodeBarrier {
 };
 
 /// This process's pid namespace (inode of /proc/self/ns/pid; 0 if unknown).
-uint64_t currentPidNamespace();
+uint64_t current_pid_namespace();
 
 }  // namespace ddp::comm::shm

@@ -53,8 +53,8 @@ inline A combine(A a, A b) {
 
 // Stored type T, accumulator type A, conversions Io.
 template <typename T, typename A, typename Io, Combine C>
-void reduceTyped(void* dst_raw, void* copy_raw, const void* const* sources, int count, int64_t n,
-                 int divisor) {
+void reduce_typed(void* dst_raw, void* copy_raw, const void* const* sources, int count, int64_t n,
+                  int divisor) {
   T* dst = static_cast<T*>(dst_raw);
   T* copy = static_cast<T*>(copy_raw);
   A acc[kBlock];
@@ -77,17 +77,17 @@ void reduceTyped(void* dst_raw, void* copy_raw, const void* const* sources, int 
 }
 
 template <typename T, typename A, typename Io>
-void reduceWith(Combine combine_kind, void* dst, void* copy, const void* const* sources, int count,
-                int64_t n, int divisor) {
+void reduce_with(Combine combine_kind, void* dst, void* copy, const void* const* sources, int count,
+                 int64_t n, int divisor) {
   switch (combine_kind) {
     case Combine::kSum:
-      return reduceTyped<T, A, Io, Combine::kSum>(dst, copy, sources, count, n, divisor);
+      return reduce_typed<T, A, Io, Combine::kSum>(dst, copy, sources, count, n, divisor);
     case Combine::kMin:
-      return reduceTyped<T, A, Io, Combine::kMin>(dst, copy, sources, count, n, divisor);
+      return reduce_typed<T, A, Io, Combine::kMin>(dst, copy, sources, count, n, divisor);
     case Combine::kMax:
-      return reduceTyped<T, A, Io, Combine::kMax>(dst, copy, sources, count, n, divisor);
+      return reduce_typed<T, A, Io, Combine::kMax>(dst, copy, sources, count, n, divisor);
     case Combine::kProduct:
-      return reduceTyped<T, A, Io, Combine::kProduct>(dst, copy, sources, count, n, divisor);
+      return reduce_typed<T, A, Io, Combine::kProduct>(dst, copy, sources, count, n, divisor);
   }
 }
 
@@ -96,11 +96,11 @@ void reduceWith(Combine combine_kind, void* dst, void* copy, const void* const* 
 // Note [Copies between ranks avoid rep movsb]
 // glibc's memcpy copies blocks from a few KiB up to the L2 size (512 KiB on
 // AMD Zen 3) with `rep movsb`. For lines that sit in another core's cache,
-// which is what the engine's copies read (a peer's slot) and produce (a
+// which is what the backend's copies read (a peer's slot) and produce (a
 // slot a peer reads next), that is 2-4x slower on this 2-core EPYC than
 // plain vector moves; above 512 KiB glibc switches to a vector loop. So a
 // 512 KiB all-reduce took twice as long as a 1 MiB one: in a two-process
-// replica of the engine's all-reduce (median of 3000 calls) 56, 108 and
+// replica of the backend's all-reduce (median of 3000 calls) 56, 108 and
 // 55 us at 256 KiB, 512 KiB and 1 MiB with memcpy, 31, 59 and 116 us with
 // the 64-byte moves below, which the compiler inlines. The empty asm keeps
 // the compiler from recognising the loop and calling memcpy after all.
@@ -115,7 +115,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes) noexcept {
   if (done < bytes) std::memcpy(to + done, from + done, bytes - done);  // Under 64 bytes.
 }
 
-int elementSize(ElementType type) noexcept {
+int element_size(ElementType type) noexcept {
   switch (type) {
     case ElementType::kFloat64:
     case ElementType::kInt64:
@@ -134,21 +134,22 @@ void reduce(ElementType type, Combine combine_kind, void* dst, void* copy,
             const void* const* sources, int count, int64_t n, int divisor) {
   switch (type) {
     case ElementType::kFloat32:
-      return reduceWith<float, float, Same<float>>(combine_kind, dst, copy, sources, count, n,
-                                                   divisor);
+      return reduce_with<float, float, Same<float>>(combine_kind, dst, copy, sources, count, n,
+                                                    divisor);
     case ElementType::kFloat64:
-      return reduceWith<double, double, Same<double>>(combine_kind, dst, copy, sources, count, n,
-                                                      divisor);
+      return reduce_with<double, double, Same<double>>(combine_kind, dst, copy, sources, count, n,
+                                                       divisor);
     case ElementType::kInt32:
-      return reduceWith<int32_t, int32_t, Same<int32_t>>(combine_kind, dst, copy, sources, count, n,
-                                                         divisor);
+      return reduce_with<int32_t, int32_t, Same<int32_t>>(combine_kind, dst, copy, sources, count,
+                                                          n, divisor);
     case ElementType::kInt64:
-      return reduceWith<int64_t, int64_t, Same<int64_t>>(combine_kind, dst, copy, sources, count, n,
-                                                         divisor);
+      return reduce_with<int64_t, int64_t, Same<int64_t>>(combine_kind, dst, copy, sources, count,
+                                                          n, divisor);
     case ElementType::kBFloat16:
-      return reduceWith<uint16_t, float, Bf16>(combine_kind, dst, copy, sources, count, n, divisor);
+      return reduce_with<uint16_t, float, Bf16>(combine_kind, dst, copy, sources, count, n,
+                                                divisor);
     case ElementType::kFloat16:
-      return reduceWith<uint16_t, float, F16>(combine_kind, dst, copy, sources, count, n, divisor);
+      return reduce_with<uint16_t, float, F16>(combine_kind, dst, copy, sources, count, n, divisor);
   }
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal: element-wise reductions over raw buffers, for the shared-memory
-// engine. Compiled on their own with -O3 and without LibTorch's headers, so
+// backend. Compiled on their own with -O3 and without LibTorch's headers, so
 // that the loops vectorize and the file builds in seconds.
 
 #include <cstddef>
@@ -16,10 +16,10 @@ enum class ElementType { kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64
 enum class Combine { kSum, kMin, kMax, kProduct };
 
 /// Bytes per element of `type`.
-int elementSize(ElementType type) noexcept;
+int element_size(ElementType type) noexcept;
 
 /// Copies `bytes` from `src` to `dst` (no overlap) in 64-byte vector moves;
-/// what the engine uses instead of std::memcpy for data another rank wrote
+/// what the backend uses instead of std::memcpy for data another rank wrote
 /// or will read (Note [Copies between ranks avoid rep movsb]).
 void copy_bytes(void* dst, const void* src, size_t bytes) noexcept;
 

@@ -19,18 +19,18 @@ namespace {
 
 constexpr const char* kPrefix = "/ddp-shm-";
 
-std::string systemError(const std::string& what, const std::string& name, int error) {
+std::string system_error(const std::string& what, const std::string& name, int error) {
   return what + " '" + name + "' failed: " + std::strerror(error) +
          ". Check that /dev/shm is mounted and has room (df -h /dev/shm); containers often "
          "need a larger --shm-size.";
 }
 
-char* mapSegment(int fd, size_t bytes, const std::string& name) {
+char* map_segment(int fd, size_t bytes, const std::string& name) {
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int error = errno;
   close(fd);
   if (data == MAP_FAILED)
-    throw BackendUnavailableError(systemError("mapping shared memory", name, error));
+    throw BackendUnavailableError(system_error("mapping shared memory", name, error));
   return static_cast<char*>(data);
 }
 
@@ -41,16 +41,16 @@ Segment::Segment(std::string name, char* data, size_t size, bool owner)
 
 Segment Segment::create(const std::string& name, size_t bytes) {
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw BackendUnavailableError(systemError("creating shared memory", name, errno));
+  if (fd < 0) throw BackendUnavailableError(system_error("creating shared memory", name, errno));
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int error = errno;
     close(fd);
     shm_unlink(name.c_str());
     throw BackendUnavailableError(
-        systemError(detail::str("sizing shared memory (", bytes, " bytes)"), name, error));
+        system_error(detail::str("sizing shared memory (", bytes, " bytes)"), name, error));
   }
   try {
-    return Segment(name, mapSegment(fd, bytes, name), bytes, /*owner=*/true);
+    return Segment(name, map_segment(fd, bytes, name), bytes, /*owner=*/true);
   } catch (...) {
     shm_unlink(name.c_str());
     throw;
@@ -59,7 +59,7 @@ Segment Segment::create(const std::string& name, size_t bytes) {
 
 Segment Segment::open(const std::string& name, size_t bytes) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) throw BackendUnavailableError(systemError("opening shared memory", name, errno));
+  if (fd < 0) throw BackendUnavailableError(system_error("opening shared memory", name, errno));
   struct stat info {};
   if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
     close(fd);
@@ -67,7 +67,7 @@ Segment Segment::open(const std::string& name, size_t bytes) {
         "shared memory '", name, "' is smaller than the ", bytes,
         " bytes its creator announced; another job may use the same name. Restart the job."));
   }
-  return Segment(name, mapSegment(fd, bytes, name), bytes, /*owner=*/false);
+  return Segment(name, map_segment(fd, bytes, name), bytes, /*owner=*/false);
 }
 
 Segment::Segment(Segment&& other) noexcept { *this = std::move(other); }
@@ -94,9 +94,9 @@ void Segment::unlink() {
   owner_ = false;
 }
 
-const char* segmentNamePrefix() noexcept { return kPrefix; }
+const char* segment_name_prefix() noexcept { return kPrefix; }
 
-std::string freshSegmentName() {
+std::string fresh_segment_name() {
   std::random_device device;
   std::mt19937_64 random((static_cast<uint64_t>(device()) << 32) ^ device());
   char suffix[17];
@@ -104,7 +104,7 @@ std::string freshSegmentName() {
   return detail::str(kPrefix, getpid(), "-", suffix);
 }
 
-int sweepStaleSegments(const std::string& directory) {
+int sweep_stale_segments(const std::string& directory) {
   DIR* dir = opendir(directory.c_str());
   if (!dir) return 0;
   const std::string prefix = kPrefix + 1;  // Directory entries have no '/'.

@@ -10,7 +10,7 @@
 // the last rank exits, however it exits. A creator killed inside the short
 // window between creating and unlinking leaves a name behind; the next
 // creator on the machine removes every ddp segment whose creator process no
-// longer exists (sweepStaleSegments), so leftovers never accumulate and a
+// longer exists (sweep_stale_segments), so leftovers never accumulate and a
 // restarted run never opens a stale segment (its names are new).
 
 #include <cstddef>
@@ -51,13 +51,13 @@ class Segment {
 };
 
 /// The prefix of every segment name ddp creates ("/ddp-shm-").
-const char* segmentNamePrefix() noexcept;
+const char* segment_name_prefix() noexcept;
 
 /// A new segment name for this process: prefix, process id, random suffix.
-std::string freshSegmentName();
+std::string fresh_segment_name();
 
 /// Unlinks every ddp segment in `directory` (normally /dev/shm) whose
 /// creator process no longer exists; returns how many were removed.
-int sweepStaleSegments(const std::string& directory = "/dev/shm");
+int sweep_stale_segments(const std::string& directory = "/dev/shm");
 
 }  // namespace ddp::comm::shm

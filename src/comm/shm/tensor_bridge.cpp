@@ -4,7 +4,7 @@
 
 namespace ddp::comm::shm {
 
-ElementType elementTypeOf(c10::ScalarType dtype) {
+ElementType element_type_of(c10::ScalarType dtype) {
   switch (dtype) {
     case c10::ScalarType::Float:
       return ElementType::kFloat32;
@@ -21,12 +21,12 @@ ElementType elementTypeOf(c10::ScalarType dtype) {
     default:
       break;
   }
-  // ProcessGroup validated the dtype before the engine saw it.
-  throw InvalidArgumentError(std::string("the shared-memory engine cannot carry dtype ") +
+  // ProcessGroup validated the dtype before the backend saw it.
+  throw InvalidArgumentError(std::string("the shared-memory backend cannot carry dtype ") +
                              c10::toString(dtype) + "; use a dtype ddp supports.");
 }
 
-Combine combineOf(ReduceOp op) {
+Combine combine_of(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
@@ -44,7 +44,7 @@ Combine combineOf(ReduceOp op) {
 HostStaging::HostStaging(const at::Tensor& tensor)
     : original_(tensor), host_(tensor.is_cpu() ? tensor : tensor.to(c10::kCPU)) {}
 
-void HostStaging::copyBack() const {
+void HostStaging::copy_back() const {
   if (!original_.is_cpu()) original_.copy_(host_);
 }
 

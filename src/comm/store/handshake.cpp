@@ -99,7 +99,7 @@ void client_handshake(const Socket& socket, std::string_view secret, const std::
   const std::string where = "the rendezvous store at " + endpoint;
   std::string hello;
   try {
-    hello = recvFrame(socket, deadline);
+    hello = recv_frame(socket, deadline);
   } catch (const SocketError& error) {
     throw RendezvousError(where + " did not greet this process (" + error.what() +
                           "). Is MASTER_PORT the port of this job's rank 0, and is that "
@@ -144,8 +144,8 @@ void client_handshake(const Socket& socket, std::string_view secret, const std::
       .bytes(handshake_proof(secret, kClientLabel, server_nonce, client_nonce));
   std::string reply;
   try {
-    sendFrame(socket, request.payload(), deadline);
-    reply = recvFrame(socket, deadline);
+    send_frame(socket, request.payload(), deadline);
+    reply = recv_frame(socket, deadline);
   } catch (const SocketError& error) {
     throw RendezvousError(where + " dropped this process during the handshake (" + error.what() +
                           "). " + kSecretHelp);

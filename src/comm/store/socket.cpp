@@ -44,44 +44,44 @@ AddrInfoList resolve(const std::string& host, int port, std::string& error) {
   const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &result);
   if (rc != 0) {
     error = "could not resolve '" + host +
-            "': " + (rc == EAI_SYSTEM ? errnoText(errno) : gai_strerror(rc));
+            "': " + (rc == EAI_SYSTEM ? errno_text(errno) : gai_strerror(rc));
     return nullptr;
   }
   return AddrInfoList(result);
 }
 
-Socket openSocket(const addrinfo& address) {
+Socket open_socket(const addrinfo& address) {
   return Socket(::socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                          address.ai_protocol));
 }
 
 // Milliseconds until `deadline` for poll(): -1 for no deadline, never
 // negative, capped so it fits an int.
-int pollTimeout(Clock::time_point deadline) {
+int poll_timeout(Clock::time_point deadline) {
   if (deadline == kNoDeadline) return -1;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, INT_MAX));
 }
 
 // Waits until `fd` is ready for `events`; false when the deadline passed.
-bool waitReady(int fd, short events, Clock::time_point deadline) {
+bool wait_ready(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     pollfd entry{fd, events, 0};
-    const int rc = ::poll(&entry, 1, pollTimeout(deadline));
+    const int rc = ::poll(&entry, 1, poll_timeout(deadline));
     if (rc > 0) return true;
     if (rc == 0) {
       if (Clock::now() >= deadline) return false;
       continue;  // poll rounds down; wait out the remainder.
     }
     if (errno != EINTR) {
-      throw SocketError(SocketError::Kind::kFailed, "poll failed: " + errnoText(errno));
+      throw SocketError(SocketError::Kind::kFailed, "poll failed: " + errno_text(errno));
     }
   }
 }
 
 // True when a loopback connect landed on its own ephemeral port: with no
 // listener, TCP's simultaneous open can connect a socket to itself.
-bool connectedToItself(int fd) {
+bool connected_to_itself(int fd) {
   sockaddr_storage local{}, peer{};
   socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
@@ -93,18 +93,18 @@ bool connectedToItself(int fd) {
 
 // One connect attempt to one address, bounded by `deadline`. On failure
 // returns an invalid socket and sets `error`.
-Socket tryConnect(const addrinfo& address, Clock::time_point deadline, std::string& error) {
-  Socket socket = openSocket(address);
+Socket try_connect(const addrinfo& address, Clock::time_point deadline, std::string& error) {
+  Socket socket = open_socket(address);
   if (!socket.valid()) {
-    error = "socket() failed: " + errnoText(errno);
+    error = "socket() failed: " + errno_text(errno);
     return Socket();
   }
   if (::connect(socket.fd(), address.ai_addr, address.ai_addrlen) != 0) {
     if (errno != EINPROGRESS && errno != EINTR) {
-      error = errnoText(errno);
+      error = errno_text(errno);
       return Socket();
     }
-    if (!waitReady(socket.fd(), POLLOUT, deadline)) {
+    if (!wait_ready(socket.fd(), POLLOUT, deadline)) {
       error = "connection attempt timed out";
       return Socket();
     }
@@ -112,21 +112,21 @@ Socket tryConnect(const addrinfo& address, Clock::time_point deadline, std::stri
     socklen_t len = sizeof(so_error);
     getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &so_error, &len);
     if (so_error != 0) {
-      error = errnoText(so_error);
+      error = errno_text(so_error);
       return Socket();
     }
   }
-  if (connectedToItself(socket.fd())) {
-    error = errnoText(ECONNREFUSED);
+  if (connected_to_itself(socket.fd())) {
+    error = errno_text(ECONNREFUSED);
     return Socket();
   }
-  setNoDelay(socket.fd());
+  set_no_delay(socket.fd());
   return socket;
 }
 
 }  // namespace
 
-Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   if (timeout <= std::chrono::milliseconds::zero()) return kNoDeadline;
   const auto now = Clock::now();
   if (timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(kNoDeadline - now)) {
@@ -156,14 +156,14 @@ void Socket::close() {
   fd_ = -1;
 }
 
-std::string formatEndpoint(const std::string& host, int port) {
+std::string format_endpoint(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) {
     return detail::str("[", host, "]:", port);
   }
   return detail::str(host, ":", port);
 }
 
-std::string errnoText(int error) {
+std::string errno_text(int error) {
   char buffer[256];
   // The GNU strerror_r returns the message (maybe not in buffer); the XSI
   // one fills buffer. Handle both.
@@ -175,8 +175,8 @@ std::string errnoText(int error) {
   }
 }
 
-Socket listenOn(const std::string& host, int port) {
-  const std::string endpoint = formatEndpoint(host, port);
+Socket listen_on(const std::string& host, int port) {
+  const std::string endpoint = format_endpoint(host, port);
   const std::string prefix = "cannot host the rendezvous store on " + endpoint + ": ";
   std::string error;
   AddrInfoList addresses = resolve(host, port, error);
@@ -189,9 +189,9 @@ Socket listenOn(const std::string& host, int port) {
   // localhost); the first one this machine can bind is used. A port in use is
   // final: trying the next address would only hide the conflict.
   for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
-    Socket socket = openSocket(*address);
+    Socket socket = open_socket(*address);
     if (!socket.valid()) {
-      error = "socket() failed: " + errnoText(errno);
+      error = "socket() failed: " + errno_text(errno);
       continue;
     }
     int one = 1;
@@ -208,19 +208,19 @@ Socket listenOn(const std::string& host, int port) {
                               "run holds it; choose another MASTER_PORT or stop that process.");
       }
       if (bind_errno == EACCES) {
-        throw RendezvousError(prefix + "permission denied (" + errnoText(bind_errno) +
+        throw RendezvousError(prefix + "permission denied (" + errno_text(bind_errno) +
                               "). Ports below 1024 need privileges; choose a MASTER_PORT of "
                               "1024 or above.");
       }
       if (bind_errno == EADDRNOTAVAIL) {
-        error = "'" + host + "' is not an address of this machine (" + errnoText(bind_errno) + ")";
+        error = "'" + host + "' is not an address of this machine (" + errno_text(bind_errno) + ")";
       } else {
-        error = "bind failed (" + errnoText(bind_errno) + ")";
+        error = "bind failed (" + errno_text(bind_errno) + ")";
       }
       continue;
     }
     if (::listen(socket.fd(), SOMAXCONN) != 0) {
-      error = "listen failed (" + errnoText(errno) + ")";
+      error = "listen failed (" + errno_text(errno) + ")";
       continue;
     }
     return socket;
@@ -230,7 +230,7 @@ Socket listenOn(const std::string& host, int port) {
                         "machine's own addresses (see `ip addr`).");
 }
 
-int localPort(const Socket& socket) {
+int local_port(const Socket& socket) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   if (getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
@@ -242,8 +242,8 @@ int localPort(const Socket& socket) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
 }
 
-Socket connectWithRetry(const std::string& host, int port, std::chrono::milliseconds timeout) {
-  const Clock::time_point deadline = deadlineAfter(timeout);
+Socket connect_with_retry(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = deadline_after(timeout);
   // Start retrying quickly (rank 0 usually comes up within milliseconds)
   // and back off so that many ranks do not hammer a slow master.
   auto backoff = std::chrono::milliseconds(10);
@@ -255,12 +255,12 @@ Socket connectWithRetry(const std::string& host, int port, std::chrono::millisec
          address = address->ai_next) {
       Socket socket;
       try {
-        socket = tryConnect(*address, deadline, last_error);
+        socket = try_connect(*address, deadline, last_error);
       } catch (const SocketError& error) {
         // poll() itself failed: retrying cannot help. SocketError is
         // internal (Note [Internal store errors stay inside] in socket.hpp).
         throw RendezvousError("could not reach the rendezvous store at " +
-                              formatEndpoint(host, port) + ": " + error.what() +
+                              format_endpoint(host, port) + ": " + error.what() +
                               ". The process may have run out of memory or "
                               "file descriptors; check `ulimit -n` and restart the job.");
       }
@@ -272,31 +272,31 @@ Socket connectWithRetry(const std::string& host, int port, std::chrono::millisec
     backoff = std::min(backoff * 2, max_backoff);
   }
   throw RendezvousError(
-      detail::str("could not reach the rendezvous store at ", formatEndpoint(host, port),
+      detail::str("could not reach the rendezvous store at ", format_endpoint(host, port),
                   " within ", timeout.count(), " ms (last error: ", last_error,
                   "). Check MASTER_ADDR and MASTER_PORT, that rank 0 has started, and that no "
                   "firewall blocks the port; or raise the rendezvous timeout."));
 }
 
-void setNonBlocking(int fd) {
+void set_non_blocking(int fd) {
   const int flags = fcntl(fd, F_GETFL, 0);
   if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
-void setNoDelay(int fd) {
+void set_no_delay(int fd) {
   // Requests and replies are small and strictly alternate; Nagle's algorithm
   // would delay each one by up to 40 ms.
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-std::string encodeFrame(std::string_view payload) {
+std::string encode_frame(std::string_view payload) {
   WireWriter writer;
   writer.bytes(payload);
   return std::move(writer.payload());
 }
 
-bool takeFrame(std::string& buffer, std::string& payload, std::uint32_t max_bytes) {
+bool take_frame(std::string& buffer, std::string& payload, std::uint32_t max_bytes) {
   if (buffer.size() < 4) return false;
   const std::uint32_t length = WireReader(buffer).u32();
   if (length > max_bytes) {
@@ -309,7 +309,7 @@ bool takeFrame(std::string& buffer, std::string& payload, std::uint32_t max_byte
   return true;
 }
 
-bool readAvailable(int fd, std::string& buffer, std::size_t limit) {
+bool read_available(int fd, std::string& buffer, std::size_t limit) {
   char chunk[64 * 1024];
   while (buffer.size() < limit) {
     const ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
@@ -324,7 +324,7 @@ bool readAvailable(int fd, std::string& buffer, std::size_t limit) {
   return true;
 }
 
-bool writeAvailable(int fd, std::string& buffer) {
+bool write_available(int fd, std::string& buffer) {
   std::size_t sent = 0;
   bool ok = true;
   while (sent < buffer.size()) {
@@ -341,26 +341,26 @@ bool writeAvailable(int fd, std::string& buffer) {
   return ok;
 }
 
-void sendFrame(const Socket& socket, std::string_view payload, Clock::time_point deadline) {
-  std::string pending = encodeFrame(payload);
+void send_frame(const Socket& socket, std::string_view payload, Clock::time_point deadline) {
+  std::string pending = encode_frame(payload);
   while (!pending.empty()) {
-    if (!writeAvailable(socket.fd(), pending)) {
-      throw SocketError(SocketError::Kind::kClosed, "send failed: " + errnoText(errno));
+    if (!write_available(socket.fd(), pending)) {
+      throw SocketError(SocketError::Kind::kClosed, "send failed: " + errno_text(errno));
     }
-    if (!pending.empty() && !waitReady(socket.fd(), POLLOUT, deadline)) {
+    if (!pending.empty() && !wait_ready(socket.fd(), POLLOUT, deadline)) {
       throw SocketError(SocketError::Kind::kTimedOut, "send timed out");
     }
   }
 }
 
-std::string recvFrame(const Socket& socket, Clock::time_point deadline) {
+std::string recv_frame(const Socket& socket, Clock::time_point deadline) {
   std::string buffer;
   std::string payload;
   for (;;) {
     // A reply followed at once by the server closing still counts.
-    const bool open = readAvailable(socket.fd(), buffer, std::size_t{kMaxFrameBytes} + 4);
+    const bool open = read_available(socket.fd(), buffer, std::size_t{kMaxFrameBytes} + 4);
     try {
-      if (takeFrame(buffer, payload)) break;
+      if (take_frame(buffer, payload)) break;
     } catch (const WireError& error) {
       throw SocketError(SocketError::Kind::kFailed, error.what());
     }
@@ -368,7 +368,7 @@ std::string recvFrame(const Socket& socket, Clock::time_point deadline) {
       throw SocketError(SocketError::Kind::kClosed,
                         "the connection was closed by the store server");
     }
-    if (!waitReady(socket.fd(), POLLIN, deadline)) {
+    if (!wait_ready(socket.fd(), POLLIN, deadline)) {
       throw SocketError(SocketError::Kind::kTimedOut, "no reply in time");
     }
   }

@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 inline constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
 
 /// `now + timeout`, or kNoDeadline when timeout is zero (c10d's kNoTimeout).
-Clock::time_point deadlineAfter(std::chrono::milliseconds timeout);
+Clock::time_point deadline_after(std::chrono::milliseconds timeout);
 
 /// Owns one file descriptor and closes it on destruction. Move-only.
 class Socket {
@@ -49,7 +49,7 @@ class Socket {
 /// Note [Internal store errors stay inside]
 /// SocketError and WireError (wire.hpp) describe one socket or one frame;
 /// they never reach a caller of a public API. TcpStore turns them into
-/// ddp::RendezvousError (the connection is lost), connectWithRetry() into
+/// ddp::RendezvousError (the connection is lost), connect_with_retry() into
 /// ddp::RendezvousError, and the server drops the connection that caused
 /// them. So they derive from std::runtime_error, not from ddp::Error, and
 /// have no exit code of their own.
@@ -64,52 +64,53 @@ class SocketError : public std::runtime_error {
 };
 
 /// "host:port", or "[host]:port" for an IPv6 literal.
-std::string formatEndpoint(const std::string& host, int port);
+std::string format_endpoint(const std::string& host, int port);
 
 /// strerror for errno values, thread-safe.
-std::string errnoText(int error);
+std::string errno_text(int error);
 
 /// Listens on exactly the address `host` resolves to (never on every
 /// interface), with SO_REUSEADDR so a restarted job can reuse the port at
 /// once. Port 0 picks a free port. The socket is non-blocking. Throws
 /// ddp::RendezvousError saying why (port in use, not this machine's address).
-Socket listenOn(const std::string& host, int port);
+Socket listen_on(const std::string& host, int port);
 
 /// The local port a socket is bound to.
-int localPort(const Socket& socket);
+int local_port(const Socket& socket);
 
 /// Connects to host:port, retrying refused or failed attempts with backoff
 /// until `timeout` has passed (the master may not have started yet). Throws
 /// ddp::RendezvousError naming host:port, the timeout and the last error.
 /// The returned socket is non-blocking with TCP_NODELAY set.
-Socket connectWithRetry(const std::string& host, int port, std::chrono::milliseconds timeout);
+Socket connect_with_retry(const std::string& host, int port, std::chrono::milliseconds timeout);
 
-void setNonBlocking(int fd);
-void setNoDelay(int fd);
+void set_non_blocking(int fd);
+void set_no_delay(int fd);
 
 /// Writes `length || payload` to a non-blocking socket, waiting for room
 /// until `deadline`. Throws SocketError.
-void sendFrame(const Socket& socket, std::string_view payload, Clock::time_point deadline);
+void send_frame(const Socket& socket, std::string_view payload, Clock::time_point deadline);
 
 /// Reads one frame's payload from a non-blocking socket, waiting until
 /// `deadline`. Throws SocketError (kClosed when the peer went away).
-std::string recvFrame(const Socket& socket, Clock::time_point deadline);
+std::string recv_frame(const Socket& socket, Clock::time_point deadline);
 
 /// Prefixes a payload with its u32 length.
-std::string encodeFrame(std::string_view payload);
+std::string encode_frame(std::string_view payload);
 
 /// Moves one complete frame's payload out of `buffer` into `payload`; false
 /// if the buffer does not hold a whole frame yet. Throws WireError for a
 /// frame longer than `max_bytes`.
-bool takeFrame(std::string& buffer, std::string& payload, std::uint32_t max_bytes = kMaxFrameBytes);
+bool take_frame(std::string& buffer, std::string& payload,
+                std::uint32_t max_bytes = kMaxFrameBytes);
 
 /// Appends what a non-blocking socket has to `buffer`, until the socket is
 /// drained or `buffer` holds `limit` bytes (the rest waits in the kernel).
 /// Returns false when the peer closed the connection or it failed.
-bool readAvailable(int fd, std::string& buffer, std::size_t limit);
+bool read_available(int fd, std::string& buffer, std::size_t limit);
 
 /// Sends as much of `buffer` as the socket takes now and erases it from the
 /// front. Returns false when the connection failed.
-bool writeAvailable(int fd, std::string& buffer);
+bool write_available(int fd, std::string& buffer);
 
 }  // namespace ddp::comm::store

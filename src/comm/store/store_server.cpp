@@ -23,7 +23,7 @@ namespace {
 
 // Parses a value written by ADD. c10d's TCPStore stores counters as decimal
 // strings, and so does ddp, so that code reading them with get() agrees.
-bool parseInteger(const std::string& text, std::int64_t& value) {
+bool parse_integer(const std::string& text, std::int64_t& value) {
   if (text.empty()) return false;
   errno = 0;
   char* end = nullptr;
@@ -33,14 +33,14 @@ bool parseInteger(const std::string& text, std::int64_t& value) {
   return true;
 }
 
-std::chrono::milliseconds clampedMillis(std::uint64_t ms) {
+std::chrono::milliseconds clamped_millis(std::uint64_t ms) {
   const auto max =
       static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max());
   return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(std::min(ms, max)));
 }
 
 // The address a connection came from, for the log of refused clients.
-std::string peerName(const sockaddr_storage& address) {
+std::string peer_name(const sockaddr_storage& address) {
   char text[INET6_ADDRSTRLEN] = "?";
   int port = 0;
   if (address.ss_family == AF_INET) {
@@ -52,11 +52,11 @@ std::string peerName(const sockaddr_storage& address) {
     ::inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
     port = ntohs(v6.sin6_port);
   }
-  return formatEndpoint(text, port);
+  return format_endpoint(text, port);
 }
 
 // Input held per connection: one whole frame and a read's worth more.
-std::size_t inputLimit(bool admitted) {
+std::size_t input_limit(bool admitted) {
   return (admitted ? std::size_t{kMaxFrameBytes} : std::size_t{kMaxHandshakeFrame}) + 4 + 64 * 1024;
 }
 
@@ -67,11 +67,11 @@ constexpr std::uint64_t kRefusalsLogged = 10;
 }  // namespace
 
 StoreServer::StoreServer(const std::string& host, int port, std::string secret)
-    : listener_(listenOn(host, port)), port_(localPort(listener_)), secret_(std::move(secret)) {
+    : listener_(listen_on(host, port)), port_(local_port(listener_)), secret_(std::move(secret)) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    throw RendezvousError("cannot host the rendezvous store on " + formatEndpoint(host, port_) +
-                          ": pipe2 failed (" + errnoText(errno) +
+    throw RendezvousError("cannot host the rendezvous store on " + format_endpoint(host, port_) +
+                          ": pipe2 failed (" + errno_text(errno) +
                           "). The process may have run out of file descriptors; raise "
                           "`ulimit -n`.");
   }
@@ -89,7 +89,7 @@ StoreServer::~StoreServer() {
 
 void StoreServer::run() {
   try {
-    while (!stopping_) pollOnce();
+    while (!stopping_) poll_once();
   } catch (const std::exception& error) {
     // Nothing can be thrown to a caller from here. Closing every socket below
     // makes each waiting client fail at once instead of at its deadline.
@@ -99,7 +99,7 @@ void StoreServer::run() {
   listener_.close();
 }
 
-void StoreServer::pollOnce() {
+void StoreServer::poll_once() {
   std::vector<pollfd> fds;
   std::vector<std::uint64_t> ids;
   fds.reserve(connections_.size() + 2);
@@ -109,16 +109,16 @@ void StoreServer::pollOnce() {
     // A client that sends faster than it is served, or does not read its
     // replies, waits in the kernel: the server holds a bounded amount of it.
     short events = connection.output.empty() ? 0 : POLLOUT;
-    if (connection.input.size() < inputLimit(connection.admitted)) events |= POLLIN;
+    if (connection.input.size() < input_limit(connection.admitted)) events |= POLLIN;
     fds.push_back({connection.socket.fd(), events, 0});
     ids.push_back(id);
   }
-  const int rc = ::poll(fds.data(), fds.size(), nearestDeadlineTimeout());
+  const int rc = ::poll(fds.data(), fds.size(), nearest_deadline_timeout());
   if (rc < 0) {
     const int error = errno;
     if (error == EINTR) return;
     // Caught in run(), which reports it and closes every connection.
-    throw RendezvousError("the rendezvous store server's poll() failed (" + errnoText(error) +
+    throw RendezvousError("the rendezvous store server's poll() failed (" + errno_text(error) +
                           "); it stops serving, and every rank connected to it will fail. "
                           "Restart the job.");
   }
@@ -126,25 +126,26 @@ void StoreServer::pollOnce() {
     stopping_ = true;
     return;
   }
-  if (fds[1].revents != 0) acceptClients();
+  if (fds[1].revents != 0) accept_clients();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const short revents = fds[i + 2].revents;
     Connection& connection = connections_.at(ids[i]);
     if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0 &&
-        !readAvailable(connection.socket.fd(), connection.input, inputLimit(connection.admitted))) {
+        !read_available(connection.socket.fd(), connection.input,
+                        input_limit(connection.admitted))) {
       connection.broken = true;
     }
     if ((revents & (POLLHUP | POLLERR)) != 0 &&
-        connection.input.size() >= inputLimit(connection.admitted)) {
+        connection.input.size() >= input_limit(connection.admitted)) {
       connection.broken = true;  // gone, and its input cannot be taken in
     }
     if ((revents & POLLOUT) != 0 && !connection.broken &&
-        !writeAvailable(connection.socket.fd(), connection.output)) {
+        !write_available(connection.socket.fd(), connection.output)) {
       connection.broken = true;
     }
   }
 
-  expireDeadlines();
+  expire_deadlines();
   // Serving one connection can create keys another one waits for, and a
   // request answered that way lets its connection's queued requests run.
   // Repeat until no parked request was answered.
@@ -155,8 +156,8 @@ void StoreServer::pollOnce() {
     if (keys_added_) {
       keys_added_ = false;
       for (auto& [id, connection] : connections_) {
-        if (!connection.broken && connection.parked && allExist(connection.parked->keys)) {
-          replyParked(connection, /*timed_out=*/false);
+        if (!connection.broken && connection.parked && all_exist(connection.parked->keys)) {
+          reply_parked(connection, /*timed_out=*/false);
           progress = true;
         }
       }
@@ -168,7 +169,7 @@ void StoreServer::pollOnce() {
   }
 }
 
-void StoreServer::acceptClients() {
+void StoreServer::accept_clients() {
   for (;;) {
     sockaddr_storage address{};
     socklen_t length = sizeof(address);
@@ -178,27 +179,27 @@ void StoreServer::acceptClients() {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;  // EAGAIN: all accepted; anything else: retry on the next poll.
     }
-    setNoDelay(fd);
+    set_no_delay(fd);
     Connection& connection = connections_[next_connection_id_++];
     connection.socket = Socket(fd);
-    connection.peer = peerName(address);
+    connection.peer = peer_name(address);
     connection.admitted = secret_.empty();
     if (!connection.admitted) {
       connection.nonce = random_bytes(kNonceBytes);
       connection.handshake_deadline = Clock::now() + kHandshakeTimeout;
     }
-    connection.output = encodeFrame(hello_payload(connection.nonce));
-    if (!writeAvailable(fd, connection.output)) connection.broken = true;
+    connection.output = encode_frame(hello_payload(connection.nonce));
+    if (!write_available(fd, connection.output)) connection.broken = true;
   }
 }
 
 void StoreServer::admit(Connection& connection, const std::string& payload) {
   const HandshakeVerdict verdict = judge_client(payload, secret_, connection.nonce);
-  connection.output += encodeFrame(verdict.reply);
+  connection.output += encode_frame(verdict.reply);
   // A refusal is counted and logged before the client can read it, so whoever
   // sees the refusal also sees it on record.
   if (!verdict.admitted) refuse(connection, verdict.reason);
-  const bool sent = writeAvailable(connection.socket.fd(), connection.output);
+  const bool sent = write_available(connection.socket.fd(), connection.output);
   if (!verdict.admitted) return;
   connection.admitted = true;
   connection.handshake_deadline = kNoDeadline;
@@ -221,12 +222,12 @@ void StoreServer::serve(Connection& connection) {
   std::string payload;
   try {
     while (!connection.broken && !connection.admitted &&
-           takeFrame(connection.input, payload, kMaxHandshakeFrame)) {
+           take_frame(connection.input, payload, kMaxHandshakeFrame)) {
       admit(connection, payload);
     }
     // Replies a client leaves unread hold back its next requests.
     while (!connection.broken && !connection.parked && connection.output.size() < kMaxFrameBytes &&
-           takeFrame(connection.input, payload)) {
+           take_frame(connection.input, payload)) {
       handle(connection, payload);
     }
   } catch (const WireError& error) {
@@ -249,12 +250,12 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
     }
     case Op::kGet: {
       const std::uint64_t timeout_ms = request.u64();
-      handleWaitOrGet(connection, op, {request.bytes()}, timeout_ms);
+      handle_wait_or_get(connection, op, {request.bytes()}, timeout_ms);
       return;
     }
     case Op::kWait: {
       const std::uint64_t timeout_ms = request.u64();
-      handleWaitOrGet(connection, op, request.keys(), timeout_ms);
+      handle_wait_or_get(connection, op, request.keys(), timeout_ms);
       return;
     }
     case Op::kAdd: {
@@ -262,7 +263,7 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
       const std::int64_t delta = request.i64();
       std::int64_t current = 0;
       const auto it = data_.find(key);
-      if (it != data_.end() && !parseInteger(it->second, current)) {
+      if (it != data_.end() && !parse_integer(it->second, current)) {
         response.u8(static_cast<std::uint8_t>(Status::kError))
             .bytes("cannot add to key '" + key +
                    "': its value is not a decimal integer (it was set with "
@@ -306,7 +307,7 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
       break;
     }
     case Op::kCheck:
-      response.u8(static_cast<std::uint8_t>(Status::kOk)).u8(allExist(request.keys()) ? 1 : 0);
+      response.u8(static_cast<std::uint8_t>(Status::kOk)).u8(all_exist(request.keys()) ? 1 : 0);
       break;
     case Op::kDelete:
       response.u8(static_cast<std::uint8_t>(Status::kOk))
@@ -322,22 +323,23 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
   reply(connection, response);
 }
 
-void StoreServer::handleWaitOrGet(Connection& connection, Op op, std::vector<std::string> keys,
-                                  std::uint64_t timeout_ms) {
-  connection.parked = ParkedRequest{op, std::move(keys), deadlineAfter(clampedMillis(timeout_ms))};
-  if (allExist(connection.parked->keys)) {
-    replyParked(connection, /*timed_out=*/false);
+void StoreServer::handle_wait_or_get(Connection& connection, Op op, std::vector<std::string> keys,
+                                     std::uint64_t timeout_ms) {
+  connection.parked =
+      ParkedRequest{op, std::move(keys), deadline_after(clamped_millis(timeout_ms))};
+  if (all_exist(connection.parked->keys)) {
+    reply_parked(connection, /*timed_out=*/false);
   }
 }
 
 void StoreServer::reply(Connection& connection, WireWriter& writer) {
-  connection.output += encodeFrame(writer.payload());
-  if (!writeAvailable(connection.socket.fd(), connection.output)) {
+  connection.output += encode_frame(writer.payload());
+  if (!write_available(connection.socket.fd(), connection.output)) {
     connection.broken = true;
   }
 }
 
-void StoreServer::replyParked(Connection& connection, bool timed_out) {
+void StoreServer::reply_parked(Connection& connection, bool timed_out) {
   const ParkedRequest request = std::move(*connection.parked);
   connection.parked.reset();
   WireWriter response;
@@ -354,7 +356,7 @@ void StoreServer::replyParked(Connection& connection, bool timed_out) {
   reply(connection, response);
 }
 
-void StoreServer::expireDeadlines() {
+void StoreServer::expire_deadlines() {
   const auto now = Clock::now();
   for (auto& [id, connection] : connections_) {
     if (!connection.broken && !connection.admitted && connection.handshake_deadline <= now) {
@@ -365,11 +367,11 @@ void StoreServer::expireDeadlines() {
       continue;
     }
     // A key that appeared in the same instant still counts as in time.
-    replyParked(connection, !allExist(connection.parked->keys));
+    reply_parked(connection, !all_exist(connection.parked->keys));
   }
 }
 
-bool StoreServer::allExist(const std::vector<std::string>& keys) const {
+bool StoreServer::all_exist(const std::vector<std::string>& keys) const {
   return std::all_of(keys.begin(), keys.end(),
                      [this](const std::string& key) { return data_.count(key) > 0; });
 }
@@ -379,7 +381,7 @@ void StoreServer::store(const std::string& key, std::string value) {
   keys_added_ = true;
 }
 
-int StoreServer::nearestDeadlineTimeout() const {
+int StoreServer::nearest_deadline_timeout() const {
   auto nearest = kNoDeadline;
   for (const auto& [id, connection] : connections_) {
     if (connection.broken) continue;

@@ -78,20 +78,20 @@ class StoreServer {
   };
 
   void run();
-  void pollOnce();
-  void acceptClients();
+  void poll_once();
+  void accept_clients();
   void serve(Connection& connection);
   void admit(Connection& connection, const std::string& payload);
   void refuse(Connection& connection, const std::string& reason);
   void handle(Connection& connection, const std::string& payload);
-  void handleWaitOrGet(Connection& connection, Op op, std::vector<std::string> keys,
-                       std::uint64_t timeout_ms);
+  void handle_wait_or_get(Connection& connection, Op op, std::vector<std::string> keys,
+                          std::uint64_t timeout_ms);
   void reply(Connection& connection, WireWriter& writer);
-  void replyParked(Connection& connection, bool timed_out);
-  void expireDeadlines();
-  bool allExist(const std::vector<std::string>& keys) const;
+  void reply_parked(Connection& connection, bool timed_out);
+  void expire_deadlines();
+  bool all_exist(const std::vector<std::string>& keys) const;
   void store(const std::string& key, std::string value);
-  int nearestDeadlineTimeout() const;
+  int nearest_deadline_timeout() const;
 
   Socket listener_;
   Socket wake_read_;

@@ -61,7 +61,7 @@ TcpStoreOptions validated(TcpStoreOptions options) {
 }
 
 // Quotes keys for messages; long lists are cut short.
-std::string describeKeys(const std::vector<std::string>& keys) {
+std::string describe_keys(const std::vector<std::string>& keys) {
   constexpr std::size_t kMaxShown = 8;
   std::string text = "[";
   for (std::size_t i = 0; i < keys.size() && i < kMaxShown; ++i) {
@@ -78,7 +78,7 @@ std::string to_string(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-std::vector<uint8_t> toBytes(const std::string& text) {
+std::vector<uint8_t> to_bytes(const std::string& text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
@@ -99,11 +99,11 @@ class TcpStore::Impl {
       server_ = std::make_unique<store::StoreServer>(options_.host(), port_, options_.secret());
       port_ = server_->port();
     }
-    socket_ = store::connectWithRetry(options_.host(), port_, options_.timeout());
+    socket_ = store::connect_with_retry(options_.host(), port_, options_.timeout());
     store::client_handshake(
-        socket_, options_.secret(), store::formatEndpoint(options_.host(), port_),
-        store::deadlineAfter(options_.timeout().count() == 0 ? kUntimedHandshake
-                                                             : options_.timeout()));
+        socket_, options_.secret(), store::format_endpoint(options_.host(), port_),
+        store::deadline_after(options_.timeout().count() == 0 ? kUntimedHandshake
+                                                              : options_.timeout()));
   }
 
   const TcpStoreOptions& options() const { return options_; }
@@ -115,10 +115,10 @@ class TcpStore::Impl {
   // messages. Parsing happens under the lock so that a malformed reply, like
   // a failed send or receive, marks the connection lost.
   template <typename Parse>
-  auto roundTrip(WireWriter& request, std::chrono::milliseconds reply_timeout,
-                 const std::string& operation, Parse parse) {
+  auto round_trip(WireWriter& request, std::chrono::milliseconds reply_timeout,
+                  const std::string& operation, Parse parse) {
     std::lock_guard<std::mutex> guard(mutex_);
-    const std::string endpoint = store::formatEndpoint(options_.host(), port_);
+    const std::string endpoint = store::format_endpoint(options_.host(), port_);
     if (!lost_reason_.empty()) {
       throw RendezvousError("cannot " + operation +
                             ": the connection to the rendezvous store "
@@ -137,10 +137,10 @@ class TcpStore::Impl {
     }
     const auto deadline = reply_timeout.count() == 0
                               ? store::kNoDeadline
-                              : store::deadlineAfter(reply_timeout + kReplyGrace);
+                              : store::deadline_after(reply_timeout + kReplyGrace);
     try {
-      store::sendFrame(socket_, request.payload(), deadline);
-      const std::string reply = store::recvFrame(socket_, deadline);
+      store::send_frame(socket_, request.payload(), deadline);
+      const std::string reply = store::recv_frame(socket_, deadline);
       WireReader reader(reply);
       const auto status = static_cast<Status>(reader.u8());
       return parse(status, reader);
@@ -190,7 +190,7 @@ const std::string& TcpStore::host() const { return impl_->options().host(); }
 void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   auto writer = request(Op::kSet);
   writer.bytes(key).bytes(to_string(value));
-  impl_->roundTrip(writer, timeout_, "set(\"" + key + "\")", [](Status, WireReader&) {});
+  impl_->round_trip(writer, timeout_, "set(\"" + key + "\")", [](Status, WireReader&) {});
 }
 
 std::vector<uint8_t> TcpStore::compareSet(const std::string& key,
@@ -198,8 +198,8 @@ std::vector<uint8_t> TcpStore::compareSet(const std::string& key,
                                           const std::vector<uint8_t>& desired_value) {
   auto writer = request(Op::kCompareSet);
   writer.bytes(key).bytes(to_string(expected_value)).bytes(to_string(desired_value));
-  return impl_->roundTrip(writer, timeout_, "compareSet(\"" + key + "\")",
-                          [](Status, WireReader& reply) { return toBytes(reply.bytes()); });
+  return impl_->round_trip(writer, timeout_, "compareSet(\"" + key + "\")",
+                           [](Status, WireReader& reply) { return to_bytes(reply.bytes()); });
 }
 
 std::vector<uint8_t> TcpStore::get(const std::string& key) {
@@ -208,49 +208,49 @@ std::vector<uint8_t> TcpStore::get(const std::string& key) {
   const std::chrono::milliseconds timeout = timeout_;
   auto writer = request(Op::kGet);
   writer.u64(static_cast<std::uint64_t>(timeout.count())).bytes(key);
-  return impl_->roundTrip(
+  return impl_->round_trip(
       writer, timeout, "get(\"" + key + "\")", [&](Status status, WireReader& reply) {
         if (status == Status::kTimedOut) {
           throw TimeoutError(
               detail::str("timed out after ", timeout.count(), " ms waiting for key \"", key,
-                          "\" in the rendezvous store at ", store::formatEndpoint(host(), port()),
+                          "\" in the rendezvous store at ", store::format_endpoint(host(), port()),
                           ". The rank that sets it may have failed or still be starting; check the "
                           "other ranks' logs, or raise the timeout."));
         }
-        return toBytes(reply.bytes());
+        return to_bytes(reply.bytes());
       });
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t value) {
   auto writer = request(Op::kAdd);
   writer.bytes(key).i64(value);
-  return impl_->roundTrip(writer, timeout_, "add(\"" + key + "\")",
-                          [](Status status, WireReader& reply) {
-                            if (status == Status::kError) {
-                              throw InvalidArgumentError(reply.bytes());
-                            }
-                            return reply.i64();
-                          });
+  return impl_->round_trip(writer, timeout_, "add(\"" + key + "\")",
+                           [](Status status, WireReader& reply) {
+                             if (status == Status::kError) {
+                               throw InvalidArgumentError(reply.bytes());
+                             }
+                             return reply.i64();
+                           });
 }
 
 bool TcpStore::deleteKey(const std::string& key) {
   auto writer = request(Op::kDelete);
   writer.bytes(key);
-  return impl_->roundTrip(writer, timeout_, "deleteKey(\"" + key + "\")",
-                          [](Status, WireReader& reply) { return reply.u8() != 0; });
+  return impl_->round_trip(writer, timeout_, "deleteKey(\"" + key + "\")",
+                           [](Status, WireReader& reply) { return reply.u8() != 0; });
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   auto writer = request(Op::kCheck);
   writer.keys(keys);
-  return impl_->roundTrip(writer, timeout_, "check(" + describeKeys(keys) + ")",
-                          [](Status, WireReader& reply) { return reply.u8() != 0; });
+  return impl_->round_trip(writer, timeout_, "check(" + describe_keys(keys) + ")",
+                           [](Status, WireReader& reply) { return reply.u8() != 0; });
 }
 
 int64_t TcpStore::getNumKeys() {
   auto writer = request(Op::kNumKeys);
-  return impl_->roundTrip(writer, timeout_, "getNumKeys()",
-                          [](Status, WireReader& reply) { return reply.i64(); });
+  return impl_->round_trip(writer, timeout_, "getNumKeys()",
+                           [](Status, WireReader& reply) { return reply.i64(); });
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
@@ -260,17 +260,17 @@ void TcpStore::wait(const std::vector<std::string>& keys,
   if (timeout.count() < 0) {
     throw InvalidArgumentError(
         detail::str("invalid store wait timeout ", timeout.count(), " ms for key(s) ",
-                    describeKeys(keys), ": it must be positive, or 0 to wait without a timeout."));
+                    describe_keys(keys), ": it must be positive, or 0 to wait without a timeout."));
   }
   auto writer = request(Op::kWait);
   writer.u64(static_cast<std::uint64_t>(timeout.count())).keys(keys);
-  impl_->roundTrip(
-      writer, timeout, "wait(" + describeKeys(keys) + ")", [&](Status status, WireReader& reply) {
+  impl_->round_trip(
+      writer, timeout, "wait(" + describe_keys(keys) + ")", [&](Status status, WireReader& reply) {
         if (status != Status::kTimedOut) return;
         throw TimeoutError(detail::str(
-            "timed out after ", timeout.count(), " ms waiting for key(s) ", describeKeys(keys),
-            " in the rendezvous store at ", store::formatEndpoint(host(), port()),
-            " (still missing: ", describeKeys(reply.keys()),
+            "timed out after ", timeout.count(), " ms waiting for key(s) ", describe_keys(keys),
+            " in the rendezvous store at ", store::format_endpoint(host(), port()),
+            " (still missing: ", describe_keys(reply.keys()),
             "). The ranks that set them may have failed or still be starting; check the other "
             "ranks' logs, or raise the timeout."));
       });

@@ -7,7 +7,7 @@
 namespace ddp::parallel::detail {
 namespace {
 
-c10::ScalarType wireTypeOf(const BucketSettings& settings, c10::ScalarType dtype) {
+c10::ScalarType wire_type_of(const BucketSettings& settings, c10::ScalarType dtype) {
   return settings.wire_type ? settings.wire_type(dtype) : dtype;
 }
 
@@ -20,7 +20,7 @@ GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, BucketSetti
 
 void GradientBuckets::attach_hooks(const std::function<void(size_t)>& on_accumulated) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    accumulators_.push_back(compat::addPostAccumulateGradHook(
+    accumulators_.push_back(compat::add_post_accumulate_grad_hook(
         parameters_[i], [on_accumulated, i] { on_accumulated(i); }));
   }
 }
@@ -31,7 +31,7 @@ std::vector<std::vector<size_t>> group_parameters(const std::vector<at::Tensor>&
   std::vector<BucketInput> inputs;
   inputs.reserve(parameters.size());
   for (const at::Tensor& p : parameters) {
-    const c10::ScalarType wire = wireTypeOf(settings, p.scalar_type());
+    const c10::ScalarType wire = wire_type_of(settings, p.scalar_type());
     inputs.push_back(
         {p.numel() * static_cast<int64_t>(c10::elementSize(wire)), p.scalar_type(), p.device()});
   }
@@ -56,7 +56,7 @@ void GradientBuckets::rebuild(const std::vector<size_t>& order) {
     const at::Tensor& first = parameters_[bucket.members.front()];
     bucket.flat = at::zeros(
         {total},
-        first.options().dtype(wireTypeOf(settings_, first.scalar_type())).requires_grad(false));
+        first.options().dtype(wire_type_of(settings_, first.scalar_type())).requires_grad(false));
   }
   buckets_ = std::move(buckets);
   reset();

@@ -12,7 +12,7 @@
 namespace ddp::parallel {
 namespace {
 
-std::vector<c10::Device> defaultDevices() {
+std::vector<c10::Device> default_devices() {
   std::vector<c10::Device> devices;
   const auto count = torch::cuda::device_count();
   for (size_t i = 0; i < count; ++i) {
@@ -23,14 +23,14 @@ std::vector<c10::Device> defaultDevices() {
 }
 
 // "cuda" (the current device) matches any CUDA device index.
-bool onDevice(const at::Tensor& tensor, const c10::Device& device) {
+bool on_device(const at::Tensor& tensor, const c10::Device& device) {
   return tensor.device().type() == device.type() &&
          (!device.has_index() || tensor.device().index() == device.index());
 }
 
-void checkPlacement(torch::nn::Module& module, const c10::Device& device) {
+void check_placement(torch::nn::Module& module, const c10::Device& device) {
   auto check = [&](const std::string& name, const at::Tensor& tensor) {
-    if (onDevice(tensor, device)) return;
+    if (on_device(tensor, device)) return;
     throw ConfigError("DataParallel: '" + name + "' is on " + tensor.device().str() +
                       " but the module must live on the first device, " + device.str() +
                       ", which holds replica 0 and gathers the gradients; call "
@@ -41,7 +41,7 @@ void checkPlacement(torch::nn::Module& module, const c10::Device& device) {
   for (const auto& item : module.named_buffers()) check(item.key(), item.value());
 }
 
-void checkInput(const char* what, const at::Tensor& tensor) {
+void check_input(const char* what, const at::Tensor& tensor) {
   if (!tensor.defined() || tensor.dim() == 0 || tensor.size(0) == 0) {
     throw InvalidArgumentError(
         std::string("DataParallel: the ") + what + " is " +
@@ -58,10 +58,10 @@ DataParallelImpl::DataParallelImpl(torch::nn::AnyModule module, DataParallelOpti
   if (module_.is_empty()) {
     throw ConfigError("DataParallel: the module is empty; pass the module to replicate.");
   }
-  if (options_.devices().empty()) options_.devices(defaultDevices());
+  if (options_.devices().empty()) options_.devices(default_devices());
   if (!options_.output_device()) options_.output_device(options_.devices().front());
   register_module("module", module_.ptr());
-  checkPlacement(*module_.ptr(), options_.devices().front());
+  check_placement(*module_.ptr(), options_.devices().front());
   try {
     replicas_ = std::make_shared<detail::ReplicaSet>(module_, options_.devices());
   } catch (const c10::Error& e) {
@@ -70,7 +70,7 @@ DataParallelImpl::DataParallelImpl(torch::nn::AnyModule module, DataParallelOpti
                       "). Replicas are deep copies made with "
                       "clone(): derive the module from torch::nn::Cloneable<YourImpl>.");
   }
-  replicas_->attachHooks();
+  replicas_->attach_hooks();
 }
 
 DataParallelImpl::~DataParallelImpl() = default;
@@ -84,10 +84,10 @@ std::shared_ptr<torch::nn::Module> DataParallelImpl::replica(size_t index) const
   return replicas_->module(index).ptr();
 }
 
-size_t DataParallelImpl::replicas_used() const { return replicas_->lastUsed(); }
+size_t DataParallelImpl::replicas_used() const { return replicas_->last_used(); }
 
 torch::Tensor DataParallelImpl::forward(const torch::Tensor& input) {
-  checkInput("input", input);
+  check_input("input", input);
   std::vector<torch::Tensor> chunks = input.chunk(static_cast<int64_t>(replicas_->size()), 0);
   const size_t count = chunks.size();
   replicas_->refresh(count);
@@ -103,15 +103,15 @@ torch::Tensor DataParallelImpl::forward(const torch::Tensor& input) {
   });
   for (auto& output : outputs) output = output.to(*options_.output_device());
   torch::Tensor gathered = count == 1 ? outputs.front() : torch::cat(outputs, 0);
-  if (gathered.requires_grad()) replicas_->expectBackward(count);
+  if (gathered.requires_grad()) replicas_->expect_backward(count);
   return gathered;
 }
 
 torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
                                                  const torch::Tensor& target,
                                                  const LossFunction& loss_fn) {
-  checkInput("input", input);
-  checkInput("target", target);
+  check_input("input", input);
+  check_input("target", target);
   if (target.size(0) != input.size(0)) {
     throw InvalidArgumentError(comm::detail::str("DataParallel: the target has ", target.size(0),
                                                  " samples along dimension 0 but the input has ",
@@ -123,7 +123,7 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
         "are disabled here (a NoGradGuard is active); call forward() "
         "for inference.");
   }
-  auto checkScalar = [](const torch::Tensor& loss) {
+  auto check_scalar = [](const torch::Tensor& loss) {
     if (loss.numel() != 1) {
       throw InvalidArgumentError("the loss has shape " + c10::str(loss.sizes()) +
                                  "; the loss function must return a scalar (reduce it with "
@@ -133,7 +133,7 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
   const c10::Device output_device = *options_.output_device();
   if (!options_.balanced_memory()) {
     torch::Tensor loss = loss_fn(forward(input), target.to(output_device));
-    checkScalar(loss);
+    check_scalar(loss);
     loss.backward();
     return loss.detach();
   }
@@ -143,16 +143,16 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
   const double batch = static_cast<double>(input.size(0));
   replicas_->refresh(count);
   std::vector<torch::Tensor> losses(count);
-  replicas_->setReducingManually(true);
+  replicas_->set_reducing_manually(true);
   struct RestoreHooks {
     detail::ReplicaSet& replicas;
-    ~RestoreHooks() { replicas.setReducingManually(false); }
+    ~RestoreHooks() { replicas.set_reducing_manually(false); }
   } restore{*replicas_};
   auto run_replica = [&](size_t i) {
     const c10::Device device = replicas_->device(i);
     torch::Tensor output = replicas_->module(i).forward(inputs[i].to(device));
     torch::Tensor loss = loss_fn(output, targets[i].to(device));
-    checkScalar(loss);
+    check_scalar(loss);
     if (options_.loss_reduction() == LossReduction::kMean) {
       loss = loss * (static_cast<double>(inputs[i].size(0)) / batch);
     }
@@ -162,10 +162,10 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
   try {
     replicas_->run(count, "forward_backward", run_replica);
   } catch (...) {
-    replicas_->discardGradients(count);  // Never let them reach a later step.
+    replicas_->discard_gradients(count);  // Never let them reach a later step.
     throw;
   }
-  replicas_->reduceGradients(count);
+  replicas_->reduce_gradients(count);
   torch::Tensor total = losses.front();
   for (size_t i = 1; i < count; ++i) total = total + losses[i];
   return total;

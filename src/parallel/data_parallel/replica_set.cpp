@@ -15,14 +15,14 @@
 namespace ddp::parallel::detail {
 namespace {
 
-std::vector<at::Tensor> buffersOf(const torch::nn::AnyModule& module) {
+std::vector<at::Tensor> buffers_of(const torch::nn::AnyModule& module) {
   return module.ptr()->buffers();
 }
 
 // Rethrows the exception being handled with the replica named; ddp's own
 // error types keep their type (and so their exit code), others become
 // ddp::Error.
-[[noreturn]] void rethrowForReplica(size_t index, const c10::Device& device, const char* phase) {
+[[noreturn]] void rethrow_for_replica(size_t index, const c10::Device& device, const char* phase) {
   const std::string where = comm::detail::str("DataParallel: replica ", index, " (on ",
                                               device.str(), ") failed in ", phase, ": ");
   try {
@@ -46,24 +46,24 @@ ReplicaSet::ReplicaSet(torch::nn::AnyModule primary, std::vector<c10::Device> de
   for (size_t i = 0; i < devices.size(); ++i) {
     Replica replica{i == 0 ? primary : primary.clone(devices[i]), devices[i], {}, {}};
     replica.parameters = replica.module.ptr()->parameters();
-    replica.buffers = buffersOf(replica.module);
+    replica.buffers = buffers_of(replica.module);
     replicas_.push_back(std::move(replica));
   }
 }
 
-void ReplicaSet::attachHooks() {
+void ReplicaSet::attach_hooks() {
   std::weak_ptr<ReplicaSet> weak = weak_from_this();
   for (size_t r = 1; r < replicas_.size(); ++r) {
     for (const auto& parameter : replicas_[r].parameters) {
       if (!parameter.requires_grad()) continue;
-      accumulators_.push_back(compat::addPostAccumulateGradHook(parameter, [weak] {
-        if (auto self = weak.lock()) self->onReplicaGradient();
+      accumulators_.push_back(compat::add_post_accumulate_grad_hook(parameter, [weak] {
+        if (auto self = weak.lock()) self->on_replica_gradient();
       }));
     }
   }
 }
 
-bool ReplicaSet::primaryChangedSinceRefresh() const {
+bool ReplicaSet::primary_changed_since_refresh() const {
   const auto& primary = replicas_[0].parameters;
   if (refreshed_versions_.size() != primary.size()) return true;
   for (size_t j = 0; j < primary.size(); ++j) {
@@ -86,7 +86,7 @@ void ReplicaSet::refresh(size_t count) {
   bool keep = false;
   {
     std::lock_guard<std::mutex> lock(hook_mutex_);
-    keep = awaiting_backward_ && !primaryChangedSinceRefresh();
+    keep = awaiting_backward_ && !primary_changed_since_refresh();
   }
   torch::NoGradGuard no_grad;
   const Replica& primary = replicas_[0];
@@ -124,24 +124,24 @@ void ReplicaSet::run(size_t count, const char* phase, const std::function<void(s
       c10::OptionalDeviceGuard device(replicas_[index].device);
       task(index);
     } catch (...) {
-      rethrowForReplica(index, replicas_[index].device, phase);
+      rethrow_for_replica(index, replicas_[index].device, phase);
     }
   });
 }
 
-void ReplicaSet::expectBackward(size_t count) {
+void ReplicaSet::expect_backward(size_t count) {
   std::lock_guard<std::mutex> lock(hook_mutex_);
   awaiting_backward_ = true;
   used_since_reduction_ = std::max(used_since_reduction_, count);
 }
 
-void ReplicaSet::onReplicaGradient() {
+void ReplicaSet::on_replica_gradient() {
   if (reducing_manually_.load()) return;
   std::lock_guard<std::mutex> lock(hook_mutex_);
   if (reduction_queued_) return;
   reduction_queued_ = true;
   std::weak_ptr<ReplicaSet> weak = weak_from_this();
-  compat::queueBackwardCallback([weak] {
+  compat::queue_backward_callback([weak] {
     auto self = weak.lock();
     if (!self) return;
     size_t count = 0;
@@ -152,13 +152,13 @@ void ReplicaSet::onReplicaGradient() {
       count = std::max<size_t>(self->used_since_reduction_, 1);
       self->used_since_reduction_ = 0;
     }
-    self->reduceGradients(count);
+    self->reduce_gradients(count);
   });
 }
 
 // The primary's device receives every replica's gradient; a replica on the
 // same device hands its gradient tensor over without a copy.
-void ReplicaSet::reduceGradients(size_t count) {
+void ReplicaSet::reduce_gradients(size_t count) {
   torch::NoGradGuard no_grad;
   const Replica& primary = replicas_[0];
   for (size_t r = 1; r < count && r < replicas_.size(); ++r) {
@@ -182,7 +182,7 @@ void ReplicaSet::reduceGradients(size_t count) {
   }
 }
 
-void ReplicaSet::discardGradients(size_t count) {
+void ReplicaSet::discard_gradients(size_t count) {
   for (size_t r = 1; r < count && r < replicas_.size(); ++r) {
     for (auto& parameter : replicas_[r].parameters) parameter.mutable_grad() = at::Tensor();
   }

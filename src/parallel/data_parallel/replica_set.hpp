@@ -29,7 +29,7 @@ class ReplicaSet : public std::enable_shared_from_this<ReplicaSet> {
   ReplicaSet(torch::nn::AnyModule primary, std::vector<c10::Device> devices);
 
   /// Installs the gradient hooks; call once, after construction.
-  void attachHooks();
+  void attach_hooks();
 
   size_t size() const { return replicas_.size(); }
   torch::nn::AnyModule& module(size_t index) { return replicas_[index].module; }
@@ -46,19 +46,19 @@ class ReplicaSet : public std::enable_shared_from_this<ReplicaSet> {
   void run(size_t count, const char* phase, const std::function<void(size_t)>& task);
 
   /// The forward just run built a graph that a backward will use.
-  void expectBackward(size_t count);
+  void expect_backward(size_t count);
   /// Whether the replicas' gradient hooks leave the reduction to the caller
   /// (balanced forward_backward, which reduces itself after its threads).
-  void setReducingManually(bool value) { reducing_manually_.store(value); }
+  void set_reducing_manually(bool value) { reducing_manually_.store(value); }
 
   /// Adds the gradients of replicas 1..count-1 into the primary's .grad and
   /// clears theirs.
-  void reduceGradients(size_t count);
+  void reduce_gradients(size_t count);
 
   /// Clears the gradients of replicas 1..count-1 (after a failed step).
-  void discardGradients(size_t count);
+  void discard_gradients(size_t count);
 
-  size_t lastUsed() const { return last_used_.load(); }
+  size_t last_used() const { return last_used_.load(); }
 
  private:
   struct Replica {
@@ -68,8 +68,8 @@ class ReplicaSet : public std::enable_shared_from_this<ReplicaSet> {
     std::vector<at::Tensor> buffers;
   };
 
-  void onReplicaGradient();
-  bool primaryChangedSinceRefresh() const;
+  void on_replica_gradient();
+  bool primary_changed_since_refresh() const;
 
   std::vector<Replica> replicas_;
   ReplicaWorkers workers_;

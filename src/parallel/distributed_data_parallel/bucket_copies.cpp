@@ -14,7 +14,7 @@ namespace ddp::parallel::detail {
 // made with set_() rather than view(): an autograd view cannot be detached in
 // place, and LibTorch 1.13's Optimizer::zero_grad() calls detach_() on every
 // gradient.
-at::Tensor Reducer::gradientAlias(size_t index) const {
+at::Tensor Reducer::gradient_alias(size_t index) const {
   const at::Tensor slice = buckets_.slice(index);
   const at::Tensor& parameter = buckets_.parameters()[index];
   at::Tensor alias = at::empty({0}, slice.options());
@@ -35,7 +35,7 @@ at::Tensor Reducer::gradientAlias(size_t index) const {
 // those views (and the aliases) once per build of the buckets, not at each
 // use, leaves in a step only the operator calls that move data (a narrow is
 // three calls, a view_as two).
-void Reducer::adoptBuckets() {
+void Reducer::adopt_buckets() {
   stats_.bucket_bytes = buckets_.bucket_bytes();
   views_.clear();
   for (size_t i = 0; i < buckets_.parameters().size(); ++i) {
@@ -54,7 +54,7 @@ void Reducer::adoptBuckets() {
   if (!options_.gradient_as_bucket_view()) return;
   const auto& parameters = buckets_.parameters();
   for (size_t i = 0; i < parameters.size(); ++i) {
-    aliases_.push_back(gradientAlias(i));
+    aliases_.push_back(gradient_alias(i));
     at::Tensor& grad = parameters[i].mutable_grad();
     if (!grad.defined()) continue;
     views_[i].copy_(grad);
@@ -74,21 +74,21 @@ void Reducer::adoptBuckets() {
 
 // Note [Filling a bucket at once]
 // Gradients are copied into a bucket when its last one is ready, all in one
-// multi-tensor copy (compat::copyEach), and back after the reduction the
+// multi-tensor copy (compat::copy_each), and back after the reduction the
 // same way, rather than one copy per gradient as each arrives: a bucket is
 // launched only when full anyway, and one kernel per bucket instead of one
 // per parameter is what makes DDP's added work per step small on a GPU.
-void Reducer::fillBucket(size_t b) {
+void Reducer::fill_bucket(size_t b) {
   if (alone_ && !options_.gradient_as_bucket_view()) return;
   const Bucket& bucket = buckets_.buckets()[b];
   const auto& parameters = buckets_.parameters();
   std::vector<at::Tensor> destinations, sources;
   for (size_t index : bucket.members) {
-    if (!arrived_[index]) continue;  // unused: placed by finishIteration
+    if (!arrived_[index]) continue;  // unused: placed by finish_iteration
     arrived_[index] = 0;
     const at::Tensor& view = views_[index];
     at::Tensor& grad = parameters[index].mutable_grad();
-    if (isViewOf(grad, view)) continue;  // Accumulated in place already.
+    if (is_view_of(grad, view)) continue;  // Accumulated in place already.
     if (grad.defined()) {
       destinations.push_back(view);
       sources.push_back(grad);  // kept alive past the alias below
@@ -97,10 +97,10 @@ void Reducer::fillBucket(size_t b) {
     }
     if (options_.gradient_as_bucket_view()) grad = aliases_[index];
   }
-  compat::copyEach(destinations, sources);
+  compat::copy_each(destinations, sources);
 }
 
-void Reducer::waitAndCopyOut(const std::vector<int32_t>& globally_used) {
+void Reducer::wait_and_copy_out(const std::vector<int32_t>& globally_used) {
   if (alone_) return;  // Note [Alone]: the gradients are where they were.
   const auto& parameters = buckets_.parameters();
   std::vector<at::Tensor> destinations, sources;
@@ -114,7 +114,7 @@ void Reducer::waitAndCopyOut(const std::vector<int32_t>& globally_used) {
       if (!globally_used.empty() && globally_used[index] == 0) continue;
       const at::Tensor& view = views_[index];
       at::Tensor& grad = parameters[index].mutable_grad();
-      if (isViewOf(grad, view)) continue;
+      if (is_view_of(grad, view)) continue;
       if (options_.gradient_as_bucket_view()) {
         grad = aliases_[index];
       } else if (grad.defined()) {
@@ -124,7 +124,7 @@ void Reducer::waitAndCopyOut(const std::vector<int32_t>& globally_used) {
         grad = view.clone();
       }
     }
-    compat::copyEach(destinations, sources);  // Note [Filling a bucket at once]
+    compat::copy_each(destinations, sources);  // Note [Filling a bucket at once]
   }
 }
 

@@ -8,7 +8,7 @@ namespace {
 class AllReduceHook final : public CommHook {
  public:
   Work reduce(ProcessGroup& group, const GradBucket& bucket) override {
-    // Dividing first keeps large sums in range and lets the engine add.
+    // Dividing first keeps large sums in range and lets the backend add.
     bucket.buffer.div_(group.size());
     return group.all_reduce_async(bucket.buffer, ReduceOp::kSum);
   }

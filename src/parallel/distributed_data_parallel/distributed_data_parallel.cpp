@@ -31,7 +31,7 @@ void validate(const DistributedDataParallelOptions& options,
 
 // The factor on every reduced bucket in a Join round (Note [Joining]):
 // world / contributing ranks when averaging over contributors, else 1.
-double joinScale(const Join& join, const JoinRound& round) {
+double join_scale(const Join& join, const JoinRound& round) {
   if (join.options().divide_by_initial_world_size()) return 1.0;
   return static_cast<double>(round.world) / round.active;
 }
@@ -71,8 +71,10 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
     }
   }
 
-  detail::verifySameAcrossRanks(*group_, detail::describeTensors(names, parameters), "parameters");
-  detail::verifySameAcrossRanks(*group_, detail::describeTensors(buffer_names, buffers), "buffers");
+  detail::verify_same_across_ranks(*group_, detail::describe_tensors(names, parameters),
+                                   "parameters");
+  detail::verify_same_across_ranks(*group_, detail::describe_tensors(buffer_names, buffers),
+                                   "buffers");
   {
     torch::NoGradGuard no_grad;
     std::vector<at::Tensor> state = parameters;
@@ -81,10 +83,10 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
   }
   reducer_ = std::make_shared<detail::Reducer>(std::move(trainable), std::move(trainable_names),
                                                group_, options_);
-  reducer_->attachHooks();
+  reducer_->attach_hooks();
   // The same collectives in every iteration (Note [Naming a mismatch on
   // every rank]): one all-gather at construction.
-  detail::verifySameAcrossRanks(
+  detail::verify_same_across_ranks(
       *group_, reducer_->describe_layout(), "DDP options and gradient buckets",
       "Give every rank the same DistributedDataParallelOptions (bucket_cap_mb, "
       "first_bucket_cap_mb, find_unused_parameters, static_graph, broadcast_buffers).");
@@ -97,9 +99,9 @@ void DistributedDataParallelImpl::prepare_forward() {
   if (Join* join = active_join()) {
     // Note [Joining]: only training forwards are iterations.
     if (!torch::GradMode::is_enabled() || !is_training()) return;
-    const JoinRound round = join->notify(*this, reducer_->requireSync());
+    const JoinRound round = join->notify(*this, reducer_->require_sync());
     source = round.source;
-    reducer_->set_join_round(source, joinScale(*join, round));
+    reducer_->set_join_round(source, join_scale(*join, round));
   }
   if (options_.broadcast_buffers() && group_->size() > 1) {
     try {
@@ -113,7 +115,7 @@ void DistributedDataParallelImpl::prepare_forward() {
 }
 
 torch::Tensor DistributedDataParallelImpl::finish_forward(torch::Tensor output) {
-  if (torch::GradMode::is_enabled()) reducer_->watchOutput(output);
+  if (torch::GradMode::is_enabled()) reducer_->watch_output(output);
   return output;
 }
 
@@ -128,7 +130,7 @@ void DistributedDataParallelImpl::join_shadow(const JoinRound& round) {
   // The same scale as on the ranks still training: the averaged gradients
   // the shadow leaves in .grad are theirs (a ZeroRedundancyOptimizer joined
   // after DDP steps this rank's shard with them).
-  reducer_->set_join_round(round.source, joinScale(*active_join(), round));
+  reducer_->set_join_round(round.source, join_scale(*active_join(), round));
   if (options_.broadcast_buffers() && group_->size() > 1) broadcast_buffers(round.source);
   if (round.sync) reducer_->shadow_iteration();
 }
@@ -143,12 +145,12 @@ void DistributedDataParallelImpl::join_finish(int source) {
 ReducerStats DistributedDataParallelImpl::stats() const { return reducer_->stats(); }
 
 DistributedDataParallelImpl::NoSyncGuard::NoSyncGuard(DistributedDataParallelImpl& owner)
-    : owner_(owner), previous_(owner.reducer_->requireSync()) {
-  owner_.reducer_->setRequireSync(false);
+    : owner_(owner), previous_(owner.reducer_->require_sync()) {
+  owner_.reducer_->set_require_sync(false);
 }
 
 DistributedDataParallelImpl::NoSyncGuard::~NoSyncGuard() {
-  owner_.reducer_->setRequireSync(previous_);
+  owner_.reducer_->set_require_sync(previous_);
 }
 
 }  // namespace ddp::parallel

@@ -28,18 +28,18 @@ std::string join(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::vector<std::string> describeTensors(const std::vector<std::string>& names,
-                                         const std::vector<at::Tensor>& tensors) {
+std::vector<std::string> describe_tensors(const std::vector<std::string>& names,
+                                          const std::vector<at::Tensor>& tensors) {
   std::vector<std::string> descriptions;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    descriptions.push_back(names[i] + " " + comm::detail::dtypeName(tensors[i].scalar_type()) +
+    descriptions.push_back(names[i] + " " + comm::detail::dtype_name(tensors[i].scalar_type()) +
                            " " + c10::str(tensors[i].sizes()));
   }
   return descriptions;
 }
 
-void verifySameAcrossRanks(ProcessGroup& group, const std::vector<std::string>& descriptions,
-                           const std::string& what, const std::string& advice) {
+void verify_same_across_ranks(ProcessGroup& group, const std::vector<std::string>& descriptions,
+                              const std::string& what, const std::string& advice) {
   if (group.size() == 1) return;
   std::string text;
   for (const auto& d : descriptions) text += d + "\n";

@@ -21,12 +21,12 @@ struct Matrix {
 };
 
 // Factors are computed in float32 for 16-bit buckets (no 16-bit QR on CPU).
-at::ScalarType factorType(at::ScalarType dtype) {
+at::ScalarType factor_type(at::ScalarType dtype) {
   return dtype == at::kDouble || dtype == at::kFloat ? dtype : at::kFloat;
 }
 
 // Where `view` starts inside `buffer`, in elements.
-int64_t offsetIn(const at::Tensor& buffer, const at::Tensor& view) {
+int64_t offset_in(const at::Tensor& buffer, const at::Tensor& view) {
   return view.storage_offset() - buffer.storage_offset();
 }
 
@@ -136,7 +136,8 @@ Work PowerSgdHook::reduce_compressed(ProcessGroup& group, const GradBucket& buck
   if (matrices.empty()) return Work().then(copy_plain_back);
 
   // P = M Q for every compressed gradient, packed and all-reduced.
-  const at::TensorOptions factor_options = buffer.options().dtype(factorType(buffer.scalar_type()));
+  const at::TensorOptions factor_options =
+      buffer.options().dtype(factor_type(buffer.scalar_type()));
   if (!options_.warm_start() || state.q.size() != matrices.size()) {
     state.q.clear();
     for (const Matrix& matrix : matrices) {
@@ -176,7 +177,7 @@ Work PowerSgdHook::reduce_compressed(ProcessGroup& group, const GradBucket& buck
           q_flat.narrow(0, matrix.q_offset, matrix.m * matrix.r).view({matrix.m, matrix.r});
       at::Tensor approx = ps[k].mm(q.t()).view(matrix.grad.sizes());
       if (options_.use_error_feedback()) {
-        state.error.narrow(0, offsetIn(buffer, matrix.grad), matrix.grad.numel())
+        state.error.narrow(0, offset_in(buffer, matrix.grad), matrix.grad.numel())
             .view(matrix.grad.sizes())
             .copy_(matrix.grad - approx.to(matrix.grad.scalar_type()));
       }

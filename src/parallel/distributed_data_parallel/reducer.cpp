@@ -14,7 +14,7 @@
 namespace ddp::parallel::detail {
 namespace {
 
-BucketSettings bucketSettings(const DistributedDataParallelOptions& options) {
+BucketSettings bucket_settings(const DistributedDataParallelOptions& options) {
   const auto mib = [](double value) { return static_cast<int64_t>(value * 1024 * 1024); };
   BucketSettings settings;
   settings.first_cap_bytes = mib(options.first_bucket_cap_mb());
@@ -34,16 +34,16 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       alone_(options.single_process_shortcut() && group_->size() == 1 && !options.comm_hook()),
       // Reverse registration order at first; the first iteration tells the
       // real order (Note [Rebuilding buckets in gradient-ready order]).
-      buckets_(std::move(parameters), bucketSettings(options)),
+      buckets_(std::move(parameters), bucket_settings(options)),
       board_(*group_) {
-  adoptBuckets();
-  resetIteration();
+  adopt_buckets();
+  reset_iteration();
 }
 
-void Reducer::attachHooks() {
+void Reducer::attach_hooks() {
   std::weak_ptr<Reducer> weak = weak_from_this();
   buckets_.attach_hooks([weak](size_t index) {
-    if (auto self = weak.lock()) self->onGradientReady(index);
+    if (auto self = weak.lock()) self->on_gradient_ready(index);
   });
 }
 
@@ -57,7 +57,7 @@ void Reducer::attachHooks() {
 // hook on DDP's output, which runs first in the outermost pass, as PyTorch's
 // _DDPSink does; a parameter's hook still queues it when no output hook ran
 // (a backward from a tensor that does not reach DDP's output).
-void Reducer::watchOutput(at::Tensor& output) {
+void Reducer::watch_output(at::Tensor& output) {
   if (!output.requires_grad()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -71,28 +71,28 @@ void Reducer::watchOutput(at::Tensor& output) {
     if (auto self = weak.lock()) {
       std::lock_guard<std::mutex> lock(self->mutex_);
       self->awaiting_backward_ = false;
-      if (self->require_sync_) self->queueFinalize();
+      if (self->require_sync_) self->queue_finalize();
     }
   });
 }
 
 Reducer::~Reducer() { board_.note_left(forwards_, stats_.synchronized_iterations); }
 
-void Reducer::queueFinalize() {
+void Reducer::queue_finalize() {
   if (finalize_queued_) return;
   finalize_queued_ = true;
   std::weak_ptr<Reducer> weak = weak_from_this();
-  compat::queueBackwardCallback([weak] {
-    if (auto self = weak.lock()) self->finalizeBackward();
+  compat::queue_backward_callback([weak] {
+    if (auto self = weak.lock()) self->finalize_backward();
   });
 }
 
-void Reducer::setRequireSync(bool value) {
+void Reducer::set_require_sync(bool value) {
   std::lock_guard<std::mutex> lock(mutex_);
   require_sync_ = value;
 }
 
-bool Reducer::requireSync() const {
+bool Reducer::require_sync() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return require_sync_;
 }
@@ -110,12 +110,12 @@ void Reducer::set_join_round(int source, double scale) {
 
 void Reducer::shadow_iteration() {
   std::lock_guard<std::mutex> lock(mutex_);
-  comm::detail::ScopeExit reset_at_exit([this] { resetIteration(); });
-  // The same collectives, in the same order, as finalizeBackward() and
-  // finalizeRecording() on the ranks still training.
+  comm::detail::ScopeExit reset_at_exit([this] { reset_iteration(); });
+  // The same collectives, in the same order, as finalize_backward() and
+  // finalize_recording() on the ranks still training.
   const bool record = recording();
   at::Tensor table;
-  if (record) table = exchangeArrivals(/*joined=*/true);
+  if (record) table = exchange_arrivals(/*joined=*/true);
   for (Bucket& bucket : buckets_.buckets()) bucket.flat.zero_();
   buckets_.launch_rest([this](size_t b) { return launch(b); });
   std::vector<int32_t> globally_used;
@@ -124,18 +124,18 @@ void Reducer::shadow_iteration() {
   } else if (options_.find_unused_parameters() && !options_.static_graph()) {
     std::vector<size_t> all(names_.size());
     std::iota(all.begin(), all.end(), size_t{0});
-    globally_used = exchangeUsage(all);
+    globally_used = exchange_usage(all);
   }
   if (record) {
     for (Bucket& bucket : buckets_.buckets()) bucket.work.wait();
   } else {
-    waitAndCopyOut(globally_used);  // the averages into .grad, as on the others
+    wait_and_copy_out(globally_used);  // the averages into .grad, as on the others
   }
-  if (!rebuilt_) rebuildInReadyOrder();
-  if (record) adoptRecordedCounts(table);
+  if (!rebuilt_) rebuild_in_ready_order();
+  if (record) adopt_recorded_counts(table);
 }
 
-void Reducer::resetIteration() {
+void Reducer::reset_iteration() {
   source_rank_ = 0;
   join_scale_ = 1.0;
   buckets_.reset();
@@ -150,10 +150,10 @@ void Reducer::resetIteration() {
   }
 }
 
-void Reducer::onGradientReady(size_t index) {
+void Reducer::on_gradient_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!require_sync_) return;  // no_sync(): gradients accumulate locally.
-  queueFinalize();
+  queue_finalize();
   ++arrivals_this_iteration_;
   if (recording()) {  // Note [Static graph]: count only, reduce at the end.
     ++recorded_arrivals_[index];
@@ -188,7 +188,7 @@ void Reducer::onGradientReady(size_t index) {
   if (!rebuilt_) ready_order_.push_back(index);
   arrived_[index] = 1;
   if (!buckets_.mark_ready(index)) return;
-  fillBucket(buckets_.bucket_of(index));
+  fill_bucket(buckets_.bucket_of(index));
   // Every rank issues the buckets' collectives in the same order, whatever
   // order its gradients arrive in: the engine starts a bucket only when all
   // earlier ones have started.
@@ -204,9 +204,9 @@ Work Reducer::launch(size_t bucket) {
   return hook_->reduce(*group_, hook_buckets_[bucket]);
 }
 
-void Reducer::finalizeBackward() {
+void Reducer::finalize_backward() {
   try {
-    finishIteration();
+    finish_iteration();
   } catch (const TimeoutError& e) {
     explain_failure(e, "the gradient collectives");
   } catch (const CollectiveError& e) {
@@ -214,7 +214,7 @@ void Reducer::finalizeBackward() {
   }
 }
 
-void Reducer::finishIteration() {
+void Reducer::finish_iteration() {
   std::lock_guard<std::mutex> lock(mutex_);
   awaiting_backward_ = false;
   if (arrivals_this_iteration_ == 0) {
@@ -223,9 +223,9 @@ void Reducer::finishIteration() {
     finalize_queued_ = false;
     return;
   }
-  comm::detail::ScopeExit reset_at_exit([this] { resetIteration(); });
+  comm::detail::ScopeExit reset_at_exit([this] { reset_iteration(); });
   if (recording()) {
-    finalizeRecording();
+    finalize_recording();
     return;
   }
 
@@ -234,7 +234,7 @@ void Reducer::finishIteration() {
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (buckets_.passes_left(i) > 0) unused.push_back(i);
   }
-  if (!unused.empty() && !expected_.empty()) throwMissingGradients(unused);
+  if (!unused.empty() && !expected_.empty()) throw_missing_gradients(unused);
   if (!unused.empty() && !options_.find_unused_parameters()) {
     std::string all;
     for (size_t k = 0; k < unused.size() && k < 8; ++k) {
@@ -258,12 +258,12 @@ void Reducer::finishIteration() {
     const at::Tensor& grad = parameters[index].grad();
     if (alone_) {
       // Note [Alone]: nothing travels.
-    } else if (grad.defined() && !isViewOf(grad, view)) {
+    } else if (grad.defined() && !is_view_of(grad, view)) {
       view.copy_(grad);
     } else if (!grad.defined()) {
       view.zero_();
     }
-    if (buckets_.mark_ready(index)) fillBucket(buckets_.bucket_of(index));
+    if (buckets_.mark_ready(index)) fill_bucket(buckets_.bucket_of(index));
   }
   buckets_.launch_rest([this](size_t b) { return launch(b); });
 
@@ -272,16 +272,16 @@ void Reducer::finishIteration() {
     // Static graph: what every rank uses is known; no search.
     for (int64_t count : expected_) globally_used.push_back(count > 0 ? 1 : 0);
   } else if (options_.find_unused_parameters()) {
-    globally_used = exchangeUsage(unused);
+    globally_used = exchange_usage(unused);
   }
-  waitAndCopyOut(globally_used);
+  wait_and_copy_out(globally_used);
 
   stats_.launched_during_backward = launched_during_backward_;
   ++stats_.synchronized_iterations;
-  if (!rebuilt_) rebuildInReadyOrder();
+  if (!rebuilt_) rebuild_in_ready_order();
 }
 
-std::vector<int32_t> Reducer::exchangeUsage(const std::vector<size_t>& unused) {
+std::vector<int32_t> Reducer::exchange_usage(const std::vector<size_t>& unused) {
   at::Tensor used = at::ones({static_cast<int64_t>(names_.size())}, at::kInt);
   for (size_t index : unused) used[index] = 0;
   if (!alone_) {
@@ -297,7 +297,7 @@ std::vector<int32_t> Reducer::exchangeUsage(const std::vector<size_t>& unused) {
 // really became ready, and regroups the buckets so that each fills up as
 // early as possible. Ranks may observe different orders, and every rank
 // must use the same buckets, so rank 0's order is broadcast and adopted.
-void Reducer::rebuildInReadyOrder() {
+void Reducer::rebuild_in_ready_order() {
   rebuilt_ = true;
   const std::vector<size_t> local = rebuild_bucket_order(ready_order_, names_.size());
   std::vector<int64_t> order(local.begin(), local.end());
@@ -309,7 +309,7 @@ void Reducer::rebuildInReadyOrder() {
   std::vector<size_t> adopted(order.size());
   for (size_t k = 0; k < adopted.size(); ++k) adopted[k] = shared[k].item<int64_t>();
   buckets_.rebuild(adopted);
-  adoptBuckets();
+  adopt_buckets();
   stats_.rebuilt = true;
 }
 

@@ -20,7 +20,7 @@
 namespace ddp::parallel::detail {
 
 /// Whether `grad` starts where `slice` does: accumulated in the bucket.
-inline bool isViewOf(const at::Tensor& grad, const at::Tensor& slice) {
+inline bool is_view_of(const at::Tensor& grad, const at::Tensor& slice) {
   return grad.defined() && grad.data_ptr() == slice.data_ptr();
 }
 
@@ -32,15 +32,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   ~Reducer();
 
   /// Installs the per-parameter hooks; call once, after construction.
-  void attachHooks();
+  void attach_hooks();
 
   /// Makes the end of the backward pass that reaches `output` (DDP's
   /// forward result) the end of the iteration (Note [The end of backward]).
-  void watchOutput(at::Tensor& output);
+  void watch_output(at::Tensor& output);
 
   /// Whether backward passes reduce gradients (false inside no_sync()).
-  void setRequireSync(bool value);
-  bool requireSync() const;
+  void set_require_sync(bool value);
+  bool require_sync() const;
 
   ReducerStats stats() const;
 
@@ -65,23 +65,23 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void shadow_iteration();
 
  private:
-  void onGradientReady(size_t index);
-  void queueFinalize();
-  void finalizeBackward();
-  void finishIteration();
-  void finalizeRecording();
-  void adoptRecordedCounts(const at::Tensor& table);
-  [[noreturn]] void throwMissingGradients(const std::vector<size_t>& missing);
-  void fillBucket(size_t bucket);
+  void on_gradient_ready(size_t index);
+  void queue_finalize();
+  void finalize_backward();
+  void finish_iteration();
+  void finalize_recording();
+  void adopt_recorded_counts(const at::Tensor& table);
+  [[noreturn]] void throw_missing_gradients(const std::vector<size_t>& missing);
+  void fill_bucket(size_t bucket);
   Work launch(size_t bucket);
-  void waitAndCopyOut(const std::vector<int32_t>& globally_used);
-  std::vector<int32_t> exchangeUsage(const std::vector<size_t>& unused);
-  at::Tensor exchangeArrivals(bool joined);
+  void wait_and_copy_out(const std::vector<int32_t>& globally_used);
+  std::vector<int32_t> exchange_usage(const std::vector<size_t>& unused);
+  at::Tensor exchange_arrivals(bool joined);
   bool recording() const { return options_.static_graph() && expected_.empty(); }
-  void adoptBuckets();
-  void rebuildInReadyOrder();
-  void resetIteration();
-  at::Tensor gradientAlias(size_t index) const;
+  void adopt_buckets();
+  void rebuild_in_ready_order();
+  void reset_iteration();
+  at::Tensor gradient_alias(size_t index) const;
 
   std::vector<std::string> names_;
   std::shared_ptr<ProcessGroup> group_;
@@ -93,7 +93,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<GradBucket> hook_buckets_;  // what the comm hook sees, per bucket
   // Note [Views made once]: per parameter, its place in its bucket in its
   // own shape, and with gradient_as_bucket_view its .grad; made in
-  // adoptBuckets(), after each build of the buckets.
+  // adopt_buckets(), after each build of the buckets.
   std::vector<at::Tensor> views_;
   std::vector<at::Tensor> aliases_;
 

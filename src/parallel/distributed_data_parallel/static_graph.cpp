@@ -27,21 +27,21 @@ namespace ddp::parallel::detail {
 // parameter recorded at zero is ready from the start: no unused-parameter
 // search, no usage exchange. A later iteration whose counts differ from the
 // record is a named error on the rank where it happens.
-void Reducer::finalizeRecording() {
-  const at::Tensor table = exchangeArrivals(/*joined=*/false);
+void Reducer::finalize_recording() {
+  const at::Tensor table = exchange_arrivals(/*joined=*/false);
   for (size_t i = 0; i < names_.size(); ++i) {
     if (recorded_arrivals_[i] > 0) {
-      arrived_[i] = 1;  // placed by fillBucket below
+      arrived_[i] = 1;  // placed by fill_bucket below
     } else {
       buckets_.slice(i).zero_();
     }
     buckets_.mark_ready(i);
   }
-  for (size_t b = 0; b < buckets_.buckets().size(); ++b) fillBucket(b);
+  for (size_t b = 0; b < buckets_.buckets().size(); ++b) fill_bucket(b);
   buckets_.launch_rest([this](size_t b) { return launch(b); });
   std::vector<int32_t> used(names_.size());
   for (size_t i = 0; i < used.size(); ++i) used[i] = recorded_arrivals_[i] > 0 ? 1 : 0;
-  waitAndCopyOut(used);
+  wait_and_copy_out(used);
   stats_.launched_during_backward = 0;
   ++stats_.synchronized_iterations;
 
@@ -50,14 +50,14 @@ void Reducer::finalizeRecording() {
   }
   std::sort(ready_order_.begin(), ready_order_.end(),
             [this](size_t a, size_t b) { return last_arrival_[a] < last_arrival_[b]; });
-  if (!rebuilt_) rebuildInReadyOrder();
-  adoptRecordedCounts(table);
+  if (!rebuilt_) rebuild_in_ready_order();
+  adopt_recorded_counts(table);
 }
 
 // Each rank's hook counts of the recording iteration in its row (-1 for a
 // rank that has joined, under a Join); throws on every rank alike when the
 // ranks that trained disagree.
-at::Tensor Reducer::exchangeArrivals(bool joined) {
+at::Tensor Reducer::exchange_arrivals(bool joined) {
   const int64_t count = static_cast<int64_t>(names_.size());
   const int world = group_->size();
   at::Tensor table = at::zeros({world, count}, at::kLong);
@@ -101,7 +101,7 @@ at::Tensor Reducer::exchangeArrivals(bool joined) {
   return table;
 }
 
-void Reducer::adoptRecordedCounts(const at::Tensor& table) {
+void Reducer::adopt_recorded_counts(const at::Tensor& table) {
   for (int r = 0; r < group_->size(); ++r) {
     if (table[r].min().item<int64_t>() < 0) continue;  // joined
     const at::Tensor row = table[r].contiguous();
@@ -112,7 +112,7 @@ void Reducer::adoptRecordedCounts(const at::Tensor& table) {
   buckets_.set_passes(expected_);
 }
 
-void Reducer::throwMissingGradients(const std::vector<size_t>& missing) {
+void Reducer::throw_missing_gradients(const std::vector<size_t>& missing) {
   std::string all;
   for (size_t k = 0; k < missing.size() && k < 8; ++k) {
     const size_t i = missing[k];

@@ -32,7 +32,7 @@ GradientShards::GradientShards(std::vector<at::Tensor> parameters, BucketSetting
 void GradientShards::attach_hooks() {
   std::weak_ptr<GradientShards> weak = weak_from_this();
   buckets_.attach_hooks([weak](size_t index) {
-    if (auto self = weak.lock()) self->onGradientAccumulated(index);
+    if (auto self = weak.lock()) self->on_gradient_accumulated(index);
   });
 }
 
@@ -47,7 +47,7 @@ bool GradientShards::launched() const {
                      [](const Bucket& bucket) { return bucket.flat.defined(); });
 }
 
-void GradientShards::onGradientAccumulated(size_t index) {
+void GradientShards::on_gradient_accumulated(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (buckets_.passes_left(index) == 0) {
     const at::Tensor& parameter = buckets_.parameters()[index];
@@ -63,13 +63,13 @@ void GradientShards::onGradientAccumulated(size_t index) {
   if (!buckets_.count_pass(index)) return;  // Earlier passes accumulate in .grad.
   if (buckets_.mark_ready(index)) {
     buckets_.launch_ready_in_order([this](size_t b) {
-      startStep();
+      start_step();
       return launch(b, /*contribute=*/true);
     });
   }
 }
 
-void GradientShards::startStep() {
+void GradientShards::start_step() {
   if (step_started_) return;
   step_started_ = true;
   divisor_ = step_start_ ? step_start_() : static_cast<double>(group_->size());
@@ -104,7 +104,7 @@ Work GradientShards::launch(size_t b, bool contribute) {
 
 std::vector<int32_t> GradientShards::synchronize() {
   std::lock_guard<std::mutex> lock(mutex_);
-  startStep();
+  start_step();
   return finish(/*contribute=*/true);
 }
 
@@ -117,7 +117,7 @@ std::vector<int32_t> GradientShards::shadow(double divisor) {
 
 std::vector<int32_t> GradientShards::finish(bool contribute) {
   // Also releases the flat buffers.
-  comm::detail::ScopeExit reset_at_exit([this] { resetStep(); });
+  comm::detail::ScopeExit reset_at_exit([this] { reset_step(); });
   buckets_.launch_rest([this, contribute](size_t b) { return launch(b, contribute); });
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.buckets().size(); ++b) {
@@ -143,7 +143,7 @@ std::vector<int32_t> GradientShards::finish(bool contribute) {
   return used;
 }
 
-void GradientShards::resetStep() {
+void GradientShards::reset_step() {
   buckets_.reset();
   for (Bucket& bucket : buckets_.buckets()) bucket.flat = at::Tensor();
   std::fill(received_.begin(), received_.end(), 0);

@@ -68,11 +68,11 @@ class GradientShards : public std::enable_shared_from_this<GradientShards> {
   bool launched() const;
 
  private:
-  void onGradientAccumulated(size_t index);
-  void startStep();
+  void on_gradient_accumulated(size_t index);
+  void start_step();
   Work launch(size_t b, bool contribute);
   std::vector<int32_t> finish(bool contribute);
-  void resetStep();
+  void reset_step();
 
   std::shared_ptr<ProcessGroup> group_;
   int64_t passes_per_step_;

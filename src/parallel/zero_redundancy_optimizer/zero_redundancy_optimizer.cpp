@@ -74,7 +74,7 @@ void validate(const std::vector<at::Tensor>& parameters,
 }
 
 // Bytes of the state tensors of the optimizers LibTorch ships.
-int64_t stateBytes(const torch::optim::OptimizerParamState& state) {
+int64_t param_state_bytes(const torch::optim::OptimizerParamState& state) {
   auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; };
   if (auto* s = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
     return bytes(s->exp_avg()) + bytes(s->exp_avg_sq()) + bytes(s->max_exp_avg_sq());
@@ -94,7 +94,7 @@ int64_t stateBytes(const torch::optim::OptimizerParamState& state) {
   return 0;
 }
 
-detail::BucketSettings bucketSettings(const ZeroRedundancyOptimizerOptions& options) {
+detail::BucketSettings bucket_settings(const ZeroRedundancyOptimizerOptions& options) {
   detail::BucketSettings settings;
   settings.cap_bytes = static_cast<int64_t>(options.bucket_cap_mb() * 1024 * 1024);
   settings.first_cap_bytes = settings.cap_bytes;
@@ -113,7 +113,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> paramet
   const int world = group_->size(), rank = group_->rank();
 
   // The buckets, as stage 2's gradient engine groups them.
-  const detail::BucketSettings settings = bucketSettings(options_);
+  const detail::BucketSettings settings = bucket_settings(options_);
   std::vector<std::vector<size_t>> groups = detail::group_parameters(
       parameters_, settings, detail::initial_bucket_order(parameters_.size()));
   if (options_.stage() == 2) {
@@ -257,7 +257,7 @@ std::vector<ZeroRedundancyOptimizer::Piece> ZeroRedundancyOptimizer::pieces() co
 
 int64_t ZeroRedundancyOptimizer::state_bytes() const {
   int64_t bytes = 0;
-  for (const auto& entry : optimizer_->state()) bytes += stateBytes(*entry.second);
+  for (const auto& entry : optimizer_->state()) bytes += param_state_bytes(*entry.second);
   return bytes;
 }
 

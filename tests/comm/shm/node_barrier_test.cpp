@@ -50,9 +50,9 @@ struct Node {
   }
 
   // Marks rank `r` as a live process of this pid namespace (this one).
-  void setLive(int r) {
+  void set_live(int r) {
     ranks[r].pid.store(getpid());
-    ranks[r].pid_namespace.store(currentPidNamespace());
+    ranks[r].pid_namespace.store(current_pid_namespace());
   }
 
   NodeBarrier barrier(int rank, std::vector<int> global_ranks) {
@@ -71,7 +71,7 @@ std::vector<int> identity(int size) {
 }
 
 // A pid that was this process's child and has been reaped: no such process.
-pid_t deadPid() {
+pid_t dead_pid() {
   const pid_t child = fork();
   if (child == 0) _exit(0);
   if (child < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
@@ -85,7 +85,7 @@ pid_t deadPid() {
 
 const auto kDescribe = [] { return std::string("all_reduce of 4 floats (test collective)"); };
 
-// How an arriveAndWait ended.
+// How an arrive_and_wait ended.
 struct Outcome {
   std::string type = "returned";  // "returned", "TimeoutError", "CollectiveError", "other"
   std::string message;
@@ -93,11 +93,11 @@ struct Outcome {
 };
 
 // `timeout` is what the deadline came from, for the message.
-Outcome arriveAndWait(NodeBarrier& barrier, Clock::time_point deadline,
-                      milliseconds timeout = milliseconds(0)) {
+Outcome arrive_and_wait(NodeBarrier& barrier, Clock::time_point deadline,
+                        milliseconds timeout = milliseconds(0)) {
   Outcome outcome;
   try {
-    barrier.arriveAndWait(deadline, kDescribe, timeout);
+    barrier.arrive_and_wait(deadline, kDescribe, timeout);
   } catch (const TimeoutError& e) {
     outcome = {"TimeoutError", e.what(), {}};
   } catch (const CollectiveError& e) {
@@ -119,7 +119,7 @@ TEST(ShmNodeBarrier, ControlAreaIsAligned) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(&node.ranks[r]) % 128, 0u);
   }
   EXPECT_EQ(reinterpret_cast<uintptr_t>(node.wake.get()) % 128, 0u);
-  EXPECT_NE(currentPidNamespace(), 0u);  // Linux with /proc: the inode of our pid namespace
+  EXPECT_NE(current_pid_namespace(), 0u);  // Linux with /proc: the inode of our pid namespace
 }
 
 // 4 ranks on 2 cores (so ranks sleep as well as spin) pass 300 barriers: no
@@ -128,7 +128,7 @@ TEST(ShmNodeBarrier, AllRanksPassInLockstep) {
   constexpr int kSize = 4;
   constexpr int kBarriers = 300;
   Node node(kSize);
-  for (int r = 0; r < kSize; ++r) node.setLive(r);
+  for (int r = 0; r < kSize; ++r) node.set_live(r);
   std::vector<std::atomic<int>> reached(kBarriers);
   for (auto& count : reached) count.store(0);
   std::vector<Outcome> failures(kSize);
@@ -141,7 +141,7 @@ TEST(ShmNodeBarrier, AllRanksPassInLockstep) {
       NodeBarrier barrier = node.barrier(r, identity(kSize));
       for (int k = 0; k < kBarriers; ++k) {
         reached[k].fetch_add(1);
-        Outcome outcome = arriveAndWait(barrier, deadline);
+        Outcome outcome = arrive_and_wait(barrier, deadline);
         if (outcome.type != "returned") {
           failures[r] = outcome;
           return;
@@ -164,17 +164,17 @@ TEST(ShmNodeBarrier, AllRanksPassInLockstep) {
 // A rank that arrives 300 ms late holds the others at the barrier until then.
 TEST(ShmNodeBarrier, WaitsForALateRank) {
   Node node(2);
-  node.setLive(0);
-  node.setLive(1);
+  node.set_live(0);
+  node.set_live(1);
   const Clock::time_point start = Clock::now();
   Outcome first;
   std::thread waiter([&] {
     NodeBarrier barrier = node.barrier(0, identity(2));
-    first = arriveAndWait(barrier, start + kGenerous);
+    first = arrive_and_wait(barrier, start + kGenerous);
   });
   std::this_thread::sleep_for(milliseconds(300));
   NodeBarrier late = node.barrier(1, identity(2));
-  const Outcome second = arriveAndWait(late, start + kGenerous);
+  const Outcome second = arrive_and_wait(late, start + kGenerous);
   waiter.join();
   EXPECT_EQ(first.type, "returned") << first.message;
   EXPECT_EQ(second.type, "returned") << second.message;
@@ -186,7 +186,7 @@ TEST(ShmNodeBarrier, WaitsForALateRank) {
 // naming job rank 11 and the collective.
 TEST(ShmNodeBarrier, MissingRankTimesOutNamingIt) {
   Node node(3);
-  for (int r = 0; r < 3; ++r) node.setLive(r);
+  for (int r = 0; r < 3; ++r) node.set_live(r);
   const milliseconds timeout(1000);
   std::vector<Outcome> outcomes(3);
   std::vector<Clock::time_point> deadlines(3);
@@ -195,7 +195,7 @@ TEST(ShmNodeBarrier, MissingRankTimesOutNamingIt) {
     threads.emplace_back([&, r] {
       NodeBarrier barrier = node.barrier(r, {10, 11, 12});
       deadlines[r] = Clock::now() + timeout;
-      outcomes[r] = arriveAndWait(barrier, deadlines[r], timeout);
+      outcomes[r] = arrive_and_wait(barrier, deadlines[r], timeout);
     });
   }
   for (auto& thread : threads) thread.join();
@@ -215,10 +215,10 @@ TEST(ShmNodeBarrier, MissingRankTimesOutNamingIt) {
 // With three ranks missing, all three are listed in order.
 TEST(ShmNodeBarrier, TimeoutListsEveryMissingRank) {
   Node node(4);
-  for (int r = 0; r < 4; ++r) node.setLive(r);
+  for (int r = 0; r < 4; ++r) node.set_live(r);
   NodeBarrier barrier = node.barrier(0, {4, 5, 6, 7});
   const Clock::time_point deadline = Clock::now() + milliseconds(200);
-  const Outcome outcome = arriveAndWait(barrier, deadline, milliseconds(200));
+  const Outcome outcome = arrive_and_wait(barrier, deadline, milliseconds(200));
   EXPECT_EQ(outcome.type, "TimeoutError") << outcome.message;
   EXPECT_GE(outcome.ended, deadline);
   EXPECT_TRUE(
@@ -231,18 +231,18 @@ TEST(ShmNodeBarrier, TimeoutListsEveryMissingRank) {
 // CollectiveError naming it and its pid, long before the deadline.
 TEST(ShmNodeBarrier, DeadRankFailsFast) {
   Node node(3);
-  node.setLive(0);
-  node.setLive(2);
-  const pid_t dead = deadPid();
+  node.set_live(0);
+  node.set_live(2);
+  const pid_t dead = dead_pid();
   node.ranks[1].pid.store(dead);
-  node.ranks[1].pid_namespace.store(currentPidNamespace());
+  node.ranks[1].pid_namespace.store(current_pid_namespace());
   const Clock::time_point start = Clock::now();
   std::vector<Outcome> outcomes(3);
   std::vector<std::thread> threads;
   for (int r : {0, 2}) {
     threads.emplace_back([&, r] {
       NodeBarrier barrier = node.barrier(r, {20, 21, 22});
-      outcomes[r] = arriveAndWait(barrier, start + kGenerous);
+      outcomes[r] = arrive_and_wait(barrier, start + kGenerous);
     });
   }
   for (auto& thread : threads) thread.join();
@@ -260,8 +260,8 @@ TEST(ShmNodeBarrier, DeadRankFailsFast) {
 // another namespace, with no pid, or a waiter whose own namespace is unknown
 // (0) is covered by the deadline alone.
 TEST(ShmNodeBarrier, DeadPidOutsideOurNamespaceWaitsForTheDeadline) {
-  const pid_t dead = deadPid();
-  const uint64_t own = currentPidNamespace();
+  const pid_t dead = dead_pid();
+  const uint64_t own = current_pid_namespace();
   struct Case {
     const char* name;
     int64_t peer_pid;
@@ -279,7 +279,7 @@ TEST(ShmNodeBarrier, DeadPidOutsideOurNamespaceWaitsForTheDeadline) {
     node.ranks[1].pid_namespace.store(c.peer_namespace);
     NodeBarrier barrier = node.barrier(0, {0, 1});
     const Clock::time_point deadline = Clock::now() + milliseconds(200);
-    const Outcome outcome = arriveAndWait(barrier, deadline);
+    const Outcome outcome = arrive_and_wait(barrier, deadline);
     EXPECT_EQ(outcome.type, "TimeoutError") << outcome.message;
     EXPECT_GE(outcome.ended, deadline);
     EXPECT_TRUE(contains(outcome.message, "rank(s) 1 did not reach it")) << outcome.message;

@@ -1,4 +1,4 @@
-// The shared-memory engine's reduction kernels (one process): every element
+// The shared-memory backend's reduction kernels (one process): every element
 // type x every combine x lengths that leave vector and block tails x 1 to 4
 // sources x divisor 1 and 3 x `copy` absent, distinct or aliasing a source,
 // against ATen on the same data.
@@ -40,7 +40,7 @@ enum class CopyMode { kNone, kDistinct, kAliasFirst, kAliasLast };
 const std::vector<CopyMode> kCopyModes = {CopyMode::kNone, CopyMode::kDistinct,
                                           CopyMode::kAliasFirst, CopyMode::kAliasLast};
 
-at::ScalarType scalarTypeOf(ElementType type) {
+at::ScalarType scalar_type_of(ElementType type) {
   switch (type) {
     case ElementType::kFloat32:
       return at::kFloat;
@@ -58,15 +58,15 @@ at::ScalarType scalarTypeOf(ElementType type) {
   return at::kFloat;
 }
 
-bool isIntegral(ElementType type) {
+bool is_integral(ElementType type) {
   return type == ElementType::kInt32 || type == ElementType::kInt64;
 }
 
 // One source's values (see Note [Exact comparisons]).
-at::Tensor valuesFor(ElementType type, Combine combine, int64_t n) {
-  const at::ScalarType dtype = scalarTypeOf(type);
+at::Tensor values_for(ElementType type, Combine combine, int64_t n) {
+  const at::ScalarType dtype = scalar_type_of(type);
   const bool int64 = type == ElementType::kInt64;
-  if (isIntegral(type)) {
+  if (is_integral(type)) {
     switch (combine) {
       case Combine::kSum:  // |sum of 4| < 2^30 (int32), < 2^62 (int64)
         return at::randint(int64 ? -(int64_t{1} << 60) : -(1 << 28),
@@ -97,7 +97,7 @@ at::Tensor valuesFor(ElementType type, Combine combine, int64_t n) {
 // then stored in the element type.
 at::Tensor reference(ElementType type, Combine combine, const std::vector<at::Tensor>& sources,
                      int divisor) {
-  const at::ScalarType dtype = scalarTypeOf(type);
+  const at::ScalarType dtype = scalar_type_of(type);
   const bool narrow = type == ElementType::kBFloat16 || type == ElementType::kFloat16;
   const at::ScalarType accumulator = narrow ? at::kFloat : dtype;
   const at::Tensor stacked = at::stack(sources).to(accumulator);
@@ -118,33 +118,33 @@ at::Tensor reference(ElementType type, Combine combine, const std::vector<at::Te
   }
   if (divisor > 1) {
     const at::Tensor d = at::full_like(result, divisor);
-    result = isIntegral(type) ? at::div(result, d, "trunc") : result / d;
+    result = is_integral(type) ? at::div(result, d, "trunc") : result / d;
   }
   return result.to(dtype);
 }
 
 // A buffer of n + kGuard elements holding `fill`, and its first n.
 at::Tensor guarded(ElementType type, int64_t n, double fill) {
-  return at::full({n + kGuard}, fill, at::TensorOptions().dtype(scalarTypeOf(type)));
+  return at::full({n + kGuard}, fill, at::TensorOptions().dtype(scalar_type_of(type)));
 }
 
-std::string caseName(ElementType type, Combine combine, int64_t n, int count, int divisor,
-                     CopyMode mode) {
-  return std::string(c10::toString(scalarTypeOf(type))) + " combine " +
+std::string case_name(ElementType type, Combine combine, int64_t n, int count, int divisor,
+                      CopyMode mode) {
+  return std::string(c10::toString(scalar_type_of(type))) + " combine " +
          std::to_string(static_cast<int>(combine)) + " n=" + std::to_string(n) +
          " sources=" + std::to_string(count) + " divisor=" + std::to_string(divisor) +
          " copy mode " + std::to_string(static_cast<int>(mode));
 }
 
-void checkCase(ElementType type, Combine combine, int64_t n, int count, int divisor,
-               CopyMode mode) {
-  SCOPED_TRACE(caseName(type, combine, n, count, divisor, mode));
+void check_case(ElementType type, Combine combine, int64_t n, int count, int divisor,
+                CopyMode mode) {
+  SCOPED_TRACE(case_name(type, combine, n, count, divisor, mode));
   // Sources carry guard elements too, so that a kernel reading past n would
   // still not fault, while the guards of dst and copy show any write past n.
   std::vector<at::Tensor> buffers;
   std::vector<at::Tensor> sources;
   for (int s = 0; s < count; ++s) {
-    buffers.push_back(at::cat({valuesFor(type, combine, n), guarded(type, 0, 5)}));
+    buffers.push_back(at::cat({values_for(type, combine, n), guarded(type, 0, 5)}));
     sources.push_back(buffers.back().narrow(0, 0, n).clone());
   }
   const at::Tensor expected = reference(type, combine, sources, divisor);
@@ -186,33 +186,33 @@ void checkCase(ElementType type, Combine combine, int64_t n, int count, int divi
   }
 }
 
-void checkCombine(Combine combine) {
+void check_combine(Combine combine) {
   at::manual_seed(20240613 + static_cast<int>(combine));
   for (ElementType type : kTypes) {
     for (int64_t n : kLengths) {
       for (int count = 1; count <= 4; ++count) {
         for (int divisor : kDivisors) {
-          for (CopyMode mode : kCopyModes) checkCase(type, combine, n, count, divisor, mode);
+          for (CopyMode mode : kCopyModes) check_case(type, combine, n, count, divisor, mode);
         }
       }
     }
   }
 }
 
-TEST(ShmReduceKernels, SumMatchesAten) { checkCombine(Combine::kSum); }
-TEST(ShmReduceKernels, MinMatchesAten) { checkCombine(Combine::kMin); }
-TEST(ShmReduceKernels, MaxMatchesAten) { checkCombine(Combine::kMax); }
-TEST(ShmReduceKernels, ProductMatchesAten) { checkCombine(Combine::kProduct); }
+TEST(ShmReduceKernels, SumMatchesAten) { check_combine(Combine::kSum); }
+TEST(ShmReduceKernels, MinMatchesAten) { check_combine(Combine::kMin); }
+TEST(ShmReduceKernels, MaxMatchesAten) { check_combine(Combine::kMax); }
+TEST(ShmReduceKernels, ProductMatchesAten) { check_combine(Combine::kProduct); }
 
 TEST(ShmReduceKernels, ElementSize) {
-  EXPECT_EQ(elementSize(ElementType::kFloat32), 4);
-  EXPECT_EQ(elementSize(ElementType::kFloat64), 8);
-  EXPECT_EQ(elementSize(ElementType::kBFloat16), 2);
-  EXPECT_EQ(elementSize(ElementType::kFloat16), 2);
-  EXPECT_EQ(elementSize(ElementType::kInt32), 4);
-  EXPECT_EQ(elementSize(ElementType::kInt64), 8);
+  EXPECT_EQ(element_size(ElementType::kFloat32), 4);
+  EXPECT_EQ(element_size(ElementType::kFloat64), 8);
+  EXPECT_EQ(element_size(ElementType::kBFloat16), 2);
+  EXPECT_EQ(element_size(ElementType::kFloat16), 2);
+  EXPECT_EQ(element_size(ElementType::kInt32), 4);
+  EXPECT_EQ(element_size(ElementType::kInt64), 8);
   for (ElementType type : kTypes) {
-    EXPECT_EQ(elementSize(type), static_cast<int>(c10::elementSize(scalarTypeOf(type))));
+    EXPECT_EQ(element_size(type), static_cast<int>(c10::elementSize(scalar_type_of(type))));
   }
 }
 

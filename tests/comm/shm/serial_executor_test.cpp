@@ -39,7 +39,7 @@ class Gate {
     }
     opened_.notify_all();
   }
-  bool waitOpen() {
+  bool wait_open() {
     std::unique_lock<std::mutex> lock(mutex_);
     return opened_.wait_for(lock, kGenerous, [&] { return open_; });
   }
@@ -76,7 +76,7 @@ TEST(ShmSerialExecutor, WorkCompletesAfterItsTask) {
   Gate gate;
   std::atomic<bool> finished{false};
   compat::WorkPtr work = executor.submit([&] {
-    gate.waitOpen();
+    gate.wait_open();
     finished = true;
   });
   compat::WorkPtr next = executor.submit([] {});

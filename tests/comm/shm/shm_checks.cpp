@@ -13,7 +13,7 @@ namespace {
 
 // Rank r's input: integers in [-5, 5], different per rank and element, so
 // that sums, products (|x| <= 625 for 4 ranks) and averages of every dtype
-// are exact or rounded exactly once, and equal between engines bit for bit.
+// are exact or rounded exactly once, and equal between backends bit for bit.
 // The values repeat every kPeriod elements, so inputs and closed forms are
 // built from one period and tiled (cheap even at 64 MiB).
 constexpr int64_t kPeriod = 11;
@@ -22,15 +22,15 @@ at::Tensor tiled(const at::Tensor& period, int64_t numel) {
   return period.repeat({(numel + kPeriod - 1) / kPeriod}).narrow(0, 0, numel).contiguous();
 }
 
-at::Tensor inputOf(int rank, int64_t numel, at::ScalarType dtype) {
+at::Tensor input_of(int rank, int64_t numel, at::ScalarType dtype) {
   at::Tensor i = at::arange(kPeriod, at::kLong);
   return tiled(((i * 7 + rank * 13) % kPeriod - 5).to(dtype), numel);
 }
 
 // The closed form: every rank's input stacked and reduced in float64.
-at::Tensor expectedOf(ReduceOp op, int world, int64_t numel, at::ScalarType dtype) {
+at::Tensor expected_of(ReduceOp op, int world, int64_t numel, at::ScalarType dtype) {
   std::vector<at::Tensor> inputs;
-  for (int r = 0; r < world; ++r) inputs.push_back(inputOf(r, kPeriod, at::kDouble));
+  for (int r = 0; r < world; ++r) inputs.push_back(input_of(r, kPeriod, at::kDouble));
   at::Tensor all = at::stack(inputs);
   at::Tensor result;
   switch (op) {
@@ -51,22 +51,22 @@ at::Tensor expectedOf(ReduceOp op, int world, int64_t numel, at::ScalarType dtyp
       result = all.prod(0);
       break;
   }
-  // float64 -> float32 -> 16 bits, as the engines round.
+  // float64 -> float32 -> 16 bits, as the backends round.
   if (dtype == at::kBFloat16 || dtype == at::kHalf) result = result.to(at::kFloat);
   return tiled(result.to(dtype), numel);
 }
 
 class Report {
  public:
-  void expectEqual(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
+  void expect_equal(const std::string& what, const at::Tensor& got, const at::Tensor& expected) {
     if (got.scalar_type() == expected.scalar_type() && got.sizes() == expected.sizes() &&
         at::equal(got, expected)) {
       checks_.check(what, true);
       return;
     }
     at::Tensor differs = (got.to(at::kDouble) != expected.to(at::kDouble)).nonzero();
-    std::string where = "dtypes " + detail::dtypeName(got.scalar_type()) + " and " +
-                        detail::dtypeName(expected.scalar_type()) + ", " +
+    std::string where = "dtypes " + detail::dtype_name(got.scalar_type()) + " and " +
+                        detail::dtype_name(expected.scalar_type()) + ", " +
                         std::to_string(got.numel()) + " and " + std::to_string(expected.numel()) +
                         " elements";
     if (differs.numel() > 0) {
@@ -85,76 +85,76 @@ class Report {
 
 }  // namespace
 
-int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm) {
+int check_shm_against_gloo(ProcessGroup& gloo, ProcessGroup& shm) {
   Report report;
   const int world = shm.size();
   const int me = shm.rank();
-  for (at::ScalarType dtype : collectiveDtypes()) {
-    for (int64_t numel : shmSizesFor(dtype)) {
-      for (ReduceOp op : collectiveOps()) {
+  for (at::ScalarType dtype : collective_dtypes()) {
+    for (int64_t numel : shm_sizes_for(dtype)) {
+      for (ReduceOp op : collective_ops()) {
         const std::string what = shm_check::all_reduce(dtype, numel, op, world);
-        at::Tensor by_gloo = inputOf(me, numel, dtype);
+        at::Tensor by_gloo = input_of(me, numel, dtype);
         at::Tensor by_shm = by_gloo.clone();
         gloo.all_reduce(by_gloo, op);
         shm.all_reduce(by_shm, op);
-        report.expectEqual(what + shm_check::kVersusGloo, by_shm, by_gloo);
-        report.expectEqual(what + shm_check::kVersusClosedForm, by_shm,
-                           expectedOf(op, world, numel, dtype));
+        report.expect_equal(what + shm_check::kVersusGloo, by_shm, by_gloo);
+        report.expect_equal(what + shm_check::kVersusClosedForm, by_shm,
+                            expected_of(op, world, numel, dtype));
       }
       for (int root = 0; root < world; ++root) {
-        at::Tensor t = me == root ? inputOf(root, numel, dtype) : at::zeros({numel}, dtype);
+        at::Tensor t = me == root ? input_of(root, numel, dtype) : at::zeros({numel}, dtype);
         shm.broadcast(t, root);
-        report.expectEqual(shm_check::broadcast(dtype, numel, root), t,
-                           inputOf(root, numel, dtype));
+        report.expect_equal(shm_check::broadcast(dtype, numel, root), t,
+                            input_of(root, numel, dtype));
       }
       at::Tensor gathered = at::empty({world * numel}, dtype);
-      shm.all_gather(gathered, inputOf(me, numel, dtype));
+      shm.all_gather(gathered, input_of(me, numel, dtype));
       std::vector<at::Tensor> parts;
-      for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
-      report.expectEqual(shm_check::all_gather(dtype, numel), gathered, at::cat(parts));
+      for (int r = 0; r < world; ++r) parts.push_back(input_of(r, numel, dtype));
+      report.expect_equal(shm_check::all_gather(dtype, numel), gathered, at::cat(parts));
 
       // Reduce-scatter moves world x numel elements: up to one slot per chunk.
       if (numel > kShmReduceScatterMaxNumel) continue;
-      for (ReduceOp op : shmReduceScatterOps()) {
-        at::Tensor input = inputOf(me, world * numel, dtype);
+      for (ReduceOp op : shm_reduce_scatter_ops()) {
+        at::Tensor input = input_of(me, world * numel, dtype);
         at::Tensor by_shm = at::empty({numel}, dtype);
         at::Tensor by_gloo = at::empty({numel}, dtype);
         shm.reduce_scatter(by_shm, input, op);
         gloo.reduce_scatter(by_gloo, input, op);
         const std::string what = shm_check::reduce_scatter(dtype, numel, op);
-        report.expectEqual(what + shm_check::kVersusGloo, by_shm, by_gloo);
-        report.expectEqual(
+        report.expect_equal(what + shm_check::kVersusGloo, by_shm, by_gloo);
+        report.expect_equal(
             what + shm_check::kClosedForm, by_shm,
-            expectedOf(op, world, world * numel, dtype).narrow(0, me * numel, numel));
+            expected_of(op, world, world * numel, dtype).narrow(0, me * numel, numel));
       }
     }
   }
   // A reduce-scatter whose chunks take more than one round.
   {
-    const int64_t numel = shmSeveralRoundsNumel(world);
-    at::Tensor input = inputOf(me, world * numel, at::kFloat);
+    const int64_t numel = shm_several_rounds_numel(world);
+    at::Tensor input = input_of(me, world * numel, at::kFloat);
     at::Tensor by_shm = at::empty({numel}, at::kFloat);
     shm.reduce_scatter(by_shm, input, ReduceOp::kSum);
-    report.expectEqual(
+    report.expect_equal(
         shm_check::reduce_scatter_in_rounds(world), by_shm,
-        expectedOf(ReduceOp::kSum, world, world * numel, at::kFloat).narrow(0, me * numel, numel));
+        expected_of(ReduceOp::kSum, world, world * numel, at::kFloat).narrow(0, me * numel, numel));
   }
   // 64 MiB of float32, the benchmark's size.
   const int64_t big = kShmBigNumel;
   for (ReduceOp op : shm_check::big_all_reduce_ops()) {
-    at::Tensor by_gloo = inputOf(me, big, at::kFloat);
+    at::Tensor by_gloo = input_of(me, big, at::kFloat);
     at::Tensor by_shm = by_gloo.clone();
     gloo.all_reduce(by_gloo, op);
     shm.all_reduce(by_shm, op);
-    report.expectEqual(shm_check::big_all_reduce(op) + shm_check::kVersusGloo, by_shm, by_gloo);
-    report.expectEqual(shm_check::big_all_reduce(op) + shm_check::kClosedForm, by_shm,
-                       expectedOf(op, world, big, at::kFloat));
+    report.expect_equal(shm_check::big_all_reduce(op) + shm_check::kVersusGloo, by_shm, by_gloo);
+    report.expect_equal(shm_check::big_all_reduce(op) + shm_check::kClosedForm, by_shm,
+                        expected_of(op, world, big, at::kFloat));
   }
   shm.barrier();
   return report.failed();
 }
 
-int stressCollectives(ProcessGroup& group, int iterations) {
+int stress_collectives(ProcessGroup& group, int iterations) {
   Report report;
   const int world = group.size();
   const int me = group.rank();
@@ -164,31 +164,31 @@ int stressCollectives(ProcessGroup& group, int iterations) {
     at::Tensor expected;
     std::string what;
   };
-  for (const auto& batch : stressPlan(iterations, world)) {
+  for (const auto& batch : stress_plan(iterations, world)) {
     std::vector<InFlight> in_flight;
     for (const StressCollective& c : batch) {
       const int64_t numel = c.numel;
       const at::ScalarType dtype = c.dtype;
       if (c.kind == "all_reduce") {
-        at::Tensor t = inputOf(me, numel, dtype);
+        at::Tensor t = input_of(me, numel, dtype);
         Work w = group.all_reduce_async(t, ReduceOp::kSum);
         in_flight.push_back(
-            {std::move(w), t, expectedOf(ReduceOp::kSum, world, numel, dtype), c.name});
+            {std::move(w), t, expected_of(ReduceOp::kSum, world, numel, dtype), c.name});
       } else if (c.kind == "broadcast") {
-        at::Tensor t = me == c.root ? inputOf(c.root, numel, dtype) : at::zeros({numel}, dtype);
+        at::Tensor t = me == c.root ? input_of(c.root, numel, dtype) : at::zeros({numel}, dtype);
         Work w = group.broadcast_async(t, c.root);
-        in_flight.push_back({std::move(w), t, inputOf(c.root, numel, dtype), c.name});
+        in_flight.push_back({std::move(w), t, input_of(c.root, numel, dtype), c.name});
       } else {
         at::Tensor out = at::empty({world * numel}, dtype);
-        Work w = group.all_gather_async(out, inputOf(me, numel, dtype));
+        Work w = group.all_gather_async(out, input_of(me, numel, dtype));
         std::vector<at::Tensor> parts;
-        for (int r = 0; r < world; ++r) parts.push_back(inputOf(r, numel, dtype));
+        for (int r = 0; r < world; ++r) parts.push_back(input_of(r, numel, dtype));
         in_flight.push_back({std::move(w), out, at::cat(parts), c.name});
       }
     }
     for (auto& f : in_flight) {
       f.work.wait();
-      report.expectEqual(f.what, f.result, f.expected);
+      report.expect_equal(f.what, f.result, f.expected);
     }
   }
   return report.failed();

@@ -1,6 +1,6 @@
 #pragma once
 
-// Checks of the shared-memory engine run on each rank by ddp_test_worker:
+// Checks of the shared-memory backend run on each rank by ddp_test_worker:
 // results equal Gloo's and the closed form, for every dtype and op, sizes
 // from one element to 64 MiB; and a stress loop of overlapping collectives.
 // Each check is reported by name (tests/common/named_checks.hpp); the plan
@@ -22,7 +22,7 @@ namespace ddp::testing {
 /// Sizes checked in `dtype`: odd ones, and more than one 4 MiB staging slot,
 /// so that uneven shares and several rounds are covered for every element
 /// size.
-inline std::vector<int64_t> shmSizesFor(at::ScalarType dtype) {
+inline std::vector<int64_t> shm_sizes_for(at::ScalarType dtype) {
   const auto slot = static_cast<int64_t>((size_t{4} << 20) / c10::elementSize(dtype));
   return {1, 2, 3, 17, 4097, 65537, slot + 3};
 }
@@ -30,28 +30,28 @@ inline std::vector<int64_t> shmSizesFor(at::ScalarType dtype) {
 /// Reduce-scatter moves world x numel elements: checked up to this numel
 /// (one slot per chunk), with these ops.
 constexpr int64_t kShmReduceScatterMaxNumel = 65537;
-inline std::vector<ReduceOp> shmReduceScatterOps() {
+inline std::vector<ReduceOp> shm_reduce_scatter_ops() {
   return {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax};
 }
 
 /// A float32 reduce-scatter whose chunks take more than one round.
-inline int64_t shmSeveralRoundsNumel(int world) { return (int64_t{1} << 20) / world + 7; }
+inline int64_t shm_several_rounds_numel(int world) { return (int64_t{1} << 20) / world + 7; }
 
 /// 64 MiB of float32, the benchmark's size, all-reduced with sum and average.
 constexpr int64_t kShmBigNumel = (int64_t{64} << 20) / 4;
 
 /// "all_reduce float32 x17": a check's collective, dtype and size.
-inline std::string shmCheckName(const std::string& collective, at::ScalarType dtype,
-                                int64_t numel) {
-  return collective + " " + detail::dtypeName(dtype) + " x" + std::to_string(numel);
+inline std::string shm_check_name(const std::string& collective, at::ScalarType dtype,
+                                  int64_t numel) {
+  return collective + " " + detail::dtype_name(dtype) + " x" + std::to_string(numel);
 }
 
-/// All-reduce (every dtype of collectiveDtypes(), op and size), broadcast
+/// All-reduce (every dtype of collective_dtypes(), op and size), broadcast
 /// (every root), all-gather and reduce-scatter through `shm` against `gloo`
 /// and the closed form. Prints each check by name; returns how many failed.
-int checkShmAgainstGloo(ProcessGroup& gloo, ProcessGroup& shm);
+int check_shm_against_gloo(ProcessGroup& gloo, ProcessGroup& shm);
 
-/// The names of checkShmAgainstGloo()'s checks.
+/// The names of check_shm_against_gloo()'s checks.
 namespace shm_check {
 /// How a result was compared: the last part of a check's name.
 inline const std::string kVersusGloo = " (shm vs gloo)";
@@ -59,46 +59,46 @@ inline const std::string kVersusClosedForm = " (shm vs closed form)";
 inline const std::string kClosedForm = " (closed form)";
 /// "all_reduce float32 x17 sum on 3", compared with Gloo and the closed form.
 inline std::string all_reduce(at::ScalarType dtype, int64_t numel, ReduceOp op, int world) {
-  return shmCheckName("all_reduce", dtype, numel) + " " + to_string(op) + " on " +
+  return shm_check_name("all_reduce", dtype, numel) + " " + to_string(op) + " on " +
          std::to_string(world);
 }
 inline std::string broadcast(at::ScalarType dtype, int64_t numel, int root) {
-  return shmCheckName("broadcast", dtype, numel) + " from " + std::to_string(root);
+  return shm_check_name("broadcast", dtype, numel) + " from " + std::to_string(root);
 }
 inline std::string all_gather(at::ScalarType dtype, int64_t numel) {
-  return shmCheckName("all_gather", dtype, numel);
+  return shm_check_name("all_gather", dtype, numel);
 }
 /// "reduce_scatter float32 x17 sum", compared with Gloo and the closed form.
 inline std::string reduce_scatter(at::ScalarType dtype, int64_t numel, ReduceOp op) {
-  return shmCheckName("reduce_scatter", dtype, numel) + " " + to_string(op);
+  return shm_check_name("reduce_scatter", dtype, numel) + " " + to_string(op);
 }
-/// The float32 reduce-scatter of shmSeveralRoundsNumel(world), a sum.
+/// The float32 reduce-scatter of shm_several_rounds_numel(world), a sum.
 inline std::string reduce_scatter_in_rounds(int world) {
-  return shmCheckName("reduce_scatter", at::kFloat, shmSeveralRoundsNumel(world)) +
+  return shm_check_name("reduce_scatter", at::kFloat, shm_several_rounds_numel(world)) +
          " sum, several rounds";
 }
 /// The all-reduces of kShmBigNumel float32 elements, with these ops, each
 /// compared with Gloo and the closed form.
 inline std::vector<ReduceOp> big_all_reduce_ops() { return {ReduceOp::kSum, ReduceOp::kAverage}; }
 inline std::string big_all_reduce(ReduceOp op) {
-  return shmCheckName("all_reduce", at::kFloat, kShmBigNumel) + " " + to_string(op);
+  return shm_check_name("all_reduce", at::kFloat, kShmBigNumel) + " " + to_string(op);
 }
 }  // namespace shm_check
 
-/// The names checkShmAgainstGloo() reports on every rank of `world`.
-inline std::set<std::string> shmAgainstGlooCheckNames(int world) {
+/// The names check_shm_against_gloo() reports on every rank of `world`.
+inline std::set<std::string> shm_against_gloo_check_names(int world) {
   using namespace shm_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names{reduce_scatter_in_rounds(world)};
-  for (auto dtype : collectiveDtypes()) {
-    for (int64_t numel : shmSizesFor(dtype)) {
-      for (auto op : collectiveOps()) {
+  for (auto dtype : collective_dtypes()) {
+    for (int64_t numel : shm_sizes_for(dtype)) {
+      for (auto op : collective_ops()) {
         names.insert(all_reduce(dtype, numel, op, world) + kVersusGloo);
         names.insert(all_reduce(dtype, numel, op, world) + kVersusClosedForm);
       }
       for (int root = 0; root < world; ++root) names.insert(broadcast(dtype, numel, root));
       names.insert(all_gather(dtype, numel));
       if (numel > kShmReduceScatterMaxNumel) continue;
-      for (auto op : shmReduceScatterOps()) {
+      for (auto op : shm_reduce_scatter_ops()) {
         names.insert(reduce_scatter(dtype, numel, op) + kVersusGloo);
         names.insert(reduce_scatter(dtype, numel, op) + kClosedForm);
       }
@@ -125,8 +125,8 @@ struct StressCollective {
 
 /// The stress plan: `iterations` rounds of 1 to 4 randomly sized
 /// collectives, the same sequence on every rank (a fixed seed).
-inline std::vector<std::vector<StressCollective>> stressPlan(int iterations, int world) {
-  const std::vector<at::ScalarType> dtypes = collectiveDtypes();
+inline std::vector<std::vector<StressCollective>> stress_plan(int iterations, int world) {
+  const std::vector<at::ScalarType> dtypes = collective_dtypes();
   std::mt19937 random(1234);
   std::uniform_int_distribution<int64_t> size_of(1, 300000);
   std::uniform_int_distribution<int> kind_of(0, 2);
@@ -140,15 +140,15 @@ inline std::vector<std::vector<StressCollective>> stressPlan(int iterations, int
       c.dtype = dtypes[(i + k) % dtypes.size()];
       c.root = (i + k) % world;
       c.name = "stress " + std::to_string(i) + "." + std::to_string(k) + " " +
-               shmCheckName(c.kind, c.dtype, c.numel);
+               shm_check_name(c.kind, c.dtype, c.numel);
       plan[i].push_back(c);
     }
   }
   return plan;
 }
 
-/// The collectives of stressPlan(), several in flight at once, each checked
+/// The collectives of stress_plan(), several in flight at once, each checked
 /// on completion. Prints each check by name; returns how many failed.
-int stressCollectives(ProcessGroup& group, int iterations);
+int stress_collectives(ProcessGroup& group, int iterations);
 
 }  // namespace ddp::testing

@@ -1,4 +1,4 @@
-// The shared-memory engine (`shm`) and the hierarchical one, with 1 to 4
+// The shared-memory backend (`shm`) and the hierarchical one, with 1 to 4
 // real processes: results equal Gloo's and the closed forms, DDP trains the
 // same on it, failures end in an error after the timeout (never a hang), and
 // no shared-memory segment outlives its job.
@@ -31,16 +31,16 @@ constexpr int kCollective = static_cast<int>(ExitCode::kCollective);
 
 // The names of ddp_test_worker's "stress" scenario, which runs kStressIterations
 // rounds of the plan in tests/comm/shm/shm_checks.hpp.
-std::set<std::string> stressCheckNames(int world) {
+std::set<std::string> stress_check_names(int world) {
   std::set<std::string> names;
-  for (const auto& round : stressPlan(kStressIterations, world)) {
+  for (const auto& round : stress_plan(kStressIterations, world)) {
     for (const auto& collective : round) names.insert(collective.name);
   }
   return names;
 }
 
 // `nodes` nodes of `world / nodes` ranks each, as torchrun lays them out.
-std::set<std::string> segmentsInDevShm() {
+std::set<std::string> segments_in_dev_shm() {
   std::set<std::string> names;
   if (DIR* dir = opendir("/dev/shm")) {
     while (dirent* entry = readdir(dir)) {
@@ -56,51 +56,51 @@ class ShmWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShmWorld, EqualsGlooAndClosedFormsForEveryDtypeOpAndSize) {
   const int world = GetParam();
-  auto results = runRanks(world, {"shm-vs-gloo", "--backend", "gloo"}, torchrunEnvironment,
-                          std::chrono::seconds(200));
+  auto results = run_ranks(world, {"shm-vs-gloo", "--backend", "gloo"}, torchrun_environment,
+                           std::chrono::seconds(200));
   // Every dtype and size: each op against Gloo and the closed form, every
   // root, all-gather, reduce-scatters; one long reduce-scatter; 64 MiB.
-  expectChecks(results, shmAgainstGlooCheckNames(world));
+  expect_checks(results, shm_against_gloo_check_names(world));
 }
 
 TEST_P(ShmWorld, EveryCollectiveMatchesItsClosedForm) {
   const int world = GetParam();
-  auto results = runRanks(world, {"collectives", "--backend", "shm"});
-  expectChecks(results, collectiveCheckNames(world));
+  auto results = run_ranks(world, {"collectives", "--backend", "shm"});
+  expect_checks(results, collective_check_names(world));
   for (const auto& r : results) EXPECT_EQ(r.output.find("backend=gloo"), std::string::npos);
 }
 
 TEST_P(ShmWorld, OverlappingCollectivesUnderStress) {
-  auto results = runRanks(GetParam(), {"stress", "--backend", "shm"}, torchrunEnvironment,
-                          std::chrono::seconds(120));
-  expectChecks(results, stressCheckNames(GetParam()));
+  auto results = run_ranks(GetParam(), {"stress", "--backend", "shm"}, torchrun_environment,
+                           std::chrono::seconds(120));
+  expect_checks(results, stress_check_names(GetParam()));
 }
 
 TEST_P(ShmWorld, DistributedDataParallelTrainsAsOneProcess) {
   const int world = GetParam();
-  auto results = runRanks(world, {"ddp", "--backend", "shm"});
-  expectChecksPerRank(results, ddpCheckNames);
+  auto results = run_ranks(world, {"ddp", "--backend", "shm"});
+  expect_checks_per_rank(results, ddp_check_names);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmWorld, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 TEST(ShmAuto, PicksSharedMemoryOnOneNode) {
-  auto results = runRanks(2, {"topology"});
+  auto results = run_ranks(2, {"topology"});
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << describe(results);
-    EXPECT_NE(r.output.find("backend=" + autoBackendName("shm")), std::string::npos)
+    EXPECT_NE(r.output.find("backend=" + auto_backend_name("shm")), std::string::npos)
         << describe(results);
     EXPECT_NE(r.output.find("sum of ranks=1"), std::string::npos) << describe(results);
   }
 }
 
 TEST(ShmHierarchical, AutoPicksItAcrossNodesAndEveryCollectiveIsRight) {
-  auto results = runRanks(4, {"collectives"}, onNodes(2));
-  expectChecks(results, collectiveCheckNames(4));
-  auto topology = runRanks(4, {"topology"}, onNodes(2));
+  auto results = run_ranks(4, {"collectives"}, on_nodes(2));
+  expect_checks(results, collective_check_names(4));
+  auto topology = run_ranks(4, {"topology"}, on_nodes(2));
   for (const auto& r : topology) {
-    EXPECT_NE(r.output.find("backend=" + autoBackendName("hierarchical(shm,gloo)")),
+    EXPECT_NE(r.output.find("backend=" + auto_backend_name("hierarchical(shm,gloo)")),
               std::string::npos)
         << describe(topology);
   }
@@ -109,23 +109,23 @@ TEST(ShmHierarchical, AutoPicksItAcrossNodesAndEveryCollectiveIsRight) {
 TEST(ShmHierarchical, UnevenNodesAndStress) {
   // Three ranks on two nodes: node 0 holds ranks 0 and 1, node 1 rank 2.
   auto layout = [](int rank, int world, int port) {
-    auto env = torchrunEnvironment(rank, world, port);
+    auto env = torchrun_environment(rank, world, port);
     env["GROUP_RANK"] = rank < 2 ? "0" : "1";
     env["LOCAL_RANK"] = std::to_string(rank < 2 ? rank : 0);
     env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
     return env;
   };
-  expectChecks(runRanks(3, {"collectives"}, layout), collectiveCheckNames(3));
-  expectChecks(runRanks(3, {"stress"}, layout, std::chrono::seconds(120)), stressCheckNames(3));
+  expect_checks(run_ranks(3, {"collectives"}, layout), collective_check_names(3));
+  expect_checks(run_ranks(3, {"stress"}, layout, std::chrono::seconds(120)), stress_check_names(3));
 }
 
 TEST(ShmHierarchical, DistributedDataParallelTrainsAsOneProcess) {
-  expectChecksPerRank(runRanks(4, {"ddp"}, onNodes(2)), ddpCheckNames);
+  expect_checks_per_rank(run_ranks(4, {"ddp"}, on_nodes(2)), ddp_check_names);
 }
 
 TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
   auto results =
-      runRanks(2, {"topology", "--backend", "shm"}, onNodes(2), std::chrono::seconds(30));
+      run_ranks(2, {"topology", "--backend", "shm"}, on_nodes(2), std::chrono::seconds(30));
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kConfig)) << describe(results);
     EXPECT_NE(r.output.find("backend 'shm' needs every rank on one node, but the 2 ranks are "
@@ -138,8 +138,9 @@ TEST(ShmErrors, ShmAcrossNodesIsAConfigError) {
 // A stalled peer: CoreErrors.StalledPeerTimesOutOnShm (tests/multiprocess/errors_test.cpp).
 
 TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
-  auto results = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "20000"},
-                          torchrunEnvironment, std::chrono::seconds(40));
+  auto results =
+      run_ranks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "20000"},
+                torchrun_environment, std::chrono::seconds(40));
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
   EXPECT_EQ(results[0].exit_code, kCollective) << describe(results);
   EXPECT_NE(
@@ -149,18 +150,18 @@ TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
       std::string::npos)
       << describe(results);
   // Noticed before the timeout, not by it (a hang is the harness's deadline).
-  EXPECT_GE(failedAfterMs(results[0]), 0) << describe(results);
-  EXPECT_LT(failedAfterMs(results[0]), 20000) << describe(results);
+  EXPECT_GE(failed_after_ms(results[0]), 0) << describe(results);
+  EXPECT_LT(failed_after_ms(results[0]), 20000) << describe(results);
 }
 
 TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
   // Only this test's processes count: under ctest -j other tests create
   // segments of their own (and a deliberately stale one) meanwhile. A
   // segment's name carries its creator's pid ("ddp-shm-<pid>-...").
-  auto crashed = runRanks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "5000"},
-                          torchrunEnvironment, std::chrono::seconds(40));
-  auto results = runRanks(3, {"collectives", "--backend", "shm"});
-  expectChecks(results, collectiveCheckNames(3));
+  auto crashed = run_ranks(2, {"exit-early", "--backend", "shm", "--collective-timeout-ms", "5000"},
+                           torchrun_environment, std::chrono::seconds(40));
+  auto results = run_ranks(3, {"collectives", "--backend", "shm"});
+  expect_checks(results, collective_check_names(3));
   std::vector<std::string> ours;
   for (const auto* run : {&crashed, &results}) {
     for (const auto& r : *run) {
@@ -168,7 +169,7 @@ TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
       ours.push_back("ddp-shm-" + std::to_string(r.pid) + "-");
     }
   }
-  for (const auto& name : segmentsInDevShm()) {
+  for (const auto& name : segments_in_dev_shm()) {
     for (const auto& prefix : ours) {
       EXPECT_NE(name.rfind(prefix, 0), 0u) << "left behind by one of this test's ranks: " << name;
     }
@@ -187,11 +188,11 @@ TEST(ShmSegments, StaleSegmentOfADeadCreatorIsRemovedAndDoesNotDisturb) {
   ASSERT_GE(fd, 0) << "cannot create " << stale;
   ASSERT_EQ(ftruncate(fd, 4096), 0);
   close(fd);
-  ASSERT_TRUE(segmentsInDevShm().count(stale.substr(1)));
+  ASSERT_TRUE(segments_in_dev_shm().count(stale.substr(1)));
 
-  auto results = runRanks(2, {"topology", "--backend", "shm"});
+  auto results = run_ranks(2, {"topology", "--backend", "shm"});
   for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << describe(results);
-  EXPECT_FALSE(segmentsInDevShm().count(stale.substr(1))) << stale << " was not removed";
+  EXPECT_FALSE(segments_in_dev_shm().count(stale.substr(1))) << stale << " was not removed";
   shm_unlink(stale.c_str());
 }
 

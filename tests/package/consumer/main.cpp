@@ -9,7 +9,7 @@
 #include <iostream>
 #include <thread>
 
-static int freePort() {
+static int free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -22,7 +22,7 @@ static int freePort() {
 }
 
 int main() {
-  const int port = freePort();
+  const int port = free_port();
   float results[2] = {0, 0};
   auto rank = [&](int r) {
     auto group = ddp::init(ddp::InitOptions()

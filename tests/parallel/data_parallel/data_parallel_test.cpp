@@ -53,7 +53,7 @@ struct PoisonNetImpl : nn::Cloneable<PoisonNetImpl> {
 };
 TORCH_MODULE(PoisonNet);
 
-DataParallelOptions cpuReplicas(int k) {
+DataParallelOptions cpu_replicas(int k) {
   return DataParallelOptions().devices(std::vector<c10::Device>(k, c10::Device(c10::kCPU)));
 }
 
@@ -62,8 +62,8 @@ std::pair<torch::Tensor, torch::Tensor> batch(int step, int64_t rows) {
   return {torch::randn({rows, 6}), torch::randn({rows, 3})};
 }
 
-void expectAllClose(const std::vector<torch::Tensor>& got,
-                    const std::vector<torch::Tensor>& expected, const std::string& what) {
+void expect_all_close(const std::vector<torch::Tensor>& got,
+                      const std::vector<torch::Tensor>& expected, const std::string& what) {
   ASSERT_EQ(got.size(), expected.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(torch::allclose(got[i], expected[i], 1e-5, 1e-6))
@@ -87,7 +87,7 @@ TEST_P(DataParallelTraining, TrainsLikeOneModuleOnTheWholeBatch) {
   Mlp primary;
   torch::manual_seed(1);
   Mlp reference;
-  DataParallel model(primary, cpuReplicas(k).balanced_memory(api == Api::kBalanced));
+  DataParallel model(primary, cpu_replicas(k).balanced_memory(api == Api::kBalanced));
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   torch::optim::SGD reference_optimizer(reference->parameters(),
                                         torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -108,14 +108,14 @@ TEST_P(DataParallelTraining, TrainsLikeOneModuleOnTheWholeBatch) {
     reference_optimizer.zero_grad();
     torch::Tensor expected_loss = torch::mse_loss(reference->forward(x), y);
     expected_loss.backward();
-    expectAllClose({loss.detach()}, {expected_loss.detach()}, "loss");
-    expectAllClose({primary->fc1->weight.grad(), primary->fc2->bias.grad()},
-                   {reference->fc1->weight.grad(), reference->fc2->bias.grad()}, "gradients");
+    expect_all_close({loss.detach()}, {expected_loss.detach()}, "loss");
+    expect_all_close({primary->fc1->weight.grad(), primary->fc2->bias.grad()},
+                     {reference->fc1->weight.grad(), reference->fc2->bias.grad()}, "gradients");
     optimizer.step();
     reference_optimizer.step();
     EXPECT_EQ(model->replicas_used(), static_cast<size_t>(k));
   }
-  expectAllClose(primary->parameters(), reference->parameters(), "parameters after 4 steps");
+  expect_all_close(primary->parameters(), reference->parameters(), "parameters after 4 steps");
   EXPECT_EQ(model->replica(k - 1).get(), first_replica) << "replicas are kept across steps";
   EXPECT_EQ(model->replica(0).get(), primary.ptr().get()) << "replica 0 is the wrapped module";
   for (const auto& p : model->replica(k - 1)->parameters()) {
@@ -148,7 +148,7 @@ TEST_P(DataParallelBatchNorm, ChunkStatisticsAndReplicaZerosRunningStatistics) {
   BnNet primary;
   torch::manual_seed(2);
   BnNet reference;
-  DataParallel model(primary, cpuReplicas(k));
+  DataParallel model(primary, cpu_replicas(k));
   torch::optim::SGD optimizer(model->parameters(), 0.05);
   torch::optim::SGD reference_optimizer(reference->parameters(), 0.05);
   for (int step = 0; step < 3; ++step) {
@@ -175,8 +175,8 @@ TEST_P(DataParallelBatchNorm, ChunkStatisticsAndReplicaZerosRunningStatistics) {
       }
     }
   }
-  expectAllClose(primary->parameters(), reference->parameters(), "parameters");
-  expectAllClose(primary->buffers(), reference->buffers(), "running statistics");
+  expect_all_close(primary->parameters(), reference->parameters(), "parameters");
+  expect_all_close(primary->buffers(), reference->buffers(), "running statistics");
   EXPECT_EQ(primary->bn->num_batches_tracked.item<int64_t>(), 3);
   if (k > 1) {
     // Replica 1 updated its own statistics from chunk 1; they are not the
@@ -189,7 +189,7 @@ TEST_P(DataParallelBatchNorm, ChunkStatisticsAndReplicaZerosRunningStatistics) {
   reference->eval();
   torch::NoGradGuard no_grad;
   auto [x, y] = batch(9, 7);
-  expectAllClose({model->forward(x)}, {reference->forward(x)}, "eval output");
+  expect_all_close({model->forward(x)}, {reference->forward(x)}, "eval output");
 }
 
 INSTANTIATE_TEST_SUITE_P(DataParallel, DataParallelBatchNorm, ::testing::Values(1, 2, 3),
@@ -201,7 +201,7 @@ TEST(DataParallelErrors, ExceptionInOneReplicaReachesTheCallerNamingIt) {
     PoisonNet primary;
     torch::manual_seed(3);
     PoisonNet reference;
-    DataParallel model(primary, cpuReplicas(3).balanced_memory(balanced));
+    DataParallel model(primary, cpu_replicas(3).balanced_memory(balanced));
     auto loss_fn = [](const torch::Tensor& out, const torch::Tensor& target) {
       return torch::mse_loss(out, target);
     };
@@ -223,13 +223,13 @@ TEST(DataParallelErrors, ExceptionInOneReplicaReachesTheCallerNamingIt) {
     auto [x, y] = batch(1, 9);
     model->forward_backward(x, y, loss_fn);
     torch::mse_loss(reference->forward(x), y).backward();
-    expectAllClose({primary->fc->weight.grad()}, {reference->fc->weight.grad()},
-                   balanced ? "balanced step after the failures" : "step after the failures");
+    expect_all_close({primary->fc->weight.grad()}, {reference->fc->weight.grad()},
+                     balanced ? "balanced step after the failures" : "step after the failures");
   }
 }
 
 TEST(DataParallelErrors, MisuseIsReportedClearly) {
-  DataParallel model(Mlp(), cpuReplicas(2));
+  DataParallel model(Mlp(), cpu_replicas(2));
   EXPECT_THROW(model->forward(torch::empty({0, 6})), InvalidArgumentError);
   EXPECT_THROW(model->forward(torch::tensor(1.0)), InvalidArgumentError);
   auto mse = [](const torch::Tensor& out, const torch::Tensor& target) {
@@ -261,7 +261,7 @@ TEST(DataParallelErrors, MisuseIsReportedClearly) {
     torch::Tensor forward(torch::Tensor x) { return x; }
   };
   try {
-    DataParallel not_cloneable(std::make_shared<PlainImpl>(), cpuReplicas(2));
+    DataParallel not_cloneable(std::make_shared<PlainImpl>(), cpu_replicas(2));
     FAIL() << "a module without clone() was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("derive the module from torch::nn::Cloneable"),
@@ -273,12 +273,12 @@ TEST(DataParallelErrors, MisuseIsReportedClearly) {
 TEST(DataParallelSmallBatch, FewerChunksThanDevicesUseFewerReplicas) {
   torch::manual_seed(4);
   Mlp primary;
-  DataParallel model(primary, cpuReplicas(3));
+  DataParallel model(primary, cpu_replicas(3));
   torch::Tensor two = torch::randn({2, 6});
-  expectAllClose({model->forward(two)}, {primary->forward(two)}, "batch of 2 on 3 replicas");
+  expect_all_close({model->forward(two)}, {primary->forward(two)}, "batch of 2 on 3 replicas");
   EXPECT_EQ(model->replicas_used(), 2u);
 
-  DataParallel four(primary, cpuReplicas(4));
+  DataParallel four(primary, cpu_replicas(4));
   torch::Tensor five = torch::randn({5, 6});  // chunk(4) of 5 rows: 2, 2, 1
   torch::Tensor target = torch::randn({5, 3});
   primary->zero_grad();
@@ -290,7 +290,7 @@ TEST(DataParallelSmallBatch, FewerChunksThanDevicesUseFewerReplicas) {
   torch::mse_loss(primary->forward(five), target).backward();
   std::vector<torch::Tensor> expected;
   for (const auto& p : primary->parameters()) expected.push_back(p.grad().clone());
-  expectAllClose(grads, expected, "gradients of a batch of 5 on 4 replicas");
+  expect_all_close(grads, expected, "gradients of a batch of 5 on 4 replicas");
 }
 
 TEST(DataParallelReplicas, TwoForwardsThenOneBackwardAndInference) {
@@ -298,7 +298,7 @@ TEST(DataParallelReplicas, TwoForwardsThenOneBackwardAndInference) {
   Mlp primary;
   torch::manual_seed(5);
   Mlp reference;
-  DataParallel model(primary, cpuReplicas(3));
+  DataParallel model(primary, cpu_replicas(3));
   auto [x1, y1] = batch(1, 9);
   auto [x2, y2] = batch(2, 9);
   (torch::mse_loss(model->forward(x1), y1) + torch::mse_loss(model->forward(x2), y2)).backward();
@@ -307,14 +307,14 @@ TEST(DataParallelReplicas, TwoForwardsThenOneBackwardAndInference) {
   std::vector<torch::Tensor> got, expected;
   for (const auto& p : primary->parameters()) got.push_back(p.grad());
   for (const auto& p : reference->parameters()) expected.push_back(p.grad());
-  expectAllClose(got, expected, "gradients of two forwards, one backward");
+  expect_all_close(got, expected, "gradients of two forwards, one backward");
 
   // An update of the primary reaches the replicas at the next forward.
   {
     torch::NoGradGuard no_grad;
     for (auto& p : primary->parameters()) p.mul_(0.5);
     for (auto& p : reference->parameters()) p.mul_(0.5);
-    expectAllClose({model->forward(x1)}, {reference->forward(x1)}, "inference after an update");
+    expect_all_close({model->forward(x1)}, {reference->forward(x1)}, "inference after an update");
   }
   for (const auto& p : model->replica(2)->parameters()) EXPECT_FALSE(p.grad().defined());
 }
@@ -324,16 +324,16 @@ TEST(DataParallelReplicas, ParametersFrozenAfterWrappingGetNoGradient) {
   Mlp primary;
   torch::manual_seed(6);
   Mlp reference;
-  DataParallel model(primary, cpuReplicas(2));
+  DataParallel model(primary, cpu_replicas(2));
   primary->fc1->weight.requires_grad_(false);
   reference->fc1->weight.requires_grad_(false);
   auto [x, y] = batch(3, 8);
   torch::mse_loss(model->forward(x), y).backward();
   torch::mse_loss(reference->forward(x), y).backward();
   EXPECT_FALSE(primary->fc1->weight.grad().defined());
-  expectAllClose({primary->fc1->bias.grad(), primary->fc2->weight.grad()},
-                 {reference->fc1->bias.grad(), reference->fc2->weight.grad()},
-                 "gradients of the parameters still trained");
+  expect_all_close({primary->fc1->bias.grad(), primary->fc2->weight.grad()},
+                   {reference->fc1->bias.grad(), reference->fc2->weight.grad()},
+                   "gradients of the parameters still trained");
 }
 
 }  // namespace
