@@ -27,6 +27,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "timing.hpp"
 #include "ddp/launch/port_reservation.hpp"

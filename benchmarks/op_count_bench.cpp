@@ -121,7 +121,9 @@
 
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
-#include "ddp/ddp.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 
 namespace {

@@ -9,8 +9,15 @@
 #include <string>
 
 #include "common/cli.hpp"
-#include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::examples {
 

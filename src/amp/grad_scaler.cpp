@@ -7,6 +7,7 @@
 #include <string>
 
 #include "comm/compat/torch_compat.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/captured_step.hpp"
 #include "ddp/comm/errors.hpp"
 #include "comm/str.hpp"

@@ -7,6 +7,7 @@
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/dtype_name.hpp"
 
 namespace ddp::amp {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/collective_name.hpp"
 #include "comm/str.hpp"
 

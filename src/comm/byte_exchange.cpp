@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ddp/comm/process_group.hpp"
+
 namespace ddp::comm::detail {
 namespace {
 

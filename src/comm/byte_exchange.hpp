@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/process_group.hpp"
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
 
 namespace ddp::comm::detail {
 

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "ddp/comm/collective_observer.hpp"
-#include "ddp/comm/process_group.hpp"
 #include "ddp/comm/work.hpp"
 
 namespace ddp::comm::detail {

@@ -12,6 +12,7 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "ddp/comm/observer_factory.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/flight_recorder/flight_recorder_observer.hpp"
 #include "comm/store/job_secret.hpp"

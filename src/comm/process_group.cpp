@@ -74,22 +74,6 @@ Work issue_observed(const std::vector<std::shared_ptr<CollectiveObserver>>& obse
 
 }  // namespace
 
-const char* to_string(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAverage:
-      return "average";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kProduct:
-      return "product";
-  }
-  return "unknown";
-}
-
 ProcessGroup::ProcessGroup(Topology topology, std::chrono::milliseconds collective_timeout)
     : topology_(std::move(topology)), collective_timeout_(collective_timeout) {}
 

@@ -9,6 +9,7 @@ ddp_add_library(comm SOURCES
   ${comm}/environment.cpp
   ${comm}/init.cpp
   ${comm}/process_group.cpp
+  ${comm}/reduce_op.cpp
   ${comm}/collective_observation.cpp
   ${comm}/observer_factory.cpp
   ${comm}/work.cpp

@@ -4,6 +4,7 @@
 
 #include "comm/collective_observation.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/dtype_name.hpp"
 #include "comm/timeout_message.hpp"
 #include "comm/work_impl.hpp"

@@ -12,7 +12,12 @@
 #include <string>
 
 #include "comm/compat/torch_compat.hpp"
-#include "ddp/comm/process_group.hpp"
+#include "ddp/comm/reduce_op.hpp"
+#include "ddp/comm/work.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
 
 namespace ddp::comm::detail {
 

@@ -9,6 +9,7 @@
 
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::elastic {

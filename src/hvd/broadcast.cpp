@@ -11,6 +11,7 @@
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
 #include "parallel/distributed_data_parallel/model_sync.hpp"

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/collective_name.hpp"
 #include "comm/scope_exit.hpp"
 #include "comm/str.hpp"

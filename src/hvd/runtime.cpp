@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::hvd {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "nn/sync_batch_norm_function.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::nn {

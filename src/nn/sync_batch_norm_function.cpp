@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::nn::detail {

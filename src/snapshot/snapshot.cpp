@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "ddp/comm/process_group.hpp"
 #include "snapshot/grad_scaler_state.hpp"
 #include "comm/byte_exchange.hpp"
 #include "snapshot/optimizer_state.hpp"

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "comm/byte_exchange.hpp"
 #include "snapshot/snapshot_directory.hpp"

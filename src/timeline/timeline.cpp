@@ -20,6 +20,7 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/dtype_name.hpp"
 #include "comm/collective_name.hpp"
 #include "timeline/timeline_observer.hpp"

@@ -15,6 +15,7 @@
 #include "amp/amp_checks.hpp"
 #include "common/worker_main.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace {
 

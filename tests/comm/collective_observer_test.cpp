@@ -17,6 +17,7 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/observer_factory.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp {
 namespace {

@@ -16,6 +16,7 @@
 #include "ddp/comm/error_file.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"
 
 namespace ddp {

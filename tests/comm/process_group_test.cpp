@@ -8,6 +8,7 @@
 #include "common/error_capture.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp {
 namespace {

@@ -25,6 +25,7 @@
 #include "ddp/hvd.hpp"
 #include "ddp/snapshot.hpp"
 #include "ddp/training.hpp"
+#include "header_example_sources.hpp"
 
 namespace header_examples {
 
@@ -80,17 +81,5 @@ struct HeaderExampleContext {
     return {};
   }
 };
-
-/// Where an example came from: its header (relative to include/) and the
-/// line of its `\code`.
-struct HeaderExampleSource {
-  const char* header;
-  int line;
-};
-
-/// Defined by the generated header_examples.cpp: the examples it compiled,
-/// and their sources (ending with {nullptr, 0}).
-extern const int kHeaderExampleCount;
-extern const HeaderExampleSource kHeaderExampleSources[];
 
 }  // namespace header_examples

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "header_example_context.hpp"
+#include "header_example_sources.hpp"
 
 namespace {
 

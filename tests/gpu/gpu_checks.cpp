@@ -10,6 +10,7 @@
 
 #include "common/models.hpp"
 #include "ddp/amp/mixed_precision.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"

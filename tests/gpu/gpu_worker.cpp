@@ -15,6 +15,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "gpu/gpu_checks.hpp"
 
 int main(int argc, char** argv) {

@@ -33,6 +33,7 @@
 #include "common/relative_error.hpp"
 #include "common/worker_main.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/hvd.hpp"
 #include "ddp/parallel/join.hpp"
 #include "hvd/hvd_checks.hpp"

@@ -11,6 +11,7 @@
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "multiprocess/branch_net.hpp"
 #include "comm/dtype_name.hpp"

@@ -13,8 +13,15 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/process_group.hpp"
 #include "comm/dtype_name.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::testing {
 

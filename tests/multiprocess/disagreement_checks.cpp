@@ -5,6 +5,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "multiprocess/branch_net.hpp"
 

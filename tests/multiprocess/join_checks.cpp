@@ -8,6 +8,7 @@
 
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/parallel/join.hpp"

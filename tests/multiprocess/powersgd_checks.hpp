@@ -12,7 +12,13 @@
 #include <set>
 #include <string>
 
-#include "ddp/comm/process_group.hpp"
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::testing {
 

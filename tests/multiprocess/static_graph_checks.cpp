@@ -7,6 +7,7 @@
 
 #include "common/checkpoint.hpp"
 #include "common/named_checks.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/comm/errors.hpp"
 

@@ -55,6 +55,7 @@
 #include "multiprocess/worker_checks.hpp"
 #include "multiprocess/zero_checks.hpp"
 #include "multiprocess/zero_snapshot_checks.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "comm/shm/shm_checks.hpp"
 #include "ddp/launch/port_reservation.hpp"

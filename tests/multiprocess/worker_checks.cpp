@@ -6,6 +6,7 @@
 #include <functional>
 #include <thread>
 
+#include "ddp/comm/process_group.hpp"
 #include "common/named_checks.hpp"
 #include "comm/dtype_name.hpp"
 

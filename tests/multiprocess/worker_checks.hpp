@@ -12,8 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/process_group.hpp"
+#include "ddp/comm/reduce_op.hpp"
 #include "comm/dtype_name.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::testing {
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"

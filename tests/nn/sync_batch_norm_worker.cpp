@@ -12,6 +12,7 @@
 
 #include "common/worker_main.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "nn/sync_batch_norm_checks.hpp"
 
 int main(int argc, char** argv) {

@@ -16,6 +16,7 @@
 #include "common/temporary_directory.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"
 #include "comm/backends/backends.hpp"
 #include "comm/collective_name.hpp"

@@ -24,6 +24,7 @@
 
 #include "common/named_checks.hpp"
 #include "common/worker_main.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/hvd.hpp"

@@ -25,7 +25,13 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/process_group.hpp"
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace torch::serialize {
 class InputArchive;

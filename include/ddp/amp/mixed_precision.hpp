@@ -36,7 +36,14 @@
 
 #include "ddp/amp/autocast.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-#include "ddp/comm/process_group.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::amp {
 

@@ -10,9 +10,9 @@
 
 #include <vector>
 
-#include "ddp/comm/process_group.hpp"
-
 namespace ddp::comm {
+
+class ProcessGroup;
 
 /// Overwrites `tensors` on every rank with `root`'s values, in place. The
 /// tensors may have any of the dtypes the collectives carry, mixed, and any

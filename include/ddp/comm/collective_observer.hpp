@@ -35,7 +35,7 @@
 #include <memory>
 #include <optional>
 
-#include "ddp/comm/process_group.hpp"
+#include "ddp/comm/reduce_op.hpp"
 
 namespace ddp::comm {
 

@@ -8,6 +8,9 @@
 ///   torch::Tensor t = torch::ones({4}) * group->rank();
 ///   group->all_reduce(t, ddp::ReduceOp::kSum);
 /// \endcode
+///
+/// This header only declares ProcessGroup; calling the group's methods takes
+/// ddp/comm/process_group.hpp (or the umbrella ddp/comm.hpp or ddp/ddp.hpp).
 
 #include <torch/arg.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -18,9 +21,10 @@
 #include <string>
 
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/process_group.hpp"
 
 namespace ddp::comm {
+
+class ProcessGroup;
 
 /// Options of ddp::init(). Unset topology fields come from the environment;
 /// set ones override it.

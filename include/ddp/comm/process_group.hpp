@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ddp/comm/environment.hpp"
+#include "ddp/comm/reduce_op.hpp"
 #include "ddp/comm/work.hpp"
 
 namespace c10d {
@@ -20,18 +21,6 @@ class Store;
 namespace ddp::comm {
 
 class CollectiveObserver;
-
-/// How a reduction combines the ranks' values.
-enum class ReduceOp {
-  kSum,      ///< Element-wise sum.
-  kAverage,  ///< Sum divided by the world size (integers: truncated).
-  kMin,      ///< Element-wise minimum.
-  kMax,      ///< Element-wise maximum.
-  kProduct,  ///< Element-wise product.
-};
-
-/// The name of a reduction ("sum", "average", ...).
-const char* to_string(ReduceOp op) noexcept;
 
 /// The ranks of a job and the collectives between them, over one backend
 /// (Gloo, NCCL, or `auto`, which picks per tensor device).

@@ -41,7 +41,14 @@
 
 #include "ddp/elastic/state.hpp"
 #include "ddp/comm/init.hpp"
-#include "ddp/comm/process_group.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::elastic {
 

@@ -21,9 +21,16 @@
 #include <cstdint>
 #include <optional>
 
-#include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/snapshot/errors.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::elastic {
 

@@ -11,8 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/process_group.hpp"
 #include "ddp/comm/work.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::parallel {
 

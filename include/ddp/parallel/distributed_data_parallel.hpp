@@ -28,7 +28,14 @@
 
 #include "ddp/parallel/comm_hook.hpp"
 #include "ddp/parallel/join.hpp"
-#include "ddp/comm/process_group.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::parallel {
 

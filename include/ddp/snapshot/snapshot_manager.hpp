@@ -70,13 +70,17 @@
 #include <vector>
 
 #include "ddp/snapshot/errors.hpp"
-#include "ddp/comm/process_group.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
 
 namespace ddp::parallel {
 class ZeroRedundancyOptimizer;
 }  // namespace ddp::parallel
 
 namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
 using parallel::ZeroRedundancyOptimizer;
 
 namespace amp {

@@ -7,6 +7,7 @@
 #include <ATen/Context.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "ddp/comm/process_group.hpp"
 #include "comm/backends/backends.hpp"
 
 namespace ddp::comm::backends {

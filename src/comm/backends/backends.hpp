@@ -10,7 +10,11 @@
 #include <vector>
 
 #include "comm/compat/torch_compat.hpp"
-#include "ddp/comm/process_group.hpp"
+#include "ddp/comm/environment.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
 
 namespace ddp::comm::backends {
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/backends/backends.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/work_impl.hpp"
 
 namespace ddp::comm::backends {

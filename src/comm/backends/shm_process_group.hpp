@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/backends/backends.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/shm/communicator.hpp"
 #include "comm/shm/serial_executor.hpp"
 #include "comm/work_impl.hpp"

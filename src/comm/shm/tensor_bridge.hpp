@@ -5,7 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "ddp/comm/process_group.hpp"
+#include "ddp/comm/reduce_op.hpp"
 #include "comm/shm/reduce_kernels.hpp"
 
 namespace ddp::comm::shm {

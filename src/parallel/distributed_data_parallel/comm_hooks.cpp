@@ -1,5 +1,6 @@
 #include <ATen/ATen.h>
 
+#include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/comm_hook.hpp"
 
 namespace ddp::parallel {

@@ -4,6 +4,7 @@
 
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "parallel/distributed_data_parallel/model_sync.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
 #include "comm/str.hpp"

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
 #include "comm/str.hpp"

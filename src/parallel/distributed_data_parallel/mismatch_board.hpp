@@ -32,7 +32,14 @@
 #include <string>
 
 #include "ddp/comm/errors.hpp"
-#include "ddp/comm/process_group.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace c10d {
 class Store;

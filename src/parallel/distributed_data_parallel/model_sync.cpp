@@ -6,6 +6,7 @@
 
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/dtype_name.hpp"
 #include "comm/collective_name.hpp"
 #include "comm/str.hpp"

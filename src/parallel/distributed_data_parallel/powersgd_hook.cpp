@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::parallel {

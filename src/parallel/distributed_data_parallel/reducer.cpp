@@ -7,6 +7,7 @@
 #include "comm/collective_name.hpp"
 #include "comm/compat/torch_compat.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/bucket_assignment.hpp"
 #include "comm/scope_exit.hpp"
 #include "comm/str.hpp"

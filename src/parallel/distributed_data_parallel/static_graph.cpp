@@ -10,6 +10,7 @@
 
 #include "comm/collective_name.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
 #include "comm/str.hpp"
 

@@ -9,6 +9,7 @@
 
 #include "comm/collective_name.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "comm/scope_exit.hpp"
 #include "comm/str.hpp"
 

@@ -32,8 +32,16 @@
 #include <mutex>
 #include <vector>
 
-#include "ddp/comm/process_group.hpp"
+#include "ddp/comm/work.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
+
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
+namespace ddp {
+using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp
 
 namespace ddp::parallel::detail {
 

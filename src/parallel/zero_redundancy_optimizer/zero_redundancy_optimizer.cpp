@@ -9,6 +9,7 @@
 
 #include "comm/collective_name.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/bucket_assignment.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
 #include "parallel/zero_redundancy_optimizer/gradient_shards.hpp"

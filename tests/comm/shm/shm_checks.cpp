@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/comm/process_group.hpp"
 #include "common/named_checks.hpp"
 #include "comm/dtype_name.hpp"
 
