@@ -15,6 +15,7 @@
 #include "ddp/comm/init.hpp"                 // IWYU pragma: export
 #include "ddp/comm/observer_factory.hpp"     // IWYU pragma: export
 #include "ddp/comm/process_group.hpp"        // IWYU pragma: export
+#include "ddp/comm/process_group_fwd.hpp"    // IWYU pragma: export
 #include "ddp/comm/reduce_op.hpp"            // IWYU pragma: export
 #include "ddp/comm/tcp_store.hpp"            // IWYU pragma: export
 #include "ddp/comm/work.hpp"                 // IWYU pragma: export

@@ -14,10 +14,7 @@
 #include "comm/compat/torch_compat.hpp"
 #include "ddp/comm/reduce_op.hpp"
 #include "ddp/comm/work.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::comm::detail {
 

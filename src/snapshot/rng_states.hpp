@@ -21,9 +21,7 @@
 #include <utility>
 #include <vector>
 
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::snapshot::detail {
 

@@ -14,14 +14,7 @@
 
 #include "ddp/comm/reduce_op.hpp"
 #include "comm/dtype_name.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
-
-namespace ddp {
-using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
-}  // namespace ddp
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::testing {
 

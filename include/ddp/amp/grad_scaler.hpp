@@ -25,13 +25,7 @@
 #include <utility>
 #include <vector>
 
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
-
-namespace ddp {
-using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
-}  // namespace ddp
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace torch::serialize {
 class InputArchive;

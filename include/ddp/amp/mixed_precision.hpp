@@ -36,14 +36,7 @@
 
 #include "ddp/amp/autocast.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
-
-namespace ddp {
-using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
-}  // namespace ddp
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::amp {
 

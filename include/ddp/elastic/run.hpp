@@ -41,14 +41,7 @@
 
 #include "ddp/elastic/state.hpp"
 #include "ddp/comm/init.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
-
-namespace ddp {
-using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
-}  // namespace ddp
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::elastic {
 

@@ -23,14 +23,7 @@
 
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/snapshot/errors.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
-
-namespace ddp {
-using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
-}  // namespace ddp
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::elastic {
 

@@ -12,14 +12,7 @@
 #include <vector>
 
 #include "ddp/comm/work.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
-
-namespace ddp {
-using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
-}  // namespace ddp
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel {
 

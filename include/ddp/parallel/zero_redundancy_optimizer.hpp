@@ -34,14 +34,7 @@
 #include <vector>
 
 #include "ddp/parallel/join.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
-
-namespace ddp {
-using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
-}  // namespace ddp
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel {
 namespace detail {

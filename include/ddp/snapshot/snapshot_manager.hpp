@@ -70,10 +70,7 @@
 #include <vector>
 
 #include "ddp/snapshot/errors.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel {
 class ZeroRedundancyOptimizer;

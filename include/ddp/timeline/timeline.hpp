@@ -43,9 +43,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp {
 using comm::ProcessGroup;

@@ -11,10 +11,7 @@
 
 #include "comm/compat/torch_compat.hpp"
 #include "ddp/comm/environment.hpp"
-
-namespace ddp::comm {
-class ProcessGroup;
-}  // namespace ddp::comm
+#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::comm::backends {
 
