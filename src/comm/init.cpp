@@ -141,7 +141,7 @@ compat::StorePtr join_agent_store(const Topology& topology, const EnvironmentMap
   c10::intrusive_ptr<c10d::Store> client;
   try {
     client = compat::make_c10d_tcp_store(topology.master_addr, topology.master_port,
-                                      /*is_server=*/false, timeout);
+                                         /*is_server=*/false, timeout);
   } catch (const c10::Error& error) {
     const std::string why = error.what_without_backtrace();
     throw RendezvousError(detail::str(
