@@ -39,6 +39,9 @@ ddp_add_library(comm SOURCES
   ${comm}/store/socket.cpp
   ${comm}/store/store_server.cpp
   ${comm}/store/tcp_store.cpp)
+# The NCCL backend compiles only where CUDA is, so it is compiled alone (Note
+# [Unity builds]).
+set_source_files_properties(${DDP_NCCL_SOURCE} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 # Note [libstdc++ ahead of LibTorch]
 # PyTorch's pip wheels are built with the manylinux toolchain, whose static
 # part of libstdc++ leaves copies of newer symbols (std::filesystem among

@@ -347,13 +347,14 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
 }
 
 StreamChoice StreamChoice::parse(const std::string& text, const std::string& option) {
+  auto invalid = [&] {
+    return ConfigError(option + " is '" + text +
+                       "'; torchrun's values are 0 (none), 1 (stdout), 2 (stderr) or 3 (both), "
+                       "for every local rank or as LOCAL_RANK:VALUE pairs such as 0:1,1:2.");
+  };
   auto streams = [&](const std::string& value) {
     const std::optional<int> number = to_int(value);
-    if (!number || *number < 0 || *number > 3) {
-      throw ConfigError(option + " is '" + text +
-                        "'; torchrun's values are 0 (none), 1 (stdout), 2 (stderr) or 3 (both), "
-                        "for every local rank or as LOCAL_RANK:VALUE pairs such as 0:1,1:2.");
-    }
+    if (!number || *number < 0 || *number > 3) throw invalid();
     return *number;
   };
   StreamChoice choice;
@@ -370,7 +371,7 @@ StreamChoice StreamChoice::parse(const std::string& text, const std::string& opt
     const size_t colon = pair.find(':');
     const std::optional<int> rank =
         colon == std::string::npos ? std::nullopt : to_int(pair.substr(0, colon));
-    if (!rank || *rank < 0) streams("-1");  // throws, naming the whole value
+    if (!rank || *rank < 0) throw invalid();
     choice.by_rank_[*rank] = streams(pair.substr(colon + 1));
   }
   return choice;

@@ -8,14 +8,12 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
+#include "launch/store_value.hpp"
 
 namespace ddp::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
-std::string text(const std::vector<uint8_t>& value) { return {value.begin(), value.end()}; }
 
 std::string endpoint(const LaunchPlan& plan) {
   return comm::detail::str(plan.store_host, ":", plan.store_port);
@@ -40,9 +38,9 @@ c10::intrusive_ptr<c10d::Store> store_at(const LaunchPlan& plan, bool server,
 // The host names the job; every other node must belong to it.
 void claim_run_id(c10d::Store& store, bool host, const LaunchPlan& plan) {
   const std::string mine = plan.options.run_id;
-  if (host) store.set("ddprun/run_id", bytes(mine));
+  if (host) store.set("ddprun/run_id", detail::as_bytes(mine));
   store.wait({"ddprun/run_id"}, plan.rendezvous_timeout);
-  const std::string owner = text(store.get("ddprun/run_id"));
+  const std::string owner = detail::as_text(store.get("ddprun/run_id"));
   if (owner != mine) {
     throw RendezvousError("the launcher at " + endpoint(plan) + " belongs to run '" + owner +
                           "', not to this run '" + mine +
@@ -74,7 +72,7 @@ NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret
   claim_run_id(*store_, host_, plan);
   if (host_ && plan.c10d) {
     const std::string& local = plan.options.local_addr;
-    store_->set(key(-1, "master_addr"), bytes(local.empty() ? plan.store_host : local));
+    store_->set(key(-1, "master_addr"), detail::as_bytes(local.empty() ? plan.store_host : local));
   }
 }
 
@@ -102,19 +100,19 @@ NodeAssignment NodeRendezvous::next_round() {
     // A node that arrives at a running job joins the round after it.
     next_round_ = 0;
     if (!host_ && store_->check({key(-1, "closed")})) {
-      next_round_ = std::stoi(text(store_->get(key(-1, "closed")))) + 1;
+      next_round_ = std::stoi(detail::as_text(store_->get(key(-1, "closed")))) + 1;
     }
   }
   int round = next_round_;
   if (host_) {
     node.nnodes = close_round(round);
-    store_->set(key(round, "nnodes"), bytes(std::to_string(node.nnodes)));
-    store_->set(key(-1, "closed"), bytes(std::to_string(round)));
+    store_->set(key(round, "nnodes"), detail::as_bytes(std::to_string(node.nnodes)));
+    store_->set(key(-1, "closed"), detail::as_bytes(std::to_string(round)));
   } else {
     while (true) {
       node.node_rank = static_cast<int>(store_->add(key(round, "joined"), 1));
       store_->wait({key(round, "nnodes")}, plan_.rendezvous_timeout);
-      node.nnodes = std::stoi(text(store_->get(key(round, "nnodes"))));
+      node.nnodes = std::stoi(detail::as_text(store_->get(key(round, "nnodes"))));
       if (node.node_rank < node.nnodes) break;
       // The round closed without this node (it was full, or the last call
       // had passed): wait in the next one.
@@ -122,7 +120,7 @@ NodeAssignment NodeRendezvous::next_round() {
     }
   }
   node.round = round;
-  node.master_addr = text(store_->get(key(-1, "master_addr")));
+  node.master_addr = detail::as_text(store_->get(key(-1, "master_addr")));
   next_round_ = round + 1;
   return node;
 }

@@ -79,7 +79,7 @@ JoinRound Join::exchange(bool active, bool sync) {
     values[2 + group_->rank()] = 1;
   }
   {
-    detail::CollectiveName name("join.round");
+    comm::detail::CollectiveName name("join.round");
     group_->all_reduce(flags, ReduceOp::kSum);
   }
   auto values = flags.accessor<int32_t, 1>();
@@ -128,7 +128,7 @@ int Join::join() {
   // round before the last one.
   at::Tensor candidate = at::full({1}, last_to_join ? group_->rank() : -1, at::kInt);
   {
-    detail::CollectiveName name("join.source");
+    comm::detail::CollectiveName name("join.source");
     group_->all_reduce(candidate, ReduceOp::kMax);
   }
   source_ = candidate.item<int32_t>();

@@ -22,8 +22,9 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/join.cpp
   ${parallel}/captured_step.cpp)
 # CapturedStep uses CUDA's headers where LibTorch has CUDA; compiled without
-# the precompiled header, whose macros it would change.
+# the precompiled header, whose macros it would change, and alone (Note
+# [Unity builds]: code compiled only with CUDA shares no translation unit).
 if(TORCH_CUDA_LIBRARIES OR TARGET torch_cuda)
   set_source_files_properties(${parallel}/captured_step.cpp PROPERTIES
-    COMPILE_DEFINITIONS DDP_WITH_CUDA SKIP_PRECOMPILE_HEADERS ON)
+    COMPILE_DEFINITIONS DDP_WITH_CUDA SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
 endif()

@@ -91,10 +91,8 @@ class LoggingObserver final : public CollectiveObserver {
   bool follow_;
 };
 
-std::shared_ptr<ProcessGroup> single() { return init(InitOptions(), EnvironmentMap{}); }
-
 TEST(CoreCollectiveObserver, HearsEachCollectiveStartAndEndWithItsFacts) {
-  auto group = single();
+  auto group = init(InitOptions(), EnvironmentMap{});
   auto log = std::make_shared<LoggingObserver::Log>();
   group->add_observer(std::make_shared<LoggingObserver>("o", log));
   group->all_reduce(at::ones({4}));
@@ -123,7 +121,7 @@ TEST(CoreCollectiveObserver, HearsEachCollectiveStartAndEndWithItsFacts) {
 // Note [When a collective ends]: at the first wait(), not at the return of
 // the call that issued it, and at the destruction of a Work never waited on.
 TEST(CoreCollectiveObserver, ACollectiveEndsWhenItsWorkIsWaitedOnOrDropped) {
-  auto group = single();
+  auto group = init(InitOptions(), EnvironmentMap{});
   auto log = std::make_shared<LoggingObserver::Log>();
   group->add_observer(std::make_shared<LoggingObserver>("o", log));
   Work first = group->all_reduce_async(at::ones({8}));
@@ -153,7 +151,7 @@ TEST(CoreCollectiveObserver, ACollectiveEndsWhenItsWorkIsWaitedOnOrDropped) {
 }
 
 TEST(CoreCollectiveObserver, ObserversStartInOrderAndEndInReverse) {
-  auto group = single();
+  auto group = init(InitOptions(), EnvironmentMap{});
   auto log = std::make_shared<LoggingObserver::Log>();
   group->add_observer(std::make_shared<LoggingObserver>("a", log));
   group->add_observer(std::make_shared<LoggingObserver>("quiet", log, /*follow=*/false));
@@ -197,7 +195,7 @@ class ThrowingObserver final : public CollectiveObserver {
 };
 
 TEST(CoreCollectiveObserver, ACollectiveNeverIssuedEndsAtOnce) {
-  auto group = std::make_shared<RefusingGroup>(*single());
+  auto group = std::make_shared<RefusingGroup>(*init(InitOptions(), EnvironmentMap{}));
   auto log = std::make_shared<LoggingObserver::Log>();
   group->add_observer(std::make_shared<LoggingObserver>("o", log));
   EXPECT_THROW(group->all_reduce(at::ones({2})), CollectiveError);
@@ -227,7 +225,7 @@ TEST(CoreCollectiveObserver, RegisteredFactoriesObserveTheGroupsInitMakes) {
   EXPECT_EQ(registered_observer_factories().size(), registered + 1);
   EXPECT_THROW(register_observer_factory(nullptr), InvalidArgumentError);
 
-  auto unobserved = single();
+  auto unobserved = init(InitOptions(), EnvironmentMap{});
   unobserved->barrier();
   EXPECT_TRUE(log->take().empty());
   auto observed = init(InitOptions(), EnvironmentMap{{"DDP_TEST_OBSERVE", "1"}});

@@ -17,7 +17,6 @@
 namespace ddp::testing {
 namespace {
 
-const c10::Device kGpu(c10::kCUDA, 0);
 constexpr int kWarmup = 11;
 constexpr int kCaptured = 20;
 

@@ -23,7 +23,6 @@ using examples::ConvNet;
 using examples::LeNet5;
 using examples::Mlp;
 
-const c10::Device kGpu(c10::kCUDA, 0);
 constexpr int64_t kElements = 1003;  // Odd, so that no size is a power of two.
 constexpr int64_t kPerRank = 4;      // Samples per rank and step in the training checks.
 

@@ -4,6 +4,8 @@
 // gpu_test_worker; each reports named checks (tests/common/named_checks.hpp)
 // whose expected names gpu_test.cpp lists.
 
+#include <c10/core/Device.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +15,9 @@
 #include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::testing {
+
+/// The device every GPU check runs on.
+inline const c10::Device kGpu(c10::kCUDA, 0);
 
 /// The dtypes every collective is checked with.
 std::vector<c10::ScalarType> gpu_collective_dtypes();

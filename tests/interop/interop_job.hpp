@@ -35,6 +35,10 @@ inline const std::vector<std::string> kUnsetVariables = [] {
   return names;
 }();
 
+/// The toy trainer's arguments in every interop run, ddprun's reference
+/// included.
+inline const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
+
 inline bool contains(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }

@@ -37,7 +37,6 @@ const std::string& mpirun() {
                   "to run InteropMpirun"
 
 // One epoch of the toy trainer.
-const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
 
 // mpirun -np `processes` TOY kJob, with `variables` exported (-x). As root
 // (a container) Open MPI wants --allow-run-as-root; --oversubscribe lets it

@@ -24,6 +24,7 @@
 #include "interop/interop_job.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "common/file_text.hpp"
 
 namespace ddp::interop {
 namespace {
@@ -37,14 +38,9 @@ using namespace std::chrono_literals;
 // deadline, and stopping waits for the jobs, then for each daemon.
 constexpr auto kClusterDeadline = 300s;
 
-// The program `name` on PATH, or "".
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using ddp::testing::read_file;
 
 // One epoch of the toy trainer.
-const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
 // " word word ...".
 std::string joined(const std::vector<std::string>& words) {
   std::string line;

@@ -154,7 +154,6 @@ std::vector<ChildResult> on_a_reserved_port(
 }
 
 // One epoch of the toy trainer: 2048 samples / (2 ranks x 32) = 32 steps.
-const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
 
 // kJob's digest under ddprun.
 const std::string& expected_digest() {

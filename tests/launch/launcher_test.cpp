@@ -18,6 +18,7 @@
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "launch/launcher_runs.hpp"
+#include "common/file_text.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -54,10 +55,7 @@ TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
   EXPECT_NE(r.output.find("TORCHELASTIC_ERROR_FILE=/"), std::string::npos);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using ddp::testing::read_file;
 
 TEST(LauncherRun, RedirectsKeepEachRanksStreamsAndTeeShowsThemToo) {
   for (bool tee : {false, true}) {

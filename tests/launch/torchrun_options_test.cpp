@@ -15,16 +15,14 @@
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "launch/launcher_runs.hpp"
+#include "common/file_text.hpp"
 
 namespace ddp::launch {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using ddp::testing::read_file;
 
 // The multi-node command lines of PyTorch's DDP tutorial series
 // (multinode.py), run on two "nodes" on loopback: only the program and its

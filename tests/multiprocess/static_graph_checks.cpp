@@ -16,8 +16,8 @@ namespace {
 
 namespace nn = torch::nn;
 
-constexpr int64_t kPerRank = 4;  // samples per rank and step
-constexpr int kSteps = 4;
+constexpr int64_t kGraphPerRank = 4;  // samples per rank and step
+constexpr int kGraphSteps = 4;
 
 // input -> block applied `uses` times -> output, where each application of
 // the block is a checkpointed segment and the last one includes the output
@@ -53,7 +53,7 @@ class StaticGraphChecker {
   explicit StaticGraphChecker(std::shared_ptr<ProcessGroup> group)
       : group_(std::move(group)), rank_(group_->rank()), world_(group_->size()) {}
 
-  // kSteps of SGD with momentum through DDP, each rank on its chunk, against
+  // kGraphSteps of SGD with momentum through DDP, each rank on its chunk, against
   // one process on the whole batch (without checkpointing: the same math).
   void matches_one_process(const std::string& variant, DistributedDataParallelOptions options) {
     using namespace static_graph_check;  // NOLINT(google-build-using-namespace)
@@ -90,7 +90,7 @@ class StaticGraphChecker {
     {
       torch::manual_seed(11);
       DistributedDataParallel model(SharedBlockNet(), group_);
-      auto [x, y] = batch_of(0, kPerRank * world_);
+      auto [x, y] = batch_of(0, kGraphPerRank * world_);
       try {
         torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{2}, true),
                         y.chunk(world_)[rank_])
@@ -121,7 +121,7 @@ class StaticGraphChecker {
     torch::manual_seed(11);
     DistributedDataParallel model(SharedBlockNet(),
                                   DistributedDataParallelOptions().static_graph(true), group_);
-    auto [x, y] = batch_of(0, kPerRank * world_);
+    auto [x, y] = batch_of(0, kGraphPerRank * world_);
     std::string error;
     try {
       torch::mse_loss(model->forward(x.chunk(world_)[rank_], int64_t{rank_ + 1}, true),
@@ -146,7 +146,7 @@ class StaticGraphChecker {
     std::string error;
     try {
       for (int step = 0; step < 3; ++step) {
-        auto [x, y] = batch_of(step, kPerRank * world_);
+        auto [x, y] = batch_of(step, kGraphPerRank * world_);
         const int64_t uses = step == 2 ? 1 : 2;
         torch::mse_loss(model->forward(x.chunk(world_)[rank_], uses, true), y.chunk(world_)[rank_])
             .backward();
@@ -166,14 +166,14 @@ class StaticGraphChecker {
   int failed() const { return checks_.failed(); }
 
  private:
-  // kSteps of SGD (lr 0.05) through `model`, each rank on its chunk, the
+  // kGraphSteps of SGD (lr 0.05) through `model`, each rank on its chunk, the
   // block applied `uses` times under checkpointing; what it threw, or "".
   std::string train_ddp(DistributedDataParallel& model, int64_t uses, double momentum) {
     torch::optim::SGD optimizer(model->parameters(),
                                 torch::optim::SGDOptions(0.05).momentum(momentum));
     try {
-      for (int step = 0; step < kSteps; ++step) {
-        auto [x, y] = batch_of(step, kPerRank * world_);
+      for (int step = 0; step < kGraphSteps; ++step) {
+        auto [x, y] = batch_of(step, kGraphPerRank * world_);
         optimizer.zero_grad();
         torch::mse_loss(model->forward(x.chunk(world_)[rank_], uses, true), y.chunk(world_)[rank_])
             .backward();
@@ -192,8 +192,8 @@ class StaticGraphChecker {
     SharedBlockNet reference;
     torch::optim::SGD optimizer(reference->parameters(),
                                 torch::optim::SGDOptions(0.05).momentum(momentum));
-    for (int step = 0; step < kSteps; ++step) {
-      auto [x, y] = batch_of(step, kPerRank * world_);
+    for (int step = 0; step < kGraphSteps; ++step) {
+      auto [x, y] = batch_of(step, kGraphPerRank * world_);
       optimizer.zero_grad();
       torch::mse_loss(reference->forward(x, uses, false), y).backward();
       optimizer.step();

@@ -21,8 +21,8 @@ namespace {
 namespace nn = torch::nn;
 namespace optim = torch::optim;
 
-constexpr int64_t kPerRank = 4;
-constexpr int kSteps = 5;
+constexpr int64_t kZeroPerRank = 4;
+constexpr int kZeroSteps = 5;
 // Every parameter gets a gradient: 8x16, 16x16 and 16x4 layers, in buckets
 // (under kTwoBucketsCapMb, from the last layer) of 68, 272 and 144 elements.
 nn::Sequential three_layers() {
@@ -42,7 +42,7 @@ std::string message_of(Call call) {
 
 std::pair<torch::Tensor, torch::Tensor> batch_of(int step, int world) {
   torch::manual_seed(600 + step);
-  return {torch::randn({kPerRank * world, 8}), torch::randn({kPerRank * world, 4})};
+  return {torch::randn({kZeroPerRank * world, 8}), torch::randn({kZeroPerRank * world, 4})};
 }
 
 struct OptimizerCase {
@@ -76,7 +76,7 @@ class ZeroChecker {
     DistributedDataParallel plain(
         plain_net, DistributedDataParallelOptions().find_unused_parameters(true), group_);
     auto plain_optimizer = c.factory(plain_net->parameters());
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < kZeroSteps; ++step) {
       auto [x, y] = batch_of(step, world_);
       plain_optimizer->zero_grad();
       torch::mse_loss(plain->forward(x.chunk(world_)[rank_]), y.chunk(world_)[rank_]).backward();
@@ -96,7 +96,7 @@ class ZeroChecker {
                                           two_buckets ? kTwoBucketsCapMb : 25),
                                       group_);
     bool released = true;
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < kZeroSteps; ++step) {
       auto [x, y] = batch_of(step, world_);
       optimizer.zero_grad();
       const at::Tensor input = x.chunk(world_)[rank_];
@@ -152,7 +152,7 @@ class ZeroChecker {
                                           .backward_passes_per_step(2),
                                       group_);
     bool kept = true;
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < kZeroSteps; ++step) {
       auto [x, y] = batch_of(step, world_);
       const auto xs = x.chunk(world_)[rank_].chunk(2), ys = y.chunk(world_)[rank_].chunk(2);
       plain_optimizer->zero_grad();

@@ -23,13 +23,13 @@ namespace fs = std::filesystem;
 namespace nn = torch::nn;
 namespace optim = torch::optim;
 
-constexpr int64_t kBatch = 12;  // divides evenly over 1, 2 and 3 ranks
-constexpr int kSavedSteps = 4;
-constexpr int kSteps = 8;
+constexpr int64_t kSnapshotBatch = 12;  // divides evenly over 1, 2 and 3 ranks
+constexpr int kSnapshotSavedSteps = 4;
+constexpr int kSnapshotSteps = 8;
 
 std::pair<torch::Tensor, torch::Tensor> batch_of(int step) {
   torch::manual_seed(900 + step);
-  return {torch::randn({kBatch, 8}), torch::randn({kBatch, 4})};
+  return {torch::randn({kSnapshotBatch, 8}), torch::randn({kSnapshotBatch, 4})};
 }
 
 struct Case {
@@ -88,8 +88,8 @@ class ZeroSnapshotChecker {
     state.model = net.ptr().get();
     state.zero_optimizer = &optimizer;
     if (save) {
-      train(c, net, optimizer, model, 0, kSavedSteps, [&](int step) {
-        if (step + 1 < kSavedSteps - 1) return;
+      train(c, net, optimizer, model, 0, kSnapshotSavedSteps, [&](int step) {
+        if (step + 1 < kSnapshotSavedSteps - 1) return;
         state.step_in_epoch = step + 1;
         snapshots.save(state);
       });
@@ -99,15 +99,15 @@ class ZeroSnapshotChecker {
     const bool resumed = snapshots.resume(state);
     checks_.check(
         check_name(c.name, zero_snapshot_check::kResumed),
-        resumed && state.step_in_epoch == kSavedSteps,
+        resumed && state.step_in_epoch == kSnapshotSavedSteps,
         "resumed " + std::to_string(resumed) + ", step " + std::to_string(state.step_in_epoch));
     holds_new_shard(c, optimizer);
-    train(c, net, optimizer, model, kSavedSteps, kSteps, [](int) {});
+    train(c, net, optimizer, model, kSnapshotSavedSteps, kSnapshotSteps, [](int) {});
 
     torch::manual_seed(31);
     ZeroNet reference;
     auto whole = c.factory(reference->parameters());
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < kSnapshotSteps; ++step) {
       auto [x, y] = batch_of(step);
       whole->zero_grad();
       torch::mse_loss(reference->forward(x), y).backward();

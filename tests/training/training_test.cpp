@@ -17,6 +17,7 @@
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
 #include "ddp/training/progress.hpp"
+#include "common/file_text.hpp"
 
 namespace fs = std::filesystem;
 using namespace ddp::training;
@@ -24,10 +25,7 @@ using ddp::testing::error_of;
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+using ddp::testing::read_file;
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

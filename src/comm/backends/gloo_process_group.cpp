@@ -24,6 +24,7 @@
 
 #include "comm/backends/c10d_process_group.hpp"
 #include "ddp/comm/errors.hpp"
+#include "comm/backends/average.hpp"
 
 namespace ddp::comm::backends {
 namespace {
@@ -36,21 +37,13 @@ bool needs_widening(const at::Tensor& t) { return !compat::kGlooHasBFloat16 && i
 // Only copies touch it, so no bit pattern is reinterpreted arithmetically.
 at::Tensor as_movable(const at::Tensor& t) { return needs_widening(t) ? t.view(at::kHalf) : t; }
 
-void divide_by_size(const at::Tensor& t, int size) {
-  if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
-    t.div_(size, "trunc");
-  } else {
-    t.div_(size);
-  }
-}
-
 // Combines the world_size chunks stacked in `received` (dim 0) into `output`.
 void reduce_chunks(const at::Tensor& output, const at::Tensor& received, ReduceOp op, int size) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
       output.copy_(received.sum(0));
-      if (op == ReduceOp::kAverage) divide_by_size(output, size);
+      if (op == ReduceOp::kAverage) divide_by_world_size(output, size);
       break;
     case ReduceOp::kMin:
       output.copy_(std::get<0>(received.min(0)));
@@ -119,7 +112,7 @@ class GlooProcessGroup final : public C10dProcessGroup {
           return backend().allreduce(tensors, options);
         },
         [tensor, buffer, op, widen, world] {
-          if (op == ReduceOp::kAverage) divide_by_size(buffer, world);
+          if (op == ReduceOp::kAverage) divide_by_world_size(buffer, world);
           if (widen) tensor.copy_(buffer);
         });
   }

@@ -28,17 +28,10 @@
 #include "comm/shm/tensor_bridge.hpp"
 #include "comm/timeout_message.hpp"
 #include "comm/str.hpp"
+#include "comm/backends/average.hpp"
 
 namespace ddp::comm::backends {
 namespace {
-
-void divide_by_size(const at::Tensor& t, int size) {
-  if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
-    t.div_(size, "trunc");
-  } else {
-    t.div_(size);
-  }
-}
 
 class HierarchicalProcessGroup final : public SerialProcessGroup {
  public:
@@ -158,7 +151,7 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
       });
     }
     node_->broadcast(host.data_ptr(), host.nbytes(), 0, describe);
-    if (op == ReduceOp::kAverage) divide_by_size(host, size());
+    if (op == ReduceOp::kAverage) divide_by_world_size(host, size());
   }
 
   std::vector<std::vector<int>> nodes_;

@@ -31,7 +31,7 @@ using std::chrono::milliseconds;
 
 // Far beyond any scheduling delay of a loaded two-core machine; tests that
 // must end early assert they end well before it.
-constexpr milliseconds kGenerous{60000};
+constexpr milliseconds kBarrierDeadline{60000};
 
 // The control area of one node: `size` rank lines and the wake word, zeroed
 // and aligned as in the shared segment.
@@ -134,7 +134,7 @@ TEST(ShmNodeBarrier, AllRanksPassInLockstep) {
   std::vector<Outcome> failures(kSize);
   std::vector<int> early(kSize, 0);
   std::vector<uint64_t> counts(kSize, 0);
-  const Clock::time_point deadline = Clock::now() + kGenerous;
+  const Clock::time_point deadline = Clock::now() + kBarrierDeadline;
   std::vector<std::thread> threads;
   for (int r = 0; r < kSize; ++r) {
     threads.emplace_back([&, r] {
@@ -170,11 +170,11 @@ TEST(ShmNodeBarrier, WaitsForALateRank) {
   Outcome first;
   std::thread waiter([&] {
     NodeBarrier barrier = node.barrier(0, identity(2));
-    first = arrive_and_wait(barrier, start + kGenerous);
+    first = arrive_and_wait(barrier, start + kBarrierDeadline);
   });
   std::this_thread::sleep_for(milliseconds(300));
   NodeBarrier late = node.barrier(1, identity(2));
-  const Outcome second = arrive_and_wait(late, start + kGenerous);
+  const Outcome second = arrive_and_wait(late, start + kBarrierDeadline);
   waiter.join();
   EXPECT_EQ(first.type, "returned") << first.message;
   EXPECT_EQ(second.type, "returned") << second.message;
@@ -203,7 +203,7 @@ TEST(ShmNodeBarrier, MissingRankTimesOutNamingIt) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_EQ(outcomes[r].type, "TimeoutError") << outcomes[r].message;
     EXPECT_GE(outcomes[r].ended, deadlines[r]);
-    EXPECT_LT(outcomes[r].ended - deadlines[r], kGenerous / 2);
+    EXPECT_LT(outcomes[r].ended - deadlines[r], kBarrierDeadline / 2);
     EXPECT_TRUE(contains(outcomes[r].message, kDescribe())) << outcomes[r].message;
     EXPECT_TRUE(
         contains(outcomes[r].message,
@@ -242,14 +242,14 @@ TEST(ShmNodeBarrier, DeadRankFailsFast) {
   for (int r : {0, 2}) {
     threads.emplace_back([&, r] {
       NodeBarrier barrier = node.barrier(r, {20, 21, 22});
-      outcomes[r] = arrive_and_wait(barrier, start + kGenerous);
+      outcomes[r] = arrive_and_wait(barrier, start + kBarrierDeadline);
     });
   }
   for (auto& thread : threads) thread.join();
   for (int r : {0, 2}) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_EQ(outcomes[r].type, "CollectiveError") << outcomes[r].message;
-    EXPECT_LT(outcomes[r].ended - start, kGenerous / 2);
+    EXPECT_LT(outcomes[r].ended - start, kBarrierDeadline / 2);
     EXPECT_TRUE(contains(outcomes[r].message, kDescribe())) << outcomes[r].message;
     EXPECT_TRUE(contains(outcomes[r].message, "rank 21 (pid " + std::to_string(dead) + ")"))
         << outcomes[r].message;

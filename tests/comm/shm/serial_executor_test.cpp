@@ -27,9 +27,9 @@ using ddp::testing::error_of;
 using std::chrono::milliseconds;
 
 // Far beyond any scheduling delay of a loaded two-core machine.
-constexpr milliseconds kGenerous{60000};
+constexpr milliseconds kGateDeadline{60000};
 
-// A gate that tasks wait at (at most kGenerous) until the test opens it.
+// A gate that tasks wait at (at most kGateDeadline) until the test opens it.
 class Gate {
  public:
   void open() {
@@ -41,7 +41,7 @@ class Gate {
   }
   bool wait_open() {
     std::unique_lock<std::mutex> lock(mutex_);
-    return opened_.wait_for(lock, kGenerous, [&] { return open_; });
+    return opened_.wait_for(lock, kGateDeadline, [&] { return open_; });
   }
 
  private:
@@ -62,7 +62,7 @@ TEST(ShmSerialExecutor, RunsTasksInOrderOnOneOtherThread) {
       threads.push_back(std::this_thread::get_id());
     }));
   }
-  for (auto& work : works) EXPECT_TRUE(work->wait(kGenerous));
+  for (auto& work : works) EXPECT_TRUE(work->wait(kGateDeadline));
   ASSERT_EQ(ran.size(), static_cast<size_t>(kTasks));
   for (int i = 0; i < kTasks; ++i) EXPECT_EQ(ran[i], i);
   for (const auto& id : threads) {
@@ -84,28 +84,29 @@ TEST(ShmSerialExecutor, WorkCompletesAfterItsTask) {
   EXPECT_FALSE(work->isCompleted());
   EXPECT_FALSE(next->isCompleted());  // queued behind the blocked task
   gate.open();
-  EXPECT_TRUE(work->wait(kGenerous));
+  EXPECT_TRUE(work->wait(kGateDeadline));
   EXPECT_TRUE(finished.load());
   EXPECT_TRUE(work->isCompleted());
-  EXPECT_TRUE(next->wait(kGenerous));
+  EXPECT_TRUE(next->wait(kGateDeadline));
 }
 
 TEST(ShmSerialExecutor, FailedTaskRethrowsItsException) {
   {
     SerialExecutor executor;
     auto work = executor.submit([] { throw TimeoutError("all_reduce timed out (test)"); });
-    EXPECT_EQ(error_of<TimeoutError>([&] { work->wait(kGenerous); }),
+    EXPECT_EQ(error_of<TimeoutError>([&] { work->wait(kGateDeadline); }),
               "all_reduce timed out (test)");
   }
   {
     SerialExecutor executor;
     auto work = executor.submit([] { throw InvalidArgumentError("bad root (test)"); });
-    EXPECT_EQ(error_of<InvalidArgumentError>([&] { work->wait(kGenerous); }), "bad root (test)");
+    EXPECT_EQ(error_of<InvalidArgumentError>([&] { work->wait(kGateDeadline); }),
+              "bad root (test)");
   }
   {
     SerialExecutor executor;
     auto work = executor.submit([] { throw std::out_of_range("index 7 (test)"); });
-    EXPECT_EQ(error_of<std::out_of_range>([&] { work->wait(kGenerous); }), "index 7 (test)");
+    EXPECT_EQ(error_of<std::out_of_range>([&] { work->wait(kGateDeadline); }), "index 7 (test)");
   }
 }
 
@@ -118,11 +119,11 @@ TEST(ShmSerialExecutor, LaterTasksFailAfterAFailure) {
   std::atomic<int> later_ran{0};
   std::vector<compat::WorkPtr> later;
   for (int i = 0; i < 3; ++i) later.push_back(executor.submit([&] { ++later_ran; }));
-  EXPECT_NO_THROW(before->wait(kGenerous));
-  EXPECT_EQ(error_of<TimeoutError>([&] { failed->wait(kGenerous); }),
+  EXPECT_NO_THROW(before->wait(kGateDeadline));
+  EXPECT_EQ(error_of<TimeoutError>([&] { failed->wait(kGateDeadline); }),
             "broadcast timed out: rank(s) 3");
   for (auto& work : later) {
-    const std::string message = error_of<CollectiveError>([&] { work->wait(kGenerous); });
+    const std::string message = error_of<CollectiveError>([&] { work->wait(kGateDeadline); });
     EXPECT_NE(message.find("an earlier collective of this process group failed "
                            "(broadcast timed out: rank(s) 3)"),
               std::string::npos)
@@ -131,7 +132,7 @@ TEST(ShmSerialExecutor, LaterTasksFailAfterAFailure) {
   // Submitted after the failure was recorded: same error, still not run.
   auto after = executor.submit([&] { ++later_ran; });
   EXPECT_NE(error_of<CollectiveError>([&] {
-              after->wait(kGenerous);
+              after->wait(kGateDeadline);
             }).find("(broadcast timed out: rank(s) 3)"),
             std::string::npos);
   EXPECT_EQ(later_ran.load(), 0);
@@ -155,7 +156,7 @@ TEST(ShmSerialExecutor, StopFinishesQueuedTasksAndIsIdempotent) {
   EXPECT_EQ(ran.load(), 21);
   auto late = executor.submit([&] { ++ran; });
   EXPECT_TRUE(late->isCompleted());
-  EXPECT_NE(error_of<CollectiveError>([&] { late->wait(kGenerous); }).find("shutting down"),
+  EXPECT_NE(error_of<CollectiveError>([&] { late->wait(kGateDeadline); }).find("shutting down"),
             std::string::npos);
   EXPECT_EQ(ran.load(), 21);
 }
@@ -177,9 +178,9 @@ TEST(ShmSerialExecutor, DestructionWithQueuedTasksDoesNotHang) {
     }
     done->set_value();
   });
-  if (destroyed.wait_for(kGenerous) != std::future_status::ready) {
+  if (destroyed.wait_for(kGateDeadline) != std::future_status::ready) {
     owner.detach();  // leaks the executor; the test has failed anyway
-    FAIL() << "~SerialExecutor did not return within " << kGenerous.count() << " ms";
+    FAIL() << "~SerialExecutor did not return within " << kGateDeadline.count() << " ms";
   }
   owner.join();
   EXPECT_EQ(ran->load(), 21);

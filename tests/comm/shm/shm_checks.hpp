@@ -44,7 +44,7 @@ constexpr int64_t kShmBigNumel = (int64_t{64} << 20) / 4;
 /// "all_reduce float32 x17": a check's collective, dtype and size.
 inline std::string shm_check_name(const std::string& collective, at::ScalarType dtype,
                                   int64_t numel) {
-  return collective + " " + detail::dtype_name(dtype) + " x" + std::to_string(numel);
+  return collective + " " + comm::detail::dtype_name(dtype) + " x" + std::to_string(numel);
 }
 
 /// All-reduce (every dtype of collective_dtypes(), op and size), broadcast
