@@ -19,7 +19,7 @@
 #include "launch/stall_report.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/str.hpp"
-#include "launch/store_value.hpp"
+#include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -117,12 +117,12 @@ Agent::Attempt Agent::start_attempt(int number) {
   attempt.number = number;
   // Lay out ranks node by node, from every node's worker count.
   rendezvous_->store().set(key(number, comm::detail::str("nproc/", node_.node_rank)),
-                           detail::as_bytes(std::to_string(plan_.nproc)));
+                           comm::store::as_bytes(std::to_string(plan_.nproc)));
   int offset = 0;
   for (int node = 0; node < node_.nnodes; ++node) {
     const std::string k = key(number, comm::detail::str("nproc/", node));
     rendezvous_->store().wait({k}, plan_.rendezvous_timeout);
-    const int count = std::stoi(detail::as_text(rendezvous_->store().get(k)));
+    const int count = std::stoi(comm::store::as_text(rendezvous_->store().get(k)));
     if (node < node_.node_rank) offset += count;
     attempt.world_size += count;
   }
@@ -132,19 +132,20 @@ Agent::Attempt Agent::start_attempt(int number) {
     const bool given = plan_.max_nodes == 1 && !plan_.c10d && !o.standalone;
     if (!given) attempt.port_reservation.emplace();
     const int port = given ? o.master_port : attempt.port_reservation->port();
-    rendezvous_->store().set(key(number, "port"), detail::as_bytes(std::to_string(port)));
+    rendezvous_->store().set(key(number, "port"), comm::store::as_bytes(std::to_string(port)));
     if (recovery_) {
       const int generation = number == 0 ? recovery_->current() : recovery_->next();
       rendezvous_->store().set(key(number, "generation"),
-                               detail::as_bytes(std::to_string(generation)));
+                               comm::store::as_bytes(std::to_string(generation)));
     }
   }
   rendezvous_->store().wait({key(number, "port")}, plan_.rendezvous_timeout);
-  attempt.port = std::stoi(detail::as_text(rendezvous_->store().get(key(number, "port"))));
+  attempt.port = std::stoi(comm::store::as_text(rendezvous_->store().get(key(number, "port"))));
   int generation = 0;
   if (recovery_) {
     rendezvous_->store().wait({key(number, "generation")}, plan_.rendezvous_timeout);
-    generation = std::stoi(detail::as_text(rendezvous_->store().get(key(number, "generation"))));
+    generation =
+        std::stoi(comm::store::as_text(rendezvous_->store().get(key(number, "generation"))));
   }
   attempt.workers.resize(static_cast<size_t>(plan_.nproc));
   for (int local = 0; local < plan_.nproc; ++local) {
@@ -250,19 +251,20 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
         all_succeeded = false;
         continue;
       }
-      attempt.failure = detail::as_text(rendezvous_->store().compareSet(
-          key(attempt.number, "failure"), {}, detail::as_bytes(failure)));
+      attempt.failure = comm::store::as_text(rendezvous_->store().compareSet(
+          key(attempt.number, "failure"), {}, comm::store::as_bytes(failure)));
       return Outcome::kFailed;
     }
     if (all_succeeded && !attempt.reported_done) {
       attempt.reported_done = true;
       rendezvous_->store().set(key(attempt.number, comm::detail::str("done/", node_.node_rank)),
-                               detail::as_bytes("1"));
+                               comm::store::as_bytes("1"));
     }
     if (Clock::now() - last_poll < plan_.monitor_interval && !all_succeeded) continue;
     last_poll = Clock::now();
     if (rendezvous_->store().check({key(attempt.number, "failure")})) {
-      attempt.failure = detail::as_text(rendezvous_->store().get(key(attempt.number, "failure")));
+      attempt.failure =
+          comm::store::as_text(rendezvous_->store().get(key(attempt.number, "failure")));
       return Outcome::kFailed;
     }
     // After the failure check: a node that failed sets the failure before
@@ -294,7 +296,7 @@ void Agent::report_stall(const Attempt& attempt) {
     if (node_.nnodes > 1) {
       auto& store = rendezvous_->store();
       store.set(key(attempt.number, comm::detail::str("flight/", node_.node_rank)),
-                detail::as_bytes(local));
+                comm::store::as_bytes(local));
       const auto give_up = Clock::now() + plan_.stop_grace + std::chrono::seconds(5);
       for (int node = 0; node < node_.nnodes; ++node) {
         if (node == node_.node_rank) continue;
@@ -303,7 +305,7 @@ void Agent::report_stall(const Attempt& attempt) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
         if (!store.check({k})) continue;
-        std::istringstream lines(detail::as_text(store.get(k)));
+        std::istringstream lines(comm::store::as_text(store.get(k)));
         for (std::string line; std::getline(lines, line);) {
           if (auto position = decode_position(line)) positions.push_back(*position);
         }
@@ -367,8 +369,8 @@ int Agent::run() {
       say(comm::detail::str("received signal ", stop_signal_, "; stopping every worker"));
       rendezvous_->store().compareSet(
           key(round, "failure"), {},
-          detail::as_bytes(comm::detail::str("the launcher on node ", node_.node_rank,
-                                             " was interrupted by signal ", stop_signal_)));
+          comm::store::as_bytes(comm::detail::str("the launcher on node ", node_.node_rank,
+                                                  " was interrupted by signal ", stop_signal_)));
       stop_all(processes, plan_.stop_grace, pump);
       return 128 + stop_signal_;
     }

@@ -8,7 +8,7 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
-#include "launch/store_value.hpp"
+#include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -38,9 +38,9 @@ c10::intrusive_ptr<c10d::Store> store_at(const LaunchPlan& plan, bool server,
 // The host names the job; every other node must belong to it.
 void claim_run_id(c10d::Store& store, bool host, const LaunchPlan& plan) {
   const std::string mine = plan.options.run_id;
-  if (host) store.set("ddprun/run_id", detail::as_bytes(mine));
+  if (host) store.set("ddprun/run_id", comm::store::as_bytes(mine));
   store.wait({"ddprun/run_id"}, plan.rendezvous_timeout);
-  const std::string owner = detail::as_text(store.get("ddprun/run_id"));
+  const std::string owner = comm::store::as_text(store.get("ddprun/run_id"));
   if (owner != mine) {
     throw RendezvousError("the launcher at " + endpoint(plan) + " belongs to run '" + owner +
                           "', not to this run '" + mine +
@@ -72,7 +72,8 @@ NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret
   claim_run_id(*store_, host_, plan);
   if (host_ && plan.c10d) {
     const std::string& local = plan.options.local_addr;
-    store_->set(key(-1, "master_addr"), detail::as_bytes(local.empty() ? plan.store_host : local));
+    store_->set(key(-1, "master_addr"),
+                comm::store::as_bytes(local.empty() ? plan.store_host : local));
   }
 }
 
@@ -100,19 +101,19 @@ NodeAssignment NodeRendezvous::next_round() {
     // A node that arrives at a running job joins the round after it.
     next_round_ = 0;
     if (!host_ && store_->check({key(-1, "closed")})) {
-      next_round_ = std::stoi(detail::as_text(store_->get(key(-1, "closed")))) + 1;
+      next_round_ = std::stoi(comm::store::as_text(store_->get(key(-1, "closed")))) + 1;
     }
   }
   int round = next_round_;
   if (host_) {
     node.nnodes = close_round(round);
-    store_->set(key(round, "nnodes"), detail::as_bytes(std::to_string(node.nnodes)));
-    store_->set(key(-1, "closed"), detail::as_bytes(std::to_string(round)));
+    store_->set(key(round, "nnodes"), comm::store::as_bytes(std::to_string(node.nnodes)));
+    store_->set(key(-1, "closed"), comm::store::as_bytes(std::to_string(round)));
   } else {
     while (true) {
       node.node_rank = static_cast<int>(store_->add(key(round, "joined"), 1));
       store_->wait({key(round, "nnodes")}, plan_.rendezvous_timeout);
-      node.nnodes = std::stoi(detail::as_text(store_->get(key(round, "nnodes"))));
+      node.nnodes = std::stoi(comm::store::as_text(store_->get(key(round, "nnodes"))));
       if (node.node_rank < node.nnodes) break;
       // The round closed without this node (it was full, or the last call
       // had passed): wait in the next one.
@@ -120,7 +121,7 @@ NodeAssignment NodeRendezvous::next_round() {
     }
   }
   node.round = round;
-  node.master_addr = detail::as_text(store_->get(key(-1, "master_addr")));
+  node.master_addr = comm::store::as_text(store_->get(key(-1, "master_addr")));
   next_round_ = round + 1;
   return node;
 }

@@ -36,7 +36,7 @@ inline const std::vector<std::string> kUnsetVariables = [] {
 }();
 
 /// The toy trainer's arguments in every interop run, ddprun's reference
-/// included.
+/// included: one epoch, 2048 samples / (2 ranks x 32) = 32 steps.
 inline const std::vector<std::string> kJob = {"--epochs", "1", "--seed", "5"};
 
 inline bool contains(const std::string& text, const std::string& what) {

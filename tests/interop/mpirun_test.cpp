@@ -36,8 +36,6 @@ const std::string& mpirun() {
   GTEST_SKIP() << "no mpirun on PATH; install Debian's openmpi-bin (scripts/install-deps.sh) " \
                   "to run InteropMpirun"
 
-// One epoch of the toy trainer.
-
 // mpirun -np `processes` TOY kJob, with `variables` exported (-x). As root
 // (a container) Open MPI wants --allow-run-as-root; --oversubscribe lets it
 // start more processes than this machine has cores.

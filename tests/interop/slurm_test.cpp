@@ -40,7 +40,6 @@ constexpr auto kClusterDeadline = 300s;
 
 using ddp::testing::read_file;
 
-// One epoch of the toy trainer.
 // " word word ...".
 std::string joined(const std::vector<std::string>& words) {
   std::string line;

@@ -153,8 +153,6 @@ std::vector<ChildResult> on_a_reserved_port(
   return run_children(launchers(std::to_string(reserved.port())), kDeadline);
 }
 
-// One epoch of the toy trainer: 2048 samples / (2 ranks x 32) = 32 steps.
-
 // kJob's digest under ddprun.
 const std::string& expected_digest() {
   static const std::string digest = [] {

@@ -9,6 +9,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "comm/str.hpp"
+#include "comm/store/store_value.hpp"
 
 namespace ddp::comm::shm {
 namespace {
@@ -67,9 +68,6 @@ size_t fitting_slot_bytes(int world, size_t wanted) {
   return slot;
 }
 
-std::string store_text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
-std::vector<uint8_t> store_bytes(const std::string& text) { return {text.begin(), text.end()}; }
-
 // The boundaries of n shares of `count` elements: share j is
 // [bound(j), bound(j + 1)), cache-line aligned, possibly empty at the end.
 struct Shares {
@@ -97,10 +95,11 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     segment_ = Segment::create(fresh_segment_name(), bytes);
     new (segment_.data())
         Header{kMagic, kVersion, static_cast<uint32_t>(world), options_.slot_bytes};
-    store.set("shm/segment", store_bytes(detail::str(segment_.name(), " ", options_.slot_bytes)));
+    store.set("shm/segment",
+              store::as_bytes(detail::str(segment_.name(), " ", options_.slot_bytes)));
   } else {
     store.wait({"shm/segment"}, options_.timeout);
-    const std::string announced = store_text(store.get("shm/segment"));
+    const std::string announced = store::as_text(store.get("shm/segment"));
     const std::string name = announced.substr(0, announced.find(' '));
     options_.slot_bytes = std::stoull(announced.substr(announced.find(' ') + 1));
     segment_ = Segment::open(name, segment_bytes(world, options_.slot_bytes));
@@ -125,7 +124,7 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
 
   // The creator unlinks the name once every rank has mapped the segment
   // (Note [Shared-memory segments never outlive their job]).
-  store.set(detail::str("shm/mapped/", options_.rank), store_bytes("1"));
+  store.set(detail::str("shm/mapped/", options_.rank), store::as_bytes("1"));
   if (options_.rank == 0) {
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back(detail::str("shm/mapped/", r));

@@ -1,12 +1,13 @@
 #pragma once
 
-// Internal: the launcher's store values are text; the store holds bytes.
+// Internal: store values that are text (addresses, counts, names); the
+// store holds bytes.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace ddp::launch::detail {
+namespace ddp::comm::store {
 
 /// The bytes the store keeps for `text`.
 inline std::vector<uint8_t> as_bytes(const std::string& text) { return {text.begin(), text.end()}; }
@@ -16,4 +17,4 @@ inline std::string as_text(const std::vector<uint8_t>& value) {
   return {value.begin(), value.end()};
 }
 
-}  // namespace ddp::launch::detail
+}  // namespace ddp::comm::store
