@@ -49,8 +49,6 @@ int run(Options o) {
   const bool linear = o.model == "linear";
   if (o.batch == 0) o.batch = linear ? 32 : 100;
   at::set_num_threads(1);  // One intra-op thread per rank, as the Python side.
-  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  const int restart_count = restarts ? std::atoi(restarts) : 0;
 
   torch::manual_seed(static_cast<int64_t>(o.seed));
   torch::Tensor inputs, targets;
@@ -83,7 +81,10 @@ int run(Options o) {
   ddp::elastic::run(
       elastic,
       [&](const std::shared_ptr<ddp::ProcessGroup>& group) {
-        const int round = restart_count + calls++;
+        // Read here, not at start: a hot spare learns its restart count
+        // only when it takes a rank (Note [A spare waits for a seat]).
+        const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+        const int round = (restarts ? std::atoi(restarts) : 0) + calls++;
         const int rank = group->rank();
         ddp::DistributedDataParallel model(net, ddp::DistributedDataParallelOptions(), group);
         ddp::data::DistributedSampler sampler(inputs.size(0), group->size(), rank,

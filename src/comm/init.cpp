@@ -231,6 +231,12 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 }
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
+  if (auto spare = env.find(kSpareVariable); spare != env.end()) {
+    throw ConfigError(detail::str(
+        "this process is a hot spare of ddprun --spares (", kSpareVariable, "=", spare->second,
+        ") and called ddp::init(): a spare has no rank until it takes a lost worker's, "
+        "inside ddp::elastic::run. Train inside elastic::run, or drop --spares."));
+  }
   record_uncaught_errors();  // no decorator needed (ddp/comm/error_file.hpp)
   compat::StorePtr rendezvous;
   std::shared_ptr<ProcessGroup> group = make_group(options, env, rendezvous);

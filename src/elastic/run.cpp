@@ -1,16 +1,16 @@
 #include "ddp/elastic/run.hpp"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
-#include <thread>
 
 #include "ddp/comm/errors.hpp"
-#include "ddp/comm/tcp_store.hpp"
-#include "comm/store/job_secret.hpp"
 #include "comm/str.hpp"
+#include "elastic/generations.hpp"
 
 namespace ddp::elastic {
 namespace {
@@ -23,90 +23,31 @@ int64_t milliseconds(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
-// The worker's side of ddprun's recovery store.
-class Generations {
- public:
-  Generations(const EnvironmentMap& env, std::chrono::milliseconds timeout) : timeout_(timeout) {
-    const std::string address = env.at(kRecoveryStoreVariable);
-    const auto colon = address.rfind(':');
-    int port = 0;
-    try {
-      port = colon == std::string::npos ? 0 : std::stoi(address.substr(colon + 1));
-    } catch (const std::exception&) {
-    }
-    if (colon == 0 || port <= 0 || port > 65535) {
-      throw ConfigError(std::string(kRecoveryStoreVariable) + " is '" + address +
-                        "'; it must be HOST:PORT (ddprun --recovery memory sets it).");
-    }
-    auto found = env.find(store::kJobSecretFileVariable);
-    const std::string secret = found == env.end() || found->second.empty()
-                                   ? std::string()
-                                   : store::read_job_secret(found->second);
-    store_ = c10::make_intrusive<TcpStore>(TcpStoreOptions()
-                                               .host(address.substr(0, colon))
-                                               .port(port)
-                                               .timeout(timeout)
-                                               .secret(secret));
-    auto given = env.find(kRecoveryGenerationVariable);
-    try {
-      current_ = given == env.end() ? 0 : std::stoi(given->second);
-    } catch (const std::exception&) {
-      throw ConfigError(std::string(kRecoveryGenerationVariable) + " is '" + given->second +
-                        "'; it must be a generation number (ddprun sets it).");
-    }
+// Note [A spare waits for a seat]: a hot spare waits here until the agent
+// gives it a lost worker's variables, which it then takes for its own, in
+// `env` and in the process's environment (code that reads a variable
+// later, such as the error file's RANK, sees the seat). A released spare
+// ends its process: the code after run() belongs to a worker that trained.
+void take_seat_or_exit(detail::Generations& generations, const std::string& id,
+                       EnvironmentMap& env) {
+  const auto began = Clock::now();
+  std::optional<std::map<std::string, std::string>> seat = generations.hold_spare(id);
+  if (!seat) {
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    std::_Exit(0);
   }
-
-  int current() const { return current_; }
-  int newest() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 0)); }
-
-  // The store of the current generation, once all `world_size` ranks are in
-  // it; false when a newer generation started meanwhile (current() moves
-  // to it).
-  bool meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>& met) {
-    auto store = c10::make_intrusive<c10d::PrefixStore>(
-        comm::detail::str("ddp/generation/", current_), store_);
-    store->set(comm::detail::str("present/", rank), std::vector<uint8_t>{1});
-    std::vector<std::string> keys;
-    for (int r = 0; r < world_size; ++r) keys.push_back(comm::detail::str("present/", r));
-    const auto give_up = Clock::now() + timeout_;
-    while (!store->check(keys)) {
-      if (newest() > current_) {
-        current_ = newest();
-        return false;
-      }
-      if (Clock::now() > give_up) {
-        throw TimeoutError(comm::detail::str("generation ", current_, " of the job: not all ",
-                                             world_size, " ranks joined within ", timeout_.count(),
-                                             " ms (RunOptions::rejoin_timeout); a replaced worker "
-                                             "may have failed at start-up: read ddprun's log."));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    met = store;
-    return true;
+  for (const auto& [name, value] : *seat) {
+    env[name] = value;
+    ::setenv(name.c_str(), value.c_str(), 1);  // before init() starts any thread
   }
-
-  // Waits for the launcher to start a generation after the current one.
-  void next() {
-    const auto give_up = Clock::now() + timeout_;
-    while (newest() <= current_) {
-      if (Clock::now() > give_up) {
-        throw TimeoutError(comm::detail::str(
-            "generation ", current_, " lost a peer and no new generation started within ",
-            timeout_.count(),
-            " ms (RunOptions::rejoin_timeout): the launcher did not replace the worker. Check that "
-            "ddprun has restarts left (--max-restarts)."));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    current_ = newest();
-  }
-
- private:
-  c10::intrusive_ptr<c10d::Store> store_;
-  std::chrono::milliseconds timeout_;
-  int current_ = 0;
-};
+  env.erase(kSpareVariable);
+  ::unsetenv(kSpareVariable);
+  std::cerr << "ddp: spare " << id << " takes rank " << env["RANK"] << " of " << env["WORLD_SIZE"]
+            << " in generation " << generations.current() << " (it waited "
+            << milliseconds(Clock::now() - began) << " ms)" << std::endl;
+}
 
 }  // namespace
 
@@ -114,14 +55,20 @@ void run(State& state, const TrainFunction& train, const RunOptions& options) {
   run(state, train, options, capture_environment());
 }
 
+bool is_spare() { return capture_environment().count(kSpareVariable) != 0; }
+
 void run(State& state, const TrainFunction& train, const RunOptions& options,
-         const EnvironmentMap& env) {
-  if (env.count(kRecoveryStoreVariable) == 0) {  // one generation: no recovery
-    train(init(options.init(), env));
+         const EnvironmentMap& given) {
+  if (given.count(kRecoveryStoreVariable) == 0) {  // one generation: no recovery
+    train(init(options.init(), given));
     return;
   }
+  EnvironmentMap env = given;
+  detail::Generations generations(env, options.rejoin_timeout());
+  auto spare = env.find(kSpareVariable);
+  std::string spare_id = spare == env.end() ? "" : spare->second;
+  if (!spare_id.empty()) take_seat_or_exit(generations, spare_id, env);
   const Topology topology = resolve_topology(env);
-  Generations generations(env, options.rejoin_timeout());
   std::optional<Clock::time_point> failed_at;
   const std::string who = comm::detail::str("ddp: rank ", topology.rank, ": ");
   while (true) {
@@ -142,6 +89,10 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
                                                     " ms after the failure)")
                                 : std::string())
                   << std::endl;
+      }
+      if (!spare_id.empty()) {  // a promoted spare: the agent may start another
+        generations.report_running(spare_id);
+        spare_id.clear();
       }
       train(group);
       return;

@@ -49,7 +49,7 @@ std::optional<int> State::sync(ProcessGroup& group) {
     }
     description = json{{"scalars", committed_->scalars_json}, {"tensors", tensors}}.dump();
   }
-  description = detail::broadcast_bytes(group, description, sender);
+  description = comm::detail::broadcast_bytes(group, description, sender);
   snapshot::SnapshotFile received;
   std::vector<at::Tensor> payload;
   if (rank == sender) {

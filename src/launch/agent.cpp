@@ -15,6 +15,10 @@
 #include "ddp/comm/flight_recorder.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "ddp/launch/worker_environment.hpp"
+#include "launch/agent_attempt.hpp"
+#include "launch/say.hpp"
+#include "launch/spare_pool.hpp"
 #include "launch/rank_output.hpp"
 #include "launch/stall_report.hpp"
 #include "comm/store/job_secret.hpp"
@@ -26,31 +30,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void say(const std::string& message) { std::cerr << "ddprun: " << message << std::endl; }
-
 }  // namespace
 
 volatile std::sig_atomic_t Agent::stop_signal_ = 0;
-
-struct Agent::Attempt {
-  struct Worker {
-    int rank = 0;
-    int local_rank = 0;
-    std::string error_file;
-    std::string flight_recorder_file;
-    std::optional<ChildProcess> process;  // emplaced again for a replacement
-    std::optional<RankOutput> output;     // a replacement keeps its predecessor's
-  };
-  int number = 0;
-  int world_size = 0;
-  int port = 0;  // the workers' MASTER_PORT
-  // Node 0 keeps a port it chose until the attempt ends (Note [A port held
-  // from choice to use]).
-  std::optional<PortReservation> port_reservation;
-  std::vector<Worker> workers;
-  bool reported_done = false;
-  std::string failure;
-};
 
 void Agent::request_stop(int signal) noexcept { stop_signal_ = signal; }
 
@@ -95,22 +77,6 @@ std::string Agent::key(int attempt, const std::string& name) const {
   return comm::detail::str("ddprun/", plan_.options.run_id, "/", attempt, "/", name);
 }
 
-std::string Agent::error_file(int attempt, int local_rank) const {
-  const std::string base = plan_.options.log_dir.empty()
-                               ? private_dir_
-                               : plan_.options.log_dir + "/" + plan_.options.run_id;
-  const std::string dir = comm::detail::str(base, "/attempt_", attempt, "/", local_rank);
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    throw IoError("cannot create the directory " + dir +
-                  " for a worker's error file: " + error.message() + "; check that " +
-                  (plan_.options.log_dir.empty() ? std::string("TMPDIR") : "--log-dir") +
-                  " is writable.");
-  }
-  return dir + "/error.json";
-}
-
 Agent::Attempt Agent::start_attempt(int number) {
   const auto& o = plan_.options;
   Attempt attempt;
@@ -151,86 +117,19 @@ Agent::Attempt Agent::start_attempt(int number) {
   for (int local = 0; local < plan_.nproc; ++local) {
     start_worker(attempt, local, offset + local, generation);
   }
+  if (spares_) spares_->fill(placement(attempt, 0, offset, generation));
   return attempt;
 }
 
-// Starts (or starts again) local worker `local_rank` of `attempt`.
-void Agent::start_worker(Attempt& attempt, int local_rank, int rank, int generation) {
-  const auto& o = plan_.options;
-  const int number = attempt.number;
-  WorkerPlacement placement;
-  placement.local_rank = local_rank;
-  placement.rank = rank;
-  placement.world_size = attempt.world_size;
-  placement.node_rank = node_.node_rank;
-  placement.nnodes = node_.nnodes;
-  placement.master_addr = node_.master_addr;
-  placement.master_port = attempt.port;
-  placement.restart_count = restarts_;
-  placement.round = number;
-  if (recovery_) {
-    placement.recovery_store = recovery_->address();
-    placement.generation = generation;
-  }
-  placement.error_file = error_file(number, local_rank);
-  placement.flight_recorder_file =
-      std::filesystem::path(placement.error_file).replace_filename("flight_recorder.bin").string();
-  // An earlier job's (or worker's) files would be taken for this one's.
-  for (const std::string& file : {placement.error_file, placement.flight_recorder_file}) {
-    std::error_code error;
-    std::filesystem::remove(file, error);
-    if (error) {
-      throw IoError("cannot remove the old file " + file + ": " + error.message() +
-                    "; remove it, or give another --log-dir or --run-id.");
-    }
-  }
-  ChildSpec spec;
-  spec.argv = plan_.argv;
-  spec.env = worker_environment(plan_, placement);
-  const std::string log_dir =
-      o.log_dir.empty()
-          ? ""
-          : comm::detail::str(o.log_dir, "/", o.run_id, "/attempt_", number, "/", local_rank);
-  // torchrun's --redirects (to files only) and --tee (files and console).
-  unsigned to_files = 0;
-  unsigned to_console = 0;
-  for (int stream = 0; stream < 2; ++stream) {
-    const bool redirect = plan_.redirects.has(local_rank, stream);
-    const bool tee = plan_.tee.has(local_rank, stream);
-    if (redirect || tee) to_files |= 1u << stream;
-    if (!redirect || tee) to_console |= 1u << stream;
-  }
-  Attempt::Worker& worker = attempt.workers[static_cast<size_t>(local_rank)];
-  worker.rank = rank;
-  worker.local_rank = local_rank;
-  worker.error_file = placement.error_file;
-  worker.flight_recorder_file = placement.flight_recorder_file;
-  worker.process.emplace(spec, /*separate_stderr=*/true);  // same storage: pointers stay valid
-  if (!worker.output) worker.output.emplace(rank, log_dir, to_files, to_console);
-}
-
-// --recovery memory: starts the failed worker again alone, in a new
-// generation; the others keep their processes and state (Note [Recovery in
-// memory]). False when no restart is left.
-bool Agent::replace_worker(Attempt& attempt, size_t index, const std::string& failure) {
-  if (restarts_ >= plan_.options.max_restarts) return false;
-  ++restarts_;
-  const int generation = recovery_->next();
-  say(comm::detail::str(failure, "; starting it again alone in generation ", generation,
-                        ", the other workers keep their state (recovery in memory, restart ",
-                        restarts_, " of ", plan_.options.max_restarts, ")"));
-  Attempt::Worker& worker = attempt.workers[index];
-  start_worker(attempt, worker.local_rank, worker.rank, generation);
-  return true;
-}
-
 Agent::Outcome Agent::monitor(Attempt& attempt) {
-  std::vector<ChildProcess*> processes;
-  for (auto& w : attempt.workers) processes.push_back(&*w.process);
   auto last_poll = Clock::now();
   while (true) {
     if (stop_signal_ != 0) return Outcome::kInterrupted;
+    std::vector<ChildProcess*> processes;
+    for (auto& w : attempt.workers) processes.push_back(&*w.process);
+    if (spares_) spares_->add_processes(processes);
     wait_for_output(processes, std::min(plan_.monitor_interval, std::chrono::milliseconds(50)));
+    if (spares_) spares_->pump();
     bool all_succeeded = true;
     for (auto& w : attempt.workers) {
       w.process->pump([&](Stream s, std::string_view chunk) { w.output->feed(s, chunk); });
@@ -262,6 +161,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     }
     if (Clock::now() - last_poll < plan_.monitor_interval && !all_succeeded) continue;
     last_poll = Clock::now();
+    if (spares_) spares_->poll_store(placement(attempt, 0, 0, 0));
     if (rendezvous_->store().check({key(attempt.number, "failure")})) {
       attempt.failure =
           comm::store::as_text(rendezvous_->store().get(key(attempt.number, "failure")));
@@ -282,7 +182,6 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
 // its ranks' last collectives and reads the others' (a node that does not
 // answer in time is left out, its ranks unknown rather than idle).
 void Agent::report_stall(const Attempt& attempt) {
-  std::string local;
   std::vector<RankPosition> positions;
   for (const auto& w : attempt.workers) {
     RankPosition position{w.rank, std::nullopt};
@@ -290,30 +189,23 @@ void Agent::report_stall(const Attempt& attempt) {
       position.last = last_collective(*record);
     }
     positions.push_back(position);
-    local += encode_position(position) + "\n";
   }
-  try {
-    if (node_.nnodes > 1) {
-      auto& store = rendezvous_->store();
-      store.set(key(attempt.number, comm::detail::str("flight/", node_.node_rank)),
-                comm::store::as_bytes(local));
-      const auto give_up = Clock::now() + plan_.stop_grace + std::chrono::seconds(5);
-      for (int node = 0; node < node_.nnodes; ++node) {
-        if (node == node_.node_rank) continue;
-        const std::string k = key(attempt.number, comm::detail::str("flight/", node));
-        while (!store.check({k}) && Clock::now() < give_up) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-        if (!store.check({k})) continue;
-        std::istringstream lines(comm::store::as_text(store.get(k)));
-        for (std::string line; std::getline(lines, line);) {
-          if (auto position = decode_position(line)) positions.push_back(*position);
-        }
+  if (node_.nnodes > 1) {
+    std::vector<std::string> others;
+    for (int node = 0; node < node_.nnodes; ++node) {
+      if (node != node_.node_rank) {
+        others.push_back(key(attempt.number, comm::detail::str("flight/", node)));
       }
     }
-  } catch (const std::exception& e) {
-    say("could not gather the other nodes' flight recorders (" + std::string(e.what()) +
-        "); reporting this node's ranks only");
+    try {
+      positions =
+          gather_positions(rendezvous_->store(), positions,
+                           key(attempt.number, comm::detail::str("flight/", node_.node_rank)),
+                           others, Clock::now() + plan_.stop_grace + std::chrono::seconds(5));
+    } catch (const std::exception& e) {
+      say("could not gather the other nodes' flight recorders (" + std::string(e.what()) +
+          "); reporting this node's ranks only");
+    }
   }
   const std::string report = describe_stall(positions);
   if (!report.empty()) say("flight recorder: " + report);
@@ -342,6 +234,9 @@ int Agent::run() {
       recovery_ = std::make_unique<RecoveryStore>(
           rendezvous_->store(), "ddprun/" + o.run_id + "/recovery_store", node_.node_rank == 0,
           node_.master_addr, secret, plan_.rendezvous_timeout);
+      if (plan_.spares > 0) {
+        spares_ = std::make_unique<SparePool>(plan_, recovery_->store(), private_dir_);
+      }
     }
     if (!authenticated && node_.node_rank == 0 && node_.round == 0) {
       say("warning: no --secret-file, so the rendezvous stores at " + plan_.store_host +
@@ -360,8 +255,12 @@ int Agent::run() {
         }
       }
     };
+    auto release_spares = [&] {
+      if (spares_) spares_->release(plan_.stop_grace);
+    };
     if (outcome == Outcome::kSucceeded) {
       stop_all(processes, plan_.stop_grace, pump);
+      release_spares();
       leave(round);
       return 0;
     }
@@ -372,6 +271,7 @@ int Agent::run() {
           comm::store::as_bytes(comm::detail::str("the launcher on node ", node_.node_rank,
                                                   " was interrupted by signal ", stop_signal_)));
       stop_all(processes, plan_.stop_grace, pump);
+      release_spares();
       return 128 + stop_signal_;
     }
     stop_all(processes, plan_.stop_grace, pump);
@@ -383,6 +283,7 @@ int Agent::run() {
       continue;
     }
     if (restarts_ >= o.max_restarts) {
+      release_spares();
       leave(round);
       say(comm::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
                             o.max_restarts, "). First failure: ", attempt.failure));

@@ -16,7 +16,6 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/errors.hpp"
-#include "ddp/comm/flight_recorder.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/str.hpp"
 
@@ -311,6 +310,18 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
                       "ddp::elastic::run).");
   }
   plan.memory_recovery = options.recovery == "memory";
+  if (options.spares < 0) {
+    throw ConfigError(comm::detail::str("--spares is ", options.spares,
+                                        "; it must be 0 or more hot spares per node."));
+  }
+  if (options.spares > 0 && !plan.memory_recovery) {
+    throw ConfigError(comm::detail::str(
+        "--spares ", options.spares,
+        " needs --recovery memory: a spare takes a lost worker's "
+        "rank inside ddp::elastic::run, while --recovery ",
+        options.recovery, " restarts every worker. Add --recovery memory, or drop --spares."));
+  }
+  plan.spares = options.spares;
   plan.monitor_interval = duration(options.monitor_interval_s, "--monitor-interval");
   plan.stop_grace = duration(options.stop_grace_s, "--stop-grace");
   plan.rendezvous_timeout = duration(options.rendezvous_timeout_s, "--rendezvous-timeout");
@@ -381,43 +392,6 @@ bool StreamChoice::has(int local_rank, int stdout_or_stderr) const {
   auto found = by_rank_.find(local_rank);
   const int bits = found == by_rank_.end() ? all_ : found->second;
   return (bits >> stdout_or_stderr & 1) != 0;
-}
-
-std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
-                                                      const WorkerPlacement& p) {
-  const auto& o = plan.options;
-  std::map<std::string, std::string> env = {
-      {"RANK", std::to_string(p.rank)},
-      {"LOCAL_RANK", std::to_string(p.local_rank)},
-      {"GROUP_RANK", std::to_string(p.node_rank)},
-      {"ROLE_RANK", std::to_string(p.rank)},
-      {"ROLE_NAME", "default"},
-      {"LOCAL_WORLD_SIZE", std::to_string(plan.nproc)},
-      {"WORLD_SIZE", std::to_string(p.world_size)},
-      {"ROLE_WORLD_SIZE", std::to_string(p.world_size)},
-      {"GROUP_WORLD_SIZE", std::to_string(p.nnodes)},
-      {"MASTER_ADDR", p.master_addr},
-      {"MASTER_PORT", std::to_string(p.master_port)},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count)},
-      {"DDP_RENDEZVOUS_ROUND", std::to_string(p.round)},
-      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
-      {"TORCHELASTIC_RUN_ID", o.run_id},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
-      {"TORCHELASTIC_ERROR_FILE", p.error_file},
-      {flight_recorder::kFileVariable, p.flight_recorder_file},
-  };
-  if (!plan.secret_file.empty()) env[store::kJobSecretFileVariable] = plan.secret_file;
-  if (!p.recovery_store.empty()) {
-    env[kRecoveryStoreVariable] = p.recovery_store;
-    env[kRecoveryGenerationVariable] = std::to_string(p.generation);
-  }
-  // As torchrun: share the cores among the workers unless the user chose.
-  const EnvironmentMap inherited = capture_environment();
-  if (!inherited.count("OMP_NUM_THREADS")) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cores / plan.nproc));
-  }
-  return env;
 }
 
 }  // namespace ddp::launch

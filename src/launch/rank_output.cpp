@@ -35,6 +35,9 @@ RankOutput::RankOutput(int rank, const std::string& log_dir, unsigned to_files, 
   }
 }
 
+RankOutput::RankOutput(const std::string& label, unsigned to_console)
+    : prefix_("[" + label + "] "), console_(to_console) {}
+
 RankOutput::RankOutput(RankOutput&& other) noexcept
     : prefix_(std::move(other.prefix_)), console_(other.console_) {
   for (int i = 0; i < 2; ++i) {

@@ -23,6 +23,9 @@ class RankOutput {
   /// \throws ddp::IoError when the directory or a log file cannot be
   ///   created.
   RankOutput(int rank, const std::string& log_dir, unsigned to_files, unsigned to_console);
+  /// The output of a process with no rank yet (a hot spare): its `to_console`
+  /// streams, each line prefixed "[label] ".
+  RankOutput(const std::string& label, unsigned to_console);
   ~RankOutput();
   RankOutput(RankOutput&& other) noexcept;
   RankOutput(const RankOutput&) = delete;

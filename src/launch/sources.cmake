@@ -5,10 +5,13 @@
 set(launch ${PROJECT_SOURCE_DIR}/src/launch)
 ddp_add_library(launch STATIC DEPENDS ddp_comm SOURCES
   ${launch}/agent.cpp
+  ${launch}/agent_workers.cpp
   ${launch}/child_process.cpp
   ${launch}/port_reservation.cpp
   ${launch}/launch_options.cpp
   ${launch}/node_rendezvous.cpp
   ${launch}/rank_output.cpp
+  ${launch}/spare_pool.cpp
   ${launch}/recovery_store.cpp
-  ${launch}/stall_report.cpp)
+  ${launch}/stall_report.cpp
+  ${launch}/worker_environment.cpp)

@@ -1,13 +1,17 @@
 #include "launch/stall_report.hpp"
 
 #include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <sstream>
+#include <thread>
 
 #include "comm/flight_recorder/entry_json.hpp"
 #include "comm/str.hpp"
+#include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -155,6 +159,26 @@ std::optional<RankPosition> decode_position(const std::string& text) {
     position.last = flight_recorder::detail::entry_from_json(line["last"]);
   }
   return position;
+}
+
+std::vector<RankPosition> gather_positions(c10d::Store& store, std::vector<RankPosition> positions,
+                                           const std::string& own_key,
+                                           const std::vector<std::string>& other_keys,
+                                           std::chrono::steady_clock::time_point give_up) {
+  std::string local;
+  for (const auto& position : positions) local += encode_position(position) + "\n";
+  store.set(own_key, comm::store::as_bytes(local));
+  for (const std::string& key : other_keys) {
+    while (!store.check({key}) && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!store.check({key})) continue;
+    std::istringstream lines(comm::store::as_text(store.get(key)));
+    for (std::string line; std::getline(lines, line);) {
+      if (auto position = decode_position(line)) positions.push_back(*position);
+    }
+  }
+  return positions;
 }
 
 }  // namespace ddp::launch

@@ -21,11 +21,16 @@
 //     the failure was not a collective's, and there is nothing to say.
 // A rank with no file (it never started ddp) counts as having issued none.
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ddp/comm/flight_recorder.hpp"
+
+namespace c10d {
+class Store;
+}
 
 namespace ddp::launch {
 
@@ -48,5 +53,14 @@ std::string rank_list(std::vector<int> ranks);
 /// The same position as one line of text, for the agents' store, and back.
 std::string encode_position(const RankPosition& position);
 std::optional<RankPosition> decode_position(const std::string& line);
+
+/// Publishes this node's `positions` at `own_key` of the agents' `store`,
+/// reads every other node's from `other_keys`, waiting for each until
+/// `give_up` (a node that does not answer by then is left out, its ranks
+/// unknown rather than idle), and returns them all.
+std::vector<RankPosition> gather_positions(c10d::Store& store, std::vector<RankPosition> positions,
+                                           const std::string& own_key,
+                                           const std::vector<std::string>& other_keys,
+                                           std::chrono::steady_clock::time_point give_up);
 
 }  // namespace ddp::launch

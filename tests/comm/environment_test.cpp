@@ -6,6 +6,7 @@
 #include "common/error_capture.hpp"
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/init.hpp"
 
 namespace ddp {
 namespace {
@@ -211,6 +212,19 @@ TEST(CoreEnvironment, CaptureSeesTheProcessEnvironment) {
   setenv("DDP_TEST_CAPTURE", "42", 1);
   EXPECT_EQ(capture_environment().at("DDP_TEST_CAPTURE"), "42");
   unsetenv("DDP_TEST_CAPTURE");
+}
+
+// A hot spare of ddprun --spares has no rank until it takes one inside
+// elastic::run (Note [A spare waits for a seat]): init() refuses it, so it
+// cannot train alone as a job of one process.
+TEST(CoreEnvironment, InitRefusesAHotSpare) {
+  const std::string message = ddp::testing::error_of<ConfigError>([] {
+    init(InitOptions().backend("gloo"), {{kSpareVariable, "3f9a0c1d"}});
+  });
+  EXPECT_EQ(message,
+            "this process is a hot spare of ddprun --spares (DDP_SPARE=3f9a0c1d) and called "
+            "ddp::init(): a spare has no rank until it takes a lost worker's, inside "
+            "ddp::elastic::run. Train inside elastic::run, or drop --spares.");
 }
 
 }  // namespace

@@ -13,59 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "launch/launcher_runs.hpp"
+#include "elastic/recovery_job.hpp"
 #include "ddp/launch/port_reservation.hpp"
 
 namespace ddp::launch {
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr int kCommitEvery = 4;
-
-// Rank 1 SIGKILLs itself after step `kill_at` (0: never).
-ChildSpec toy_job(int kill_at) {
-  std::vector<std::string> args = {"--standalone",
-                                   "--nproc-per-node",
-                                   "3",
-                                   "--max-restarts",
-                                   "2",
-                                   "--monitor-interval",
-                                   "0.1",
-                                   "--stop-grace",
-                                   "2",
-                                   "--recovery",
-                                   "memory",
-                                   DDP_TOY_TRAINER,
-                                   "--epochs",
-                                   "2",
-                                   "--seed",
-                                   "7",
-                                   "--commit-every",
-                                   std::to_string(kCommitEvery)};
-  if (kill_at > 0) {
-    args.push_back("--kill-at");
-    args.push_back("1:" + std::to_string(kill_at));
-  }
-  return ddprun(args);
-}
-
-std::string digest_of(const std::string& output) {
-  std::smatch m;
-  return std::regex_search(output, m, std::regex(R"(params-digest=([0-9a-f]{16}))")) ? m[1].str()
-                                                                                     : "<none>";
-}
-
-// The pids rank `rank` printed, in order (one "pid P" per generation).
-std::vector<std::string> pids_of(const std::string& output, int rank) {
-  std::vector<std::string> pids;
-  const std::regex line("\\[" + std::to_string(rank) + "\\] pid (\\d+)");
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
-       it != std::sregex_iterator(); ++it) {
-    pids.push_back((*it)[1].str());
-  }
-  return pids;
-}
 
 class ElasticRecovery : public ::testing::TestWithParam<int> {};
 

@@ -15,6 +15,9 @@
 //                    sleeps until stopped and the others' sixth collective,
 //                    an all-reduce, times out (1500 ms)
 //   sleep            prints its pid and sleeps until stopped
+//   spare-refused    under ddprun --spares: rank 0 waits (60 s at most) for
+//                    a hot spare's error file, then as env; the spare
+//                    itself fails in ddp::init(), which refuses a spare
 //   intrude          rank 1 also tries the job's store without the secret
 //                    and with a wrong one, then all ranks all-reduce
 
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -49,6 +53,27 @@ void sleep_forever() {
   while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// ddprun keeps a worker's error file at <dir>/attempt_<k>/<local rank>/
+// and a hot spare's at <dir>/spare_<id>/: waits until a spare has recorded
+// its error (ddp::init() refuses a spare), so that the job outlives it.
+void wait_for_spare_error() {
+  const std::filesystem::path dir = std::filesystem::path(var("TORCHELASTIC_ERROR_FILE"))
+                                        .parent_path()
+                                        .parent_path()
+                                        .parent_path();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < give_up) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (entry.path().filename().string().rfind("spare_", 0) == 0 &&
+          std::filesystem::exists(entry.path() / "error.json")) {
+        return;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw ddp::TimeoutError("no hot spare recorded an error in " + dir.string() + " within 60 s");
+}
+
 int all_reduce_ranks(const std::shared_ptr<ddp::ProcessGroup>& group) {
   at::Tensor t = at::full({1}, group->rank(), at::kLong);
   group->all_reduce(t);
@@ -66,7 +91,7 @@ int all_reduce_ranks(std::chrono::milliseconds timeout) {
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   const int target = argc > 2 ? std::stoi(argv[2]) : -1;
-  const int rank = std::stoi(var("RANK"));
+  const int rank = kEnv.count("RANK") ? std::stoi(var("RANK")) : -1;  // -1: a hot spare
   if (scenario == "uncaught") {  // no try, no record_error(): ddp::init() has it covered
     auto group = ddp::init(ddp::InitOptions().backend("gloo"));
     throw ddp::TimeoutError("rank " + std::to_string(rank) + " gave up waiting, on purpose");
@@ -74,7 +99,9 @@ int main(int argc, char** argv) {
   try {
     const int round =
         kEnv.count("DDP_RENDEZVOUS_ROUND") ? std::stoi(var("DDP_RENDEZVOUS_ROUND")) : 0;
-    if (scenario == "env" || ((scenario == "grow" || scenario == "shrink") && round > 0)) {
+    if (scenario == "spare-refused" && rank == 0) wait_for_spare_error();
+    if (scenario == "env" || scenario == "spare-refused" ||
+        ((scenario == "grow" || scenario == "shrink") && round > 0)) {
       for (const char* name :
            {"RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE",
             "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",

@@ -56,6 +56,11 @@ void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
                  "snapshot) or memory (restart it alone; the others keep their state: "
                  "ddp::elastic::run)")
       ->capture_default_str();
+  app.add_option("--spares", o.spares,
+                 "with --recovery memory: hot spares per node, started ahead of need, which "
+                 "take a failed worker's rank without starting a process (each use counts as a "
+                 "restart, so --max-restarts 0 never uses one)")
+      ->capture_default_str();
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval_s,
                  "seconds between checks of the other nodes");
   app.add_option("--log-dir,--log_dir", o.log_dir,

@@ -43,6 +43,10 @@ inline constexpr const char* kRecoveryStoreVariable = "DDP_RECOVERY_STORE";
 inline constexpr const char* kRecoveryGenerationVariable = "DDP_RECOVERY_GENERATION";
 /// The key of that store whose value (a counter) is the newest generation.
 inline constexpr const char* kRecoveryGenerationsKey = "ddp/generations";
+/// Set by `ddprun --spares K` in a hot spare, instead of RANK and
+/// WORLD_SIZE: the spare's id (Note [A spare waits for a seat] in
+/// ddp/elastic/run.hpp). init() refuses to start a group in a spare.
+inline constexpr const char* kSpareVariable = "DDP_SPARE";
 
 /// Set by torchrun: "True" when its agent hosts the rendezvous store at
 /// MASTER_ADDR:MASTER_PORT, so that no worker may host one there (torchrun

@@ -32,6 +32,23 @@
 /// ddprun, torchrun, one process) run() calls the function once with
 /// init()'s group, and a failure ends the worker, so the same program runs
 /// under every launcher.
+///
+/// Note [A spare waits for a seat]
+/// `ddprun --spares K` also starts K hot spares per node: the same program,
+/// started ahead of need, with DDP_SPARE=<id> and no RANK or WORLD_SIZE.
+/// A spare runs main() as far as run() (LibTorch loaded, data read, model
+/// and State built: the ~0.5 s a replacement would spend before it could
+/// train) and waits there, in the recovery store, for a seat. When a worker
+/// fails, its agent gives the worker's variables (RANK, WORLD_SIZE,
+/// DDP_RECOVERY_GENERATION, ...) to a ready spare instead of starting a
+/// process; the spare takes them as its own, also in its environment, and
+/// goes on as a replacement would: it meets the new generation and receives
+/// the last commit (State::sync). At the job's end the agent releases the
+/// spares that were not needed, and each ends its process with exit 0
+/// inside run(), without returning: the code after run() is a worker's.
+/// Code before run() runs in a spare too, as if it were a job of one
+/// process (is_spare() tells; a spare that calls init() is refused, since
+/// it has no rank), so side effects there must not assume a rank.
 
 #include <torch/arg.h>
 
@@ -66,6 +83,10 @@ using TrainFunction = std::function<void(const std::shared_ptr<ProcessGroup>& gr
 ///   when no next generation comes within rejoin_timeout; ConfigError for a
 ///   malformed DDP_RECOVERY_STORE.
 void run(State& state, const TrainFunction& train, const RunOptions& options = {});
+
+/// True in a hot spare of `ddprun --spares` that has no rank yet (Note [A
+/// spare waits for a seat]).
+bool is_spare();
 
 /// As run(state, train, options), with the environment given explicitly.
 void run(State& state, const TrainFunction& train, const RunOptions& options,

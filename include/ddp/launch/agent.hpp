@@ -39,6 +39,9 @@
 
 namespace ddp::launch {
 
+class SparePool;
+struct WorkerPlacement;
+
 class Agent {
  public:
   /// Creates a private directory (the job's secret on one node, error files
@@ -66,6 +69,8 @@ class Agent {
   enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed };
 
   Attempt start_attempt(int round);
+  WorkerPlacement placement(const Attempt& attempt, int local_rank, int rank, int generation) const;
+  void prepare_files(WorkerPlacement& placement, int attempt) const;
   void start_worker(Attempt& attempt, int local_rank, int rank, int generation);
   bool replace_worker(Attempt& attempt, size_t index, const std::string& failure);
   Outcome monitor(Attempt& attempt);
@@ -78,6 +83,7 @@ class Agent {
   std::unique_ptr<NodeRendezvous> rendezvous_;
   NodeAssignment node_;                      // this round's
   std::unique_ptr<RecoveryStore> recovery_;  // --recovery memory
+  std::unique_ptr<SparePool> spares_;        // --spares
   int restarts_ = 0;
   std::string private_dir_;  // mode 0700: the secret, and error files when no --log-dir
   static volatile std::sig_atomic_t stop_signal_;

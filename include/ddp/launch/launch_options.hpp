@@ -30,6 +30,10 @@ struct LaunchOptions {
   /// "memory" starts the failed one again alone and the others keep their
   /// state (Note [Recovery in memory] in ddp/elastic/run.hpp).
   std::string recovery = "disk";
+  /// With --recovery memory: hot spares per node, started ahead of need and
+  /// waiting inside ddp::elastic::run to take a lost worker's rank (Note [A
+  /// spare waits for a seat] in ddp/elastic/run.hpp).
+  int spares = 0;
   double monitor_interval_s = 0.5;
   std::string run_id = "none";
   std::string log_dir;
@@ -83,6 +87,7 @@ struct LaunchPlan {
   StreamChoice redirects;
   StreamChoice tee;
   bool memory_recovery = false;  ///< --recovery memory
+  int spares = 0;                ///< --spares: hot spares per node
   /// What each worker runs: the command with its program resolved through
   /// PATH, or `python3 -u SCRIPT ARGS...` (Note [Python scripts]).
   std::vector<std::string> argv;
@@ -103,25 +108,5 @@ struct LaunchPlan {
 /// Throws ddp::ConfigError (bad values) or ddp::RendezvousError (port in
 /// use) with a message saying what to do.
 LaunchPlan resolve_launch(const LaunchOptions& options);
-
-/// The environment of local worker `local_rank`, as torchrun gives it.
-struct WorkerPlacement {
-  int rank = 0;
-  int local_rank = 0;
-  int world_size = 1;
-  int node_rank = 0;    ///< GROUP_RANK
-  int nnodes = 1;       ///< GROUP_WORLD_SIZE
-  int rank_offset = 0;  ///< global rank of this node's local rank 0
-  std::string master_addr;
-  int master_port = 0;
-  int restart_count = 0;
-  int round = 0;  ///< the rendezvous round (DDP_RENDEZVOUS_ROUND)
-  std::string error_file;
-  std::string flight_recorder_file;  ///< DDP_FLIGHT_RECORDER_FILE
-  std::string recovery_store;        ///< DDP_RECOVERY_STORE (--recovery memory)
-  int generation = 0;                ///< DDP_RECOVERY_GENERATION
-};
-std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
-                                                      const WorkerPlacement& placement);
 
 }  // namespace ddp::launch

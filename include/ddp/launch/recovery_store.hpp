@@ -35,6 +35,8 @@ class RecoveryStore {
   int current();
   /// Starts a new generation and returns its number.
   int next();
+  /// The store itself (hot spares wait in it: spare_pool.hpp).
+  c10d::Store& store() { return *store_; }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;

@@ -1,0 +1,60 @@
+#pragma once
+
+// Internal: a worker's side of ddprun's recovery store (Note [Recovery in
+// memory] in ddp/elastic/run.hpp): the generations a job's group meets in,
+// and the seat a hot spare waits for (Note [A spare waits for a seat]).
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "ddp/comm/environment.hpp"
+
+namespace c10d {
+class Store;
+}  // namespace c10d
+
+namespace ddp::elastic::detail {
+
+class Generations {
+ public:
+  /// Connects to DDP_RECOVERY_STORE (authenticated with the job's secret
+  /// when DDP_JOB_SECRET_FILE is set) and starts at
+  /// DDP_RECOVERY_GENERATION.
+  /// \throws ConfigError for a malformed variable.
+  Generations(const EnvironmentMap& env, std::chrono::milliseconds timeout);
+
+  int current() const { return current_; }
+  /// The newest generation the launcher started.
+  int newest();
+
+  /// The store of the current generation, once all `world_size` ranks are
+  /// in it; false when a newer generation started meanwhile (current()
+  /// moves to it).
+  /// \throws TimeoutError when the ranks do not all come within the timeout.
+  bool meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>& met);
+
+  /// Waits for the launcher to start a generation after the current one.
+  /// \throws TimeoutError when none comes within the timeout.
+  void next();
+
+  /// A hot spare's wait: says it is ready (its pid), then waits without a
+  /// deadline of its own (its parent and the store bound it) for the agent
+  /// to give it a seat. Returns the seat's variables, its generation
+  /// becoming current(), or nullopt when the agent released the spare.
+  std::optional<std::map<std::string, std::string>> hold_spare(const std::string& id);
+
+  /// A promoted spare, once it has the group's state: the agent may start
+  /// another spare now.
+  void report_running(const std::string& id);
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  int current_ = 0;
+};
+
+}  // namespace ddp::elastic::detail

@@ -1,0 +1,37 @@
+#pragma once
+
+// Internal: one attempt of ddprun's agent (one rendezvous round): the
+// node's workers, each with its process, its output and its files.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/launch/agent.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
+#include "launch/rank_output.hpp"
+
+namespace ddp::launch {
+
+struct Agent::Attempt {
+  struct Worker {
+    int rank = 0;
+    int local_rank = 0;
+    std::string error_file;
+    std::string flight_recorder_file;
+    std::optional<ChildProcess> process;  // emplaced again for a replacement
+    std::optional<RankOutput> output;     // a replacement keeps its predecessor's
+  };
+  int number = 0;
+  int world_size = 0;
+  int port = 0;  // the workers' MASTER_PORT
+  // Node 0 keeps a port it chose until the attempt ends (Note [A port held
+  // from choice to use]).
+  std::optional<PortReservation> port_reservation;
+  std::vector<Worker> workers;
+  bool reported_done = false;
+  std::string failure;
+};
+
+}  // namespace ddp::launch
