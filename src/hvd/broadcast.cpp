@@ -14,9 +14,9 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
-#include "parallel/distributed_data_parallel/model_sync.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "comm/collective_name.hpp"
+#include "parallel/rank_agreement.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "comm/str.hpp"
 
@@ -70,8 +70,11 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
   group->all_reduce(extremes, ReduceOp::kMax);
   if (extremes[0].item<int64_t>() != -extremes[1].item<int64_t>()) {
     try {
+      // The message keeps the wording it had when this check was DDP's.
       ddp::parallel::detail::verify_same_across_ranks(
-          *group, ddp::parallel::detail::describe_tensors(names, tensors), "tensors");
+          *group, ddp::parallel::detail::describe_tensors(names, tensors),
+          "DistributedDataParallel", "tensors",
+          "Every rank must build the same model before wrapping it.");
     } catch (const InvalidArgumentError& e) {
       throw InvalidArgumentError(std::string("hvd::broadcast_parameters: ") + e.what());
     }

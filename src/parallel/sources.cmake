@@ -11,7 +11,6 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/distributed_data_parallel/bucket_copies.cpp
   ${parallel}/distributed_data_parallel/static_graph.cpp
   ${parallel}/distributed_data_parallel/mismatch_board.cpp
-  ${parallel}/distributed_data_parallel/model_sync.cpp
   ${parallel}/distributed_data_parallel/comm_hooks.cpp
   ${parallel}/distributed_data_parallel/powersgd_hook.cpp
   ${parallel}/zero_redundancy_optimizer/zero_redundancy_optimizer.cpp
@@ -20,6 +19,7 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/data_parallel/replica_set.cpp
   ${parallel}/data_parallel/replica_workers.cpp
   ${parallel}/join.cpp
+  ${parallel}/rank_agreement.cpp
   ${parallel}/captured_step.cpp)
 # CapturedStep uses CUDA's headers where LibTorch has CUDA; compiled without
 # the precompiled header, whose macros it would change, and alone (Note

@@ -12,6 +12,10 @@
 //   bucket-caps          rank 1 has another bucket_cap_mb
 //   static-graph-changes-on-rank-1  with static_graph, rank 1's third
 //                        forward skips the branch the first one recorded
+//   zero-bucket-caps     a ZeroRedundancyOptimizer with another
+//                        bucket_cap_mb on rank 1 (must fail at construction)
+//   zero-stages          ... at stage 2 on rank 1, stage 1 on rank 0
+//   zero-shapes          ... over a hidden layer of another width on rank 1
 
 #include <memory>
 #include <string>
@@ -20,7 +24,7 @@
 
 namespace ddp::testing {
 
-/// Runs `phase`; throws the error DDP raises. Returns normally on a rank
+/// Runs `phase`; throws the error DDP (or ZeRO) raises. Returns normally on a rank
 /// that finished its iterations, after printing "rank R: finished".
 void run_disagreement(const std::shared_ptr<ProcessGroup>& group, const std::string& phase);
 

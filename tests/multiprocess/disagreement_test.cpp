@@ -1,6 +1,7 @@
 // Ranks that disagree fail, every one of them, within the collective
 // timeout, with a message naming the parameters, the ranks and the
-// iteration; never a hang (tests/multiprocess/disagreement_checks.cpp).
+// iteration; never a hang (tests/multiprocess/disagreement_checks.cpp). A
+// ZeroRedundancyOptimizer's disagreement fails at construction.
 
 #include <gtest/gtest.h>
 
@@ -124,6 +125,56 @@ TEST(DdpDisagreement, DifferentBucketCapsFailAtConstructionOnEveryRank) {
                   "ranks at #0: rank 0 has 'bucket_cap_mb=25.000000",
                   "rank 1 has 'bucket_cap_mb=0.000100",
                   "Give every rank the same DistributedDataParallelOptions"},
+                 results);
+  }
+}
+
+// A ZeroRedundancyOptimizer whose ranks disagree fails at construction, on
+// every rank, with an InvalidArgumentError naming the difference, not with
+// the TimeoutError its steps' mismatched collectives would end in: their
+// timeout outlasts the harness's deadline (90 s), which would kill a hang.
+constexpr int kZeroTimeoutMs = 120000;
+
+std::vector<launch::ChildResult> zero_disagree(const std::string& phase) {
+  auto results = run_ranks(2, {"ddp-disagree", "--phase", phase, "--backend", "gloo",
+                               "--collective-timeout-ms", std::to_string(kZeroTimeoutMs)});
+  for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
+  return results;
+}
+
+const char kZeroOptionsAdvice[] =
+    "Give every rank the same ZeroRedundancyOptimizerOptions (stage, bucket_cap_mb, "
+    "backward_passes_per_step).";
+
+TEST(ZeroDisagreement, BucketCapOnOneRankIsNamedOnEveryRank) {
+  auto results = zero_disagree("zero-bucket-caps");
+  for (const auto& r : results) {
+    expect_fails(r,
+                 {"ZeroRedundancyOptimizer: the options and buckets differ across ranks at #0: "
+                  "rank 0 has 'stage=1 bucket_cap_mb=25 (26214400 bytes)",
+                  "rank 1 has 'stage=1 bucket_cap_mb=0.0001 (104 bytes)", kZeroOptionsAdvice},
+                 results);
+  }
+}
+
+TEST(ZeroDisagreement, StageOnOneRankIsNamedOnEveryRank) {
+  auto results = zero_disagree("zero-stages");
+  for (const auto& r : results) {
+    expect_fails(r,
+                 {"ZeroRedundancyOptimizer: the options and buckets differ across ranks at #0: "
+                  "rank 0 has 'stage=1 ",
+                  "rank 1 has 'stage=2 ", kZeroOptionsAdvice},
+                 results);
+  }
+}
+
+TEST(ZeroDisagreement, ParameterShapeOnOneRankIsNamedOnEveryRank) {
+  auto results = zero_disagree("zero-shapes");
+  for (const auto& r : results) {
+    expect_fails(r,
+                 {"ZeroRedundancyOptimizer: the parameters differ across ranks at #0: rank 0 has "
+                  "'#0 float32 [16, 8]', rank 1 has '#0 float32 [12, 8]'",
+                  "Pass every rank the same parameters, in the same order"},
                  results);
   }
 }

@@ -114,6 +114,10 @@ class ZeroRedundancyOptimizer : public Joinable {
   /// \throws ConfigError for a null group, an unknown stage, a cap that is
   ///   not positive, backward_passes_per_step below 1 (or above 1 at stage
   ///   1), no parameters, or a parameter that does not require grad.
+  /// \throws InvalidArgumentError on every rank when the ranks differ in
+  ///   their parameters (number, dtypes, shapes, in order), stage,
+  ///   bucket_cap_mb, backward_passes_per_step or buckets, naming the first
+  ///   difference and the ranks; checked with two all-gathers.
   ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters, ZeroOptimizerFactory make_optimizer,
                           ZeroRedundancyOptimizerOptions options,
                           std::shared_ptr<ProcessGroup> group);

@@ -5,8 +5,8 @@
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "parallel/distributed_data_parallel/model_sync.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
+#include "parallel/rank_agreement.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::parallel {
@@ -72,10 +72,12 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
     }
   }
 
-  detail::verify_same_across_ranks(*group_, detail::describe_tensors(names, parameters),
-                                   "parameters");
-  detail::verify_same_across_ranks(*group_, detail::describe_tensors(buffer_names, buffers),
-                                   "buffers");
+  constexpr const char* kWho = "DistributedDataParallel";
+  const std::string same_model = "Every rank must build the same model before wrapping it.";
+  detail::verify_same_across_ranks(*group_, detail::describe_tensors(names, parameters), kWho,
+                                   "parameters", same_model);
+  detail::verify_same_across_ranks(*group_, detail::describe_tensors(buffer_names, buffers), kWho,
+                                   "buffers", same_model);
   {
     torch::NoGradGuard no_grad;
     std::vector<at::Tensor> state = parameters;
@@ -88,7 +90,7 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule mo
   // The same collectives in every iteration (Note [Naming a mismatch on
   // every rank]): one all-gather at construction.
   detail::verify_same_across_ranks(
-      *group_, reducer_->describe_layout(), "DDP options and gradient buckets",
+      *group_, reducer_->describe_layout(), kWho, "DDP options and gradient buckets",
       "Give every rank the same DistributedDataParallelOptions (bucket_cap_mb, "
       "first_bucket_cap_mb, find_unused_parameters, static_graph, broadcast_buffers).");
 }

@@ -12,6 +12,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/bucket_assignment.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
+#include "parallel/rank_agreement.hpp"
 #include "parallel/zero_redundancy_optimizer/gradient_shards.hpp"
 #include "comm/str.hpp"
 
@@ -103,6 +104,52 @@ detail::BucketSettings bucket_settings(const ZeroRedundancyOptimizerOptions& opt
   return settings;
 }
 
+// What shapes the collectives of a step: the options, then each bucket's
+// members and the chunk each rank owns of it.
+std::vector<std::string> describe_zero_layout(const ZeroRedundancyOptimizerOptions& options,
+                                              const detail::BucketSettings& settings,
+                                              const std::vector<std::vector<size_t>>& groups,
+                                              const std::vector<at::Tensor>& parameters,
+                                              int world) {
+  std::vector<std::string> lines = {comm::detail::str(
+      "stage=", options.stage(), " bucket_cap_mb=", options.bucket_cap_mb(), " (",
+      settings.cap_bytes, " bytes) backward_passes_per_step=", options.backward_passes_per_step())};
+  for (size_t b = 0; b < groups.size(); ++b) {
+    int64_t elements = 0;
+    std::string members;
+    for (size_t i : groups[b]) {
+      elements += parameters[i].numel();
+      members += comm::detail::str(" #", i);
+    }
+    lines.push_back(comm::detail::str("bucket ", b, ": ", elements, " elements, ",
+                                      (elements + world - 1) / world, " per rank, of", members));
+  }
+  return lines;
+}
+
+// Every rank must issue the same collectives in every step: a rank with
+// other parameters, options or buckets is named at construction, on every
+// rank, as DistributedDataParallel names one (two all-gathers).
+void verify_zero_agreement(ProcessGroup& group, const std::vector<at::Tensor>& parameters,
+                           const ZeroRedundancyOptimizerOptions& options,
+                           const detail::BucketSettings& settings,
+                           const std::vector<std::vector<size_t>>& groups) {
+  if (group.size() == 1) return;
+  constexpr const char* kWho = "ZeroRedundancyOptimizer";
+  std::vector<std::string> names;
+  for (size_t i = 0; i < parameters.size(); ++i) names.push_back(comm::detail::str("#", i));
+  detail::verify_same_across_ranks(
+      group, detail::describe_tensors(names, parameters), kWho, "parameters",
+      "Pass every rank the same parameters, in the same order (the same model's parameters()).",
+      "zero.verify");
+  detail::verify_same_across_ranks(
+      group, describe_zero_layout(options, settings, groups, parameters, group.size()), kWho,
+      "options and buckets",
+      "Give every rank the same ZeroRedundancyOptimizerOptions (stage, bucket_cap_mb, "
+      "backward_passes_per_step).",
+      "zero.verify");
+}
+
 }  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters,
@@ -117,6 +164,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> paramet
   const detail::BucketSettings settings = bucket_settings(options_);
   std::vector<std::vector<size_t>> groups = detail::group_parameters(
       parameters_, settings, detail::initial_bucket_order(parameters_.size()));
+  verify_zero_agreement(*group_, parameters_, options_, settings, groups);
   if (options_.stage() == 2) {
     gradients_ = std::make_shared<detail::GradientShards>(parameters_, settings, group_);
   }

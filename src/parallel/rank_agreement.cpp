@@ -1,4 +1,4 @@
-#include "parallel/distributed_data_parallel/model_sync.hpp"
+#include "parallel/rank_agreement.hpp"
 
 #include <ATen/ATen.h>
 
@@ -40,14 +40,15 @@ std::vector<std::string> describe_tensors(const std::vector<std::string>& names,
 }
 
 void verify_same_across_ranks(ProcessGroup& group, const std::vector<std::string>& descriptions,
-                              const std::string& what, const std::string& advice) {
+                              const char* who, const std::string& what, const std::string& advice,
+                              const char* collective) {
   if (group.size() == 1) return;
   std::string text;
   for (const auto& d : descriptions) text += d + "\n";
   std::vector<std::vector<std::string>> all;
   std::vector<std::string> texts;
   {
-    comm::detail::CollectiveName name("ddp.verify_model", -1, /*fallback=*/true);
+    comm::detail::CollectiveName name(collective, -1, /*fallback=*/true);
     texts = comm::detail::all_gather_bytes(group, text);
   }
   for (const auto& t : texts) all.push_back(lines(t));
@@ -64,10 +65,10 @@ void verify_same_across_ranks(ProcessGroup& group, const std::vector<std::string
     for (int r = 0; r < group.size(); ++r) (entry(r) == entry(0) ? agree : differ).push_back(r);
     if (differ.empty()) continue;
     throw InvalidArgumentError(comm::detail::str(
-        "DistributedDataParallel: the ", what, " differ across ranks at #", i, ": rank 0 has ",
-        entry(0), ", rank ", differ[0], " has ", entry(differ[0]),
-        " (ranks that differ from rank 0: ", join(differ), "; ranks that agree: ", join(agree),
-        "; rank 0 has ", reference.size(), " in all). ", advice));
+        who, ": the ", what, " differ across ranks at #", i, ": rank 0 has ", entry(0), ", rank ",
+        differ[0], " has ", entry(differ[0]), " (ranks that differ from rank 0: ", join(differ),
+        "; ranks that agree: ", join(agree), "; rank 0 has ", reference.size(), " in all). ",
+        advice));
   }
 }
 
