@@ -1,7 +1,7 @@
 // The torchrun tutorial's toy trainer in C++: Linear(20, 1) on 2048 random
-// samples, batch 32 per rank, SGD lr 1e-3, with snapshots every N epochs
-// (or steps) and automatic resume, so that ddprun can restart it after a
-// failure and it continues where the last snapshot left off.
+// samples, batch 32 per rank, SGD lr 1e-3 (--momentum), with snapshots
+// every N epochs (or steps) and automatic resume, so that ddprun can restart
+// it after a failure and it continues where the last snapshot left off.
 //
 //   ddprun --standalone --nproc-per-node 2 --max-restarts 3 \
 //       build/bin/example_toy_trainer --epochs 5 --snapshot-dir /tmp/toy
@@ -18,6 +18,11 @@
 // under `ddprun --recovery memory` a lost worker is replaced alone: the
 // others keep their processes, roll back to the last commit and hand it to
 // the replacement (ddp/elastic.hpp).
+//
+// With --zero-stage 1 or 2 the same SGD runs as a ZeroRedundancyOptimizer
+// (stage 1 beside DDP, stage 2 on the bare model); its shards are committed
+// too, each kept by its rank and the next (Note [ZeRO shards in memory] in
+// ddp/elastic/state.hpp). --momentum gives SGD state worth sharding.
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -52,6 +57,30 @@ struct Options : ddp::examples::CommonOptions {
   int step_delay_ms = 0;
   int64_t commit_every = 0;
   std::string kill_at;  // RANK:STEP
+  int zero_stage = 0;   // 0: a plain optimizer
+  double momentum = 0;
+};
+
+constexpr double kLearningRate = 1e-3;
+
+torch::optim::SGDOptions sgd_options(const Options& o) {
+  return torch::optim::SGDOptions(kLearningRate).momentum(o.momentum);
+}
+
+// Points the training state at a generation's sharded optimizer while it
+// lives, so that no commit or restore follows a dead generation's.
+class ShardedOptimizerInUse {
+ public:
+  ShardedOptimizerInUse(ddp::snapshot::TrainingState& state, ddp::ZeroRedundancyOptimizer* zero)
+      : state_(state) {
+    state_.zero_optimizer = zero;
+  }
+  ~ShardedOptimizerInUse() { state_.zero_optimizer = nullptr; }
+  ShardedOptimizerInUse(const ShardedOptimizerInUse&) = delete;
+  ShardedOptimizerInUse& operator=(const ShardedOptimizerInUse&) = delete;
+
+ private:
+  ddp::snapshot::TrainingState& state_;
 };
 
 // --kill-at RANK:STEP: that rank SIGKILLs itself after the step, in the
@@ -75,7 +104,16 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
                       const torch::Tensor& targets) {
   const int rank = group->rank(), world = group->size();
   ddp::snapshot::TrainingState& state = elastic.training();
-  ddp::DistributedDataParallel model(net, group);
+  // Stage 2 averages the gradients itself, on the bare model.
+  ddp::DistributedDataParallel model(nullptr);
+  if (o.zero_stage != 2) model = ddp::DistributedDataParallel(net, group);
+  std::unique_ptr<ddp::ZeroRedundancyOptimizer> zero;
+  if (o.zero_stage > 0) {
+    zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        net->parameters(), ddp::zero_optimizer<torch::optim::SGD>(sgd_options(o)),
+        ddp::ZeroRedundancyOptimizerOptions().stage(o.zero_stage), group);
+  }
+  const ShardedOptimizerInUse in_use(state, zero.get());
   ddp::data::DistributedSampler sampler(o.samples, world, rank,
                                         ddp::data::DistributedSamplerOptions().seed(o.seed));
   const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
@@ -87,6 +125,8 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
     }
     // A failure before the first periodic commit rolls back to here.
     if (o.commit_every > 0) elastic.commit();
+  } else if (zero) {
+    elastic.restore();  // the sync could not give this generation's optimizer its shard
   }
   std::cout << "pid " << getpid() << std::endl;
   int64_t global_step = state.counters["global_step"];
@@ -113,12 +153,12 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
-      optimizer.zero_grad();
-      torch::Tensor step_loss =
-          torch::mse_loss(model->forward(inputs.index_select(0, index).to(device)),
-                          targets.index_select(0, index).to(device));
+      zero ? zero->zero_grad() : optimizer.zero_grad();
+      const torch::Tensor x = inputs.index_select(0, index).to(device);
+      torch::Tensor step_loss = torch::mse_loss(model ? model->forward(x) : net->forward(x),
+                                                targets.index_select(0, index).to(device));
       step_loss.backward();
-      optimizer.step();
+      zero ? zero->step() : static_cast<void>(optimizer.step());
       ++global_step;
       progress.step(step_loss.item<double>(), static_cast<int64_t>(batch.size()) * world);
       if (o.trace_steps) {
@@ -166,10 +206,10 @@ int train(const Options& o) {
   torch::Tensor targets = torch::rand({o.samples, 1});
   torch::nn::Linear net(20, 1);
   net->to(device);
-  torch::optim::SGD optimizer(net->parameters(), 1e-3);
+  torch::optim::SGD optimizer(net->parameters(), sgd_options(o));  // unused under ZeRO
   ddp::snapshot::TrainingState state;
   state.model = net.ptr().get();
-  state.optimizer = &optimizer;
+  state.optimizer = o.zero_stage == 0 ? &optimizer : nullptr;
   ddp::elastic::State elastic(state);
   ddp::elastic::run(
       elastic,
@@ -209,6 +249,14 @@ int main(int argc, char** argv) {
       ->check([](const std::string& v) {
         return std::regex_match(v, std::regex(R"(\d+:\d+)")) ? "" : "expected RANK:STEP";
       });
+  app.add_option("--zero-stage", o.zero_stage,
+                 "0: a plain optimizer beside DDP; 1: a ZeroRedundancyOptimizer beside DDP; 2: "
+                 "one that also shards the gradients, on the bare model")
+      ->check(CLI::Range(0, 2))
+      ->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD's momentum (its state is what ZeRO shards)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);  // A tiny model: more threads only add overhead.
   return ddp::examples::run_example([&] { return train(o); });

@@ -35,6 +35,19 @@ struct SavedPiece {
 // [parameter, begin, length] triples.
 json write_zero_shard(const std::string& directory, const std::string& main_name,
                       const ZeroRedundancyOptimizer& zero, uint64_t sequence) {
+  const ZeroShardRecords records = zero_shard_records(zero);
+  const int rank = zero.group().rank(), world = zero.group().size();
+  const std::string name = zero_shard_name(main_name, rank, world);
+  SnapshotWriter writer((fs::path(directory) / ("." + name + ".tmp")).string());
+  for (const auto& [key, tensor] : records.tensors) writer.add_tensor(key, tensor);
+  writer.add_json("scalars", records.scalars.dump());
+  writer.commit((fs::path(directory) / name).string(), static_cast<uint32_t>(world), sequence);
+  return records.scalars.at("pieces");
+}
+
+}  // namespace
+
+ZeroShardRecords zero_shard_records(const ZeroRedundancyOptimizer& zero) {
   const torch::optim::Optimizer& optimizer = zero.local_optimizer();
   if (optimizer.param_groups().size() != 1) {
     throw SnapshotError(
@@ -42,30 +55,21 @@ json write_zero_shard(const std::string& directory, const std::string& main_name
                           optimizer.param_groups().size(),
                           " param groups; its factory must make one (as zero_optimizer() does)"));
   }
-  TensorMap tensors;
-  json description = export_optimizer(optimizer, tensors);
+  ZeroShardRecords records;
+  json description = export_optimizer(optimizer, records.tensors);
   json pieces = json::array();
   for (const auto& piece : zero.pieces())
     pieces.push_back({piece.parameter, piece.begin, piece.length});
-
-  const int rank = zero.group().rank(), world = zero.group().size();
-  const std::string name = zero_shard_name(main_name, rank, world);
-  SnapshotWriter writer((fs::path(directory) / ("." + name + ".tmp")).string());
-  for (const auto& [key, tensor] : tensors) writer.add_tensor(key, tensor);
-  writer.add_json("scalars",
-                  json{{"optimizer", description}, {"rank", rank}, {"pieces", pieces}}.dump());
-  writer.commit((fs::path(directory) / name).string(), static_cast<uint32_t>(world), sequence);
-  return pieces;
+  records.scalars = {
+      {"optimizer", std::move(description)}, {"rank", zero.group().rank()}, {"pieces", pieces}};
+  return records;
 }
 
-// The main file's record: every rank's pieces, each parameter's elements.
 json zero_record(const ZeroRedundancyOptimizer& zero, const std::vector<json>& pieces_by_rank) {
   std::vector<int64_t> numels;
   for (const at::Tensor& parameter : zero.parameters()) numels.push_back(parameter.numel());
   return {{"world", pieces_by_rank.size()}, {"numels", numels}, {"pieces", pieces_by_rank}};
 }
-
-}  // namespace
 
 json save_zero_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
                       const ZeroRedundancyOptimizer& zero, uint64_t& sequence) {
@@ -116,7 +120,32 @@ json save_zero_shards(const snapshot::SnapshotOptions& options, ProcessGroup& gr
 
 ZeroImport prepare_zero_import(const std::string& main_path, const json& record,
                                const ZeroRedundancyOptimizer& zero) {
-  auto fail = [&](const std::string& problem) { throw SnapshotError(main_path + ": " + problem); };
+  // Shard files, read as needed (Note [Sharded optimizer state in a snapshot]).
+  const fs::path directory = fs::path(main_path).parent_path();
+  const std::string main_name = fs::path(main_path).filename().string();
+  std::map<int, snapshot::SnapshotFile> files;
+  int old_world = 0;
+  try {
+    old_world = record.at("world").get<int>();
+  } catch (const json::exception& e) {
+    throw SnapshotError(main_path + ": malformed ZeRO record: " + e.what());
+  }
+  return prepare_zero_import(main_path, record, zero, [&](int r) -> const snapshot::SnapshotFile* {
+    auto found = files.find(r);
+    if (found == files.end()) {
+      found =
+          files
+              .emplace(
+                  r, read_snapshot((directory / zero_shard_name(main_name, r, old_world)).string()))
+              .first;
+    }
+    return &found->second;
+  });
+}
+
+ZeroImport prepare_zero_import(const std::string& source, const json& record,
+                               const ZeroRedundancyOptimizer& zero, const ZeroShardLookup& lookup) {
+  auto fail = [&](const std::string& problem) { throw SnapshotError(source + ": " + problem); };
   const std::vector<at::Tensor>& parameters = zero.parameters();
   ZeroImport result;
   try {
@@ -149,21 +178,19 @@ ZeroImport prepare_zero_import(const std::string& main_path, const json& record,
       }
     }
 
-    // Shard files, read as needed (Note [Sharded optimizer state in a snapshot]).
-    const fs::path directory = fs::path(main_path).parent_path();
-    const std::string main_name = fs::path(main_path).filename().string();
-    std::map<int, snapshot::SnapshotFile> files;
+    // The shards, checked as first needed.
     std::map<int, json> descriptions;
     auto shard = [&](int r) -> const snapshot::SnapshotFile& {
-      auto found = files.find(r);
-      if (found != files.end()) return found->second;
-      auto file = read_snapshot((directory / zero_shard_name(main_name, r, old_world)).string());
-      json scalars = json::parse(file.scalars_json);
-      if (scalars.at("rank").get<int>() != r || scalars.at("pieces") != ranks[r]) {
-        fail(comm::detail::str(file.path, " is not rank ", r, "'s shard of this snapshot"));
+      const snapshot::SnapshotFile* file = lookup(r);
+      if (file == nullptr) fail(comm::detail::str("rank ", r, "'s shard is not at hand"));
+      if (descriptions.count(r) == 0) {
+        json scalars = json::parse(file->scalars_json);
+        if (scalars.at("rank").get<int>() != r || scalars.at("pieces") != ranks[r]) {
+          fail(comm::detail::str(file->path, " is not rank ", r, "'s shard of this snapshot"));
+        }
+        descriptions[r] = scalars.at("optimizer");
       }
-      descriptions[r] = scalars.at("optimizer");
-      return files.emplace(r, std::move(file)).first->second;
+      return *file;
     };
 
     json states = json::array();
@@ -215,14 +242,17 @@ ZeroImport prepare_zero_import(const std::string& main_path, const json& record,
       }
       states.push_back(entry ? *entry : json(nullptr));
     }
-    if (descriptions.empty()) shard(0);  // a rank without pieces: options only
+    for (int r = 0; descriptions.empty() && r < old_world; ++r) {  // no pieces: options only
+      if (lookup(r) != nullptr) shard(r);
+    }
+    if (descriptions.empty()) fail("no shard is at hand");
     result.description = descriptions.begin()->second;
     result.description.at("groups").at(0)["params"] = mine.size();
     result.description.at("groups").at(0)["state"] = std::move(states);
   } catch (const json::exception& e) {
     fail(std::string("malformed ZeRO record: ") + e.what());
   }
-  check_optimizer(main_path + " (this rank's shard of the optimizer state)", result.description,
+  check_optimizer(source + " (this rank's shard of the optimizer state)", result.description,
                   result.tensors, zero.local_optimizer());
   return result;
 }

@@ -15,14 +15,17 @@ namespace ddp::launch {
 inline constexpr int kCommitEvery = 4;
 
 /// Rank 1 SIGKILLs itself after step `kill_at` (0: never); `launcher_args`
-/// go to ddprun before the program (e.g. {"--spares", "1"}).
-inline ChildSpec toy_job(int kill_at, const std::vector<std::string>& launcher_args = {}) {
+/// go to ddprun before the program (e.g. {"--spares", "1"}), `trainer_args`
+/// to the toy trainer (e.g. {"--zero-stage", "2"}).
+inline ChildSpec toy_job(int kill_at, const std::vector<std::string>& launcher_args = {},
+                         const std::vector<std::string>& trainer_args = {}) {
   std::vector<std::string> args = {
       "--standalone", "--nproc-per-node", "3", "--max-restarts", "2",     "--monitor-interval",
       "0.1",          "--stop-grace",     "2", "--recovery",     "memory"};
   args.insert(args.end(), launcher_args.begin(), launcher_args.end());
   args.insert(args.end(), {DDP_TOY_TRAINER, "--epochs", "2", "--seed", "7", "--commit-every",
                            std::to_string(kCommitEvery)});
+  args.insert(args.end(), trainer_args.begin(), trainer_args.end());
   if (kill_at > 0) {
     args.push_back("--kill-at");
     args.push_back("1:" + std::to_string(kill_at));

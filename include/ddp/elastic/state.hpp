@@ -15,10 +15,33 @@
 /// of the model and optimizer state per commit and no I/O, so committing
 /// every few steps is cheap next to a step; what a failure costs is the
 /// steps since the last commit, which every rank runs again.
-/// A ZeroRedundancyOptimizer cannot be committed: each rank holds a shard
-/// that no other rank has, so a lost rank's part of the state is gone.
+///
+/// Note [ZeRO shards in memory]
+/// With TrainingState::zero_optimizer, each rank holds a shard of the
+/// optimizer state that no other rank has, so commit() becomes a collective
+/// over the optimizer's group: every rank keeps its own shard and a copy of
+/// its buddy's, rank (r - 1) mod n's, so each shard lives on its owner and on
+/// the next rank (as a snapshot's shard file holds it, without the file). It
+/// costs twice the shard's memory and, per commit, one all-gather of every
+/// rank's shard: without point-to-point messages in ProcessGroup each rank
+/// receives the n - 1 other shards, keeps its buddy's and drops the rest
+/// (n - 1 shards of traffic and, briefly, about 2n shards of memory per rank;
+/// point-to-point would make both one). sync() then puts the shards back
+/// where they belong: at the same world size each rank again holds its own
+/// and its buddy's, the ones a replacement lacks broadcast by a rank that
+/// kept them (two shards for one lost rank); at another world size every rank
+/// receives every old shard. The sync cannot build the training function's
+/// optimizer, which needs the generation's group, so the shard goes in when
+/// restore() is called after the function has made the optimizer and pointed
+/// zero_optimizer at it; restore() cuts it out of the old shards that overlap
+/// its pieces, so a new partition works too. Losing two neighbouring ranks, r
+/// and r + 1, loses shard r: sync() throws SnapshotError naming it on every
+/// rank, and such a job must resume from snapshot files. A rank lost during a
+/// commit itself may leave shards of two commits; sync() then names the shard
+/// of the newest one it lacks.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "ddp/snapshot/snapshot_manager.hpp"
@@ -26,6 +49,9 @@
 #include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::elastic {
+namespace detail {
+struct ShardCommit;
+}  // namespace detail
 
 /// A training state and its last commit (Note [What a commit holds]).
 class State {
@@ -37,11 +63,20 @@ class State {
   /// Copies the training state into memory, replacing the previous commit.
   /// Call it at the same point of the loop on every rank, after a step's
   /// collectives have completed (a commit of a half-done step is useless).
-  /// \throws SnapshotError for a zero_optimizer or an unsupported optimizer.
+  /// With a zero_optimizer it is a collective over that optimizer's group,
+  /// which keeps each shard on two ranks (Note [ZeRO shards in memory]);
+  /// otherwise it is local.
+  /// \throws SnapshotError for an unsupported optimizer, or both an
+  ///   optimizer and a zero_optimizer.
   void commit();
 
   /// Puts the last commit back into the training state, exactly (the
-  /// generators included). Does nothing before the first commit.
+  /// generators included). Does nothing before the first commit. A commit
+  /// with ZeRO shards needs zero_optimizer to point at the current
+  /// generation's optimizer, which takes this rank's shard; call restore()
+  /// once the training function has made it, when commits() > 0.
+  /// \throws SnapshotError when the commit and the training state disagree
+  ///   on ZeRO, or the shard does not fit the optimizer.
   void restore();
 
   /// Gives every rank of `group` the most advanced commit: the ranks share
@@ -50,8 +85,13 @@ class State {
   /// continue from one state. Each rank's generators are then seeded from
   /// the sender's CPU generator state and the rank (as a snapshot resumed at
   /// another world size seeds them). A collective: every rank calls it.
+  /// A commit with ZeRO shards also hands the shards on (Note [ZeRO shards
+  /// in memory]); zero_optimizer is left alone (it may be the previous
+  /// generation's, already gone) and takes its shard in restore().
   /// \returns the sender's rank, or nullopt when no rank has committed
   ///   (nothing changes then).
+  /// \throws SnapshotError, on every rank, when a shard of the commit was
+  ///   lost with both ranks that held it.
   std::optional<int> sync(ProcessGroup& group);
 
   /// Commits made here or received through sync(): equal on every rank
@@ -63,7 +103,8 @@ class State {
 
  private:
   snapshot::TrainingState& training_;
-  std::optional<snapshot::SnapshotFile> committed_;
+  std::optional<snapshot::SnapshotFile> committed_;    // without the sharded optimizer
+  std::shared_ptr<const detail::ShardCommit> shards_;  // with a zero_optimizer
   int64_t commits_ = 0;
 };
 

@@ -210,7 +210,8 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
 /// rank 0's, world_size 1, path "(in memory)". restore_training_state()
 /// takes it back (ddp::elastic::State commits this way).
 /// \throws SnapshotError for a zero_optimizer (its shards live on every
-///   rank, so no one process holds them) or an unsupported optimizer.
+///   rank, so no one process holds them; elastic::State commits them
+///   apart, Note [ZeRO shards in memory]) or an unsupported optimizer.
 SnapshotFile capture_training_state(const TrainingState& state);
 
 /// The seed rank `rank` of a job resumed at another world size gives its
