@@ -19,6 +19,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,9 @@ def main():
     parser.add_argument("--snapshot-dir", required=True)
     parser.add_argument("--save-every", type=int, default=10)
     parser.add_argument("--kill-at", type=int, default=0)
+    parser.add_argument("--lead-ms", type=int, default=0,
+                        help="sleep after each step before the kill (round 0), so that what "
+                             "starts beside the job is ready by then")
     args = parser.parse_args()
     linear = args.model == "linear"
     batch = args.batch or (32 if linear else 100)
@@ -90,6 +94,8 @@ def main():
                 os.replace(path + ".tmp", path)
             if step % args.save_every == 0:
                 dist.barrier()  # every rank waits for the file, as ddp's save() does
+            if round_ == 0 and step < args.kill_at and args.lead_ms > 0:
+                time.sleep(args.lead_ms / 1000)
             if rank == 1 and round_ == 0 and step == args.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
         if position >= len(indices):

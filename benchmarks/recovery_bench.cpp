@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "common/models.hpp"
 #include "ddp/data/distributed_sampler.hpp"
@@ -43,6 +44,7 @@ struct Options {
   std::string snapshot_dir;  // disk: a snapshot every --save-every steps
   int64_t save_every = 10;
   int64_t kill_at = 0;
+  int64_t lead_ms = 0;  // sleep after each step before the kill (round 0)
 };
 
 int run(Options o) {
@@ -119,6 +121,9 @@ int run(Options o) {
           state.counters["global_step"] = step;
           if (snapshots && step % o.save_every == 0) snapshots->save(state);
           if (o.commit_every > 0 && step % o.commit_every == 0) elastic.commit();
+          if (round == 0 && step < o.kill_at && o.lead_ms > 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(o.lead_ms));
+          }
           if (rank == 1 && round == 0 && step == o.kill_at) ::kill(::getpid(), SIGKILL);
         }
       },
@@ -141,6 +146,9 @@ int main(int argc, char** argv) {
   app.add_option("--snapshot-dir", o.snapshot_dir, "save a snapshot every --save-every steps");
   app.add_option("--save-every", o.save_every, "steps between snapshots")
       ->check(CLI::PositiveNumber);
+  app.add_option("--lead-ms", o.lead_ms,
+                 "sleep after each step before the kill (round 0), so that what starts beside "
+                 "the job (a hot spare) is ready by then");
   app.add_option("--kill-at", o.kill_at, "rank 1 SIGKILLs itself after this step in round 0");
   CLI11_PARSE(app, argc, argv);
   try {
