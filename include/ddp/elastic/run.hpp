@@ -32,6 +32,11 @@
 /// ddprun, torchrun, one process) run() calls the function once with
 /// init()'s group, and a failure ends the worker, so the same program runs
 /// under every launcher.
+/// With a ZeroRedundancyOptimizer, sync() cannot hand a rank its shard
+/// before the training function has made the optimizer over the new group:
+/// the function sets TrainingState::zero_optimizer and calls
+/// State::restore() when commits() > 0 (Note [ZeRO shards in memory] in
+/// ddp/elastic/state.hpp).
 ///
 /// Note [A spare waits for a seat]
 /// `ddprun --spares K` also starts K hot spares per node: the same program,
