@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "common/cli.hpp"
@@ -56,8 +57,9 @@ struct Options : ddp::examples::CommonOptions {
   bool trace_samples = false;
   int step_delay_ms = 0;
   int64_t commit_every = 0;
-  std::string kill_at;  // RANK:STEP
-  int zero_stage = 0;   // 0: a plain optimizer
+  std::string kill_at;         // RANK:STEP[,RANK:STEP...]
+  std::string kill_in_commit;  // RANK:STEP
+  int zero_stage = 0;          // 0: a plain optimizer
   double momentum = 0;
 };
 
@@ -83,16 +85,22 @@ class ShardedOptimizerInUse {
   ddp::snapshot::TrainingState& state_;
 };
 
-// --kill-at RANK:STEP: that rank SIGKILLs itself after the step, in the
-// job's first run only (TORCHELASTIC_RESTART_COUNT 0), so that tests fail a
-// worker at an exact point.
-bool kills_itself_at(const Options& o, int rank, int64_t step) {
-  if (o.kill_at.empty()) return false;
+// --kill-at RANK:STEP[,RANK:STEP...]: each rank named SIGKILLs itself after
+// its step (--kill-in-commit: as it enters that step's commit), in the job's
+// first run only (TORCHELASTIC_RESTART_COUNT 0), so that tests fail workers
+// at exact points.
+bool kills_itself_at(const std::string& spec, int rank, int64_t step) {
+  if (spec.empty()) return false;
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
   if (restarts != nullptr && std::string(restarts) != "0") return false;
-  const auto colon = o.kill_at.find(':');
-  return std::stoi(o.kill_at.substr(0, colon)) == rank &&
-         std::stoll(o.kill_at.substr(colon + 1)) == step;
+  std::istringstream pairs(spec);
+  for (std::string pair; std::getline(pairs, pair, ',');) {
+    const auto colon = pair.find(':');
+    if (std::stoi(pair.substr(0, colon)) == rank && std::stoll(pair.substr(colon + 1)) == step) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // One generation of the job (all of it unless ddprun --recovery memory
@@ -177,10 +185,11 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
       state.counters["global_step"] = global_step;
       snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
       if (o.commit_every > 0 && global_step % o.commit_every == 0) {
+        if (kills_itself_at(o.kill_in_commit, rank, global_step)) ::kill(::getpid(), SIGKILL);
         elastic.commit();
         if (o.trace_steps) std::cout << "committed step " << global_step << std::endl;
       }
-      if (kills_itself_at(o, rank, global_step)) ::kill(::getpid(), SIGKILL);
+      if (kills_itself_at(o.kill_at, rank, global_step)) ::kill(::getpid(), SIGKILL);
       if (o.step_delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_delay_ms));
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
@@ -244,8 +253,16 @@ int main(int argc, char** argv) {
                  "ddprun --recovery memory can replace a lost worker without a restart")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kill-at", o.kill_at,
-                 "RANK:STEP: that rank SIGKILLs itself after that step in the job's first run "
-                 "(for tests)")
+                 "RANK:STEP[,RANK:STEP...]: each rank named SIGKILLs itself after its step in "
+                 "the job's first run (for tests)")
+      ->check([](const std::string& v) {
+        return std::regex_match(v, std::regex(R"(\d+:\d+(,\d+:\d+)*)"))
+                   ? ""
+                   : "expected RANK:STEP[,RANK:STEP...]";
+      });
+  app.add_option("--kill-in-commit", o.kill_in_commit,
+                 "RANK:STEP: that rank SIGKILLs itself as it enters the commit of that step, in "
+                 "the job's first run (for tests: a failure during a commit)")
       ->check([](const std::string& v) {
         return std::regex_match(v, std::regex(R"(\d+:\d+)")) ? "" : "expected RANK:STEP";
       });

@@ -114,6 +114,47 @@ TEST(ElasticRecoveryNodes, AWorkerLostOnTheSecondNodeIsReplacedThereAlone) {
   EXPECT_EQ(digest_of(first), expected) << first << second;
 }
 
+// Two workers lost within one step: the agent replaces each alone, in
+// generations 1 and 2; rank 0 keeps its process and the job ends as if
+// nothing had happened.
+TEST(ElasticChaos, TwoWorkersLostWithinOneStepAreEachReplacedAlone) {
+  const ChildResult straight = run_children({toy_job(0)}, 150s).at(0);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const ChildResult r = run_children({toy_job(0, {}, {"--kill-at", "1:9,2:9"})}, 150s).at(0);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "ended with signal 9 (Killed)"), 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "starting it again alone in generation 1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "starting it again alone in generation 2")) << r.output;
+  const auto pids = pids_of(r.output, 0);
+  ASSERT_EQ(pids.size(), 2u) << r.output;
+  EXPECT_EQ(pids[0], pids[1]);
+  EXPECT_TRUE(
+      contains(r.output, "[0] ddp: rank 0: generation 2: continuing from commit 3 of rank 0"))
+      << r.output;
+  EXPECT_EQ(digest_of(r.output), digest_of(straight.output)) << r.output;
+}
+
+// A ZeRO commit is a collective: a rank lost as it enters one fails the
+// others' all-gather, so every rank rolls back to the commit before (2, of
+// step 4), and the lost rank's shard comes from its buddy.
+TEST(ElasticChaos, AWorkerLostInsideAZeroCommitRollsBackToThePreviousCommit) {
+  const std::vector<std::string> zero = {"--zero-stage", "1", "--momentum", "0.9"};
+  const ChildResult straight = run_children({toy_job(0, {}, zero)}, 150s).at(0);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  std::vector<std::string> killing = zero;
+  killing.insert(killing.end(), {"--kill-in-commit", "1:8"});
+  const ChildResult r = run_children({toy_job(0, {}, killing)}, 150s).at(0);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "lost a peer: gloo all_gather")) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string k = std::to_string(rank);
+    EXPECT_TRUE(contains(r.output, "[" + k + "] ddp: rank " + k +
+                                       ": generation 1: continuing from commit 2 of rank 0"))
+        << r.output;
+  }
+  EXPECT_EQ(digest_of(r.output), digest_of(straight.output)) << r.output;
+}
+
 TEST(ElasticRecoveryOptions, AnUnknownRecoveryIsRefused) {
   const ChildResult r = run_launcher({"--standalone", "--recovery", "ram", DDP_TOY_TRAINER});
   EXPECT_NE(r.exit_code, 0);

@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""What a ddp job does when its parts are killed: benchmarks/chaos_bench.sh's
+driver (standard library only). Each case runs the toy trainer (3 ranks on
+Gloo, --recovery memory, a commit every 4 steps, 2 epochs of 22 steps) under
+the real ddprun, kills something at a known point, and records what was
+killed and when, what the job did (from ddprun's and the ranks' lines), the
+time from the kill to the next step, and the final parameters' digest
+against the same job run without failures. Prints one Markdown table.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+STEP = re.compile(r"^\[(\d+)\] epoch \d+ step (\d+) ")
+CONTINUING = re.compile(r"generation [1-9]\d*: continuing from commit (\d+) of rank (\d+)")
+RESUMED = re.compile(r"resumed at epoch (\d+), step (\d+)")
+DIGEST = re.compile(r"params-digest=([0-9a-f]{16})")
+SPARE_READY = re.compile(r"ddprun: spare ([0-9a-f]{8}) \(pid (\d+)\) ready after")
+
+
+class Job:
+    """One ddprun (or several, one per node), its lines timestamped as they come."""
+
+    def __init__(self, commands, env, timeout):
+        self.lines = []  # (time, node, line)
+        self.lock = threading.Lock()
+        self.processes = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           env=env, text=True, bufsize=1,
+                                           start_new_session=True) for c in commands]
+        self.readers = [threading.Thread(target=self._read, args=(i, p), daemon=True)
+                        for i, p in enumerate(self.processes)]
+        for reader in self.readers:
+            reader.start()
+        self.deadline = time.monotonic() + timeout
+
+    def _read(self, node, process):
+        for line in process.stdout:
+            with self.lock:
+                self.lines.append((time.monotonic(), node, line.rstrip("\n")))
+
+    def wait_for(self, pattern, node=None):
+        """The first (time, match) of `pattern` (on `node`), waiting up to the deadline."""
+        seen = 0
+        while time.monotonic() < self.deadline:
+            with self.lock:
+                lines = self.lines[seen:]
+            for when, n, line in lines:
+                match = re.search(pattern, line)
+                if match and (node is None or n == node):
+                    return when, match
+            seen += len(lines)
+            time.sleep(0.005)
+        raise SystemExit(f"chaos_bench: no line matched {pattern!r} in time:\n" + self.text())
+
+    def finish(self):
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(1, self.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        for reader in self.readers:
+            reader.join(timeout=5)
+        return [p.returncode for p in self.processes]
+
+    def text(self):
+        with self.lock:
+            return "\n".join(f"{n}: {line}" for _, n, line in self.lines)
+
+    def after(self, moment, pattern):
+        """The first (time, match) of `pattern` after `moment`, or None."""
+        with self.lock:
+            for when, _, line in self.lines:
+                match = re.search(pattern, line)
+                if when >= moment and match:
+                    return when, match
+        return None
+
+
+def free_port():
+    with socket.socket() as s:  # a benchmark, not a test: a race here only fails the run
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", required=True, help="ddp's build directory")
+    parser.add_argument("--timeout", type=float, default=180)
+    args = parser.parse_args()
+    ddprun = os.path.join(args.build, "bin", "ddprun")
+    toy = os.path.join(args.build, "bin", "example_toy_trainer")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    launcher = [ddprun, "--max-restarts", "3", "--monitor-interval", "0.1", "--stop-grace", "2",
+                "--recovery", "memory"]
+    trainer = [toy, "--epochs", "2", "--seed", "7", "--commit-every", "4"]
+
+    def one_node(extra_launcher=(), extra_trainer=()):
+        return [launcher[:1] + ["--standalone", "--nproc-per-node", "3"] + launcher[1:]
+                + list(extra_launcher) + trainer + list(extra_trainer)]
+
+    def nodes(scratch):
+        """Two nodes (2 + 1 ranks), c10d, --nnodes 1:2, snapshots every 4 steps:
+        a lost node is survived today by re-forming from disk (--recovery memory
+        needs node 0's store, and re-forms no smaller job in memory yet)."""
+        port = str(free_port())
+        return [[ddprun, "--nnodes", "1:2", "--nproc-per-node", str(2 - node), "--rdzv-backend",
+                 "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"chaos{port}",
+                 "--max-restarts", "3", "--monitor-interval", "0.1", "--stop-grace", "2",
+                 "--rdzv-conf", "last_call_timeout=2"]
+                + trainer + ["--snapshot-dir", os.path.join(scratch, "snapshots"),
+                             "--save-every-steps", "4"] for node in range(2)]
+
+    def run(commands, stagger=0.0):
+        if stagger:
+            first = Job(commands[:1], env, args.timeout)
+            time.sleep(stagger)
+            rest = Job(commands[1:], env, args.timeout)
+            return first, rest
+        return Job(commands, env, args.timeout), None
+
+    references = {}
+
+    def reference(key, commands):
+        if key not in references:
+            job, _ = run(commands)
+            job.finish()
+            match = DIGEST.search(job.text())
+            references[key] = match.group(1) if match else "none"
+        return references[key]
+
+    rows = []
+
+    def row(case, killed, did, to_next, digest, expected):
+        verdict = "**equal**" if digest == expected else f"differs ({digest} vs {expected})"
+        rows.append((case, killed, did, to_next, verdict))
+        print(f"chaos_bench: {case}: {did}; {to_next}; digest {verdict}", file=sys.stderr,
+              flush=True)
+
+    def next_step_after(job, moment):
+        """Seconds from `moment` to the first step of a later generation."""
+        found = job.after(moment, CONTINUING.pattern) or job.after(moment, RESUMED.pattern)
+        if not found:
+            return None
+        step = job.after(found[0], STEP.pattern)
+        return None if not step else step[0] - moment
+
+    def digest_of(job):
+        match = DIGEST.search(job.text())
+        return match.group(1) if match else "none"
+
+    plain = reference("plain", one_node())
+
+    # 1. A worker, by itself, right after step 9 (one step after a commit).
+    job, _ = run(one_node(extra_trainer=["--kill-at", "1:9"]))
+    killed_at, _ = job.wait_for(r"^\[1\] epoch 0 step 9 ")
+    codes = job.finish()
+    cont = CONTINUING.search(job.text())
+    seconds = next_step_after(job, killed_at)
+    row("worker", "rank 1 (SIGKILL), after step 9",
+        f"replaced alone in a new process; survivors kept theirs, all continued from commit "
+        f"{cont.group(1)} (exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
+
+    # 2. A worker, with a hot spare ready (steps slowed to 100 ms until then).
+    job, _ = run(one_node(["--spares", "1"], ["--kill-at", "1:21", "--step-delay-ms", "100"]))
+    ready_at, _ = job.wait_for(SPARE_READY.pattern)
+    killed_at, _ = job.wait_for(r"^\[1\] epoch 0 step 21 ")
+    codes = job.finish()
+    taken = re.search(r"spare ([0-9a-f]{8}) \(pid \d+, ready for (\d+) ms\) takes rank 1",
+                      job.text())
+    seconds = next_step_after(job, killed_at)
+    row("worker, with a spare", "rank 1 (SIGKILL), after step 21; the spare ready "
+        f"{killed_at - ready_at:.1f} s before",
+        ("its rank taken by the ready spare" if taken else "replaced by a new process")
+        + f" (exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
+
+    # 3. The spare itself, once ready.
+    job, _ = run(one_node(["--spares", "1"], ["--step-delay-ms", "50"]))
+    _, match = job.wait_for(SPARE_READY.pattern)
+    os.kill(int(match.group(2)), signal.SIGKILL)
+    job.wait_for(r"started spare (?!" + match.group(1) + ")")
+    codes = job.finish()
+    row("spare", "the spare (SIGKILL), once it said it was ready",
+        f"named (\"ended with signal 9 (Killed) before it was needed\"), another spare started; "
+        f"training not interrupted (exit {codes[0]})", "— (no step lost)", digest_of(job), plain)
+
+    # 4. Two workers within one step.
+    job, _ = run(one_node(extra_trainer=["--kill-at", "1:9,2:9"]))
+    killed_at, _ = job.wait_for(r"^\[[12]\] epoch 0 step 9 ")
+    codes = job.finish()
+    generations = sorted(set(re.findall(r"starting it again alone in generation (\d+)",
+                                        job.text())))
+    seconds = next_step_after(job, killed_at)
+    row("two failures within one step", "ranks 1 and 2 (SIGKILL), both after step 9",
+        f"each replaced alone (generations {', '.join(generations)}); rank 0 kept its process "
+        f"(exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
+
+    # 5. During a commit: a plain one (local), and a ZeRO one (a collective).
+    job, _ = run(one_node(extra_trainer=["--kill-in-commit", "1:8"]))
+    killed_at, _ = job.wait_for(r"^\[1\] epoch 0 step 8 ")
+    codes = job.finish()
+    cont = CONTINUING.search(job.text())
+    seconds = next_step_after(job, killed_at)
+    row("failure during a commit", "rank 1 (SIGKILL), entering the commit of step 8",
+        f"the survivors' commit of step 8 went to the replacement (commit {cont.group(1)}) "
+        f"(exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
+    zero = ["--zero-stage", "1", "--momentum", "0.9"]
+    zero_digest = reference("zero", one_node(extra_trainer=zero))
+    job, _ = run(one_node(extra_trainer=zero + ["--kill-in-commit", "1:8"]))
+    killed_at, _ = job.wait_for(r"^\[1\] epoch 0 step 8 ")
+    codes = job.finish()
+    cont = CONTINUING.search(job.text())
+    seconds = next_step_after(job, killed_at)
+    row("failure during a ZeRO commit", "rank 1 (SIGKILL), entering the commit of step 8 "
+        "(ZeRO stage 1: a collective)",
+        f"the commit's all-gather failed on the survivors; all rolled back to commit "
+        f"{cont.group(1)} (step 4) and the shard came from its buddy (exit {codes[0]})",
+        f"{seconds:.3f} s", digest_of(job), zero_digest)
+
+    # 6. A node, then the store's host: two nodes, one's ddprun and workers SIGKILLed.
+    for victim, case in ((1, "node"), (0, "store host (node 0)")):
+        scratch = tempfile.mkdtemp(prefix="ddp-chaos-")
+        straight_dir = tempfile.mkdtemp(prefix="ddp-chaos-")
+        straight = reference("nodes", nodes(straight_dir))
+        first, rest = run(nodes(scratch), stagger=0.5)
+        parts = [first, rest]
+        parts[victim].wait_for(r"^\[\d+\] epoch 0 step 9 ")
+        killed_at = time.monotonic()
+        os.killpg(parts[victim].processes[0].pid, signal.SIGKILL)
+        codes = [first.finish()[0], rest.finish()[0]]
+        survivor = parts[1 - victim]
+        seconds = next_step_after(survivor, killed_at)
+        said = [line for line in survivor.text().splitlines() if line.startswith("0: ddprun")]
+        resumed = RESUMED.search(survivor.text())
+        did = (f"the other node exited {codes[1 - victim]}"
+               + (f", re-formed alone and resumed from the snapshot of epoch "
+                  f"{resumed.group(1)}, step {resumed.group(2)}" if resumed else "")
+               + (": " + said[-1][3:200] if said and not resumed else ""))
+        row(case, f"node {victim}'s ddprun and its workers (SIGKILL to the group), after step 9",
+            did, f"{seconds:.3f} s" if seconds is not None else "— (no further step)",
+            digest_of(survivor), straight)
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(straight_dir, ignore_errors=True)
+
+    print("| case | killed, and when | what the job did | kill → next step | final digest "
+          "against an uninterrupted run |")
+    print("|---|---|---|---:|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
