@@ -162,9 +162,26 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     if (Clock::now() - last_poll < plan_.monitor_interval && !all_succeeded) continue;
     last_poll = Clock::now();
     if (spares_) spares_->poll_store(placement(attempt, 0, 0, 0));
+    beat(attempt);
     if (rendezvous_->store().check({key(attempt.number, "failure")})) {
       attempt.failure =
           comm::store::as_text(rendezvous_->store().get(key(attempt.number, "failure")));
+      return Outcome::kFailed;
+    }
+    // Node 0 watches the others' heartbeats (Note [Agent heartbeats]).
+    for (int node = 1; node_.node_rank == 0 && node < node_.nnodes; ++node) {
+      const auto silence = heartbeat_silence(attempt, node);
+      if (silence < plan_.node_timeout ||
+          rendezvous_->store().check({key(attempt.number, comm::detail::str("done/", node))})) {
+        continue;
+      }
+      attempt.heartbeats[static_cast<size_t>(node)].gone = true;
+      attempt.failure = comm::store::as_text(rendezvous_->store().compareSet(
+          key(attempt.number, "failure"), {},
+          comm::store::as_bytes(comm::detail::str(
+              "node ", node, " stopped its heartbeat ", in_seconds(silence),
+              " ago (its launcher was lost or is stuck; --rdzv-conf node_timeout is ",
+              in_seconds(plan_.node_timeout), ")"))));
       return Outcome::kFailed;
     }
     // After the failure check: a node that failed sets the failure before
@@ -193,7 +210,9 @@ void Agent::report_stall(const Attempt& attempt) {
   if (node_.nnodes > 1) {
     std::vector<std::string> others;
     for (int node = 0; node < node_.nnodes; ++node) {
-      if (node != node_.node_rank) {
+      const bool gone = static_cast<size_t>(node) < attempt.heartbeats.size() &&
+                        attempt.heartbeats[static_cast<size_t>(node)].gone;
+      if (node != node_.node_rank && !gone) {
         others.push_back(key(attempt.number, comm::detail::str("flight/", node)));
       }
     }
@@ -212,15 +231,58 @@ void Agent::report_stall(const Attempt& attempt) {
 }
 
 // Node 0 hosts the store: it leaves last, once every agent has read what it
-// needs of this attempt (bounded, in case a node died).
-void Agent::leave(int attempt) {
-  rendezvous_->store().add(key(attempt, "left"), 1);
-  if (node_.node_rank != 0 || node_.nnodes == 1) return;
+// needs of this attempt, or stopped its heartbeat (Note [Agent
+// heartbeats]); spare nodes are told the job ended.
+void Agent::leave(Attempt& attempt) {
+  auto& store = rendezvous_->store();
+  store.set(key(attempt.number, comm::detail::str("left/", node_.node_rank)),
+            comm::store::as_bytes("1"));
+  if (node_.node_rank != 0) return;
+  std::vector<int> waiting;
+  for (int node = 1; node < node_.nnodes; ++node) waiting.push_back(node);
   const auto give_up = Clock::now() + plan_.rendezvous_timeout;
-  while (rendezvous_->store().add(key(attempt, "left"), 0) < node_.nnodes &&
-         Clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (!waiting.empty() && Clock::now() < give_up) {
+    beat(attempt);
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if (store.check({key(attempt.number, comm::detail::str("left/", *it))})) {
+        it = waiting.erase(it);
+        continue;
+      }
+      const auto silence = heartbeat_silence(attempt, *it);
+      if (attempt.heartbeats[static_cast<size_t>(*it)].gone || silence >= plan_.node_timeout) {
+        say(comm::detail::str("node ", *it, " stopped its heartbeat ", in_seconds(silence),
+                              " ago; not waiting for it"));
+        it = waiting.erase(it);
+        continue;
+      }
+      ++it;
+    }
+    if (!waiting.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  rendezvous_->end_job(node_, plan_.node_timeout);
+}
+
+void Agent::beat(Attempt& attempt) {
+  const auto now = Clock::now();
+  if (node_.nnodes == 1 || now - attempt.last_beat < plan_.monitor_interval / 2) return;
+  attempt.last_beat = now;
+  rendezvous_->store().add(key(attempt.number, comm::detail::str("heartbeat/", node_.node_rank)),
+                           1);
+}
+
+// Node 0: how long node `node`'s heartbeat has stood still, as far as it
+// has watched it.
+std::chrono::milliseconds Agent::heartbeat_silence(Attempt& attempt, int node) {
+  attempt.heartbeats.resize(static_cast<size_t>(node_.nnodes));
+  auto& seen = attempt.heartbeats[static_cast<size_t>(node)];
+  const int64_t count =
+      rendezvous_->store().add(key(attempt.number, comm::detail::str("heartbeat/", node)), 0);
+  const auto now = Clock::now();
+  if (count != seen.count) {
+    seen.count = count;
+    seen.changed = now;
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - seen.changed);
 }
 
 int Agent::run() {
@@ -230,6 +292,11 @@ int Agent::run() {
   rendezvous_ = std::make_unique<NodeRendezvous>(plan_, secret);
   while (true) {
     node_ = rendezvous_->next_round();
+    if (node_.job_ended) {
+      say(comm::detail::str("the job '", o.run_id,
+                            "' ended while this node waited as a spare node; nothing to do"));
+      return 0;
+    }
     if (plan_.memory_recovery && !recovery_) {
       recovery_ = std::make_unique<RecoveryStore>(
           rendezvous_->store(), "ddprun/" + o.run_id + "/recovery_store", node_.node_rank == 0,
@@ -249,6 +316,11 @@ int Agent::run() {
     std::vector<ChildProcess*> processes;
     for (auto& w : attempt.workers) processes.push_back(&*w.process);
     auto pump = [&](ChildProcess& p) {
+      try {
+        beat(attempt);  // while the workers stop
+      } catch (const std::exception&) {
+        // The store is lost: what follows says so; stopping goes on.
+      }
       for (auto& worker : attempt.workers) {
         if (&*worker.process == &p) {
           p.pump([&](Stream s, std::string_view chunk) { worker.output->feed(s, chunk); });
@@ -261,7 +333,7 @@ int Agent::run() {
     if (outcome == Outcome::kSucceeded) {
       stop_all(processes, plan_.stop_grace, pump);
       release_spares();
-      leave(round);
+      leave(attempt);
       return 0;
     }
     if (outcome == Outcome::kInterrupted) {
@@ -284,7 +356,7 @@ int Agent::run() {
     }
     if (restarts_ >= o.max_restarts) {
       release_spares();
-      leave(round);
+      leave(attempt);
       say(comm::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
                             o.max_restarts, "). First failure: ", attempt.failure));
       return 1;

@@ -3,6 +3,8 @@
 // Internal: one attempt of ddprun's agent (one rendezvous round): the
 // node's workers, each with its process, its output and its files.
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +34,15 @@ struct Agent::Attempt {
   std::vector<Worker> workers;
   bool reported_done = false;
   std::string failure;
+  // Note [Agent heartbeats]: when this node last bumped its counter, and on
+  // node 0 what it saw of the others' (by node rank).
+  struct Heartbeat {
+    int64_t count = -1;
+    std::chrono::steady_clock::time_point changed;
+    bool gone = false;  // node 0 stopped waiting for it
+  };
+  std::chrono::steady_clock::time_point last_beat;
+  std::vector<Heartbeat> heartbeats;
 };
 
 }  // namespace ddp::launch

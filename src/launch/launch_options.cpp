@@ -121,6 +121,8 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
       plan.rendezvous_timeout = duration(to_seconds(value, name), name);
     } else if (key == "last_call_timeout") {
       plan.last_call_timeout = duration(to_seconds(value, name), name);
+    } else if (key == "node_timeout") {
+      plan.node_timeout = duration(to_seconds(value, name), name);
     } else if (key == "is_host") {
       std::string lower = value;
       for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -134,8 +136,9 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
       }
     } else {
       throw ConfigError("--rdzv-conf has the key '" + key +
-                        "', which ddprun does not use; it takes join_timeout and "
-                        "last_call_timeout (seconds) and is_host (true or false).");
+                        "', which ddprun does not use; it takes join_timeout, "
+                        "last_call_timeout and node_timeout (seconds) and is_host (true or "
+                        "false).");
     }
   }
 }
@@ -326,6 +329,9 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
   plan.stop_grace = duration(options.stop_grace_s, "--stop-grace");
   plan.rendezvous_timeout = duration(options.rendezvous_timeout_s, "--rendezvous-timeout");
   apply_rdzv_conf(options.rdzv_conf, plan);
+  if (plan.node_timeout.count() == 0) {
+    plan.node_timeout = std::max(std::chrono::milliseconds(5000), 10 * plan.monitor_interval);
+  }
   plan.redirects = StreamChoice::parse(options.redirects, "--redirects");
   plan.tee = StreamChoice::parse(options.tee, "--tee");
   if (options.standalone) {

@@ -9,6 +9,7 @@
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "launch/say.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -17,12 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string endpoint(const LaunchPlan& plan) {
   return comm::detail::str(plan.store_host, ":", plan.store_port);
-}
-
-std::string seconds(std::chrono::milliseconds duration) {
-  const auto ms = duration.count();
-  return comm::detail::str(ms / 1000, ms % 1000 ? comm::detail::str(".", ms % 1000 / 100) : "",
-                           " s");
 }
 
 c10::intrusive_ptr<c10d::Store> store_at(const LaunchPlan& plan, bool server,
@@ -112,7 +107,15 @@ NodeAssignment NodeRendezvous::next_round() {
   } else {
     while (true) {
       node.node_rank = static_cast<int>(store_->add(key(round, "joined"), 1));
-      store_->wait({key(round, "nnodes")}, plan_.rendezvous_timeout);
+      if (spare_for(round)) {
+        if (!wait_as_spare(round, node.node_rank)) {
+          node.round = round;
+          node.job_ended = true;
+          return node;
+        }
+      } else {
+        store_->wait({key(round, "nnodes")}, plan_.rendezvous_timeout);
+      }
       node.nnodes = std::stoi(comm::store::as_text(store_->get(key(round, "nnodes"))));
       if (node.node_rank < node.nnodes) break;
       // The round closed without this node (it was full, or the last call
@@ -121,6 +124,7 @@ NodeAssignment NodeRendezvous::next_round() {
     }
   }
   node.round = round;
+  member_round_ = round;
   node.master_addr = comm::store::as_text(store_->get(key(-1, "master_addr")));
   next_round_ = round + 1;
   return node;
@@ -129,6 +133,77 @@ NodeAssignment NodeRendezvous::next_round() {
 bool NodeRendezvous::nodes_waiting(const NodeAssignment& running) {
   if (!plan_.c10d || running.nnodes >= plan_.max_nodes) return false;
   return store_->add(key(running.round + 1, "joined"), 0) > 0;
+}
+
+// Note [Spare nodes]: a node that is not in round - 1, which closed with
+// MAX nodes, waits for `round` as a spare: nothing opens that round until
+// the running job re-forms after a failure.
+bool NodeRendezvous::spare_for(int round) {
+  if (round == 0 || member_round_ == round - 1) return false;
+  const std::string previous = key(round - 1, "nnodes");
+  if (!store_->check({previous})) return false;
+  if (std::stoi(comm::store::as_text(store_->get(previous))) < plan_.max_nodes) return false;
+  if (!said_spare_) {
+    said_spare_ = true;
+    say(comm::detail::str("the job '", plan_.options.run_id, "' runs at its --nnodes MAX of ",
+                          plan_.max_nodes, " nodes; this node waits as a spare node for round ",
+                          round, " (it joins when a node is lost; gives up after join_timeout ",
+                          in_seconds(plan_.rendezvous_timeout), ")"));
+  }
+  return true;
+}
+
+// Waits, as a spare node with `rank` in `round`, until the round closes
+// (true) or the job ends (false: the host said so, and is told this node
+// saw it).
+bool NodeRendezvous::wait_as_spare(int round, int rank) {
+  const auto start = Clock::now();
+  while (true) {
+    bool closed = false;
+    bool ended = false;
+    try {
+      closed = store_->check({key(round, "nnodes")});
+      ended = !closed && store_->check({key(-1, "ended")});
+      if (ended) store_->add(key(-1, "ended_seen"), 1);
+    } catch (const RendezvousError& error) {
+      throw RendezvousError(comm::detail::str(
+          "this node waited as a spare node of the job '", plan_.options.run_id,
+          "' and lost the job's store at ", endpoint(plan_), " after ",
+          in_seconds(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
+          ": the job has ended or its host was lost (", error.what(),
+          "). Start this node again with the next job."));
+    }
+    if (closed) return true;
+    if (ended) return false;
+    if (Clock::now() - start >= plan_.rendezvous_timeout) {
+      try {  // withdraw, unless a later node already counted on this one's place
+        store_->compareSet(key(round, "joined"), comm::store::as_bytes(std::to_string(rank)),
+                           comm::store::as_bytes(std::to_string(rank - 1)));
+      } catch (const RendezvousError&) {
+        // The store is gone: nothing to withdraw from.
+      }
+      throw RendezvousError(comm::detail::str(
+          "this node waited as a spare node of the job '", plan_.options.run_id, "' at ",
+          endpoint(plan_), " for ", in_seconds(plan_.rendezvous_timeout),
+          " (its join_timeout) and no node of the job, which runs at its --nnodes MAX of ",
+          plan_.max_nodes,
+          ", was lost. Start it again later, raise --nnodes MAX for the next job, or give a "
+          "longer --rdzv-conf join_timeout to keep it waiting."));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void NodeRendezvous::end_job(const NodeAssignment& last, std::chrono::milliseconds patience) {
+  if (!host_ || !plan_.c10d || plan_.max_nodes == 1) return;
+  store_->set(key(-1, "ended"), comm::store::as_bytes(std::to_string(last.round)));
+  // Spare nodes waiting for the next round read that the job ended before
+  // the store goes away with this node.
+  const auto give_up = Clock::now() + patience;
+  while (store_->add(key(-1, "ended_seen"), 0) < store_->add(key(last.round + 1, "joined"), 0) &&
+         Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 // The host closes round `round` (Note [How nodes meet]) and returns its
@@ -148,7 +223,7 @@ int NodeRendezvous::close_round(int round) {
     if (now - start >= plan_.rendezvous_timeout) {
       throw TimeoutError(comm::detail::str(
           "only ", joined, " of at least ", plan_.min_nodes, " node(s) joined the rendezvous at ",
-          endpoint(plan_), " within its join_timeout of ", seconds(plan_.rendezvous_timeout),
+          endpoint(plan_), " within its join_timeout of ", in_seconds(plan_.rendezvous_timeout),
           ". Start ddprun on the other nodes with the same --rdzv-endpoint and --rdzv-id, or lower "
           "--nnodes."));
     }

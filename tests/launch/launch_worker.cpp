@@ -15,6 +15,7 @@
 //                    sleeps until stopped and the others' sixth collective,
 //                    an all-reduce, times out (1500 ms)
 //   sleep            prints its pid and sleeps until stopped
+//   linger SECONDS   as env, then rank 0 sleeps SECONDS before it exits
 //   spare-refused    under ddprun --spares: rank 0 waits (60 s at most) for
 //                    a hot spare's error file, then as env; the spare
 //                    itself fails in ddp::init(), which refuses a spare
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
     const int round =
         kEnv.count("DDP_RENDEZVOUS_ROUND") ? std::stoi(var("DDP_RENDEZVOUS_ROUND")) : 0;
     if (scenario == "spare-refused" && rank == 0) wait_for_spare_error();
-    if (scenario == "env" || scenario == "spare-refused" ||
+    if (scenario == "env" || scenario == "spare-refused" || scenario == "linger" ||
         ((scenario == "grow" || scenario == "shrink") && round > 0)) {
       for (const char* name :
            {"RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE",
@@ -111,6 +112,8 @@ int main(int argc, char** argv) {
       }
       std::cerr << "stderr of local rank " << var("LOCAL_RANK") << std::endl;
       all_reduce_ranks(std::chrono::seconds(30));
+      if (scenario == "linger" && rank == 0)
+        std::this_thread::sleep_for(std::chrono::seconds(target));
       std::cout << "a line without a newline at exit";
       return 0;
     }

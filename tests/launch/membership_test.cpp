@@ -43,9 +43,9 @@ std::string output_until(ChildProcess& process, const std::string& what) {
   return output;
 }
 
-// The rest of `process`'s output, once it exited (or 90 s passed).
-ChildResult finish(ChildProcess& process, std::string output) {
-  const auto deadline = std::chrono::steady_clock::now() + 90s;
+// The rest of `process`'s output, once it exited (or `patience` passed).
+ChildResult finish(ChildProcess& process, std::string output, std::chrono::seconds patience = 90s) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
   while (!process.reap() && std::chrono::steady_clock::now() < deadline) {
     wait_for_output({&process}, 100ms);
     process.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
@@ -59,6 +59,14 @@ ChildResult finish(ChildProcess& process, std::string output) {
   result.exit_code = process.exited() ? process.exit_code() : -1;
   result.output = output;
   return result;
+}
+
+// Waits (30 s at most) until a node hosts the rendezvous at `port`.
+void wait_for_host(int port) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!host_listens(port) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 // A node that arrives while a job of 1 of
@@ -120,6 +128,141 @@ TEST(LauncherMembership, LostNodeLeavesTheJobRunningOnTheOther) {
         "[0] attempt 1: sum of ranks 0"}) {
     EXPECT_TRUE(contains(survivor.output, line)) << line << " missing in\n" << survivor.output;
   }
+}
+
+// A node that arrives at a job running at its --nnodes MAX says that it
+// waits as a spare node; when nothing frees a place within its
+// join_timeout it ends with a RendezvousError naming that, and the job
+// itself runs on undisturbed.
+TEST(LauncherMembership, SpareNodeAtMaxSaysSoAndGivesUpAfterJoinTimeout) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  const std::vector<std::string> common = {
+      "--nnodes",           "1:2",
+      "--rdzv-backend",     "c10d",
+      "--rdzv-endpoint",    "127.0.0.1:" + std::to_string(port),
+      "--rdzv-id",          "full",
+      "--monitor-interval", "0.1"};
+  auto node_args = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (const char* a : {DDP_LAUNCH_WORKER, "linger", "20"}) args.push_back(a);
+    return ddprun(args);
+  };
+  ChildProcess host(node_args({}), false);
+  wait_for_host(port);
+  ChildProcess second(node_args({}), false);
+  std::string second_output = output_until(second, "] attempt 0: sum of ranks 1");
+  ASSERT_TRUE(contains(second_output, "[1] attempt 0: sum of ranks 1")) << second_output;
+  ChildProcess spare(node_args({"--rdzv-conf", "join_timeout=3"}), false);
+  const ChildResult refused = finish(spare, "", 60s);
+  EXPECT_EQ(refused.exit_code, 4) << refused.output;  // RendezvousError
+  EXPECT_TRUE(contains(refused.output,
+                       "ddprun: the job 'full' runs at its --nnodes MAX of 2 nodes; this node "
+                       "waits as a spare node for round 1"))
+      << refused.output;
+  EXPECT_TRUE(contains(refused.output,
+                       "ddprun: error: this node waited as a spare node of the job 'full' at "))
+      << refused.output;
+  const ChildResult job = finish(host, "");
+  const ChildResult other = finish(second, second_output);
+  EXPECT_EQ(job.exit_code, 0) << job.output;
+  EXPECT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_EQ(count(job.output, "re-form"), 0) << job.output;
+}
+
+// A spare node takes the place of a node that is lost: the job re-forms
+// with it after the failure and finishes.
+TEST(LauncherMembership, SpareNodeReplacesALostNode) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  const ChildSpec node = ddprun({"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                 "127.0.0.1:" + std::to_string(port), "--rdzv-id", "replace",
+                                 "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-conf",
+                                 "last_call_timeout=30", DDP_LAUNCH_WORKER, "shrink"});
+  ChildProcess host(node, false);
+  wait_for_host(port);
+  ChildProcess lost(node, false);
+  std::string lost_output = output_until(lost, "] round 0: all-reduced over 2");
+  ASSERT_TRUE(contains(lost_output, "round 0: all-reduced over 2")) << lost_output;
+  ChildProcess spare(node, false);
+  std::string spare_output = output_until(spare, "waits as a spare node");
+  ASSERT_TRUE(contains(spare_output, "waits as a spare node for round 1")) << spare_output;
+  lost.signal_group(SIGKILL);  // the launcher and its worker
+  lost.reap_blocking();
+  const ChildResult survivor = finish(host, "");
+  const ChildResult replacement = finish(spare, spare_output);
+  EXPECT_EQ(survivor.exit_code, 0) << survivor.output;
+  EXPECT_EQ(replacement.exit_code, 0) << replacement.output;
+  for (const ChildResult* r : {&survivor, &replacement}) {
+    for (const char* line : {"] DDP_RENDEZVOUS_ROUND=1\n", "] WORLD_SIZE=2\n",
+                             "] GROUP_WORLD_SIZE=2\n", ": sum of ranks 1"}) {
+      EXPECT_TRUE(contains(r->output, line)) << line << " missing in\n" << r->output;
+    }
+  }
+  // Restarts are counted by each agent, as torchrun's are: the spare node
+  // has had none.
+  EXPECT_TRUE(contains(survivor.output, "[0] attempt 1: sum of ranks 1")) << survivor.output;
+  EXPECT_TRUE(contains(replacement.output, "[1] GROUP_RANK=1")) << replacement.output;
+  EXPECT_TRUE(contains(replacement.output, "[1] attempt 0: sum of ranks 1")) << replacement.output;
+}
+
+// Note [Agent heartbeats] in include/ddp/launch/agent.hpp: a node whose
+// launcher dies once its workers are done does not keep the host waiting
+// out join_timeout (300 s) at the final exit.
+TEST(LauncherHeartbeat, HostDoesNotWaitForANodeThatDiedAfterItsWorkers) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  const ChildSpec node =
+      ddprun({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+              "127.0.0.1:" + std::to_string(port), "--rdzv-id", "beat", "--monitor-interval", "0.1",
+              "--rdzv-conf", "join_timeout=300", DDP_LAUNCH_WORKER, "linger", "8"});
+  ChildProcess host(node, false);
+  wait_for_host(port);
+  ChildProcess lost(node, false);
+  std::string lost_output = output_until(lost, "] attempt 0: sum of ranks 1");
+  ASSERT_TRUE(contains(lost_output, "[1] attempt 0: sum of ranks 1")) << lost_output;
+  // Its worker exits and its agent reports it done (k/done/1), while node
+  // 0's worker lingers on.
+  std::this_thread::sleep_for(2s);
+  lost.signal_group(SIGKILL);
+  lost.reap_blocking();
+  const auto killed = std::chrono::steady_clock::now();
+  const ChildResult result = finish(host, "", 40s);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_LT(elapsed, 20.0) << result.output;
+  EXPECT_TRUE(contains(result.output, "ddprun: node 1 stopped its heartbeat")) << result.output;
+  EXPECT_TRUE(contains(result.output, "; not waiting for it")) << result.output;
+  EXPECT_TRUE(contains(result.output, "[0] attempt 0: sum of ranks 1")) << result.output;
+}
+
+// A node whose launcher dies mid-run, its workers with it, while no
+// collective would fail (the workers only sleep): node 0 notices the still
+// heartbeat and fails the attempt instead of running on forever.
+TEST(LauncherHeartbeat, NodeLostMidRunWithoutAFailedCollectiveFailsTheJob) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  const ChildSpec node =
+      ddprun({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+              "127.0.0.1:" + std::to_string(port), "--rdzv-id", "still", "--monitor-interval",
+              "0.1", "--stop-grace", "1", DDP_LAUNCH_WORKER, "sleep"});
+  ChildProcess host(node, false);
+  wait_for_host(port);
+  ChildProcess lost(node, false);
+  std::string lost_output = output_until(lost, "] pid ");
+  ASSERT_TRUE(contains(lost_output, "[1] pid ")) << lost_output;
+  lost.signal_group(SIGKILL);
+  lost.reap_blocking();
+  const auto killed = std::chrono::steady_clock::now();
+  const ChildResult result = finish(host, "", 60s);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_LT(elapsed, 30.0) << result.output;
+  EXPECT_TRUE(contains(result.output, "First failure: node 1 stopped its heartbeat "))
+      << result.output;
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
   app.add_option("--rdzv-id,--rdzv_id,--run-id,--run_id", o.run_id,
                  "job id; nodes of one job share it");
   app.add_option("--rdzv-conf,--rdzv_conf", o.rdzv_conf,
-                 "join_timeout=S,last_call_timeout=S,is_host=true|false");
+                 "join_timeout=S,last_call_timeout=S,node_timeout=S,is_host=true|false");
   app.add_option("--local-addr,--local_addr", o.local_addr,
                  "this node's address, given to the workers when it is node 0");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,

@@ -14,7 +14,9 @@
 //   k/done/<node>   a node whose workers all exited 0;
 //   k/flight/<node> after a failure, the node's ranks' last collectives
 //                   (Note [Reading a stall]);
-//   k/left          agents that have finished with attempt k.
+//   k/left/<node>   an agent that has finished with attempt k;
+//   k/heartbeat/<node>  a counter each agent bumps at every store poll
+//                   (Note [Agent heartbeats]);
 //   k/generation    --recovery memory: the generation the attempt's
 //                   workers start in (Note [Recovery in memory] in
 //                   ddp/elastic/run.hpp), beside the run's recovery_store.
@@ -22,12 +24,27 @@
 // interval, so a failure on one node stops the job on all of them within a
 // few intervals.
 //
+// Note [Agent heartbeats]
+// Every agent bumps k/heartbeat/<node> at each store poll (and while it
+// stops its workers), one add() per monitor interval. Node 0, which hosts
+// the store and so leaves last, reads the others': a node whose counter has
+// not moved for node_timeout (--rdzv-conf node_timeout, by default
+// max(5 s, 10 monitor intervals)) is gone. While the attempt runs that is
+// a failure (k/failure, "node N stopped its heartbeat ...") unless the
+// node's workers were already done: without it a node whose agent died,
+// its workers taken with it, would go unnoticed under --recovery memory,
+// where the others' workers wait for it rather than fail. At the end node 0
+// does not wait out join_timeout for a gone node to count itself out
+// (k/left/<node>): it says so and leaves. Node 0 itself has no watcher: the
+// job cannot outlive its store.
+//
 // The job's secret (Note [Store authentication]) guards both stores: the
 // agents' (several nodes, --secret-file) and the workers' (rank 0's). On
 // one node the agent writes a fresh secret for every job; for several
 // nodes only a file every node has can serve, so without --secret-file the
 // job runs unauthenticated, as torchrun's does, and ddprun says so.
 
+#include <chrono>
 #include <csignal>
 #include <memory>
 #include <string>
@@ -75,7 +92,9 @@ class Agent {
   bool replace_worker(Attempt& attempt, size_t index, const std::string& failure);
   Outcome monitor(Attempt& attempt);
   void report_stall(const Attempt& attempt);
-  void leave(int attempt);
+  void leave(Attempt& attempt);
+  void beat(Attempt& attempt);
+  std::chrono::milliseconds heartbeat_silence(Attempt& attempt, int node);
   std::string key(int attempt, const std::string& name) const;
   std::string error_file(int attempt, int local_rank) const;
 

@@ -25,11 +25,19 @@
 // restart. After a failure every agent also joins the next round, so a node
 // that died is simply absent from it, and the job goes on while MIN nodes
 // remain. The host holds the store: the job cannot outlive it.
+// Note [Spare nodes]: a node that arrives while the job runs at MAX nodes
+// joins round r + 1 as a spare and says so; the running agents do not stop
+// for it. It gets a place when the job re-forms after a failure (every
+// agent joins round r + 1, and a lost node no longer does; a node that
+// joins after the round is full waits as a spare in its turn). With no
+// place within join_timeout it withdraws and ends with a RendezvousError;
+// when the job ends first, the host tells it (rdzv/ended) and it exits 0.
 // The host first claims the run id (--rdzv-id), so two jobs that share an
 // endpoint never merge. One node needs no network: an in-memory store.
 
 #include <c10/util/intrusive_ptr.h>
 
+#include <chrono>
 #include <string>
 
 #include "ddp/launch/launch_options.hpp"
@@ -47,6 +55,9 @@ struct NodeAssignment {
   int nnodes = 1;     ///< GROUP_WORLD_SIZE
   /// The address the workers meet at (MASTER_ADDR): node 0's.
   std::string master_addr = "127.0.0.1";
+  /// A spare node whose job ended before a place opened (Note [Spare
+  /// nodes]): it has nothing to do.
+  bool job_ended = false;
 };
 
 /// This node's side of the rendezvous (Note [How nodes meet]).
@@ -62,8 +73,15 @@ class NodeRendezvous {
   /// Joins the next round (the first for a node that arrives at a running
   /// job: the one after the running round) and waits until it closes.
   /// \throws ddp::TimeoutError when fewer than --nnodes MIN nodes join
-  ///   within join_timeout; ddp::RendezvousError when the store is lost.
+  ///   within join_timeout; ddp::RendezvousError when the store is lost,
+  ///   or when this node waited as a spare node (Note [Spare nodes]) for
+  ///   join_timeout and no place opened.
   NodeAssignment next_round();
+
+  /// The host, once the job is over: tells spare nodes waiting for the
+  /// round after `last` that it ended, and waits (`patience` at most) until
+  /// they have read it.
+  void end_job(const NodeAssignment& last, std::chrono::milliseconds patience);
 
   /// Whether a node waits to join the round after `running`: never for the
   /// static backend, nor when `running` already has --nnodes MAX nodes.
@@ -75,11 +93,15 @@ class NodeRendezvous {
  private:
   std::string key(int round, const std::string& name) const;
   int close_round(int round);
+  bool spare_for(int round);
+  bool wait_as_spare(int round, int rank);
 
   const LaunchPlan& plan_;
   c10::intrusive_ptr<c10d::Store> store_;
   bool host_ = false;
-  int next_round_ = -1;  // -1: not joined yet
+  int next_round_ = -1;    // -1: not joined yet
+  int member_round_ = -1;  // the last round this node was a member of
+  bool said_spare_ = false;
 };
 
 }  // namespace ddp::launch
