@@ -158,6 +158,11 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
       attempt.reported_done = true;
       rendezvous_->store().set(key(attempt.number, comm::detail::str("done/", node_.node_rank)),
                                comm::store::as_bytes("1"));
+      if (node_.nnodes > 1) {
+        say(comm::detail::str("node ", node_.node_rank,
+                              ": every worker succeeded; waiting for the "
+                              "other nodes"));
+      }
     }
     if (Clock::now() - last_poll < plan_.monitor_interval && !all_succeeded) continue;
     last_poll = Clock::now();

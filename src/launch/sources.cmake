@@ -14,4 +14,5 @@ ddp_add_library(launch STATIC DEPENDS ddp_comm SOURCES
   ${launch}/spare_pool.cpp
   ${launch}/recovery_store.cpp
   ${launch}/stall_report.cpp
+  ${launch}/stream_choice.cpp
   ${launch}/worker_environment.cpp)
