@@ -160,17 +160,22 @@ def main():
         match = DIGEST.search(job.text())
         return match.group(1) if match else "none"
 
+    def self_kill(trainer_args, kill_line, launcher_args=()):
+        """Runs a job of which a rank kills itself after printing `kill_line`:
+        (job, exit codes, seconds to the next generation's step, its commit)."""
+        job, _ = run(one_node(launcher_args, trainer_args))
+        killed_at, _ = job.wait_for(kill_line)
+        codes = job.finish()
+        cont = CONTINUING.search(job.text())
+        return job, codes, next_step_after(job, killed_at), cont.group(1) if cont else "none"
+
     plain = reference("plain", one_node())
 
     # 1. A worker, by itself, right after step 9 (one step after a commit).
-    job, _ = run(one_node(extra_trainer=["--kill-at", "1:9"]))
-    killed_at, _ = job.wait_for(r"^\[1\] epoch 0 step 9 ")
-    codes = job.finish()
-    cont = CONTINUING.search(job.text())
-    seconds = next_step_after(job, killed_at)
+    job, codes, seconds, commit = self_kill(["--kill-at", "1:9"], r"^\[1\] epoch 0 step 9 ")
     row("worker", "rank 1 (SIGKILL), after step 9",
         f"replaced alone in a new process; survivors kept theirs, all continued from commit "
-        f"{cont.group(1)} (exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
+        f"{commit} (exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
 
     # 2. A worker, with a hot spare ready (steps slowed to 100 ms until then).
     job, _ = run(one_node(["--spares", "1"], ["--kill-at", "1:21", "--step-delay-ms", "100"]))
@@ -196,36 +201,27 @@ def main():
         f"training not interrupted (exit {codes[0]})", "— (no step lost)", digest_of(job), plain)
 
     # 4. Two workers within one step.
-    job, _ = run(one_node(extra_trainer=["--kill-at", "1:9,2:9"]))
-    killed_at, _ = job.wait_for(r"^\[[12]\] epoch 0 step 9 ")
-    codes = job.finish()
+    job, codes, seconds, _ = self_kill(["--kill-at", "1:9,2:9"], r"^\[[12]\] epoch 0 step 9 ")
     generations = sorted(set(re.findall(r"starting it again alone in generation (\d+)",
                                         job.text())))
-    seconds = next_step_after(job, killed_at)
     row("two failures within one step", "ranks 1 and 2 (SIGKILL), both after step 9",
         f"each replaced alone (generations {', '.join(generations)}); rank 0 kept its process "
         f"(exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
 
     # 5. During a commit: a plain one (local), and a ZeRO one (a collective).
-    job, _ = run(one_node(extra_trainer=["--kill-in-commit", "1:8"]))
-    killed_at, _ = job.wait_for(r"^\[1\] epoch 0 step 8 ")
-    codes = job.finish()
-    cont = CONTINUING.search(job.text())
-    seconds = next_step_after(job, killed_at)
+    job, codes, seconds, commit = self_kill(["--kill-in-commit", "1:8"],
+                                            r"^\[1\] epoch 0 step 8 ")
     row("failure during a commit", "rank 1 (SIGKILL), entering the commit of step 8",
-        f"the survivors' commit of step 8 went to the replacement (commit {cont.group(1)}) "
+        f"the survivors' commit of step 8 went to the replacement (commit {commit}) "
         f"(exit {codes[0]})", f"{seconds:.3f} s", digest_of(job), plain)
     zero = ["--zero-stage", "1", "--momentum", "0.9"]
     zero_digest = reference("zero", one_node(extra_trainer=zero))
-    job, _ = run(one_node(extra_trainer=zero + ["--kill-in-commit", "1:8"]))
-    killed_at, _ = job.wait_for(r"^\[1\] epoch 0 step 8 ")
-    codes = job.finish()
-    cont = CONTINUING.search(job.text())
-    seconds = next_step_after(job, killed_at)
+    job, codes, seconds, commit = self_kill(zero + ["--kill-in-commit", "1:8"],
+                                            r"^\[1\] epoch 0 step 8 ")
     row("failure during a ZeRO commit", "rank 1 (SIGKILL), entering the commit of step 8 "
         "(ZeRO stage 1: a collective)",
         f"the commit's all-gather failed on the survivors; all rolled back to commit "
-        f"{cont.group(1)} (step 4) and the shard came from its buddy (exit {codes[0]})",
+        f"{commit} (step 4) and the shard came from its buddy (exit {codes[0]})",
         f"{seconds:.3f} s", digest_of(job), zero_digest)
 
     # 6. A node, then the store's host: two nodes, one's ddprun and workers SIGKILLed.

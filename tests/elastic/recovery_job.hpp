@@ -4,6 +4,8 @@
 // toy-trainer workers that commit in memory every kCommitEvery steps, and
 // what they print.
 
+#include <gtest/gtest.h>
+
 #include <regex>
 #include <string>
 #include <vector>
@@ -49,6 +51,32 @@ inline std::vector<std::string> pids_of(const std::string& output, int rank) {
     pids.push_back((*it)[1].str());
   }
   return pids;
+}
+
+/// Ranks 0 and 2 kept their processes across the failure (one `pid` line
+/// per generation, equal); rank 1's second process is another.
+inline void expect_only_rank_1_replaced(const std::string& output) {
+  for (int survivor : {0, 2}) {
+    const auto pids = pids_of(output, survivor);
+    ASSERT_EQ(pids.size(), 2u) << "rank " << survivor << "\n" << output;
+    EXPECT_EQ(pids[0], pids[1]) << "rank " << survivor;
+  }
+  const auto replaced = pids_of(output, 1);
+  ASSERT_EQ(replaced.size(), 2u) << output;
+  EXPECT_NE(replaced[1], replaced[0]);
+}
+
+/// Each of the 3 ranks continued in `generation` from commit `commit` of
+/// rank 0.
+inline void expect_continuing(const std::string& output, int generation, int commit) {
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string r = std::to_string(rank);
+    EXPECT_TRUE(contains(output, "[" + r + "] ddp: rank " + r + ": generation " +
+                                     std::to_string(generation) + ": continuing from commit " +
+                                     std::to_string(commit) + " of rank 0"))
+        << "rank " << rank << "\n"
+        << output;
+  }
 }
 
 }  // namespace ddp::launch

@@ -67,13 +67,7 @@ TEST(ElasticSpares, KilledWorkerIsTakenOverByASpareStartedBeforeTheKill) {
     ASSERT_EQ(pids.size(), 2u) << "rank " << survivor << "\n" << output;
     EXPECT_EQ(pids[0], pids[1]) << "rank " << survivor;
   }
-  for (int rank = 0; rank < 3; ++rank) {
-    const std::string r = std::to_string(rank);
-    EXPECT_TRUE(contains(output, "[" + r + "] ddp: rank " + r +
-                                     ": generation 1: continuing from commit 3 of rank 0"))
-        << "rank " << rank << "\n"
-        << output;
-  }
+  expect_continuing(output, 1, 3);
   // The next spare starts after the promotion (once the promoted spare has
   // the state: its loading would slow the recovery it is there to speed).
   EXPECT_GT(output.find("started spare " + spares[1].first), output.find("takes rank 1 in"))

@@ -44,23 +44,9 @@ TEST_P(ElasticZeroRecovery, KilledRankGetsItsShardFromItsBuddyAndTheJobEndsBitId
   EXPECT_TRUE(contains(output, "ended with signal 9 (Killed)")) << output;
   EXPECT_TRUE(contains(output, "starting it again alone in generation 1")) << output;
   EXPECT_FALSE(contains(output, "restarting every worker")) << output;
-  for (int survivor : {0, 2}) {
-    const auto pids = pids_of(output, survivor);
-    ASSERT_EQ(pids.size(), 2u) << "rank " << survivor << "\n" << output;
-    EXPECT_EQ(pids[0], pids[1]) << "rank " << survivor;
-  }
-  const auto replaced = pids_of(output, 1);
-  ASSERT_EQ(replaced.size(), 2u) << output;
-  EXPECT_NE(replaced[1], replaced[0]);
+  expect_only_rank_1_replaced(output);
   const int commits = 1 + kill_at / kCommitEvery;  // the start's, then one every 4 steps
-  for (int rank = 0; rank < 3; ++rank) {
-    const std::string r = std::to_string(rank);
-    EXPECT_TRUE(contains(output, "[" + r + "] ddp: rank " + r +
-                                     ": generation 1: continuing from commit " +
-                                     std::to_string(commits) + " of rank 0"))
-        << "rank " << rank << "\n"
-        << output;
-  }
+  expect_continuing(output, 1, commits);
   EXPECT_FALSE(contains(output, "resumed at epoch")) << output;
   EXPECT_EQ(digest_of(output), expected)
       << "stage " << stage << ", killed at step " << kill_at << "\n"
