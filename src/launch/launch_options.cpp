@@ -263,6 +263,15 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
   if (options.command.empty()) {
     throw ConfigError("no program given; usage: ddprun [options] PROGRAM [ARGS...]");
   }
+  const bool gpu_workers =
+      options.nproc_per_node == "gpu" || (options.nproc_per_node == "auto" && at::hasCUDA());
+  if (options.spares > 0 && gpu_workers) {
+    throw ConfigError(comm::detail::str(
+        "--spares ", options.spares, " with --nproc-per-node ", options.nproc_per_node,
+        " (one worker per GPU): hot spares are CPU-only, since "
+        "a spare loads the program before it has a LOCAL_RANK to pick its GPU by. Drop --spares "
+        "for GPU workers."));
+  }
   plan.nproc = resolve_nproc(options.nproc_per_node);
   std::tie(plan.min_nodes, plan.max_nodes) = parse_nnodes(options.nnodes);
   if (options.rdzv_backend == "c10d") {

@@ -128,5 +128,15 @@ TEST(ElasticSpareOptions, ANegativeCountIsRefused) {
       << r.output;
 }
 
+TEST(ElasticSpareOptions, GpuWorkersAreRefused) {
+  const ChildResult r = run_launcher({"--standalone", "--nproc-per-node", "gpu", "--recovery",
+                                      "memory", "--spares", "1", DDP_TOY_TRAINER});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "--spares 1 with --nproc-per-node gpu (one worker per GPU): hot spares are "
+                       "CPU-only"))
+      << r.output;
+}
+
 }  // namespace
 }  // namespace ddp::launch
