@@ -13,6 +13,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
+#include "elastic/commit_layout.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/zero_state.hpp"
 
@@ -26,13 +27,10 @@ using snapshot::SnapshotFile;
 // header (u64), the header {"scalars": text, "tensors": [[name, dtype,
 // sizes], ...]}, then each tensor's bytes in the header's order.
 std::string pack_shard(const SnapshotFile& shard) {
-  json tensors = json::array();
   size_t payload = 0;
-  for (const auto& [name, tensor] : shard.tensors) {
-    tensors.push_back({name, static_cast<int>(tensor.scalar_type()), tensor.sizes().vec()});
-    payload += tensor.nbytes();
-  }
-  const std::string header = json{{"scalars", shard.scalars_json}, {"tensors", tensors}}.dump();
+  for (const auto& entry : shard.tensors) payload += entry.second.nbytes();
+  const std::string header =
+      json{{"scalars", shard.scalars_json}, {"tensors", tensor_layout(shard)}}.dump();
   const uint64_t header_size = header.size();
   std::string bytes;
   bytes.reserve(sizeof header_size + header.size() + payload);
@@ -62,20 +60,18 @@ json shard_header(const std::string& bytes, const std::string& what, size_t* pay
 SnapshotFile unpack_shard(const std::string& bytes, const std::string& what) {
   size_t offset = 0;
   const json header = shard_header(bytes, what, &offset);
-  SnapshotFile shard;
+  SnapshotFile shard =
+      allocate_from_layout(header.at("scalars").get<std::string>(), header.at("tensors"));
   shard.path = what;
   shard.world_size = 1;
-  shard.scalars_json = header.at("scalars").get<std::string>();
-  for (const auto& entry : header.at("tensors")) {
-    const auto dtype = static_cast<at::ScalarType>(entry.at(1).get<int>());
-    at::Tensor tensor = at::empty(entry.at(2).get<std::vector<int64_t>>(), dtype);
+  for (auto& entry : shard.tensors) {  // in the layout's (the map's) order
+    at::Tensor& tensor = entry.second;
     if (bytes.size() - offset < tensor.nbytes()) {
       throw SnapshotError(comm::detail::str(what, " arrived truncated (", bytes.size(),
                                             " bytes); the ranks run different ddp builds?"));
     }
     std::memcpy(tensor.data_ptr(), bytes.data() + offset, tensor.nbytes());
     offset += tensor.nbytes();
-    shard.tensors.emplace(entry.at(0).get<std::string>(), std::move(tensor));
   }
   return shard;
 }

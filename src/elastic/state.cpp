@@ -11,6 +11,7 @@
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "comm/str.hpp"
+#include "elastic/commit_layout.hpp"
 #include "elastic/shard_buddies.hpp"
 
 namespace ddp::elastic {
@@ -96,12 +97,8 @@ std::optional<int> State::sync(ProcessGroup& group) {
 
   std::string description;
   if (rank == sender) {
-    json tensors = json::array();
-    for (const auto& [name, tensor] : committed_->tensors) {
-      tensors.push_back({name, static_cast<int>(tensor.scalar_type()), tensor.sizes().vec()});
-    }
     description = json{{"scalars", committed_->scalars_json},
-                       {"tensors", tensors},
+                       {"tensors", detail::tensor_layout(*committed_)},
                        {"zero", shards_ ? shards_->record : json(nullptr)}}
                       .dump();
   }
@@ -118,12 +115,8 @@ std::optional<int> State::sync(ProcessGroup& group) {
   if (rank == sender) {
     received = *committed_;
   } else {
-    received.scalars_json = parsed.at("scalars").get<std::string>();
-    for (const auto& entry : parsed.at("tensors")) {
-      const auto dtype = static_cast<at::ScalarType>(entry.at(1).get<int>());
-      received.tensors.emplace(entry.at(0).get<std::string>(),
-                               at::empty(entry.at(2).get<std::vector<int64_t>>(), dtype));
-    }
+    received =
+        detail::allocate_from_layout(parsed.at("scalars").get<std::string>(), parsed.at("tensors"));
   }
   for (const auto& entry : received.tensors) payload.push_back(entry.second);
   broadcast_tensors(group, payload, sender);

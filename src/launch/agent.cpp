@@ -81,6 +81,7 @@ Agent::Attempt Agent::start_attempt(int number) {
   const auto& o = plan_.options;
   Attempt attempt;
   attempt.number = number;
+  attempt.heartbeats.resize(static_cast<size_t>(node_.nnodes));
   // Lay out ranks node by node, from every node's worker count.
   rendezvous_->store().set(key(number, comm::detail::str("nproc/", node_.node_rank)),
                            comm::store::as_bytes(std::to_string(plan_.nproc)));
@@ -215,8 +216,7 @@ void Agent::report_stall(const Attempt& attempt) {
   if (node_.nnodes > 1) {
     std::vector<std::string> others;
     for (int node = 0; node < node_.nnodes; ++node) {
-      const bool gone = static_cast<size_t>(node) < attempt.heartbeats.size() &&
-                        attempt.heartbeats[static_cast<size_t>(node)].gone;
+      const bool gone = attempt.heartbeats[static_cast<size_t>(node)].gone;
       if (node != node_.node_rank && !gone) {
         others.push_back(key(attempt.number, comm::detail::str("flight/", node)));
       }
@@ -278,7 +278,6 @@ void Agent::beat(Attempt& attempt) {
 // Node 0: how long node `node`'s heartbeat has stood still, as far as it
 // has watched it.
 std::chrono::milliseconds Agent::heartbeat_silence(Attempt& attempt, int node) {
-  attempt.heartbeats.resize(static_cast<size_t>(node_.nnodes));
   auto& seen = attempt.heartbeats[static_cast<size_t>(node)];
   const int64_t count =
       rendezvous_->store().add(key(attempt.number, comm::detail::str("heartbeat/", node)), 0);

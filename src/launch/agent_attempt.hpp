@@ -42,7 +42,7 @@ struct Agent::Attempt {
     bool gone = false;  // node 0 stopped waiting for it
   };
   std::chrono::steady_clock::time_point last_beat;
-  std::vector<Heartbeat> heartbeats;
+  std::vector<Heartbeat> heartbeats;  // one per node of the attempt
 };
 
 }  // namespace ddp::launch
