@@ -10,11 +10,14 @@
 #   4. runs the GPU benchmark (benchmarks/gpu_vs_pytorch.sh: ddp against PyTorch's
 #      DDP on the same GPU) and the operator count on CUDA (benchmarks/op_count.sh);
 #   5. with --full, builds everything else and runs the CPU test suite too;
-# and prints a short table last. What the machine lacks (CLI11, nlohmann-json,
+# and prints a short table last. --stages picks which of 2-4 run (the build
+# always does, and is a no-op when up to date), so that a GPU lent for two
+# short commands can run the check in two parts on the same build. What the machine lacks (CLI11, nlohmann-json,
 # zlib's and OpenSSL's headers, GoogleTest's sources, Fashion-MNIST) comes from .gpu-pack/,
 # made beforehand on a Debian machine by scripts/gpu-pack.sh.
 #
 # Usage: bash scripts/gpu-check.sh [--full] [--no-examples] [--rounds N] [--logs DIR]
+#                                  [--stages tests,examples,bench,opcount]
 # Environment: PYTHON (default python3, the one with torch), DDP_GPU_BUILD
 # (build directory, default build-gpu), DDP_GPU_TARGETS (the targets to build,
 # default all the GPU ones, the examples and ddprun).
@@ -25,19 +28,22 @@ pack="$root/.gpu-pack"
 build=${DDP_GPU_BUILD:-$root/build-gpu}
 python=${PYTHON:-python3}
 full=0
-run_examples=1
+stages=tests,examples,bench,opcount
 rounds=3
 logs="$build/logs"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --full) full=1 ;;
-    --no-examples) run_examples=0 ;;
+    --no-examples) stages=${stages//examples/} ;;
+    --stages) stages=$2; shift ;;
     --rounds) rounds=$2; shift ;;
     --logs) logs=$2; shift ;;
-    *) echo "usage: scripts/gpu-check.sh [--full] [--no-examples] [--rounds N] [--logs DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-check.sh [--full] [--no-examples] [--rounds N] [--logs DIR]" \
+         "[--stages tests,examples,bench,opcount]" >&2; exit 2 ;;
   esac
   shift
 done
+wanted() { [[ ",$stages," == *",$1,"* ]]; }
 mkdir -p "$logs"
 summary="$logs/summary.txt"
 : >"$summary"
@@ -117,7 +123,8 @@ fi
 
 # --- 2. The GPU tests.
 tests_rc=1
-if [[ -x "$build/bin/gpu_tests" ]]; then
+wanted tests || tests_rc=0
+if wanted tests && [[ -x "$build/bin/gpu_tests" ]]; then
   stage_start=$(date +%s)
   (cd "$build" && timeout 600 bin/gpu_tests) >"$logs/gpu_tests.txt" 2>&1
   tests_rc=$?
@@ -138,7 +145,7 @@ run_example() {  # run_example NAME SECONDS COMMAND...
   note "$name: exit $rc ($(elapsed)); $(grep -E 'accuracy|digest|error' "$logs/$name.txt" | tail -n 1)"
   [[ $rc -eq 0 ]] || examples_rc=1
 }
-if [[ $run_examples -eq 1 && -x "$build/bin/ddprun" && -x "$build/bin/example_mnist_ddp" ]]; then
+if wanted examples && [[ -x "$build/bin/ddprun" && -x "$build/bin/example_mnist_ddp" ]]; then
   ddprun1=(bin/ddprun --standalone --nproc-per-node 1)
   run_example mnist_gpu 400 "${ddprun1[@]}" bin/example_mnist_ddp --device cuda --epochs 5 \
     --data-dir "$data" --metrics-csv "$logs/mnist_gpu.csv"
@@ -161,7 +168,8 @@ fi
 
 # --- 4. The GPU benchmark.
 bench_rc=1
-if [[ -x "$build/bin/gpu_step_bench" && -f "$root/benchmarks/gpu_vs_pytorch.sh" ]]; then
+wanted bench || bench_rc=0
+if wanted bench && [[ -x "$build/bin/gpu_step_bench" && -f "$root/benchmarks/gpu_vs_pytorch.sh" ]]; then
   stage_start=$(date +%s)
   DDP_BUILD_DIR="$build" PYTHON="$python" FASHION_MNIST="$pack/data/fashion-mnist" \
     ROUNDS="$rounds" KEEP_RESULTS="$logs/gpu_bench_results.txt" \
@@ -171,7 +179,7 @@ if [[ -x "$build/bin/gpu_step_bench" && -f "$root/benchmarks/gpu_vs_pytorch.sh" 
 fi
 
 # The operator count on CUDA beside the CPU one (no timing: exact counts).
-if [[ -x "$build/bin/op_count_bench" && -f "$root/benchmarks/op_count.sh" ]]; then
+if wanted opcount && [[ -x "$build/bin/op_count_bench" && -f "$root/benchmarks/op_count.sh" ]]; then
   stage_start=$(date +%s)
   DDP_BUILD_DIR="$build" PYTHON="$python" DDP_SKIP_BUILD=1 timeout 300 \
     bash "$root/benchmarks/op_count.sh" >"$logs/op_count.txt" 2>&1
