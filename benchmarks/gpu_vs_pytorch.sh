@@ -12,10 +12,12 @@
 # first; the table shows medians over the rounds. It builds nothing.
 #
 # Usage: benchmarks/gpu_vs_pytorch.sh
-# Environment: KEEP_RESULTS (a file that gets the raw result lines after each
+# Environment: MODELS (convnet,resnet18), PRECISIONS (fp32,bf16,fp16; the
+# captured rows need fp32), KEEP_RESULTS (a file that gets the raw result lines after each
 # round), DDP_BUILD_DIR (build), PYTHON (python3), FASHION_MNIST
 # (/usr/share/datasets/fashion-mnist), ROUNDS (3), STEPS_SCALE (1: multiplies
-# the timed steps, 300 ConvNet and 150 ResNet-18).
+# the timed steps, 300 ConvNet and 150 ResNet-18), TABLE_FROM (runs nothing:
+# prints the table of a file KEEP_RESULTS wrote, on any machine).
 # Exits non-zero when a run fails, not when a target is missed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,11 +27,14 @@ data=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 rounds=${ROUNDS:-3}
 scale=${STEPS_SCALE:-1}
 bench="$build/bin/gpu_step_bench"
-if [[ ! -x "$bench" ]]; then
+if [[ ! -x "$bench" && -z "${TABLE_FROM:-}" ]]; then
   echo "error: $bench not found; build it first (cmake --build $build --target gpu_step_bench)" >&2
   exit 2
 fi
-steps=(--convnet-steps $((300 * scale)) --resnet-steps $((150 * scale)) --data-dir "$data")
+models=${MODELS:-convnet,resnet18}
+precisions=${PRECISIONS:-fp32,bf16,fp16}
+steps=(--convnet-steps $((300 * scale)) --resnet-steps $((150 * scale)) --data-dir "$data"
+       --models "$models")
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
@@ -57,20 +62,31 @@ run_captured() {  # run_captured NAME COMMAND...
   grep '^result ' "$logs/$name.log" >>"$logs/results" || true
 }
 
-for round in $(seq "$rounds"); do
-  ddp_side=(run "ddp-$round" "$bench" "${steps[@]}" --modes bare,ddp,ddp-full,ddp-view)
+if [[ -n "${TABLE_FROM:-}" ]]; then
+  cp "$TABLE_FROM" "$logs/results"
+  rounds="up to $(grep -c 'side=ddp model=convnet precision=fp32 mode=bare ' "$logs/results")"
+fi
+for round in $(if [[ -z "${TABLE_FROM:-}" ]]; then seq "$rounds"; fi); do
+  ddp_side=(run "ddp-$round" "$bench" "${steps[@]}" --precisions "$precisions"
+            --modes bare,ddp,ddp-full,ddp-view)
   py_side=(run "pytorch-$round" "$python" "$root/benchmarks/pytorch_gpu_step_bench.py" "${steps[@]}"
-           --modes bare,ddp,ddp-view)
+           --precisions "$precisions" --modes bare,ddp,ddp-view)
   if (( round % 2 )); then "${ddp_side[@]}"; "${py_side[@]}"; else "${py_side[@]}"; "${ddp_side[@]}"; fi
-  run_captured "ddp-captured-$round" "$bench" "${steps[@]}" --precisions fp32 --modes captured,captured-full
-  run_captured "pytorch-graphed-$round" "$python" "$root/benchmarks/pytorch_gpu_step_bench.py" \
-    "${steps[@]}" --precisions fp32 --modes graphed
+  if [[ ",$precisions," == *,fp32,* ]]; then
+    run_captured "ddp-captured-$round" "$bench" "${steps[@]}" --precisions fp32 --modes captured,captured-full
+    run_captured "pytorch-graphed-$round" "$python" "$root/benchmarks/pytorch_gpu_step_bench.py" \
+      "${steps[@]}" --precisions fp32 --modes graphed
+  fi
   [[ -n "${KEEP_RESULTS:-}" ]] && cp "$logs/results" "$KEEP_RESULTS"  # what a cut-short run keeps
 done
 
-echo "date: $(date -u +'%Y-%m-%d %H:%M UTC')"
-echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
-"$python" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())'
+if [[ -z "${TABLE_FROM:-}" ]]; then
+  echo "date: $(date -u +'%Y-%m-%d %H:%M UTC')"
+  echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+  "$python" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())'
+else
+  echo "results from $TABLE_FROM"
+fi
 echo "ddp's LibTorch: $(grep -o 'libtorch=[^ ]*' "$logs/results" | head -n 1 | cut -d= -f2); medians of $rounds rounds; cuDNN autotuner on; ms per step"
 awk '
   function median(key,   n, i, j, t, v) {

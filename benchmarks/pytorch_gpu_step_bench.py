@@ -162,14 +162,16 @@ def run_configuration(args, model_name, precision, mode, images, labels, device)
 
 
 def run_graphed(args, resnet, net, optimizer, batches, device):
-    """The documented recipe: warm up 11 DDP iterations on a side stream,
-    capture forward, backward and the optimizer step with the gradients set
-    to None, then copy each batch into the static inputs and replay."""
-    model = nn.parallel.DistributedDataParallel(net, device_ids=[device.index or 0])
+    """The documented recipe: construct DDP and warm up 11 iterations on a
+    side stream (DDP keeps each parameter's gradient accumulator, which must
+    not belong to the default stream), capture forward, backward and the
+    optimizer step with the gradients set to None, then copy each batch into
+    the static inputs and replay."""
     static_x, static_y = (t.clone() for t in batches.next())
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
+        model = nn.parallel.DistributedDataParallel(net, device_ids=[device.index or 0])
         for _ in range(11):
             optimizer.zero_grad(set_to_none=True)
             F.cross_entropy(model(static_x), static_y).backward()
