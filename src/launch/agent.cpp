@@ -316,7 +316,19 @@ int Agent::run() {
     }
     const int round = node_.round;
     Attempt attempt = start_attempt(round);
-    const Outcome outcome = monitor(attempt);
+    Outcome outcome = Outcome::kFailed;
+    try {
+      outcome = monitor(attempt);
+    } catch (const RendezvousError& error) {
+      // The store's host is lost (Note [A new host]): re-form without it,
+      // or end as before when no successor can be found.
+      const std::string why = error.what();
+      if (!rendezvous_->take_over(why.substr(0, why.find('\n')))) throw;
+      outcome = Outcome::kHostLost;
+      attempt.failure = "the node hosting the rendezvous store was lost";
+      spares_.reset();  // they wait in the lost recovery store
+      recovery_.reset();
+    }
     std::vector<ChildProcess*> processes;
     for (auto& w : attempt.workers) processes.push_back(&*w.process);
     auto pump = [&](ChildProcess& p) {
@@ -352,6 +364,11 @@ int Agent::run() {
     }
     stop_all(processes, plan_.stop_grace, pump);
     if (outcome == Outcome::kFailed) report_stall(attempt);
+    if (outcome == Outcome::kHostLost && restarts_ >= o.max_restarts) {
+      say(comm::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
+                            o.max_restarts, "): ", attempt.failure));
+      return 1;
+    }
     if (outcome == Outcome::kReformed) {
       say(comm::detail::str("a node is waiting to join the job of ", node_.nnodes,
                             " node(s); stopping every worker to re-form it (rendezvous round ",

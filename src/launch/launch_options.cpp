@@ -111,6 +111,8 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
       plan.last_call_timeout = duration(to_seconds(value, name), name);
     } else if (key == "node_timeout") {
       plan.node_timeout = duration(to_seconds(value, name), name);
+    } else if (key == "takeover_timeout") {
+      plan.takeover_timeout = duration(to_seconds(value, name), name);
     } else if (key == "is_host") {
       std::string lower = value;
       for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -125,8 +127,8 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
     } else {
       throw ConfigError("--rdzv-conf has the key '" + key +
                         "', which ddprun does not use; it takes join_timeout, "
-                        "last_call_timeout and node_timeout (seconds) and is_host (true or "
-                        "false).");
+                        "last_call_timeout, node_timeout and takeover_timeout (seconds) and "
+                        "is_host (true or false).");
     }
   }
 }
@@ -328,6 +330,9 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
   apply_rdzv_conf(options.rdzv_conf, plan);
   if (plan.node_timeout.count() == 0) {
     plan.node_timeout = std::max(std::chrono::milliseconds(5000), 10 * plan.monitor_interval);
+  }
+  if (plan.takeover_timeout.count() == 0) {
+    plan.takeover_timeout = std::max(std::chrono::milliseconds(2000), 20 * plan.monitor_interval);
   }
   plan.redirects = StreamChoice::parse(options.redirects, "--redirects");
   plan.tee = StreamChoice::parse(options.tee, "--tee");

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "launch/host_succession.hpp"
 #include "launch/say.hpp"
 
 namespace ddp::launch {
@@ -46,7 +48,8 @@ void claim_run_id(c10d::Store& store, bool host, const LaunchPlan& plan) {
 
 }  // namespace
 
-NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret) : plan_(plan) {
+NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret)
+    : plan_(plan), endpoint_(endpoint(plan)) {
   if (plan.max_nodes == 1) {
     store_ = c10::make_intrusive<c10d::HashStore>();
     host_ = true;
@@ -65,6 +68,9 @@ NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret
     if (!host_) store_ = store_at(plan, /*server=*/false, secret);
   }
   claim_run_id(*store_, host_, plan);
+  if (plan.c10d && plan.max_nodes >= 3) {
+    succession_ = std::make_unique<HostSuccession>(plan, secret);
+  }
   if (host_ && plan.c10d) {
     const std::string& local = plan.options.local_addr;
     store_->set(key(-1, "master_addr"),
@@ -127,7 +133,31 @@ NodeAssignment NodeRendezvous::next_round() {
   member_round_ = round;
   node.master_addr = comm::store::as_text(store_->get(key(-1, "master_addr")));
   next_round_ = round + 1;
+  if (succession_ && node.nnodes >= 3) {  // Note [A new host]
+    std::string address = plan_.options.local_addr;
+    if (address.empty()) {
+      address = host_ ? node.master_addr : static_cast<TcpStore&>(*store_).local_address();
+    }
+    succession_->publish(*store_, key(round, ""), round, node.nnodes, node.node_rank, address);
+  }
   return node;
+}
+
+bool NodeRendezvous::take_over(const std::string& why) {
+  if (!succession_ || !succession_->ready() || host_) return false;
+  SuccessorStore next = succession_->take_over(endpoint_, why);
+  store_ = std::move(next.store);
+  host_ = next.host;
+  endpoint_ = next.endpoint;
+  next_round_ = next.after_round + 1;
+  quorum_of_ = next.nodes_before;
+  if (host_) {
+    const std::string& local = plan_.options.local_addr;
+    store_->set(
+        key(-1, "master_addr"),
+        comm::store::as_bytes(local.empty() ? endpoint_.substr(0, endpoint_.rfind(':')) : local));
+  }
+  return true;
 }
 
 bool NodeRendezvous::nodes_waiting(const NodeAssignment& running) {
@@ -168,7 +198,7 @@ bool NodeRendezvous::wait_as_spare(int round, int rank) {
     } catch (const RendezvousError& error) {
       throw RendezvousError(comm::detail::str(
           "this node waited as a spare node of the job '", plan_.options.run_id,
-          "' and lost the job's store at ", endpoint(plan_), " after ",
+          "' and lost the job's store at ", endpoint_, " after ",
           in_seconds(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
           ": the job has ended or its host was lost (", error.what(),
           "). Start this node again with the next job."));
@@ -183,8 +213,8 @@ bool NodeRendezvous::wait_as_spare(int round, int rank) {
         // The store is gone: nothing to withdraw from.
       }
       throw RendezvousError(comm::detail::str(
-          "this node waited as a spare node of the job '", plan_.options.run_id, "' at ",
-          endpoint(plan_), " for ", in_seconds(plan_.rendezvous_timeout),
+          "this node waited as a spare node of the job '", plan_.options.run_id, "' at ", endpoint_,
+          " for ", in_seconds(plan_.rendezvous_timeout),
           " (its join_timeout) and no node of the job, which runs at its --nnodes MAX of ",
           plan_.max_nodes,
           ", was lost. Start it again later, raise --nnodes MAX for the next job, or give a "
@@ -211,9 +241,29 @@ void NodeRendezvous::end_job(const NodeAssignment& last, std::chrono::millisecon
 int NodeRendezvous::close_round(int round) {
   const auto start = Clock::now();
   auto minimum_reached = Clock::time_point::max();
+  const int quorum_of = std::exchange(quorum_of_, 0);
   while (true) {
     const int joined = 1 + static_cast<int>(store_->add(key(round, "joined"), 0));
     const auto now = Clock::now();
+    if (quorum_of > 0) {  // after a take-over (Note [A new host])
+      const bool all = joined >= std::min(quorum_of - 1, plan_.max_nodes);
+      if (!all && now - start < plan_.last_call_timeout) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      if (2 * joined <= quorum_of || joined < plan_.min_nodes) {
+        throw RendezvousError(comm::detail::str(
+            "after the host was lost, only ", joined, " of the ", quorum_of,
+            " node(s) of the last round joined its successor at ", endpoint_, " within ",
+            in_seconds(plan_.last_call_timeout),
+            " (last_call_timeout); re-forming needs more than half of them and at least --nnodes "
+            "MIN (",
+            plan_.min_nodes,
+            "), so that nodes cut off from the others never run a job of their "
+            "own. Start the job again."));
+      }
+      return std::min(joined, plan_.max_nodes);
+    }
     if (joined >= plan_.min_nodes && minimum_reached == Clock::time_point::max()) {
       minimum_reached = now;
     }
@@ -223,7 +273,7 @@ int NodeRendezvous::close_round(int round) {
     if (now - start >= plan_.rendezvous_timeout) {
       throw TimeoutError(comm::detail::str(
           "only ", joined, " of at least ", plan_.min_nodes, " node(s) joined the rendezvous at ",
-          endpoint(plan_), " within its join_timeout of ", in_seconds(plan_.rendezvous_timeout),
+          endpoint_, " within its join_timeout of ", in_seconds(plan_.rendezvous_timeout),
           ". Start ddprun on the other nodes with the same --rdzv-endpoint and --rdzv-id, or lower "
           "--nnodes."));
     }

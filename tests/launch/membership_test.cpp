@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
@@ -205,6 +207,102 @@ TEST(LauncherMembership, SpareNodeReplacesALostNode) {
   EXPECT_TRUE(contains(survivor.output, "[0] attempt 1: sum of ranks 1")) << survivor.output;
   EXPECT_TRUE(contains(replacement.output, "[1] GROUP_RANK=1")) << replacement.output;
   EXPECT_TRUE(contains(replacement.output, "[1] attempt 0: sum of ranks 1")) << replacement.output;
+}
+
+// Note [A new host] in include/ddp/launch/node_rendezvous.hpp: the node
+// hosting the store is lost (its launcher SIGKILLed, its worker with it);
+// the other two of a job of 2:3 nodes re-form around node 1's standby, at
+// the cost of one restart, and finish.
+TEST(LauncherSuccession, HostLostTheOtherTwoReformAroundAStandby) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  const ChildSpec node = ddprun({"--nnodes", "2:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                 "127.0.0.1:" + std::to_string(port), "--rdzv-id", "succession",
+                                 "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-conf",
+                                 "last_call_timeout=30", DDP_LAUNCH_WORKER, "shrink"});
+  ChildProcess host(node, false);
+  wait_for_host(port);
+  ChildProcess first(node, false);
+  ChildProcess second(node, false);
+  std::string host_output = output_until(host, "] round 0: all-reduced over 3");
+  ASSERT_TRUE(contains(host_output, "[0] round 0: all-reduced over 3")) << host_output;
+  host.signal_group(SIGKILL);  // the launcher, the store and rank 0
+  host.reap_blocking();
+  const ChildResult a = finish(first, "");
+  const ChildResult b = finish(second, "");
+  const bool a_hosts = contains(a.output, "; this node hosts it now at 127.0.0.1:");
+  const ChildResult& new_host = a_hosts ? a : b;
+  const ChildResult& other = a_hosts ? b : a;
+  const std::string lost =
+      "ddprun: lost the rendezvous store at 127.0.0.1:" + std::to_string(port) + " (node 0): ";
+  for (const ChildResult* r : {&new_host, &other}) {
+    EXPECT_EQ(r->exit_code, 0) << r->output;
+    for (const std::string& line :
+         {lost, std::string("(take-over 1, after round 0)"),
+          std::string("the node hosting the rendezvous store was lost; restarting every worker "
+                      "(restart 1 of 1)"),
+          std::string("] DDP_RENDEZVOUS_ROUND=1\n"), std::string("] WORLD_SIZE=2\n"),
+          std::string("] GROUP_WORLD_SIZE=2\n"), std::string("] TORCHELASTIC_RESTART_COUNT=1\n"),
+          std::string("] attempt 1: sum of ranks 1")}) {
+      EXPECT_TRUE(contains(r->output, line)) << line << " missing in\n" << r->output;
+    }
+  }
+  EXPECT_TRUE(contains(new_host.output, "; this node hosts it now at 127.0.0.1:"))
+      << new_host.output;
+  EXPECT_TRUE(contains(new_host.output, "[0] GROUP_RANK=0")) << new_host.output;
+  EXPECT_TRUE(contains(other.output, "; node 1's standby at 127.0.0.1:")) << other.output;
+  EXPECT_TRUE(contains(other.output, "[1] GROUP_RANK=1")) << other.output;
+}
+
+// Note [A new host]: the host and node 1 lost at once, of a job of four.
+// Nodes 2 and 3 give node 1's standby its takeover_timeout, then meet at
+// node 2's; two of four are not a majority, so they refuse to re-form.
+TEST(LauncherSuccession, WithoutAMajorityTheSurvivorsRefuseToReform) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  const ChildSpec node =
+      ddprun({"--nnodes", "2:4", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+              "127.0.0.1:" + std::to_string(port), "--rdzv-id", "minority", "--max-restarts", "1",
+              "--monitor-interval", "0.1", "--rdzv-conf", "last_call_timeout=3,takeover_timeout=2",
+              DDP_LAUNCH_WORKER, "shrink"});
+  ChildProcess host(node, false);
+  wait_for_host(port);
+  std::vector<std::unique_ptr<ChildProcess>> others;
+  std::vector<std::string> outputs(3);
+  for (int i = 0; i < 3; ++i) others.push_back(std::make_unique<ChildProcess>(node, false));
+  int node_1 = -1;
+  for (int i = 0; i < 3; ++i) {
+    outputs[i] = output_until(*others[i], "] round 0: all-reduced over 4");
+    ASSERT_TRUE(contains(outputs[i], "] round 0: all-reduced over 4")) << outputs[i];
+    if (contains(outputs[i], "[1] round 0")) node_1 = i;
+  }
+  ASSERT_GE(node_1, 0);
+  host.signal_group(SIGKILL);
+  others[node_1]->signal_group(SIGKILL);
+  host.reap_blocking();
+  others[node_1]->reap_blocking();
+  const auto killed = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    if (i == node_1) continue;
+    const ChildResult r = finish(*others[i], outputs[i]);
+    EXPECT_EQ(r.exit_code, 4) << r.output;
+    EXPECT_TRUE(contains(r.output, "node 1's standby at 127.0.0.1:")) << r.output;
+    EXPECT_TRUE(contains(r.output, " did not take over within takeover_timeout 2 s (")) << r.output;
+    const bool hosts = contains(r.output, "[2] round 0");
+    EXPECT_TRUE(contains(r.output, hosts ? "; this node hosts it now at 127.0.0.1:"
+                                         : "; node 2's standby at 127.0.0.1:"))
+        << r.output;
+    if (hosts) {
+      EXPECT_TRUE(contains(r.output,
+                           "after the host was lost, only 2 of the 4 node(s) of the last round "
+                           "joined its successor at 127.0.0.1:"))
+          << r.output;
+    }
+    EXPECT_FALSE(contains(r.output, "] DDP_RENDEZVOUS_ROUND=1")) << r.output;
+  }
+  // Two take-over timeouts and the last call at most, well inside the
+  // join_timeout of 300 s that a hang would wait out.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 120s);
 }
 
 // Note [Agent heartbeats] in include/ddp/launch/agent.hpp: a node whose

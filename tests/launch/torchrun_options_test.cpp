@@ -165,7 +165,8 @@ TEST(LauncherTorchrun, BadValuesAreClearErrors) {
        "--rdzv-endpoint is 'node0:99999'; it must be HOST[:PORT] with a port between 1 and 65535"},
       {{"--rdzv-conf", "keep_alive_interval=5"},
        "--rdzv-conf has the key 'keep_alive_interval', which ddprun does not use; it takes "
-       "join_timeout, last_call_timeout and node_timeout (seconds) and is_host"},
+       "join_timeout, last_call_timeout, node_timeout and takeover_timeout (seconds) and "
+       "is_host"},
       {{"--rdzv-conf", "node_timeout=0"},
        "--rdzv-conf node_timeout is '0'; it must be a positive number of seconds."},
       {{"--rdzv-conf", "join_timeout=-1"},

@@ -85,6 +85,11 @@ class TcpStore : public c10d::Store {
   /// The configured host.
   const std::string& host() const;
 
+  /// This machine's address on the connection to the server: where another
+  /// machine that reaches the server can reach this one (numeric; empty
+  /// when it cannot be read).
+  std::string local_address() const;
+
   // Keep c10d's convenience overloads (string values, in LibTorch 2.x)
   // visible next to the overrides below.
   using c10d::Store::compareSet;

@@ -35,8 +35,11 @@
 // its workers taken with it, would go unnoticed under --recovery memory,
 // where the others' workers wait for it rather than fail. At the end node 0
 // does not wait out join_timeout for a gone node to count itself out
-// (k/left/<node>): it says so and leaves. Node 0 itself has no watcher: the
-// job cannot outlive its store.
+// (k/left/<node>): it says so and leaves. Node 0 itself needs no watcher:
+// its loss is the store's, which every other agent sees at its next store
+// call, and with three nodes or more they re-form around a successor (Note
+// [A new host] in ddp/launch/node_rendezvous.hpp), at the cost of one
+// restart.
 //
 // The job's secret (Note [Store authentication]) guards both stores: the
 // agents' (several nodes, --secret-file) and the workers' (rank 0's). On
@@ -83,7 +86,7 @@ class Agent {
 
  private:
   struct Attempt;
-  enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed };
+  enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed, kHostLost };
 
   Attempt start_attempt(int round);
   WorkerPlacement placement(const Attempt& attempt, int local_rank, int rank, int generation) const;

@@ -24,8 +24,9 @@ struct LaunchOptions {
   /// (nodes meet at --rdzv-endpoint and are ranked as they join).
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;  ///< HOST[:PORT] of the c10d rendezvous
-  std::string rdzv_conf;  ///< KEY=VALUE,...: join_timeout, last_call_timeout, node_timeout, is_host
-  std::string local_addr;  ///< this node's address for the others
+  std::string rdzv_conf;      ///< KEY=VALUE,...: join_timeout, last_call_timeout, node_timeout,
+                              ///< takeover_timeout, is_host
+  std::string local_addr;     ///< this node's address for the others
   int max_restarts = 0;
   /// After a worker fails: "disk" stops every worker and starts them all
   /// again (torchrun's way; the program resumes from its snapshot),
@@ -83,6 +84,10 @@ struct LaunchPlan {
   /// before the host counts its node as gone (Note [Agent heartbeats] in
   /// ddp/launch/agent.hpp); unset, max(5 s, 10 monitor intervals).
   std::chrono::milliseconds node_timeout{0};
+  /// --rdzv-conf takeover_timeout: how long a node that lost the host waits
+  /// for each standby in turn to host the store (Note [A new host] in
+  /// ddp/launch/node_rendezvous.hpp); unset, max(2 s, 20 monitor intervals).
+  std::chrono::milliseconds takeover_timeout{0};
   /// Absolute path of the job's secret file, handed to the workers; empty
   /// for several nodes without --secret-file (no authentication).
   std::string secret_file;

@@ -24,7 +24,7 @@
 // re-forms with every live node, its ranks reassigned; this costs no
 // restart. After a failure every agent also joins the next round, so a node
 // that died is simply absent from it, and the job goes on while MIN nodes
-// remain. The host holds the store: the job cannot outlive it.
+// remain. The host's own loss: Note [A new host].
 // Note [Spare nodes]: a node that arrives while the job runs at MAX nodes
 // joins round r + 1 as a spare and says so; the running agents do not stop
 // for it. It gets a place when the job re-forms after a failure (every
@@ -34,10 +34,32 @@
 // when the job ends first, the host tells it (rdzv/ended) and it exits 0.
 // The host first claims the run id (--rdzv-id), so two jobs that share an
 // endpoint never merge. One node needs no network: an in-memory store.
+//
+// Note [A new host]
+// The store lives in its host's agent, so losing node 0 loses it. With the
+// c10d backend and three nodes or more, every round also names successors:
+// once it closes, each other node reserves a port (Note [A port held from
+// choice to use]) and publishes it as its standby endpoint
+// (rdzv/<r>/standby/<node>), and every node reads the list. An agent that
+// loses the store (RendezvousError) walks the list in order of node rank:
+// in its own turn it hosts a new, empty store at its standby endpoint;
+// otherwise it connects to the candidate, retrying for takeover_timeout,
+// and accepts the store only when it names the same run and says it took
+// over from the same round (ddprun/takeover = "<count>:<round>"); a
+// candidate that does not answer in time is taken as lost too. The new host
+// is node 0 of round r + 1, which closes once every node of round r but the
+// lost host has joined, or after last_call_timeout with more than half of
+// them (a quorum: a minority cut off from the others never forms a job of
+// its own). What the old store held is not carried over: the agents know
+// the run, the round and their restarts, and the workers start again (from
+// their snapshots). Two nodes cannot succeed each other: one survivor is
+// not a majority. A machine that vanishes without closing its connections
+// is noticed only by the heartbeats' and TCP's timeouts.
 
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "ddp/launch/launch_options.hpp"
@@ -47,6 +69,8 @@ class Store;
 }  // namespace c10d
 
 namespace ddp::launch {
+
+class HostSuccession;
 
 /// Where this node stands in one round, once the nodes have met.
 struct NodeAssignment {
@@ -87,6 +111,14 @@ class NodeRendezvous {
   /// static backend, nor when `running` already has --nnodes MAX nodes.
   bool nodes_waiting(const NodeAssignment& running);
 
+  /// After this node lost the store for `why` (Note [A new host]): meets the
+  /// other survivors in a successor's store; next_round() then joins the
+  /// round after the lost host's last. False when no take-over is possible
+  /// (the static backend, fewer than three nodes, or this node was the
+  /// host).
+  /// \throws ddp::RendezvousError when no standby takes over.
+  bool take_over(const std::string& why);
+
   /// The agents' store.
   c10d::Store& store() { return *store_; }
 
@@ -98,6 +130,9 @@ class NodeRendezvous {
 
   const LaunchPlan& plan_;
   c10::intrusive_ptr<c10d::Store> store_;
+  std::unique_ptr<HostSuccession> succession_;  // c10d with MAX of 3 or more
+  std::string endpoint_;                        // the store's HOST:PORT
+  int quorum_of_ = 0;  // the round after a take-over: the node count before it
   bool host_ = false;
   int next_round_ = -1;    // -1: not joined yet
   int member_round_ = -1;  // the last round this node was a member of

@@ -242,6 +242,18 @@ int local_port(const Socket& socket) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
 }
 
+std::string local_address(const Socket& socket) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  char text[NI_MAXHOST] = {};
+  if (getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
+      getnameinfo(reinterpret_cast<sockaddr*>(&address), length, text, sizeof(text), nullptr, 0,
+                  NI_NUMERICHOST) != 0) {
+    return {};
+  }
+  return text;
+}
+
 Socket connect_with_retry(const std::string& host, int port, std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = deadline_after(timeout);
   // Start retrying quickly (rank 0 usually comes up within milliseconds)

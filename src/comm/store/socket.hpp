@@ -78,6 +78,10 @@ Socket listen_on(const std::string& host, int port);
 /// The local port a socket is bound to.
 int local_port(const Socket& socket);
 
+/// The local address a socket is bound to, numeric ("10.0.0.7", "::1");
+/// empty when it cannot be read.
+std::string local_address(const Socket& socket);
+
 /// Connects to host:port, retrying refused or failed attempts with backoff
 /// until `timeout` has passed (the master may not have started yet). Throws
 /// ddp::RendezvousError naming host:port, the timeout and the last error.

@@ -108,6 +108,7 @@ class TcpStore::Impl {
 
   const TcpStoreOptions& options() const { return options_; }
   int port() const { return port_; }
+  std::string local_address() const { return store::local_address(socket_); }
 
   // Sends one request and hands its reply to `parse(status, reader)`, whose
   // result it returns. `reply_timeout` is how long the server may
@@ -186,6 +187,8 @@ TcpStore::~TcpStore() = default;
 int TcpStore::port() const { return impl_->port(); }
 
 const std::string& TcpStore::host() const { return impl_->options().host(); }
+
+std::string TcpStore::local_address() const { return impl_->local_address(); }
 
 void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   auto writer = request(Op::kSet);
