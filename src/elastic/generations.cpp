@@ -3,8 +3,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ddp/comm/errors.hpp"
@@ -30,11 +32,34 @@ int generation_of(const std::string& text) {
                                       "'; it must be a generation number (ddprun sets it)."));
 }
 
+// DDP_RECOVERY_STORE_FILE's content, "<count> HOST:PORT"; {0, ""} while
+// it cannot be read (the launcher rewrites it by rename).
+std::pair<int, std::string> read_store_file(const std::string& path) {
+  std::ifstream file(path);
+  int count = 0;
+  std::string address;
+  if (!(file >> count >> address)) return {0, ""};
+  return {count, address};
+}
+
 }  // namespace
 
 Generations::Generations(const EnvironmentMap& env, std::chrono::milliseconds timeout)
     : timeout_(timeout) {
-  const std::string address = env.at(kRecoveryStoreVariable);
+  auto found = env.find(store::kJobSecretFileVariable);
+  secret_ = found == env.end() || found->second.empty() ? std::string()
+                                                        : store::read_job_secret(found->second);
+  auto file = env.find(kRecoveryStoreFileVariable);
+  if (file != env.end() && !file->second.empty()) {
+    store_file_ = file->second;
+    moves_ = read_store_file(store_file_).first;
+  }
+  connect(env.at(kRecoveryStoreVariable));
+  auto given = env.find(kRecoveryGenerationVariable);
+  current_ = given == env.end() ? 0 : generation_of(given->second);
+}
+
+void Generations::connect(const std::string& address) {
   const auto colon = address.rfind(':');
   int port = 0;
   try {
@@ -46,14 +71,32 @@ Generations::Generations(const EnvironmentMap& env, std::chrono::milliseconds ti
                                         "'; it must be HOST:PORT (ddprun --recovery memory sets "
                                         "it)."));
   }
-  auto found = env.find(store::kJobSecretFileVariable);
-  const std::string secret = found == env.end() || found->second.empty()
-                                 ? std::string()
-                                 : store::read_job_secret(found->second);
-  store_ = c10::make_intrusive<TcpStore>(
-      TcpStoreOptions().host(address.substr(0, colon)).port(port).timeout(timeout).secret(secret));
-  auto given = env.find(kRecoveryGenerationVariable);
-  current_ = given == env.end() ? 0 : generation_of(given->second);
+  store_ = c10::make_intrusive<TcpStore>(TcpStoreOptions()
+                                             .host(address.substr(0, colon))
+                                             .port(port)
+                                             .timeout(timeout_)
+                                             .secret(secret_));
+}
+
+// The store was lost: waits until the launcher names its new place, and
+// connects there.
+void Generations::reconnect(Clock::time_point give_up) {
+  while (true) {
+    const auto [count, address] = read_store_file(store_file_);
+    if (count > moves_) {
+      moves_ = count;
+      connect(address);
+      return;
+    }
+    if (Clock::now() > give_up) {
+      throw TimeoutError(comm::detail::str(
+          "the launcher's recovery store was lost and ", store_file_, " named no new one within ",
+          timeout_.count(),
+          " ms (RunOptions::rejoin_timeout): the job did not re-form around a new host (it "
+          "needs three nodes or more, and a majority of them left)."));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 int Generations::newest() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 0)); }
@@ -82,9 +125,23 @@ bool Generations::meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>
   return true;
 }
 
-void Generations::next() {
+std::optional<std::map<std::string, std::string>> Generations::next(int rank) {
   const auto give_up = Clock::now() + timeout_;
-  while (newest() <= current_) {
+  while (true) {
+    int newest_generation = 0;
+    try {
+      newest_generation = newest();
+    } catch (const RendezvousError&) {
+      if (store_file_.empty()) throw;
+      reconnect(give_up);  // a new store: wait for the seats in it
+      continue;
+    }
+    if (newest_generation > current_) {
+      current_ = newest_generation;
+      const std::string seat = comm::store::reseat_key(current_, rank);
+      if (!store_->check({seat})) return std::nullopt;
+      return comm::store::decode_seat(comm::store::as_text(store_->get(seat)));
+    }
     if (Clock::now() > give_up) {
       throw TimeoutError(comm::detail::str(
           "generation ", current_, " lost a peer and no new generation started within ",
@@ -94,7 +151,6 @@ void Generations::next() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  current_ = newest();
 }
 
 // The store parks a wait() until the key is set, so the spare wakes as the

@@ -37,9 +37,14 @@ class Generations {
   /// \throws TimeoutError when the ranks do not all come within the timeout.
   bool meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>& met);
 
-  /// Waits for the launcher to start a generation after the current one.
-  /// \throws TimeoutError when none comes within the timeout.
-  void next();
+  /// Waits for the launcher to start a generation after the current one;
+  /// returns the new seat of the worker that had `rank` when the job
+  /// re-formed at another layout, nullopt when it keeps its place. A lost
+  /// store is followed to its new host through DDP_RECOVERY_STORE_FILE
+  /// (Note [A new host] in ddp/launch/node_rendezvous.hpp).
+  /// \throws TimeoutError when none comes within the timeout;
+  ///   RendezvousError when the store is lost and no file says where it went.
+  std::optional<std::map<std::string, std::string>> next(int rank);
 
   /// A hot spare's wait: says it is ready (its pid), then waits without a
   /// deadline of its own (its parent and the store bound it) for the agent
@@ -52,8 +57,14 @@ class Generations {
   void report_running(const std::string& id);
 
  private:
+  void connect(const std::string& address);
+  void reconnect(std::chrono::steady_clock::time_point give_up);
+
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
+  std::string secret_;
+  std::string store_file_;  // DDP_RECOVERY_STORE_FILE; empty: the store never moves
+  int moves_ = 0;           // the count the file had when the store was reached
   int current_ = 0;
 };
 

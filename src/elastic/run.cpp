@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include "ddp/comm/errors.hpp"
@@ -23,6 +24,16 @@ int64_t milliseconds(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+// A seat's variables become the process's own, in `env` and in its
+// environment (code that reads a variable later, such as the error file's
+// RANK, sees the seat). No thread of ddp's runs here: the group is gone.
+void take_seat(const std::map<std::string, std::string>& seat, EnvironmentMap& env) {
+  for (const auto& [name, value] : seat) {
+    env[name] = value;
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+}
+
 // Note [A spare waits for a seat]: a hot spare waits here until the agent
 // gives it a lost worker's variables, which it then takes for its own, in
 // `env` and in the process's environment (code that reads a variable
@@ -38,10 +49,7 @@ void take_seat_or_exit(detail::Generations& generations, const std::string& id,
     std::fflush(nullptr);
     std::_Exit(0);
   }
-  for (const auto& [name, value] : *seat) {
-    env[name] = value;
-    ::setenv(name.c_str(), value.c_str(), 1);  // before init() starts any thread
-  }
+  take_seat(*seat, env);
   env.erase(kSpareVariable);
   ::unsetenv(kSpareVariable);
   std::cerr << "ddp: spare " << id << " takes rank " << env["RANK"] << " of " << env["WORLD_SIZE"]
@@ -68,9 +76,9 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
   auto spare = env.find(kSpareVariable);
   std::string spare_id = spare == env.end() ? "" : spare->second;
   if (!spare_id.empty()) take_seat_or_exit(generations, spare_id, env);
-  const Topology topology = resolve_topology(env);
+  Topology topology = resolve_topology(env);
   std::optional<Clock::time_point> failed_at;
-  const std::string who = comm::detail::str("ddp: rank ", topology.rank, ": ");
+  std::string who = comm::detail::str("ddp: rank ", topology.rank, ": ");
   while (true) {
     c10::intrusive_ptr<c10d::Store> store;  // a timeout here ends the worker
     if (!generations.meet(topology.rank, topology.world_size, store)) continue;
@@ -107,7 +115,17 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
                 << "; waiting for the launcher's next generation (recovery in memory)" << std::endl;
     }
     group.reset();
-    generations.next();
+    // Note [A new host]: the job may re-form at another size, this worker
+    // kept, at a rank of the new layout.
+    if (auto seat = generations.next(topology.rank)) {
+      const Topology before = topology;
+      take_seat(*seat, env);
+      topology = resolve_topology(env);
+      who = comm::detail::str("ddp: rank ", topology.rank, ": ");
+      std::cerr << who << "generation " << generations.current() << ": re-formed at "
+                << topology.world_size << " ranks (was rank " << before.rank << " of "
+                << before.world_size << ")" << std::endl;
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "ddp/launch/agent.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -77,22 +78,35 @@ std::string Agent::key(int attempt, const std::string& name) const {
   return comm::detail::str("ddprun/", plan_.options.run_id, "/", attempt, "/", name);
 }
 
-Agent::Attempt Agent::start_attempt(int number) {
-  const auto& o = plan_.options;
-  Attempt attempt;
-  attempt.number = number;
-  attempt.heartbeats.resize(static_cast<size_t>(node_.nnodes));
-  // Lay out ranks node by node, from every node's worker count.
+// Lays out ranks node by node, from every node's worker count: this node's
+// first rank, and the world size.
+std::pair<int, int> Agent::lay_out(int number, int nproc) {
   rendezvous_->store().set(key(number, comm::detail::str("nproc/", node_.node_rank)),
-                           comm::store::as_bytes(std::to_string(plan_.nproc)));
+                           comm::store::as_bytes(std::to_string(nproc)));
   int offset = 0;
+  int world_size = 0;
   for (int node = 0; node < node_.nnodes; ++node) {
     const std::string k = key(number, comm::detail::str("nproc/", node));
     rendezvous_->store().wait({k}, plan_.rendezvous_timeout);
     const int count = std::stoi(comm::store::as_text(rendezvous_->store().get(k)));
     if (node < node_.node_rank) offset += count;
-    attempt.world_size += count;
+    world_size += count;
   }
+  return {offset, world_size};
+}
+
+Agent::Attempt Agent::start_attempt(int number) {
+  const auto& o = plan_.options;
+  if (kept_) {
+    Attempt kept = std::move(*kept_);
+    kept_.reset();
+    return reseat_attempt(std::move(kept), number);
+  }
+  Attempt attempt;
+  attempt.number = number;
+  attempt.heartbeats.resize(static_cast<size_t>(node_.nnodes));
+  const auto [offset, world_size] = lay_out(number, plan_.nproc);
+  attempt.world_size = world_size;
   // The workers meet at a port of their own, fresh for every attempt, and
   // with --recovery memory in a generation of their own.
   if (node_.node_rank == 0) {
@@ -113,6 +127,7 @@ Agent::Attempt Agent::start_attempt(int number) {
     rendezvous_->store().wait({key(number, "generation")}, plan_.rendezvous_timeout);
     generation =
         std::stoi(comm::store::as_text(rendezvous_->store().get(key(number, "generation"))));
+    generation_seen_ = generation;
   }
   attempt.workers.resize(static_cast<size_t>(plan_.nproc));
   for (int local = 0; local < plan_.nproc; ++local) {
@@ -305,6 +320,7 @@ int Agent::run() {
       recovery_ = std::make_unique<RecoveryStore>(
           rendezvous_->store(), "ddprun/" + o.run_id + "/recovery_store", node_.node_rank == 0,
           node_.master_addr, secret, plan_.rendezvous_timeout);
+      write_recovery_store_file();
       if (plan_.spares > 0) {
         spares_ = std::make_unique<SparePool>(plan_, recovery_->store(), private_dir_);
       }
@@ -328,6 +344,19 @@ int Agent::run() {
       attempt.failure = "the node hosting the rendezvous store was lost";
       spares_.reset();  // they wait in the lost recovery store
       recovery_.reset();
+    }
+    const bool all_running = std::none_of(attempt.workers.begin(), attempt.workers.end(),
+                                          [](Attempt::Worker& w) { return w.process->reap(); });
+    if (outcome == Outcome::kHostLost && plan_.memory_recovery && restarts_ < o.max_restarts &&
+        all_running) {
+      // Recovery in memory: the workers wait for their new seats (Note [A
+      // new host] in ddp/launch/node_rendezvous.hpp).
+      ++restarts_;
+      say(comm::detail::str(attempt.failure, "; re-forming the job without it, this node's ",
+                            "workers keeping their state (recovery in memory, restart ", restarts_,
+                            " of ", o.max_restarts, ")"));
+      kept_ = std::make_unique<Attempt>(std::move(attempt));
+      continue;
     }
     std::vector<ChildProcess*> processes;
     for (auto& w : attempt.workers) processes.push_back(&*w.process);

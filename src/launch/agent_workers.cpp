@@ -45,6 +45,7 @@ WorkerPlacement Agent::placement(const Attempt& attempt, int local_rank, int ran
   placement.round = attempt.number;
   if (recovery_) {
     placement.recovery_store = recovery_->address();
+    placement.recovery_store_file = recovery_store_file();
     placement.generation = generation;
   }
   return placement;
@@ -105,6 +106,7 @@ bool Agent::replace_worker(Attempt& attempt, size_t index, const std::string& fa
   if (restarts_ >= plan_.options.max_restarts) return false;
   ++restarts_;
   const int generation = recovery_->next();
+  generation_seen_ = generation;
   const std::string restart = comm::detail::str("(recovery in memory, restart ", restarts_, " of ",
                                                 plan_.options.max_restarts, ")");
   Attempt::Worker& worker = attempt.workers[index];

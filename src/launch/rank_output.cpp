@@ -65,6 +65,8 @@ void RankOutput::feed(Stream stream, std::string_view chunk) {
   partial.erase(0, start);
 }
 
+void RankOutput::relabel(int rank) { prefix_ = comm::detail::str("[", rank, "] "); }
+
 void RankOutput::flush() {
   for (int i = 0; i < 2; ++i) {
     if (partial_[i].empty()) continue;

@@ -36,6 +36,9 @@ class RankOutput {
   void feed(Stream stream, std::string_view chunk);
   /// Emits a last line that had no newline.
   void flush();
+  /// Prefixes the lines that follow with "[rank] ": the worker was seated
+  /// at another rank.
+  void relabel(int rank);
 
  private:
   void emit(Stream stream, std::string_view line);

@@ -6,6 +6,7 @@ set(launch ${PROJECT_SOURCE_DIR}/src/launch)
 ddp_add_library(launch STATIC DEPENDS ddp_comm SOURCES
   ${launch}/agent.cpp
   ${launch}/agent_workers.cpp
+  ${launch}/agent_reseat.cpp
   ${launch}/child_process.cpp
   ${launch}/host_succession.cpp
   ${launch}/port_reservation.cpp

@@ -36,6 +36,7 @@ std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
   if (!p.recovery_store.empty()) {
     env[kRecoveryStoreVariable] = p.recovery_store;
     env[kRecoveryGenerationVariable] = std::to_string(p.generation);
+    if (!p.recovery_store_file.empty()) env[kRecoveryStoreFileVariable] = p.recovery_store_file;
   }
   // As torchrun: share the cores among the workers unless the user chose.
   const EnvironmentMap inherited = capture_environment();

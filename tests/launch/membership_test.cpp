@@ -4,9 +4,7 @@
 // the job running on the others while --nnodes MIN remain.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <memory>
@@ -21,55 +19,6 @@ namespace ddp::launch {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Whether something accepts connections on 127.0.0.1:`port`.
-bool host_listens(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  close(fd);
-  return ok;
-}
-
-// Reads `process`'s output until it contains `what` (or 60 s pass).
-std::string output_until(ChildProcess& process, const std::string& what) {
-  std::string output;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (!contains(output, what) && std::chrono::steady_clock::now() < deadline) {
-    wait_for_output({&process}, 100ms);
-    process.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
-  }
-  return output;
-}
-
-// The rest of `process`'s output, once it exited (or `patience` passed).
-ChildResult finish(ChildProcess& process, std::string output, std::chrono::seconds patience = 90s) {
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  while (!process.reap() && std::chrono::steady_clock::now() < deadline) {
-    wait_for_output({&process}, 100ms);
-    process.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
-  }
-  if (!process.exited()) {
-    process.signal_group(SIGKILL);
-    process.reap_blocking();
-  }
-  process.pump([&](Stream, std::string_view chunk) { output.append(chunk); });
-  ChildResult result;
-  result.exit_code = process.exited() ? process.exit_code() : -1;
-  result.output = output;
-  return result;
-}
-
-// Waits (30 s at most) until a node hosts the rendezvous at `port`.
-void wait_for_host(int port) {
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!host_listens(port) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-}
 
 // A node that arrives while a job of 1 of
 // 1:2 nodes runs makes it re-form with 2, its ranks reassigned, no restart

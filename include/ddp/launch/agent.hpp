@@ -51,6 +51,7 @@
 #include <csignal>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "ddp/launch/launch_options.hpp"
 #include "ddp/launch/node_rendezvous.hpp"
@@ -89,6 +90,11 @@ class Agent {
   enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed, kHostLost };
 
   Attempt start_attempt(int round);
+  std::pair<int, int> lay_out(int round, int nproc);
+  Attempt reseat_attempt(Attempt kept, int round);
+  int next_generation(int round);
+  std::string recovery_store_file() const;
+  void write_recovery_store_file();
   WorkerPlacement placement(const Attempt& attempt, int local_rank, int rank, int generation) const;
   void prepare_files(WorkerPlacement& placement, int attempt) const;
   void start_worker(Attempt& attempt, int local_rank, int rank, int generation);
@@ -106,6 +112,9 @@ class Agent {
   NodeAssignment node_;                      // this round's
   std::unique_ptr<RecoveryStore> recovery_;  // --recovery memory
   std::unique_ptr<SparePool> spares_;        // --spares
+  std::unique_ptr<Attempt> kept_;            // workers kept through a take-over
+  int generation_seen_ = 0;                  // the newest this agent started or saw
+  int store_moves_ = 0;                      // recovery stores this agent has had
   int restarts_ = 0;
   std::string private_dir_;  // mode 0700: the secret, and error files when no --log-dir
   static volatile std::sig_atomic_t stop_signal_;

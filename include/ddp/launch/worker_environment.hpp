@@ -27,6 +27,7 @@ struct WorkerPlacement {
   std::string error_file;
   std::string flight_recorder_file;  ///< DDP_FLIGHT_RECORDER_FILE
   std::string recovery_store;        ///< DDP_RECOVERY_STORE (--recovery memory)
+  std::string recovery_store_file;   ///< DDP_RECOVERY_STORE_FILE, beside it
   int generation = 0;                ///< DDP_RECOVERY_GENERATION
 };
 std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,

@@ -12,6 +12,11 @@
 //   ddp/spare/<id>/running  the generation, set by the promoted spare once
 //                           it has the group's state (the agent then starts
 //                           another spare).
+//   ddp/generation/<g>/seat/<rank>  a running worker's new place when the
+//                           job re-forms at another size in memory (Note [A
+//                           new host] in ddp/launch/node_rendezvous.hpp),
+//                           keyed by the rank it had; set before generation
+//                           g starts.
 
 #include <map>
 #include <sstream>
@@ -26,6 +31,11 @@ inline constexpr const char* kSpareRelease = "release";
 /// "ddp/spare/<id>/<what>": `what` is "ready", "seat" or "running".
 inline std::string spare_key(const std::string& id, const std::string& what) {
   return "ddp/spare/" + id + "/" + what;
+}
+
+/// "ddp/generation/<g>/seat/<rank>": the seat of the worker that had `rank`.
+inline std::string reseat_key(int generation, int rank) {
+  return "ddp/generation/" + std::to_string(generation) + "/seat/" + std::to_string(rank);
 }
 
 /// A seat's variables as the store keeps them, one VAR=VALUE per line.
