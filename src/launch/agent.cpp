@@ -134,6 +134,10 @@ Agent::Attempt Agent::start_attempt(int number) {
     start_worker(attempt, local, offset + local, generation);
   }
   if (spares_) spares_->fill(placement(attempt, 0, offset, generation));
+  if (recovery_) {  // a node new to a job re-formed in memory: its workers are placed
+    rendezvous_->store().set(key(number, comm::detail::str("seated/", node_.node_rank)),
+                             comm::store::as_bytes("1"));
+  }
   return attempt;
 }
 
@@ -197,6 +201,8 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
         continue;
       }
       attempt.heartbeats[static_cast<size_t>(node)].gone = true;
+      rendezvous_->store().set(key(attempt.number, "node_lost"),
+                               comm::store::as_bytes(std::to_string(node)));
       attempt.failure = comm::store::as_text(rendezvous_->store().compareSet(
           key(attempt.number, "failure"), {},
           comm::store::as_bytes(comm::detail::str(
@@ -347,8 +353,13 @@ int Agent::run() {
     }
     const bool all_running = std::none_of(attempt.workers.begin(), attempt.workers.end(),
                                           [](Attempt::Worker& w) { return w.process->reap(); });
-    if (outcome == Outcome::kHostLost && plan_.memory_recovery && restarts_ < o.max_restarts &&
-        all_running) {
+    // A node other than the host lost (node 0 saw its heartbeat stop): the
+    // others re-form without it in memory too, as after a take-over.
+    const bool node_lost = outcome == Outcome::kFailed && plan_.memory_recovery &&
+                           rendezvous_->store().check({key(round, "node_lost")});
+    if (node_lost) rendezvous_->expect_nodes(node_.nnodes - 1);
+    if ((outcome == Outcome::kHostLost || node_lost) && plan_.memory_recovery &&
+        restarts_ < o.max_restarts && all_running) {
       // Recovery in memory: the workers wait for their new seats (Note [A
       // new host] in ddp/launch/node_rendezvous.hpp).
       ++restarts_;

@@ -242,6 +242,7 @@ int NodeRendezvous::close_round(int round) {
   const auto start = Clock::now();
   auto minimum_reached = Clock::time_point::max();
   const int quorum_of = std::exchange(quorum_of_, 0);
+  const int expected = std::exchange(expected_nodes_, 0);
   while (true) {
     const int joined = 1 + static_cast<int>(store_->add(key(round, "joined"), 0));
     const auto now = Clock::now();
@@ -267,7 +268,8 @@ int NodeRendezvous::close_round(int round) {
     if (joined >= plan_.min_nodes && minimum_reached == Clock::time_point::max()) {
       minimum_reached = now;
     }
-    if (joined >= plan_.max_nodes || now - minimum_reached >= plan_.last_call_timeout) {
+    if (joined >= plan_.max_nodes || (expected > 0 && joined >= expected) ||
+        now - minimum_reached >= plan_.last_call_timeout) {
       return std::min(joined, plan_.max_nodes);
     }
     if (now - start >= plan_.rendezvous_timeout) {

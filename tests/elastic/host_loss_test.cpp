@@ -1,8 +1,9 @@
 // Note [A new host] in include/ddp/launch/node_rendezvous.hpp, under
 // ddprun --recovery memory: three nodes of one toy-trainer worker each, and
-// node 0 (the stores' host, and rank 0) SIGKILLed after a commit. The other
-// two re-form at 2 ranks around node 1's standby; their workers keep their
-// processes and continue from the commit in memory. Every sample of the
+// one node SIGKILLed after a commit: node 0 (the stores' host, and rank 0),
+// or node 2. The other two re-form at 2 ranks (around node 1's standby when
+// the host was lost); their workers keep their processes and continue from
+// the commit in memory. Every sample of the
 // epoch is trained once, and the final parameters are those of a job that
 // lost nothing but continued at 2 ranks from the same step, from disk.
 
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -64,13 +66,22 @@ std::string after(const std::string& text, const std::string& begin) {
   return at == std::string::npos ? std::string() : text.substr(at);
 }
 
-TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
+// What the three nodes printed: the lost one's, and the two survivors'.
+struct Outputs {
+  ChildResult lost;
+  std::vector<ChildResult> survivors;
+};
+
+// Three nodes on loopback train the toy trainer under --recovery memory;
+// once node `lost_node` (0: the stores' host; 2: the last to join) has
+// committed step 8, its launcher and worker are SIGKILLed.
+Outputs lose_node(int lost_node) {
   const PortReservation reserved;
   const int port = reserved.port();
   std::vector<std::string> args = {"--nnodes",           "2:3",
                                    "--rdzv-backend",     "c10d",
                                    "--rdzv-endpoint",    "127.0.0.1:" + std::to_string(port),
-                                   "--rdzv-id",          "hostloss",
+                                   "--rdzv-id",          "nodeloss",
                                    "--max-restarts",     "1",
                                    "--monitor-interval", "0.1",
                                    "--stop-grace",       "2",
@@ -79,52 +90,70 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
   for (const auto& a : toy_trainer({"--trace-samples", "--step-delay-ms", "100"})) {
     args.push_back(a);
   }
-  ChildProcess host(ddprun(args), false);
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
   wait_for_host(port);
-  ChildProcess first(ddprun(args), false);
-  ChildProcess second(ddprun(args), false);
-  std::string host_output = output_until(host, "[0] committed step 8\n");
-  ASSERT_TRUE(contains(host_output, "[0] committed step 8\n")) << host_output;
-  host.signal_group(SIGKILL);  // its launcher (both stores) and rank 0
-  host.reap_blocking();
-  const ChildResult lost = finish(host, host_output);
-  const ChildResult a = finish(first, "");
-  const ChildResult b = finish(second, "");
-  const bool a_hosts = contains(a.output, "; this node hosts it now at 127.0.0.1:");
-  const ChildResult& new_host = a_hosts ? a : b;
-  const ChildResult& other = a_hosts ? b : a;
-  EXPECT_TRUE(contains(other.output, "; node 1's standby at 127.0.0.1:")) << other.output;
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  // One worker per node: its rank is its node's rank.
+  const std::string mark = "[" + std::to_string(lost_node) + "] committed step 8\n";
+  std::vector<std::string> outputs(3);
+  int lost = -1;
+  for (int i = 0; i < 3 && lost < 0; ++i) {
+    outputs[i] = output_until(*nodes[i], "] committed step 8\n");
+    if (contains(outputs[i], mark)) lost = i;
+  }
+  EXPECT_GE(lost, 0) << outputs[0] << outputs[1] << outputs[2];
+  Outputs result;
+  if (lost < 0) return result;
+  nodes[lost]->signal_group(SIGKILL);  // its launcher (with node 0: both stores) and worker
+  nodes[lost]->reap_blocking();
+  for (int i = 0; i < 3; ++i) {
+    ChildResult r = finish(*nodes[i], outputs[i]);
+    if (i == lost) {
+      result.lost = std::move(r);
+    } else {
+      result.survivors.push_back(std::move(r));
+    }
+  }
+  return result;
+}
 
-  // Both survivors kept their processes and continued from one commit.
+// The checks both losses share: the survivors kept their processes,
+// re-formed at 2 ranks from one commit (returned), trained every sample
+// once, and ended with the parameters of 3 ranks stopped at that commit's
+// step and resumed at 2 from disk.
+void expect_continued_in_memory(const Outputs& job, const std::set<std::string>& old_ranks) {
+  ASSERT_EQ(job.survivors.size(), 2u);
   std::set<std::string> was;
   int commit = -1;
-  for (const ChildResult* r : {&new_host, &other}) {
-    ASSERT_EQ(r->exit_code, 0) << r->output;
-    EXPECT_TRUE(contains(r->output,
+  for (const ChildResult& r : job.survivors) {
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output,
                          "re-forming the job without it, this node's workers keeping "
                          "their state (recovery in memory, restart 1 of 1)"))
-        << r->output;
+        << r.output;
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(r->output, m,
+    ASSERT_TRUE(std::regex_search(r.output, m,
                                   std::regex(R"(re-formed at 2 ranks \(was rank (\d) of 3\))")))
-        << r->output;
+        << r.output;
     was.insert(m[1].str());
     const std::regex pid(R"(\] pid (\d+))");
     std::vector<std::string> pids;
-    for (auto it = std::sregex_iterator(r->output.begin(), r->output.end(), pid);
+    for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), pid);
          it != std::sregex_iterator(); ++it) {
       pids.push_back((*it)[1].str());
     }
-    ASSERT_EQ(pids.size(), 2u) << r->output;  // one per generation
+    ASSERT_EQ(pids.size(), 2u) << r.output;  // one per generation
     EXPECT_EQ(pids[0], pids[1]);
-    EXPECT_FALSE(contains(r->output, "resumed at epoch")) << r->output;  // nothing from disk
+    EXPECT_FALSE(contains(r.output, "resumed at epoch")) << r.output;  // nothing from disk
     ASSERT_TRUE(
-        std::regex_search(r->output, m, std::regex(R"(continuing from commit (\d+) of rank 0)")))
-        << r->output;
+        std::regex_search(r.output, m, std::regex(R"(continuing from commit (\d+) of rank 0)")))
+        << r.output;
     if (commit < 0) commit = std::stoi(m[1].str());
     EXPECT_EQ(std::stoi(m[1].str()), commit);
   }
-  EXPECT_EQ(was, (std::set<std::string>{"1", "2"}));
+  EXPECT_EQ(was, old_ranks);
   // The toy trainer commits at its start and after every 4th step.
   const int steps_kept = kCommitEvery * (commit - 1);
   ASSERT_GE(steps_kept, 8);
@@ -132,11 +161,11 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
   // Every sample once: each of the 3 ranks' batches up to the commit, then
   // the 2 ranks' batches after it.
   std::multiset<int> seen;
-  for (const ChildResult* r : {&lost, &new_host, &other}) {
+  for (const ChildResult* r : {&job.lost, &job.survivors[0], &job.survivors[1]}) {
     const auto kept = batches_in(before(r->output, "lost a peer"));
     ASSERT_GE(kept.size(), static_cast<size_t>(steps_kept)) << r->output;
     for (int step = 0; step < steps_kept; ++step) seen.insert(kept[step].begin(), kept[step].end());
-    if (r == &lost) continue;
+    if (r == &job.lost) continue;
     for (const auto& batch : batches_in(after(r->output, "continuing from commit"))) {
       seen.insert(batch.begin(), batch.end());
     }
@@ -146,7 +175,7 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
 
   // The reference: 3 ranks stop at that step with a snapshot, 2 resume it.
   const std::string dir =
-      ::testing::TempDir() + "ddp_host_loss_reference_" + std::to_string(::getpid());
+      ::testing::TempDir() + "ddp_node_loss_reference_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::vector<std::string> stop = {"--standalone", "--nproc-per-node", "3"};
   for (const auto& x :
@@ -165,10 +194,35 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
   for (const auto& x : toy_trainer({})) straight.push_back(x);
   const ChildResult uninterrupted = run_launcher(straight, std::chrono::seconds(120));
   std::filesystem::remove_all(dir);
-  EXPECT_NE(digest_of(new_host.output), "<none>") << new_host.output;
-  EXPECT_EQ(digest_of(new_host.output), digest_of(resumed.output));
+  const std::string digest =
+      digest_of(job.survivors[0].output + job.survivors[1].output);  // new rank 0's
+  EXPECT_NE(digest, "<none>");
+  EXPECT_EQ(digest, digest_of(resumed.output));
   // ... which the shrink made differ from an uninterrupted 3-rank job's.
-  EXPECT_NE(digest_of(new_host.output), digest_of(uninterrupted.output));
+  EXPECT_NE(digest, digest_of(uninterrupted.output));
+}
+
+TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
+  const Outputs job = lose_node(0);
+  ASSERT_EQ(job.survivors.size(), 2u);
+  const bool first_hosts =
+      contains(job.survivors[0].output, "; this node hosts it now at 127.0.0.1:");
+  const ChildResult& new_host = job.survivors[first_hosts ? 0 : 1];
+  const ChildResult& other = job.survivors[first_hosts ? 1 : 0];
+  EXPECT_TRUE(contains(new_host.output, "; this node hosts it now at 127.0.0.1:"))
+      << new_host.output;
+  EXPECT_TRUE(contains(other.output, "; node 1's standby at 127.0.0.1:")) << other.output;
+  expect_continued_in_memory(job, {"1", "2"});
+}
+
+// Point 3 of the issue: a membership change (a node other than the host
+// lost) re-forms from the commit in memory too, not from disk.
+TEST(ElasticNodeLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
+  const Outputs job = lose_node(2);
+  for (const ChildResult& r : job.survivors) {
+    EXPECT_TRUE(contains(r.output, "ddprun: node 2 stopped its heartbeat ")) << r.output;
+  }
+  expect_continued_in_memory(job, {"0", "1"});
 }
 
 }  // namespace

@@ -111,6 +111,10 @@ class NodeRendezvous {
   /// static backend, nor when `running` already has --nnodes MAX nodes.
   bool nodes_waiting(const NodeAssignment& running);
 
+  /// The next round closes as soon as `count` nodes have joined: the
+  /// nodes of the last round but a lost one, which need no last call.
+  void expect_nodes(int count) { expected_nodes_ = count; }
+
   /// After this node lost the store for `why` (Note [A new host]): meets the
   /// other survivors in a successor's store; next_round() then joins the
   /// round after the lost host's last. False when no take-over is possible
@@ -132,7 +136,8 @@ class NodeRendezvous {
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<HostSuccession> succession_;  // c10d with MAX of 3 or more
   std::string endpoint_;                        // the store's HOST:PORT
-  int quorum_of_ = 0;  // the round after a take-over: the node count before it
+  int quorum_of_ = 0;       // the round after a take-over: the node count before it
+  int expected_nodes_ = 0;  // expect_nodes()
   bool host_ = false;
   int next_round_ = -1;    // -1: not joined yet
   int member_round_ = -1;  // the last round this node was a member of
