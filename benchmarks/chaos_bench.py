@@ -5,7 +5,9 @@ Gloo, --recovery memory, a commit every 4 steps, 2 epochs of 22 steps) under
 the real ddprun, kills something at a known point, and records what was
 killed and when, what the job did (from ddprun's and the ranks' lines), the
 time from the kill to the next step, and the final parameters' digest
-against the same job run without failures. Prints one Markdown table.
+against the same job run without failures (for a lost node, against 3
+ranks stopped at the commit's step and resumed at 2 from disk: the job
+goes on smaller). Prints one Markdown table.
 """
 
 import argparse
@@ -110,17 +112,26 @@ def main():
         return [launcher[:1] + ["--standalone", "--nproc-per-node", "3"] + launcher[1:]
                 + list(extra_launcher) + trainer + list(extra_trainer)]
 
-    def nodes(scratch):
-        """Two nodes (2 + 1 ranks), c10d, --nnodes 1:2, snapshots every 4 steps:
-        a lost node is survived today by re-forming from disk (--recovery memory
-        needs node 0's store, and re-forms no smaller job in memory yet)."""
+    def nodes():
+        """Three nodes of one rank each, c10d, --nnodes 2:3, --recovery memory:
+        a lost node, even the stores' host, is survived in memory at 2 ranks
+        (Note [A new host] in include/ddp/launch/node_rendezvous.hpp)."""
         port = str(free_port())
-        return [[ddprun, "--nnodes", "1:2", "--nproc-per-node", str(2 - node), "--rdzv-backend",
-                 "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"chaos{port}",
-                 "--max-restarts", "3", "--monitor-interval", "0.1", "--stop-grace", "2",
-                 "--rdzv-conf", "last_call_timeout=2"]
-                + trainer + ["--snapshot-dir", os.path.join(scratch, "snapshots"),
-                             "--save-every-steps", "4"] for node in range(2)]
+        return [[ddprun, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"chaos{port}"]
+                + launcher[1:] + ["--rdzv-conf", "last_call_timeout=30"] + trainer
+                for _ in range(3)]
+
+    def continued_at_two(step):
+        """The digest of 3 ranks stopped at `step` with a snapshot, resumed at 2."""
+        scratch = tempfile.mkdtemp(prefix="ddp-chaos-")
+        snapshots = ["--snapshot-dir", os.path.join(scratch, "snapshots")]
+        for nproc, more in ((3, ["--max-steps", str(step)]), (2, [])):
+            job, _ = run([[ddprun, "--standalone", "--nproc-per-node", str(nproc)] + trainer
+                          + snapshots + more])
+            job.finish()
+        shutil.rmtree(scratch, ignore_errors=True)
+        return digest_of(job)
 
     def run(commands, stagger=0.0):
         if stagger:
@@ -224,30 +235,35 @@ def main():
         f"{commit} (step 4) and the shard came from its buddy (exit {codes[0]})",
         f"{seconds:.3f} s", digest_of(job), zero_digest)
 
-    # 6. A node, then the store's host: two nodes, one's ddprun and workers SIGKILLed.
-    for victim, case in ((1, "node"), (0, "store host (node 0)")):
-        scratch = tempfile.mkdtemp(prefix="ddp-chaos-")
-        straight_dir = tempfile.mkdtemp(prefix="ddp-chaos-")
-        straight = reference("nodes", nodes(straight_dir))
-        first, rest = run(nodes(scratch), stagger=0.5)
-        parts = [first, rest]
-        parts[victim].wait_for(r"^\[\d+\] epoch 0 step 9 ")
+    # 6. A node, then the store's host: three nodes, one's ddprun and worker SIGKILLed.
+    for victim, case in ((2, "node (node 2 of 3)"), (0, "store host (node 0 of 3)")):
+        host, rest = run(nodes(), stagger=0.5)
+        when, _ = (host if victim == 0 else rest).wait_for(rf"^\[{victim}\] epoch 0 step 9 ")
+        if victim == 0:
+            process = host.processes[0]
+        else:  # one rank per node: the node whose worker is rank `victim`
+            with rest.lock:
+                index = next(n for t, n, line in rest.lines
+                             if t <= when and line.startswith(f"[{victim}] epoch 0 step 9 "))
+            process = rest.processes[index]
         killed_at = time.monotonic()
-        os.killpg(parts[victim].processes[0].pid, signal.SIGKILL)
-        codes = [first.finish()[0], rest.finish()[0]]
-        survivor = parts[1 - victim]
-        seconds = next_step_after(survivor, killed_at)
-        said = [line for line in survivor.text().splitlines() if line.startswith("0: ddprun")]
-        resumed = RESUMED.search(survivor.text())
-        did = (f"the other node exited {codes[1 - victim]}"
-               + (f", re-formed alone and resumed from the snapshot of epoch "
-                  f"{resumed.group(1)}, step {resumed.group(2)}" if resumed else "")
-               + (": " + said[-1][3:200] if said and not resumed else ""))
-        row(case, f"node {victim}'s ddprun and its workers (SIGKILL to the group), after step 9",
+        os.killpg(process.pid, signal.SIGKILL)
+        codes = host.finish() + rest.finish()
+        survivors = [job for job in (host, rest) if job is not host or victim != 0]
+        text = "\n".join(job.text() for job in survivors)
+        seconds = min((s for s in (next_step_after(job, killed_at) for job in survivors)
+                       if s is not None), default=None)
+        cont = CONTINUING.search(text)
+        how = ("node 1's standby took over the store" if "this node hosts it now" in text
+               else "node 0 saw node 2's heartbeat stop (node_timeout 5 s)"
+               if "node 2 stopped its heartbeat" in text else "")
+        did = (f"{how}; the other two re-formed at 2 ranks, their workers kept, from commit "
+               f"{cont.group(1)} in memory (exit codes {codes})" if cont and how else
+               f"exit codes {codes}")
+        expected = continued_at_two(4 * (int(cont.group(1)) - 1)) if cont else "none"
+        row(case, f"node {victim}'s ddprun and its worker (SIGKILL to the group), after step 9",
             did, f"{seconds:.3f} s" if seconds is not None else "— (no further step)",
-            digest_of(survivor), straight)
-        shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(straight_dir, ignore_errors=True)
+            digest_of(host if victim != 0 else rest), expected)
 
     print("| case | killed, and when | what the job did | kill → next step | final digest "
           "against an uninterrupted run |")

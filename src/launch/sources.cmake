@@ -7,6 +7,7 @@ ddp_add_library(launch STATIC DEPENDS ddp_comm SOURCES
   ${launch}/agent.cpp
   ${launch}/agent_workers.cpp
   ${launch}/agent_reseat.cpp
+  ${launch}/agent_heartbeats.cpp
   ${launch}/child_process.cpp
   ${launch}/host_succession.cpp
   ${launch}/port_reservation.cpp

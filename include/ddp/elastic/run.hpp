@@ -32,6 +32,12 @@
 /// ddprun, torchrun, one process) run() calls the function once with
 /// init()'s group, and a failure ends the worker, so the same program runs
 /// under every launcher.
+/// When the job re-forms without a lost node (its host's included, Note [A
+/// new host] in ddp/launch/node_rendezvous.hpp), the launcher gives each
+/// kept worker a seat in the next generation, keyed by the rank it had: the
+/// variables of its place in the smaller job, which run() takes as its own
+/// before it meets the group; a store that moved is found again through
+/// DDP_RECOVERY_STORE_FILE.
 /// With a ZeroRedundancyOptimizer, sync() cannot hand a rank its shard
 /// before the training function has made the optimizer over the new group:
 /// the function sets TrainingState::zero_optimizer and calls

@@ -51,9 +51,12 @@
 // lost host has joined, or after last_call_timeout with more than half of
 // them (a quorum: a minority cut off from the others never forms a job of
 // its own). What the old store held is not carried over: the agents know
-// the run, the round and their restarts, and the workers start again (from
-// their snapshots). Two nodes cannot succeed each other: one survivor is
-// not a majority. A machine that vanishes without closing its connections
+// the run, the round and their restarts. The workers start again from
+// their snapshots, or under --recovery memory keep their processes: the
+// agents host a new recovery store, name it in DDP_RECOVERY_STORE_FILE and
+// seat each worker at the smaller layout (Note [Recovery in memory] in
+// ddp/elastic/run.hpp). Two nodes cannot succeed each other: one survivor
+// is not a majority. A machine that vanishes without closing its connections
 // is noticed only by the heartbeats' and TCP's timeouts.
 
 #include <c10/util/intrusive_ptr.h>
