@@ -213,6 +213,9 @@ int run(Options options) {
   for (const auto& p : net.ptr()->parameters()) param_bytes += p.numel() * p.element_size();
   options.ddp.comm_hook(make_hook(options));
   ddp::DistributedDataParallel model(std::move(net), options.ddp, group);
+  // Like for like with PyTorch's SGD, which takes its per-parameter path on
+  // CPU as torch::optim::SGD does (its foreach path, ddp::optim::SGD's, is
+  // its default on CUDA only).
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr));
   ShardedBatches data(inputs, targets, options.batch, rank, world, options.seed);
   auto loss_fn = [linear](const torch::Tensor& out, const torch::Tensor& target) {

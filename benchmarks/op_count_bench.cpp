@@ -78,6 +78,11 @@
 // step then makes the same calls as this one except where LibTorch's C++
 // frontend composes the step differently from Python's, per step with P
 // parameters and B batch-norm layers (PyTorch 1.13, LibTorch 1.13):
+//  - the SGD step is ddp::optim::SGD's (Note [Same operations as LibTorch's
+//    step] in ddp/optim/sgd.hpp): on CPU its three foreach calls
+//    (_foreach_mul_, _foreach_add_ twice) make each parameter's mul_, add_
+//    and add_ inside them, where Python's SGD (per parameter on CPU) makes
+//    those at the top level: +3 calls, 3P - 3 fewer top-level ones;
 //  - Optimizer::zero_grad() detaches each gradient before zeroing it: +P
 //    aten::detach_ (Python's sets requires_grad, no call);
 //  - SGD's buf.mul_(momentum) takes the Scalar overload, which calls
@@ -90,12 +95,13 @@
 //    aten::linear: -1;
 //  - backward's seed gradient: ones_like calls empty here and empty_strided
 //    in Python (no change in the total).
-// That is +2P + B - 1 calls here: +21 for the ConvNet (P = 10, B = 2), +143
-// for ResNet-18 (P = 62, B = 20), as measured. On PyTorch 2.x the lists
-// differ (zero_grad sets gradients to None on both sides; on CUDA Python's
-// SGD defaults to its foreach form, one call per list where LibTorch's
-// makes one per parameter), so the bare steps differ more there. The
-// comparison is of what DDP adds over each side's own bare step.
+// That is +2P + B + 2 calls here: +24 for the ConvNet (P = 10, B = 2), +146
+// for ResNet-18 (P = 62, B = 20), as measured (with torch::optim::SGD,
+// +2P + B - 1: +21 and +143). On PyTorch 2.x the lists differ (zero_grad
+// sets gradients to None on both sides; on CUDA Python's SGD defaults to
+// its foreach form, one call per list, as ddp::optim::SGD makes them), so
+// the bare steps differ otherwise there. The comparison is of what DDP adds
+// over each side's own bare step.
 
 #include <ATen/record_function.h>
 #include <CLI/CLI.hpp>
@@ -125,6 +131,7 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/optim/sgd.hpp"
 
 namespace {
 
@@ -295,8 +302,10 @@ Counted run_configuration(const Options& options, const std::string& model_name,
   if (variant != nullptr) {
     wrapped = std::make_unique<ddp::DistributedDataParallel>(net, parse_variant(*variant), group);
   }
-  torch::optim::SGD optimizer(net.ptr()->parameters(),
-                              torch::optim::SGDOptions(0.01).momentum(0.9));
+  // PyTorch's SGD takes its foreach path on CUDA: ddp::optim::SGD is the
+  // like-for-like C++ step there (on CPU Python's takes its per-parameter
+  // path; Note [Same step as the Python side]).
+  ddp::optim::SGD optimizer(net.ptr()->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   const int64_t batch = resnet ? options.resnet_batch : options.convnet_batch;
   const torch::Tensor x = torch::randn({batch, 1, 28, 28}).to(device);
   const torch::Tensor y = torch::randint(0, 10, {batch}, torch::kLong).to(device);

@@ -21,5 +21,6 @@
 #include "ddp/amp.hpp"       // IWYU pragma: export
 #include "ddp/hvd.hpp"       // IWYU pragma: export
 #include "ddp/nn.hpp"        // IWYU pragma: export
+#include "ddp/optim.hpp"     // IWYU pragma: export
 #include "ddp/snapshot.hpp"  // IWYU pragma: export
 #include "ddp/timeline.hpp"  // IWYU pragma: export
