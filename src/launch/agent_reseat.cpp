@@ -14,6 +14,7 @@
 #include "ddp/launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
+#include "launch/spare_pool.hpp"
 #include "comm/str.hpp"
 #include "comm/store/spare_seat.hpp"
 #include "comm/store/store_value.hpp"
@@ -108,6 +109,7 @@ Agent::Attempt Agent::reseat_attempt(Attempt kept, int number) {
     store.wait(seated, plan_.rendezvous_timeout);
     recovery_->store().add(kRecoveryGenerationsKey, generation);
   }
+  if (spares_) spares_->fill(placement(attempt, 0, offset, generation));  // after a take-over
   say(comm::detail::str("node ", node_.node_rank, ": its ", nproc, " worker(s) keep their state ",
                         "at ranks ", offset, "-", offset + nproc - 1, " of ", world_size,
                         " in generation ", generation, " (round ", number, ")"));
