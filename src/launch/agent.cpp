@@ -108,7 +108,12 @@ Agent::Attempt Agent::start_attempt(int number) {
   const auto [offset, world_size] = lay_out(number, plan_.nproc);
   attempt.world_size = world_size;
   // The workers meet at a port of their own, fresh for every attempt, and
-  // with --recovery memory in a generation of their own.
+  // with --recovery memory in a generation of their own (which a node
+  // keeping its workers computes from every node's newest: next_generation).
+  if (recovery_) {
+    rendezvous_->store().set(key(number, comm::detail::str("last_generation/", node_.node_rank)),
+                             comm::store::as_bytes(std::to_string(generation_seen_)));
+  }
   if (node_.node_rank == 0) {
     const bool given = plan_.max_nodes == 1 && !plan_.c10d && !o.standalone;
     if (!given) attempt.port_reservation.emplace();
@@ -201,6 +206,8 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
         continue;
       }
       attempt.heartbeats[static_cast<size_t>(node)].gone = true;
+      // Before the failure: no running node has joined the next round yet.
+      attempt.spare_nodes_waiting = rendezvous_->nodes_joined_next(node_);
       rendezvous_->store().set(key(attempt.number, "node_lost"),
                                comm::store::as_bytes(std::to_string(node)));
       attempt.failure = comm::store::as_text(rendezvous_->store().compareSet(
@@ -303,7 +310,7 @@ int Agent::run() {
     // others re-form without it in memory too, as after a take-over.
     const bool node_lost = outcome == Outcome::kFailed && plan_.memory_recovery &&
                            rendezvous_->store().check({key(round, "node_lost")});
-    if (node_lost) rendezvous_->expect_nodes(node_.nnodes - 1);
+    if (node_lost) rendezvous_->expect_nodes(node_.nnodes - 1 + attempt.spare_nodes_waiting);
     if ((outcome == Outcome::kHostLost || node_lost) && plan_.memory_recovery &&
         restarts_ < o.max_restarts && all_running) {
       // Recovery in memory: the workers wait for their new seats (Note [A

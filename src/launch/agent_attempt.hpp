@@ -34,6 +34,8 @@ struct Agent::Attempt {
   std::vector<Worker> workers;
   bool reported_done = false;
   std::string failure;
+  // Node 0, when it found a node lost: the spare nodes then waiting.
+  int spare_nodes_waiting = 0;
   // Note [Agent heartbeats]: when this node last bumped its counter, and on
   // node 0 what it saw of the others' (by node rank).
   struct Heartbeat {

@@ -160,6 +160,10 @@ bool NodeRendezvous::take_over(const std::string& why) {
   return true;
 }
 
+int NodeRendezvous::nodes_joined_next(const NodeAssignment& running) {
+  return static_cast<int>(store_->add(key(running.round + 1, "joined"), 0));
+}
+
 bool NodeRendezvous::nodes_waiting(const NodeAssignment& running) {
   if (!plan_.c10d || running.nnodes >= plan_.max_nodes) return false;
   return store_->add(key(running.round + 1, "joined"), 0) > 0;

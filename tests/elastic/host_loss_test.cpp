@@ -72,10 +72,11 @@ struct Outputs {
   std::vector<ChildResult> survivors;
 };
 
-// Three nodes on loopback train the toy trainer under --recovery memory;
-// once node `lost_node` (0: the stores' host; 2: the last to join) has
-// committed step 8, its launcher and worker are SIGKILLed.
-Outputs lose_node(int lost_node) {
+// Three nodes on loopback train the toy trainer under --recovery memory
+// (and with `spare_node`, a fourth waits as a spare node); once node
+// `lost_node` (0: the stores' host; 2: the last to join) has committed
+// step 8, its launcher and worker are SIGKILLed.
+Outputs lose_node(int lost_node, bool spare_node = false) {
   const PortReservation reserved;
   const int port = reserved.port();
   std::vector<std::string> args = {"--nnodes",           "2:3",
@@ -95,6 +96,13 @@ Outputs lose_node(int lost_node) {
   wait_for_host(port);
   nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
   nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  std::string spare_output;
+  if (spare_node) {
+    output_until(*nodes[0], "] epoch 0 step 1 ");  // the job runs at its MAX of 3
+    nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+    spare_output = output_until(*nodes[3], "waits as a spare node for round 1");
+    EXPECT_TRUE(contains(spare_output, "waits as a spare node for round 1")) << spare_output;
+  }
   // One worker per node: its rank is its node's rank.
   const std::string mark = "[" + std::to_string(lost_node) + "] committed step 8\n";
   std::vector<std::string> outputs(3);
@@ -108,9 +116,10 @@ Outputs lose_node(int lost_node) {
   if (lost < 0) return result;
   nodes[lost]->signal_group(SIGKILL);  // its launcher (with node 0: both stores) and worker
   nodes[lost]->reap_blocking();
-  for (int i = 0; i < 3; ++i) {
+  outputs.push_back(spare_output);
+  for (size_t i = 0; i < nodes.size(); ++i) {
     ChildResult r = finish(*nodes[i], outputs[i]);
-    if (i == lost) {
+    if (static_cast<int>(i) == lost) {
       result.lost = std::move(r);
     } else {
       result.survivors.push_back(std::move(r));
@@ -223,6 +232,32 @@ TEST(ElasticNodeLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
     EXPECT_TRUE(contains(r.output, "ddprun: node 2 stopped its heartbeat ")) << r.output;
   }
   expect_continued_in_memory(job, {"0", "1"});
+}
+
+// A spare node waiting at the job's MAX takes the lost node's place: the
+// other two keep their workers, the spare node's worker receives the
+// commit, and the job ends as if nothing had been lost (3 ranks again).
+TEST(ElasticNodeLoss, ASpareNodeTakesTheLostNodesPlaceInMemory) {
+  const Outputs job = lose_node(2, /*spare_node=*/true);
+  ASSERT_EQ(job.survivors.size(), 3u);
+  std::string all;
+  for (const ChildResult& r : job.survivors) {
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    all += r.output;
+  }
+  EXPECT_EQ(count(all,
+                  "re-forming the job without it, this node's workers keeping their state "
+                  "(recovery in memory, restart 1 of 1)"),
+            2)
+      << all;
+  EXPECT_EQ(count(all, "re-formed at 3 ranks (was rank "), 2) << all;
+  EXPECT_EQ(count(all, ": generation 1: continuing from commit 3 of rank 0"), 3) << all;
+  EXPECT_FALSE(contains(all, "resumed at epoch")) << all;
+  std::vector<std::string> straight = {"--standalone", "--nproc-per-node", "3"};
+  for (const auto& x : toy_trainer({})) straight.push_back(x);
+  const ChildResult uninterrupted = run_launcher(straight, std::chrono::seconds(120));
+  EXPECT_NE(digest_of(all), "<none>");
+  EXPECT_EQ(digest_of(all), digest_of(uninterrupted.output));
 }
 
 }  // namespace

@@ -114,8 +114,13 @@ class NodeRendezvous {
   /// static backend, nor when `running` already has --nnodes MAX nodes.
   bool nodes_waiting(const NodeAssignment& running);
 
+  /// How many nodes joined the round after `running` so far (spare nodes,
+  /// before the running nodes re-form).
+  int nodes_joined_next(const NodeAssignment& running);
+
   /// The next round closes as soon as `count` nodes have joined: the
-  /// nodes of the last round but a lost one, which need no last call.
+  /// nodes of the last round but a lost one, and the spare nodes that were
+  /// waiting, which need no last call.
   void expect_nodes(int count) { expected_nodes_ = count; }
 
   /// After this node lost the store for `why` (Note [A new host]): meets the
