@@ -304,15 +304,15 @@ int Agent::run() {
       spares_.reset();  // they wait in the lost recovery store
       recovery_.reset();
     }
-    const bool all_running = std::none_of(attempt.workers.begin(), attempt.workers.end(),
-                                          [](Attempt::Worker& w) { return w.process->reap(); });
     // A node other than the host lost (node 0 saw its heartbeat stop): the
     // others re-form without it in memory too, as after a take-over.
     const bool node_lost = outcome == Outcome::kFailed && plan_.memory_recovery &&
                            rendezvous_->store().check({key(round, "node_lost")});
     if (node_lost) rendezvous_->expect_nodes(node_.nnodes - 1 + attempt.spare_nodes_waiting);
     if ((outcome == Outcome::kHostLost || node_lost) && plan_.memory_recovery &&
-        restarts_ < o.max_restarts && all_running) {
+        restarts_ < o.max_restarts &&
+        std::none_of(attempt.workers.begin(), attempt.workers.end(),
+                     [](Attempt::Worker& w) { return w.process->reap(); })) {
       // Recovery in memory: the workers wait for their new seats (Note [A
       // new host] in ddp/launch/node_rendezvous.hpp).
       ++restarts_;

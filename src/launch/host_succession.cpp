@@ -6,17 +6,10 @@
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "launch/endpoint.hpp"
 #include "launch/say.hpp"
 
 namespace ddp::launch {
-namespace {
-
-std::pair<std::string, int> split_endpoint(const std::string& endpoint) {
-  const auto colon = endpoint.rfind(':');
-  return {endpoint.substr(0, colon), std::stoi(endpoint.substr(colon + 1))};
-}
-
-}  // namespace
 
 HostSuccession::HostSuccession(const LaunchPlan& plan, std::string secret)
     : plan_(plan), secret_(std::move(secret)) {}

@@ -10,6 +10,7 @@
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "launch/endpoint.hpp"
 #include "launch/host_succession.hpp"
 #include "launch/say.hpp"
 
@@ -153,9 +154,8 @@ bool NodeRendezvous::take_over(const std::string& why) {
   quorum_of_ = next.nodes_before;
   if (host_) {
     const std::string& local = plan_.options.local_addr;
-    store_->set(
-        key(-1, "master_addr"),
-        comm::store::as_bytes(local.empty() ? endpoint_.substr(0, endpoint_.rfind(':')) : local));
+    store_->set(key(-1, "master_addr"),
+                comm::store::as_bytes(local.empty() ? split_endpoint(endpoint_).first : local));
   }
   return true;
 }
@@ -166,7 +166,7 @@ int NodeRendezvous::nodes_joined_next(const NodeAssignment& running) {
 
 bool NodeRendezvous::nodes_waiting(const NodeAssignment& running) {
   if (!plan_.c10d || running.nnodes >= plan_.max_nodes) return false;
-  return store_->add(key(running.round + 1, "joined"), 0) > 0;
+  return nodes_joined_next(running) > 0;
 }
 
 // Note [Spare nodes]: a node that is not in round - 1, which closed with

@@ -7,6 +7,7 @@
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
+#include "launch/endpoint.hpp"
 
 namespace ddp::launch {
 
@@ -24,9 +25,8 @@ RecoveryStore::RecoveryStore(c10d::Store& agents, const std::string& key, bool h
     agents.wait({key}, timeout);
     const std::vector<uint8_t> value = agents.get(key);
     address_.assign(value.begin(), value.end());
-    const auto colon = address_.rfind(':');
-    store_ = c10::make_intrusive<TcpStore>(
-        options.host(address_.substr(0, colon)).port(std::stoi(address_.substr(colon + 1))));
+    const auto [host, port] = split_endpoint(address_);
+    store_ = c10::make_intrusive<TcpStore>(options.host(host).port(port));
   }
 }
 
