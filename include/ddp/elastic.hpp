@@ -5,5 +5,6 @@
 /// (commit, restore, sync) and run(), for `ddprun --recovery memory`.
 /// Library ddp::elastic.
 
-#include "ddp/elastic/run.hpp"    // IWYU pragma: export
-#include "ddp/elastic/state.hpp"  // IWYU pragma: export
+#include "ddp/elastic/membership_change.hpp"  // IWYU pragma: export
+#include "ddp/elastic/run.hpp"                // IWYU pragma: export
+#include "ddp/elastic/state.hpp"              // IWYU pragma: export

@@ -21,6 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Set by the generation whose training ended (its generation number).
+constexpr const char* kFinishedKey = "ddp/finished";
+
 int generation_of(const std::string& text) {
   try {
     size_t used = 0;
@@ -101,7 +104,8 @@ void Generations::reconnect(Clock::time_point give_up) {
 
 int Generations::newest() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 0)); }
 
-bool Generations::meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>& met) {
+Generations::Meeting Generations::meet(int rank, int world_size,
+                                       c10::intrusive_ptr<c10d::Store>& met) {
   auto store = c10::make_intrusive<c10d::PrefixStore>(
       comm::detail::str("ddp/generation/", current_), store_);
   store->set(comm::detail::str("present/", rank), std::vector<uint8_t>{1});
@@ -111,8 +115,9 @@ bool Generations::meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>
   while (!store->check(keys)) {
     if (newest() > current_) {
       current_ = newest();
-      return false;
+      return Meeting::kNewer;
     }
+    if (store_->check({kFinishedKey})) return Meeting::kJobEnded;
     if (Clock::now() > give_up) {
       throw TimeoutError(comm::detail::str("generation ", current_, " of the job: not all ",
                                            world_size, " ranks joined within ", timeout_.count(),
@@ -122,7 +127,11 @@ bool Generations::meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   met = store;
-  return true;
+  return Meeting::kMet;
+}
+
+void Generations::finish() {
+  store_->set(kFinishedKey, comm::store::as_bytes(std::to_string(current_)));
 }
 
 std::optional<std::map<std::string, std::string>> Generations::next(int rank) {

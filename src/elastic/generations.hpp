@@ -31,11 +31,21 @@ class Generations {
   /// The newest generation the launcher started.
   int newest();
 
-  /// The store of the current generation, once all `world_size` ranks are
-  /// in it; false when a newer generation started meanwhile (current()
-  /// moves to it).
+  /// How meet() ended.
+  enum class Meeting {
+    kMet,       // every rank is in: `met` is the generation's store
+    kNewer,     // a newer generation started meanwhile: current() moved to it
+    kJobEnded,  // the job's training ended in an older generation (finish())
+  };
+
+  /// Waits until all `world_size` ranks are in the current generation.
   /// \throws TimeoutError when the ranks do not all come within the timeout.
-  bool meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>& met);
+  Meeting meet(int rank, int world_size, c10::intrusive_ptr<c10d::Store>& met);
+
+  /// Says that the job's training ended in the current generation, so that a
+  /// generation started as it ended (a node joined then) does not wait for
+  /// ranks that will never come.
+  void finish();
 
   /// Waits for the launcher to start a generation after the current one;
   /// returns the new seat of the worker that had `rank` when the job

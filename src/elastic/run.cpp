@@ -10,8 +10,11 @@
 #include <string>
 
 #include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/elastic/membership_change.hpp"
 #include "comm/str.hpp"
 #include "elastic/generations.hpp"
+#include "elastic/membership_watch.hpp"
 
 namespace ddp::elastic {
 namespace {
@@ -34,27 +37,41 @@ void take_seat(const std::map<std::string, std::string>& seat, EnvironmentMap& e
   }
 }
 
+// A process the job did not need (a released spare, a worker of a
+// generation that started as the training ended) ends here, with exit 0:
+// the code after run() belongs to a worker that trained.
+[[noreturn]] void end_unneeded() {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(0);
+}
+
 // Note [A spare waits for a seat]: a hot spare waits here until the agent
 // gives it a lost worker's variables, which it then takes for its own, in
 // `env` and in the process's environment (code that reads a variable
-// later, such as the error file's RANK, sees the seat). A released spare
-// ends its process: the code after run() belongs to a worker that trained.
+// later, such as the error file's RANK, sees the seat).
 void take_seat_or_exit(detail::Generations& generations, const std::string& id,
                        EnvironmentMap& env) {
   const auto began = Clock::now();
   std::optional<std::map<std::string, std::string>> seat = generations.hold_spare(id);
-  if (!seat) {
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
-    std::_Exit(0);
-  }
+  if (!seat) end_unneeded();
   take_seat(*seat, env);
   env.erase(kSpareVariable);
   ::unsetenv(kSpareVariable);
   std::cerr << "ddp: spare " << id << " takes rank " << env["RANK"] << " of " << env["WORLD_SIZE"]
             << " in generation " << generations.current() << " (it waited "
             << milliseconds(Clock::now() - began) << " ms)" << std::endl;
+}
+
+// Note [A node joins in memory]: a generation that starts as this one's
+// training ends finds the mark and its workers end (end_unneeded). A lost
+// store here loses only that courtesy: the training is done.
+void mark_finished(detail::Generations& generations) {
+  try {
+    generations.finish();
+  } catch (const Error&) {
+  }
 }
 
 }  // namespace
@@ -81,7 +98,13 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
   std::string who = comm::detail::str("ddp: rank ", topology.rank, ": ");
   while (true) {
     c10::intrusive_ptr<c10d::Store> store;  // a timeout here ends the worker
-    if (!generations.meet(topology.rank, topology.world_size, store)) continue;
+    const auto meeting = generations.meet(topology.rank, topology.world_size, store);
+    if (meeting == detail::Generations::Meeting::kNewer) continue;
+    if (meeting == detail::Generations::Meeting::kJobEnded) {
+      std::cerr << who << "the job's training ended before generation " << generations.current()
+                << " met; this worker has nothing to train and ends" << std::endl;
+      end_unneeded();
+    }
     std::shared_ptr<ProcessGroup> group;
     try {
       group = init(
@@ -102,8 +125,14 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
         generations.report_running(spare_id);
         spare_id.clear();
       }
-      train(group);
+      {
+        const detail::MembershipWatch watch(state, *group, generations);
+        train(group);
+      }
+      if (group->rank() == 0) mark_finished(generations);
       return;
+    } catch (const MembershipChange& change) {
+      std::cerr << who << change.what() << std::endl;
     } catch (const Error& e) {
       const bool lost_peer = dynamic_cast<const CollectiveError*>(&e) ||
                              dynamic_cast<const TimeoutError*>(&e) ||

@@ -3,6 +3,7 @@
 # memory). Included by the top-level CMakeLists.txt after ddp::snapshot.
 ddp_add_library(elastic STATIC DEPENDS ddp ddp_snapshot SOURCES
   ${PROJECT_SOURCE_DIR}/src/elastic/generations.cpp
+  ${PROJECT_SOURCE_DIR}/src/elastic/membership_watch.cpp
   ${PROJECT_SOURCE_DIR}/src/elastic/run.cpp
   ${PROJECT_SOURCE_DIR}/src/elastic/shard_buddies.cpp
   ${PROJECT_SOURCE_DIR}/src/elastic/state.cpp)

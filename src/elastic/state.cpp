@@ -62,6 +62,7 @@ void State::commit() {
   committed_ = std::move(captured);
   shards_ = std::move(shards);
   ++commits_;
+  if (on_commit_) on_commit_();
 }
 
 void State::restore() {

@@ -304,15 +304,27 @@ int Agent::run() {
       spares_.reset();  // they wait in the lost recovery store
       recovery_.reset();
     }
+    auto all_running = [&attempt] {
+      return std::none_of(attempt.workers.begin(), attempt.workers.end(),
+                          [](Attempt::Worker& w) { return w.process->reap(); });
+    };
+    // A node joins (Note [A node joins in memory] in ddp/elastic/run.hpp):
+    // the workers keep training and move to the larger job at a commit.
+    if (outcome == Outcome::kReformed && plan_.memory_recovery && all_running()) {
+      say(comm::detail::str("a node is waiting to join the job of ", node_.nnodes,
+                            " node(s); re-forming it in rendezvous round ", round + 1,
+                            ", this node's workers keeping their state (recovery in memory: ",
+                            "they move at their next commit; no restart counted)"));
+      kept_ = std::make_unique<Attempt>(std::move(attempt));
+      continue;
+    }
     // A node other than the host lost (node 0 saw its heartbeat stop): the
     // others re-form without it in memory too, as after a take-over.
     const bool node_lost = outcome == Outcome::kFailed && plan_.memory_recovery &&
                            rendezvous_->store().check({key(round, "node_lost")});
     if (node_lost) rendezvous_->expect_nodes(node_.nnodes - 1 + attempt.spare_nodes_waiting);
     if ((outcome == Outcome::kHostLost || node_lost) && plan_.memory_recovery &&
-        restarts_ < o.max_restarts &&
-        std::none_of(attempt.workers.begin(), attempt.workers.end(),
-                     [](Attempt::Worker& w) { return w.process->reap(); })) {
+        restarts_ < o.max_restarts && all_running()) {
       // Recovery in memory: the workers wait for their new seats (Note [A
       // new host] in ddp/launch/node_rendezvous.hpp).
       ++restarts_;

@@ -38,6 +38,25 @@
 /// variables of its place in the smaller job, which run() takes as its own
 /// before it meets the group; a store that moved is found again through
 /// DDP_RECOVERY_STORE_FILE.
+///
+/// Note [A node joins in memory]
+/// A node that joins a running job (ddprun --nnodes MIN:MAX below MAX)
+/// re-forms it in memory too: the running workers keep their processes and
+/// state, the agents seat them at the larger layout in a new generation,
+/// and the new node's workers start in that generation. The running workers
+/// learn of it at their next commit: while the training function runs,
+/// every State::commit() ends with rank 0 reading the store's newest
+/// generation and broadcasting it (one 8-byte broadcast per commit), and
+/// when it is newer, commit() throws MembershipChange on every rank alike,
+/// with the commit made (Horovod Elastic checks for new hosts at commit
+/// the same way). run() catches it, takes the seat and syncs the commit to
+/// the new ranks, which resume the epoch where the commit left it, at the
+/// larger world size: no step is lost or run again. A job that commits
+/// rarely takes the new node late; one that ends before its next commit
+/// never takes it, and the new workers, finding that the training ended
+/// (rank 0 marks it when the function returns), end with exit 0 inside
+/// run(), as a released spare does.
+///
 /// With a ZeroRedundancyOptimizer, sync() cannot hand a rank its shard
 /// before the training function has made the optimizer over the new group:
 /// the function sets TrainingState::zero_optimizer and calls
@@ -90,7 +109,8 @@ using TrainFunction = std::function<void(const std::shared_ptr<ProcessGroup>& gr
 
 /// Runs `train` until it returns, recovering from lost peers in memory
 /// under `ddprun --recovery memory` (Note [Recovery in memory]).
-/// \throws whatever `train` throws that is not a lost peer; TimeoutError
+/// \throws whatever `train` throws that is not a lost peer or a
+///   MembershipChange; TimeoutError
 ///   when no next generation comes within rejoin_timeout; ConfigError for a
 ///   malformed DDP_RECOVERY_STORE.
 void run(State& state, const TrainFunction& train, const RunOptions& options = {});

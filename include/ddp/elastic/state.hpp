@@ -41,6 +41,7 @@
 /// of the newest one it lacks.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -94,6 +95,13 @@ class State {
   ///   lost with both ranks that held it.
   std::optional<int> sync(ProcessGroup& group);
 
+  /// Calls `observer` at the end of every commit(), once the commit is made
+  /// (so at the same point of every rank's loop); an empty function removes
+  /// it. What it throws leaves commit() with the commit kept. run() watches
+  /// there for a job re-formed around a new node (Note [A node joins in
+  /// memory] in ddp/elastic/run.hpp).
+  void on_commit(std::function<void()> observer) { on_commit_ = std::move(observer); }
+
   /// Commits made here or received through sync(): equal on every rank
   /// after a sync.
   int64_t commits() const noexcept { return commits_; }
@@ -106,6 +114,7 @@ class State {
   std::optional<snapshot::SnapshotFile> committed_;    // without the sharded optimizer
   std::shared_ptr<const detail::ShardCommit> shards_;  // with a zero_optimizer
   int64_t commits_ = 0;
+  std::function<void()> on_commit_;
 };
 
 }  // namespace ddp::elastic

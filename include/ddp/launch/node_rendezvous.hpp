@@ -22,7 +22,9 @@
 // round r + 1. The running agents see that round r + 1 has a member
 // (nodes_waiting()), stop their workers and join it too, so the job
 // re-forms with every live node, its ranks reassigned; this costs no
-// restart. After a failure every agent also joins the next round, so a node
+// restart. Under --recovery memory they keep their workers instead, which
+// move to the larger job at a commit (Note [A node joins in memory] in
+// ddp/elastic/run.hpp). After a failure every agent also joins the next round, so a node
 // that died is simply absent from it, and the job goes on while MIN nodes
 // remain. The host's own loss: Note [A new host].
 // Note [Spare nodes]: a node that arrives while the job runs at MAX nodes

@@ -1,0 +1,430 @@
+// Membership changes under ddprun --recovery memory, on loopback nodes of
+// one toy-trainer worker each, with the workers keeping their processes and
+// continuing from the commit in memory, at the new size:
+// - Note [A new host] in include/ddp/launch/node_rendezvous.hpp: of three
+//   nodes, one is SIGKILLed after a commit: node 0 (the stores' host, and
+//   rank 0), or node 2. The other two re-form at 2 ranks (around node 1's
+//   standby when the host was lost).
+// - Note [A node joins in memory] in include/ddp/elastic/run.hpp: a third
+//   node joins two that train, which take it in at their next commit.
+// Every sample of the epoch is trained once, and the final parameters are
+// those of a job that continued at the new size from the same step, from
+// disk.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
+#include "elastic/recovery_job.hpp"
+#include "launch/launcher_runs.hpp"
+
+namespace ddp::launch {
+namespace {
+
+constexpr int kSamples = 2048;  // the toy trainer's epoch
+constexpr int kBatchSize = 32;  // and its batch, per rank
+
+std::vector<std::string> toy_trainer(const std::vector<std::string>& more,
+                                     int commit_every = kCommitEvery) {
+  std::vector<std::string> args = {DDP_TOY_TRAINER,
+                                   "--epochs",
+                                   "1",
+                                   "--seed",
+                                   "7",
+                                   "--commit-every",
+                                   std::to_string(commit_every)};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// The batches of the "epoch 0 samples ..." lines of `text`, in order.
+std::vector<std::vector<int>> batches_in(const std::string& text) {
+  std::vector<std::vector<int>> batches;
+  std::istringstream lines(text);
+  const std::string marker = "] epoch 0 samples";
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find(marker);
+    if (at == std::string::npos) continue;
+    std::istringstream indices(line.substr(at + marker.size()));
+    batches.emplace_back();
+    for (int i = 0; indices >> i;) batches.back().push_back(i);
+  }
+  return batches;
+}
+
+// The part of `text` before the first `end` (all of it without one), or
+// after the first `begin`.
+std::string before(const std::string& text, const std::string& end) {
+  return text.substr(0, text.find(end));
+}
+std::string after(const std::string& text, const std::string& begin) {
+  const auto at = text.find(begin);
+  return at == std::string::npos ? std::string() : text.substr(at);
+}
+
+// What the three nodes printed: the lost one's, and the two survivors'.
+struct Outputs {
+  ChildResult lost;
+  std::vector<ChildResult> survivors;
+};
+
+// Three nodes on loopback train the toy trainer under --recovery memory
+// (and with `spare_node`, a fourth waits as a spare node); once node
+// `lost_node` (0: the stores' host; 2: the last to join) has committed
+// step 8, its launcher and worker are SIGKILLed.
+Outputs lose_node(int lost_node, bool spare_node = false) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  std::vector<std::string> args = {"--nnodes",           "2:3",
+                                   "--rdzv-backend",     "c10d",
+                                   "--rdzv-endpoint",    "127.0.0.1:" + std::to_string(port),
+                                   "--rdzv-id",          "nodeloss",
+                                   "--max-restarts",     "1",
+                                   "--monitor-interval", "0.1",
+                                   "--stop-grace",       "2",
+                                   "--rdzv-conf",        "last_call_timeout=30",
+                                   "--recovery",         "memory"};
+  for (const auto& a : toy_trainer({"--trace-samples", "--step-delay-ms", "100"})) {
+    args.push_back(a);
+  }
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  wait_for_host(port);
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  std::string spare_output;
+  if (spare_node) {
+    output_until(*nodes[0], "] epoch 0 step 1 ");  // the job runs at its MAX of 3
+    nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+    spare_output = output_until(*nodes[3], "waits as a spare node for round 1");
+    EXPECT_TRUE(contains(spare_output, "waits as a spare node for round 1")) << spare_output;
+  }
+  // One worker per node: its rank is its node's rank.
+  const std::string mark = "[" + std::to_string(lost_node) + "] committed step 8\n";
+  std::vector<std::string> outputs(3);
+  int lost = -1;
+  for (int i = 0; i < 3 && lost < 0; ++i) {
+    outputs[i] = output_until(*nodes[i], "] committed step 8\n");
+    if (contains(outputs[i], mark)) lost = i;
+  }
+  EXPECT_GE(lost, 0) << outputs[0] << outputs[1] << outputs[2];
+  Outputs result;
+  if (lost < 0) return result;
+  nodes[lost]->signal_group(SIGKILL);  // its launcher (with node 0: both stores) and worker
+  nodes[lost]->reap_blocking();
+  outputs.push_back(spare_output);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ChildResult r = finish(*nodes[i], outputs[i]);
+    if (static_cast<int>(i) == lost) {
+      result.lost = std::move(r);
+    } else {
+      result.survivors.push_back(std::move(r));
+    }
+  }
+  return result;
+}
+
+// The toy trainer's final digest when `ranks` ranks train the epoch.
+std::string digest_uninterrupted(int ranks) {
+  std::vector<std::string> straight = {"--standalone", "--nproc-per-node", std::to_string(ranks)};
+  for (const auto& x : toy_trainer({})) straight.push_back(x);
+  const ChildResult r = run_launcher(straight, std::chrono::seconds(120));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return digest_of(r.output);
+}
+
+// The reference of a re-formed job: `ranks` ranks stop after `steps` steps
+// with a snapshot, and `then` ranks resume it from disk; their final digest.
+std::string digest_resumed(int ranks, int steps, int then) {
+  const std::string dir =
+      ::testing::TempDir() + "ddp_membership_reference_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::vector<std::string> stop = {"--standalone", "--nproc-per-node", std::to_string(ranks)};
+  for (const auto& x : toy_trainer({"--max-steps", std::to_string(steps), "--snapshot-dir", dir})) {
+    stop.push_back(x);
+  }
+  const ChildResult stopped = run_launcher(stop, std::chrono::seconds(120));
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+  std::vector<std::string> resume = {"--standalone", "--nproc-per-node", std::to_string(then)};
+  for (const auto& x : toy_trainer({"--snapshot-dir", dir})) resume.push_back(x);
+  const ChildResult resumed = run_launcher(resume, std::chrono::seconds(120));
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "resumed at epoch 0, step " + std::to_string(steps)))
+      << resumed.output;
+  return digest_of(resumed.output);
+}
+
+// The checks both losses share: the survivors kept their processes,
+// re-formed at 2 ranks from one commit (returned), trained every sample
+// once, and ended with the parameters of 3 ranks stopped at that commit's
+// step and resumed at 2 from disk.
+void expect_continued_in_memory(const Outputs& job, const std::set<std::string>& old_ranks) {
+  ASSERT_EQ(job.survivors.size(), 2u);
+  std::set<std::string> was;
+  int commit = -1;
+  for (const ChildResult& r : job.survivors) {
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output,
+                         "re-forming the job without it, this node's workers keeping "
+                         "their state (recovery in memory, restart 1 of 1)"))
+        << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m,
+                                  std::regex(R"(re-formed at 2 ranks \(was rank (\d) of 3\))")))
+        << r.output;
+    was.insert(m[1].str());
+    const std::regex pid(R"(\] pid (\d+))");
+    std::vector<std::string> pids;
+    for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), pid);
+         it != std::sregex_iterator(); ++it) {
+      pids.push_back((*it)[1].str());
+    }
+    ASSERT_EQ(pids.size(), 2u) << r.output;  // one per generation
+    EXPECT_EQ(pids[0], pids[1]);
+    EXPECT_FALSE(contains(r.output, "resumed at epoch")) << r.output;  // nothing from disk
+    ASSERT_TRUE(
+        std::regex_search(r.output, m, std::regex(R"(continuing from commit (\d+) of rank 0)")))
+        << r.output;
+    if (commit < 0) commit = std::stoi(m[1].str());
+    EXPECT_EQ(std::stoi(m[1].str()), commit);
+  }
+  EXPECT_EQ(was, old_ranks);
+  // The toy trainer commits at its start and after every 4th step.
+  const int steps_kept = kCommitEvery * (commit - 1);
+  ASSERT_GE(steps_kept, 8);
+
+  // Every sample once: each of the 3 ranks' batches up to the commit, then
+  // the 2 ranks' batches after it.
+  std::multiset<int> seen;
+  for (const ChildResult* r : {&job.lost, &job.survivors[0], &job.survivors[1]}) {
+    const auto kept = batches_in(before(r->output, "lost a peer"));
+    ASSERT_GE(kept.size(), static_cast<size_t>(steps_kept)) << r->output;
+    for (int step = 0; step < steps_kept; ++step) seen.insert(kept[step].begin(), kept[step].end());
+    if (r == &job.lost) continue;
+    for (const auto& batch : batches_in(after(r->output, "continuing from commit"))) {
+      seen.insert(batch.begin(), batch.end());
+    }
+  }
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kSamples));
+  for (int i = 0; i < kSamples; ++i) ASSERT_EQ(seen.count(i), 1u) << "sample " << i;
+
+  const std::string digest =
+      digest_of(job.survivors[0].output + job.survivors[1].output);  // new rank 0's
+  EXPECT_NE(digest, "<none>");
+  EXPECT_EQ(digest, digest_resumed(3, steps_kept, 2));
+  // ... which the shrink made differ from an uninterrupted 3-rank job's.
+  EXPECT_NE(digest, digest_uninterrupted(3));
+}
+
+TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
+  const Outputs job = lose_node(0);
+  ASSERT_EQ(job.survivors.size(), 2u);
+  const bool first_hosts =
+      contains(job.survivors[0].output, "; this node hosts it now at 127.0.0.1:");
+  const ChildResult& new_host = job.survivors[first_hosts ? 0 : 1];
+  const ChildResult& other = job.survivors[first_hosts ? 1 : 0];
+  EXPECT_TRUE(contains(new_host.output, "; this node hosts it now at 127.0.0.1:"))
+      << new_host.output;
+  EXPECT_TRUE(contains(other.output, "; node 1's standby at 127.0.0.1:")) << other.output;
+  expect_continued_in_memory(job, {"1", "2"});
+}
+
+// Point 3 of the issue: a membership change (a node other than the host
+// lost) re-forms from the commit in memory too, not from disk.
+TEST(ElasticNodeLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
+  const Outputs job = lose_node(2);
+  for (const ChildResult& r : job.survivors) {
+    EXPECT_TRUE(contains(r.output, "ddprun: node 2 stopped its heartbeat ")) << r.output;
+  }
+  expect_continued_in_memory(job, {"0", "1"});
+}
+
+// A spare node waiting at the job's MAX takes the lost node's place: the
+// other two keep their workers, the spare node's worker receives the
+// commit, and the job ends as if nothing had been lost (3 ranks again).
+TEST(ElasticNodeLoss, ASpareNodeTakesTheLostNodesPlaceInMemory) {
+  const Outputs job = lose_node(2, /*spare_node=*/true);
+  ASSERT_EQ(job.survivors.size(), 3u);
+  std::string all;
+  for (const ChildResult& r : job.survivors) {
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    all += r.output;
+  }
+  EXPECT_EQ(count(all,
+                  "re-forming the job without it, this node's workers keeping their state "
+                  "(recovery in memory, restart 1 of 1)"),
+            2)
+      << all;
+  EXPECT_EQ(count(all, "re-formed at 3 ranks (was rank "), 2) << all;
+  EXPECT_EQ(count(all, ": generation 1: continuing from commit 3 of rank 0"), 3) << all;
+  EXPECT_FALSE(contains(all, "resumed at epoch")) << all;
+  std::vector<std::string> straight = {"--standalone", "--nproc-per-node", "3"};
+  for (const auto& x : toy_trainer({})) straight.push_back(x);
+  const ChildResult uninterrupted = run_launcher(straight, std::chrono::seconds(120));
+  EXPECT_NE(digest_of(all), "<none>");
+  EXPECT_EQ(digest_of(all), digest_of(uninterrupted.output));
+}
+
+// One worker's output by generation: the process id its training function
+// printed as the generation began ("pid N", on stdout as the batches are),
+// and the text that followed, up to the next.
+std::vector<std::pair<std::string, std::string>> generations_in(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> generations;
+  std::vector<size_t> starts;
+  const std::regex pid(R"(\] pid (\d+)\n)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), pid); it != std::sregex_iterator();
+       ++it) {
+    starts.push_back(static_cast<size_t>(it->position(0)));
+    generations.emplace_back((*it)[1].str(), "");
+  }
+  starts.push_back(text.size());
+  for (size_t g = 0; g < generations.size(); ++g) {
+    generations[g].second = text.substr(starts[g], starts[g + 1] - starts[g]);
+  }
+  return generations;
+}
+
+// Two nodes train the toy trainer with `trainer_args`, committing every
+// `commit_every` steps under --recovery memory (--nnodes 2:3); once the first node printed `mark`,
+// a third starts. What the three printed, and all of it.
+std::vector<ChildResult> join_third_node(const std::vector<std::string>& trainer_args,
+                                         int commit_every, const std::string& mark,
+                                         std::string& all) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  std::vector<std::string> args = {"--nnodes",           "2:3",
+                                   "--rdzv-backend",     "c10d",
+                                   "--rdzv-endpoint",    "127.0.0.1:" + std::to_string(port),
+                                   "--rdzv-id",          "nodearrival",
+                                   "--max-restarts",     "1",
+                                   "--monitor-interval", "0.1",
+                                   "--stop-grace",       "2",
+                                   "--rdzv-conf",        "last_call_timeout=1",
+                                   "--recovery",         "memory"};
+  for (const auto& a : toy_trainer(trainer_args, commit_every)) args.push_back(a);
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  wait_for_host(port);
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  std::vector<std::string> outputs(3);
+  outputs[0] = output_until(*nodes[0], mark);
+  EXPECT_TRUE(contains(outputs[0], mark)) << outputs[0];
+  nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
+  std::vector<ChildResult> results;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    results.push_back(finish(*nodes[i], outputs[i]));
+    all += results.back().output;
+  }
+  return results;
+}
+
+// Note [A node joins in memory]: two nodes train; once rank 0 has committed
+// step 8, a third node starts. The two keep their workers, which take it
+// in at their next commit and hand that commit to its worker.
+TEST(ElasticNodeArrival, AThirdNodeIsTakenInAtTheNextCommitFromMemory) {
+  std::string all;
+  const std::vector<ChildResult> results = join_third_node(
+      {"--trace-samples", "--step-delay-ms", "200"}, kCommitEvery, "[0] committed step 8\n", all);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(continuing from commit (\d+) of rank 0)")))
+      << all;
+  const int commit = std::stoi(m[1].str());
+  EXPECT_EQ(count(all, "] ddp: rank 2: generation 1: continuing from commit " +
+                           std::to_string(commit) + " of rank 0"),
+            1)
+      << all;
+  EXPECT_EQ(
+      count(all, "generation 1: continuing from commit " + std::to_string(commit) + " of rank 0"),
+      3)
+      << all;
+  // The toy trainer commits at its start and after every 4th step; the
+  // third node started after commit 3.
+  const int steps_kept = kCommitEvery * (commit - 1);
+  ASSERT_GE(steps_kept, 12);
+
+  std::set<std::string> was;
+  std::multiset<int> seen;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const ChildResult& r = results[i];
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_FALSE(contains(r.output, "lost a peer")) << r.output;
+    EXPECT_FALSE(contains(r.output, "resumed at epoch")) << r.output;  // nothing from disk
+    const auto generations = generations_in(r.output);
+    if (i == 2) {  // the new node: one generation, from the commit
+      ASSERT_EQ(generations.size(), 1u) << r.output;
+      EXPECT_FALSE(contains(r.output, "re-formed at")) << r.output;
+    } else {  // the same process in both generations, re-formed at 3 ranks
+      EXPECT_TRUE(contains(r.output,
+                           "a node is waiting to join the job of 2 node(s); re-forming it in "
+                           "rendezvous round 1, this node's workers keeping their state "
+                           "(recovery in memory"))
+          << r.output;
+      EXPECT_TRUE(contains(r.output,
+                           "ddprun started generation 1 (the job re-formed) while "
+                           "generation 0 trained; it continues from commit " +
+                               std::to_string(commit)))
+          << r.output;
+      ASSERT_TRUE(std::regex_search(r.output, m,
+                                    std::regex(R"(re-formed at 3 ranks \(was rank (\d) of 2\))")))
+          << r.output;
+      was.insert(m[1].str());
+      ASSERT_EQ(generations.size(), 2u) << r.output;
+      EXPECT_EQ(generations[0].first, generations[1].first);
+      const auto kept = batches_in(generations[0].second);
+      ASSERT_EQ(kept.size(), static_cast<size_t>(steps_kept)) << r.output;
+      for (const auto& batch : kept) seen.insert(batch.begin(), batch.end());
+    }
+    for (const auto& batch : batches_in(generations.back().second)) {
+      seen.insert(batch.begin(), batch.end());
+    }
+  }
+  EXPECT_EQ(was, (std::set<std::string>{"0", "1"}));
+  // Every sample once, but for the padding that evens out the rest of the
+  // epoch over 3 ranks (DistributedSampler repeats its first indices).
+  const int rest = kSamples - steps_kept * 2 * kBatchSize;
+  const int padding = (3 - rest % 3) % 3;
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kSamples + padding));
+  int repeated = 0;
+  for (int i = 0; i < kSamples; ++i) {
+    ASSERT_GE(seen.count(i), 1u) << "sample " << i;
+    ASSERT_LE(seen.count(i), 2u) << "sample " << i;
+    repeated += static_cast<int>(seen.count(i)) - 1;
+  }
+  EXPECT_EQ(repeated, padding);
+
+  const std::string digest = digest_of(all);  // rank 0's, on the first node
+  EXPECT_NE(digest, "<none>");
+  EXPECT_EQ(digest, digest_resumed(2, steps_kept, 3));
+  EXPECT_NE(digest, digest_uninterrupted(2));
+}
+
+// A job that commits only at its start never takes the new node in: its
+// worker, started in generation 1, finds the training ended and ends with
+// exit 0, and the job ends as if no node had come.
+TEST(ElasticNodeArrival, ANodeThatJoinsAfterTheLastCommitHasNothingToTrain) {
+  std::string all;
+  const std::vector<ChildResult> results = join_third_node(
+      {"--step-delay-ms", "100"}, /*commit_every=*/1000, "[0] epoch 0 step 8 ", all);
+  for (const ChildResult& r : results) EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(results[2].output,
+                       "] ddp: rank 1: the job's training ended before generation 1 met; this "
+                       "worker has nothing to train and ends"))
+      << results[2].output;
+  EXPECT_FALSE(contains(all, "continuing from commit")) << all;
+  EXPECT_EQ(count(all, "] pid "), 2) << all;  // the two first workers', once each
+  EXPECT_EQ(digest_of(all), digest_uninterrupted(2));
+}
+
+}  // namespace
+}  // namespace ddp::launch
