@@ -134,10 +134,11 @@ Outputs lose_node(int lost_node, bool spare_node = false) {
   return result;
 }
 
-// The toy trainer's final digest when `ranks` ranks train the epoch.
-std::string digest_uninterrupted(int ranks) {
+// The toy trainer's final digest (with `more` arguments) when `ranks` ranks
+// train the epoch.
+std::string digest_uninterrupted(int ranks, const std::vector<std::string>& more = {}) {
   std::vector<std::string> straight = {"--standalone", "--nproc-per-node", std::to_string(ranks)};
-  for (const auto& x : toy_trainer({})) straight.push_back(x);
+  for (const auto& x : toy_trainer(more)) straight.push_back(x);
   const ChildResult r = run_launcher(straight, std::chrono::seconds(120));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return digest_of(r.output);
@@ -145,18 +146,21 @@ std::string digest_uninterrupted(int ranks) {
 
 // The reference of a re-formed job: `ranks` ranks stop after `steps` steps
 // with a snapshot, and `then` ranks resume it from disk; their final digest.
-std::string digest_resumed(int ranks, int steps, int then) {
+std::string digest_resumed(int ranks, int steps, int then,
+                           const std::vector<std::string>& more = {}) {
   const std::string dir =
       ::testing::TempDir() + "ddp_membership_reference_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::vector<std::string> stop = {"--standalone", "--nproc-per-node", std::to_string(ranks)};
-  for (const auto& x : toy_trainer({"--max-steps", std::to_string(steps), "--snapshot-dir", dir})) {
-    stop.push_back(x);
-  }
+  std::vector<std::string> stopping = {"--max-steps", std::to_string(steps), "--snapshot-dir", dir};
+  stopping.insert(stopping.end(), more.begin(), more.end());
+  for (const auto& x : toy_trainer(stopping)) stop.push_back(x);
   const ChildResult stopped = run_launcher(stop, std::chrono::seconds(120));
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
   std::vector<std::string> resume = {"--standalone", "--nproc-per-node", std::to_string(then)};
-  for (const auto& x : toy_trainer({"--snapshot-dir", dir})) resume.push_back(x);
+  std::vector<std::string> resuming = {"--snapshot-dir", dir};
+  resuming.insert(resuming.end(), more.begin(), more.end());
+  for (const auto& x : toy_trainer(resuming)) resume.push_back(x);
   const ChildResult resumed = run_launcher(resume, std::chrono::seconds(120));
   std::filesystem::remove_all(dir);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -329,13 +333,26 @@ std::vector<ChildResult> join_third_node(const std::vector<std::string>& trainer
   return results;
 }
 
+// The toy trainer's arguments for an optimizer: plain SGD (0), or sharded
+// by ZeRO stage 1 or 2 (with momentum, so that the shards hold state).
+std::vector<std::string> optimizer_args(int zero_stage) {
+  if (zero_stage == 0) return {};
+  return {"--zero-stage", std::to_string(zero_stage), "--momentum", "0.9"};
+}
+
 // Note [A node joins in memory]: two nodes train; once rank 0 has committed
 // step 8, a third node starts. The two keep their workers, which take it
-// in at their next commit and hand that commit to its worker.
-TEST(ElasticNodeArrival, AThirdNodeIsTakenInAtTheNextCommitFromMemory) {
+// in at their next commit and hand that commit to its worker (with ZeRO,
+// every rank receives every old shard and cuts its new one out of them).
+class ElasticNodeArrival : public ::testing::TestWithParam<int> {};
+
+TEST_P(ElasticNodeArrival, AThirdNodeIsTakenInAtTheNextCommitFromMemory) {
+  const std::vector<std::string> optimizer = optimizer_args(GetParam());
+  std::vector<std::string> trainer = {"--trace-samples", "--step-delay-ms", "200"};
+  trainer.insert(trainer.end(), optimizer.begin(), optimizer.end());
   std::string all;
-  const std::vector<ChildResult> results = join_third_node(
-      {"--trace-samples", "--step-delay-ms", "200"}, kCommitEvery, "[0] committed step 8\n", all);
+  const std::vector<ChildResult> results =
+      join_third_node(trainer, kCommitEvery, "[0] committed step 8\n", all);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(continuing from commit (\d+) of rank 0)")))
       << all;
@@ -405,14 +422,20 @@ TEST(ElasticNodeArrival, AThirdNodeIsTakenInAtTheNextCommitFromMemory) {
 
   const std::string digest = digest_of(all);  // rank 0's, on the first node
   EXPECT_NE(digest, "<none>");
-  EXPECT_EQ(digest, digest_resumed(2, steps_kept, 3));
-  EXPECT_NE(digest, digest_uninterrupted(2));
+  EXPECT_EQ(digest, digest_resumed(2, steps_kept, 3, optimizer));
+  EXPECT_NE(digest, digest_uninterrupted(2, optimizer));
 }
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, ElasticNodeArrival, ::testing::Values(0, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("Sgd")
+                                                  : "ZeroStage" + std::to_string(info.param);
+                         });
 
 // A job that commits only at its start never takes the new node in: its
 // worker, started in generation 1, finds the training ended and ends with
 // exit 0, and the job ends as if no node had come.
-TEST(ElasticNodeArrival, ANodeThatJoinsAfterTheLastCommitHasNothingToTrain) {
+TEST(ElasticLateNodeArrival, ANodeThatJoinsAfterTheLastCommitHasNothingToTrain) {
   std::string all;
   const std::vector<ChildResult> results = join_third_node(
       {"--step-delay-ms", "100"}, /*commit_every=*/1000, "[0] epoch 0 step 8 ", all);
