@@ -78,7 +78,8 @@ void Generations::connect(const std::string& address) {
                                              .host(address.substr(0, colon))
                                              .port(port)
                                              .timeout(timeout_)
-                                             .secret(secret_));
+                                             .secret(secret_)
+                                             .hosted_by("node 0's ddprun"));
 }
 
 // The store was lost: waits until the launcher names its new place, and

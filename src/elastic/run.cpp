@@ -54,7 +54,14 @@ void take_seat(const std::map<std::string, std::string>& seat, EnvironmentMap& e
 void take_seat_or_exit(detail::Generations& generations, const std::string& id,
                        EnvironmentMap& env) {
   const auto began = Clock::now();
-  std::optional<std::map<std::string, std::string>> seat = generations.hold_spare(id);
+  std::optional<std::map<std::string, std::string>> seat;
+  try {
+    seat = generations.hold_spare(id);
+  } catch (const RendezvousError& e) {  // its node's agent starts new spares where it went
+    std::cerr << "ddp: spare " << id << ": " << first_line(e.what())
+              << " This spare, which held no rank, ends." << std::endl;
+    end_unneeded();
+  }
   if (!seat) end_unneeded();
   take_seat(*seat, env);
   env.erase(kSpareVariable);

@@ -298,7 +298,9 @@ int Agent::run() {
       // The store's host is lost (Note [A new host]): re-form without it,
       // or end as before when no successor can be found.
       const std::string why = error.what();
-      if (!rendezvous_->take_over(why.substr(0, why.find('\n')))) throw;
+      std::string first_line = why.substr(0, why.find('\n'));
+      if (!first_line.empty() && first_line.back() == '.') first_line.pop_back();
+      if (!rendezvous_->take_over(first_line)) throw;
       outcome = Outcome::kHostLost;
       attempt.failure = "the node hosting the rendezvous store was lost";
       spares_.reset();  // they wait in the lost recovery store

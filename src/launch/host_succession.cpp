@@ -41,7 +41,8 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::host_at(const std::string& endpo
                                                  .port(port)
                                                  .is_server(true)
                                                  .timeout(plan_.rendezvous_timeout)
-                                                 .secret(secret_));
+                                                 .secret(secret_)
+                                                 .hosted_by("this node's ddprun"));
   reserved_.reset();
   store->set("ddprun/run_id", comm::store::as_bytes(plan_.options.run_id));
   store->set("ddprun/takeover", comm::store::as_bytes(comm::detail::str(takeovers_, ":", round_)));
@@ -56,7 +57,12 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::join_at(const std::string& endpo
   const std::string expected = comm::detail::str(takeovers_, ":", round_);
   try {
     auto store = c10::make_intrusive<TcpStore>(
-        TcpStoreOptions().host(host).port(port).timeout(plan_.takeover_timeout).secret(secret_));
+        TcpStoreOptions()
+            .host(host)
+            .port(port)
+            .timeout(plan_.takeover_timeout)
+            .secret(secret_)
+            .hosted_by(comm::detail::str("node ", candidate, "'s ddprun")));
     store->wait({"ddprun/takeover"}, plan_.takeover_timeout);
     const std::string run = comm::store::as_text(store->get("ddprun/run_id"));
     const std::string takeover = comm::store::as_text(store->get("ddprun/takeover"));

@@ -30,7 +30,8 @@ c10::intrusive_ptr<c10d::Store> store_at(const LaunchPlan& plan, bool server,
                                            .port(plan.store_port)
                                            .is_server(server)
                                            .timeout(plan.rendezvous_timeout)
-                                           .secret(secret));
+                                           .secret(secret)
+                                           .hosted_by("node 0's ddprun"));
 }
 
 // The host names the job; every other node must belong to it.

@@ -15,7 +15,7 @@ RecoveryStore::RecoveryStore(c10d::Store& agents, const std::string& key, bool h
                              const std::string& address, const std::string& secret,
                              std::chrono::milliseconds timeout) {
   TcpStoreOptions options;
-  options.timeout(timeout).secret(secret);
+  options.timeout(timeout).secret(secret).hosted_by("node 0's ddprun");
   if (host) {
     auto server = c10::make_intrusive<TcpStore>(options.host(address).port(0).is_server(true));
     address_ = comm::detail::str(address, ":", server->port());

@@ -122,6 +122,10 @@ void SparePool::poll_store(const WorkerPlacement& base) {
                     Clock::now() - promoted_at_ > std::chrono::seconds(10))) {
     promoted_.reset();
   }
+  // A spare that ended on its own may have lost the store (its host's node
+  // is gone): one round trip first, so that a lost store is the agent's
+  // RendezvousError before any spare starts there.
+  if (static_cast<int>(spares_.size()) < plan_.spares) store_.add(kRecoveryGenerationsKey, 0);
   fill(base);
 }
 

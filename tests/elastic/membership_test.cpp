@@ -79,10 +79,11 @@ struct Outputs {
 };
 
 // Three nodes on loopback train the toy trainer under --recovery memory
-// (and with `spare_node`, a fourth waits as a spare node); once node
-// `lost_node` (0: the stores' host; 2: the last to join) has committed
-// step 8, its launcher and worker are SIGKILLed.
-Outputs lose_node(int lost_node, bool spare_node = false) {
+// (and with `spare_node`, a fourth waits as a spare node; with `spares`,
+// every node keeps that many hot spares); once node `lost_node` (0: the
+// stores' host; 2: the last to join) has committed step 8, its launcher and
+// worker are SIGKILLed.
+Outputs lose_node(int lost_node, bool spare_node = false, int spares = 0) {
   const PortReservation reserved;
   const int port = reserved.port();
   std::vector<std::string> args = {"--nnodes",           "2:3",
@@ -93,7 +94,8 @@ Outputs lose_node(int lost_node, bool spare_node = false) {
                                    "--monitor-interval", "0.1",
                                    "--stop-grace",       "2",
                                    "--rdzv-conf",        "last_call_timeout=30",
-                                   "--recovery",         "memory"};
+                                   "--recovery",         "memory",
+                                   "--spares",           std::to_string(spares)};
   for (const auto& a : toy_trainer({"--trace-samples", "--step-delay-ms", "100"})) {
     args.push_back(a);
   }
@@ -231,8 +233,10 @@ void expect_continued_in_memory(const Outputs& job, const std::set<std::string>&
   EXPECT_NE(digest, digest_uninterrupted(3));
 }
 
+// With a hot spare per node (Note [A spare waits for a seat]), refilled
+// after the take-over.
 TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
-  const Outputs job = lose_node(0);
+  const Outputs job = lose_node(0, /*spare_node=*/false, /*spares=*/1);
   ASSERT_EQ(job.survivors.size(), 2u);
   const bool first_hosts =
       contains(job.survivors[0].output, "; this node hosts it now at 127.0.0.1:");
@@ -241,6 +245,23 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
   EXPECT_TRUE(contains(new_host.output, "; this node hosts it now at 127.0.0.1:"))
       << new_host.output;
   EXPECT_TRUE(contains(other.output, "; node 1's standby at 127.0.0.1:")) << other.output;
+  // The lost store is named as the agents' (not as rank 0's), and each
+  // survivor starts a hot spare again in the new recovery store: the first
+  // waited in the lost one.
+  for (const ChildResult* r : {&new_host, &other}) {
+    EXPECT_TRUE(contains(r->output,
+                         "Node 0's ddprun, which hosts the store, has probably exited or crashed, "
+                         "or the network failed; check its log; "))
+        << r->output;
+    EXPECT_EQ(count(r->output, "ddprun: started spare "), 2) << r->output;
+    std::smatch m;
+    const std::string later = after(r->output, "re-forming the job without it");
+    ASSERT_TRUE(std::regex_search(later, m, std::regex(R"(ddprun: started spare (\w+) \(pid)")))
+        << r->output;
+    EXPECT_TRUE(std::regex_search(
+        later, std::regex("spare " + m[1].str() + R"( \(pid \d+\) ready after \d+ ms)")))
+        << r->output;
+  }
   expect_continued_in_memory(job, {"1", "2"});
 }
 

@@ -51,6 +51,11 @@ struct TcpStoreOptions {
   /// client with a secret talks only to a server that proves it knows the
   /// same one. ddprun gives every worker one (DDP_JOB_SECRET_FILE).
   TORCH_ARG(std::string, secret);
+
+  /// Who hosts the store, as the message of a lost connection names it
+  /// ("Rank 0, which hosts the store, has probably exited ..."): ddprun's
+  /// agents, whose stores another agent hosts, say which.
+  TORCH_ARG(std::string, hosted_by) = "rank 0";
 };
 
 /// A c10d::Store over TCP. Every instance holds one connection to the server;

@@ -1,5 +1,6 @@
 #include "ddp/comm/tcp_store.hpp"
 
+#include <cctype>
 #include <mutex>
 #include <utility>
 
@@ -17,6 +18,12 @@ using store::Op;
 using store::Status;
 using store::WireReader;
 using store::WireWriter;
+
+// "rank 0" as a sentence begins.
+std::string capitalized(std::string text) {
+  if (!text.empty()) text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
+  return text;
+}
 
 // How long past a request's own timeout the client waits for the reply.
 // The server answers a timed-out wait itself at the deadline, so this only
@@ -124,9 +131,10 @@ class TcpStore::Impl {
       throw RendezvousError("cannot " + operation +
                             ": the connection to the rendezvous store "
                             "at " +
-                            endpoint + " was lost earlier (" + lost_reason_ +
-                            "). Rank 0, which hosts the store, has probably exited; check its "
-                            "log and restart the job.");
+                            endpoint + " was lost earlier (" + lost_reason_ + "). " +
+                            capitalized(options_.hosted_by()) +
+                            ", which hosts the store, has probably exited; check its log and "
+                            "restart the job.");
     }
     if (request.payload().size() > store::kMaxFrameBytes) {
       // The server would drop the connection; say why instead.
@@ -172,9 +180,10 @@ class TcpStore::Impl {
     socket_.close();
     lost_reason_ = why;
     return RendezvousError("lost the connection to the rendezvous store at " + endpoint +
-                           " during " + operation + " (" + why +
-                           "). Rank 0, which hosts the store, has probably exited or crashed, "
-                           "or the network failed; check rank 0's log.");
+                           " during " + operation + " (" + why + "). " +
+                           capitalized(options_.hosted_by()) +
+                           ", which hosts the store, has probably exited or crashed, or the "
+                           "network failed; check its log.");
   }
 };
 
