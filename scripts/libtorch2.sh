@@ -13,7 +13,7 @@
 # scripts/debian13-root.sh does that part.
 #   --setup-only  make or update the root, then stop
 #   --build-only  also build, but run no test
-# Environment: DDP_TEST_JOBS (2), DDP_BUILD_JOBS (all cores).
+# Environment: DDP_TEST_JOBS (4), DDP_BUILD_JOBS (all cores).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${DDP_DEBIAN13_ROOT:-/var/cache/ddp/trixie}
@@ -67,5 +67,5 @@ say "built: $(grep -o 'ddp: LibTorch [0-9.]*' "$log" | head -n 1)"
 say "running the test suite"
 exclude=(-LE accuracy)
 [[ ${DDP_ACCURACY_TESTS:-0} == 1 ]] && exclude=()
-in_root "$root" bash -c "cd '$repo' && ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-2} --timeout 600 ${exclude[*]}"
+in_root "$root" bash -c "cd '$repo' && ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-4} --timeout 600 ${exclude[*]}"
 say "LibTorch 2.6: the whole suite passed${exclude:+ (accuracy tests left to the host leg)}"

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 DDP_BUILD_BENCHMARKS=OFF bash scripts/build.sh  # benchmarks are no tests
-ctest --test-dir build --output-on-failure -j"${DDP_TEST_JOBS:-2}" --timeout 600
+ctest --test-dir build --output-on-failure -j"${DDP_TEST_JOBS:-4}" --timeout 600
