@@ -11,6 +11,8 @@
 #include <system_error>
 #include <thread>
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "ddp/comm/error_file.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
@@ -30,6 +32,25 @@ namespace ddp::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Note [A new host] in ddp/launch/node_rendezvous.hpp: while the workers
+// run, the agents' store calls are answered within `bound` (and the store's
+// grace) or the host is lost; the rendezvous waits get their own timeouts.
+class StoreReplyBound {
+ public:
+  StoreReplyBound(c10d::Store& store, std::chrono::milliseconds bound,
+                  std::chrono::milliseconds after)
+      : store_(store), after_(after) {
+    store_.setTimeout(bound);
+  }
+  ~StoreReplyBound() { store_.setTimeout(after_); }
+  StoreReplyBound(const StoreReplyBound&) = delete;
+  StoreReplyBound& operator=(const StoreReplyBound&) = delete;
+
+ private:
+  c10d::Store& store_;
+  std::chrono::milliseconds after_;
+};
 
 }  // namespace
 
@@ -147,6 +168,7 @@ Agent::Attempt Agent::start_attempt(int number) {
 }
 
 Agent::Outcome Agent::monitor(Attempt& attempt) {
+  const StoreReplyBound bound(rendezvous_->store(), plan_.node_timeout, plan_.rendezvous_timeout);
   auto last_poll = Clock::now();
   while (true) {
     if (stop_signal_ != 0) return Outcome::kInterrupted;

@@ -114,6 +114,9 @@ NodeAssignment NodeRendezvous::next_round() {
     store_->set(key(-1, "closed"), comm::store::as_bytes(std::to_string(round)));
   } else {
     while (true) {
+      if (member_round_ >= 0 && member_round_ == round - 1) {
+        store_->add(key(round, "returning"), 1);  // before "joined": the host counts both
+      }
       node.node_rank = static_cast<int>(store_->add(key(round, "joined"), 1));
       if (spare_for(round)) {
         if (!wait_as_spare(round, node.node_rank)) {
@@ -133,6 +136,7 @@ NodeAssignment NodeRendezvous::next_round() {
   }
   node.round = round;
   member_round_ = round;
+  member_nnodes_ = node.nnodes;
   node.master_addr = comm::store::as_text(store_->get(key(-1, "master_addr")));
   next_round_ = round + 1;
   if (succession_ && node.nnodes >= 3) {  // Note [A new host]
@@ -241,6 +245,19 @@ void NodeRendezvous::end_job(const NodeAssignment& last, std::chrono::millisecon
   }
 }
 
+// Note [A new host]: the old host closes a round after one of three nodes
+// or more only with at least half of them back.
+void NodeRendezvous::check_majority_returned(int round) {
+  if (!succession_ || member_round_ != round - 1 || member_nnodes_ < 3) return;
+  const int returning = 1 + static_cast<int>(store_->add(key(round, "returning"), 0));
+  if (2 * returning >= member_nnodes_) return;
+  throw RendezvousError(comm::detail::str(
+      "only ", returning, " of the ", member_nnodes_, " node(s) of round ", round - 1,
+      " came back to the rendezvous at ", endpoint_, " (this one included); the others may have ",
+      "re-formed the job around a standby, so this node ends rather than run it a second time. "
+      "If they are gone, start the job again."));
+}
+
 // The host closes round `round` (Note [How nodes meet]) and returns its
 // node count.
 int NodeRendezvous::close_round(int round) {
@@ -275,6 +292,7 @@ int NodeRendezvous::close_round(int round) {
     }
     if (joined >= plan_.max_nodes || (expected > 0 && joined >= expected) ||
         now - minimum_reached >= plan_.last_call_timeout) {
+      check_majority_returned(round);
       return std::min(joined, plan_.max_nodes);
     }
     if (now - start >= plan_.rendezvous_timeout) {

@@ -254,6 +254,53 @@ TEST(LauncherSuccession, WithoutAMajorityTheSurvivorsRefuseToReform) {
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 120s);
 }
 
+// Note [A new host]: a partition, played by SIGSTOP. Node 0 (the host, its
+// agent and worker) goes silent without closing a connection. The other two
+// notice it by the store's reply timeout, re-form around node 1's standby
+// and finish. Node 0, continued once they are done, finds its peers gone;
+// one node of three is not half of them, so it ends instead of running the
+// job again alone, which --nnodes 1:3 would allow.
+TEST(LauncherSuccession, AHostCutOffFromTheOthersDoesNotRunTheJobAgainAlone) {
+  const PortReservation reserved;
+  const int port = reserved.port();
+  const ChildSpec node = ddprun({"--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                 "127.0.0.1:" + std::to_string(port), "--rdzv-id", "partition",
+                                 "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-conf",
+                                 "last_call_timeout=3", DDP_LAUNCH_WORKER, "shrink"});
+  ChildProcess host(node, false);
+  wait_for_host(port);
+  ChildProcess first(node, false);
+  ChildProcess second(node, false);
+  std::string host_output = output_until(host, "] round 0: all-reduced over 3");
+  ASSERT_TRUE(contains(host_output, "[0] round 0: all-reduced over 3")) << host_output;
+  host.signal_group(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  const ChildResult a = finish(first, "");
+  const ChildResult b = finish(second, "");
+  // node_timeout (5 s) and the store's grace (5 s), or the workers'
+  // collective timeout (10 s), then the take-over: far below the
+  // join_timeout of 300 s that a store call waited before.
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 60s);
+  for (const ChildResult* r : {&a, &b}) {
+    EXPECT_EQ(r->exit_code, 0) << r->output;
+    EXPECT_TRUE(contains(r->output, "ddprun: lost the rendezvous store at 127.0.0.1:" +
+                                        std::to_string(port) + " (node 0): "))
+        << r->output;
+    EXPECT_TRUE(contains(r->output, "] attempt 1: sum of ranks 1")) << r->output;  // 2 ranks
+  }
+  host.signal_group(SIGCONT);
+  const ChildResult h = finish(host, host_output);
+  EXPECT_EQ(h.exit_code, 4) << h.output;
+  EXPECT_TRUE(contains(h.output,
+                       "only 1 of the 3 node(s) of round 0 came back to the rendezvous "
+                       "at 127.0.0.1:" +
+                           std::to_string(port) +
+                           " (this one included); the others may have re-formed the "
+                           "job around a standby, so this node ends"))
+      << h.output;
+  EXPECT_FALSE(contains(h.output, "] DDP_RENDEZVOUS_ROUND=1")) << h.output;
+}
+
 // Note [Agent heartbeats] in include/ddp/launch/agent.hpp: a node whose
 // launcher dies once its workers are done does not keep the host waiting
 // out join_timeout (300 s) at the final exit.

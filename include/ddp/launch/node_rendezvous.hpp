@@ -58,8 +58,18 @@
 // agents host a new recovery store, name it in DDP_RECOVERY_STORE_FILE and
 // seat each worker at the smaller layout (Note [Recovery in memory] in
 // ddp/elastic/run.hpp). Two nodes cannot succeed each other: one survivor
-// is not a majority. A machine that vanishes without closing its connections
-// is noticed only by the heartbeats' and TCP's timeouts.
+// is not a majority.
+// The old host keeps the same rule from its side: a round after one of
+// three nodes or more closes only when at least half of that round's nodes
+// came back (the host among them; rdzv/<r>/returning counts the others).
+// Cut off from a majority, which may have re-formed around a standby, it
+// ends with a RendezvousError instead of running the job a second time
+// (split brain: two jobs writing the same snapshots). So losing more than
+// half of the nodes at once ends the job, wherever the host is.
+// A machine that vanishes without closing its connections (a hang, a
+// partition) is noticed by the store's reply timeout: while workers run,
+// every agent's store call gets node_timeout (plus the store's grace of
+// 5 s) to be answered, and a silent host is then a lost one.
 
 #include <c10/util/intrusive_ptr.h>
 
@@ -139,6 +149,7 @@ class NodeRendezvous {
  private:
   std::string key(int round, const std::string& name) const;
   int close_round(int round);
+  void check_majority_returned(int round);
   bool spare_for(int round);
   bool wait_as_spare(int round, int rank);
 
@@ -151,6 +162,7 @@ class NodeRendezvous {
   bool host_ = false;
   int next_round_ = -1;    // -1: not joined yet
   int member_round_ = -1;  // the last round this node was a member of
+  int member_nnodes_ = 0;  // and its node count
   bool said_spare_ = false;
 };
 
