@@ -7,7 +7,8 @@ killed and when, what the job did (from ddprun's and the ranks' lines), the
 time from the kill to the next step, and the final parameters' digest
 against the same job run without failures (for a lost node, against 3
 ranks stopped at the commit's step and resumed at 2 from disk: the job
-goes on smaller). Prints one Markdown table.
+goes on smaller; for a node that joins, 2 ranks resumed at 3). Prints one
+Markdown table.
 """
 
 import argparse
@@ -112,21 +113,23 @@ def main():
         return [launcher[:1] + ["--standalone", "--nproc-per-node", "3"] + launcher[1:]
                 + list(extra_launcher) + trainer + list(extra_trainer)]
 
-    def nodes():
+    def nodes(last_call=30, extra_trainer=()):
         """Three nodes of one rank each, c10d, --nnodes 2:3, --recovery memory:
         a lost node, even the stores' host, is survived in memory at 2 ranks
-        (Note [A new host] in include/ddp/launch/node_rendezvous.hpp)."""
+        (Note [A new host] in include/ddp/launch/node_rendezvous.hpp), and a
+        node that joins is taken in at 3 (Note [A node joins in memory])."""
         port = str(free_port())
         return [[ddprun, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"chaos{port}"]
-                + launcher[1:] + ["--rdzv-conf", "last_call_timeout=30"] + trainer
-                for _ in range(3)]
+                + launcher[1:] + ["--rdzv-conf", f"last_call_timeout={last_call}"] + trainer
+                + list(extra_trainer) for _ in range(3)]
 
-    def continued_at_two(step):
-        """The digest of 3 ranks stopped at `step` with a snapshot, resumed at 2."""
+    def continued_at_two(step, before=3, after=2):
+        """The digest of `before` ranks stopped at `step` with a snapshot,
+        resumed at `after`."""
         scratch = tempfile.mkdtemp(prefix="ddp-chaos-")
         snapshots = ["--snapshot-dir", os.path.join(scratch, "snapshots")]
-        for nproc, more in ((3, ["--max-steps", str(step)]), (2, [])):
+        for nproc, more in ((before, ["--max-steps", str(step)]), (after, [])):
             job, _ = run([[ddprun, "--standalone", "--nproc-per-node", str(nproc)] + trainer
                           + snapshots + more])
             job.finish()
@@ -264,6 +267,52 @@ def main():
         row(case, f"node {victim}'s ddprun and its worker (SIGKILL to the group), after step 9",
             did, f"{seconds:.3f} s" if seconds is not None else "— (no further step)",
             digest_of(host if victim != 0 else rest), expected)
+
+    # 7. The store's host hangs (SIGSTOP: no connection closes, as in a
+    # partition); continued once the others are done.
+    host, rest = run(nodes(last_call=10, extra_trainer=["--collective-timeout", "5"]),
+                     stagger=0.5)
+    host.wait_for(r"^\[0\] epoch 0 step 9 ")
+    stopped_at = time.monotonic()
+    os.killpg(host.processes[0].pid, signal.SIGSTOP)
+    rest_codes = rest.finish()
+    os.killpg(host.processes[0].pid, signal.SIGCONT)
+    host_codes = host.finish()
+    text = rest.text()
+    cont = CONTINUING.search(text)
+    seconds = next_step_after(rest, stopped_at)
+    refused = "came back to the rendezvous" in host.text()
+    did = (f"the others found its store silent (reply bound: node_timeout + 5 s; workers: "
+           f"collective timeout 5 s, then 5 s + 5 s), node 1's standby took over, and they "
+           f"went on at 2 ranks from commit {cont.group(1) if cont else '?'} in memory (exit "
+           f"codes {rest_codes}); node 0, continued after they ended, "
+           + ("refused to run the job again alone" if refused else "did not refuse")
+           + f" (exit {host_codes[0]})")
+    expected = continued_at_two(4 * (int(cont.group(1)) - 1)) if cont else "none"
+    row("store host hangs (a partition)", "node 0's ddprun and its worker (SIGSTOP), after step 9",
+        did, f"{seconds:.3f} s" if seconds is not None else "— (no further step)",
+        digest_of(rest), expected)
+
+    # 8. No failure: a third node joins two that train (steps slowed to 50 ms).
+    commands = nodes(last_call=1, extra_trainer=["--step-delay-ms", "50"])
+    host, rest = run(commands[:2], stagger=0.5)
+    host.wait_for(r"^\[0\] epoch 0 step 9 ")
+    joined_at = time.monotonic()
+    third = Job(commands[2:], env, args.timeout)
+    codes = host.finish() + rest.finish() + third.finish()
+    jobs = (host, rest, third)
+    text = "\n".join(job.text() for job in jobs)
+    cont = CONTINUING.search(text)
+    seconds = min((s for s in (next_step_after(job, joined_at) for job in jobs) if s is not None),
+                  default=None)
+    did = (f"the two kept their workers and took it in at their next commit: 3 ranks from "
+           f"commit {cont.group(1)} in memory (exit codes {codes})" if cont
+           else f"not taken in (exit codes {codes})")
+    expected = continued_at_two(4 * (int(cont.group(1)) - 1), before=2, after=3) if cont \
+        else reference("two", [[ddprun, "--standalone", "--nproc-per-node", "2"] + trainer])
+    row("a node joins (no failure)", "nothing: a third node started after step 9 of two",
+        did, f"{seconds:.3f} s (start → first step at 3 ranks)" if seconds is not None
+        else "—", digest_of(host), expected)
 
     print("| case | killed, and when | what the job did | kill → next step | final digest "
           "against an uninterrupted run |")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The chaos table (issue 35, point 5): a ddp job under the real ddprun with a
 # worker, a hot spare, two workers within one step, a worker inside a commit
-# (plain and ZeRO), a node and the store's host killed; for each, what the
-# job did, the time from the kill to the next step, and the final digest
-# against an uninterrupted run. Prints one Markdown table
+# (plain and ZeRO), a node and the store's host killed, the store's host
+# hung (SIGSTOP), and a node joining; for each, what the job did, the time
+# from the kill to the next step, and the final digest against an
+# uninterrupted run. Prints one Markdown table
 # (benchmarks/chaos_bench.py says how each case is run and measured).
 #
 # Usage: benchmarks/chaos_bench.sh

@@ -56,6 +56,7 @@ struct Options : ddp::examples::CommonOptions {
   bool trace_steps = true;
   bool trace_samples = false;
   int step_delay_ms = 0;
+  double collective_timeout_s = 1800;  // LibTorch's default for Gloo
   int64_t commit_every = 0;
   std::string kill_at;         // RANK:STEP[,RANK:STEP...]
   std::string kill_in_commit;  // RANK:STEP
@@ -226,7 +227,10 @@ int train(const Options& o) {
         train_generation(o, group, elastic, net, optimizer, inputs, targets);
       },
       ddp::elastic::RunOptions().init(
-          ddp::InitOptions().backend(device.is_cuda() ? "auto" : "gloo")));
+          ddp::InitOptions()
+              .backend(device.is_cuda() ? "auto" : "gloo")
+              .collective_timeout(
+                  std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000)))));
   return 0;
 }
 
@@ -248,6 +252,11 @@ int main(int argc, char** argv) {
                "print 'epoch E samples I ...' (the batch's indices) on every rank after every "
                "step (for tests)");
   app.add_option("--step-delay-ms", o.step_delay_ms, "sleep after each step (for tests)");
+  app.add_option("--collective-timeout", o.collective_timeout_s,
+                 "seconds a collective may wait for a peer: a peer that hangs (or is cut off "
+                 "without its connections closing) is noticed after this long")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--commit-every", o.commit_every,
                  "commit the training state in memory every N steps (0: never), so that "
                  "ddprun --recovery memory can replace a lost worker without a restart")

@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -20,6 +21,10 @@ namespace ddp::elastic::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long the recovery store may take to answer a quick call (the store
+// adds a grace of 5 s).
+constexpr std::chrono::milliseconds kReplyBound = std::chrono::seconds(5);
 
 // Set by the generation whose training ended (its generation number).
 constexpr const char* kFinishedKey = "ddp/finished";
@@ -80,6 +85,10 @@ void Generations::connect(const std::string& address) {
                                              .timeout(timeout_)
                                              .secret(secret_)
                                              .hosted_by("node 0's ddprun"));
+  // Every call after the connection is a quick one (the waits poll), so a
+  // host that hangs or is cut off is a lost store after the bound, not
+  // after rejoin_timeout (Note [A new host]).
+  store_->setTimeout(std::min(timeout_, kReplyBound));
 }
 
 // The store was lost: waits until the launcher names its new place, and

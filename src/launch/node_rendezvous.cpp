@@ -246,7 +246,8 @@ void NodeRendezvous::end_job(const NodeAssignment& last, std::chrono::millisecon
 }
 
 // Note [A new host]: the old host closes a round after one of three nodes
-// or more only with at least half of them back.
+// or more only with at least half of them back, and gives them the last
+// call to come.
 void NodeRendezvous::check_majority_returned(int round) {
   if (!succession_ || member_round_ != round - 1 || member_nnodes_ < 3) return;
   const int returning = 1 + static_cast<int>(store_->add(key(round, "returning"), 0));
@@ -290,6 +291,8 @@ int NodeRendezvous::close_round(int round) {
     if (joined >= plan_.min_nodes && minimum_reached == Clock::time_point::max()) {
       minimum_reached = now;
     }
+    // The last call is also as long as a minority host waits for the others.
+    if (now - start >= plan_.last_call_timeout) check_majority_returned(round);
     if (joined >= plan_.max_nodes || (expected > 0 && joined >= expected) ||
         now - minimum_reached >= plan_.last_call_timeout) {
       check_majority_returned(round);

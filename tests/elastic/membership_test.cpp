@@ -82,21 +82,25 @@ struct Outputs {
 // (and with `spare_node`, a fourth waits as a spare node; with `spares`,
 // every node keeps that many hot spares); once node `lost_node` (0: the
 // stores' host; 2: the last to join) has committed step 8, its launcher and
-// worker are SIGKILLed.
-Outputs lose_node(int lost_node, bool spare_node = false, int spares = 0) {
+// worker are SIGKILLed, or with SIGSTOP stopped until the others are done
+// (a hang, or a partition: no connection closes), then continued.
+Outputs lose_node(int lost_node, bool spare_node = false, int spares = 0, int signal = SIGKILL) {
   const PortReservation reserved;
   const int port = reserved.port();
-  std::vector<std::string> args = {"--nnodes",           "2:3",
-                                   "--rdzv-backend",     "c10d",
-                                   "--rdzv-endpoint",    "127.0.0.1:" + std::to_string(port),
-                                   "--rdzv-id",          "nodeloss",
-                                   "--max-restarts",     "1",
-                                   "--monitor-interval", "0.1",
-                                   "--stop-grace",       "2",
-                                   "--rdzv-conf",        "last_call_timeout=30",
-                                   "--recovery",         "memory",
-                                   "--spares",           std::to_string(spares)};
-  for (const auto& a : toy_trainer({"--trace-samples", "--step-delay-ms", "100"})) {
+  std::vector<std::string> args = {
+      "--nnodes",           "2:3",
+      "--rdzv-backend",     "c10d",
+      "--rdzv-endpoint",    "127.0.0.1:" + std::to_string(port),
+      "--rdzv-id",          "nodeloss",
+      "--max-restarts",     "1",
+      "--monitor-interval", "0.1",
+      "--stop-grace",       "2",
+      "--rdzv-conf",        signal == SIGSTOP ? "last_call_timeout=10" : "last_call_timeout=30",
+      "--recovery",         "memory",
+      "--spares",           std::to_string(spares)};
+  // A stopped peer is noticed by the collective timeout only.
+  for (const auto& a : toy_trainer({"--trace-samples", "--step-delay-ms", "100",
+                                    "--collective-timeout", signal == SIGSTOP ? "5" : "1800"})) {
     args.push_back(a);
   }
   std::vector<std::unique_ptr<ChildProcess>> nodes;
@@ -122,17 +126,14 @@ Outputs lose_node(int lost_node, bool spare_node = false, int spares = 0) {
   EXPECT_GE(lost, 0) << outputs[0] << outputs[1] << outputs[2];
   Outputs result;
   if (lost < 0) return result;
-  nodes[lost]->signal_group(SIGKILL);  // its launcher (with node 0: both stores) and worker
-  nodes[lost]->reap_blocking();
+  nodes[lost]->signal_group(signal);  // its launcher (with node 0: both stores) and worker
+  if (signal == SIGKILL) nodes[lost]->reap_blocking();
   outputs.push_back(spare_output);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    ChildResult r = finish(*nodes[i], outputs[i]);
-    if (static_cast<int>(i) == lost) {
-      result.lost = std::move(r);
-    } else {
-      result.survivors.push_back(std::move(r));
-    }
+    if (static_cast<int>(i) != lost) result.survivors.push_back(finish(*nodes[i], outputs[i]));
   }
+  if (signal == SIGSTOP) nodes[lost]->signal_group(SIGCONT);
+  result.lost = finish(*nodes[lost], outputs[lost]);
   return result;
 }
 
@@ -262,6 +263,27 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
         later, std::regex("spare " + m[1].str() + R"( \(pid \d+\) ready after \d+ ms)")))
         << r->output;
   }
+  expect_continued_in_memory(job, {"1", "2"});
+}
+
+// Note [A new host]: node 0 hangs (SIGSTOP: its connections stay open, as
+// in a partition). The other two find its store silent after the store's
+// reply bound (agents: node_timeout; workers, once their collective timed
+// out: 5 s), re-form around node 1's standby and continue in memory.
+// Node 0, continued once they are done, refuses to run the job again alone.
+TEST(ElasticHostLoss, AHungHostIsLeftBehindInMemoryAndThenRefusesToRunAlone) {
+  const auto stopped = std::chrono::steady_clock::now();
+  const Outputs job = lose_node(0, /*spare_node=*/false, /*spares=*/0, SIGSTOP);
+  ASSERT_EQ(job.survivors.size(), 2u);
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, std::chrono::seconds(150));
+  for (const ChildResult& r : job.survivors) {
+    EXPECT_TRUE(contains(r.output, " (node 0): lost the connection to the rendezvous store at "))
+        << r.output;
+    EXPECT_TRUE(contains(r.output, "lost a peer: ")) << r.output;
+  }
+  EXPECT_EQ(job.lost.exit_code, 4) << job.lost.output;
+  EXPECT_TRUE(contains(job.lost.output, "only 1 of the 3 node(s) of round 0 came back"))
+      << job.lost.output;
   expect_continued_in_memory(job, {"1", "2"});
 }
 

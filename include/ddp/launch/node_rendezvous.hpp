@@ -61,9 +61,10 @@
 // is not a majority.
 // The old host keeps the same rule from its side: a round after one of
 // three nodes or more closes only when at least half of that round's nodes
-// came back (the host among them; rdzv/<r>/returning counts the others).
-// Cut off from a majority, which may have re-formed around a standby, it
-// ends with a RendezvousError instead of running the job a second time
+// came back (the host among them; rdzv/<r>/returning counts the others)
+// within last_call_timeout. Cut off from a majority, which may have
+// re-formed around a standby, it ends with a RendezvousError instead of
+// running the job a second time
 // (split brain: two jobs writing the same snapshots). So losing more than
 // half of the nodes at once ends the job, wherever the host is.
 // A machine that vanishes without closing its connections (a hang, a
