@@ -158,6 +158,31 @@ TEST(LauncherMembership, SpareNodeReplacesALostNode) {
   EXPECT_TRUE(contains(replacement.output, "[1] attempt 0: sum of ranks 1")) << replacement.output;
 }
 
+// Three ddprun nodes (--nnodes `nnodes`, c10d at `port`, run `id`, one
+// "shrink" worker each, which all-reduces until a peer is lost): the host
+// first, then two others. Returns once the host's rank 0 has all-reduced
+// over three (or the wait gave up), with what the host printed so far in
+// `host_output`.
+struct ThreeNodes {
+  std::unique_ptr<ChildProcess> host, first, second;
+  std::string host_output;
+};
+ThreeNodes three_shrinking_nodes(const std::string& nnodes, int port, const std::string& id,
+                                 const std::string& last_call_timeout) {
+  const ChildSpec node =
+      ddprun({"--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+              "127.0.0.1:" + std::to_string(port), "--rdzv-id", id, "--max-restarts", "1",
+              "--monitor-interval", "0.1", "--rdzv-conf", "last_call_timeout=" + last_call_timeout,
+              DDP_LAUNCH_WORKER, "shrink"});
+  ThreeNodes nodes;
+  nodes.host = std::make_unique<ChildProcess>(node, false);
+  wait_for_host(port);
+  nodes.first = std::make_unique<ChildProcess>(node, false);
+  nodes.second = std::make_unique<ChildProcess>(node, false);
+  nodes.host_output = output_until(*nodes.host, "] round 0: all-reduced over 3");
+  return nodes;
+}
+
 // Note [A new host] in include/ddp/launch/node_rendezvous.hpp: the node
 // hosting the store is lost (its launcher SIGKILLed, its worker with it);
 // the other two of a job of 2:3 nodes re-form around node 1's standby, at
@@ -165,16 +190,11 @@ TEST(LauncherMembership, SpareNodeReplacesALostNode) {
 TEST(LauncherSuccession, HostLostTheOtherTwoReformAroundAStandby) {
   const PortReservation reserved;
   const int port = reserved.port();
-  const ChildSpec node = ddprun({"--nnodes", "2:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                                 "127.0.0.1:" + std::to_string(port), "--rdzv-id", "succession",
-                                 "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-conf",
-                                 "last_call_timeout=30", DDP_LAUNCH_WORKER, "shrink"});
-  ChildProcess host(node, false);
-  wait_for_host(port);
-  ChildProcess first(node, false);
-  ChildProcess second(node, false);
-  std::string host_output = output_until(host, "] round 0: all-reduced over 3");
-  ASSERT_TRUE(contains(host_output, "[0] round 0: all-reduced over 3")) << host_output;
+  ThreeNodes nodes = three_shrinking_nodes("2:3", port, "succession", "30");
+  ASSERT_TRUE(contains(nodes.host_output, "[0] round 0: all-reduced over 3")) << nodes.host_output;
+  ChildProcess& host = *nodes.host;
+  ChildProcess& first = *nodes.first;
+  ChildProcess& second = *nodes.second;
   host.signal_group(SIGKILL);  // the launcher, the store and rank 0
   host.reap_blocking();
   const ChildResult a = finish(first, "");
@@ -263,16 +283,11 @@ TEST(LauncherSuccession, WithoutAMajorityTheSurvivorsRefuseToReform) {
 TEST(LauncherSuccession, AHostCutOffFromTheOthersDoesNotRunTheJobAgainAlone) {
   const PortReservation reserved;
   const int port = reserved.port();
-  const ChildSpec node = ddprun({"--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                                 "127.0.0.1:" + std::to_string(port), "--rdzv-id", "partition",
-                                 "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-conf",
-                                 "last_call_timeout=3", DDP_LAUNCH_WORKER, "shrink"});
-  ChildProcess host(node, false);
-  wait_for_host(port);
-  ChildProcess first(node, false);
-  ChildProcess second(node, false);
-  std::string host_output = output_until(host, "] round 0: all-reduced over 3");
-  ASSERT_TRUE(contains(host_output, "[0] round 0: all-reduced over 3")) << host_output;
+  ThreeNodes nodes = three_shrinking_nodes("1:3", port, "partition", "3");
+  ASSERT_TRUE(contains(nodes.host_output, "[0] round 0: all-reduced over 3")) << nodes.host_output;
+  ChildProcess& host = *nodes.host;
+  ChildProcess& first = *nodes.first;
+  ChildProcess& second = *nodes.second;
   host.signal_group(SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
   const ChildResult a = finish(first, "");
@@ -289,7 +304,7 @@ TEST(LauncherSuccession, AHostCutOffFromTheOthersDoesNotRunTheJobAgainAlone) {
     EXPECT_TRUE(contains(r->output, "] attempt 1: sum of ranks 1")) << r->output;  // 2 ranks
   }
   host.signal_group(SIGCONT);
-  const ChildResult h = finish(host, host_output);
+  const ChildResult h = finish(host, nodes.host_output);
   EXPECT_EQ(h.exit_code, 4) << h.output;
   EXPECT_TRUE(contains(h.output,
                        "only 1 of the 3 node(s) of round 0 came back to the rendezvous "
