@@ -83,6 +83,32 @@ TEST(ElasticState, RestoreReturnsToTheCommitExactly) {
   EXPECT_EQ(state.commits(), 1);
 }
 
+// The observer run() watches for a re-formed job with (Note [A node joins
+// in memory]): called once per commit, after it is made, so that what it
+// throws leaves the commit in place; an empty function removes it.
+TEST(ElasticState, TheCommitObserverRunsAfterTheCommitAndMayThrow) {
+  Trainee t(3);
+  State state(t.state);
+  std::vector<int64_t> seen;  // commits() as the observer saw it
+  state.on_commit([&] {
+    seen.push_back(state.commits());
+    if (seen.size() == 2) throw MembershipChange(0, 1, state.commits());
+  });
+  state.commit();
+  t.step(1);
+  const auto committed = t.parameters();
+  EXPECT_THROW(state.commit(), MembershipChange);
+  EXPECT_EQ(seen, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(state.commits(), 2);
+  t.step(2);
+  state.restore();  // back to the commit that threw
+  expect_equal(t.parameters(), committed);
+  state.on_commit(nullptr);
+  state.commit();
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(state.commits(), 3);
+}
+
 // Rank r of a Gloo group of `size` threads meeting in `store`.
 std::shared_ptr<ProcessGroup> member(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size) {
