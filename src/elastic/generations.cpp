@@ -123,8 +123,8 @@ Generations::Meeting Generations::meet(int rank, int world_size,
   for (int r = 0; r < world_size; ++r) keys.push_back(comm::detail::str("present/", r));
   const auto give_up = Clock::now() + timeout_;
   while (!store->check(keys)) {
-    if (newest() > current_) {
-      current_ = newest();
+    if (const int started = newest(); started > current_) {
+      current_ = started;
       return Meeting::kNewer;
     }
     if (store_->check({kFinishedKey})) return Meeting::kJobEnded;

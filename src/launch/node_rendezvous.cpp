@@ -291,13 +291,11 @@ int NodeRendezvous::close_round(int round) {
     if (joined >= plan_.min_nodes && minimum_reached == Clock::time_point::max()) {
       minimum_reached = now;
     }
+    const bool closing = joined >= plan_.max_nodes || (expected > 0 && joined >= expected) ||
+                         now - minimum_reached >= plan_.last_call_timeout;
     // The last call is also as long as a minority host waits for the others.
-    if (now - start >= plan_.last_call_timeout) check_majority_returned(round);
-    if (joined >= plan_.max_nodes || (expected > 0 && joined >= expected) ||
-        now - minimum_reached >= plan_.last_call_timeout) {
-      check_majority_returned(round);
-      return std::min(joined, plan_.max_nodes);
-    }
+    if (closing || now - start >= plan_.last_call_timeout) check_majority_returned(round);
+    if (closing) return std::min(joined, plan_.max_nodes);
     if (now - start >= plan_.rendezvous_timeout) {
       throw TimeoutError(comm::detail::str(
           "only ", joined, " of at least ", plan_.min_nodes, " node(s) joined the rendezvous at ",

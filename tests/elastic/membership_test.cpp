@@ -172,6 +172,25 @@ std::string digest_resumed(int ranks, int steps, int then,
   return digest_of(resumed.output);
 }
 
+// One worker's output by generation: the process id its training function
+// printed as the generation began ("pid N", on stdout as the batches are),
+// and the text that followed, up to the next.
+std::vector<std::pair<std::string, std::string>> generations_in(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> generations;
+  std::vector<size_t> starts;
+  const std::regex pid(R"(\] pid (\d+)\n)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), pid); it != std::sregex_iterator();
+       ++it) {
+    starts.push_back(static_cast<size_t>(it->position(0)));
+    generations.emplace_back((*it)[1].str(), "");
+  }
+  starts.push_back(text.size());
+  for (size_t g = 0; g < generations.size(); ++g) {
+    generations[g].second = text.substr(starts[g], starts[g + 1] - starts[g]);
+  }
+  return generations;
+}
+
 // The checks both losses share: the survivors kept their processes,
 // re-formed at 2 ranks from one commit (returned), trained every sample
 // once, and ended with the parameters of 3 ranks stopped at that commit's
@@ -191,14 +210,9 @@ void expect_continued_in_memory(const Outputs& job, const std::set<std::string>&
                                   std::regex(R"(re-formed at 2 ranks \(was rank (\d) of 3\))")))
         << r.output;
     was.insert(m[1].str());
-    const std::regex pid(R"(\] pid (\d+))");
-    std::vector<std::string> pids;
-    for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), pid);
-         it != std::sregex_iterator(); ++it) {
-      pids.push_back((*it)[1].str());
-    }
-    ASSERT_EQ(pids.size(), 2u) << r.output;  // one per generation
-    EXPECT_EQ(pids[0], pids[1]);
+    const auto generations = generations_in(r.output);
+    ASSERT_EQ(generations.size(), 2u) << r.output;  // one per generation
+    EXPECT_EQ(generations[0].first, generations[1].first);
     EXPECT_FALSE(contains(r.output, "resumed at epoch")) << r.output;  // nothing from disk
     ASSERT_TRUE(
         std::regex_search(r.output, m, std::regex(R"(continuing from commit (\d+) of rank 0)")))
@@ -321,25 +335,6 @@ TEST(ElasticNodeLoss, ASpareNodeTakesTheLostNodesPlaceInMemory) {
   const ChildResult uninterrupted = run_launcher(straight, std::chrono::seconds(120));
   EXPECT_NE(digest_of(all), "<none>");
   EXPECT_EQ(digest_of(all), digest_of(uninterrupted.output));
-}
-
-// One worker's output by generation: the process id its training function
-// printed as the generation began ("pid N", on stdout as the batches are),
-// and the text that followed, up to the next.
-std::vector<std::pair<std::string, std::string>> generations_in(const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> generations;
-  std::vector<size_t> starts;
-  const std::regex pid(R"(\] pid (\d+)\n)");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), pid); it != std::sregex_iterator();
-       ++it) {
-    starts.push_back(static_cast<size_t>(it->position(0)));
-    generations.emplace_back((*it)[1].str(), "");
-  }
-  starts.push_back(text.size());
-  for (size_t g = 0; g < generations.size(); ++g) {
-    generations[g].second = text.substr(starts[g], starts[g + 1] - starts[g]);
-  }
-  return generations;
 }
 
 // Two nodes train the toy trainer with `trainer_args`, committing every
