@@ -168,7 +168,12 @@ Agent::Attempt Agent::start_attempt(int number) {
 }
 
 Agent::Outcome Agent::monitor(Attempt& attempt) {
-  const StoreReplyBound bound(rendezvous_->store(), plan_.node_timeout, plan_.rendezvous_timeout);
+  // Not on node 0, whose store is served by this very process: paused
+  // (SIGSTOP) and continued, its own calls would be past their bound.
+  std::optional<StoreReplyBound> bound;
+  if (node_.node_rank != 0) {
+    bound.emplace(rendezvous_->store(), plan_.node_timeout, plan_.rendezvous_timeout);
+  }
   auto last_poll = Clock::now();
   while (true) {
     if (stop_signal_ != 0) return Outcome::kInterrupted;
