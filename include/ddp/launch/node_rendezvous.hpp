@@ -69,8 +69,10 @@
 // half of the nodes at once ends the job, wherever the host is.
 // A machine that vanishes without closing its connections (a hang, a
 // partition) is noticed by the store's reply timeout: while workers run,
-// every agent's store call gets node_timeout (plus the store's grace of
-// 5 s) to be answered, and a silent host is then a lost one.
+// every other agent's store call gets node_timeout (plus the store's grace
+// of 5 s) to be answered, and a silent host is then a lost one. The host's
+// own agent serves its store and waits as before: paused and continued, it
+// would otherwise find its own calls past their bound.
 
 #include <c10/util/intrusive_ptr.h>
 
