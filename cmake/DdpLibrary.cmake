@@ -19,8 +19,16 @@ function(ddp_add_library name)
   add_library(${target} ${kind} ${arg_SOURCES})
   add_library(ddp::${name} ALIAS ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${name} VERSION ${PROJECT_VERSION} SOVERSION 0)
+  # Note [Moved headers]
+  # A public header that moved keeps its old path as a forwarding header in
+  # include/moved/ddp/, which warns once per translation unit (#pragma GCC
+  # warning, which GCC and Clang both honour) and includes the new path.
+  # They live in a root of their own so that include/ddp/ holds only the
+  # parts (scripts/check-layout.sh); installed, they merge into include/ddp/.
+  # tests/docs/moved_headers_check.cmake compiles every old path.
   target_include_directories(${target}
-    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
+    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+           $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include/moved> $<INSTALL_INTERFACE:include>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   if(arg_DEPENDS)
     target_link_libraries(${target} PUBLIC ${arg_DEPENDS})

@@ -20,6 +20,7 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/data_parallel/replica_workers.cpp
   ${parallel}/join.cpp
   ${parallel}/rank_agreement.cpp
+  ${parallel}/wrapped_module.cpp
   ${parallel}/captured_step.cpp)
 # CapturedStep uses CUDA's headers where LibTorch has CUDA; compiled without
 # the precompiled header, whose macros it would change, and alone (Note

@@ -6,6 +6,7 @@
 
 #include "common/expect_checks.hpp"
 #include "ddp/comm/errors.hpp"
+#include "multiprocess/any_module_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/harness.hpp"
 
@@ -22,6 +23,17 @@ TEST_P(DdpTraining, MatchesSingleProcessTraining) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ddp, DdpTraining, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// Sequential models, a tuple and a struct as outputs (any_module_checks.hpp).
+class DdpAnyModule : public ::testing::TestWithParam<int> {};
+
+TEST_P(DdpAnyModule, MatchesSingleProcessTraining) {
+  auto results = run_ranks(GetParam(), {"ddp-any-module", "--backend", "gloo"});
+  expect_checks_per_rank(results, [](int) { return any_module_check_names(); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ddp, DdpAnyModule, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 TEST(DdpStartup, MismatchedModelFailsOnEveryRankNamingTheParameter) {

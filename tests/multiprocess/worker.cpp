@@ -47,6 +47,7 @@
 #include "common/worker_main.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "multiprocess/any_module_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/join_checks.hpp"
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
        {"exit-early", on_group([](const Group& g, auto&) { return run_exit_early(*g); })},
        {"ddp",
         checking([](const Group& g, auto&) { return t::check_distributed_data_parallel(g); })},
+       {"ddp-any-module", checking([](const Group& g, auto&) { return t::check_any_module(g); })},
        {"ddp-mismatch", on_group([](const Group& g, auto&) {
           t::wrap_mismatched_model(g);
           std::cout << "rank " << g->rank() << ": the mismatched model was accepted\n";

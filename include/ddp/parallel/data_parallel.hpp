@@ -52,6 +52,8 @@
 #include <optional>
 #include <vector>
 
+#include "ddp/parallel/wrapped_module.hpp"
+
 namespace ddp::parallel {
 
 namespace detail {
@@ -92,16 +94,13 @@ using LossFunction =
 /// Runs a module on several devices of one process; see the file comment.
 class DataParallelImpl : public torch::nn::Module {
  public:
-  /// Wraps `module` (Cloneable, e.g. any TORCH_MODULE of torch::nn or your
-  /// own `Cloneable<...>`), which must live on devices[0].
+  /// Wraps `module` (Cloneable, e.g. any TORCH_MODULE of torch::nn, your
+  /// own `Cloneable<...>`, or a torch::nn::Sequential: Note [A Sequential in
+  /// DataParallel]), which must live on devices[0]. Its forward takes one
+  /// Tensor and returns one (a Sequential too).
   /// \throws ConfigError for invalid options, a module elsewhere than
   ///   devices[0], or a module that cannot be cloned.
-  explicit DataParallelImpl(torch::nn::AnyModule module, DataParallelOptions options = {});
-
-  /// Wraps a module given by its holder (e.g. `Net()`) or shared_ptr.
-  template <typename ModuleType>
-  explicit DataParallelImpl(ModuleType module, DataParallelOptions options = {})
-      : DataParallelImpl(torch::nn::AnyModule(std::move(module)), std::move(options)) {}
+  explicit DataParallelImpl(WrappedModule module, DataParallelOptions options = {});
 
   ~DataParallelImpl() override;
 

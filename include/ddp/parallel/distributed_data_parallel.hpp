@@ -19,7 +19,7 @@
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/any.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
@@ -28,6 +28,8 @@
 
 #include "ddp/parallel/comm_hook.hpp"
 #include "ddp/parallel/join.hpp"
+#include "ddp/parallel/output_tensors.hpp"
+#include "ddp/parallel/wrapped_module.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel {
@@ -104,41 +106,41 @@ struct ReducerStats {
 /// grad neither start a round nor broadcast buffers while a Join is active.
 class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
  public:
-  /// Wraps `module`, which must live on one device. The process group is
-  /// the last argument of every ddp constructor (CONTRIBUTING.md).
+  /// Wraps `module` (a holder such as `Net()` or `torch::nn::Sequential(...)`,
+  /// a shared_ptr, or an AnyModule; Note [Wrapping any module]), which must
+  /// live on one device. The process group is the last argument of every
+  /// ddp constructor (CONTRIBUTING.md).
   /// \throws ConfigError for invalid options or a module on several devices;
   ///   InvalidArgumentError naming the first parameter or buffer that
   ///   differs between ranks, on every rank.
-  DistributedDataParallelImpl(torch::nn::AnyModule module, DistributedDataParallelOptions options,
+  DistributedDataParallelImpl(WrappedModule module, DistributedDataParallelOptions options,
                               std::shared_ptr<ProcessGroup> group);
 
   /// Wraps `module` with the default options.
-  DistributedDataParallelImpl(torch::nn::AnyModule module, std::shared_ptr<ProcessGroup> group)
+  DistributedDataParallelImpl(WrappedModule module, std::shared_ptr<ProcessGroup> group)
       : DistributedDataParallelImpl(std::move(module), DistributedDataParallelOptions(),
                                     std::move(group)) {}
-
-  /// Wraps a module given by its holder (e.g. `Net()`) or shared_ptr.
-  template <typename ModuleType>
-  DistributedDataParallelImpl(ModuleType module, DistributedDataParallelOptions options,
-                              std::shared_ptr<ProcessGroup> group)
-      : DistributedDataParallelImpl(torch::nn::AnyModule(std::move(module)), std::move(options),
-                                    std::move(group)) {}
-
-  /// Wraps a module given by its holder or shared_ptr, with the default
-  /// options.
-  template <typename ModuleType>
-  DistributedDataParallelImpl(ModuleType module, std::shared_ptr<ProcessGroup> group)
-      : DistributedDataParallelImpl(torch::nn::AnyModule(std::move(module)),
-                                    DistributedDataParallelOptions(), std::move(group)) {}
 
   ~DistributedDataParallelImpl() override;
 
   /// Runs the wrapped module's forward (after broadcasting buffers, when
-  /// enabled).
-  template <typename... Args>
-  torch::Tensor forward(Args&&... args) {
+  /// enabled) and returns its output as `Output`: a Tensor by default, or
+  /// what the module returns, e.g. `forward<std::tuple<torch::Tensor,
+  /// torch::Tensor>>(x)`. Every tensor in the output (Note [Finding the
+  /// tensors in an output]) can start the backward that synchronizes.
+  /// \throws InvalidArgumentError naming both types when the module returns
+  ///   another type than `Output`.
+  template <typename Output = torch::Tensor, typename... Args>
+  Output forward(Args&&... args) {
     prepare_forward();
-    return finish_forward(module_.forward(std::forward<Args>(args)...));
+    auto output = WrappedModule::take<Output>(module_.any_forward(std::forward<Args>(args)...),
+                                              "DistributedDataParallel");
+    if (at::GradMode::is_enabled()) {
+      std::vector<at::Tensor> tensors;
+      collect_output_tensors(output, tensors);
+      finish_forward(tensors);
+    }
+    return output;
   }
 
   /// Turns gradient synchronization off while alive: backward passes
@@ -177,10 +179,10 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
 
  private:
   void prepare_forward();
-  torch::Tensor finish_forward(torch::Tensor output);
+  void finish_forward(std::vector<at::Tensor>& outputs);
   void broadcast_buffers(int source);
 
-  torch::nn::AnyModule module_;
+  WrappedModule module_;
   std::shared_ptr<ProcessGroup> group_;
   DistributedDataParallelOptions options_;
   std::shared_ptr<detail::Reducer> reducer_;

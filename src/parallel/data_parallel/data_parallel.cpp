@@ -7,6 +7,7 @@
 
 #include "ddp/comm/errors.hpp"
 #include "parallel/data_parallel/replica_set.hpp"
+#include "parallel/data_parallel/tensor_sequential.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::parallel {
@@ -53,8 +54,8 @@ void check_input(const char* what, const at::Tensor& tensor) {
 
 }  // namespace
 
-DataParallelImpl::DataParallelImpl(torch::nn::AnyModule module, DataParallelOptions options)
-    : module_(std::move(module)), options_(std::move(options)) {
+DataParallelImpl::DataParallelImpl(WrappedModule module, DataParallelOptions options)
+    : module_(detail::as_tensor_module(module)), options_(std::move(options)) {
   if (module_.is_empty()) {
     throw ConfigError("DataParallel: the module is empty; pass the module to replicate.");
   }

@@ -39,11 +39,16 @@ double join_scale(const Join& join, const JoinRound& round) {
 
 }  // namespace
 
-DistributedDataParallelImpl::DistributedDataParallelImpl(torch::nn::AnyModule module,
+DistributedDataParallelImpl::DistributedDataParallelImpl(WrappedModule module,
                                                          DistributedDataParallelOptions options,
                                                          std::shared_ptr<ProcessGroup> group)
     : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
   validate(options_, group_);
+  if (!module_.ptr()) {
+    throw ConfigError(
+        "DistributedDataParallel: the module is empty (an empty AnyModule); pass the model to "
+        "wrap.");
+  }
   register_module("module", module_.ptr());
 
   std::vector<std::string> names, buffer_names;
@@ -117,9 +122,8 @@ void DistributedDataParallelImpl::prepare_forward() {
   }
 }
 
-torch::Tensor DistributedDataParallelImpl::finish_forward(torch::Tensor output) {
-  if (torch::GradMode::is_enabled()) reducer_->watch_output(output);
-  return output;
+void DistributedDataParallelImpl::finish_forward(std::vector<at::Tensor>& outputs) {
+  reducer_->watch_outputs(outputs);
 }
 
 void DistributedDataParallelImpl::broadcast_buffers(int source) {

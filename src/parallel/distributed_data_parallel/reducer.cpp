@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "comm/collective_name.hpp"
@@ -58,8 +59,10 @@ void Reducer::attach_hooks() {
 // hook on DDP's output, which runs first in the outermost pass, as PyTorch's
 // _DDPSink does; a parameter's hook still queues it when no output hook ran
 // (a backward from a tensor that does not reach DDP's output).
-void Reducer::watch_output(at::Tensor& output) {
-  if (!output.requires_grad()) return;
+void Reducer::watch_outputs(std::vector<at::Tensor>& outputs) {
+  const bool any_needs_grad = std::any_of(outputs.begin(), outputs.end(),
+                                          [](const at::Tensor& t) { return t.requires_grad(); });
+  if (!any_needs_grad) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Note [Naming a mismatch on every rank]: legal if every rank skips it.
@@ -67,14 +70,20 @@ void Reducer::watch_output(at::Tensor& output) {
     ++forwards_;
     awaiting_backward_ = require_sync_;
   }
+  // One forward, however many tensors it returned: the first backward to
+  // reach any of them queues the iteration's end (queue_finalize() queues
+  // once), and a tensor the loss did not use never calls its hook.
   std::weak_ptr<Reducer> weak = weak_from_this();
-  output.register_hook([weak](const at::Tensor& /*grad*/) {
-    if (auto self = weak.lock()) {
-      std::lock_guard<std::mutex> lock(self->mutex_);
-      self->awaiting_backward_ = false;
-      if (self->require_sync_) self->queue_finalize();
-    }
-  });
+  for (auto& output : outputs) {
+    if (!output.requires_grad()) continue;
+    output.register_hook([weak](const at::Tensor& /*grad*/) {
+      if (auto self = weak.lock()) {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        self->awaiting_backward_ = false;
+        if (self->require_sync_) self->queue_finalize();
+      }
+    });
+  }
 }
 
 Reducer::~Reducer() { board_.note_left(forwards_, stats_.synchronized_iterations); }

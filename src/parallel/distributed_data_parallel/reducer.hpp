@@ -34,9 +34,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   /// Installs the per-parameter hooks; call once, after construction.
   void attach_hooks();
 
-  /// Makes the end of the backward pass that reaches `output` (DDP's
-  /// forward result) the end of the iteration (Note [The end of backward]).
-  void watch_output(at::Tensor& output);
+  /// Makes the end of the backward pass that reaches any of `outputs` (the
+  /// tensors of DDP's forward result, Note [Finding the tensors in an
+  /// output]) the end of the iteration (Note [The end of backward]).
+  void watch_outputs(std::vector<at::Tensor>& outputs);
 
   /// Whether backward passes reduce gradients (false inside no_sync()).
   void set_require_sync(bool value);

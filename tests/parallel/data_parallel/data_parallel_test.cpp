@@ -136,6 +136,35 @@ INSTANTIATE_TEST_SUITE_P(DataParallel, DataParallelTraining,
                            return std::string(api) + "K" + std::to_string(info.param.replicas);
                          });
 
+// Note [A Sequential in DataParallel]: a torch::nn::Sequential is wrapped as
+// it is; its entries are the ones the replicas copy, and its own parameters
+// (the same tensors) get the whole batch's gradient.
+TEST(DataParallelSequential, TrainsLikeTheSequentialOnTheWholeBatch) {
+  auto make = [] {
+    torch::manual_seed(3);
+    return nn::Sequential(nn::Linear(6, 16), nn::Tanh(), nn::Linear(16, 3));
+  };
+  nn::Sequential primary = make(), reference = make();
+  DataParallel model(primary, cpu_replicas(3));
+  EXPECT_EQ(model->named_parameters().keys(),
+            (std::vector<std::string>{"module.0.weight", "module.0.bias", "module.2.weight",
+                                      "module.2.bias"}));
+  torch::optim::SGD optimizer(primary->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD reference_optimizer(reference->parameters(),
+                                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < 3; ++step) {
+    auto [x, y] = batch(step, 10);
+    optimizer.zero_grad();
+    torch::mse_loss(model->forward(x), y).backward();
+    optimizer.step();
+    reference_optimizer.zero_grad();
+    torch::mse_loss(reference->forward(x), y).backward();
+    reference_optimizer.step();
+    EXPECT_EQ(model->replicas_used(), 3u);
+  }
+  expect_all_close(primary->parameters(), reference->parameters(), "parameters after 3 steps");
+}
+
 // PyTorch's DataParallel semantics for batch norm: each replica normalizes
 // with its own chunk's statistics, and only replica 0's (the primary's,
 // chunk 0's) running statistics are kept. The reference does exactly that
