@@ -14,6 +14,7 @@ packages=(
   dataset-fashion-mnist          # the examples' data (/usr/share/datasets/fashion-mnist)
   openmpi-bin                    # mpirun: the InteropMpirun tests
   slurm-wlm munge                # a one-node Slurm cluster: the InteropSlurm tests
+  python3-torch                  # PyTorch 1.13 for Python 3.11: the LauncherPython tests
 )
 
 missing=()

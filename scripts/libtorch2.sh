@@ -13,7 +13,8 @@
 # scripts/debian13-root.sh does that part.
 #   --setup-only  make or update the root, then stop
 #   --build-only  also build, but run no test
-# Environment: DDP_TEST_JOBS (4), DDP_BUILD_JOBS (all cores).
+# Environment: DDP_TEST_JOBS (4), DDP_BUILD_JOBS (all cores); CI, where set,
+# also requires the suites below to have run without a skip.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 root=${DDP_DEBIAN13_ROOT:-/var/cache/ddp/trixie}
@@ -38,6 +39,13 @@ packages=(
   gnuplot-nox dataset-fashion-mnist
   python3-torch
 )
+
+# The suites this leg must run, where CI is set (Note [A skip CI does not
+# allow] in tests/common/required_suites.hpp): torchrun 2.6 and PyTorch 2.6
+# from the root's python3-torch. Not InteropMpirun or InteropSlurm: the root
+# has neither Open MPI nor Slurm, and the host leg runs both
+# (scripts/run-tests.sh).
+required_suites=(InteropTorchrun LauncherPython)
 
 start=$(date +%s)
 say() { echo "libtorch2: $* ($(( $(date +%s) - start )) s)"; }
@@ -67,5 +75,18 @@ say "built: $(grep -o 'ddp: LibTorch [0-9.]*' "$log" | head -n 1)"
 say "running the test suite"
 exclude=(-LE accuracy)
 [[ ${DDP_ACCURACY_TESTS:-0} == 1 ]] && exclude=()
-in_root "$root" bash -c "cd '$repo' && ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-4} --timeout 600 ${exclude[*]}"
+# in_root passes no variable on, so CI and the required suites are given here.
+junit=$repo/$build/ctest-junit.xml
+rm -f "$junit"
+status=0
+in_root "$root" bash -c "cd '$repo' && CI='${CI:-}' DDP_REQUIRED_SUITES='${required_suites[*]}' \
+  ctest --test-dir '$build' --output-on-failure -j${DDP_TEST_JOBS:-4} --timeout 600 ${exclude[*]} \
+  --output-junit '$junit'" || status=$?
+if [[ -n ${CI:-} ]]; then
+  bash "$repo/scripts/check-required-suites.sh" "$junit" "${required_suites[@]}" || status=1
+fi
+if [[ $status -ne 0 ]]; then
+  say "LibTorch 2.6: FAILED"
+  exit "$status"
+fi
 say "LibTorch 2.6: the whole suite passed${exclude:+ (accuracy tests left to the host leg)}"

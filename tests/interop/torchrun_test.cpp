@@ -3,7 +3,10 @@
 // src/comm/init.cpp), in each launch mode on loopback; every job is compared with
 // the same job under ddprun, whose final parameters it must match bit for
 // bit (params-digest). The tests run where a torchrun of PyTorch 2.x starts
-// (CI's LibTorch 2.6 leg) and are skipped with the reason elsewhere.
+// (CI's LibTorch 2.6 leg) and are skipped with the reason elsewhere; where
+// CI requires the suite, a torchrun that is missing or does not start is a
+// failure instead (Note [A skip CI does not allow] in
+// tests/common/required_suites.hpp).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/required_suites.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/comm/environment.hpp"
 #include "interop/interop_job.hpp"
@@ -131,8 +135,8 @@ const Torchrun& torchrun() {
   return found;
 }
 
-#define SKIP_WITHOUT_TORCHRUN_2()                                              \
-  if (!torchrun().skip_reason.empty()) GTEST_SKIP() << torchrun().skip_reason; \
+#define SKIP_WITHOUT_TORCHRUN_2()                                                        \
+  if (!torchrun().skip_reason.empty()) DDP_SKIP_UNLESS_REQUIRED(torchrun().skip_reason); \
   static_assert(true)
 
 // torchrun `launcher_args` --no-python TOY `job`.
