@@ -6,12 +6,13 @@
 /// PowerSGD, static graph and Join; ZeroRedundancyOptimizer; DataParallel;
 /// CapturedStep.
 
-#include "ddp/parallel/captured_step.hpp"              // IWYU pragma: export
-#include "ddp/parallel/comm_hook.hpp"                  // IWYU pragma: export
-#include "ddp/parallel/data_parallel.hpp"              // IWYU pragma: export
-#include "ddp/parallel/distributed_data_parallel.hpp"  // IWYU pragma: export
-#include "ddp/parallel/join.hpp"                       // IWYU pragma: export
-#include "ddp/parallel/output_tensors.hpp"             // IWYU pragma: export
-#include "ddp/parallel/powersgd_hook.hpp"              // IWYU pragma: export
-#include "ddp/parallel/wrapped_module.hpp"             // IWYU pragma: export
-#include "ddp/parallel/zero_redundancy_optimizer.hpp"  // IWYU pragma: export
+#include "ddp/parallel/captured_step.hpp"                // IWYU pragma: export
+#include "ddp/parallel/comm_hook.hpp"                    // IWYU pragma: export
+#include "ddp/parallel/data_parallel.hpp"                // IWYU pragma: export
+#include "ddp/parallel/distributed_data_parallel.hpp"    // IWYU pragma: export
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"  // IWYU pragma: export
+#include "ddp/parallel/join.hpp"                         // IWYU pragma: export
+#include "ddp/parallel/output_tensors.hpp"               // IWYU pragma: export
+#include "ddp/parallel/powersgd_hook.hpp"                // IWYU pragma: export
+#include "ddp/parallel/wrapped_module.hpp"               // IWYU pragma: export
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"    // IWYU pragma: export

@@ -50,6 +50,7 @@
 #include "multiprocess/any_module_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
+#include "multiprocess/fsdp_checks.hpp"
 #include "multiprocess/join_checks.hpp"
 #include "multiprocess/powersgd_checks.hpp"
 #include "multiprocess/static_graph_checks.hpp"
@@ -209,6 +210,7 @@ int main(int argc, char** argv) {
        {"ddp",
         checking([](const Group& g, auto&) { return t::check_distributed_data_parallel(g); })},
        {"ddp-any-module", checking([](const Group& g, auto&) { return t::check_any_module(g); })},
+       {"fsdp", checking([](const Group& g, auto&) { return t::check_fully_sharded(g); })},
        {"ddp-mismatch", on_group([](const Group& g, auto&) {
           t::wrap_mismatched_model(g);
           std::cout << "rank " << g->rank() << ": the mismatched model was accepted\n";

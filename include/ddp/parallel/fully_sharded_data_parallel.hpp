@@ -1,0 +1,143 @@
+#pragma once
+
+/// \file fully_sharded_data_parallel.hpp
+/// FullyShardedDataParallel: parameters, gradients and optimizer state
+/// sharded across the ranks (PyTorch's FSDP, ZeRO stage 3). Each unit's
+/// parameters are all-gathered just before it runs and freed after; its
+/// gradients are reduce-scattered into this rank's shard once complete.
+///
+/// \code
+///   auto group = ddp::init();
+///   ddp::FullyShardedDataParallel model(
+///       torch::nn::Sequential(torch::nn::Linear(784, 512), torch::nn::ReLU(),
+///                             torch::nn::Linear(512, 10)),
+///       group);                                        // one unit per Linear
+///   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+///   optimizer.zero_grad();
+///   torch::nll_loss(model->forward(x), y).backward();  // gradients land in the shards
+///   optimizer.step();                                  // steps this rank's shards only
+/// \endcode
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/parallel/output_tensors.hpp"
+#include "ddp/parallel/wrapped_module.hpp"
+
+namespace ddp::parallel {
+
+namespace detail {
+class UnitSchedule;
+}  // namespace detail
+
+// Note [Where the units come from]
+// LibTorch modules have no forward hooks, so FullyShardedDataParallel must
+// run the unit boundaries itself. A torch::nn::Sequential is run entry by
+// entry (as Sequential::forward does), and each entry with parameters is a
+// unit: nothing in the model's code changes. Any other module is one unit
+// (ZeRO-3 at rest: sharded between steps, gathered for the step).
+
+/// Options of FullyShardedDataParallel, in PyTorch's FSDP vocabulary.
+struct FullyShardedDataParallelOptions {
+  /// Free a unit's full parameters after its forward and gather them again
+  /// for its backward (FSDP's reshard_after_forward). false keeps them from
+  /// the forward until the unit's backward is done: less communication,
+  /// more memory.
+  TORCH_ARG(bool, reshard_after_forward) = true;
+  /// Units whose all-gather starts ahead of the one that runs, in forward
+  /// and in backward: overlap of communication with compute, and the bound
+  /// on gathered units alive at once (1 + prefetch). 0 gathers each unit
+  /// when it runs.
+  TORCH_ARG(int, prefetch) = 1;
+};
+
+/// Wraps a module for fully sharded data-parallel training: construction
+/// copies rank 0's parameters and buffers to every rank, checks that all
+/// ranks have the same units, and keeps 1/N of each unit's flat parameters
+/// on this rank. parameters() are those shards (give them to any
+/// torch::optim optimizer); after backward their .grad holds this rank's
+/// shard of the gradient averaged over the ranks.
+class FullyShardedDataParallelImpl : public torch::nn::Module {
+ public:
+  /// Wraps `module` (Note [Where the units come from]). The process group
+  /// is the last argument, as in every ddp constructor.
+  /// \throws ConfigError for a unit that mixes dtypes, devices or frozen
+  ///   and trainable parameters, or a parameter shared by two units;
+  ///   InvalidArgumentError naming the first unit that differs between
+  ///   ranks, on every rank.
+  FullyShardedDataParallelImpl(WrappedModule module, FullyShardedDataParallelOptions options,
+                               std::shared_ptr<ProcessGroup> group);
+  FullyShardedDataParallelImpl(WrappedModule module, std::shared_ptr<ProcessGroup> group)
+      : FullyShardedDataParallelImpl(std::move(module), FullyShardedDataParallelOptions(),
+                                     std::move(group)) {}
+  ~FullyShardedDataParallelImpl() override;
+
+  /// Runs the module unit by unit, each gathered just before it runs, and
+  /// returns its output as `Output` (see DistributedDataParallel::forward).
+  template <typename Output = torch::Tensor, typename... Args>
+  Output forward(Args&&... args) {
+    begin_forward();
+    torch::nn::AnyValue value = run_units(std::forward<Args>(args)...);
+    auto output = WrappedModule::take<Output>(std::move(value), "FullyShardedDataParallel");
+    std::vector<at::Tensor> tensors;
+    collect_output_tensors(output, tensors);
+    end_forward(tensors);
+    return output;
+  }
+
+  /// The wrapped module. Between steps its parameters hold no data: read
+  /// them through full_parameters().
+  std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
+  /// The units, in forward order: their names.
+  std::vector<std::string> unit_names() const;
+  /// The module's parameters in full (copies), by name, gathered one unit
+  /// at a time: no rank holds more than one unit's full parameters beyond
+  /// its shards and the copies. For evaluation and export.
+  torch::OrderedDict<std::string, at::Tensor> full_parameters();
+  const FullyShardedDataParallelOptions& options() const { return options_; }
+  const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
+
+ private:
+  template <typename... Args>
+  torch::nn::AnyValue run_units(Args&&... args) {
+    if (const auto& sequential = module_.sequential()) {
+      size_t index = 0;
+      auto entry = sequential->begin();
+      before_entry(index);
+      torch::nn::AnyValue value = entry->any_forward(std::forward<Args>(args)...);
+      for (++entry; entry != sequential->end(); ++entry) {
+        after_entry(index, value);
+        before_entry(++index);
+        value = entry->any_forward(std::move(value));
+      }
+      return value;
+    }
+    before_entry(0);
+    return module_.any_forward(std::forward<Args>(args)...);
+  }
+  void begin_forward();
+  void before_entry(size_t entry);
+  void after_entry(size_t entry, torch::nn::AnyValue& output);
+  void end_forward(std::vector<at::Tensor>& outputs);
+
+  WrappedModule module_;
+  FullyShardedDataParallelOptions options_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<detail::UnitSchedule> schedule_;
+};
+
+/// Module holder for FullyShardedDataParallelImpl, LibTorch style.
+TORCH_MODULE(FullyShardedDataParallel);
+
+}  // namespace ddp::parallel
+
+namespace ddp {
+using namespace parallel;  // Note [One namespace per layer] in ddp/ddp.hpp
+}  // namespace ddp

@@ -1,0 +1,165 @@
+#include "parallel/fully_sharded/sharded_unit.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "comm/dtype_name.hpp"
+#include "comm/str.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
+
+namespace ddp::parallel::detail {
+namespace {
+
+// Note [A unit's storage]: emptying keeps the StorageImpl (and so every
+// tensor that shares it, the autograd graph's saved ones included) and
+// drops its bytes.
+void empty_storage(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(static_cast<size_t>(0));
+}
+
+}  // namespace
+
+ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
+                         std::vector<at::Tensor> parameters, ProcessGroup& group)
+    : name_(std::move(name)),
+      names_(std::move(names)),
+      parameters_(std::move(parameters)),
+      group_(group) {
+  if (parameters_.empty()) {
+    throw ConfigError(comm::detail::str("FullyShardedDataParallel: unit '", name_,
+                                        "' has no parameters; leave parameter-free layers "
+                                        "out of the units (they run as they are)."));
+  }
+  const at::Tensor& first = parameters_.front();
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor& p = parameters_[i];
+    if (p.scalar_type() != first.scalar_type() || p.device() != first.device()) {
+      throw ConfigError(comm::detail::str(
+          "FullyShardedDataParallel: unit '", name_, "' mixes ",
+          comm::detail::dtype_name(first.scalar_type()), " on ", first.device().str(), " ('",
+          names_.front(), "') with ", comm::detail::dtype_name(p.scalar_type()), " on ",
+          p.device().str(), " ('", names_[i],
+          "'); a unit's parameters are one flat buffer: give them one dtype and device."));
+    }
+    if (p.requires_grad() != first.requires_grad()) {
+      throw ConfigError(comm::detail::str(
+          "FullyShardedDataParallel: unit '", name_, "' mixes trainable and frozen parameters ('",
+          names_.front(), "' and '", names_[i],
+          "'); make the frozen layers a unit of their own (every parameter of a unit is stepped "
+          "by the optimizer as one shard)."));
+    }
+    numel_ += p.numel();
+  }
+  trainable_ = first.requires_grad();
+  trainable_count_ = trainable_ ? static_cast<int>(parameters_.size()) : 0;
+  const int64_t world = group_.size();
+  padded_numel_ = (numel_ + world - 1) / world * world;
+  const int64_t shard_numel = padded_numel_ / world;
+
+  torch::NoGradGuard no_grad;
+  full_ = at::zeros({padded_numel_}, first.options().requires_grad(false));
+  int64_t offset = 0;
+  for (auto& p : parameters_) {
+    const int64_t n = p.numel();
+    full_.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
+    // The module keeps its parameter; its data is now a view of full_.
+    p.set_data(full_.narrow(0, offset, n).view(p.sizes()));
+    offset += n;
+  }
+  shard_ = full_.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
+  shard_.set_requires_grad(trainable_);
+  state_ = State::kGathered;
+  reshard();
+}
+
+std::string ShardedUnit::describe() const {
+  return comm::detail::str(name_, ": ", parameters_.size(), " parameters, ", numel_,
+                           " elements of ", comm::detail::dtype_name(full_.scalar_type()),
+                           trainable_ ? ", trainable" : ", frozen");
+}
+
+void ShardedUnit::fill_storage(const at::Tensor& tensor) const {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  if (storage->nbytes() == bytes) return;
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+void ShardedUnit::gather_async() {
+  if (state_ != State::kSharded) return;
+  fill_storage(full_);
+  gather_ = group_.all_gather_async(full_, shard_.detach());
+  state_ = State::kGathering;
+}
+
+void ShardedUnit::wait_gathered() {
+  gather_async();
+  if (state_ == State::kGathering) {
+    gather_->wait();
+    gather_.reset();
+    state_ = State::kGathered;
+  }
+}
+
+void ShardedUnit::reshard() {
+  if (state_ == State::kGathering) wait_gathered();
+  if (state_ == State::kSharded) return;
+  empty_storage(full_);
+  state_ = State::kSharded;
+}
+
+void ShardedUnit::prepare_gradients() {
+  if (gradients_prepared_ || !trainable_) return;
+  gradients_prepared_ = true;
+  full_grad_ = at::zeros({padded_numel_}, full_.options());
+  int64_t offset = 0;
+  for (auto& p : parameters_) {
+    const int64_t n = p.numel();
+    at::Tensor view = full_grad_.narrow(0, offset, n).view(p.sizes());
+    // A gradient accumulated before (a unit whose outputs could not be
+    // hooked) is kept.
+    if (p.grad().defined()) view.copy_(p.grad());
+    p.mutable_grad() = view;
+    offset += n;
+  }
+}
+
+bool ShardedUnit::gradient_arrived() { return ++arrived_ == trainable_count_; }
+
+void ShardedUnit::reduce_async() {
+  if (!trainable_ || reduced()) return;
+  prepare_gradients();  // a unit no gradient reached reduces zeros, as every rank must
+  reduced_grad_ = at::empty({padded_numel_ / group_.size()}, full_.options());
+  reduction_ = group_.reduce_scatter_async(reduced_grad_, full_grad_);
+}
+
+void ShardedUnit::finish_reduction() {
+  if (!reduction_) return;
+  reduction_->wait();
+  reduction_.reset();
+  reduced_ = true;
+  torch::NoGradGuard no_grad;
+  reduced_grad_.div_(group_.size());
+  at::Tensor& grad = shard_.mutable_grad();
+  if (grad.defined()) {
+    grad.add_(reduced_grad_);
+  } else {
+    grad = reduced_grad_;
+  }
+  reduced_grad_ = at::Tensor();
+  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+  full_grad_ = at::Tensor();
+}
+
+void ShardedUnit::end_backward() {
+  gradients_prepared_ = false;
+  reduced_ = false;
+  arrived_ = 0;
+}
+
+}  // namespace ddp::parallel::detail

@@ -1,0 +1,105 @@
+#pragma once
+
+// Internal: one unit of FullyShardedDataParallel, its parameters flattened
+// into one buffer that each rank holds 1/N of (Note [A unit's storage]).
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/comm/work.hpp"
+
+namespace ddp::parallel::detail {
+
+// Note [A unit's storage]
+// A unit's parameters (registration order) are laid out back to back in one
+// flat buffer of `padded_numel` elements, padded with zeros to a multiple
+// of the world size; rank r keeps elements [r * shard, (r + 1) * shard) as
+// `shard()`, a leaf that the optimizer steps. The module's own parameter
+// tensors stay the module's (its forward uses them), but their data is set
+// once to views of one flat "full" tensor whose storage is emptied when the
+// unit is resharded and refilled by an all-gather before it runs. Autograd
+// saves the parameters (and views of them, such as a Linear's transposed
+// weight) by reference to that same storage, so refilling it before the
+// unit's backward is enough: PyTorch's FSDP frees and refills in the same
+// way (storage resize to 0 and back). Between steps the module's
+// parameters therefore hold no data; gather() or summon_full_params() first.
+// The gradients take the same route back: before the unit's backward each
+// parameter's .grad is set to a view of a flat full-gradient buffer, which
+// AccumulateGrad adds into in place; once every trainable parameter's
+// gradient has arrived the buffer is reduce-scattered into this rank's
+// shard, averaged, and freed.
+class ShardedUnit {
+ public:
+  /// Takes `parameters` (the unit's, registration order, named `names`)
+  /// into the flat layout; they must share one dtype and device.
+  ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
+              ProcessGroup& group);
+
+  const std::string& name() const { return name_; }
+  /// This rank's shard: a leaf the optimizer steps, its .grad the averaged
+  /// gradient's shard after a synchronized backward.
+  const at::Tensor& shard() const { return shard_; }
+  const std::vector<std::string>& parameter_names() const { return names_; }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return padded_numel_; }
+  bool trainable() const { return trainable_; }
+  /// "name: N parameters, numel M, dtype" for the agreement check.
+  std::string describe() const;
+
+  /// Starts the all-gather of the full parameters, unless they are gathered
+  /// or on their way.
+  void gather_async();
+  /// Waits for the parameters (starting the gather if needed).
+  void wait_gathered();
+  bool gathered() const { return state_ != State::kSharded; }
+  /// Empties the full parameters' storage (a no-op when sharded).
+  void reshard();
+
+  /// Before the unit's backward: the full gradient buffer, zeroed, and each
+  /// trainable parameter's .grad a view of it. Idempotent per backward.
+  void prepare_gradients();
+  /// Records that one trainable parameter's gradient arrived; true when it
+  /// was the last one.
+  bool gradient_arrived();
+  /// Starts reducing the full gradient (zeros where none arrived) into this
+  /// rank's shard; finish_reduction() completes it.
+  void reduce_async();
+  /// Waits for the reduction, adds the averaged shard into shard().grad(),
+  /// frees the full gradient and detaches the parameters' .grad.
+  void finish_reduction();
+  /// Whether prepare_gradients() ran in the current backward.
+  bool gradients_prepared() const { return gradients_prepared_; }
+  bool reduced() const { return reduction_.has_value() || reduced_; }
+  /// Forgets the backward's bookkeeping (after finish_reduction()).
+  void end_backward();
+
+ private:
+  enum class State { kSharded, kGathering, kGathered };
+  void fill_storage(const at::Tensor& tensor) const;
+
+  std::string name_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> parameters_;
+  ProcessGroup& group_;
+  int64_t numel_ = 0;
+  int64_t padded_numel_ = 0;
+  bool trainable_ = false;
+  int trainable_count_ = 0;
+  at::Tensor shard_;
+  at::Tensor full_;       // the flat full parameters; storage emptied when sharded
+  at::Tensor full_grad_;  // the flat full gradient, only during the unit's backward
+  at::Tensor reduced_grad_;
+  State state_ = State::kSharded;
+  std::optional<Work> gather_;
+  std::optional<Work> reduction_;
+  bool gradients_prepared_ = false;
+  bool reduced_ = false;
+  int arrived_ = 0;
+};
+
+}  // namespace ddp::parallel::detail

@@ -1,0 +1,72 @@
+#pragma once
+
+// Internal: when FullyShardedDataParallel's units gather, reshard and
+// reduce (Note [The order of a sharded step]).
+
+#include <ATen/core/Tensor.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "parallel/fully_sharded/sharded_unit.hpp"
+
+namespace ddp::parallel::detail {
+
+// Note [The order of a sharded step]
+// Forward: before unit u runs it is waited for and the all-gathers of units
+// u+1 .. u+prefetch start, so the next units' communication overlaps this
+// unit's compute; after it ran, a hook goes on each of its output tensors
+// and, with reshard_after_forward, its storage is emptied.
+// Backward: the gradient reaching unit u's output runs that hook before any
+// of u's backward operations: u is gathered again (it was prefetched while
+// u+1's backward ran), its gradient buffer set up, and the gathers of
+// u-1 .. u-prefetch start. When the last of u's gradients has been
+// accumulated (a post-accumulate hook per parameter) u is ready; units are
+// reduce-scattered strictly in reverse forward order, the same on every
+// rank whatever order they became ready in, with at most two reductions in
+// flight, and a reduced unit is resharded at once. At the end of backward
+// (an engine callback queued by the first hook) every unit not yet reduced
+// is, with zeros where no gradient came (a unit unused in this step on
+// this rank), so every rank issues the same collectives.
+class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
+ public:
+  UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, std::vector<int> entry_units,
+               FullyShardedDataParallelOptions options);
+
+  /// Installs the parameters' post-accumulate hooks; once, after construction.
+  void attach_hooks();
+
+  const std::vector<std::unique_ptr<ShardedUnit>>& units() const { return units_; }
+
+  void before_entry(size_t entry);
+  /// `outputs`: the tensors the entry returned (empty when they could not
+  /// be found: the unit then stays gathered until its backward).
+  void after_entry(size_t entry, std::vector<at::Tensor>& outputs);
+  /// After the forward: the last entry's outputs.
+  void end_forward(std::vector<at::Tensor>& outputs);
+
+ private:
+  int unit_of(size_t entry) const;
+  void watch_outputs(int unit, std::vector<at::Tensor>& outputs);
+  void before_backward(int unit);
+  void gradient_arrived(int unit);
+  void launch_ready();
+  void launch(int unit);
+  void end_backward();
+
+  std::vector<std::unique_ptr<ShardedUnit>> units_;
+  std::vector<int> entry_units_;
+  FullyShardedDataParallelOptions options_;
+  std::vector<std::shared_ptr<void>> accumulators_;  // keeps 1.13's hooks alive
+  size_t last_entry_ = 0;
+  // Per backward.
+  bool callback_queued_ = false;
+  std::vector<char> ready_;
+  int next_to_reduce_ = -1;
+  std::deque<int> in_flight_;
+};
+
+}  // namespace ddp::parallel::detail

@@ -1,0 +1,39 @@
+#pragma once
+
+// FullyShardedDataParallel against one process on the concatenated batch,
+// run on each rank of a real process group by ddp_test_worker; each check
+// reported by name (tests/common/named_checks.hpp).
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "ddp/comm/process_group_fwd.hpp"
+
+namespace ddp::testing {
+
+/// Runs every check below on `group`; returns how many failed.
+int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group);
+
+/// The names of check_fully_sharded()'s checks.
+namespace fsdp_check {
+inline const std::string kSgd = "Sequential MLP with SGD and momentum matches one process";
+inline const std::string kAdamW = "Sequential MLP with AdamW matches one process";
+inline const std::string kKeepGathered =
+    "reshard_after_forward off matches reshard_after_forward on bit for bit";
+inline const std::string kNoPrefetch = "prefetch 0 matches prefetch 1 bit for bit";
+inline const std::string kWholeModel = "a custom module as one unit matches one process";
+inline const std::string kFrozen = "a frozen first layer stays as it was and the rest matches";
+inline const std::string kShardSizes = "each unit's shard holds ceil(numel / world size) elements";
+inline const std::string kFreed = "the module's parameters hold no bytes between steps";
+inline const std::string kUnitMismatch = "a unit that differs between ranks is named on every rank";
+}  // namespace fsdp_check
+
+/// The names check_fully_sharded() reports.
+inline std::set<std::string> fsdp_check_names() {
+  using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
+  return {kSgd,    kAdamW,      kKeepGathered, kNoPrefetch,  kWholeModel,
+          kFrozen, kShardSizes, kFreed,        kUnitMismatch};
+}
+
+}  // namespace ddp::testing
