@@ -26,14 +26,20 @@ inline const std::string kWholeModel = "a custom module as one unit matches one 
 inline const std::string kFrozen = "a frozen first layer stays as it was and the rest matches";
 inline const std::string kShardSizes = "each unit's shard holds ceil(numel / world size) elements";
 inline const std::string kFreed = "the module's parameters hold no bytes between steps";
+inline const std::string kTransformer =
+    "a ModuleList of transformer blocks by sharded_call, tied embeddings in the root, matches one "
+    "process";
+inline const std::string kTiedOnce = "tied input and output embeddings are one shard";
+inline const std::string kConvNet =
+    "a CNN in Sequential with SyncBatchNorm matches one process, running statistics included";
 inline const std::string kUnitMismatch = "a unit that differs between ranks is named on every rank";
 }  // namespace fsdp_check
 
 /// The names check_fully_sharded() reports.
 inline std::set<std::string> fsdp_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {kSgd,    kAdamW,      kKeepGathered, kNoPrefetch,  kWholeModel,
-          kFrozen, kShardSizes, kFreed,        kUnitMismatch};
+  return {kSgd,        kAdamW, kKeepGathered, kNoPrefetch, kWholeModel, kFrozen,
+          kShardSizes, kFreed, kTransformer,  kTiedOnce,   kConvNet,    kUnitMismatch};
 }
 
 }  // namespace ddp::testing

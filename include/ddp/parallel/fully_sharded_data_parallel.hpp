@@ -24,10 +24,12 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/parallel/fully_sharded_units.hpp"
 #include "ddp/parallel/output_tensors.hpp"
 #include "ddp/parallel/wrapped_module.hpp"
 
@@ -36,13 +38,6 @@ namespace ddp::parallel {
 namespace detail {
 class UnitSchedule;
 }  // namespace detail
-
-// Note [Where the units come from]
-// LibTorch modules have no forward hooks, so FullyShardedDataParallel must
-// run the unit boundaries itself. A torch::nn::Sequential is run entry by
-// entry (as Sequential::forward does), and each entry with parameters is a
-// unit: nothing in the model's code changes. Any other module is one unit
-// (ZeRO-3 at rest: sharded between steps, gathered for the step).
 
 /// Options of FullyShardedDataParallel, in PyTorch's FSDP vocabulary.
 struct FullyShardedDataParallelOptions {
@@ -56,6 +51,11 @@ struct FullyShardedDataParallelOptions {
   /// on gathered units alive at once (1 + prefetch). 0 gathers each unit
   /// when it runs.
   TORCH_ARG(int, prefetch) = 1;
+  /// Which submodules are units (Note [Where the units come from]): called
+  /// with each submodule's qualified name, outermost first; a picked
+  /// module's descendants are not asked. Null: a Sequential's entries, or
+  /// the whole module.
+  TORCH_ARG(WrapPolicy, wrap_policy) = nullptr;
 };
 
 /// Wraps a module for fully sharded data-parallel training: construction
@@ -83,7 +83,7 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   /// returns its output as `Output` (see DistributedDataParallel::forward).
   template <typename Output = torch::Tensor, typename... Args>
   Output forward(Args&&... args) {
-    begin_forward();
+    ActiveForward active(*this);
     torch::nn::AnyValue value = run_units(std::forward<Args>(args)...);
     auto output = WrappedModule::take<Output>(std::move(value), "FullyShardedDataParallel");
     std::vector<at::Tensor> tensors;
@@ -105,6 +105,23 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
 
  private:
+  friend int detail::enter_unit(const torch::nn::Module* module);
+  friend void detail::leave_unit(int unit, std::vector<at::Tensor>& outputs);
+  int unit_of(const torch::nn::Module* module) const;
+
+  /// Makes this wrapper the one sharded_call() finds on this thread while
+  /// alive (and calls begin_forward()).
+  class ActiveForward {
+   public:
+    explicit ActiveForward(FullyShardedDataParallelImpl& owner);
+    ~ActiveForward();
+    ActiveForward(const ActiveForward&) = delete;
+    ActiveForward& operator=(const ActiveForward&) = delete;
+
+   private:
+    const void* previous_;
+  };
+
   template <typename... Args>
   torch::nn::AnyValue run_units(Args&&... args) {
     if (const auto& sequential = module_.sequential()) {
@@ -131,6 +148,8 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   FullyShardedDataParallelOptions options_;
   std::shared_ptr<ProcessGroup> group_;
   std::shared_ptr<detail::UnitSchedule> schedule_;
+  std::vector<int> entry_units_;  // a Sequential entry's unit, or -1
+  std::unordered_map<const torch::nn::Module*, int> unit_of_module_;
 };
 
 /// Module holder for FullyShardedDataParallelImpl, LibTorch style.

@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <unordered_map>
+#include <utility>
 
 #include "comm/str.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
@@ -16,62 +18,86 @@ namespace {
 
 constexpr const char* kWho = "FullyShardedDataParallel";
 
-// One unit per Sequential entry with parameters, else the whole module
-// (Note [Where the units come from]). `entry_units`: the unit of each
-// Sequential entry, -1 for an entry without parameters.
+// The units in forward order (registration order), then the root's
+// parameters, if any, as unit 0 (Note [Where the units come from]).
 struct UnitPlan {
-  std::vector<std::string> names;  // the units'
+  std::vector<std::string> names;
+  std::vector<const torch::nn::Module*> modules;  // null for the root
   std::vector<std::vector<std::string>> parameter_names;
   std::vector<std::vector<at::Tensor>> parameters;
-  std::vector<int> entry_units;
+  int root = -1;
 };
 
-void add_unit(UnitPlan& plan, const std::string& name, const std::string& prefix,
-              torch::nn::Module& module) {
-  std::vector<std::string> names;
-  std::vector<at::Tensor> parameters;
-  for (const auto& item : module.named_parameters()) {
-    names.push_back(prefix + item.key());
-    parameters.push_back(item.value());
+// The modules a Sequential's entries are, or the policy picks; a picked
+// module's descendants are not asked.
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> pick_units(
+    const WrappedModule& module, const WrapPolicy& policy) {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> picked;
+  if (!policy) {
+    if (module.sequential()) {
+      for (const auto& child : module.sequential()->named_children()) {
+        if (!child.value()->parameters().empty()) picked.emplace_back(child.key(), child.value());
+      }
+    }
+    return picked;
   }
-  plan.names.push_back(name);
-  plan.parameter_names.push_back(std::move(names));
-  plan.parameters.push_back(std::move(parameters));
+  for (const auto& item : module.ptr()->named_modules("", /*include_self=*/false)) {
+    const bool inside_picked = std::any_of(picked.begin(), picked.end(), [&](const auto& p) {
+      return item.key().rfind(p.first + ".", 0) == 0;
+    });
+    if (!inside_picked && !item.value()->parameters().empty() &&
+        policy(item.key(), *item.value())) {
+      picked.emplace_back(item.key(), item.value());
+    }
+  }
+  return picked;
 }
 
-UnitPlan plan_units(const WrappedModule& module) {
+UnitPlan plan_units(const WrappedModule& module, const WrapPolicy& policy) {
   UnitPlan plan;
-  if (const auto& sequential = module.sequential()) {
-    const auto children = sequential->named_children();
-    for (const auto& child : children) {
-      if (child.value()->parameters().empty()) {
-        plan.entry_units.push_back(-1);
-        continue;
-      }
-      plan.entry_units.push_back(static_cast<int>(plan.names.size()));
-      add_unit(plan, child.key(), child.key() + ".", *child.value());
-    }
-  } else {
-    plan.entry_units.push_back(0);
-    add_unit(plan, "module", "", *module.ptr());
-  }
-  // A parameter in two units would be two shards stepped apart.
+  // Each parameter (a tied one counts once) goes to the first unit holding it.
   std::unordered_map<const void*, std::string> owner;
-  for (size_t u = 0; u < plan.names.size(); ++u) {
-    for (size_t i = 0; i < plan.parameters[u].size(); ++i) {
-      const void* key = plan.parameters[u][i].unsafeGetTensorImpl();
-      auto [it, first] = owner.emplace(key, plan.parameter_names[u][i]);
+  auto add = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& m,
+                 bool skip_owned) {
+    std::vector<std::string> names;
+    std::vector<at::Tensor> parameters;
+    for (const auto& item : m.named_parameters()) {
+      const std::string name = prefix + item.key();
+      auto [it, first] = owner.emplace(item.value().unsafeGetTensorImpl(), unit);
       if (!first) {
+        if (skip_owned || it->second == unit) continue;  // tied within the unit
         throw ConfigError(comm::detail::str(
-            kWho, ": parameter '", plan.parameter_names[u][i], "' of unit '", plan.names[u],
-            "' is also '", it->second,
-            "' of another unit; shared parameters across units are not supported yet: put the "
-            "layers that share it in one unit (one Sequential entry)."));
+            kWho, ": parameter '", name, "' of unit '", unit, "' is also a parameter of unit '",
+            it->second,
+            "'; a parameter shared by two units would be two shards stepped apart: pick a "
+            "wrap_policy that puts the modules sharing it in one unit, or leave both to the "
+            "root."));
       }
+      names.push_back(name);
+      parameters.push_back(item.value());
     }
+    return std::make_pair(names, parameters);
+  };
+  for (const auto& [name, unit_module] : pick_units(module, policy)) {
+    auto [names, parameters] = add(name, name + ".", *unit_module, false);
+    plan.names.push_back(name);
+    plan.modules.push_back(unit_module.get());
+    plan.parameter_names.push_back(std::move(names));
+    plan.parameters.push_back(std::move(parameters));
+  }
+  auto [root_names, root_parameters] = add("(root)", "", *module.ptr(), true);
+  if (!root_parameters.empty()) {
+    plan.root = 0;
+    plan.names.insert(plan.names.begin(), plan.names.empty() ? "module" : "(root)");
+    plan.modules.insert(plan.modules.begin(), nullptr);
+    plan.parameter_names.insert(plan.parameter_names.begin(), std::move(root_names));
+    plan.parameters.insert(plan.parameters.begin(), std::move(root_parameters));
   }
   return plan;
 }
+
+// The wrapper whose forward runs on this thread (sharded_call finds it).
+thread_local FullyShardedDataParallelImpl* active_forward = nullptr;
 
 }  // namespace
 
@@ -88,7 +114,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     throw ConfigError(comm::detail::str(kWho, ": prefetch is ", options_.prefetch(),
                                         "; it must be 0 (no prefetch) or more units."));
   }
-  UnitPlan plan = plan_units(module_);
+  UnitPlan plan = plan_units(module_, options_.wrap_policy());
   std::vector<std::string> descriptions{comm::detail::str("options: reshard_after_forward ",
                                                           options_.reshard_after_forward(),
                                                           ", prefetch ", options_.prefetch())};
@@ -116,29 +142,82 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     register_parameter("shard_" + std::to_string(u), units.back()->shard(),
                        units.back()->trainable());
   }
-  schedule_ = std::make_shared<detail::UnitSchedule>(std::move(units), std::move(plan.entry_units),
-                                                     options_);
+  for (size_t u = 0; u < plan.modules.size(); ++u) {
+    if (plan.modules[u]) unit_of_module_[plan.modules[u]] = static_cast<int>(u);
+  }
+  if (module_.sequential()) {
+    for (auto entry = module_.sequential()->begin(); entry != module_.sequential()->end();
+         ++entry) {
+      auto found = unit_of_module_.find(entry->ptr().get());
+      entry_units_.push_back(found == unit_of_module_.end() ? -1 : found->second);
+    }
+  }
+  schedule_ = std::make_shared<detail::UnitSchedule>(std::move(units), plan.root, options_);
   schedule_->attach_hooks();
 }
 
 FullyShardedDataParallelImpl::~FullyShardedDataParallelImpl() = default;
 
+FullyShardedDataParallelImpl::ActiveForward::ActiveForward(FullyShardedDataParallelImpl& owner)
+    : previous_(active_forward) {
+  active_forward = &owner;
+  owner.begin_forward();
+}
+
+FullyShardedDataParallelImpl::ActiveForward::~ActiveForward() {
+  active_forward = static_cast<FullyShardedDataParallelImpl*>(const_cast<void*>(previous_));
+}
+
 void FullyShardedDataParallelImpl::begin_forward() {
   // train()/eval() on this wrapper reach the module, which is not a child
   // (its parameters are not this module's: the shards are).
   if (module_.ptr()->is_training() != is_training()) module_.ptr()->train(is_training());
+  schedule_->begin_forward();
 }
 
-void FullyShardedDataParallelImpl::before_entry(size_t entry) { schedule_->before_entry(entry); }
+void FullyShardedDataParallelImpl::before_entry(size_t entry) {
+  if (entry < entry_units_.size() && entry_units_[entry] >= 0) {
+    schedule_->before_unit(entry_units_[entry]);
+  }
+}
 
 void FullyShardedDataParallelImpl::after_entry(size_t entry, torch::nn::AnyValue& output) {
+  if (entry >= entry_units_.size() || entry_units_[entry] < 0) return;
   std::vector<at::Tensor> tensors;
   if (auto* tensor = output.try_get<at::Tensor>()) tensors.push_back(*tensor);
-  schedule_->after_entry(entry, tensors);
+  schedule_->after_unit(entry_units_[entry], tensors);
 }
 
 void FullyShardedDataParallelImpl::end_forward(std::vector<at::Tensor>& outputs) {
   schedule_->end_forward(outputs);
+}
+
+int FullyShardedDataParallelImpl::unit_of(const torch::nn::Module* module) const {
+  auto found = unit_of_module_.find(module);
+  return found == unit_of_module_.end() ? -1 : found->second;
+}
+
+namespace detail {
+
+int enter_unit(const torch::nn::Module* module) {
+  if (!active_forward) return -1;
+  const int unit = active_forward->unit_of(module);
+  if (unit >= 0) active_forward->schedule_->before_unit(unit);
+  return unit;
+}
+
+void leave_unit(int unit, std::vector<at::Tensor>& outputs) {
+  if (active_forward) active_forward->schedule_->after_unit(unit, outputs);
+}
+
+}  // namespace detail
+
+WrapPolicy wrap_by_parameter_count(int64_t parameters) {
+  return [parameters](const std::string&, const torch::nn::Module& module) {
+    int64_t count = 0;
+    for (const auto& p : module.parameters()) count += p.numel();
+    return count >= parameters;
+  };
 }
 
 std::vector<std::string> FullyShardedDataParallelImpl::unit_names() const {

@@ -8,10 +8,10 @@
 
 namespace ddp::parallel::detail {
 
-UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units,
-                           std::vector<int> entry_units, FullyShardedDataParallelOptions options)
+UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int root,
+                           FullyShardedDataParallelOptions options)
     : units_(std::move(units)),
-      entry_units_(std::move(entry_units)),
+      root_(root),
       options_(options),
       ready_(units_.size(), 0),
       next_to_reduce_(static_cast<int>(units_.size()) - 1) {}
@@ -28,36 +28,38 @@ void UnitSchedule::attach_hooks() {
   }
 }
 
-int UnitSchedule::unit_of(size_t entry) const {
-  return entry < entry_units_.size() ? entry_units_[entry] : -1;
+void UnitSchedule::begin_forward() {
+  open_unit_ = -1;
+  if (root_ >= 0) before_unit(root_);
 }
 
-void UnitSchedule::before_entry(size_t entry) {
-  last_entry_ = entry;
-  const int u = unit_of(entry);
-  if (u < 0) return;
-  units_[u]->wait_gathered();
-  const int last = std::min<int>(static_cast<int>(units_.size()) - 1, u + options_.prefetch());
-  for (int next = u + 1; next <= last; ++next) units_[next]->gather_async();
+void UnitSchedule::before_unit(int unit) {
+  units_[unit]->wait_gathered();
+  const int last = std::min<int>(static_cast<int>(units_.size()) - 1, unit + options_.prefetch());
+  for (int next = unit + 1; next <= last; ++next) units_[next]->gather_async();
+  open_unit_ = unit;
 }
 
-void UnitSchedule::after_entry(size_t entry, std::vector<at::Tensor>& outputs) {
-  const int u = unit_of(entry);
-  if (u < 0) return;
+void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
+  if (open_unit_ == unit) open_unit_ = -1;
   const bool hooked = std::any_of(outputs.begin(), outputs.end(),
                                   [](const at::Tensor& t) { return t.requires_grad(); });
   if (hooked) {
-    watch_outputs(u, outputs);
-    if (options_.reshard_after_forward()) units_[u]->reshard();
+    watch_outputs(unit, outputs);
+    if (options_.reshard_after_forward()) units_[unit]->reshard();
   } else if (!outputs.empty() || !torch::GradMode::is_enabled()) {
-    units_[u]->reshard();  // no backward will run through this unit
+    units_[unit]->reshard();  // no backward will run through this unit
   }
   // Else the outputs could not be found (not a Tensor) under grad mode: the
   // unit stays gathered until its gradients have been reduced.
 }
 
 void UnitSchedule::end_forward(std::vector<at::Tensor>& outputs) {
-  after_entry(last_entry_, outputs);
+  // A Sequential's last entry, then the root, whose backward spans the
+  // whole backward: both end with the model's output.
+  if (open_unit_ >= 0 && open_unit_ != root_) after_unit(open_unit_, outputs);
+  if (root_ >= 0) after_unit(root_, outputs);
+  open_unit_ = -1;
 }
 
 void UnitSchedule::watch_outputs(int unit, std::vector<at::Tensor>& outputs) {

@@ -33,7 +33,10 @@ namespace ddp::parallel::detail {
 // this rank), so every rank issues the same collectives.
 class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
  public:
-  UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, std::vector<int> entry_units,
+  /// `units` in forward order; `root`: the index of the unit that holds
+  /// the parameters outside every other unit (gathered for the whole
+  /// forward), or -1.
+  UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int root,
                FullyShardedDataParallelOptions options);
 
   /// Installs the parameters' post-accumulate hooks; once, after construction.
@@ -41,15 +44,15 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
 
   const std::vector<std::unique_ptr<ShardedUnit>>& units() const { return units_; }
 
-  void before_entry(size_t entry);
-  /// `outputs`: the tensors the entry returned (empty when they could not
+  void begin_forward();
+  void before_unit(int unit);
+  /// `outputs`: the tensors the unit returned (empty when they could not
   /// be found: the unit then stays gathered until its backward).
-  void after_entry(size_t entry, std::vector<at::Tensor>& outputs);
-  /// After the forward: the last entry's outputs.
+  void after_unit(int unit, std::vector<at::Tensor>& outputs);
+  /// After the forward, with the tensors of its output.
   void end_forward(std::vector<at::Tensor>& outputs);
 
  private:
-  int unit_of(size_t entry) const;
   void watch_outputs(int unit, std::vector<at::Tensor>& outputs);
   void before_backward(int unit);
   void gradient_arrived(int unit);
@@ -58,10 +61,10 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void end_backward();
 
   std::vector<std::unique_ptr<ShardedUnit>> units_;
-  std::vector<int> entry_units_;
+  int root_;
   FullyShardedDataParallelOptions options_;
   std::vector<std::shared_ptr<void>> accumulators_;  // keeps 1.13's hooks alive
-  size_t last_entry_ = 0;
+  int open_unit_ = -1;  // the unit before_unit() gathered last, not yet after_unit()ed
   // Per backward.
   bool callback_queued_ = false;
   std::vector<char> ready_;
