@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "ddp/comm/collective_observer.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
@@ -33,6 +34,22 @@ struct TwoLayerImpl : nn::Module {
   Tensor forward(Tensor x) { return b(torch::gelu(a(x))); }
 };
 TORCH_MODULE(TwoLayer);
+
+// A branch some ranks take on some steps; every Linear is a unit.
+struct BranchyImpl : nn::Module {
+  nn::Linear trunk{register_module("trunk", nn::Linear(7, 12))};
+  nn::Linear branch{register_module("branch", nn::Linear(12, 12))};
+  nn::Linear head{register_module("head", nn::Linear(12, 5))};
+  bool take_branch = true;
+  Tensor forward(const Tensor& x) {
+    Tensor h = torch::relu(sharded_call(trunk, x));
+    if (take_branch) h = h + torch::tanh(sharded_call(branch, h));
+    return sharded_call(head, h);
+  }
+};
+TORCH_MODULE(Branchy);
+
+bool branch_taken(int step, int rank) { return (step + rank) % 3 == 0; }
 
 // A transformer block: attention and an MLP, each after a layer norm.
 struct BlockImpl : nn::Module {
@@ -92,6 +109,17 @@ nn::Sequential make_cnn(uint64_t seed) {
                         nn::Flatten(), nn::Linear(64, 5));
 }
 
+// Counts the reduce-scatters issued on the group it observes.
+class ReduceScatterCounter : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& facts) override {
+    if (std::string(facts.name) == "reduce_scatter") ++count;
+    return nullptr;
+  }
+  int count = 0;
+};
+
 using OptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<Tensor>)>;
 
@@ -139,6 +167,8 @@ class FsdpChecker {
     frozen();
     transformer();
     convnet();
+    accumulation_and_clipping();
+    unused_branch();
     mismatch();
     return checks_.failed();
   }
@@ -319,6 +349,96 @@ class FsdpChecker {
     for (const auto& b : model->module()->buffers()) got.push_back(b);
     for (const auto& b : reference->buffers()) expected.push_back(b);
     checks_.close_all(fsdp_check::kConvNet, got, expected, 1e-5);
+  }
+
+  // Steps of 3 micro-batches, the first 2 under no_sync(), then clipping
+  // to 0.05 (below the gradients' norm, so it acts).
+  void accumulation_and_clipping() {
+    auto reference = make_mlp(14);
+    auto reference_optimizer = sgd()(reference->parameters());
+    std::vector<double> expected_norms;
+    for (int step = 0; step < 2; ++step) {
+      reference_optimizer->zero_grad();
+      for (int m = 0; m < 3; ++m) {
+        torch::mse_loss(reference->forward(batch(10 * step + m, 1, 7)), batch(10 * step + m, 2, 5))
+            .backward();
+      }
+      expected_norms.push_back(torch::nn::utils::clip_grad_norm_(reference->parameters(), 0.05));
+      reference_optimizer->step();
+    }
+    FullyShardedDataParallel model(make_mlp(14 + rank_), group_);
+    auto optimizer = sgd()(model->parameters());
+    auto counter = std::make_shared<ReduceScatterCounter>();
+    group_->add_observer(counter);
+    std::vector<int> reductions;  // after each micro-batch
+    std::string norms;
+    bool norms_equal = true;
+    for (int step = 0; step < 2; ++step) {
+      optimizer->zero_grad();
+      for (int m = 0; m < 3; ++m) {
+        auto pass = [&] {
+          torch::mse_loss(model->forward(rows(batch(10 * step + m, 1, 7), rank_)),
+                          rows(batch(10 * step + m, 2, 5), rank_))
+              .backward();
+        };
+        if (m < 2) {
+          auto no_sync = model->no_sync();
+          pass();
+        } else {
+          pass();
+        }
+        reductions.push_back(counter->count);
+      }
+      const double norm = model->clip_grad_norm(0.05);
+      norms += std::to_string(norm) + " (expected " + std::to_string(expected_norms[step]) + ") ";
+      norms_equal &= std::abs(norm - expected_norms[step]) <= 1e-5 * expected_norms[step] &&
+                     expected_norms[step] > 0.05;
+      optimizer->step();
+    }
+    std::vector<Tensor> got;
+    for (const auto& item : model->full_parameters()) got.push_back(item.value());
+    checks_.close_all(fsdp_check::kNoSync, got, reference->parameters(), 1e-5);
+    checks_.check(fsdp_check::kClip, norms_equal, "norms " + norms);
+    // 3 units with parameters: 3 reduce-scatters per synchronized backward.
+    checks_.check(fsdp_check::kNoSyncReducesOnce, reductions == std::vector<int>{0, 0, 3, 3, 3, 6},
+                  "reduce-scatters after each micro-batch: " + c10::Join(", ", reductions));
+  }
+
+  // One process: each rank's rows in turn, with its choice of branch.
+  void unused_branch() {
+    torch::manual_seed(15);
+    Branchy reference;
+    auto reference_optimizer = sgd()(reference->parameters());
+    for (int step = 0; step < kShardedSteps; ++step) {
+      reference_optimizer->zero_grad();
+      for (int r = 0; r < world_; ++r) {
+        reference->take_branch = branch_taken(step, r);
+        (torch::mse_loss(reference->forward(rows(batch(step, 1, 7), r)),
+                         rows(batch(step, 2, 5), r)) /
+         world_)
+            .backward();
+      }
+      reference_optimizer->step();
+    }
+    torch::manual_seed(15 + rank_);
+    Branchy local;
+    FullyShardedDataParallel model(local,
+                                   FullyShardedDataParallelOptions()
+                                       .wrap_policy(wrap_by_type<nn::LinearImpl>())
+                                       .find_unused_units(true),
+                                   group_);
+    auto optimizer = sgd()(model->parameters());
+    for (int step = 0; step < kShardedSteps; ++step) {
+      optimizer->zero_grad();
+      local->take_branch = branch_taken(step, rank_);
+      torch::mse_loss(model->forward(rows(batch(step, 1, 7), rank_)),
+                      rows(batch(step, 2, 5), rank_))
+          .backward();
+      optimizer->step();
+    }
+    std::vector<Tensor> got;
+    for (const auto& item : model->full_parameters()) got.push_back(item.value());
+    checks_.close_all(fsdp_check::kUnusedBranch, got, reference->parameters(), 1e-5);
   }
 
   void mismatch() {

@@ -32,14 +32,35 @@ inline const std::string kTransformer =
 inline const std::string kTiedOnce = "tied input and output embeddings are one shard";
 inline const std::string kConvNet =
     "a CNN in Sequential with SyncBatchNorm matches one process, running statistics included";
+inline const std::string kNoSync =
+    "no_sync over 2 micro-batches then a synchronized one equals one step on all 3";
+inline const std::string kNoSyncReducesOnce =
+    "no_sync backward passes reduce nothing and the synchronized one reduces each unit once";
+inline const std::string kClip = "clip_grad_norm clips by the global norm and returns it";
+inline const std::string kUnusedBranch =
+    "a unit some ranks skip in some steps (find_unused_units) matches one process";
 inline const std::string kUnitMismatch = "a unit that differs between ranks is named on every rank";
 }  // namespace fsdp_check
 
 /// The names check_fully_sharded() reports.
 inline std::set<std::string> fsdp_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {kSgd,        kAdamW, kKeepGathered, kNoPrefetch, kWholeModel, kFrozen,
-          kShardSizes, kFreed, kTransformer,  kTiedOnce,   kConvNet,    kUnitMismatch};
+  return {kSgd,
+          kAdamW,
+          kKeepGathered,
+          kNoPrefetch,
+          kWholeModel,
+          kFrozen,
+          kShardSizes,
+          kFreed,
+          kTransformer,
+          kTiedOnce,
+          kConvNet,
+          kNoSync,
+          kNoSyncReducesOnce,
+          kClip,
+          kUnusedBranch,
+          kUnitMismatch};
 }
 
 }  // namespace ddp::testing

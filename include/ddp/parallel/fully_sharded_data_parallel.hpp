@@ -56,6 +56,13 @@ struct FullyShardedDataParallelOptions {
   /// module's descendants are not asked. Null: a Sequential's entries, or
   /// the whole module.
   TORCH_ARG(WrapPolicy, wrap_policy) = nullptr;
+  /// Allow units that some ranks do not call in a step (a branch taken
+  /// sometimes), as DDP's find_unused_parameters: each forward ends with
+  /// one small all-reduce of which units ran; a unit no rank ran keeps its
+  /// shard's gradient untouched, one that ran elsewhere reduces zeros here.
+  /// Without it, every unit is reduced in every backward, zeros where no
+  /// gradient came, which momentum and weight decay then act on.
+  TORCH_ARG(bool, find_unused_units) = false;
 };
 
 /// Wraps a module for fully sharded data-parallel training: construction
@@ -91,6 +98,30 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
     end_forward(tensors);
     return output;
   }
+
+  /// Turns gradient reduction off while alive (PyTorch's `no_sync()`):
+  /// backward passes accumulate each unit's full, unsharded gradient (the
+  /// memory of every unit's gradient, kept until the first backward after
+  /// the guard, which reduces the sum into the shards).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(FullyShardedDataParallelImpl& owner);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    FullyShardedDataParallelImpl& owner_;
+    bool previous_;
+  };
+  /// See NoSyncGuard.
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  /// Scales the shards' gradients so that the norm of the whole gradient
+  /// (every rank's shards, one all-reduce) is at most `max_norm`, as
+  /// torch::nn::utils::clip_grad_norm_ does on the full gradient; returns
+  /// that norm, before clipping.
+  double clip_grad_norm(double max_norm);
 
   /// The wrapped module. Between steps its parameters hold no data: read
   /// them through full_parameters().

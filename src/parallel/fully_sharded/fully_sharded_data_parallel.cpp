@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 #include <utility>
 
@@ -152,7 +153,8 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
       entry_units_.push_back(found == unit_of_module_.end() ? -1 : found->second);
     }
   }
-  schedule_ = std::make_shared<detail::UnitSchedule>(std::move(units), plan.root, options_);
+  schedule_ =
+      std::make_shared<detail::UnitSchedule>(std::move(units), plan.root, options_, *group_);
   schedule_->attach_hooks();
 }
 
@@ -218,6 +220,34 @@ WrapPolicy wrap_by_parameter_count(int64_t parameters) {
     for (const auto& p : module.parameters()) count += p.numel();
     return count >= parameters;
   };
+}
+
+FullyShardedDataParallelImpl::NoSyncGuard::NoSyncGuard(FullyShardedDataParallelImpl& owner)
+    : owner_(owner), previous_(owner.schedule_->require_sync()) {
+  owner_.schedule_->set_require_sync(false);
+}
+
+FullyShardedDataParallelImpl::NoSyncGuard::~NoSyncGuard() {
+  owner_.schedule_->set_require_sync(previous_);
+}
+
+double FullyShardedDataParallelImpl::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  if (schedule_->units().empty()) return 0.0;
+  std::vector<at::Tensor> grads;
+  for (const auto& unit : schedule_->units()) {
+    if (unit->shard().grad().defined()) grads.push_back(unit->shard().grad());
+  }
+  // Every rank joins the all-reduce, with or without gradients of its own;
+  // padding is zeros, so it adds nothing.
+  at::Tensor squares =
+      at::zeros({1}, schedule_->units().front()->shard().options().dtype(at::kDouble));
+  for (const auto& g : grads) squares.add_(g.to(at::kDouble).pow(2).sum());
+  group_->all_reduce(squares);
+  const double total = std::sqrt(squares.item<double>());
+  const double coefficient = std::min(1.0, max_norm / (total + 1e-6));
+  for (auto& g : grads) g.mul_(coefficient);
+  return total;
 }
 
 std::vector<std::string> FullyShardedDataParallelImpl::unit_names() const {

@@ -116,7 +116,8 @@ void ShardedUnit::reshard() {
 void ShardedUnit::prepare_gradients() {
   if (gradients_prepared_ || !trainable_) return;
   gradients_prepared_ = true;
-  full_grad_ = at::zeros({padded_numel_}, full_.options());
+  // Gradients accumulated under no_sync() are kept and added to.
+  if (!full_grad_.defined()) full_grad_ = at::zeros({padded_numel_}, full_.options());
   int64_t offset = 0;
   for (auto& p : parameters_) {
     const int64_t n = p.numel();

@@ -60,8 +60,9 @@ class ShardedUnit {
   /// Empties the full parameters' storage (a no-op when sharded).
   void reshard();
 
-  /// Before the unit's backward: the full gradient buffer, zeroed, and each
-  /// trainable parameter's .grad a view of it. Idempotent per backward.
+  /// Before the unit's backward: the full gradient buffer (zeroed, or kept
+  /// from backward passes under no_sync()), and each trainable parameter's
+  /// .grad a view of it. Idempotent per backward.
   void prepare_gradients();
   /// Records that one trainable parameter's gradient arrived; true when it
   /// was the last one.

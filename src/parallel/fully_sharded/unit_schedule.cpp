@@ -5,14 +5,18 @@
 #include <algorithm>
 
 #include "comm/compat/torch_compat.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::parallel::detail {
 
 UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int root,
-                           FullyShardedDataParallelOptions options)
+                           FullyShardedDataParallelOptions options, ProcessGroup& group)
     : units_(std::move(units)),
       root_(root),
       options_(options),
+      group_(group),
+      called_(units_.size(), 0),
+      gathered_in_forward_(units_.size(), 0),
       ready_(units_.size(), 0),
       next_to_reduce_(static_cast<int>(units_.size()) - 1) {}
 
@@ -30,14 +34,29 @@ void UnitSchedule::attach_hooks() {
 
 void UnitSchedule::begin_forward() {
   open_unit_ = -1;
+  std::fill(gathered_in_forward_.begin(), gathered_in_forward_.end(), 0);
   if (root_ >= 0) before_unit(root_);
 }
 
 void UnitSchedule::before_unit(int unit) {
-  units_[unit]->wait_gathered();
+  called_[unit] = 1;
   const int last = std::min<int>(static_cast<int>(units_.size()) - 1, unit + options_.prefetch());
-  for (int next = unit + 1; next <= last; ++next) units_[next]->gather_async();
+  if (options_.find_unused_units()) {
+    // Note [Units some ranks skip]: every unit up to the prefetch horizon,
+    // in unit order, whether this rank runs it or not.
+    for (int next = 0; next <= last; ++next) gather_once(next);
+  } else {
+    for (int next = unit + 1; next <= last; ++next) units_[next]->gather_async();
+  }
+  gathered_in_forward_[unit] = 1;
+  units_[unit]->wait_gathered();
   open_unit_ = unit;
+}
+
+void UnitSchedule::gather_once(int unit) {
+  if (gathered_in_forward_[unit]) return;
+  gathered_in_forward_[unit] = 1;
+  units_[unit]->gather_async();
 }
 
 void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
@@ -46,7 +65,10 @@ void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
                                   [](const at::Tensor& t) { return t.requires_grad(); });
   if (hooked) {
     watch_outputs(unit, outputs);
-    if (options_.reshard_after_forward()) units_[unit]->reshard();
+    // Note [Units some ranks skip]: held until reduced.
+    if (options_.reshard_after_forward() && !options_.find_unused_units()) {
+      units_[unit]->reshard();
+    }
   } else if (!outputs.empty() || !torch::GradMode::is_enabled()) {
     units_[unit]->reshard();  // no backward will run through this unit
   }
@@ -60,6 +82,31 @@ void UnitSchedule::end_forward(std::vector<at::Tensor>& outputs) {
   if (open_unit_ >= 0 && open_unit_ != root_) after_unit(open_unit_, outputs);
   if (root_ >= 0) after_unit(root_, outputs);
   open_unit_ = -1;
+  if (!options_.find_unused_units()) return;
+  // Note [Units some ranks skip]: the units no one gathered yet, in order.
+  for (int unit = 0; unit < static_cast<int>(units_.size()); ++unit) gather_once(unit);
+  const bool backward_follows = std::any_of(outputs.begin(), outputs.end(),
+                                            [](const at::Tensor& t) { return t.requires_grad(); });
+  if (!backward_follows) {
+    for (auto& u : units_) u->reshard();
+  } else if (require_sync_) {
+    exchange_usage();
+  }
+}
+
+void UnitSchedule::exchange_usage() {
+  at::Tensor used = at::empty({static_cast<int64_t>(units_.size())}, at::kInt);
+  for (size_t u = 0; u < units_.size(); ++u) used[u] = called_[u] ? 1 : 0;
+  group_.all_reduce(used);
+  used_by_.assign(used.data_ptr<int32_t>(), used.data_ptr<int32_t>() + used.numel());
+}
+
+bool UnitSchedule::unused_here(int unit) const {
+  return options_.find_unused_units() && !used_by_.empty() && !called_[unit];
+}
+
+bool UnitSchedule::unused_everywhere(int unit) const {
+  return options_.find_unused_units() && !used_by_.empty() && used_by_[unit] == 0;
 }
 
 void UnitSchedule::watch_outputs(int unit, std::vector<at::Tensor>& outputs) {
@@ -82,26 +129,32 @@ void UnitSchedule::before_backward(int unit) {
   }
   units_[unit]->wait_gathered();
   units_[unit]->prepare_gradients();
+  if (options_.find_unused_units()) return;  // Note [Units some ranks skip]: all gathered
   const int first = std::max(0, unit - options_.prefetch());
   for (int previous = unit - 1; previous >= first; --previous) units_[previous]->gather_async();
 }
 
 void UnitSchedule::gradient_arrived(int unit) {
-  if (!units_[unit]->gradient_arrived()) return;
+  if (!units_[unit]->gradient_arrived() || !require_sync_) return;
   ready_[unit] = 1;
   launch_ready();
 }
 
 void UnitSchedule::launch_ready() {
-  while (next_to_reduce_ >= 0 &&
-         (ready_[next_to_reduce_] || !units_[next_to_reduce_]->trainable())) {
+  // A unit this rank did not run is ready from the start (its zeros), so
+  // every rank launches in the same order.
+  while (next_to_reduce_ >= 0 && (ready_[next_to_reduce_] || unused_here(next_to_reduce_) ||
+                                  !units_[next_to_reduce_]->trainable())) {
     launch(next_to_reduce_--);
   }
 }
 
 void UnitSchedule::launch(int unit) {
   ShardedUnit& u = *units_[unit];
-  if (!u.trainable()) return;
+  if (!u.trainable() || unused_everywhere(unit)) {  // its shard's gradient stays untouched
+    u.reshard();
+    return;
+  }
   u.reduce_async();
   u.reshard();
   in_flight_.push_back(unit);
@@ -112,13 +165,22 @@ void UnitSchedule::launch(int unit) {
 }
 
 void UnitSchedule::end_backward() {
+  callback_queued_ = false;
+  if (!require_sync_) {  // no_sync(): the full gradients stay for the next backward
+    for (auto& u : units_) {
+      u->reshard();
+      u->end_backward();
+    }
+    return;
+  }
   while (next_to_reduce_ >= 0) launch(next_to_reduce_--);
   for (int unit : in_flight_) units_[unit]->finish_reduction();
   in_flight_.clear();
   for (auto& u : units_) u->end_backward();
   std::fill(ready_.begin(), ready_.end(), 0);
   next_to_reduce_ = static_cast<int>(units_.size()) - 1;
-  callback_queued_ = false;
+  std::fill(called_.begin(), called_.end(), 0);
+  used_by_.clear();
 }
 
 }  // namespace ddp::parallel::detail

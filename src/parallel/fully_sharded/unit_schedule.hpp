@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
@@ -31,13 +32,28 @@ namespace ddp::parallel::detail {
 // (an engine callback queued by the first hook) every unit not yet reduced
 // is, with zeros where no gradient came (a unit unused in this step on
 // this rank), so every rank issues the same collectives.
+
+// Note [Units some ranks skip]
+// Gloo, like NCCL, pairs collectives by the order ranks issue them, so a
+// unit one rank runs and another skips must cost both the same collectives
+// in the same order. With find_unused_units, a forward therefore gathers
+// every unit, run or not, in unit order: before unit u runs, every unit up
+// to u + prefetch not yet gathered in this forward; at its end, the rest.
+// No unit is resharded until its reduction (none is gathered again in
+// backward, whose hooks fire in an order that depends on what ran), and
+// the reductions go in reverse unit order, a unit this rank skipped being
+// ready from the start. Memory is that of reshard_after_forward(false).
 class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
  public:
   /// `units` in forward order; `root`: the index of the unit that holds
   /// the parameters outside every other unit (gathered for the whole
   /// forward), or -1.
   UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int root,
-               FullyShardedDataParallelOptions options);
+               FullyShardedDataParallelOptions options, ProcessGroup& group);
+
+  /// Whether backward passes reduce (false inside no_sync()).
+  bool require_sync() const { return require_sync_; }
+  void set_require_sync(bool value) { require_sync_ = value; }
 
   /// Installs the parameters' post-accumulate hooks; once, after construction.
   void attach_hooks();
@@ -54,15 +70,26 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
 
  private:
   void watch_outputs(int unit, std::vector<at::Tensor>& outputs);
+  void gather_once(int unit);
   void before_backward(int unit);
   void gradient_arrived(int unit);
   void launch_ready();
   void launch(int unit);
   void end_backward();
+  void exchange_usage();
+  // With find_unused_units: whether unit `unit` will have no gradient on
+  // this rank, and whether no rank will.
+  bool unused_here(int unit) const;
+  bool unused_everywhere(int unit) const;
 
   std::vector<std::unique_ptr<ShardedUnit>> units_;
   int root_;
   FullyShardedDataParallelOptions options_;
+  ProcessGroup& group_;
+  bool require_sync_ = true;
+  std::vector<char> called_;  // units run since the last backward
+  std::vector<char> gathered_in_forward_;
+  std::vector<int32_t> used_by_;                     // ranks that ran each unit (find_unused_units)
   std::vector<std::shared_ptr<void>> accumulators_;  // keeps 1.13's hooks alive
   int open_unit_ = -1;  // the unit before_unit() gathered last, not yet after_unit()ed
   // Per backward.
