@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -146,6 +147,17 @@ class FsdpChecker {
     checks_.close_all(fsdp_check::kSgd, sgd_params, sgd_reference, 1e-5);
     checks_.check(fsdp_check::kShardSizes, sizes_ok.empty(), sizes_ok);
     checks_.check(fsdp_check::kFreed, freed.empty(), freed);
+    // Four equal units between two smaller ones: holding a third unit's
+    // worth would break the bound.
+    torch::manual_seed(16);
+    nn::Sequential deep(nn::Linear(7, 16), nn::Tanh());
+    for (int k = 0; k < 4; ++k) {
+      deep->push_back(nn::Linear(16, 16));
+      deep->push_back(nn::Tanh());
+    }
+    deep->push_back(nn::Linear(16, 5));
+    train(deep, sgd(), {}, &peak_);
+    checks_.check(fsdp_check::kPeak, peak_.empty(), peak_);
 
     const auto adamw_reference = reference(make_mlp(6), adamw());
     auto adamw_params = std::get<0>(train(make_mlp(6 + rank_), adamw(), {}));
@@ -206,8 +218,9 @@ class FsdpChecker {
   // bytes between steps.
   std::tuple<std::vector<Tensor>, std::string, std::string> train(
       WrappedModule module, const OptimizerFactory& make_optimizer,
-      FullyShardedDataParallelOptions options) {
+      FullyShardedDataParallelOptions options, std::string* peak = nullptr) {
     FullyShardedDataParallel model(module, options, group_);
+    model->reset_peak_memory();
     auto optimizer = make_optimizer(model->parameters());
     std::string sizes, freed;
     for (int step = 0; step < kShardedSteps; ++step) {
@@ -224,6 +237,20 @@ class FsdpChecker {
     }
     const auto units = model->unit_names();
     const auto shards = model->parameters();
+    if (peak) {
+      // Two largest units, full parameters and full gradients, padded.
+      std::vector<int64_t> unit_bytes;
+      for (const auto& shard : shards) unit_bytes.push_back(2 * shard.numel() * world_ * 4);
+      std::sort(unit_bytes.rbegin(), unit_bytes.rend());
+      const int64_t bound = unit_bytes.at(0) + (unit_bytes.size() > 1 ? unit_bytes[1] : 0);
+      const auto memory = model->memory();
+      if (memory.peak_gathered_bytes > bound || memory.peak_gathered_bytes == 0 ||
+          memory.gathered_bytes != 0) {
+        *peak = "peak " + std::to_string(memory.peak_gathered_bytes) + " bytes, bound " +
+                std::to_string(bound) + ", held after the steps " +
+                std::to_string(memory.gathered_bytes);
+      }
+    }
     size_t index = 0;
     for (const auto& unit : units) {
       int64_t numel = 0;
@@ -460,6 +487,7 @@ class FsdpChecker {
   int rank_;
   int world_;
   NamedChecks checks_;
+  std::string peak_;
 };
 
 }  // namespace

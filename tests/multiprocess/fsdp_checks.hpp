@@ -25,6 +25,8 @@ inline const std::string kNoPrefetch = "prefetch 0 matches prefetch 1 bit for bi
 inline const std::string kWholeModel = "a custom module as one unit matches one process";
 inline const std::string kFrozen = "a frozen first layer stays as it was and the rest matches";
 inline const std::string kShardSizes = "each unit's shard holds ceil(numel / world size) elements";
+inline const std::string kPeak =
+    "the peak of full parameters and gradients held is at most the two largest units' worth";
 inline const std::string kFreed = "the module's parameters hold no bytes between steps";
 inline const std::string kTransformer =
     "a ModuleList of transformer blocks by sharded_call, tied embeddings in the root, matches one "
@@ -45,22 +47,10 @@ inline const std::string kUnitMismatch = "a unit that differs between ranks is n
 /// The names check_fully_sharded() reports.
 inline std::set<std::string> fsdp_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {kSgd,
-          kAdamW,
-          kKeepGathered,
-          kNoPrefetch,
-          kWholeModel,
-          kFrozen,
-          kShardSizes,
-          kFreed,
-          kTransformer,
-          kTiedOnce,
-          kConvNet,
-          kNoSync,
-          kNoSyncReducesOnce,
-          kClip,
-          kUnusedBranch,
-          kUnitMismatch};
+  return {
+      kSgd,  kAdamW,        kKeepGathered, kNoPrefetch, kWholeModel, kFrozen, kShardSizes,
+      kPeak, kFreed,        kTransformer,  kTiedOnce,   kConvNet,    kNoSync, kNoSyncReducesOnce,
+      kClip, kUnusedBranch, kUnitMismatch};
 }
 
 }  // namespace ddp::testing

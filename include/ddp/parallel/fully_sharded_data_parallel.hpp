@@ -22,6 +22,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -37,7 +38,20 @@ namespace ddp::parallel {
 
 namespace detail {
 class UnitSchedule;
+struct GatheredBytes;
 }  // namespace detail
+
+/// The bytes of full (unsharded) parameters and gradients this rank holds,
+/// counted at each allocation and release of their storages.
+struct FullyShardedMemory {
+  /// Held now (between steps: 0).
+  int64_t gathered_bytes = 0;
+  /// The most held at once since construction or reset_peak_memory().
+  int64_t peak_gathered_bytes = 0;
+  /// This rank's shards (the sharded parameters; gradients and optimizer
+  /// state follow their sizes).
+  int64_t shard_bytes = 0;
+};
 
 /// Options of FullyShardedDataParallel, in PyTorch's FSDP vocabulary.
 struct FullyShardedDataParallelOptions {
@@ -123,6 +137,11 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   /// that norm, before clipping.
   double clip_grad_norm(double max_norm);
 
+  /// What this rank holds unsharded, and its shards.
+  FullyShardedMemory memory() const;
+  /// Starts a new peak in memory().
+  void reset_peak_memory();
+
   /// The wrapped module. Between steps its parameters hold no data: read
   /// them through full_parameters().
   std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
@@ -178,6 +197,7 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   WrappedModule module_;
   FullyShardedDataParallelOptions options_;
   std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<detail::GatheredBytes> gathered_;
   std::shared_ptr<detail::UnitSchedule> schedule_;
   std::vector<int> entry_units_;  // a Sequential entry's unit, or -1
   std::unordered_map<const torch::nn::Module*, int> unit_of_module_;

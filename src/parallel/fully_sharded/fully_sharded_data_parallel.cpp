@@ -135,10 +135,12 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     for (const auto& b : module_.ptr()->buffers()) state.push_back(b);
     broadcast_tensors(*group_, state, 0);
   }
+  gathered_ = std::make_shared<detail::GatheredBytes>();
   std::vector<std::unique_ptr<detail::ShardedUnit>> units;
   for (size_t u = 0; u < plan.names.size(); ++u) {
     units.push_back(std::make_unique<detail::ShardedUnit>(
-        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_));
+        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
+        *gathered_));
     // parameters() are the shards, which the optimizer steps.
     register_parameter("shard_" + std::to_string(u), units.back()->shard(),
                        units.back()->trainable());
@@ -249,6 +251,18 @@ double FullyShardedDataParallelImpl::clip_grad_norm(double max_norm) {
   for (auto& g : grads) g.mul_(coefficient);
   return total;
 }
+
+FullyShardedMemory FullyShardedDataParallelImpl::memory() const {
+  FullyShardedMemory memory;
+  memory.gathered_bytes = gathered_->now;
+  memory.peak_gathered_bytes = gathered_->peak;
+  for (const auto& unit : schedule_->units()) {
+    memory.shard_bytes += unit->shard().numel() * unit->shard().element_size();
+  }
+  return memory;
+}
+
+void FullyShardedDataParallelImpl::reset_peak_memory() { gathered_->peak = gathered_->now; }
 
 std::vector<std::string> FullyShardedDataParallelImpl::unit_names() const {
   std::vector<std::string> names;

@@ -24,11 +24,13 @@ void empty_storage(const at::Tensor& tensor) {
 }  // namespace
 
 ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
-                         std::vector<at::Tensor> parameters, ProcessGroup& group)
+                         std::vector<at::Tensor> parameters, ProcessGroup& group,
+                         GatheredBytes& gathered)
     : name_(std::move(name)),
       names_(std::move(names)),
       parameters_(std::move(parameters)),
-      group_(group) {
+      group_(group),
+      gathered_(gathered) {
   if (parameters_.empty()) {
     throw ConfigError(comm::detail::str("FullyShardedDataParallel: unit '", name_,
                                         "' has no parameters; leave parameter-free layers "
@@ -73,6 +75,7 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   shard_ = full_.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
   shard_.set_requires_grad(trainable_);
   state_ = State::kGathered;
+  gathered_.add(full_.numel() * full_.element_size());
   reshard();
 }
 
@@ -88,6 +91,7 @@ void ShardedUnit::fill_storage(const at::Tensor& tensor) const {
   if (storage->nbytes() == bytes) return;
   storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
   storage->set_nbytes(bytes);
+  gathered_.add(static_cast<int64_t>(bytes));
 }
 
 void ShardedUnit::gather_async() {
@@ -109,6 +113,7 @@ void ShardedUnit::wait_gathered() {
 void ShardedUnit::reshard() {
   if (state_ == State::kGathering) wait_gathered();
   if (state_ == State::kSharded) return;
+  gathered_.add(-static_cast<int64_t>(full_.storage().nbytes()));
   empty_storage(full_);
   state_ = State::kSharded;
 }
@@ -117,7 +122,10 @@ void ShardedUnit::prepare_gradients() {
   if (gradients_prepared_ || !trainable_) return;
   gradients_prepared_ = true;
   // Gradients accumulated under no_sync() are kept and added to.
-  if (!full_grad_.defined()) full_grad_ = at::zeros({padded_numel_}, full_.options());
+  if (!full_grad_.defined()) {
+    full_grad_ = at::zeros({padded_numel_}, full_.options());
+    gathered_.add(full_grad_.numel() * full_grad_.element_size());
+  }
   int64_t offset = 0;
   for (auto& p : parameters_) {
     const int64_t n = p.numel();
@@ -154,6 +162,7 @@ void ShardedUnit::finish_reduction() {
   }
   reduced_grad_ = at::Tensor();
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+  gathered_.add(-full_grad_.numel() * full_grad_.element_size());
   full_grad_ = at::Tensor();
 }
 

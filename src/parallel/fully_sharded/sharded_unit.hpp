@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,12 +34,23 @@ namespace ddp::parallel::detail {
 // AccumulateGrad adds into in place; once every trainable parameter's
 // gradient has arrived the buffer is reduce-scattered into this rank's
 // shard, averaged, and freed.
+/// Bytes of full parameters and gradients the units hold at once: now, and
+/// the most since reset (FullyShardedDataParallel::memory()).
+struct GatheredBytes {
+  int64_t now = 0;
+  int64_t peak = 0;
+  void add(int64_t bytes) {
+    now += bytes;
+    peak = std::max(peak, now);
+  }
+};
+
 class ShardedUnit {
  public:
   /// Takes `parameters` (the unit's, registration order, named `names`)
   /// into the flat layout; they must share one dtype and device.
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
-              ProcessGroup& group);
+              ProcessGroup& group, GatheredBytes& gathered);
 
   const std::string& name() const { return name_; }
   /// This rank's shard: a leaf the optimizer steps, its .grad the averaged
@@ -87,6 +100,7 @@ class ShardedUnit {
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;
   ProcessGroup& group_;
+  GatheredBytes& gathered_;
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;
   bool trainable_ = false;

@@ -158,7 +158,9 @@ void UnitSchedule::launch(int unit) {
   u.reduce_async();
   u.reshard();
   in_flight_.push_back(unit);
-  while (in_flight_.size() > 2) {
+  // One reduction in flight: the full gradients alive are the running
+  // unit's and the one being reduced (Note [The order of a sharded step]).
+  while (in_flight_.size() > 1) {
     units_[in_flight_.front()]->finish_reduction();
     in_flight_.pop_front();
   }

@@ -27,7 +27,7 @@ namespace ddp::parallel::detail {
 // u-1 .. u-prefetch start. When the last of u's gradients has been
 // accumulated (a post-accumulate hook per parameter) u is ready; units are
 // reduce-scattered strictly in reverse forward order, the same on every
-// rank whatever order they became ready in, with at most two reductions in
+// rank whatever order they became ready in, with at most one reduction in
 // flight, and a reduced unit is resharded at once. At the end of backward
 // (an engine callback queued by the first hook) every unit not yet reduced
 // is, with zeros where no gradient came (a unit unused in this step on
