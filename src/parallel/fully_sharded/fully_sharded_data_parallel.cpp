@@ -138,9 +138,9 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   gathered_ = std::make_shared<detail::GatheredBytes>();
   std::vector<std::unique_ptr<detail::ShardedUnit>> units;
   for (size_t u = 0; u < plan.names.size(); ++u) {
-    units.push_back(std::make_unique<detail::ShardedUnit>(
-        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
-        *gathered_));
+    units.push_back(
+        std::make_unique<detail::ShardedUnit>(plan.names[u], std::move(plan.parameter_names[u]),
+                                              std::move(plan.parameters[u]), *group_, *gathered_));
     // parameters() are the shards, which the optimizer steps.
     register_parameter("shard_" + std::to_string(u), units.back()->shard(),
                        units.back()->trainable());
