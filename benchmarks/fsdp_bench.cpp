@@ -1,0 +1,172 @@
+// fsdp_bench: one rank of benchmarks/fsdp_bench.sh. Trains a deep MLP (a
+// Sequential of Linear layers, about 51 M parameters by default) with AdamW
+// in fp32 one way per run: DistributedDataParallel, DDP with
+// ZeroRedundancyOptimizer stage 1, the bare model with stage 2, or
+// FullyShardedDataParallel (prefetch on or off). Prints on rank 0 one line
+// of key=value pairs: the bytes each rank holds in parameters, gradients
+// and optimizer state (distinct storages, counted after the step, when all
+// three are alive; the largest over the ranks), FSDP's peak of full
+// parameters and gradients, the peak RSS (the largest over the ranks), and
+// the median step time.
+
+#include <CLI/CLI.hpp>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/ddp.hpp"
+
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Sequential make_model(int64_t width, int layers) {
+  torch::manual_seed(1);
+  nn::Sequential model;
+  for (int k = 0; k < layers; ++k) {
+    model->push_back(nn::Linear(width, width));
+    if (k + 1 < layers) model->push_back(nn::Tanh());
+  }
+  return model;
+}
+
+// Bytes of the distinct storages of `tensors` (a view counts once).
+int64_t storage_bytes(const std::vector<at::Tensor>& tensors) {
+  std::map<const void*, int64_t> seen;
+  for (const auto& t : tensors) {
+    if (t.defined() && t.storage().nbytes() > 0) {
+      seen[t.storage().data()] = static_cast<int64_t>(t.storage().nbytes());
+    }
+  }
+  int64_t bytes = 0;
+  for (const auto& [pointer, size] : seen) bytes += size;
+  return bytes;
+}
+
+// Parameters, their gradients and the optimizer's state tensors.
+std::vector<at::Tensor> held_tensors(const std::vector<at::Tensor>& parameters,
+                                     torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> tensors = parameters;
+  for (const auto& p : parameters) tensors.push_back(p.grad());
+  for (auto& entry : optimizer.state()) {
+    auto& state = static_cast<torch::optim::AdamWParamState&>(*entry.second);
+    tensors.push_back(state.exp_avg());
+    tensors.push_back(state.exp_avg_sq());
+  }
+  return tensors;
+}
+
+int64_t largest_across_ranks(int64_t value, ddp::ProcessGroup& group) {
+  at::Tensor t = torch::tensor({value}, torch::kLong);
+  group.all_reduce(t, ddp::ReduceOp::kMax);
+  return t.item<int64_t>();
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+torch::optim::AdamWOptions adamw_options() { return torch::optim::AdamWOptions(1e-4); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"DDP, ZeRO-1, ZeRO-2 and FSDP memory and step time; run fsdp_bench.sh"};
+  std::string way = "fsdp";
+  int steps = 3, layers = 5;
+  int64_t width = 3200, batch = 8;
+  std::string backend = "gloo";
+  app.add_option("--way", way, "ddp, zero1, zero2, fsdp or fsdp-no-prefetch")->required();
+  app.add_option("--steps", steps, "timed steps, after one untimed");
+  app.add_option("--width", width, "width of each Linear layer");
+  app.add_option("--layers", layers, "Linear layers (each one FSDP unit)");
+  app.add_option("--batch", batch, "rows per rank and step");
+  app.add_option("--backend", backend, "gloo, shm or auto");
+  CLI11_PARSE(app, argc, argv);
+
+  auto group = ddp::init(ddp::InitOptions().backend(backend));
+  torch::manual_seed(2 + group->rank());
+  auto net = make_model(width, layers);
+  int64_t parameters = 0;
+  for (const auto& p : net->parameters()) parameters += p.numel();
+
+  std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
+  std::shared_ptr<ddp::FullyShardedDataParallel> fsdp_model;
+  std::unique_ptr<torch::optim::Optimizer> plain;
+  std::unique_ptr<ddp::ZeroRedundancyOptimizer> zero;
+  std::vector<at::Tensor> counted_parameters;
+  if (way == "ddp" || way == "zero1") {
+    ddp_model = std::make_shared<ddp::DistributedDataParallel>(
+        net, ddp::DistributedDataParallelOptions().gradient_as_bucket_view(true), group);
+  } else if (way == "fsdp" || way == "fsdp-no-prefetch") {
+    fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(
+        net, ddp::FullyShardedDataParallelOptions().prefetch(way == "fsdp" ? 1 : 0), group);
+  } else if (way != "zero2") {
+    std::fprintf(stderr, "fsdp_bench: --way %s is not one of ddp, zero1, zero2, fsdp, fsdp-no-prefetch\n",
+                 way.c_str());
+    return 2;
+  }
+  if (way == "ddp") {
+    plain = std::make_unique<torch::optim::AdamW>(net->parameters(), adamw_options());
+  } else if (way == "zero1" || way == "zero2") {
+    zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        net->parameters(), ddp::zero_optimizer<torch::optim::AdamW>(adamw_options()),
+        ddp::ZeroRedundancyOptimizerOptions().stage(way == "zero1" ? 1 : 2), group);
+  } else {
+    plain = std::make_unique<torch::optim::AdamW>((*fsdp_model)->parameters(), adamw_options());
+  }
+  torch::optim::Optimizer& optimizer = zero ? zero->local_optimizer() : *plain;
+  counted_parameters = net->parameters();
+  if (fsdp_model) {
+    for (const auto& shard : (*fsdp_model)->parameters()) counted_parameters.push_back(shard);
+  }
+
+  std::vector<double> times;
+  int64_t held = 0, peak_gathered = 0;
+  for (int step = 0; step <= steps; ++step) {
+    const at::Tensor x = torch::randn({batch, width}), y = torch::randn({batch, width});
+    if (fsdp_model) (*fsdp_model)->reset_peak_memory();
+    const auto start = std::chrono::steady_clock::now();
+    if (zero) {
+      zero->zero_grad();
+    } else {
+      plain->zero_grad();
+    }
+    const at::Tensor out = ddp_model    ? (*ddp_model)->forward(x)
+                           : fsdp_model ? (*fsdp_model)->forward(x)
+                                        : net->forward(x);
+    torch::mse_loss(out, y).backward();
+    if (zero) {
+      zero->step();
+    } else {
+      plain->step();
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (step > 0) times.push_back(ms);
+    held = std::max(held, storage_bytes(held_tensors(counted_parameters, optimizer)));
+    if (fsdp_model) peak_gathered = std::max(peak_gathered, (*fsdp_model)->memory().peak_gathered_bytes);
+  }
+  std::sort(times.begin(), times.end());
+  held = largest_across_ranks(held, *group);
+  peak_gathered = largest_across_ranks(peak_gathered, *group);
+  const int64_t rss = largest_across_ranks(peak_rss_bytes(), *group);
+  if (group->rank() == 0) {
+    std::printf(
+        "way=%s ranks=%d backend=%s parameters=%lld held_bytes=%lld peak_gathered_bytes=%lld "
+        "peak_rss_bytes=%lld step_ms=%.1f\n",
+        way.c_str(), group->size(), group->backend_name().c_str(), static_cast<long long>(parameters),
+        static_cast<long long>(held), static_cast<long long>(peak_gathered),
+        static_cast<long long>(rss), times[times.size() / 2]);
+  }
+  return 0;
+}
