@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "comm/dtype_name.hpp"
 #include "ddp/comm/collective_observer.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/process_group.hpp"
@@ -121,6 +123,20 @@ class ReduceScatterCounter : public comm::CollectiveObserver {
   int count = 0;
 };
 
+// The dtypes of the all-gathers and reduce-scatters issued on the group.
+class CollectiveDtypes : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& facts) override {
+    const std::string name = facts.name;
+    if ((name == "all_gather" || name == "reduce_scatter") && facts.dtype) {
+      seen.insert(name + " " + comm::detail::dtype_name(*facts.dtype));
+    }
+    return nullptr;
+  }
+  std::set<std::string> seen;
+};
+
 using OptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<Tensor>)>;
 
@@ -181,6 +197,7 @@ class FsdpChecker {
     convnet();
     accumulation_and_clipping();
     unused_branch();
+    mixed_precision();
     mismatch();
     return checks_.failed();
   }
@@ -466,6 +483,43 @@ class FsdpChecker {
     std::vector<Tensor> got;
     for (const auto& item : model->full_parameters()) got.push_back(item.value());
     checks_.close_all(fsdp_check::kUnusedBranch, got, reference->parameters(), 1e-5);
+  }
+
+  void mixed_precision() {
+    const auto expected = reference(make_mlp(17), sgd());
+    auto dtypes = std::make_shared<CollectiveDtypes>();
+    group_->add_observer(dtypes);
+    FullyShardedDataParallel model(make_mlp(17 + rank_),
+                                   FullyShardedDataParallelOptions().param_dtype(torch::kBFloat16),
+                                   group_);
+    auto optimizer = sgd()(model->parameters());
+    dtypes->seen.clear();  // the construction's agreement check gathers integers
+    std::set<std::string> tensor_dtypes;
+    for (int step = 0; step < kShardedSteps; ++step) {
+      optimizer->zero_grad();
+      const Tensor out = model->forward(rows(batch(step, 1, 7), rank_));  // an fp32 input
+      tensor_dtypes.insert("output " + comm::detail::dtype_name(out.scalar_type()));
+      torch::mse_loss(out.to(torch::kFloat), rows(batch(step, 2, 5), rank_)).backward();
+      for (const auto& shard : model->parameters()) {
+        tensor_dtypes.insert("shard " + comm::detail::dtype_name(shard.scalar_type()));
+        tensor_dtypes.insert("shard gradient " +
+                             comm::detail::dtype_name(shard.grad().scalar_type()));
+      }
+      optimizer->step();
+    }
+    std::vector<Tensor> got;
+    for (const auto& item : model->full_parameters()) got.push_back(item.value().to(torch::kFloat));
+    const double error = worst_relative_error(got, expected);
+    checks_.check(fsdp_check::kMixedPrecision, error <= 2e-2 && error > 1e-6,
+                  "max relative error " + std::to_string(error) +
+                      " against fp32 (expected within 2e-2 and above 1e-6)");
+    std::set<std::string> seen = dtypes->seen;
+    seen.insert(tensor_dtypes.begin(), tensor_dtypes.end());
+    const std::set<std::string> wanted{"all_gather bfloat16", "reduce_scatter float32",
+                                       "output bfloat16", "shard float32",
+                                       "shard gradient float32"};
+    checks_.check(fsdp_check::kMixedPrecisionDtypes, seen == wanted,
+                  "saw " + c10::Join(", ", std::vector<std::string>(seen.begin(), seen.end())));
   }
 
   void mismatch() {

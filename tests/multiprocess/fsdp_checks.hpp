@@ -41,16 +41,35 @@ inline const std::string kNoSyncReducesOnce =
 inline const std::string kClip = "clip_grad_norm clips by the global norm and returns it";
 inline const std::string kUnusedBranch =
     "a unit some ranks skip in some steps (find_unused_units) matches one process";
+inline const std::string kMixedPrecision =
+    "bf16 param_dtype stays within bf16's precision of one process in fp32, and is not fp32";
+inline const std::string kMixedPrecisionDtypes =
+    "bf16 param_dtype gathers in bf16, reduces in fp32, keeps fp32 shards and gradients";
 inline const std::string kUnitMismatch = "a unit that differs between ranks is named on every rank";
 }  // namespace fsdp_check
 
 /// The names check_fully_sharded() reports.
 inline std::set<std::string> fsdp_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {
-      kSgd,  kAdamW,        kKeepGathered, kNoPrefetch, kWholeModel, kFrozen, kShardSizes,
-      kPeak, kFreed,        kTransformer,  kTiedOnce,   kConvNet,    kNoSync, kNoSyncReducesOnce,
-      kClip, kUnusedBranch, kUnitMismatch};
+  return {kSgd,
+          kAdamW,
+          kKeepGathered,
+          kNoPrefetch,
+          kWholeModel,
+          kFrozen,
+          kShardSizes,
+          kPeak,
+          kFreed,
+          kTransformer,
+          kTiedOnce,
+          kConvNet,
+          kNoSync,
+          kNoSyncReducesOnce,
+          kClip,
+          kUnusedBranch,
+          kMixedPrecision,
+          kMixedPrecisionDtypes,
+          kUnitMismatch};
 }
 
 }  // namespace ddp::testing

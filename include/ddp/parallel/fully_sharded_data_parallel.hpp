@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -77,6 +79,12 @@ struct FullyShardedDataParallelOptions {
   /// Without it, every unit is reduced in every backward, zeros where no
   /// gradient came, which momentum and weight decay then act on.
   TORCH_ARG(bool, find_unused_units) = false;
+  /// Mixed precision: the dtype the units are gathered and run in (bf16 or
+  /// fp16), the module's floating-point tensor arguments cast to it; the
+  /// shards (the optimizer's masters) and the gradients' reduction stay in
+  /// the model's dtype (fp32), as FSDP's MixedPrecisionPolicy with
+  /// reduce_dtype fp32. The output comes in this dtype.
+  TORCH_ARG(std::optional<c10::ScalarType>, param_dtype) = std::nullopt;
 };
 
 /// Wraps a module for fully sharded data-parallel training: construction
@@ -105,7 +113,7 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   template <typename Output = torch::Tensor, typename... Args>
   Output forward(Args&&... args) {
     ActiveForward active(*this);
-    torch::nn::AnyValue value = run_units(std::forward<Args>(args)...);
+    torch::nn::AnyValue value = run_units(cast_input(std::forward<Args>(args))...);
     auto output = WrappedModule::take<Output>(std::move(value), "FullyShardedDataParallel");
     std::vector<at::Tensor> tensors;
     collect_output_tensors(output, tensors);
@@ -189,6 +197,16 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
     before_entry(0);
     return module_.any_forward(std::forward<Args>(args)...);
   }
+  /// A floating-point Tensor argument in param_dtype; any other as it is.
+  template <typename T>
+  decltype(auto) cast_input(T&& value) const {
+    if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+      return cast_tensor(value);
+    } else {
+      return std::forward<T>(value);
+    }
+  }
+  at::Tensor cast_tensor(const at::Tensor& tensor) const;
   void begin_forward();
   void before_entry(size_t entry);
   void after_entry(size_t entry, torch::nn::AnyValue& output);

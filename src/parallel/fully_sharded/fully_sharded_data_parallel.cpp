@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "comm/dtype_name.hpp"
 #include "comm/str.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/errors.hpp"
@@ -116,9 +117,10 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
                                         "; it must be 0 (no prefetch) or more units."));
   }
   UnitPlan plan = plan_units(module_, options_.wrap_policy());
-  std::vector<std::string> descriptions{comm::detail::str("options: reshard_after_forward ",
-                                                          options_.reshard_after_forward(),
-                                                          ", prefetch ", options_.prefetch())};
+  std::vector<std::string> descriptions{comm::detail::str(
+      "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
+      options_.prefetch(), ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
+      options_.param_dtype() ? comm::detail::dtype_name(*options_.param_dtype()) : "none")};
   for (size_t u = 0; u < plan.names.size(); ++u) {
     descriptions.push_back(plan.names[u] + ": " +
                            comm::detail::str(plan.parameters[u].size(), " parameters"));
@@ -138,9 +140,9 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   gathered_ = std::make_shared<detail::GatheredBytes>();
   std::vector<std::unique_ptr<detail::ShardedUnit>> units;
   for (size_t u = 0; u < plan.names.size(); ++u) {
-    units.push_back(
-        std::make_unique<detail::ShardedUnit>(plan.names[u], std::move(plan.parameter_names[u]),
-                                              std::move(plan.parameters[u]), *group_, *gathered_));
+    units.push_back(std::make_unique<detail::ShardedUnit>(
+        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
+        *gathered_, options_.param_dtype()));
     // parameters() are the shards, which the optimizer steps.
     register_parameter("shard_" + std::to_string(u), units.back()->shard(),
                        units.back()->trainable());
@@ -170,6 +172,11 @@ FullyShardedDataParallelImpl::ActiveForward::ActiveForward(FullyShardedDataParal
 
 FullyShardedDataParallelImpl::ActiveForward::~ActiveForward() {
   active_forward = static_cast<FullyShardedDataParallelImpl*>(const_cast<void*>(previous_));
+}
+
+at::Tensor FullyShardedDataParallelImpl::cast_tensor(const at::Tensor& tensor) const {
+  if (!options_.param_dtype() || !tensor.defined() || !tensor.is_floating_point()) return tensor;
+  return tensor.to(*options_.param_dtype());
 }
 
 void FullyShardedDataParallelImpl::begin_forward() {

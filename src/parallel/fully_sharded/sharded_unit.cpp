@@ -25,7 +25,7 @@ void empty_storage(const at::Tensor& tensor) {
 
 ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
                          std::vector<at::Tensor> parameters, ProcessGroup& group,
-                         GatheredBytes& gathered)
+                         GatheredBytes& gathered, std::optional<at::ScalarType> param_dtype)
     : name_(std::move(name)),
       names_(std::move(names)),
       parameters_(std::move(parameters)),
@@ -63,16 +63,20 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   const int64_t shard_numel = padded_numel_ / world;
 
   torch::NoGradGuard no_grad;
-  full_ = at::zeros({padded_numel_}, first.options().requires_grad(false));
+  at::Tensor flat = at::zeros({padded_numel_}, first.options().requires_grad(false));
   int64_t offset = 0;
   for (auto& p : parameters_) {
-    const int64_t n = p.numel();
-    full_.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
-    // The module keeps its parameter; its data is now a view of full_.
-    p.set_data(full_.narrow(0, offset, n).view(p.sizes()));
-    offset += n;
+    flat.narrow(0, offset, p.numel()).copy_(p.detach().reshape({-1}));
+    offset += p.numel();
   }
-  shard_ = full_.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
+  shard_ = flat.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
+  full_ = param_dtype ? flat.to(*param_dtype) : flat;
+  offset = 0;
+  for (auto& p : parameters_) {
+    // The module keeps its parameter; its data is now a view of full_.
+    p.set_data(full_.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
   shard_.set_requires_grad(trainable_);
   state_ = State::kGathered;
   gathered_.add(full_.numel() * full_.element_size());
@@ -97,7 +101,8 @@ void ShardedUnit::fill_storage(const at::Tensor& tensor) const {
 void ShardedUnit::gather_async() {
   if (state_ != State::kSharded) return;
   fill_storage(full_);
-  gather_ = group_.all_gather_async(full_, shard_.detach());
+  gather_input_ = shard_.detach().to(full_.scalar_type());
+  gather_ = group_.all_gather_async(full_, gather_input_);
   state_ = State::kGathering;
 }
 
@@ -106,6 +111,7 @@ void ShardedUnit::wait_gathered() {
   if (state_ == State::kGathering) {
     gather_->wait();
     gather_.reset();
+    gather_input_ = at::Tensor();
     state_ = State::kGathered;
   }
 }
@@ -143,8 +149,9 @@ bool ShardedUnit::gradient_arrived() { return ++arrived_ == trainable_count_; }
 void ShardedUnit::reduce_async() {
   if (!trainable_ || reduced()) return;
   prepare_gradients();  // a unit no gradient reached reduces zeros, as every rank must
-  reduced_grad_ = at::empty({padded_numel_ / group_.size()}, full_.options());
-  reduction_ = group_.reduce_scatter_async(reduced_grad_, full_grad_);
+  reduced_grad_ = at::empty({padded_numel_ / group_.size()}, shard_.options().requires_grad(false));
+  reduce_input_ = full_grad_.to(shard_.scalar_type());
+  reduction_ = group_.reduce_scatter_async(reduced_grad_, reduce_input_);
 }
 
 void ShardedUnit::finish_reduction() {
@@ -161,6 +168,7 @@ void ShardedUnit::finish_reduction() {
     grad = reduced_grad_;
   }
   reduced_grad_ = at::Tensor();
+  reduce_input_ = at::Tensor();
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
   gathered_.add(-full_grad_.numel() * full_grad_.element_size());
   full_grad_ = at::Tensor();

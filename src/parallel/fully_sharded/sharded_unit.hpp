@@ -34,6 +34,12 @@ namespace ddp::parallel::detail {
 // AccumulateGrad adds into in place; once every trainable parameter's
 // gradient has arrived the buffer is reduce-scattered into this rank's
 // shard, averaged, and freed.
+// With a param_dtype (mixed precision) the full buffer, and so the module's
+// parameters and their gradients, are in that dtype (bf16, fp16): the shard
+// is cast for the all-gather and the full gradient cast back to the
+// shard's dtype (fp32) for the reduce-scatter, so the masters and the
+// reduction stay in fp32, as FSDP's MixedPrecisionPolicy(param_dtype,
+// reduce_dtype=fp32).
 /// Bytes of full parameters and gradients the units hold at once: now, and
 /// the most since reset (FullyShardedDataParallel::memory()).
 struct GatheredBytes {
@@ -50,7 +56,8 @@ class ShardedUnit {
   /// Takes `parameters` (the unit's, registration order, named `names`)
   /// into the flat layout; they must share one dtype and device.
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
-              ProcessGroup& group, GatheredBytes& gathered);
+              ProcessGroup& group, GatheredBytes& gathered,
+              std::optional<at::ScalarType> param_dtype = std::nullopt);
 
   const std::string& name() const { return name_; }
   /// This rank's shard: a leaf the optimizer steps, its .grad the averaged
@@ -109,6 +116,8 @@ class ShardedUnit {
   at::Tensor full_;       // the flat full parameters; storage emptied when sharded
   at::Tensor full_grad_;  // the flat full gradient, only during the unit's backward
   at::Tensor reduced_grad_;
+  at::Tensor gather_input_;  // the shard in the gathered dtype, until the gather ends
+  at::Tensor reduce_input_;  // the full gradient in the shard's dtype, until the reduction ends
   State state_ = State::kSharded;
   std::optional<Work> gather_;
   std::optional<Work> reduction_;
