@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
     fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(
         net, ddp::FullyShardedDataParallelOptions().prefetch(way == "fsdp" ? 1 : 0), group);
   } else if (way != "zero2") {
-    std::fprintf(stderr, "fsdp_bench: --way %s is not one of ddp, zero1, zero2, fsdp, fsdp-no-prefetch\n",
+    std::fprintf(stderr,
+                 "fsdp_bench: --way %s is not one of ddp, zero1, zero2, fsdp, fsdp-no-prefetch\n",
                  way.c_str());
     return 2;
   }
@@ -154,7 +155,8 @@ int main(int argc, char** argv) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (step > 0) times.push_back(ms);
     held = std::max(held, storage_bytes(held_tensors(counted_parameters, optimizer)));
-    if (fsdp_model) peak_gathered = std::max(peak_gathered, (*fsdp_model)->memory().peak_gathered_bytes);
+    if (fsdp_model)
+      peak_gathered = std::max(peak_gathered, (*fsdp_model)->memory().peak_gathered_bytes);
   }
   std::sort(times.begin(), times.end());
   held = largest_across_ranks(held, *group);
@@ -164,9 +166,10 @@ int main(int argc, char** argv) {
     std::printf(
         "way=%s ranks=%d backend=%s parameters=%lld held_bytes=%lld peak_gathered_bytes=%lld "
         "peak_rss_bytes=%lld step_ms=%.1f\n",
-        way.c_str(), group->size(), group->backend_name().c_str(), static_cast<long long>(parameters),
-        static_cast<long long>(held), static_cast<long long>(peak_gathered),
-        static_cast<long long>(rss), times[times.size() / 2]);
+        way.c_str(), group->size(), group->backend_name().c_str(),
+        static_cast<long long>(parameters), static_cast<long long>(held),
+        static_cast<long long>(peak_gathered), static_cast<long long>(rss),
+        times[times.size() / 2]);
   }
   return 0;
 }
