@@ -12,7 +12,8 @@
 #      prefetch and without.
 #
 # Usage: benchmarks/fsdp_bench.sh
-# Environment: RANKS ("1 2 4"), STEPS (3), WIDTH (3200), LAYERS (5),
+# Environment: PARTS ("memory speed"), RANKS ("1 2 4"), STEPS (3; the
+# median of these, after one untimed), WIDTH (3200), LAYERS (5),
 # DDP_BUILD_DIR (build), JOBS (2).
 set -euo pipefail
 
@@ -34,6 +35,8 @@ run() {  # run RANKS WAY BACKEND: the result line of rank 0
 }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 
+parts=${PARTS:-memory speed}
+if [[ $parts == *memory* ]]; then
 echo
 echo "memory: parameters, gradients and AdamW state per rank (MiB), Gloo"
 printf '%-5s %-8s %12s %12s %8s %14s %12s %12s\n' ranks way held formula ratio peak_gathered bound peak_rss
@@ -58,6 +61,9 @@ for ranks in ${RANKS:-1 2 4}; do
   done
 done
 
+fi
+
+if [[ $parts == *speed* ]]; then
 echo
 echo "step time, 2 ranks (median ms)"
 printf '%-8s %-18s %10s\n' backend way step_ms
@@ -67,3 +73,4 @@ for backend in shm gloo; do
     printf '%-8s %-18s %10s\n' "$backend" "$way" "$(field "$line" step_ms)"
   done
 done
+fi
