@@ -1,0 +1,67 @@
+"""PyTorch's side of benchmarks/fsdp_bench.sh: FSDP2 (fully_shard; WAY=fsdp1:
+FSDP1's FullyShardedDataParallel) on the
+same MLP (Linear layers of WIDTH, Tanh between, each Linear one unit, the
+root the whole model), AdamW in fp32, on CPU over Gloo. Run under torchrun;
+rank 0 prints one key=value line, or the error PyTorch gave."""
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    width = int(os.environ.get("WIDTH", "3200"))
+    layers = int(os.environ.get("LAYERS", "5"))
+    steps = int(os.environ.get("STEPS", "3"))
+    batch = int(os.environ.get("BATCH", "8"))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        from torch.distributed.fsdp import fully_shard  # PyTorch 2.6
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    torch.manual_seed(1)
+    modules = []
+    for k in range(layers):
+        modules.append(torch.nn.Linear(width, width))
+        if k + 1 < layers:
+            modules.append(torch.nn.Tanh())
+    model = torch.nn.Sequential(*modules)
+    way = os.environ.get("WAY", "fsdp2")
+    try:
+        if way == "fsdp1":  # FSDP1's wrapper, each Linear a unit
+            from torch.distributed.fsdp import FullyShardedDataParallel
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+            model = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}))
+        else:
+            for module in model:
+                if isinstance(module, torch.nn.Linear):
+                    fully_shard(module)
+            fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        times = []
+        for step in range(steps + 1):
+            x, y = torch.randn(batch, width), torch.randn(batch, width)
+            start = time.perf_counter()
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            if step > 0:
+                times.append((time.perf_counter() - start) * 1000)
+        if rank == 0:
+            print(f"way=pytorch-{way} ranks={dist.get_world_size()} step_ms={statistics.median(times):.1f}")
+    except Exception as error:  # recorded, as the issue asks, when it cannot run
+        if rank == 0:
+            print(f"way=pytorch-{way} error={type(error).__name__}: {str(error).splitlines()[0]}")
+        sys.exit(1)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
