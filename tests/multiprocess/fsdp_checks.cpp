@@ -198,6 +198,7 @@ class FsdpChecker {
     accumulation_and_clipping();
     unused_branch();
     mixed_precision();
+    bad_param_dtype();
     mismatch();
     return checks_.failed();
   }
@@ -520,6 +521,20 @@ class FsdpChecker {
                                        "shard gradient float32"};
     checks_.check(fsdp_check::kMixedPrecisionDtypes, seen == wanted,
                   "saw " + c10::Join(", ", std::vector<std::string>(seen.begin(), seen.end())));
+  }
+
+  void bad_param_dtype() {
+    std::string message;
+    try {
+      FullyShardedDataParallel model(
+          make_mlp(1), FullyShardedDataParallelOptions().param_dtype(torch::kInt), group_);
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    checks_.check(fsdp_check::kBadParamDtype,
+                  message.find("param_dtype is int32; mixed precision gathers the units in a "
+                               "floating-point dtype") != std::string::npos,
+                  message.empty() ? "no ConfigError" : message);
   }
 
   void mismatch() {

@@ -45,6 +45,7 @@ inline const std::string kMixedPrecision =
     "bf16 param_dtype stays within bf16's precision of one process in fp32, and is not fp32";
 inline const std::string kMixedPrecisionDtypes =
     "bf16 param_dtype gathers in bf16, reduces in fp32, keeps fp32 shards and gradients";
+inline const std::string kBadParamDtype = "an integer param_dtype is a ConfigError naming it";
 inline const std::string kUnitMismatch = "a unit that differs between ranks is named on every rank";
 }  // namespace fsdp_check
 
@@ -69,6 +70,7 @@ inline std::set<std::string> fsdp_check_names() {
           kUnusedBranch,
           kMixedPrecision,
           kMixedPrecisionDtypes,
+          kBadParamDtype,
           kUnitMismatch};
 }
 

@@ -116,6 +116,12 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     throw ConfigError(comm::detail::str(kWho, ": prefetch is ", options_.prefetch(),
                                         "; it must be 0 (no prefetch) or more units."));
   }
+  if (options_.param_dtype() && !at::isFloatingType(*options_.param_dtype())) {
+    throw ConfigError(comm::detail::str(
+        kWho, ": param_dtype is ", comm::detail::dtype_name(*options_.param_dtype()),
+        "; mixed precision gathers the units in a floating-point dtype: use torch::kBFloat16 or "
+        "torch::kHalf, or leave it unset."));
+  }
   UnitPlan plan = plan_units(module_, options_.wrap_policy());
   std::vector<std::string> descriptions{comm::detail::str(
       "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
