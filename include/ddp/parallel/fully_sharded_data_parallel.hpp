@@ -177,7 +177,7 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
     ActiveForward& operator=(const ActiveForward&) = delete;
 
    private:
-    const void* previous_;
+    FullyShardedDataParallelImpl* previous_;
   };
 
   template <typename... Args>

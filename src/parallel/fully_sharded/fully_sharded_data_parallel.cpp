@@ -176,9 +176,7 @@ FullyShardedDataParallelImpl::ActiveForward::ActiveForward(FullyShardedDataParal
   owner.begin_forward();
 }
 
-FullyShardedDataParallelImpl::ActiveForward::~ActiveForward() {
-  active_forward = static_cast<FullyShardedDataParallelImpl*>(const_cast<void*>(previous_));
-}
+FullyShardedDataParallelImpl::ActiveForward::~ActiveForward() { active_forward = previous_; }
 
 at::Tensor FullyShardedDataParallelImpl::cast_tensor(const at::Tensor& tensor) const {
   if (!options_.param_dtype() || !tensor.defined() || !tensor.is_floating_point()) return tensor;

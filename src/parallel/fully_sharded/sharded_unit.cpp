@@ -64,29 +64,27 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
 
   torch::NoGradGuard no_grad;
   at::Tensor flat = at::zeros({padded_numel_}, first.options().requires_grad(false));
-  int64_t offset = 0;
-  for (auto& p : parameters_) {
-    flat.narrow(0, offset, p.numel()).copy_(p.detach().reshape({-1}));
-    offset += p.numel();
-  }
+  const auto places = views_into(flat);
+  for (size_t i = 0; i < parameters_.size(); ++i) places[i].copy_(parameters_[i].detach());
   shard_ = flat.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
   full_ = param_dtype ? flat.to(*param_dtype) : flat;
-  offset = 0;
-  for (auto& p : parameters_) {
-    // The module keeps its parameter; its data is now a view of full_.
-    p.set_data(full_.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
-  }
+  // The module keeps its parameters; their data are now views of full_.
+  const auto views = views_into(full_);
+  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].set_data(views[i]);
   shard_.set_requires_grad(trainable_);
   state_ = State::kGathered;
   gathered_.add(full_.numel() * full_.element_size());
   reshard();
 }
 
-std::string ShardedUnit::describe() const {
-  return comm::detail::str(name_, ": ", parameters_.size(), " parameters, ", numel_,
-                           " elements of ", comm::detail::dtype_name(full_.scalar_type()),
-                           trainable_ ? ", trainable" : ", frozen");
+std::vector<at::Tensor> ShardedUnit::views_into(const at::Tensor& flat) const {
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const auto& p : parameters_) {
+    views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return views;
 }
 
 void ShardedUnit::fill_storage(const at::Tensor& tensor) const {
@@ -132,15 +130,13 @@ void ShardedUnit::prepare_gradients() {
     full_grad_ = at::zeros({padded_numel_}, full_.options());
     gathered_.add(full_grad_.numel() * full_grad_.element_size());
   }
-  int64_t offset = 0;
-  for (auto& p : parameters_) {
-    const int64_t n = p.numel();
-    at::Tensor view = full_grad_.narrow(0, offset, n).view(p.sizes());
+  const auto views = views_into(full_grad_);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    at::Tensor& grad = parameters_[i].mutable_grad();
     // A gradient accumulated before (a unit whose outputs could not be
     // hooked) is kept.
-    if (p.grad().defined()) view.copy_(p.grad());
-    p.mutable_grad() = view;
-    offset += n;
+    if (grad.defined()) views[i].copy_(grad);
+    grad = views[i];
   }
 }
 

@@ -65,11 +65,7 @@ class ShardedUnit {
   const at::Tensor& shard() const { return shard_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
-  int64_t numel() const { return numel_; }
-  int64_t padded_numel() const { return padded_numel_; }
   bool trainable() const { return trainable_; }
-  /// "name: N parameters, numel M, dtype" for the agreement check.
-  std::string describe() const;
 
   /// Starts the all-gather of the full parameters, unless they are gathered
   /// or on their way.
@@ -93,8 +89,6 @@ class ShardedUnit {
   /// Waits for the reduction, adds the averaged shard into shard().grad(),
   /// frees the full gradient and detaches the parameters' .grad.
   void finish_reduction();
-  /// Whether prepare_gradients() ran in the current backward.
-  bool gradients_prepared() const { return gradients_prepared_; }
   bool reduced() const { return reduction_.has_value() || reduced_; }
   /// Forgets the backward's bookkeeping (after finish_reduction()).
   void end_backward();
@@ -102,6 +96,8 @@ class ShardedUnit {
  private:
   enum class State { kSharded, kGathering, kGathered };
   void fill_storage(const at::Tensor& tensor) const;
+  /// Each parameter's place in `flat` (a unit-sized buffer), in its shape.
+  std::vector<at::Tensor> views_into(const at::Tensor& flat) const;
 
   std::string name_;
   std::vector<std::string> names_;
