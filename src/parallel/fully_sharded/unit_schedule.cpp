@@ -157,13 +157,16 @@ void UnitSchedule::launch(int unit) {
   }
   u.reduce_async();
   u.reshard();
-  in_flight_.push_back(unit);
-  // One reduction in flight: the full gradients alive are the running
-  // unit's and the one being reduced (Note [The order of a sharded step]).
-  while (in_flight_.size() > 1) {
-    units_[in_flight_.front()]->finish_reduction();
-    in_flight_.pop_front();
-  }
+  // One reduction in flight once this one started: the full gradients alive
+  // are the running unit's and the one being reduced (Note [The order of a
+  // sharded step]).
+  finish_in_flight();
+  in_flight_ = unit;
+}
+
+void UnitSchedule::finish_in_flight() {
+  if (in_flight_ >= 0) units_[in_flight_]->finish_reduction();
+  in_flight_ = -1;
 }
 
 void UnitSchedule::end_backward() {
@@ -176,8 +179,7 @@ void UnitSchedule::end_backward() {
     return;
   }
   while (next_to_reduce_ >= 0) launch(next_to_reduce_--);
-  for (int unit : in_flight_) units_[unit]->finish_reduction();
-  in_flight_.clear();
+  finish_in_flight();
   for (auto& u : units_) u->end_backward();
   std::fill(ready_.begin(), ready_.end(), 0);
   next_to_reduce_ = static_cast<int>(units_.size()) - 1;

@@ -6,7 +6,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +74,7 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void gradient_arrived(int unit);
   void launch_ready();
   void launch(int unit);
+  void finish_in_flight();
   void end_backward();
   void exchange_usage();
   // With find_unused_units: whether unit `unit` will have no gradient on
@@ -96,7 +96,7 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   bool callback_queued_ = false;
   std::vector<char> ready_;
   int next_to_reduce_ = -1;
-  std::deque<int> in_flight_;
+  int in_flight_ = -1;  // the unit whose reduction is running, or -1
 };
 
 }  // namespace ddp::parallel::detail
