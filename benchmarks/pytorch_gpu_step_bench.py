@@ -4,13 +4,22 @@ benchmarks/gpu_step_bench.cpp (see its Note [Same work as the Python side]),
 with torch.nn.parallel.DistributedDataParallel at world size 1 on NCCL for
 mode ddp (ddp-view: with gradient_as_bucket_view; graphed: DDP with the
 whole step captured in a CUDA graph as PyTorch's documentation of CUDA
-graphs shows for DDP, fp32 only). One process, every
+graphs shows for DDP, fp32 only). Every DDP has broadcast_buffers=False:
+PyTorch's default broadcasts BatchNorm's running statistics at every
+forward, even at world size 1, where ddp's DDP skips it (the C++ side's
+Note [Buffers broadcast on neither side]). One process, every
 configuration; one line each, with the peak of allocated GPU memory over the
 timed steps:
 
   result side=pytorch model=... precision=... mode=... step_ms=... loss=... peak_mib=...
+      broadcast_buffers=0 torch=...
 
   python3 benchmarks/pytorch_gpu_step_bench.py --models convnet,resnet18
+
+--profile PATH (one configuration only) then profiles --profile-steps more
+steps with torch.profiler (CPU and CUDA), writes the Chrome trace to PATH
+and prints the operators by device time and by self CPU time, as the C++
+side's --profile does for ddp.
 
 --device cpu runs the same loops on the CPU (Gloo for mode ddp), for a smoke
 test on a machine without a GPU.
@@ -133,7 +142,7 @@ def run_configuration(args, model_name, precision, mode, images, labels, device)
     if mode in ("ddp", "ddp-view"):
         model = nn.parallel.DistributedDataParallel(
             net, device_ids=[device.index or 0] if device.type == "cuda" else None,
-            gradient_as_bucket_view=mode == "ddp-view")
+            broadcast_buffers=False, gradient_as_bucket_view=mode == "ddp-view")
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
@@ -158,7 +167,37 @@ def run_configuration(args, model_name, precision, mode, images, labels, device)
             optimizer.step()
 
     step_ms, peak_mib = time_steps(args, resnet, step, device)
+    if args.profile:
+        profile_steps(args, step, device)
     return step_ms, loss.item(), peak_mib
+
+
+def profile_steps(args, step, device):
+    """After the timed steps (so that the profiler's cost is in no timing):
+    --profile-steps steps under torch.profiler, the Chrome trace written to
+    --profile, and the tables."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    synchronize(device)
+    with torch.profiler.profile(activities=activities) as profiler:
+        start = time.perf_counter()
+        for _ in range(args.profile_steps):
+            step()
+        synchronize(device)
+        wall_ms = 1e3 * (time.perf_counter() - start)
+    profiler.export_chrome_trace(args.profile)
+    print(f"profile: Chrome trace written to {args.profile}")
+    print(f"profile: {args.profile_steps} steps, {wall_ms / args.profile_steps:.3f} ms per step "
+          "with the profiler on")
+    averages = profiler.key_averages()
+    # PyTorch 2.4 renamed the CUDA columns to device ones.
+    device_key = ("device_time_total" if averages and hasattr(averages[0], "device_time_total")
+                  else "cuda_time_total")
+    print(f"\nTop 15 by total device (CUDA) time, over the {args.profile_steps} profiled steps")
+    print(averages.table(sort_by=device_key, row_limit=15))
+    print(f"Top 15 by self CPU time, over the {args.profile_steps} profiled steps")
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=15), flush=True)
 
 
 def run_graphed(args, resnet, net, optimizer, batches, device):
@@ -171,7 +210,8 @@ def run_graphed(args, resnet, net, optimizer, batches, device):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        model = nn.parallel.DistributedDataParallel(net, device_ids=[device.index or 0])
+        model = nn.parallel.DistributedDataParallel(net, device_ids=[device.index or 0],
+                                                    broadcast_buffers=False)
         for _ in range(11):
             optimizer.zero_grad(set_to_none=True)
             F.cross_entropy(model(static_x), static_y).backward()
@@ -207,6 +247,10 @@ def main():
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--profile", default="",
+                        help="after the timed steps of the one configuration given, profile more "
+                             "steps with torch.profiler and write the Chrome trace to this path")
+    parser.add_argument("--profile-steps", type=int, default=20)
     parser.add_argument("--print-params", action="store_true",
                         help="print each model's parameter count and exit")
     args = parser.parse_args()
@@ -214,6 +258,11 @@ def main():
         for name, make in (("convnet", ConvNet), ("resnet18", ResNet18)):
             print(f"params {name} {sum(p.numel() for p in make().parameters())}")
         return 0
+    if args.profile and len(args.models.split(",")) * len(args.precisions.split(",")) * \
+            len(args.modes.split(",")) != 1:
+        print("error: --profile profiles one configuration: give one each of --models, "
+              "--precisions and --modes", file=sys.stderr)
+        return 2
     device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device is visible", file=sys.stderr)
@@ -240,7 +289,7 @@ def main():
                 print(f"result side=pytorch model={model} precision={precision} mode={mode} "
                       f"batch={batch} steps={steps} step_ms={step_ms:.4f} "
                       f"images_per_s={1e3 * batch / step_ms:.1f} loss={loss:.4f} peak_mib={peak_mib:.1f} "
-                      f"torch={torch.__version__}", flush=True)
+                      f"broadcast_buffers=0 torch={torch.__version__}", flush=True)
     dist.destroy_process_group()
     return 0
 
