@@ -7,11 +7,18 @@
 // and optimizer state (distinct storages, counted after the step, when all
 // three are alive; the largest over the ranks), FSDP's peak of full
 // parameters and gradients, the peak RSS (the largest over the ranks), and
-// the median step time.
+// the median step time. With --device cuda the model, the batches and so
+// every state live on the GPU, and the line adds the CUDA caching
+// allocator's peak of allocated bytes over the timed steps (the largest
+// over the ranks; -1 where this build has no CUDA).
 
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -77,6 +84,22 @@ int64_t peak_rss_bytes() {
 
 torch::optim::AdamWOptions adamw_options() { return torch::optim::AdamWOptions(1e-4); }
 
+// The CUDA caching allocator's peak of allocated bytes since the last reset
+// (both pools); -1 without CUDA in this build.
+void reset_cuda_peak([[maybe_unused]] const torch::Device& device) {
+#ifdef USE_C10D_NCCL
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+}
+int64_t cuda_peak_bytes([[maybe_unused]] const torch::Device& device) {
+#ifdef USE_C10D_NCCL
+  if (device.is_cuda()) {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+  }
+#endif
+  return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,18 +107,25 @@ int main(int argc, char** argv) {
   std::string way = "fsdp";
   int steps = 3, layers = 5;
   int64_t width = 3200, batch = 8;
-  std::string backend = "gloo";
+  std::string backend = "gloo", device_name = "cpu";
   app.add_option("--way", way, "ddp, zero1, zero2, fsdp or fsdp-no-prefetch")->required();
   app.add_option("--steps", steps, "timed steps, after one untimed");
   app.add_option("--width", width, "width of each Linear layer");
   app.add_option("--layers", layers, "Linear layers (each one FSDP unit)");
   app.add_option("--batch", batch, "rows per rank and step");
-  app.add_option("--backend", backend, "gloo, shm or auto");
+  app.add_option("--backend", backend, "gloo, shm, nccl or auto");
+  app.add_option("--device", device_name, "cpu or cuda (every rank on cuda:0)");
   CLI11_PARSE(app, argc, argv);
 
   auto group = ddp::init(ddp::InitOptions().backend(backend));
   torch::manual_seed(2 + group->rank());
   auto net = make_model(width, layers);
+  const torch::Device device(device_name == "cuda" ? torch::Device(torch::kCUDA, 0)
+                                                   : torch::Device(device_name));
+  net->to(device);
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
   int64_t parameters = 0;
   for (const auto& p : net->parameters()) parameters += p.numel();
 
@@ -134,8 +164,11 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   int64_t held = 0, peak_gathered = 0;
   for (int step = 0; step <= steps; ++step) {
-    const at::Tensor x = torch::randn({batch, width}), y = torch::randn({batch, width});
+    const at::Tensor x = torch::randn({batch, width}, device),
+                     y = torch::randn({batch, width}, device);
     if (fsdp_model) (*fsdp_model)->reset_peak_memory();
+    sync();
+    if (step == 1) reset_cuda_peak(device);  // the first step made the optimizer's state
     const auto start = std::chrono::steady_clock::now();
     if (zero) {
       zero->zero_grad();
@@ -151,6 +184,7 @@ int main(int argc, char** argv) {
     } else {
       plain->step();
     }
+    sync();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (step > 0) times.push_back(ms);
@@ -162,14 +196,15 @@ int main(int argc, char** argv) {
   held = largest_across_ranks(held, *group);
   peak_gathered = largest_across_ranks(peak_gathered, *group);
   const int64_t rss = largest_across_ranks(peak_rss_bytes(), *group);
+  const int64_t cuda_peak = largest_across_ranks(cuda_peak_bytes(device), *group);
   if (group->rank() == 0) {
     std::printf(
         "way=%s ranks=%d backend=%s parameters=%lld held_bytes=%lld peak_gathered_bytes=%lld "
-        "peak_rss_bytes=%lld step_ms=%.1f\n",
+        "peak_rss_bytes=%lld cuda_peak_bytes=%lld device=%s step_ms=%.2f\n",
         way.c_str(), group->size(), group->backend_name().c_str(),
         static_cast<long long>(parameters), static_cast<long long>(held),
         static_cast<long long>(peak_gathered), static_cast<long long>(rss),
-        times[times.size() / 2]);
+        static_cast<long long>(cuda_peak), device.str().c_str(), times[times.size() / 2]);
   }
   return 0;
 }

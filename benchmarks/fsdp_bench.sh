@@ -9,19 +9,29 @@
 #      full parameters and gradients against the two largest units' worth;
 #      the peak RSS;
 #   2. step time with 2 ranks on shm and on Gloo: DDP, ZeRO-2, FSDP with
-#      prefetch and without.
+#      prefetch and without;
+#   3. (PARTS=pytorch) ddp's FSDP beside PyTorch's fully_shard (FSDP2) on the
+#      same model at world size 1: step time and, on a GPU, the CUDA caching
+#      allocator's peak.
+# With DEVICE=cuda (a GPU machine; every rank on cuda:0) the memory part adds
+# the caching allocator's peak of allocated bytes over the timed steps per
+# rank (1 rank over NCCL; more ranks share the one GPU over Gloo, which moves
+# CUDA tensors through the host), and the speed part runs 1 rank over NCCL.
 #
 # Usage: benchmarks/fsdp_bench.sh
-# Environment: PARTS ("memory speed"), RANKS ("1 2 4"), STEPS (3; the
-# median of these, after one untimed), WIDTH (3200), LAYERS (5),
-# DDP_BUILD_DIR (build), JOBS (2).
+# Environment: PARTS ("memory speed"; add "pytorch"), RANKS ("1 2 4"), STEPS
+# (3; the median of these, after one untimed), WIDTH (3200), LAYERS (5),
+# DEVICE (cpu), PYTHON (Debian's /usr/bin/python3), DDP_BUILD_DIR (build),
+# DDP_SKIP_BUILD (set: use the build as it is), JOBS (2).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DDP_BUILD_DIR:-$root/build}
 # shellcheck source=benchmarks/common.sh
 source "$root/benchmarks/common.sh"
-build_benchmarks fsdp_bench ddprun
+[[ -n ${DDP_SKIP_BUILD:-} ]] || build_benchmarks fsdp_bench ddprun
+python=${PYTHON:-$python}
+device=${DEVICE:-cpu}
 
 width=${WIDTH:-3200}
 layers=${LAYERS:-5}
@@ -31,20 +41,25 @@ echo "cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinf
 
 run() {  # run RANKS WAY BACKEND: the result line of rank 0
   "$build/bin/ddprun" --standalone --nproc-per-node "$1" "$build/bin/fsdp_bench" --way "$2" \
-    --backend "$3" --steps "${STEPS:-3}" --width "$width" --layers "$layers" | sed -n 's/^\[0\] //p'
+    --backend "$3" --device "$device" --steps "${STEPS:-3}" --width "$width" --layers "$layers" |
+    sed -n 's/^\[0\] //p'
 }
+# On a GPU one rank runs over NCCL; ranks sharing the GPU over Gloo.
+backend_for() { [[ $device == cuda && $1 -eq 1 ]] && echo nccl || echo gloo; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 
 parts=${PARTS:-memory speed}
 if [[ $parts == *memory* ]]; then
 echo
-echo "memory: parameters, gradients and AdamW state per rank (MiB), Gloo"
-printf '%-5s %-8s %12s %12s %8s %14s %12s %12s\n' ranks way held formula ratio peak_gathered bound peak_rss
+echo "memory: parameters, gradients and AdamW state per rank (MiB), on $device" \
+  "$([[ $device == cuda ]] && echo "(1 rank: NCCL; more: Gloo, the ranks sharing one GPU)" || echo "over Gloo")"
+printf '%-5s %-8s %12s %12s %8s %14s %12s %12s %12s\n' ranks way held formula ratio peak_gathered bound \
+  peak_rss cuda_peak
 unit=$((width * width + width))
 bound=$((2 * 2 * 4 * unit))  # two largest units, full parameters and gradients, fp32
 for ranks in ${RANKS:-1 2 4}; do
   for way in ddp zero1 zero2 fsdp; do
-    line=$(run "$ranks" "$way" gloo)
+    line=$(run "$ranks" "$way" "$(backend_for "$ranks")")
     psi=$(field "$line" parameters)
     case $way in
       ddp) formula=$((16 * psi)) ;;
@@ -54,10 +69,12 @@ for ranks in ${RANKS:-1 2 4}; do
     esac
     held=$(field "$line" held_bytes)
     gathered=$(field "$line" peak_gathered_bytes)
-    printf '%-5s %-8s %12s %12s %8s %14s %12s %12s\n' "$ranks" "$way" "$(mib "$held")" \
+    cuda_peak=$(field "$line" cuda_peak_bytes)
+    printf '%-5s %-8s %12s %12s %8s %14s %12s %12s %12s\n' "$ranks" "$way" "$(mib "$held")" \
       "$(mib "$formula")" "$(awk -v h="$held" -v f="$formula" 'BEGIN { printf "%.3f", h / f }')" \
       "$([[ $way == fsdp ]] && mib "$gathered" || echo -)" "$([[ $way == fsdp ]] && mib "$bound" || echo -)" \
-      "$(mib "$(field "$line" peak_rss_bytes)")"
+      "$(mib "$(field "$line" peak_rss_bytes)")" \
+      "$([[ ${cuda_peak:--1} -ge 0 ]] && mib "$cuda_peak" || echo -)"
   done
 done
 
@@ -65,12 +82,33 @@ fi
 
 if [[ $parts == *speed* ]]; then
 echo
-echo "step time, 2 ranks (median ms)"
+speed_ranks=2 speed_backends="shm gloo"
+[[ $device == cuda ]] && speed_ranks=1 speed_backends=nccl
+echo "step time, $speed_ranks rank(s) on $device (median ms)"
 printf '%-8s %-18s %10s\n' backend way step_ms
-for backend in shm gloo; do
+for backend in $speed_backends; do
   for way in ddp zero2 fsdp fsdp-no-prefetch; do
-    line=$(run 2 "$way" "$backend")
+    line=$(run "$speed_ranks" "$way" "$backend")
     printf '%-8s %-18s %10s\n' "$backend" "$way" "$(field "$line" step_ms)"
   done
 done
+fi
+
+if [[ $parts == *pytorch* ]]; then
+echo
+echo "ddp's FSDP and PyTorch's fully_shard (FSDP2), world size 1 on $device, the same model" \
+  "(each Linear a unit), AdamW fp32; median ms per step, peak allocated MiB"
+printf '%-22s %10s %12s\n' way step_ms cuda_peak
+line=$(run 1 fsdp "$(backend_for 1)")
+printf '%-22s %10s %12s\n' "ddp fsdp" "$(field "$line" step_ms)" \
+  "$(mib "$(field "$line" cuda_peak_bytes)")"
+line=$(DEVICE=$device WIDTH=$width LAYERS=$layers STEPS=${STEPS:-3} \
+  "$python" -m torch.distributed.run --standalone --nproc-per-node 1 \
+  "$root/benchmarks/pytorch_fsdp_bench.py" 2>&1 | grep -E '^way=' || true)
+if [[ $line == *error=* ]]; then
+  echo "pytorch fully_shard: ${line#*error=}"
+else
+  printf '%-22s %10s %12s\n' "pytorch fully_shard" "$(field " $line" step_ms)" \
+    "$(mib "$(field " $line" cuda_peak_bytes)")"
+fi
 fi

@@ -1,8 +1,10 @@
 """PyTorch's side of benchmarks/fsdp_bench.sh: FSDP2 (fully_shard; WAY=fsdp1:
 FSDP1's FullyShardedDataParallel) on the
 same MLP (Linear layers of WIDTH, Tanh between, each Linear one unit, the
-root the whole model), AdamW in fp32, on CPU over Gloo. Run under torchrun;
-rank 0 prints one key=value line, or the error PyTorch gave."""
+root the whole model), AdamW in fp32, on CPU over Gloo (DEVICE=cuda: on
+cuda:<local rank> over NCCL, with the CUDA caching allocator's peak of
+allocated bytes over the timed steps). Run under torchrun; rank 0 prints one
+key=value line, or the error PyTorch gave."""
 import os
 import statistics
 import sys
@@ -17,9 +19,18 @@ def main():
     layers = int(os.environ.get("LAYERS", "5"))
     steps = int(os.environ.get("STEPS", "3"))
     batch = int(os.environ.get("BATCH", "8"))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    device = torch.device(os.environ.get("DEVICE", "cpu"))
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank = dist.get_rank()
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     try:
         from torch.distributed.fsdp import fully_shard  # PyTorch 2.6
     except ImportError:
@@ -30,7 +41,7 @@ def main():
         modules.append(torch.nn.Linear(width, width))
         if k + 1 < layers:
             modules.append(torch.nn.Tanh())
-    model = torch.nn.Sequential(*modules)
+    model = torch.nn.Sequential(*modules).to(device)
     way = os.environ.get("WAY", "fsdp2")
     try:
         if way == "fsdp1":  # FSDP1's wrapper, each Linear a unit
@@ -46,15 +57,21 @@ def main():
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         times = []
         for step in range(steps + 1):
-            x, y = torch.randn(batch, width), torch.randn(batch, width)
+            x, y = torch.randn(batch, width, device=device), torch.randn(batch, width, device=device)
+            sync()
+            if step == 1 and device.type == "cuda":  # the first step made AdamW's state
+                torch.cuda.reset_peak_memory_stats(device)
             start = time.perf_counter()
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
             optimizer.step()
+            sync()
             if step > 0:
                 times.append((time.perf_counter() - start) * 1000)
         if rank == 0:
-            print(f"way=pytorch-{way} ranks={dist.get_world_size()} step_ms={statistics.median(times):.1f}")
+            peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1
+            print(f"way=pytorch-{way} ranks={dist.get_world_size()} device={device} "
+                  f"cuda_peak_bytes={peak} step_ms={statistics.median(times):.2f}")
     except Exception as error:  # recorded, as the issue asks, when it cannot run
         if rank == 0:
             print(f"way=pytorch-{way} error={type(error).__name__}: {str(error).splitlines()[0]}")

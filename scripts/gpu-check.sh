@@ -9,6 +9,8 @@
 #      other examples briefly on the GPU;
 #   4. runs the GPU benchmark (benchmarks/gpu_vs_pytorch.sh: ddp against PyTorch's
 #      DDP on the same GPU) and the operator count on CUDA (benchmarks/op_count.sh);
+#      stage fsdp: benchmarks/fsdp_bench.sh on CUDA (memory per rank with the
+#      caching allocator's peak, step time, PyTorch's fully_shard beside);
 #   5. with --full, builds everything else and runs the CPU test suite too;
 # and prints a short table last. --stages picks which of 2-4 run (the build
 # always does, and is a no-op when up to date), so that a GPU lent for two
@@ -17,7 +19,7 @@
 # made beforehand on a Debian machine by scripts/gpu-pack.sh.
 #
 # Usage: bash scripts/gpu-check.sh [--full] [--no-examples] [--rounds N] [--logs DIR]
-#                                  [--stages tests,examples,bench,opcount]
+#                                  [--stages tests,examples,bench,opcount,fsdp]
 # Environment: PYTHON (default python3, the one with torch), DDP_GPU_BUILD
 # (build directory, default build-gpu), DDP_GPU_TARGETS (the targets to build,
 # default all the GPU ones, the examples and ddprun).
@@ -28,7 +30,7 @@ pack="$root/.gpu-pack"
 build=${DDP_GPU_BUILD:-$root/build-gpu}
 python=${PYTHON:-python3}
 full=0
-stages=tests,examples,bench,opcount
+stages=tests,examples,bench,opcount,fsdp
 rounds=3
 logs="$build/logs"
 while [[ $# -gt 0 ]]; do
@@ -39,7 +41,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift ;;
     --logs) logs=$2; shift ;;
     *) echo "usage: scripts/gpu-check.sh [--full] [--no-examples] [--rounds N] [--logs DIR]" \
-         "[--stages tests,examples,bench,opcount]" >&2; exit 2 ;;
+         "[--stages tests,examples,bench,opcount,fsdp]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -112,6 +114,7 @@ targets=(gpu_tests gpu_test_worker gpu_step_bench ddprun)
 examples=(example_mnist_ddp example_toy_trainer example_lenet_dp example_horovod)
 targets+=("${examples[@]}")
 [[ -f "$root/benchmarks/op_count_bench.cpp" ]] && targets+=(op_count_bench)
+[[ -f "$root/benchmarks/fsdp_bench.cpp" ]] && targets+=(fsdp_bench)
 # DDP_GPU_TARGETS: a shorter list, for a rerun with little GPU time left.
 [[ -n "${DDP_GPU_TARGETS:-}" ]] && read -r -a targets <<<"$DDP_GPU_TARGETS"
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" -- -k 0 >>"$logs/build.txt" 2>&1
@@ -186,6 +189,15 @@ if wanted opcount && [[ -x "$build/bin/op_count_bench" && -f "$root/benchmarks/o
   note "operator count: exit $? ($(elapsed))"
 fi
 
+# FullyShardedDataParallel on CUDA beside DDP, ZeRO-1/2 and PyTorch's fully_shard.
+if wanted fsdp && [[ -x "$build/bin/fsdp_bench" && -f "$root/benchmarks/fsdp_bench.sh" ]]; then
+  stage_start=$(date +%s)
+  DDP_BUILD_DIR="$build" PYTHON="$python" DDP_SKIP_BUILD=1 DEVICE=cuda STEPS="${FSDP_STEPS:-10}" \
+    PARTS="${FSDP_PARTS:-memory speed pytorch}" timeout "${FSDP_TIMEOUT:-240}" \
+    bash "$root/benchmarks/fsdp_bench.sh" >"$logs/fsdp_bench.txt" 2>&1
+  note "FSDP benchmark on CUDA: exit $? ($(elapsed))"
+fi
+
 # --- 5. Everything else: the whole build and the CPU suite.
 full_rc=0
 if [[ $full -eq 1 ]]; then
@@ -205,6 +217,10 @@ fi
 echo
 echo "== GPU check summary"
 cat "$summary"
+if [[ -f "$logs/fsdp_bench.txt" ]]; then
+  echo
+  grep -v '^building' "$logs/fsdp_bench.txt" | tail -n 30
+fi
 if [[ -f "$logs/gpu_bench.txt" ]]; then
   echo
   sed -n '/^Step time/,$p' "$logs/gpu_bench.txt" | head -n 24

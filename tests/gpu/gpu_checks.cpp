@@ -62,13 +62,12 @@ at::Tensor mine(const at::Tensor& whole, int rank, int64_t per_rank = kPerRank) 
   return whole.narrow(0, rank * per_rank, per_rank);
 }
 
-// Training checks use exact float32: no TF32 in convolutions or matrix products.
+}  // namespace
+
 void exact_float32() {
   at::globalContext().setAllowTF32CuDNN(false);
   at::globalContext().setAllowTF32CuBLAS(false);
 }
-
-}  // namespace
 
 std::vector<c10::ScalarType> gpu_collective_dtypes() {
   return {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf, torch::kInt, torch::kLong};

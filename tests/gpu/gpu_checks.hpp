@@ -28,6 +28,10 @@ std::vector<std::pair<ReduceOp, std::string>> gpu_reduce_ops();
 /// "float32", "bfloat16", ...
 std::string dtype_label(c10::ScalarType dtype);
 
+/// Training checks use exact float32: no TF32 in convolutions or matrix
+/// products (cuDNN allows TF32 by default, which alone differs by 1e-3).
+void exact_float32();
+
 /// Every collective on CUDA tensors against its closed form: all-reduce with
 /// every op, broadcast from the last rank, all-gather, reduce-scatter, for
 /// every dtype; a barrier and an asynchronous all-reduce. Results must stay

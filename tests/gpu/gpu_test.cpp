@@ -20,6 +20,7 @@
 #include "common/named_checks.hpp"
 #include "ddp/parallel/data_parallel.hpp"
 #include "gpu/gpu_checks.hpp"
+#include "multiprocess/fsdp_checks.hpp"
 #include "multiprocess/harness.hpp"
 
 namespace ddp::testing {
@@ -154,6 +155,20 @@ TEST(GpuAmp, OptLevelsAndScalerOnTwoProcesses) {
 TEST(GpuSyncBatchNorm, TwoProcessesEqualBatchNormOnTheWholeBatch) {
   DDP_REQUIRE_GPU();
   expect_checks(run_gpu_ranks(2, "sync-batch-norm", "gloo"), sync_batch_norm_checks());
+}
+
+// FullyShardedDataParallel's checks (tests/multiprocess/fsdp_checks.cpp) on
+// CUDA tensors: NCCL at world size 1 (one rank per GPU), Gloo with two
+// ranks sharing the GPU.
+TEST(GpuFsdp, NcclAtWorldSizeOneMatchesOneProcess) {
+  DDP_REQUIRE_GPU();
+  DDP_REQUIRE_NCCL();
+  expect_checks(run_gpu_ranks(1, "fsdp", "nccl"), fsdp_check_names());
+}
+
+TEST(GpuFsdp, TwoProcessesOverGlooOnCudaTensorsMatchOneProcess) {
+  DDP_REQUIRE_GPU();
+  expect_checks(run_gpu_ranks(2, "fsdp", "gloo"), fsdp_check_names());
 }
 
 // Two replicas on one GPU (each on its own thread) train exactly as one

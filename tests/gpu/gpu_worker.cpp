@@ -1,7 +1,7 @@
 // gpu_test_worker: one rank of a GPU test, started N times by the harness
 // (tests/multiprocess/harness.hpp).
 //
-//   gpu_test_worker collectives|ddp|amp|sync-batch-norm|host-never-waits|captured-step BACKEND
+//   gpu_test_worker collectives|ddp|amp|sync-batch-norm|host-never-waits|captured-step|fsdp BACKEND
 //
 // Prints one "check <name>: ok|FAILED: ..." line per check and exits 0 when
 // none failed; on a ddp::Error prints "error: <message>" and exits with its
@@ -17,14 +17,16 @@
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "gpu/gpu_checks.hpp"
+#include "multiprocess/fsdp_checks.hpp"
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 2 ? argv[1] : "";
   if (scenario != "collectives" && scenario != "ddp" && scenario != "amp" &&
       scenario != "sync-batch-norm" && scenario != "host-never-waits" &&
-      scenario != "captured-step") {
+      scenario != "captured-step" && scenario != "fsdp") {
     std::cerr << "usage: gpu_test_worker "
-                 "collectives|ddp|amp|sync-batch-norm|host-never-waits|captured-step BACKEND\n";
+                 "collectives|ddp|amp|sync-batch-norm|host-never-waits|captured-step|fsdp "
+                 "BACKEND\n";
     return 2;
   }
   if (!torch::cuda::is_available()) {
@@ -35,7 +37,11 @@ int main(int argc, char** argv) {
     auto group =
         ddp::init(ddp::InitOptions().backend(argv[2]).collective_timeout(std::chrono::seconds(60)));
     ddp::testing::NamedChecks checks;
-    if (scenario == "collectives") {
+    int failed = 0;  // by checks that keep their own NamedChecks
+    if (scenario == "fsdp") {
+      ddp::testing::exact_float32();
+      failed = ddp::testing::check_fully_sharded(group, c10::Device(c10::kCUDA, 0));
+    } else if (scenario == "collectives") {
       checks.check("backend is " + std::string(argv[2]), group->backend_name() == argv[2],
                    "backend " + group->backend_name());
       ddp::testing::check_cuda_collectives(*group, checks);
@@ -51,9 +57,9 @@ int main(int argc, char** argv) {
       ddp::testing::check_cuda_sync_batch_norm(group, checks);
     }
     group->barrier();
-    std::cout << "rank " << group->rank() << ": " << checks.failed() << " check(s) failed"
-              << std::endl;
-    return checks.failed() == 0 ? 0 : 1;
+    failed += checks.failed();
+    std::cout << "rank " << group->rank() << ": " << failed << " check(s) failed" << std::endl;
+    return failed == 0 ? 0 : 1;
   } catch (const ddp::Error& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return static_cast<int>(ddp::exit_code_for(e));

@@ -154,11 +154,11 @@ OptimizerFactory adamw() {
 
 class FsdpChecker {
  public:
-  explicit FsdpChecker(const std::shared_ptr<ProcessGroup>& group)
-      : group_(group), rank_(group->rank()), world_(group->size()) {}
+  FsdpChecker(const std::shared_ptr<ProcessGroup>& group, c10::Device device)
+      : group_(group), rank_(group->rank()), world_(group->size()), device_(device) {}
 
   int run() {
-    const auto sgd_reference = reference(make_mlp(5), sgd());
+    const auto sgd_reference = reference(make_mlp(5), sgd());  // on device_, as every model
     auto [sgd_params, sizes_ok, freed] = train(make_mlp(5 + rank_), sgd(), {});
     checks_.close_all(fsdp_check::kSgd, sgd_params, sgd_reference, 1e-5);
     checks_.check(fsdp_check::kShardSizes, sizes_ok.empty(), sizes_ok);
@@ -186,7 +186,7 @@ class FsdpChecker {
     checks_.check(fsdp_check::kNoPrefetch, identical(unprefetched, adamw_params), "they differ");
 
     torch::manual_seed(8);
-    TwoLayer whole_reference;
+    TwoLayer whole_reference = on(TwoLayer());
     const auto whole_expected =
         reference_steps(*whole_reference, whole_reference->parameters(), sgd());
     torch::manual_seed(8 + rank_);
@@ -204,12 +204,19 @@ class FsdpChecker {
   }
 
  private:
+  // `module` moved to device_.
+  template <typename Module>
+  Module on(Module module) const {
+    module->to(device_);
+    return module;
+  }
+
   Tensor rows(const Tensor& whole, int rank) const {
     return rank < 0 ? whole : whole.narrow(0, rank * kSamplesPerRank, kSamplesPerRank);
   }
   Tensor batch(int step, int stream, int64_t features) const {
     torch::manual_seed(100 * stream + step);
-    return torch::randn({world_ * kSamplesPerRank, features});
+    return torch::randn({world_ * kSamplesPerRank, features}).to(device_);
   }
 
   // One process on the whole batch: the parameters after kShardedSteps.
@@ -228,6 +235,7 @@ class FsdpChecker {
     return result;
   }
   std::vector<Tensor> reference(nn::Sequential model, const OptimizerFactory& make_optimizer) {
+    on(model);
     return reference_steps(*model, model->parameters(), make_optimizer);
   }
 
@@ -237,6 +245,7 @@ class FsdpChecker {
   std::tuple<std::vector<Tensor>, std::string, std::string> train(
       WrappedModule module, const OptimizerFactory& make_optimizer,
       FullyShardedDataParallelOptions options, std::string* peak = nullptr) {
+    module.ptr()->to(device_);
     FullyShardedDataParallel model(module, options, group_);
     model->reset_peak_memory();
     auto optimizer = make_optimizer(model->parameters());
@@ -301,7 +310,7 @@ class FsdpChecker {
       for (auto& p : model[0]->parameters()) p.set_requires_grad(false);
       return model;
     };
-    auto reference_model = freeze(make_mlp(9));
+    auto reference_model = on(freeze(make_mlp(9)));
     const auto initial = reference_model[0]->parameters().front().detach().clone();
     std::vector<Tensor> trainable;
     for (const auto& p : reference_model->parameters()) {
@@ -321,13 +330,13 @@ class FsdpChecker {
   void transformer() {
     auto tokens = [&](int step) {
       torch::manual_seed(300 + step);
-      return torch::randint(0, 11, {world_ * kSamplesPerRank, 5});
+      return torch::randint(0, 11, {world_ * kSamplesPerRank, 5}).to(device_);
     };
     auto loss_of = [](const Tensor& logits, const Tensor& targets) {
       return torch::cross_entropy_loss(logits.reshape({-1, 11}), targets.reshape({-1}));
     };
     torch::manual_seed(12);
-    TinyLm reference;
+    TinyLm reference = on(TinyLm());
     // SGD, not Adam: the key part of the attention's in_proj_bias gets a
     // gradient that is zero but for rounding (softmax ignores a bias shared
     // by all keys), which Adam's normalisation would blow up to its full
@@ -340,7 +349,8 @@ class FsdpChecker {
     }
     torch::manual_seed(12 + rank_);
     FullyShardedDataParallel model(
-        TinyLm(), FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<BlockImpl>()), group_);
+        on(TinyLm()), FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<BlockImpl>()),
+        group_);
     auto optimizer = sgd()(model->parameters());
     for (int step = 0; step < kShardedSteps; ++step) {
       optimizer->zero_grad();
@@ -370,16 +380,16 @@ class FsdpChecker {
   void convnet() {
     auto images = [&](int step) {
       torch::manual_seed(400 + step);
-      return torch::randn({world_ * kSamplesPerRank, 1, 6, 6});
+      return torch::randn({world_ * kSamplesPerRank, 1, 6, 6}).to(device_);
     };
-    auto reference = make_cnn(13);
+    auto reference = on(make_cnn(13));
     auto reference_optimizer = sgd()(reference->parameters());
     for (int step = 0; step < kShardedSteps; ++step) {
       reference_optimizer->zero_grad();
       torch::mse_loss(reference->forward(images(step)), batch(step, 2, 5)).backward();
       reference_optimizer->step();
     }
-    auto local = make_cnn(13 + rank_);
+    auto local = on(make_cnn(13 + rank_));
     ddp::nn::convert_sync_batchnorm(local.ptr(), group_);
     FullyShardedDataParallel model(local, group_);
     auto optimizer = sgd()(model->parameters());
@@ -399,7 +409,7 @@ class FsdpChecker {
   // Steps of 3 micro-batches, the first 2 under no_sync(), then clipping
   // to 0.05 (below the gradients' norm, so it acts).
   void accumulation_and_clipping() {
-    auto reference = make_mlp(14);
+    auto reference = on(make_mlp(14));
     auto reference_optimizer = sgd()(reference->parameters());
     std::vector<double> expected_norms;
     for (int step = 0; step < 2; ++step) {
@@ -411,7 +421,7 @@ class FsdpChecker {
       expected_norms.push_back(torch::nn::utils::clip_grad_norm_(reference->parameters(), 0.05));
       reference_optimizer->step();
     }
-    FullyShardedDataParallel model(make_mlp(14 + rank_), group_);
+    FullyShardedDataParallel model(on(make_mlp(14 + rank_)), group_);
     auto optimizer = sgd()(model->parameters());
     auto counter = std::make_shared<ReduceScatterCounter>();
     group_->add_observer(counter);
@@ -452,7 +462,7 @@ class FsdpChecker {
   // One process: each rank's rows in turn, with its choice of branch.
   void unused_branch() {
     torch::manual_seed(15);
-    Branchy reference;
+    Branchy reference = on(Branchy());
     auto reference_optimizer = sgd()(reference->parameters());
     for (int step = 0; step < kShardedSteps; ++step) {
       reference_optimizer->zero_grad();
@@ -466,7 +476,7 @@ class FsdpChecker {
       reference_optimizer->step();
     }
     torch::manual_seed(15 + rank_);
-    Branchy local;
+    Branchy local = on(Branchy());
     FullyShardedDataParallel model(local,
                                    FullyShardedDataParallelOptions()
                                        .wrap_policy(wrap_by_type<nn::LinearImpl>())
@@ -490,7 +500,7 @@ class FsdpChecker {
     const auto expected = reference(make_mlp(17), sgd());
     auto dtypes = std::make_shared<CollectiveDtypes>();
     group_->add_observer(dtypes);
-    FullyShardedDataParallel model(make_mlp(17 + rank_),
+    FullyShardedDataParallel model(on(make_mlp(17 + rank_)),
                                    FullyShardedDataParallelOptions().param_dtype(torch::kBFloat16),
                                    group_);
     auto optimizer = sgd()(model->parameters());
@@ -527,7 +537,7 @@ class FsdpChecker {
     std::string message;
     try {
       FullyShardedDataParallel model(
-          make_mlp(1), FullyShardedDataParallelOptions().param_dtype(torch::kInt), group_);
+          on(make_mlp(1)), FullyShardedDataParallelOptions().param_dtype(torch::kInt), group_);
     } catch (const ConfigError& e) {
       message = e.what();
     }
@@ -540,7 +550,7 @@ class FsdpChecker {
   void mismatch() {
     std::string message;
     try {
-      FullyShardedDataParallel model(make_mlp(1, rank_ == world_ - 1 && world_ > 1 ? 14 : 13),
+      FullyShardedDataParallel model(on(make_mlp(1, rank_ == world_ - 1 && world_ > 1 ? 14 : 13)),
                                      group_);
       message = world_ == 1 ? "alone: nothing to differ" : "accepted";
     } catch (const InvalidArgumentError& e) {
@@ -555,14 +565,15 @@ class FsdpChecker {
   std::shared_ptr<ProcessGroup> group_;
   int rank_;
   int world_;
+  c10::Device device_;
   NamedChecks checks_;
   std::string peak_;
 };
 
 }  // namespace
 
-int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group) {
-  return FsdpChecker(group).run();
+int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group, c10::Device device) {
+  return FsdpChecker(group, device).run();
 }
 
 }  // namespace ddp::testing

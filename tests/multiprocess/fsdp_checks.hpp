@@ -4,6 +4,8 @@
 // run on each rank of a real process group by ddp_test_worker; each check
 // reported by name (tests/common/named_checks.hpp).
 
+#include <c10/core/Device.h>
+
 #include <memory>
 #include <set>
 #include <string>
@@ -12,8 +14,10 @@
 
 namespace ddp::testing {
 
-/// Runs every check below on `group`; returns how many failed.
-int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group);
+/// Runs every check below on `group`, the models and batches on `device`
+/// (the reference too: one process on the same device); returns how many
+/// failed. tests/gpu runs them on CUDA.
+int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group, c10::Device device = c10::kCPU);
 
 /// The names of check_fully_sharded()'s checks.
 namespace fsdp_check {
