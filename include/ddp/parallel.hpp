@@ -11,9 +11,11 @@
 #include "ddp/parallel/data_parallel.hpp"                // IWYU pragma: export
 #include "ddp/parallel/distributed_data_parallel.hpp"    // IWYU pragma: export
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"  // IWYU pragma: export
+#include "ddp/parallel/fully_sharded_state.hpp"          // IWYU pragma: export
 #include "ddp/parallel/fully_sharded_units.hpp"          // IWYU pragma: export
 #include "ddp/parallel/join.hpp"                         // IWYU pragma: export
 #include "ddp/parallel/output_tensors.hpp"               // IWYU pragma: export
 #include "ddp/parallel/powersgd_hook.hpp"                // IWYU pragma: export
 #include "ddp/parallel/wrapped_module.hpp"               // IWYU pragma: export
+#include "ddp/parallel/sharded_state.hpp"                // IWYU pragma: export
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"    // IWYU pragma: export

@@ -11,11 +11,10 @@
 #include "comm/byte_exchange.hpp"
 #include "comm/str.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "elastic/commit_layout.hpp"
 #include "snapshot/optimizer_state.hpp"
-#include "snapshot/zero_state.hpp"
+#include "snapshot/sharded_state.hpp"
 
 namespace ddp::elastic::detail {
 namespace {
@@ -80,7 +79,7 @@ std::string shard_name(int owner, int64_t commit) {
   return comm::detail::str("(rank ", owner, "'s shard of commit ", commit, ", in memory)");
 }
 
-// The old ranks whose shards rank `rank` keeps (Note [ZeRO shards in memory]).
+// The old ranks whose shards rank `rank` keeps (Note [Sharded state in memory]).
 std::set<int> kept_by(int rank, int size, int old_world) {
   if (size != old_world) {  // a new partition: it may overlap any old shard
     std::set<int> all;
@@ -92,10 +91,10 @@ std::set<int> kept_by(int rank, int size, int old_world) {
 
 }  // namespace
 
-ShardCommit commit_shards(const ZeroRedundancyOptimizer& zero, int64_t commit) {
-  ProcessGroup& group = zero.group();
+ShardCommit commit_shards(const parallel::ShardedState& sharded, int64_t commit) {
+  ProcessGroup& group = sharded.group();
   const int rank = group.rank(), size = group.size();
-  snapshot::detail::ZeroShardRecords records = snapshot::detail::zero_shard_records(zero);
+  snapshot::detail::ShardRecords records = snapshot::detail::shard_records(sharded);
   SnapshotFile own;
   own.path = shard_name(rank, commit);
   own.world_size = 1;
@@ -109,7 +108,7 @@ ShardCommit commit_shards(const ZeroRedundancyOptimizer& zero, int64_t commit) {
   if (size == 1) {
     pieces[0] = records.scalars.at("pieces");
   } else {
-    // Note [ZeRO shards in memory]: without point-to-point messages, every
+    // Note [Sharded state in memory]: without point-to-point messages, every
     // rank's shard reaches every rank; each keeps only its buddy's.
     const std::vector<std::string> everyone =
         comm::detail::all_gather_bytes(group, pack_shard(own));
@@ -124,7 +123,7 @@ ShardCommit commit_shards(const ZeroRedundancyOptimizer& zero, int64_t commit) {
     result.shards.emplace(
         buddy, unpack_shard(everyone[static_cast<size_t>(buddy)], shard_name(buddy, commit)));
   }
-  result.record = snapshot::detail::zero_record(zero, pieces);
+  result.record = snapshot::detail::shards_record(sharded, pieces);
   result.shards.emplace(rank, std::move(own));
   return result;
 }
@@ -152,10 +151,11 @@ ShardCommit sync_shards(ProcessGroup& group, const ShardCommit* mine, const json
     }
     if (source[static_cast<size_t>(s)] < 0) {
       throw SnapshotError(comm::detail::str(
-          "commit ", commit, " in memory lost rank ", s, "'s ZeroRedundancyOptimizer shard: ranks ",
-          s, " and ", (s + 1) % old_world, " of ", old_world,
-          ", which held its only copies, both failed; a ZeRO job that may lose two neighbouring "
-          "ranks must resume from snapshot files (SnapshotManager)"));
+          "commit ", commit, " in memory lost rank ", s, "'s ",
+          record.value("kind", "ZeroRedundancyOptimizer"), " shard: ranks ", s, " and ",
+          (s + 1) % old_world, " of ", old_world,
+          ", which held its only copies, both failed; a sharded job that may lose two "
+          "neighbouring ranks must resume from snapshot files (SnapshotManager)"));
     }
   }
   ShardCommit result;
@@ -183,14 +183,14 @@ ShardCommit sync_shards(ProcessGroup& group, const ShardCommit* mine, const json
   return result;
 }
 
-void restore_shards(const ShardCommit& shards, ZeroRedundancyOptimizer& zero) {
-  const snapshot::detail::ZeroImport import = snapshot::detail::prepare_zero_import(
-      comm::detail::str("commit ", shards.commit, " in memory"), shards.record, zero,
+void restore_shards(const ShardCommit& shards, parallel::ShardedState& sharded) {
+  const snapshot::detail::ShardImport import = snapshot::detail::prepare_shard_import(
+      comm::detail::str("commit ", shards.commit, " in memory"), shards.record, sharded,
       [&](int r) -> const SnapshotFile* {
         auto found = shards.shards.find(r);
         return found == shards.shards.end() ? nullptr : &found->second;
       });
-  snapshot::detail::import_optimizer(import.description, import.tensors, zero.local_optimizer());
+  snapshot::detail::apply_shard_import(import, sharded);
 }
 
 }  // namespace ddp::elastic::detail

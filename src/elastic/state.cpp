@@ -13,51 +13,27 @@
 #include "comm/str.hpp"
 #include "elastic/commit_layout.hpp"
 #include "elastic/shard_buddies.hpp"
+#include "snapshot/sharded_state.hpp"
+#include "snapshot/state_records.hpp"
 
 namespace ddp::elastic {
 namespace {
 
 using nlohmann::json;
 
-// The training state without its sharded optimizer while it lives: what
-// capture_training_state() and restore_training_state() see of a commit
-// (the shards travel apart, Note [ZeRO shards in memory]). The pointer is
-// only set aside, never followed: in sync() it may be a dead generation's.
-class ShardedOptimizerAside {
- public:
-  explicit ShardedOptimizerAside(snapshot::TrainingState& training)
-      : training_(training), zero_(training.zero_optimizer) {
-    training_.zero_optimizer = nullptr;
-  }
-  ~ShardedOptimizerAside() { training_.zero_optimizer = zero_; }
-  ShardedOptimizerAside(const ShardedOptimizerAside&) = delete;
-  ShardedOptimizerAside& operator=(const ShardedOptimizerAside&) = delete;
-
- private:
-  snapshot::TrainingState& training_;
-  ZeroRedundancyOptimizer* zero_;
-};
-
 }  // namespace
 
 State::State(snapshot::TrainingState& training) : training_(training) {}
 
+// The sharded part travels apart from the rest of a commit (Note [Sharded
+// state in memory]): capture_unsharded() and restore_unsharded() leave it out.
 void State::commit() {
-  ZeroRedundancyOptimizer* zero = training_.zero_optimizer;
-  if (zero != nullptr && training_.optimizer != nullptr) {
-    throw SnapshotError(
-        "cannot commit: the training state has both an optimizer and a zero_optimizer; set the "
-        "one in use");
-  }
-  std::optional<snapshot::SnapshotFile> captured;
-  {
-    ShardedOptimizerAside aside(training_);
-    captured = snapshot::capture_training_state(training_);
-  }
+  const parallel::ShardedState* sharded = snapshot::detail::sharded_part(training_);
+  std::optional<snapshot::SnapshotFile> captured = snapshot::detail::capture_unsharded(training_);
   std::shared_ptr<const detail::ShardCommit> shards;
-  if (zero != nullptr) {  // a collective over the optimizer's group
+  if (sharded != nullptr) {  // a collective over the sharded state's group
     shards =
-        std::make_shared<const detail::ShardCommit>(detail::commit_shards(*zero, commits_ + 1));
+        std::make_shared<const detail::ShardCommit>(detail::commit_shards(*sharded, commits_ + 1));
   }
   committed_ = std::move(captured);
   shards_ = std::move(shards);
@@ -67,19 +43,21 @@ void State::commit() {
 
 void State::restore() {
   if (!committed_) return;
-  if ((shards_ != nullptr) != (training_.zero_optimizer != nullptr)) {
+  parallel::ShardedState* sharded = snapshot::detail::sharded_part(training_);
+  if ((shards_ != nullptr) != (sharded != nullptr)) {
+    // The kind of shards the commit holds, or the kind the state points at.
+    const std::string kind =
+        shards_
+            ? shards_->record.value("kind", std::string("ZeroRedundancyOptimizer"))
+            : (training_.zero_optimizer ? "ZeroRedundancyOptimizer" : "FullyShardedDataParallel");
+    const char* field = kind == "ZeroRedundancyOptimizer" ? "zero_optimizer" : "fully_sharded";
     throw SnapshotError(comm::detail::str(
-        "cannot restore commit ", commits_, ": it holds ", shards_ ? "" : "no ",
-        "ZeroRedundancyOptimizer shards and TrainingState::zero_optimizer is ",
-        training_.zero_optimizer ? "set" : "null",
-        "; point zero_optimizer at this generation's optimizer exactly when the commits were "
-        "made with one"));
+        "cannot restore commit ", commits_, ": it holds ", shards_ ? "" : "no ", kind,
+        " shards and TrainingState::", field, " is ", sharded ? "set" : "null", "; point ", field,
+        " at this generation's exactly when the commits were made with one"));
   }
-  {
-    ShardedOptimizerAside aside(training_);
-    snapshot::restore_training_state(*committed_, training_);
-  }
-  if (shards_) detail::restore_shards(*shards_, *training_.zero_optimizer);
+  snapshot::detail::restore_unsharded(*committed_, training_);
+  if (shards_) detail::restore_shards(*shards_, *sharded);
 }
 
 // The sender describes its commit (the scalars record and every tensor's
@@ -124,11 +102,8 @@ std::optional<int> State::sync(ProcessGroup& group) {
 
   received.path = comm::detail::str("(commit ", *most, ", received from rank ", sender, ")");
   received.world_size = 1;  // a commit is one process's (capture_training_state)
-  {
-    ShardedOptimizerAside aside(training_);
-    snapshot::restore_training_state(received, training_, rank, size);
-    committed_ = snapshot::capture_training_state(training_);  // restore() comes back here
-  }
+  snapshot::detail::restore_unsharded(received, training_, rank, size);
+  committed_ = snapshot::detail::capture_unsharded(training_);  // restore() comes back here
   shards_ = std::move(shards);
   commits_ = *most;
   return sender;

@@ -24,7 +24,7 @@
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/state_records.hpp"
-#include "snapshot/zero_state.hpp"
+#include "snapshot/sharded_state.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::snapshot {
@@ -42,7 +42,7 @@ void warn(const std::string& message) { std::cerr << "ddp: warning: " << message
 // Writes `state` (and the gathered RNG states) as the next snapshot, or as
 // number `sequence` if it is not 0; rank 0.
 std::string write_snapshot(const SnapshotOptions& options, const TrainingState& state,
-                           const TensorMap& rng, const json& zero_record, int world_size,
+                           const TensorMap& rng, const json& sharded_record, int world_size,
                            uint64_t& sequence) {
   const std::string& dir = options.directory();
   std::error_code error;
@@ -50,7 +50,7 @@ std::string write_snapshot(const SnapshotOptions& options, const TrainingState& 
   std::string name = detail::snapshot_file_name(options.prefix(), sequence);
   std::string path = (fs::path(dir) / name).string();
 
-  detail::StateRecords records = detail::state_records(state, rng, zero_record, world_size);
+  detail::StateRecords records = detail::state_records(state, rng, sharded_record, world_size);
   const std::string scalars_text = detail::scalars_text(records.scalars);
   detail::SnapshotWriter writer((fs::path(dir) / ("." + name + ".tmp")).string());
   for (const auto& [key, tensor] : records.tensors) writer.add_tensor(key, tensor);
@@ -84,22 +84,19 @@ SnapshotManager::SnapshotManager(SnapshotOptions options, std::shared_ptr<Proces
 }
 
 std::string SnapshotManager::save(const TrainingState& state) {
-  if (state.optimizer && state.zero_optimizer) {
-    throw SnapshotError(
-        "the training state has both an optimizer and a zero_optimizer; set the one in use");
-  }
+  const parallel::ShardedState* sharded = detail::sharded_part(state);
   TensorMap rng;
   if (state.include_rng) rng = gather_rng_states(*group_);  // a collective: every rank
   uint64_t sequence = 0;
-  json zero_record;
-  if (state.zero_optimizer) {
-    zero_record = detail::save_zero_shards(options_, *group_, *state.zero_optimizer, sequence);
+  json sharded_record;
+  if (sharded != nullptr) {
+    sharded_record = detail::save_shards(options_, *group_, *sharded, sequence);
   }
   std::exception_ptr failure;
   std::string path;
   if (group_->rank() == 0) {
     try {
-      path = write_snapshot(options_, state, rng, zero_record, group_->size(), sequence);
+      path = write_snapshot(options_, state, rng, sharded_record, group_->size(), sequence);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -175,9 +172,15 @@ std::vector<std::string> SnapshotManager::list() const {
 
 SnapshotFile read_snapshot_file(const std::string& path) { return detail::read_snapshot(path); }
 
-void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank,
-                            int world_size) {
+namespace {
+
+// restore_training_state(), with its sharded part or without it
+// (detail::restore_unsharded()).
+void restore_state(const SnapshotFile& file, TrainingState& state, int rank, int world_size,
+                   bool with_shards) {
   auto fail = [&](const std::string& problem) { throw SnapshotError(file.path + ": " + problem); };
+  parallel::ShardedState* sharded = with_shards ? detail::sharded_part(state) : nullptr;
+  const char* sharded_key = sharded ? detail::sharded_record_key(*sharded) : "";
   const TensorMap& tensors = file.tensors;
   json scalars;
   int64_t epoch = 0, step_in_epoch = 0, samples_in_epoch = 0;
@@ -202,12 +205,17 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
           "the snapshot holds a ZeroRedundancyOptimizer's sharded state; resume it through "
           "TrainingState::zero_optimizer");
     }
+    if (state.optimizer && scalars.contains("fully_sharded")) {
+      fail(
+          "the snapshot holds a FullyShardedDataParallel's sharded state; resume it through "
+          "TrainingState::fully_sharded");
+    }
     if (state.optimizer && !scalars.contains("optimizer"))
       fail("the snapshot holds no optimizer state");
-    if (state.zero_optimizer && !scalars.contains("zero")) {
-      fail(
-          "the snapshot holds no sharded optimizer state (it was saved without "
-          "TrainingState::zero_optimizer)");
+    if (sharded && !scalars.contains(sharded_key)) {
+      fail(comm::detail::str("the snapshot holds no ", sharded_key,
+                             " sharded state (it was saved without TrainingState::",
+                             state.zero_optimizer ? "zero_optimizer" : "fully_sharded", ")"));
     }
     if (state.grad_scaler)
       scaler = detail::grad_scaler_from_json(scalars, *state.grad_scaler, file.path);
@@ -219,6 +227,7 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     if (!scalars.value("model", false)) fail("the snapshot holds no model");
     std::set<std::string> expected;
     for (bool parameters : {true, false}) {
+      if (parameters && state.fully_sharded) continue;  // in the shards
       auto items =
           parameters ? state.model->named_parameters(true) : state.model->named_buffers(true);
       std::string kind = parameters ? "parameter" : "buffer";
@@ -247,10 +256,8 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
   if (state.optimizer) {
     detail::check_optimizer(file.path, scalars.at("optimizer"), tensors, *state.optimizer);
   }
-  std::optional<detail::ZeroImport> zero;
-  if (state.zero_optimizer) {
-    zero = detail::prepare_zero_import(file.path, scalars.at("zero"), *state.zero_optimizer);
-  }
+  std::optional<detail::ShardImport> shards;
+  if (sharded) shards = detail::prepare_shard_import(file.path, scalars.at(sharded_key), *sharded);
   std::vector<std::pair<at::Generator, const at::Tensor*>> rng_states;
   std::optional<uint64_t> rng_seed;  // Note [Resuming at another world size]
   const bool resized = world_size != 0 && static_cast<uint32_t>(world_size) != file.world_size;
@@ -286,10 +293,7 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
     for (auto& [live, saved] : model_copies) live.copy_(*saved);
   }
   if (state.optimizer) detail::import_optimizer(scalars.at("optimizer"), tensors, *state.optimizer);
-  if (zero) {
-    detail::import_optimizer(zero->description, zero->tensors,
-                             state.zero_optimizer->local_optimizer());
-  }
+  if (shards) detail::apply_shard_import(*shards, *sharded);
   if (state.scheduler) detail::set_scheduler_step_count(*state.scheduler, scheduler_steps);
   if (state.grad_scaler) state.grad_scaler->load_state(scaler);
   state.epoch = epoch;
@@ -323,6 +327,18 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
       generator.set_current_seed(*rng_seed);
     }
   }
+}
+
+}  // namespace
+
+void restore_training_state(const SnapshotFile& file, TrainingState& state, int rank,
+                            int world_size) {
+  restore_state(file, state, rank, world_size, /*with_shards=*/true);
+}
+
+void detail::restore_unsharded(const SnapshotFile& file, TrainingState& state, int rank,
+                               int world_size) {
+  restore_state(file, state, rank, world_size, /*with_shards=*/false);
 }
 
 }  // namespace ddp::snapshot

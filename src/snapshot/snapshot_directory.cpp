@@ -40,12 +40,12 @@ std::optional<uint64_t> snapshot_sequence(const std::string& name, const std::st
   return std::stoull(digits);
 }
 
-std::string zero_shard_name(const std::string& main_name, int rank, int world) {
+std::string shard_file_name(const std::string& main_name, int rank, int world) {
   const std::string stem = main_name.substr(0, main_name.size() - (sizeof kExtension - 1));
   return comm::detail::str(stem, kShardTag, rank, "-of-", world, kExtension);
 }
 
-std::optional<uint64_t> zero_shard_sequence(const std::string& name, const std::string& prefix) {
+std::optional<uint64_t> shard_file_sequence(const std::string& name, const std::string& prefix) {
   const std::string head = prefix + "-";
   if (name.rfind(head, 0) != 0) return std::nullopt;
   const size_t tag = name.find(kShardTag, head.size());
@@ -99,10 +99,10 @@ void prune_snapshots(const snapshot::SnapshotOptions& options) {
     if (file.rfind(temp_head, 0) == 0 && file.size() > 4 &&
         file.compare(file.size() - 4, 4, ".tmp") == 0) {
       const std::string target = file.substr(1, file.size() - 5);
-      if (snapshot_sequence(target, prefix) || zero_shard_sequence(target, prefix)) {
+      if (snapshot_sequence(target, prefix) || shard_file_sequence(target, prefix)) {
         fs::remove(it->path(), ignored);
       }
-    } else if (auto shard = zero_shard_sequence(file, prefix); shard && kept.count(*shard) == 0) {
+    } else if (auto shard = shard_file_sequence(file, prefix); shard && kept.count(*shard) == 0) {
       fs::remove(it->path(), ignored);
     }
   }

@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal: the names of snapshot files in their directory (Note [What a
-// snapshot file is], Note [Sharded optimizer state in a snapshot] in
+// snapshot file is], Note [Sharded state in a snapshot] in
 // ddp/snapshot/snapshot_manager.hpp): finding them, numbering the next one,
 // and removing those past keep_last.
 
@@ -22,10 +22,10 @@ std::optional<uint64_t> snapshot_sequence(const std::string& name, const std::st
 
 /// `<prefix>-<sequence>.shard-<rank>-of-<world>.ddpsnap`, beside the main
 /// file `main_name` (`<prefix>-<sequence>.ddpsnap`).
-std::string zero_shard_name(const std::string& main_name, int rank, int world);
+std::string shard_file_name(const std::string& main_name, int rank, int world);
 
 /// The sequence number of a shard file of `prefix`, if `name` is one.
-std::optional<uint64_t> zero_shard_sequence(const std::string& name, const std::string& prefix);
+std::optional<uint64_t> shard_file_sequence(const std::string& name, const std::string& prefix);
 
 /// A main snapshot file in the directory.
 struct SnapshotCandidate {

@@ -10,6 +10,7 @@
 #include "snapshot/grad_scaler_state.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/rng_states.hpp"
+#include "snapshot/sharded_state.hpp"
 #include "snapshot/snapshot_format.hpp"
 
 namespace ddp::snapshot::detail {
@@ -17,7 +18,7 @@ namespace ddp::snapshot::detail {
 using nlohmann::json;
 
 StateRecords state_records(const snapshot::TrainingState& state,
-                           const std::map<std::string, at::Tensor>& rng, const json& zero_record,
+                           const std::map<std::string, at::Tensor>& rng, const json& sharded_record,
                            int world_size) {
   StateRecords records;
   records.scalars = {{"epoch", state.epoch},
@@ -31,10 +32,12 @@ StateRecords state_records(const snapshot::TrainingState& state,
                      {"torch_version", TORCH_VERSION}};
   json& scalars = records.scalars;
   auto& tensors = records.tensors;
-  if (state.model) {
+  if (state.model && state.fully_sharded == nullptr) {
     for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
       if (item.value().defined()) tensors.emplace_back("model/param/" + item.key(), item.value());
     }
+  }
+  if (state.model) {
     for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
       if (item.value().defined()) tensors.emplace_back("model/buffer/" + item.key(), item.value());
     }
@@ -49,7 +52,9 @@ StateRecords state_records(const snapshot::TrainingState& state,
                             {"step_count", scheduler_step_count(*state.scheduler)}};
   }
   if (state.grad_scaler) scalars["grad_scaler"] = grad_scaler_to_json(*state.grad_scaler);
-  if (!zero_record.is_null()) scalars["zero"] = zero_record;
+  if (!sharded_record.is_null()) {
+    scalars[sharded_record_key(*sharded_part(state))] = sharded_record;
+  }
   for (const auto& [key, tensor] : state.extra_tensors)
     tensors.emplace_back("extra/" + key, tensor);
   for (const auto& entry : rng) tensors.emplace_back(entry);
@@ -70,28 +75,37 @@ std::string scalars_text(const json& scalars) {
 namespace ddp::snapshot {
 
 SnapshotFile capture_training_state(const TrainingState& state) {
-  if (state.zero_optimizer) {
+  if (detail::sharded_part(state) != nullptr) {
     throw SnapshotError(
-        "capture_training_state: a ZeroRedundancyOptimizer's state is sharded across the ranks, "
-        "so one process cannot capture it (a lost rank's shard exists nowhere else); keep it in "
-        "snapshot files (SnapshotManager) instead");
+        "capture_training_state: a ZeroRedundancyOptimizer's or FullyShardedDataParallel's "
+        "state is sharded across the ranks, so one process cannot capture it (a lost rank's "
+        "shard exists nowhere else); keep it in snapshot files (SnapshotManager) or commit it "
+        "with elastic::State instead");
   }
+  return detail::capture_unsharded(state);
+}
+
+}  // namespace ddp::snapshot
+
+namespace ddp::snapshot::detail {
+
+SnapshotFile capture_unsharded(const TrainingState& state) {
   std::map<std::string, at::Tensor> rng;
   if (state.include_rng) {
-    for (auto& [device, generator] : detail::generators()) {
-      rng.emplace("rng/rank0/" + device, detail::generator_state(generator));
+    for (auto& [device, generator] : generators()) {
+      rng.emplace("rng/rank0/" + device, generator_state(generator));
     }
   }
-  detail::StateRecords records = detail::state_records(state, rng, nullptr, /*world_size=*/1);
+  StateRecords records = state_records(state, rng, nullptr, /*world_size=*/1);
   SnapshotFile file;
   file.path = "(in memory)";
-  file.format_version = detail::kSnapshotFormatVersion;
+  file.format_version = kSnapshotFormatVersion;
   file.world_size = 1;
   for (const auto& [name, tensor] : records.tensors) {
     file.tensors.emplace(name, tensor.detach().to(at::kCPU).clone());
   }
-  file.scalars_json = detail::scalars_text(records.scalars);
+  file.scalars_json = scalars_text(records.scalars);
   return file;
 }
 
-}  // namespace ddp::snapshot
+}  // namespace ddp::snapshot::detail

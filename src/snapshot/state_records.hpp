@@ -25,12 +25,24 @@ struct StateRecords {
 };
 
 /// The records of `state`, with the generator states `rng` (named
-/// rng/rank<r>/<device>), a sharded optimizer's `zero_record` (null: none)
-/// and the world size that wrote them.
+/// rng/rank<r>/<device>), its sharded part's record `sharded_record` (null:
+/// none; under sharded_record_key()) and the world size that wrote them.
+/// With fully_sharded, the model's parameters are left out (they live in
+/// the shards) and its buffers kept.
 /// \throws SnapshotError when the optimizer is not one snapshots support.
 StateRecords state_records(const snapshot::TrainingState& state,
                            const std::map<std::string, at::Tensor>& rng,
-                           const nlohmann::json& zero_record, int world_size);
+                           const nlohmann::json& sharded_record, int world_size);
+
+/// capture_training_state() without the sharded part (zero_optimizer's
+/// or fully_sharded's shards, which elastic::State commits apart).
+SnapshotFile capture_unsharded(const TrainingState& state);
+
+/// restore_training_state() without the sharded part: its record in `file`
+/// is not read, and with fully_sharded the model's parameters are not
+/// restored (elastic::State restores the shards apart).
+void restore_unsharded(const SnapshotFile& file, TrainingState& state, int rank = 0,
+                       int world_size = 0);
 
 /// The "scalars" record as text. \throws SnapshotError when the metadata is
 /// not valid UTF-8.

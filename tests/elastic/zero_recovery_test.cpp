@@ -2,7 +2,7 @@
 // toy-trainer workers train with SGD and momentum as ZeRO stage 1 (beside
 // DDP) or stage 2 (on the bare model), committing every 4 steps, so each
 // rank's shard of the momentum is kept by it and by the next rank (Note
-// [ZeRO shards in memory] in ddp/elastic/state.hpp). Rank 1 SIGKILLs
+// [Sharded state in memory] in ddp/elastic/state.hpp). Rank 1 SIGKILLs
 // itself; its replacement gets its shard from rank 2, the survivors keep
 // their processes, and the job ends bit-identical to an uninterrupted ZeRO
 // run of the same stage.

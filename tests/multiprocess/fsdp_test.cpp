@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include "common/auto_backend_name.hpp"
 #include "common/expect_checks.hpp"
+#include "common/temporary_directory.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/harness.hpp"
 
 namespace ddp::testing {
@@ -31,6 +34,54 @@ TEST_P(FsdpOnShm, MatchesSingleProcessTraining) {
 
 INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpOnShm, ::testing::Values(2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// The hierarchical backend (shm within each node, Gloo between the node
+// leaders), which `auto` picks when the ranks span several nodes: 4 ranks
+// as 2 nodes of 2, and 3 ranks as nodes of 2 and 1. Each rank says which
+// backend ran, so that a layout `auto` maps elsewhere cannot pass unnoticed.
+void expect_fsdp_on_hierarchical(const std::vector<launch::ChildResult>& results) {
+  expect_checks_per_rank(results, [](int) { return fsdp_check_names(); });
+  for (const auto& r : results) {
+    EXPECT_NE(r.output.find("backend=" + auto_backend_name("hierarchical(shm,gloo)")),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
+TEST(FsdpOnHierarchical, TwoNodesOfTwoMatchSingleProcessTraining) {
+  expect_fsdp_on_hierarchical(run_ranks(4, {"fsdp"}, on_nodes(2)));
+}
+
+TEST(FsdpOnHierarchical, UnevenNodesMatchSingleProcessTraining) {
+  // Node 0 holds ranks 0 and 1, node 1 rank 2.
+  auto layout = [](int rank, int world, int port) {
+    auto env = torchrun_environment(rank, world, port);
+    env["GROUP_RANK"] = rank < 2 ? "0" : "1";
+    env["LOCAL_RANK"] = std::to_string(rank < 2 ? rank : 0);
+    env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
+    return env;
+  };
+  expect_fsdp_on_hierarchical(run_ranks(3, {"fsdp"}, layout));
+}
+
+// Saved on 2 ranks, each writing its shard of the parameters and of the
+// optimizer state; resumed on 2 (bit for bit), 1 and 3 (re-sharded)
+// (fsdp_snapshot_checks.cpp).
+TEST(FsdpSnapshot, ResumesExactlyAndAtAnotherWorldSize) {
+  const TemporaryDirectory snapshots("ddp-fsdp-snapshot-");
+  const std::string directory = snapshots.string();
+  auto run = [&](int world, const std::string& phase) {
+    auto results = run_ranks(world, {"fsdp-snapshot", "--phase", phase, "--directory", directory,
+                                     "--backend", "gloo", "--collective-timeout-ms", "60000"});
+    for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
+    expect_checks_per_rank(results,
+                           [&](int rank) { return fsdp_snapshot_check_names(phase, rank, world); });
+  };
+  run(2, "save");
+  run(2, "resume");
+  run(1, "resume");
+  run(3, "resume");
+}
 
 }  // namespace
 }  // namespace ddp::testing

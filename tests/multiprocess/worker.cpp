@@ -26,6 +26,7 @@
 //   powersgd     the PowerSGD comm hook (2 ranks)
 //   zero         ZeroRedundancyOptimizer against plain DDP
 //   zero-snapshot  ZeroRedundancyOptimizer snapshots (--phase save|resume --directory D)
+//   fsdp-snapshot  FullyShardedDataParallel snapshots (--phase save|resume --directory D)
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
 //                and checks it against the Gloo one (tests/comm/shm/)
 //   stress       overlapping randomly sized collectives, each checked
@@ -51,6 +52,7 @@
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/join_checks.hpp"
 #include "multiprocess/powersgd_checks.hpp"
 #include "multiprocess/static_graph_checks.hpp"
@@ -210,7 +212,10 @@ int main(int argc, char** argv) {
        {"ddp",
         checking([](const Group& g, auto&) { return t::check_distributed_data_parallel(g); })},
        {"ddp-any-module", checking([](const Group& g, auto&) { return t::check_any_module(g); })},
-       {"fsdp", checking([](const Group& g, auto&) { return t::check_fully_sharded(g); })},
+       {"fsdp", checking([](const Group& g, auto&) {
+          std::cout << "backend=" << g->backend_name() << "\n";  // FsdpOnHierarchical reads it
+          return t::check_fully_sharded(g);
+        })},
        {"ddp-mismatch", on_group([](const Group& g, auto&) {
           t::wrap_mismatched_model(g);
           std::cout << "rank " << g->rank() << ": the mismatched model was accepted\n";
@@ -231,6 +236,9 @@ int main(int argc, char** argv) {
        {"zero", checking([](const Group& g, auto&) { return t::check_zero(g); })},
        {"zero-snapshot", checking([](const Group& g, const Arguments& args) {
           return t::check_zero_snapshot(g, args.phase, args.directory);
+        })},
+       {"fsdp-snapshot", checking([](const Group& g, const Arguments& args) {
+          return t::check_fsdp_snapshot(g, args.phase, args.directory);
         })},
        {"shm-vs-gloo", on_group([](const Group& g, const Arguments& args) {
           return run_shm_against_gloo(*g, args);

@@ -60,7 +60,7 @@
 /// With a ZeroRedundancyOptimizer, sync() cannot hand a rank its shard
 /// before the training function has made the optimizer over the new group:
 /// the function sets TrainingState::zero_optimizer and calls
-/// State::restore() when commits() > 0 (Note [ZeRO shards in memory] in
+/// State::restore() when commits() > 0 (Note [Sharded state in memory] in
 /// ddp/elastic/state.hpp).
 ///
 /// Note [A spare waits for a seat]

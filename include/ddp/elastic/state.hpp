@@ -16,11 +16,11 @@
 /// every few steps is cheap next to a step; what a failure costs is the
 /// steps since the last commit, which every rank runs again.
 ///
-/// Note [ZeRO shards in memory]
-/// With TrainingState::zero_optimizer, each rank holds a shard of the
-/// optimizer state that no other rank has, so commit() becomes a collective
-/// over the optimizer's group: every rank keeps its own shard and a copy of
-/// its buddy's, rank (r - 1) mod n's, so each shard lives on its owner and on
+/// Note [Sharded state in memory]
+/// With TrainingState::zero_optimizer (or fully_sharded: FSDP's parameters
+/// and optimizer state), each rank holds a shard of the state that no other
+/// rank has, so commit() becomes a collective over the shards' group: every rank keeps its own
+/// shard and a copy of its buddy's, rank (r - 1) mod n's, so each shard lives on its owner and on
 /// the next rank (as a snapshot's shard file holds it, without the file). It
 /// costs twice the shard's memory and, per commit, one all-gather of every
 /// rank's shard: without point-to-point messages in ProcessGroup each rank
@@ -64,11 +64,11 @@ class State {
   /// Copies the training state into memory, replacing the previous commit.
   /// Call it at the same point of the loop on every rank, after a step's
   /// collectives have completed (a commit of a half-done step is useless).
-  /// With a zero_optimizer it is a collective over that optimizer's group,
-  /// which keeps each shard on two ranks (Note [ZeRO shards in memory]);
+  /// With a zero_optimizer or fully_sharded it is a collective over its group,
+  /// which keeps each shard on two ranks (Note [Sharded state in memory]);
   /// otherwise it is local.
   /// \throws SnapshotError for an unsupported optimizer, or both an
-  ///   optimizer and a zero_optimizer.
+  ///   optimizer and a sharded part (zero_optimizer, fully_sharded).
   void commit();
 
   /// Puts the last commit back into the training state, exactly (the
@@ -86,7 +86,7 @@ class State {
   /// continue from one state. Each rank's generators are then seeded from
   /// the sender's CPU generator state and the rank (as a snapshot resumed at
   /// another world size seeds them). A collective: every rank calls it.
-  /// A commit with ZeRO shards also hands the shards on (Note [ZeRO shards
+  /// A commit with ZeRO shards also hands the shards on (Note [Sharded state
   /// in memory]); zero_optimizer is left alone (it may be the previous
   /// generation's, already gone) and takes its shard in restore().
   /// \returns the sender's rank, or nullopt when no rank has committed
@@ -112,7 +112,7 @@ class State {
  private:
   snapshot::TrainingState& training_;
   std::optional<snapshot::SnapshotFile> committed_;    // without the sharded optimizer
-  std::shared_ptr<const detail::ShardCommit> shards_;  // with a zero_optimizer
+  std::shared_ptr<const detail::ShardCommit> shards_;  // with a sharded part
   int64_t commits_ = 0;
   std::function<void()> on_commit_;
 };

@@ -155,6 +155,9 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
   /// The units, in forward order: their names.
   std::vector<std::string> unit_names() const;
+  /// The units' elements, without padding, in unit order (parameters()
+  /// holds each one's shard, padded to a multiple of the world size).
+  std::vector<int64_t> unit_numels() const;
   /// The module's parameters in full (copies), by name, gathered one unit
   /// at a time: no rank holds more than one unit's full parameters beyond
   /// its shards and the copies. For evaluation and export.

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ddp/parallel/join.hpp"
+#include "ddp/parallel/sharded_state.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel {
@@ -109,7 +110,7 @@ struct ZeroRedundancyOptimizerOptions {
 /// contributing ranks as the Join's divide_by_initial_world_size says.
 /// Call step() only in iterations that synchronize (stage 1: not after a
 /// no_sync() micro-batch).
-class ZeroRedundancyOptimizer : public Joinable {
+class ZeroRedundancyOptimizer : public Joinable, public ShardedState {
  public:
   /// \throws ConfigError for a null group, an unknown stage, a cap that is
   ///   not positive, backward_passes_per_step below 1 (or above 1 at stage
@@ -138,9 +139,9 @@ class ZeroRedundancyOptimizer : public Joinable {
   void zero_grad();
 
   /// The optimizer over this rank's shard (its param_groups hold the pieces).
-  torch::optim::Optimizer& local_optimizer() { return *optimizer_; }
+  torch::optim::Optimizer& local_optimizer() override { return *optimizer_; }
   /// The optimizer over this rank's shard.
-  const torch::optim::Optimizer& local_optimizer() const { return *optimizer_; }
+  const torch::optim::Optimizer& local_optimizer() const override { return *optimizer_; }
   /// Elements of the parameters this rank owns (the shard, without padding).
   int64_t shard_elements() const;
   /// Elements of each bucket (without padding), in bucket order.
@@ -151,19 +152,16 @@ class ZeroRedundancyOptimizer : public Joinable {
   /// The options in force.
   const ZeroRedundancyOptimizerOptions& options() const { return options_; }
 
-  /// A part of one parameter that this rank owns.
-  struct Piece {
-    size_t parameter = 0;  ///< Index into parameters().
-    int64_t begin = 0;     ///< First element, in the flattened parameter.
-    int64_t length = 0;    ///< Elements.
-  };
-  /// This rank's pieces, in the order of local_optimizer()'s parameters
-  /// (what snapshots save and re-shard; ddp/snapshot/snapshot_manager.hpp).
-  std::vector<Piece> pieces() const;
+  /// This rank's pieces of parameters(), in the order of
+  /// local_optimizer()'s parameters (what snapshots save and re-shard;
+  /// ddp/snapshot/snapshot_manager.hpp).
+  std::vector<Piece> pieces() const override;
+  /// Each parameter's elements.
+  std::vector<int64_t> numels() const override;
   /// The parameters, in the order given (views into the flat buffers).
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   /// The process group.
-  ProcessGroup& group() const { return *group_; }
+  ProcessGroup& group() const override { return *group_; }
 
   /// Joinable: the group.
   ProcessGroup& join_process_group() override { return *group_; }

@@ -37,17 +37,19 @@
 /// these records (never torch::load, which deserializes TorchScript code),
 /// after the checksums and the end marker have been verified.
 ///
-/// Note [Sharded optimizer state in a snapshot]
-/// With TrainingState::zero_optimizer, each rank also writes its shard of the
-/// optimizer state as `<prefix>-<sequence>.shard-<rank>-of-<world>.ddpsnap`
-/// (the same format: its pieces' state named by position, and the
-/// optimizer's description), atomically, before rank 0 writes the main
-/// file; the main file records which elements of which parameter every
-/// shard holds. A main file therefore exists only once all its shards are
-/// durable, and removing it (keep_last) removes them. On resume each rank
-/// reads only the shard files that overlap the elements it now owns and
-/// cuts its state out of them by element, so the job may resume at any
-/// world size (exact for the element-wise optimizers ZeRO supports).
+/// Note [Sharded state in a snapshot]
+/// With TrainingState::zero_optimizer or fully_sharded, each rank also writes
+/// its shard as `<prefix>-<sequence>.shard-<rank>-of-<world>.ddpsnap` (the
+/// same format: its pieces' optimizer state named by position, with
+/// fully_sharded the pieces' parameter values, and the optimizer's
+/// description), atomically, before rank 0 writes the main file; the main
+/// file records which elements of which flattened parameter every shard
+/// holds (Note [A shard's pieces] in ddp/parallel/sharded_state.hpp). With
+/// fully_sharded the main file holds the model's buffers and not its
+/// parameters, which live only in the shards. A main file therefore exists only once all its shards
+/// are durable, and removing it (keep_last) removes them. On resume each rank reads only the shard
+/// files that overlap the elements it now owns and cuts its state out of them by element, so the
+/// job may resume at any world size (exact for the element-wise optimizers ZeRO supports).
 ///
 /// Note [Writing is atomic]
 /// Rank 0 writes `.<name>.tmp` in the directory, fsyncs it, renames it into
@@ -74,10 +76,12 @@
 
 namespace ddp::parallel {
 class ZeroRedundancyOptimizer;
+class FullyShardedState;
 }  // namespace ddp::parallel
 
 namespace ddp {
 using comm::ProcessGroup;  // Note [One namespace per layer] in ddp/ddp.hpp
+using parallel::FullyShardedState;
 using parallel::ZeroRedundancyOptimizer;
 
 namespace amp {
@@ -95,9 +99,15 @@ struct TrainingState {
   /// Adam, AdamW, RMSprop, Adagrad; parameters are matched by position.
   torch::optim::Optimizer* optimizer = nullptr;
   /// A sharded optimizer (ddp/parallel/zero_redundancy_optimizer.hpp), instead of
-  /// `optimizer`: every rank saves its own shard (Note [Sharded optimizer
-  /// state in a snapshot]), and resuming at another world size re-shards.
+  /// `optimizer`: every rank saves its own shard (Note [Sharded state in a
+  /// snapshot]), and resuming at another world size re-shards.
   ZeroRedundancyOptimizer* zero_optimizer = nullptr;
+  /// A FullyShardedDataParallel model with its optimizer
+  /// (ddp/parallel/fully_sharded_state.hpp), instead of `optimizer`: every
+  /// rank saves its shard of the parameters and of the optimizer state, and
+  /// resuming at another world size re-shards. Point `model` at the FSDP
+  /// model's module() for its buffers.
+  FullyShardedState* fully_sharded = nullptr;
   /// Its step count (the learning rates live in the optimizer's options).
   /// The schedule's own settings (StepLR's step size and gamma) are the
   /// program's constructor arguments and are not saved.
@@ -211,7 +221,7 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
 /// takes it back (ddp::elastic::State commits this way).
 /// \throws SnapshotError for a zero_optimizer (its shards live on every
 ///   rank, so no one process holds them; elastic::State commits them
-///   apart, Note [ZeRO shards in memory]) or an unsupported optimizer.
+///   apart, Note [Sharded state in memory]) or an unsupported optimizer.
 SnapshotFile capture_training_state(const TrainingState& state);
 
 /// The seed rank `rank` of a job resumed at another world size gives its

@@ -281,6 +281,12 @@ std::vector<std::string> FullyShardedDataParallelImpl::unit_names() const {
   return names;
 }
 
+std::vector<int64_t> FullyShardedDataParallelImpl::unit_numels() const {
+  std::vector<int64_t> numels;
+  for (const auto& unit : schedule_->units()) numels.push_back(unit->numel());
+  return numels;
+}
+
 torch::OrderedDict<std::string, at::Tensor> FullyShardedDataParallelImpl::full_parameters() {
   torch::OrderedDict<std::string, at::Tensor> result;
   torch::NoGradGuard no_grad;

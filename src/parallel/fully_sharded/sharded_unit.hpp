@@ -65,6 +65,8 @@ class ShardedUnit {
   const at::Tensor& shard() const { return shard_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  /// Elements of the unit's parameters, without padding.
+  int64_t numel() const { return numel_; }
   bool trainable() const { return trainable_; }
 
   /// Starts the all-gather of the full parameters, unless they are gathered

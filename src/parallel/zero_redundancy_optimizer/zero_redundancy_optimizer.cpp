@@ -304,6 +304,12 @@ std::vector<ZeroRedundancyOptimizer::Piece> ZeroRedundancyOptimizer::pieces() co
   return result;
 }
 
+std::vector<int64_t> ZeroRedundancyOptimizer::numels() const {
+  std::vector<int64_t> result;
+  for (const at::Tensor& parameter : parameters_) result.push_back(parameter.numel());
+  return result;
+}
+
 int64_t ZeroRedundancyOptimizer::state_bytes() const {
   int64_t bytes = 0;
   for (const auto& entry : optimizer_->state()) bytes += param_state_bytes(*entry.second);

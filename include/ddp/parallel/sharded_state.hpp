@@ -1,0 +1,58 @@
+#pragma once
+
+/// \file sharded_state.hpp
+/// What snapshots (ddp/snapshot/snapshot_manager.hpp) and elastic::State
+/// (ddp/elastic/state.hpp) need of training state that is sharded across
+/// ranks: which elements of which flattened parameter each rank holds, the
+/// optimizer over them, and, where the parameters themselves live only in
+/// the shards, their values. ZeroRedundancyOptimizer shards the optimizer
+/// state; FullyShardedState (FullyShardedDataParallel with its optimizer)
+/// shards the parameters too.
+///
+/// Note [A shard's pieces]
+/// A piece is a run of elements of one flattened parameter. Piece j of a
+/// rank is the first `length` elements of its local optimizer's parameter
+/// j, which may hold more (FSDP pads a unit's last shard with zeros; a
+/// rank whose shard is all padding owns a piece of length 0). Snapshots
+/// save each piece's elements and nothing of the padding, so a job resumes
+/// at any world size by cutting its new pieces out of the saved ones.
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "ddp/comm/process_group_fwd.hpp"
+
+namespace ddp::parallel {
+
+/// Training state sharded across the ranks of a process group.
+class ShardedState {
+ public:
+  /// A run of elements of one flattened parameter that this rank owns.
+  struct Piece {
+    size_t parameter = 0;  ///< Index into numels().
+    int64_t begin = 0;     ///< First element, in the flattened parameter.
+    int64_t length = 0;    ///< Elements.
+  };
+
+  virtual ~ShardedState() = default;
+
+  /// The group the state is sharded over.
+  virtual ProcessGroup& group() const = 0;
+  /// Elements of every flattened parameter the pieces refer to.
+  virtual std::vector<int64_t> numels() const = 0;
+  /// This rank's pieces, in the order of local_optimizer()'s parameters
+  /// (Note [A shard's pieces]).
+  virtual std::vector<Piece> pieces() const = 0;
+  /// The optimizer over this rank's pieces: one param group.
+  virtual torch::optim::Optimizer& local_optimizer() = 0;
+  virtual const torch::optim::Optimizer& local_optimizer() const = 0;
+  /// Whether the pieces' values are saved with the shard and restored from
+  /// it (the parameters exist nowhere else); then local_optimizer()'s
+  /// parameters are those values.
+  virtual bool holds_values() const { return false; }
+};
+
+}  // namespace ddp::parallel

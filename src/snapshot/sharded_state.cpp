@@ -1,0 +1,328 @@
+#include "snapshot/sharded_state.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "ddp/comm/process_group.hpp"
+#include "ddp/parallel/fully_sharded_state.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "comm/byte_exchange.hpp"
+#include "snapshot/snapshot_directory.hpp"
+#include "snapshot/snapshot_format.hpp"
+#include "comm/str.hpp"
+
+namespace ddp::snapshot::detail {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// A piece of a parameter saved by one rank, as the local optimizer's
+// parameter `index` there.
+struct SavedPiece {
+  int rank = 0;
+  size_t index = 0;
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+
+// The local optimizer's parameters: piece j's tensor is the j-th.
+const std::vector<at::Tensor>& local_parameters(const parallel::ShardedState& sharded) {
+  return sharded.local_optimizer().param_groups().front().params();
+}
+
+// Writes this rank's shard file atomically; returns its pieces as
+// [parameter, begin, length] triples.
+json write_shard(const std::string& directory, const std::string& main_name,
+                 const parallel::ShardedState& sharded, uint64_t sequence) {
+  const ShardRecords records = shard_records(sharded);
+  const int rank = sharded.group().rank(), world = sharded.group().size();
+  const std::string name = shard_file_name(main_name, rank, world);
+  SnapshotWriter writer((fs::path(directory) / ("." + name + ".tmp")).string());
+  for (const auto& [key, tensor] : records.tensors) writer.add_tensor(key, tensor);
+  writer.add_json("scalars", records.scalars.dump());
+  writer.commit((fs::path(directory) / name).string(), static_cast<uint32_t>(world), sequence);
+  return records.scalars.at("pieces");
+}
+
+}  // namespace
+
+parallel::ShardedState* sharded_part(const TrainingState& state) {
+  const int parts = (state.optimizer != nullptr) + (state.zero_optimizer != nullptr) +
+                    (state.fully_sharded != nullptr);
+  if (parts > 1) {
+    throw SnapshotError(
+        "the training state has more than one of optimizer, zero_optimizer and fully_sharded; "
+        "set the one in use (fully_sharded holds its optimizer)");
+  }
+  if (state.zero_optimizer != nullptr) return state.zero_optimizer;
+  return state.fully_sharded;
+}
+
+const char* sharded_record_key(const parallel::ShardedState& sharded) {
+  return dynamic_cast<const parallel::FullyShardedState*>(&sharded) != nullptr ? "fully_sharded"
+                                                                               : "zero";
+}
+
+ShardRecords shard_records(const parallel::ShardedState& sharded) {
+  const torch::optim::Optimizer& optimizer = sharded.local_optimizer();
+  if (optimizer.param_groups().size() != 1) {
+    throw SnapshotError(comm::detail::str(
+        "cannot save sharded state whose local optimizer has ", optimizer.param_groups().size(),
+        " param groups; make it with one (as zero_optimizer() does, or over an FSDP model's "
+        "parameters())"));
+  }
+  ShardRecords records;
+  json description = export_optimizer(optimizer, records.tensors);
+  json pieces = json::array();
+  const auto mine = sharded.pieces();
+  const std::vector<at::Tensor>& locals = local_parameters(sharded);
+  for (size_t j = 0; j < mine.size(); ++j) {
+    const auto& piece = mine[j];
+    pieces.push_back({piece.parameter, piece.begin, piece.length});
+    // Note [A shard's pieces]: only the piece's elements, not the padding.
+    const int64_t local = locals.at(j).numel();
+    const std::string prefix = comm::detail::str("optim/g0/p", j, "/");
+    for (auto it = records.tensors.lower_bound(prefix);
+         it != records.tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+      if (local != piece.length && it->second.numel() == local) {
+        it->second = it->second.reshape({-1}).narrow(0, 0, piece.length);
+      }
+    }
+    if (sharded.holds_values()) {
+      records.tensors[comm::detail::str("value/p", j)] =
+          locals[j].detach().reshape({-1}).narrow(0, 0, piece.length);
+    }
+  }
+  records.scalars = {
+      {"optimizer", std::move(description)}, {"rank", sharded.group().rank()}, {"pieces", pieces}};
+  return records;
+}
+
+json shards_record(const parallel::ShardedState& sharded, const std::vector<json>& pieces_by_rank) {
+  return {{"world", pieces_by_rank.size()},
+          {"kind", std::string(sharded_record_key(sharded)) == "zero" ? "ZeroRedundancyOptimizer"
+                                                                      : "FullyShardedDataParallel"},
+          {"numels", sharded.numels()},
+          {"pieces", pieces_by_rank}};
+}
+
+json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
+                 const parallel::ShardedState& sharded, uint64_t& sequence) {
+  if (sharded.group().size() != group.size() || sharded.group().rank() != group.rank()) {
+    throw SnapshotError(comm::detail::str("the sharded state's process group (rank ",
+                                          sharded.group().rank(), " of ", sharded.group().size(),
+                                          ") is not the snapshot's (rank ", group.rank(), " of ",
+                                          group.size(), "); give both the same group"));
+  }
+  std::exception_ptr failure;
+  if (group.rank() == 0) {
+    try {
+      sequence = next_snapshot_sequence(options);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (group.size() > 1) {  // 0: rank 0 failed
+    at::Tensor chosen = at::full({1}, static_cast<int64_t>(sequence), at::kLong);
+    group.broadcast(chosen, 0);
+    sequence = static_cast<uint64_t>(chosen.item<int64_t>());
+  }
+  std::string mine;  // this rank's pieces; empty if it failed
+  if (sequence != 0) {
+    try {
+      mine = write_shard(options.directory(), snapshot_file_name(options.prefix(), sequence),
+                         sharded, sequence)
+                 .dump();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  const std::vector<std::string> everyone = group.size() > 1
+                                                ? comm::detail::all_gather_bytes(group, mine)
+                                                : std::vector<std::string>{mine};
+  if (failure) std::rethrow_exception(failure);
+  std::vector<json> pieces;
+  for (int r = 0; r < group.size(); ++r) {
+    if (everyone[r].empty()) {
+      throw SnapshotError(
+          comm::detail::str("rank ", r, " could not write its shard of the training state into ",
+                            options.directory(), "; its error says why"));
+    }
+    pieces.push_back(json::parse(everyone[r]));
+  }
+  return shards_record(sharded, pieces);
+}
+
+ShardImport prepare_shard_import(const std::string& main_path, const json& record,
+                                 const parallel::ShardedState& sharded) {
+  // Shard files, read as needed (Note [Sharded state in a snapshot]).
+  const fs::path directory = fs::path(main_path).parent_path();
+  const std::string main_name = fs::path(main_path).filename().string();
+  std::map<int, snapshot::SnapshotFile> files;
+  int old_world = 0;
+  try {
+    old_world = record.at("world").get<int>();
+  } catch (const json::exception& e) {
+    throw SnapshotError(main_path + ": malformed sharded-state record: " + e.what());
+  }
+  return prepare_shard_import(
+      main_path, record, sharded, [&](int r) -> const snapshot::SnapshotFile* {
+        auto found = files.find(r);
+        if (found == files.end()) {
+          found =
+              files
+                  .emplace(r, read_snapshot(
+                                  (directory / shard_file_name(main_name, r, old_world)).string()))
+                  .first;
+        }
+        return &found->second;
+      });
+}
+
+ShardImport prepare_shard_import(const std::string& source, const json& record,
+                                 const parallel::ShardedState& sharded, const ShardLookup& lookup) {
+  auto fail = [&](const std::string& problem) { throw SnapshotError(source + ": " + problem); };
+  const std::vector<int64_t> here = sharded.numels();
+  const std::vector<at::Tensor>& locals = local_parameters(sharded);
+  ShardImport result;
+  try {
+    const int old_world = record.at("world").get<int>();
+    const auto numels = record.at("numels").get<std::vector<int64_t>>();
+    if (numels.size() != here.size()) {
+      fail(comm::detail::str("its sharded state covers ", numels.size(),
+                             " flattened parameters; this one has ", here.size()));
+    }
+    for (size_t p = 0; p < here.size(); ++p) {
+      if (numels[p] != here[p]) {
+        fail(comm::detail::str("flattened parameter #", p, " has ", numels[p],
+                               " elements in the sharded state and ", here[p], " here"));
+      }
+    }
+    // Every saved piece, by parameter.
+    std::vector<std::vector<SavedPiece>> saved(here.size());
+    const json& ranks = record.at("pieces");
+    if (!ranks.is_array() || static_cast<int>(ranks.size()) != old_world)
+      fail(comm::detail::str("its sharded-state record lists ", ranks.size(),
+                             " shards for a world of ", old_world));
+    for (int r = 0; r < old_world; ++r) {
+      for (size_t i = 0; i < ranks[r].size(); ++i) {
+        const auto triple = ranks[r][i].get<std::vector<int64_t>>();
+        if (triple.size() != 3 || triple[0] < 0 || triple[0] >= static_cast<int64_t>(here.size()))
+          fail("its sharded-state record has a malformed piece " + ranks[r][i].dump());
+        saved[triple[0]].push_back({r, i, triple[1], triple[2]});
+      }
+    }
+
+    // The shards, checked as first needed.
+    std::map<int, json> descriptions;
+    auto shard = [&](int r) -> const snapshot::SnapshotFile& {
+      const snapshot::SnapshotFile* file = lookup(r);
+      if (file == nullptr) fail(comm::detail::str("rank ", r, "'s shard is not at hand"));
+      if (descriptions.count(r) == 0) {
+        json scalars = json::parse(file->scalars_json);
+        if (scalars.at("rank").get<int>() != r || scalars.at("pieces") != ranks[r]) {
+          fail(comm::detail::str(file->path, " is not rank ", r, "'s shard of this snapshot"));
+        }
+        descriptions[r] = scalars.at("optimizer");
+      }
+      return *file;
+    };
+
+    json states = json::array();
+    const auto mine = sharded.pieces();
+    if (sharded.holds_values()) result.values.resize(mine.size());
+    for (size_t j = 0; j < mine.size(); ++j) {
+      const auto& piece = mine[j];
+      const int64_t local = locals.at(j).numel();  // past the piece: zeros
+      const std::string target_prefix = comm::detail::str("optim/g0/p", j, "/");
+      if (sharded.holds_values()) result.values[j] = at::zeros({local}, locals[j].options());
+      std::optional<json> entry;
+      bool without_state = false;
+      int64_t covered = 0;
+      for (const SavedPiece& old : saved[piece.parameter]) {
+        const int64_t lo = std::max(piece.begin, old.begin);
+        const int64_t hi = std::min(piece.begin + piece.length, old.begin + old.length);
+        if (lo >= hi) continue;
+        covered += hi - lo;
+        const snapshot::SnapshotFile& file = shard(old.rank);
+        if (sharded.holds_values()) {
+          const std::string key = comm::detail::str("value/p", old.index);
+          auto found = file.tensors.find(key);
+          if (found == file.tensors.end() || found->second.numel() != old.length) {
+            fail(comm::detail::str(file.path, ": ", key, " is missing or not ", old.length,
+                                   " elements"));
+          }
+          result.values[j]
+              .narrow(0, lo - piece.begin, hi - lo)
+              .copy_(found->second.reshape({-1}).narrow(0, lo - old.begin, hi - lo));
+        }
+        const json& old_entry = descriptions[old.rank].at("groups").at(0).at("state").at(old.index);
+        if (old_entry.is_null()) {
+          without_state = true;
+          continue;
+        }
+        if (entry && *entry != old_entry) {
+          fail(comm::detail::str("the shards disagree on the state of parameter #", piece.parameter,
+                                 ": ", entry->dump(), " and ", old_entry.dump()));
+        }
+        entry = old_entry;
+        const std::string source_prefix = comm::detail::str("optim/g0/p", old.index, "/");
+        for (auto it = file.tensors.lower_bound(source_prefix);
+             it != file.tensors.end() && it->first.rfind(source_prefix, 0) == 0; ++it) {
+          if (it->second.numel() != old.length) {
+            fail(comm::detail::str(file.path, ": ", it->first, " is ", describe_tensor(it->second),
+                                   " for a piece of ", old.length, " elements"));
+          }
+          at::Tensor& state =
+              result.tensors[target_prefix + it->first.substr(source_prefix.size())];
+          if (!state.defined()) state = at::zeros({local}, it->second.options());
+          state.narrow(0, lo - piece.begin, hi - lo)
+              .copy_(it->second.reshape({-1}).narrow(0, lo - old.begin, hi - lo));
+        }
+      }
+      if (covered != piece.length) {
+        fail(comm::detail::str("its shards hold ", covered, " of the ", piece.length,
+                               " elements of parameter #", piece.parameter, " from element ",
+                               piece.begin, " that this rank owns"));
+      }
+      if (entry && without_state) {
+        fail(comm::detail::str("parameter #", piece.parameter,
+                               " has optimizer state in some shards and none in others"));
+      }
+      states.push_back(entry ? *entry : json(nullptr));
+    }
+    for (int r = 0; descriptions.empty() && r < old_world; ++r) {  // no pieces: options only
+      if (lookup(r) != nullptr) shard(r);
+    }
+    if (descriptions.empty()) fail("no shard is at hand");
+    result.description = descriptions.begin()->second;
+    result.description.at("groups").at(0)["params"] = mine.size();
+    result.description.at("groups").at(0)["state"] = std::move(states);
+  } catch (const json::exception& e) {
+    fail(std::string("malformed sharded-state record: ") + e.what());
+  }
+  check_optimizer(source + " (this rank's shard of the optimizer state)", result.description,
+                  result.tensors, sharded.local_optimizer());
+  return result;
+}
+
+void apply_shard_import(const ShardImport& import, parallel::ShardedState& sharded) {
+  {
+    torch::NoGradGuard no_grad;
+    const std::vector<at::Tensor>& locals = local_parameters(sharded);
+    for (size_t j = 0; j < import.values.size(); ++j) {
+      locals[j].copy_(import.values[j].view(locals[j].sizes()));
+    }
+  }
+  import_optimizer(import.description, import.tensors, sharded.local_optimizer());
+}
+
+}  // namespace ddp::snapshot::detail

@@ -1,0 +1,228 @@
+#include "multiprocess/fsdp_snapshot_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/named_checks.hpp"
+#include "ddp/comm/errors.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "ddp/parallel/fully_sharded_state.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
+
+namespace ddp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+namespace nn = torch::nn;
+namespace optim = torch::optim;
+
+constexpr int64_t kFsdpSnapshotBatch = 12;  // divides evenly over 1, 2 and 3 ranks
+constexpr int kFsdpSavedSteps = 4;
+constexpr int kFsdpSteps = 8;
+constexpr uint64_t kSavedSeed = 31;
+
+std::pair<torch::Tensor, torch::Tensor> fsdp_batch_of(int step) {
+  torch::manual_seed(700 + step);
+  return {torch::randn({kFsdpSnapshotBatch, 7}), torch::randn({kFsdpSnapshotBatch, 5})};
+}
+
+// A parameter-free layer with a buffer: forward calls so far.
+struct CallCounterImpl : nn::Module {
+  CallCounterImpl() { calls = register_buffer("calls", torch::zeros({1}, torch::kLong)); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    calls.add_(1);
+    return x;
+  }
+  torch::Tensor calls;
+};
+TORCH_MODULE(CallCounter);
+
+// Sizes that do not divide by 2 or 3: every unit's shard is padded.
+nn::Sequential make_net(uint64_t seed) {
+  torch::manual_seed(seed);
+  return nn::Sequential(nn::Linear(7, 13), CallCounter(), nn::ReLU(), nn::Linear(13, 9), nn::Tanh(),
+                        nn::Linear(9, 5));
+}
+
+optim::AdamWOptions adamw_options() { return optim::AdamWOptions(1e-2).weight_decay(0.1); }
+
+std::vector<torch::Tensor> values_of(const torch::OrderedDict<std::string, at::Tensor>& dict) {
+  std::vector<torch::Tensor> values;
+  for (const auto& item : dict) values.push_back(item.value());
+  return values;
+}
+
+class FsdpSnapshotChecker {
+ public:
+  FsdpSnapshotChecker(std::shared_ptr<ProcessGroup> group, std::string directory)
+      : group_(std::move(group)), directory_(std::move(directory)) {}
+
+  // Steps [first, last) on this rank's rows of each batch.
+  void train(FullyShardedDataParallel& model, optim::Optimizer& optimizer, int first, int last,
+             const std::function<void(int)>& after_step) {
+    const int world = group_->size(), rank = group_->rank();
+    for (int step = first; step < last; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      optimizer.zero_grad();
+      torch::mse_loss(model->forward(x.chunk(world)[rank]), y.chunk(world)[rank]).backward();
+      optimizer.step();
+      after_step(step);
+    }
+  }
+
+  void save() {
+    auto net = make_net(kSavedSeed);
+    FullyShardedDataParallel model(net, group_);
+    optim::AdamW optimizer(model->parameters(), adamw_options());
+    FullyShardedState sharded(model, optimizer);
+    snapshot::SnapshotManager snapshots(snapshot::SnapshotOptions(directory_).keep_last(1), group_);
+    snapshot::TrainingState state;
+    state.model = model->module().get();
+    state.fully_sharded = &sharded;
+    train(model, optimizer, 0, kFsdpSavedSteps, [&](int step) {
+      if (step + 1 < kFsdpSavedSteps - 1) return;
+      state.step_in_epoch = step + 1;
+      snapshots.save(state);
+    });
+    const auto full = values_of(model->full_parameters());  // a collective
+    if (group_->rank() == 0) {
+      torch::save(full, (fs::path(directory_) / "full-parameters.pt").string());
+      files_written();
+    }
+  }
+
+  void resume() {
+    auto net = make_net(77);  // resuming must overwrite everything
+    FullyShardedDataParallel model(net, group_);
+    optim::AdamW optimizer(model->parameters(), adamw_options());
+    FullyShardedState sharded(model, optimizer);
+    snapshot::SnapshotManager snapshots(snapshot::SnapshotOptions(directory_).keep_last(1), group_);
+    snapshot::TrainingState state;
+    state.model = model->module().get();
+    state.fully_sharded = &sharded;
+    const bool resumed = snapshots.resume(state);
+    checks_.check(
+        fsdp_snapshot_check::kResumed, resumed && state.step_in_epoch == kFsdpSavedSteps,
+        "resumed " + std::to_string(resumed) + ", step " + std::to_string(state.step_in_epoch));
+    std::vector<torch::Tensor> saved;
+    torch::load(saved, (fs::path(directory_) / "full-parameters.pt").string());
+    const auto now = values_of(model->full_parameters());
+    bool equal = saved.size() == now.size();
+    for (size_t i = 0; equal && i < now.size(); ++i) equal = torch::equal(saved[i], now[i]);
+    checks_.check(fsdp_snapshot_check::kSameValues, equal, "they differ");
+    const auto calls = net[1]->as<CallCounterImpl>()->calls.item<int64_t>();
+    checks_.check(fsdp_snapshot_check::kBuffer, calls == kFsdpSavedSteps,
+                  "calls = " + std::to_string(calls) + ", saved after step 4");
+
+    train(model, optimizer, kFsdpSavedSteps, kFsdpSteps, [](int) {});
+    const auto resumed_parameters = values_of(model->full_parameters());
+
+    auto reference = make_net(kSavedSeed);
+    optim::AdamW whole(reference->parameters(), adamw_options());
+    for (int step = 0; step < kFsdpSteps; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      whole.zero_grad();
+      torch::mse_loss(reference->forward(x), y).backward();
+      whole.step();
+    }
+    checks_.close_all(fsdp_snapshot_check::kMatchesOneProcess, resumed_parameters,
+                      reference->parameters(), 1e-5);
+    if (group_->size() == 2) continues_exactly(resumed_parameters);
+    plain_optimizer_refused(model);
+    other_optimizer_refused(model);
+  }
+
+  int failed() const { return checks_.failed(); }
+
+ private:
+  void files_written() {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(directory_)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    const std::vector<std::string> expected = {
+        "full-parameters.pt", "snapshot-000000000002.ddpsnap",
+        "snapshot-000000000002.shard-0-of-2.ddpsnap", "snapshot-000000000002.shard-1-of-2.ddpsnap"};
+    std::string listed;
+    for (const auto& name : names) listed += name + " ";
+    const auto main = snapshot::read_snapshot_file(
+        (fs::path(directory_) / "snapshot-000000000002.ddpsnap").string());
+    std::string model_records;
+    for (const auto& entry : main.tensors) {
+      if (entry.first.rfind("model/", 0) == 0) model_records += entry.first + " ";
+    }
+    checks_.check(fsdp_snapshot_check::kFilesWritten,
+                  names == expected && model_records == "model/buffer/1.calls ",
+                  "found " + listed + "; model records: " + model_records);
+  }
+
+  void continues_exactly(const std::vector<torch::Tensor>& resumed_parameters) {
+    FullyShardedDataParallel model(make_net(kSavedSeed), group_);
+    optim::AdamW optimizer(model->parameters(), adamw_options());
+    train(model, optimizer, 0, kFsdpSteps, [](int) {});
+    const auto uninterrupted = values_of(model->full_parameters());
+    bool equal = uninterrupted.size() == resumed_parameters.size();
+    for (size_t i = 0; equal && i < uninterrupted.size(); ++i) {
+      equal = torch::equal(uninterrupted[i], resumed_parameters[i]);
+    }
+    checks_.check(fsdp_snapshot_check::kContinuesExactly, equal, "they differ");
+  }
+
+  void plain_optimizer_refused(FullyShardedDataParallel& model) {
+    optim::AdamW plain(model->parameters(), adamw_options());
+    snapshot::TrainingState state;
+    state.optimizer = &plain;
+    std::string message;
+    try {
+      snapshot::SnapshotManager(snapshot::SnapshotOptions(directory_), group_).resume(state);
+    } catch (const SnapshotError& e) {
+      message = e.what();
+    }
+    checks_.check(fsdp_snapshot_check::kPlainRefused,
+                  message.find("FullyShardedDataParallel's sharded state; resume it through "
+                               "TrainingState::fully_sharded") != std::string::npos,
+                  "message: '" + message + "'");
+  }
+
+  void other_optimizer_refused(FullyShardedDataParallel& model) {
+    std::vector<torch::Tensor> others{torch::zeros({3}, torch::requires_grad())};
+    optim::AdamW other(others, adamw_options());
+    std::string message;
+    try {
+      FullyShardedState sharded(model, other);
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    checks_.check(fsdp_snapshot_check::kOtherOptimizerRefused,
+                  message.find("the optimizer's 1 parameters are not the "
+                               "FullyShardedDataParallel's 3 shards in order") != std::string::npos,
+                  "message: '" + message + "'");
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  std::string directory_;
+  NamedChecks checks_;
+};
+
+}  // namespace
+
+int check_fsdp_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
+                        const std::string& directory) {
+  FsdpSnapshotChecker checker(group, directory);
+  if (phase == "save") {
+    checker.save();
+  } else {
+    checker.resume();
+  }
+  return checker.failed();
+}
+
+}  // namespace ddp::testing

@@ -1,0 +1,59 @@
+#pragma once
+
+// FullyShardedDataParallel snapshots, run by ddp_test_worker
+// ("fsdp-snapshot"): phase "save" trains 4 steps on 2 ranks with AdamW and
+// saves after steps 3 and 4 (each rank writes its shard of the parameters
+// and of the optimizer state; keep_last 1); phase "resume" (on 1, 2 or 3
+// ranks) resumes, re-sharding where the world size differs, and trains 4
+// more steps. Each check is reported by name, each name written once,
+// below; the parent test expects fsdp_snapshot_check_names(phase, rank,
+// world).
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "ddp/comm/process_group_fwd.hpp"
+
+namespace ddp::testing {
+
+/// Runs `phase` ("save" or "resume") with snapshots under `directory`;
+/// prints each check by name and returns how many failed.
+int check_fsdp_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
+                        const std::string& directory);
+
+/// The names of check_fsdp_snapshot()'s checks.
+namespace fsdp_snapshot_check {
+/// On rank 0 when saving.
+inline const std::string kFilesWritten =
+    "the directory holds the newest main file and one shard per rank, and no model parameter in "
+    "the main file";
+/// When resuming.
+inline const std::string kResumed = "resume finds the snapshot of step 4";
+inline const std::string kSameValues =
+    "the full parameters after resuming equal those saved, bit for bit";
+inline const std::string kBuffer = "the module's buffer is restored from the main file";
+inline const std::string kMatchesOneProcess =
+    "4 more steps match one process's 8 steps with AdamW (1e-5)";
+inline const std::string kPlainRefused =
+    "a plain optimizer cannot resume the sharded state: SnapshotError naming fully_sharded";
+inline const std::string kOtherOptimizerRefused =
+    "FullyShardedState refuses an optimizer over other tensors: ConfigError";
+/// When resuming at the saving world size (2).
+inline const std::string kContinuesExactly =
+    "at the same world size, 4 more steps equal 8 uninterrupted steps bit for bit";
+}  // namespace fsdp_snapshot_check
+
+/// The names check_fsdp_snapshot() reports on `rank` of `world` in `phase`.
+inline std::set<std::string> fsdp_snapshot_check_names(const std::string& phase, int rank,
+                                                       int world) {
+  using namespace fsdp_snapshot_check;  // NOLINT(google-build-using-namespace)
+  if (phase == "save")
+    return rank == 0 ? std::set<std::string>{kFilesWritten} : std::set<std::string>{};
+  std::set<std::string> names{kResumed,           kSameValues,   kBuffer,
+                              kMatchesOneProcess, kPlainRefused, kOtherOptimizerRefused};
+  if (world == 2) names.insert(kContinuesExactly);
+  return names;
+}
+
+}  // namespace ddp::testing
