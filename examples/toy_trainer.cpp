@@ -21,8 +21,10 @@
 //
 // With --zero-stage 1 or 2 the same SGD runs as a ZeroRedundancyOptimizer
 // (stage 1 beside DDP, stage 2 on the bare model); its shards are committed
-// too, each kept by its rank and the next (Note [ZeRO shards in memory] in
-// ddp/elastic/state.hpp). --momentum gives SGD state worth sharding.
+// too, each kept by its rank and the next (Note [Sharded state in memory] in
+// ddp/elastic/state.hpp). --momentum gives SGD state worth sharding. With
+// --shard full the model is a FullyShardedDataParallel: its parameters and
+// SGD state are sharded, committed and recovered the same way.
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -61,6 +63,7 @@ struct Options : ddp::examples::CommonOptions {
   std::string kill_at;         // RANK:STEP[,RANK:STEP...]
   std::string kill_in_commit;  // RANK:STEP
   int zero_stage = 0;          // 0: a plain optimizer
+  std::string shard = "none";  // full: FullyShardedDataParallel
   double momentum = 0;
 };
 
@@ -70,15 +73,21 @@ torch::optim::SGDOptions sgd_options(const Options& o) {
   return torch::optim::SGDOptions(kLearningRate).momentum(o.momentum);
 }
 
-// Points the training state at a generation's sharded optimizer while it
-// lives, so that no commit or restore follows a dead generation's.
+// Points the training state at a generation's sharded optimizer (or FSDP
+// state) while it lives, so that no commit or restore follows a dead
+// generation's.
 class ShardedOptimizerInUse {
  public:
-  ShardedOptimizerInUse(ddp::snapshot::TrainingState& state, ddp::ZeroRedundancyOptimizer* zero)
+  ShardedOptimizerInUse(ddp::snapshot::TrainingState& state, ddp::ZeroRedundancyOptimizer* zero,
+                        ddp::FullyShardedState* fully_sharded)
       : state_(state) {
     state_.zero_optimizer = zero;
+    state_.fully_sharded = fully_sharded;
   }
-  ~ShardedOptimizerInUse() { state_.zero_optimizer = nullptr; }
+  ~ShardedOptimizerInUse() {
+    state_.zero_optimizer = nullptr;
+    state_.fully_sharded = nullptr;
+  }
   ShardedOptimizerInUse(const ShardedOptimizerInUse&) = delete;
   ShardedOptimizerInUse& operator=(const ShardedOptimizerInUse&) = delete;
 
@@ -115,14 +124,33 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
   ddp::snapshot::TrainingState& state = elastic.training();
   // Stage 2 averages the gradients itself, on the bare model.
   ddp::DistributedDataParallel model(nullptr);
-  if (o.zero_stage != 2) model = ddp::DistributedDataParallel(net, group);
+  if (o.zero_stage != 2 && o.shard == "none") model = ddp::DistributedDataParallel(net, group);
   std::unique_ptr<ddp::ZeroRedundancyOptimizer> zero;
   if (o.zero_stage > 0) {
     zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
         net->parameters(), ddp::zero_optimizer<torch::optim::SGD>(sgd_options(o)),
         ddp::ZeroRedundancyOptimizerOptions().stage(o.zero_stage), group);
   }
-  const ShardedOptimizerInUse in_use(state, zero.get());
+  // --shard full: FSDP (the whole Linear one unit) over this generation's
+  // copy of `net`, whose values a later generation takes from the commit.
+  torch::nn::Linear sharded_net(nullptr);
+  ddp::FullyShardedDataParallel fsdp(nullptr);
+  std::unique_ptr<torch::optim::SGD> shard_optimizer;
+  std::unique_ptr<ddp::FullyShardedState> fully_sharded;
+  if (o.shard == "full") {
+    sharded_net = torch::nn::Linear(20, 1);
+    sharded_net->to(net->weight.device());
+    {
+      torch::NoGradGuard no_grad;
+      sharded_net->weight.copy_(net->weight);
+      sharded_net->bias.copy_(net->bias);
+    }
+    fsdp = ddp::FullyShardedDataParallel(sharded_net, group);
+    shard_optimizer = std::make_unique<torch::optim::SGD>(fsdp->parameters(), sgd_options(o));
+    fully_sharded = std::make_unique<ddp::FullyShardedState>(fsdp, *shard_optimizer);
+  }
+  torch::optim::Optimizer& plain = shard_optimizer ? *shard_optimizer : optimizer;
+  const ShardedOptimizerInUse in_use(state, zero.get(), fully_sharded.get());
   ddp::data::DistributedSampler sampler(o.samples, world, rank,
                                         ddp::data::DistributedSamplerOptions().seed(o.seed));
   const int64_t steps_per_epoch = (sampler.shard_size() + o.batch_size - 1) / o.batch_size;
@@ -134,7 +162,7 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
     }
     // A failure before the first periodic commit rolls back to here.
     if (o.commit_every > 0) elastic.commit();
-  } else if (zero) {
+  } else if (zero || fsdp) {
     elastic.restore();  // the sync could not give this generation's optimizer its shard
   }
   std::cout << "pid " << getpid() << std::endl;
@@ -162,12 +190,12 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
-      zero ? zero->zero_grad() : optimizer.zero_grad();
+      zero ? zero->zero_grad() : plain.zero_grad();
       const torch::Tensor x = inputs.index_select(0, index).to(device);
-      torch::Tensor step_loss = torch::mse_loss(model ? model->forward(x) : net->forward(x),
-                                                targets.index_select(0, index).to(device));
+      const torch::Tensor y = model ? model->forward(x) : fsdp ? fsdp->forward(x) : net->forward(x);
+      torch::Tensor step_loss = torch::mse_loss(y, targets.index_select(0, index).to(device));
       step_loss.backward();
-      zero ? zero->step() : static_cast<void>(optimizer.step());
+      zero ? zero->step() : static_cast<void>(plain.step());
       ++global_step;
       progress.step(step_loss.item<double>(), static_cast<int64_t>(batch.size()) * world);
       if (o.trace_steps) {
@@ -198,6 +226,12 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
     metrics.record({epoch + 1, loss, std::nullopt, done.samples_per_s, done.seconds});
   }
   const std::string outputs = metrics.finish();
+  if (fsdp) {  // the full weights, for the digest: a collective
+    const auto full = fsdp->full_parameters();
+    torch::NoGradGuard no_grad;
+    net->weight.copy_(full["weight"]);
+    net->bias.copy_(full["bias"]);
+  }
   if (rank == 0) {
     if (!outputs.empty()) progress.message(outputs);
     std::cout << "params-digest=" << ddp::examples::weights_digest(*net) << std::endl;
@@ -219,7 +253,8 @@ int train(const Options& o) {
   torch::optim::SGD optimizer(net->parameters(), sgd_options(o));  // unused under ZeRO
   ddp::snapshot::TrainingState state;
   state.model = net.ptr().get();
-  state.optimizer = o.zero_stage == 0 ? &optimizer : nullptr;
+  state.optimizer = o.zero_stage == 0 && o.shard == "none" ? &optimizer : nullptr;
+  if (o.shard == "full") state.model = nullptr;  // a Linear has no buffers; FSDP's shards hold it
   ddp::elastic::State elastic(state);
   ddp::elastic::run(
       elastic,
@@ -280,10 +315,21 @@ int main(int argc, char** argv) {
                  "one that also shards the gradients, on the bare model")
       ->check(CLI::Range(0, 2))
       ->capture_default_str();
+  app.add_option("--shard", o.shard,
+                 "none: DDP; full: FullyShardedDataParallel, the model's parameters, gradients and "
+                 "SGD state sharded across the ranks (committed and recovered in memory like "
+                 "ZeRO's)")
+      ->check(CLI::IsMember({"none", "full"}))
+      ->capture_default_str();
   app.add_option("--momentum", o.momentum, "SGD's momentum (its state is what ZeRO shards)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (o.shard == "full" && o.zero_stage != 0) {
+    std::cerr << "error: --shard full and --zero-stage " << o.zero_stage
+              << " both shard the optimizer; choose one" << std::endl;
+    return static_cast<int>(ddp::ExitCode::kConfig);
+  }
   at::set_num_threads(1);  // A tiny model: more threads only add overhead.
   return ddp::examples::run_example([&] { return train(o); });
 }
