@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "ddp/comm/collective_observer.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/process_group.hpp"
+#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 
@@ -200,6 +202,7 @@ class FsdpChecker {
     mixed_precision();
     bad_param_dtype();
     mismatch();
+    grad_scaler();
     return checks_.failed();
   }
 
@@ -531,6 +534,48 @@ class FsdpChecker {
                                        "shard gradient float32"};
     checks_.check(fsdp_check::kMixedPrecisionDtypes, seen == wanted,
                   "saw " + c10::Join(", ", std::vector<std::string>(seen.begin(), seen.end())));
+  }
+
+  // Step 2's overflow is in the last rank's first shard alone (as when one
+  // rank's elements overflow), so only the group's vote makes the others
+  // skip it too.
+  void grad_scaler() {
+    constexpr int kOverflowStep = 2;
+    auto reference = on(make_mlp(18));
+    auto reference_optimizer = sgd()(reference->parameters());
+    for (int step = 0; step < kShardedSteps; ++step) {
+      if (step == kOverflowStep) continue;
+      reference_optimizer->zero_grad();
+      torch::mse_loss(reference->forward(batch(step, 1, 7)), batch(step, 2, 5)).backward();
+      reference_optimizer->step();
+    }
+    FullyShardedDataParallel model(on(make_mlp(18 + rank_)), group_);
+    auto optimizer = sgd()(model->parameters());
+    amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024), group_);
+    std::vector<int> stepped;
+    for (int step = 0; step < kShardedSteps; ++step) {
+      optimizer->zero_grad();
+      scaler
+          .scale(torch::mse_loss(model->forward(rows(batch(step, 1, 7), rank_)),
+                                 rows(batch(step, 2, 5), rank_)))
+          .backward();
+      if (step == kOverflowStep && rank_ == world_ - 1) {
+        torch::NoGradGuard no_grad;
+        model->parameters().front().grad()[0].fill_(std::numeric_limits<float>::infinity());
+      }
+      stepped.push_back(scaler.step(*optimizer) ? 1 : 0);
+      scaler.update();
+    }
+    std::vector<Tensor> got;
+    for (const auto& item : model->full_parameters()) got.push_back(item.value());
+    const bool agreed = stepped == std::vector<int>{1, 1, 0, 1} && scaler.get_scale() == 512;
+    if (!agreed) {
+      checks_.check(fsdp_check::kScaler, false,
+                    "stepped " + c10::Join(", ", stepped) + ", scale " +
+                        std::to_string(scaler.get_scale()) + " (expected 1, 1, 0, 1 and 512)");
+      return;
+    }
+    checks_.close_all(fsdp_check::kScaler, got, reference->parameters(), 1e-5);
   }
 
   void bad_param_dtype() {

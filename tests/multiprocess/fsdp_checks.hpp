@@ -51,6 +51,9 @@ inline const std::string kMixedPrecisionDtypes =
     "bf16 param_dtype gathers in bf16, reduces in fp32, keeps fp32 shards and gradients";
 inline const std::string kBadParamDtype = "an integer param_dtype is a ConfigError naming it";
 inline const std::string kUnitMismatch = "a unit that differs between ranks is named on every rank";
+inline const std::string kScaler =
+    "a GradScaler over the group skips on every rank the step whose inf is in one rank's shard, "
+    "halves the scale everywhere, and the other steps match one process";
 }  // namespace fsdp_check
 
 /// The names check_fully_sharded() reports.
@@ -75,7 +78,8 @@ inline std::set<std::string> fsdp_check_names() {
           kMixedPrecision,
           kMixedPrecisionDtypes,
           kBadParamDtype,
-          kUnitMismatch};
+          kUnitMismatch,
+          kScaler};
 }
 
 }  // namespace ddp::testing
