@@ -2,8 +2,10 @@
 
 /// \file snapshot.hpp
 /// Verified training snapshots in one include (namespace ddp::snapshot):
-/// SnapshotManager, TrainingState, read_snapshot_file, SnapshotError. Library
+/// SnapshotManager, TrainingState, read_snapshot_file, SnapshotError,
+/// save_consolidated. Library
 /// ddp::snapshot.
 
-#include "ddp/snapshot/errors.hpp"            // IWYU pragma: export
-#include "ddp/snapshot/snapshot_manager.hpp"  // IWYU pragma: export
+#include "ddp/snapshot/consolidated_export.hpp"  // IWYU pragma: export
+#include "ddp/snapshot/errors.hpp"               // IWYU pragma: export
+#include "ddp/snapshot/snapshot_manager.hpp"     // IWYU pragma: export

@@ -9,6 +9,7 @@ ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_directory.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/state_records.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/sharded_state.cpp)
+  ${PROJECT_SOURCE_DIR}/src/snapshot/sharded_state.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/consolidated_export.cpp)
 find_package(ZLIB REQUIRED)
 target_link_libraries(ddp_snapshot PRIVATE ZLIB::ZLIB)

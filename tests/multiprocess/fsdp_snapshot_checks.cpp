@@ -13,6 +13,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "ddp/parallel/fully_sharded_state.hpp"
+#include "ddp/snapshot/consolidated_export.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
@@ -137,6 +138,7 @@ class FsdpSnapshotChecker {
     if (group_->size() == 2) continues_exactly(resumed_parameters);
     plain_optimizer_refused(model);
     other_optimizer_refused(model);
+    consolidated(model, net, resumed_parameters);
   }
 
   int failed() const { return checks_.failed(); }
@@ -174,6 +176,38 @@ class FsdpSnapshotChecker {
       equal = torch::equal(uninterrupted[i], resumed_parameters[i]);
     }
     checks_.check(fsdp_snapshot_check::kContinuesExactly, equal, "they differ");
+  }
+
+  // Exported after the 8 steps, into a fresh, unwrapped model.
+  void consolidated(FullyShardedDataParallel& model, nn::Sequential& net,
+                    const std::vector<torch::Tensor>& full) {
+    const std::string path =
+        (fs::path(directory_) / ("consolidated-" + std::to_string(group_->size()) + ".ddpsnap"))
+            .string();
+    int64_t largest_unit = 0;  // bytes of full parameters, padded
+    for (const auto& shard : model->parameters()) {
+      largest_unit = std::max<int64_t>(largest_unit, shard.numel() * group_->size() * 4);
+    }
+    model->reset_peak_memory();
+    snapshot::TrainingState extras;
+    extras.epoch = 3;
+    snapshot::save_consolidated(model, path, extras);
+    const int64_t peak = model->memory().peak_gathered_bytes;
+    auto plain = make_net(5);
+    snapshot::TrainingState state;
+    state.model = plain.ptr().get();
+    snapshot::restore_training_state(snapshot::read_snapshot_file(path), state);
+    const auto restored = plain->parameters();
+    bool equal = restored.size() == full.size() && state.epoch == 3;
+    for (size_t i = 0; equal && i < full.size(); ++i) equal = torch::equal(restored[i], full[i]);
+    const auto calls = plain[1]->as<CallCounterImpl>()->calls.item<int64_t>();
+    const auto live_calls = net[1]->as<CallCounterImpl>()->calls.item<int64_t>();
+    checks_.check(fsdp_snapshot_check::kConsolidated,
+                  equal && calls == live_calls && peak > 0 && peak <= largest_unit,
+                  "parameters and epoch equal: " + std::to_string(equal) + ", buffer " +
+                      std::to_string(calls) + " (live " + std::to_string(live_calls) + "), peak " +
+                      std::to_string(peak) + " bytes (largest unit " +
+                      std::to_string(largest_unit) + ")");
   }
 
   void plain_optimizer_refused(FullyShardedDataParallel& model) {

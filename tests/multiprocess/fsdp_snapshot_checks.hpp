@@ -37,6 +37,9 @@ inline const std::string kMatchesOneProcess =
     "4 more steps match one process's 8 steps with AdamW (1e-5)";
 inline const std::string kPlainRefused =
     "a plain optimizer cannot resume the sharded state: SnapshotError naming fully_sharded";
+inline const std::string kConsolidated =
+    "save_consolidated streams one unit at a time (peak: the largest unit) and a plain model "
+    "restored from it holds the full parameters and buffers bit for bit";
 inline const std::string kOtherOptimizerRefused =
     "FullyShardedState refuses an optimizer over other tensors: ConfigError";
 /// When resuming at the saving world size (2).
@@ -51,7 +54,8 @@ inline std::set<std::string> fsdp_snapshot_check_names(const std::string& phase,
   if (phase == "save")
     return rank == 0 ? std::set<std::string>{kFilesWritten} : std::set<std::string>{};
   std::set<std::string> names{kResumed,           kSameValues,   kBuffer,
-                              kMatchesOneProcess, kPlainRefused, kOtherOptimizerRefused};
+                              kMatchesOneProcess, kPlainRefused, kOtherOptimizerRefused,
+                              kConsolidated};
   if (world == 2) names.insert(kContinuesExactly);
   return names;
 }

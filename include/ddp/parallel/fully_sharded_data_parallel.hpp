@@ -23,6 +23,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -162,6 +163,13 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   /// at a time: no rank holds more than one unit's full parameters beyond
   /// its shards and the copies. For evaluation and export.
   torch::OrderedDict<std::string, at::Tensor> full_parameters();
+  /// Gathers one unit at a time and calls `visit` with each of its
+  /// parameters' names and full values (views into the gathered unit,
+  /// valid during the call), then frees the unit: no rank holds more than
+  /// one unit's full parameters beyond its shards. A collective: every rank
+  /// calls it. For exports that stream (snapshot::save_consolidated()).
+  void for_each_full_parameter(
+      const std::function<void(const std::string& name, const at::Tensor& value)>& visit);
   const FullyShardedDataParallelOptions& options() const { return options_; }
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
 

@@ -289,16 +289,23 @@ std::vector<int64_t> FullyShardedDataParallelImpl::unit_numels() const {
 
 torch::OrderedDict<std::string, at::Tensor> FullyShardedDataParallelImpl::full_parameters() {
   torch::OrderedDict<std::string, at::Tensor> result;
+  for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
+    result.insert(name, value.clone());
+  });
+  return result;
+}
+
+void FullyShardedDataParallelImpl::for_each_full_parameter(
+    const std::function<void(const std::string& name, const at::Tensor& value)>& visit) {
   torch::NoGradGuard no_grad;
   for (const auto& unit : schedule_->units()) {
     const bool was_gathered = unit->gathered();
     unit->wait_gathered();
     for (size_t i = 0; i < unit->parameters().size(); ++i) {
-      result.insert(unit->parameter_names()[i], unit->parameters()[i].detach().clone());
+      visit(unit->parameter_names()[i], unit->parameters()[i].detach());
     }
     if (!was_gathered) unit->reshard();
   }
-  return result;
 }
 
 }  // namespace ddp::parallel

@@ -1,0 +1,79 @@
+#include "ddp/snapshot/consolidated_export.hpp"
+
+#include <ATen/ATen.h>
+
+#include <exception>
+#include <filesystem>
+#include <memory>
+
+#include "comm/str.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "snapshot/snapshot_format.hpp"
+#include "snapshot/state_records.hpp"
+
+namespace ddp::snapshot {
+
+namespace fs = std::filesystem;
+
+std::string save_consolidated(FullyShardedDataParallel& model, const std::string& path,
+                              const TrainingState& state) {
+  if (state.model || state.optimizer || state.zero_optimizer || state.fully_sharded) {
+    throw SnapshotError(
+        "save_consolidated: the training state has a model, optimizer or sharded part; give it "
+        "only the epoch, counters, metadata and extra tensors (the model is the FSDP model's, "
+        "and the optimizer's shards go into SnapshotManager's snapshots)");
+  }
+  ProcessGroup& group = *model->process_group();
+  const bool writer = group.rank() == 0;
+  std::exception_ptr failure;
+  std::unique_ptr<detail::SnapshotWriter> file;
+  auto attempt = [&](const auto& action) {
+    if (failure) return;
+    try {
+      action();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  };
+  // Note [A consolidated export streams]
+  if (writer) {
+    attempt([&] {
+      const fs::path target(path);
+      const fs::path directory = target.has_parent_path() ? target.parent_path() : ".";
+      file = std::make_unique<detail::SnapshotWriter>(
+          (directory / ("." + target.filename().string() + ".tmp")).string());
+    });
+  }
+  model->for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
+    if (writer) attempt([&] { file->add_tensor("model/param/" + name, value); });
+  });
+  if (writer) {
+    attempt([&] {
+      TrainingState scalars_only = state;
+      scalars_only.include_rng = false;
+      detail::StateRecords records = detail::state_records(scalars_only, {}, nullptr, 1);
+      records.scalars["model"] = true;
+      records.scalars["metadata"]["consolidated_from"] =
+          comm::detail::str("FullyShardedDataParallel, ", group.size(), " rank(s)");
+      for (const auto& item : model->module()->named_buffers(/*recurse=*/true)) {
+        if (item.value().defined()) file->add_tensor("model/buffer/" + item.key(), item.value());
+      }
+      for (const auto& [name, tensor] : records.tensors) file->add_tensor(name, tensor);
+      file->add_json("scalars", detail::scalars_text(records.scalars));
+      file->commit(path, /*world_size=*/1, /*sequence=*/1);
+    });
+  }
+  if (group.size() > 1) {  // rank 0's outcome; the others wait here
+    at::Tensor outcome = at::full({1}, failure ? int64_t{0} : int64_t{1}, at::kLong);
+    group.broadcast(outcome, 0);
+    if (!writer && outcome.item<int64_t>() != 1) {
+      throw SnapshotError("rank 0 could not write the consolidated model to " + path +
+                          "; its error says why");
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  return path;
+}
+
+}  // namespace ddp::snapshot
