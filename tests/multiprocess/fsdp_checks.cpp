@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "comm/collective_name.hpp"
 #include "comm/dtype_name.hpp"
 #include "ddp/comm/collective_observer.hpp"
 #include "ddp/comm/errors.hpp"
@@ -125,6 +126,21 @@ class ReduceScatterCounter : public comm::CollectiveObserver {
   int count = 0;
 };
 
+// The names (timeline::NameScope's, ddp's own) the all-gathers and
+// reduce-scatters issued on the group carry.
+class CollectiveNames : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& facts) override {
+    const std::string name = facts.name;
+    if (name == "all_gather" || name == "reduce_scatter") {
+      seen.insert(name + " " + comm::detail::current_collective_name().value_or("(unnamed)"));
+    }
+    return nullptr;
+  }
+  std::set<std::string> seen;
+};
+
 // The dtypes of the all-gathers and reduce-scatters issued on the group.
 class CollectiveDtypes : public comm::CollectiveObserver {
  public:
@@ -203,6 +219,7 @@ class FsdpChecker {
     bad_param_dtype();
     mismatch();
     grad_scaler();
+    collective_names();
     return checks_.failed();
   }
 
@@ -576,6 +593,23 @@ class FsdpChecker {
       return;
     }
     checks_.close_all(fsdp_check::kScaler, got, reference->parameters(), 1e-5);
+  }
+
+  // One step of the 3-unit MLP.
+  void collective_names() {
+    FullyShardedDataParallel model(on(make_mlp(19 + rank_)), group_);
+    auto names = std::make_shared<CollectiveNames>();
+    group_->add_observer(names);
+    torch::mse_loss(model->forward(rows(batch(0, 1, 7), rank_)), rows(batch(0, 2, 5), rank_))
+        .backward();
+    std::set<std::string> expected;
+    for (int unit = 0; unit < 3; ++unit) {
+      expected.insert("all_gather fsdp.gather " + std::to_string(unit));
+      expected.insert("reduce_scatter fsdp.reduce " + std::to_string(unit));
+    }
+    checks_.check(
+        fsdp_check::kCollectiveNames, names->seen == expected,
+        "saw " + c10::Join(", ", std::vector<std::string>(names->seen.begin(), names->seen.end())));
   }
 
   void bad_param_dtype() {

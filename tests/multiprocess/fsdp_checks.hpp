@@ -51,6 +51,8 @@ inline const std::string kMixedPrecisionDtypes =
     "bf16 param_dtype gathers in bf16, reduces in fp32, keeps fp32 shards and gradients";
 inline const std::string kBadParamDtype = "an integer param_dtype is a ConfigError naming it";
 inline const std::string kUnitMismatch = "a unit that differs between ranks is named on every rank";
+inline const std::string kCollectiveNames =
+    "a step's all-gathers and reduce-scatters are named fsdp.gather <unit> and fsdp.reduce <unit>";
 inline const std::string kScaler =
     "a GradScaler over the group skips on every rank the step whose inf is in one rank's shard, "
     "halves the scale everywhere, and the other steps match one process";
@@ -79,6 +81,7 @@ inline std::set<std::string> fsdp_check_names() {
           kMixedPrecisionDtypes,
           kBadParamDtype,
           kUnitMismatch,
+          kCollectiveNames,
           kScaler};
 }
 

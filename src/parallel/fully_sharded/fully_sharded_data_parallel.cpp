@@ -148,7 +148,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   for (size_t u = 0; u < plan.names.size(); ++u) {
     units.push_back(std::make_unique<detail::ShardedUnit>(
         plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
-        *gathered_, options_.param_dtype()));
+        *gathered_, static_cast<int64_t>(u), options_.param_dtype()));
     // parameters() are the shards, which the optimizer steps.
     register_parameter("shard_" + std::to_string(u), units.back()->shard(),
                        units.back()->trainable());

@@ -4,6 +4,7 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "comm/collective_name.hpp"
 #include "comm/dtype_name.hpp"
 #include "comm/str.hpp"
 #include "ddp/comm/errors.hpp"
@@ -25,12 +26,14 @@ void empty_storage(const at::Tensor& tensor) {
 
 ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
                          std::vector<at::Tensor> parameters, ProcessGroup& group,
-                         GatheredBytes& gathered, std::optional<at::ScalarType> param_dtype)
+                         GatheredBytes& gathered, int64_t index,
+                         std::optional<at::ScalarType> param_dtype)
     : name_(std::move(name)),
       names_(std::move(names)),
       parameters_(std::move(parameters)),
       group_(group),
-      gathered_(gathered) {
+      gathered_(gathered),
+      index_(index) {
   if (parameters_.empty()) {
     throw ConfigError(comm::detail::str("FullyShardedDataParallel: unit '", name_,
                                         "' has no parameters; leave parameter-free layers "
@@ -100,6 +103,7 @@ void ShardedUnit::gather_async() {
   if (state_ != State::kSharded) return;
   fill_storage(full_);
   gather_input_ = shard_.detach().to(full_.scalar_type());
+  comm::detail::CollectiveName collective("fsdp.gather", index_);
   gather_ = group_.all_gather_async(full_, gather_input_);
   state_ = State::kGathering;
 }
@@ -147,6 +151,7 @@ void ShardedUnit::reduce_async() {
   prepare_gradients();  // a unit no gradient reached reduces zeros, as every rank must
   reduced_grad_ = at::empty({padded_numel_ / group_.size()}, shard_.options().requires_grad(false));
   reduce_input_ = full_grad_.to(shard_.scalar_type());
+  comm::detail::CollectiveName collective("fsdp.reduce", index_);
   reduction_ = group_.reduce_scatter_async(reduced_grad_, reduce_input_);
 }
 

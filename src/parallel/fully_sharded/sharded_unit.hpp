@@ -54,9 +54,11 @@ struct GatheredBytes {
 class ShardedUnit {
  public:
   /// Takes `parameters` (the unit's, registration order, named `names`)
-  /// into the flat layout; they must share one dtype and device.
+  /// into the flat layout; they must share one dtype and device. `index`
+  /// (its place in forward order) names its collectives for observers:
+  /// "fsdp.gather <index>", "fsdp.reduce <index>" (the timeline's events).
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
-              ProcessGroup& group, GatheredBytes& gathered,
+              ProcessGroup& group, GatheredBytes& gathered, int64_t index,
               std::optional<at::ScalarType> param_dtype = std::nullopt);
 
   const std::string& name() const { return name_; }
@@ -106,6 +108,7 @@ class ShardedUnit {
   std::vector<at::Tensor> parameters_;
   ProcessGroup& group_;
   GatheredBytes& gathered_;
+  int64_t index_ = 0;
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;
   bool trainable_ = false;
