@@ -10,7 +10,10 @@
 #      the peak RSS;
 #   2. step time with 2 ranks on shm and on Gloo: DDP, ZeRO-2, FSDP with
 #      prefetch and without;
-#   3. (PARTS=pytorch) ddp's FSDP beside PyTorch's fully_shard (FSDP2) on the
+#   3. (PARTS=timeline) the timeline of one FSDP step, 2 ranks on shm with
+#      prefetch on and off (DDP_TIMELINE; rank 0's fsdp.gather and
+#      fsdp.reduce events of the last step, from issue to wait()'s return);
+#   4. (PARTS=pytorch) ddp's FSDP beside PyTorch's fully_shard (FSDP2) on the
 #      same model at world size 1: step time and, on a GPU, the CUDA caching
 #      allocator's peak.
 # With DEVICE=cuda (a GPU machine; every rank on cuda:0) the memory part adds
@@ -92,6 +95,29 @@ for backend in $speed_backends; do
     printf '%-8s %-18s %10s\n' "$backend" "$way" "$(field "$line" step_ms)"
   done
 done
+fi
+
+if [[ $parts == *timeline* ]]; then
+trace_dir=$(mktemp -d)
+for way in fsdp fsdp-no-prefetch; do
+  echo
+  echo "timeline of one step, $way, 2 ranks on shm, rank 0 (ms from the step's first gather;" \
+    "lane: collectives in flight at once get different lanes)"
+  DDP_TIMELINE="$trace_dir/$way-%r.json" run 2 "$way" shm >/dev/null
+  python3 - "$trace_dir/$way-0.json" <<'PY'
+import json, sys
+events = [e for e in json.load(open(sys.argv[1])) if e.get("name", "").startswith("fsdp.")]
+# The last step: after the step before's reduction of unit 0, its last.
+ends = sorted(e["ts"] for e in events if e["name"] == "fsdp.reduce 0")
+step = sorted((e for e in events if e["ts"] > ends[-2]), key=lambda e: e["ts"])
+first = step[0]["ts"]
+print(f"{'collective':<16} {'lane':>4} {'start':>9} {'end':>9} {'ms':>8}")
+for e in step:
+    start, dur = (e["ts"] - first) / 1000, e["dur"] / 1000
+    print(f"{e['name']:<16} {e['tid']:>4} {start:9.1f} {start + dur:9.1f} {dur:8.1f}")
+PY
+done
+rm -rf "$trace_dir"
 fi
 
 if [[ $parts == *pytorch* ]]; then
