@@ -18,6 +18,14 @@
 // across ranks); --sync-bn turns the batch norms into SyncBatchNorm
 // (statistics over the global batch).
 //
+// --shard full trains with FullyShardedDataParallel (FSDP, ZeRO-3) instead
+// of DDP: the ConvNet's three layers are its units (their parameters,
+// gradients and momentum sharded across the ranks, each layer gathered just
+// before it runs), the optimizer steps this rank's shards, evaluation runs
+// through the sharded forward, and each rank writes its shard of every
+// snapshot. It refuses what FSDP does not support here: --amp other than
+// O0, --comm-hook.
+//
 // The tutorial trains with SGD lr 1e-4 and batch 100, far too slowly for 5
 // epochs; the defaults here (SGD with momentum 0.9, lr 0.02, weight decay
 // 5e-4, batch 64 per rank, learning rate halved every 2 epochs) reach
@@ -29,6 +37,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <optional>
 
 #include "common/cli.hpp"
 #include "common/device.hpp"
@@ -59,7 +69,38 @@ struct Options : ddp::examples::CommonOptions {
   std::string comm_hook = "allreduce";
   int64_t powersgd_rank = 2;
   int64_t powersgd_start_iteration = 1000;
+  std::string shard = "none";  // none: DDP; full: FullyShardedDataParallel
 };
+
+// What FSDP does not support in this trainer, refused before anything
+// starts rather than ignored: Apex's levels (ddp::amp::MixedPrecision) cast
+// and broadcast the whole model's parameters, which FSDP has sharded (FSDP's
+// own mixed precision is its param_dtype, not offered here), and comm hooks
+// are DDP's.
+void check_shard_options(const Options& o) {
+  if (o.shard != "full") return;
+  auto refuse = [](const std::string& option, const std::string& why) {
+    throw ddp::ConfigError(option + " is not supported with --shard full: " + why);
+  };
+  if (o.amp != "O0") {
+    refuse("--amp " + o.amp,
+           "Apex's levels act on the whole model, which FSDP shards (its mixed precision is "
+           "param_dtype, not offered by this trainer); use --amp O0.");
+  }
+  if (o.comm_hook != "allreduce") {
+    refuse("--comm-hook " + o.comm_hook,
+           "comm hooks are DistributedDataParallel's; FSDP reduce-scatters the gradients.");
+  }
+}
+
+// FSDP's units: the ConvNet's three layers, which its forward runs through
+// ddp::sharded_call (examples/common/models.hpp).
+ddp::FullyShardedDataParallelOptions fsdp_options() {
+  return ddp::FullyShardedDataParallelOptions().wrap_policy(
+      [](const std::string& name, const torch::nn::Module&) {
+        return name == "layer1" || name == "layer2" || name == "fc";
+      });
+}
 
 std::shared_ptr<ddp::CommHook> comm_hook(const Options& o) {
   if (o.comm_hook == "fp16") return ddp::fp16_compress_hook();
@@ -91,45 +132,90 @@ ddp::amp::AmpOptions amp_options(const Options& o, torch::Device device) {
       .dtype(device.is_cuda() ? torch::kHalf : torch::kBFloat16);
 }
 
-// Everything a training step touches. The order matters: the model (on its
-// device) and its optimizer come first, whatever changes them (mixed
-// precision) next, and DistributedDataParallel wraps the finished model last.
+// Everything a training step touches. The order matters. With DDP: the
+// model (on its device) and its optimizer come first, whatever changes them
+// (mixed precision) next, and DistributedDataParallel wraps the finished
+// model last. With FSDP (--shard full) the wrapper comes first, since the
+// optimizer steps its shards, and there is no mixed precision.
 struct Trainer {
   Trainer(const Options& o, torch::Device device, std::shared_ptr<ddp::ProcessGroup> group)
       : device(device),
         net(build_model(o, device, group)),
-        optimizer(net->parameters(),
+        fsdp(o.shard == "full" ? ddp::FullyShardedDataParallel(net, fsdp_options(), group)
+                               : ddp::FullyShardedDataParallel(nullptr)),
+        optimizer(fsdp ? fsdp->parameters() : net->parameters(),
                   torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay)),
         scheduler(optimizer, o.lr_step_epochs, o.lr_gamma),
-        amp(*net, optimizer, amp_options(o, device), group),
-        scaler(ddp::amp::GradScalerOptions().enabled(o.amp != "O0"), group),
-        model(net, ddp::DistributedDataParallelOptions().comm_hook(comm_hook(o)),
-              std::move(group)) {}
+        scaler(ddp::amp::GradScalerOptions().enabled(o.amp != "O0"), group) {
+    if (fsdp) {
+      sharded = std::make_unique<ddp::FullyShardedState>(fsdp, optimizer);
+      return;
+    }
+    amp.emplace(*net, optimizer, amp_options(o, device), group);
+    model = ddp::DistributedDataParallel(
+        net, ddp::DistributedDataParallelOptions().comm_hook(comm_hook(o)), std::move(group));
+  }
 
   torch::Device device;        // where the model and each batch are
-  ddp::examples::ConvNet net;  // the model itself (saved, evaluated)
-  torch::optim::SGD optimizer;
+  ddp::examples::ConvNet net;  // the model itself (saved, evaluated; with FSDP, its buffers)
+  ddp::FullyShardedDataParallel fsdp;  // --shard full: the same model, its parameters sharded
+  torch::optim::SGD optimizer;         // DDP: the model's parameters; FSDP: this rank's shards
   torch::optim::StepLR scheduler;      // stepped once per epoch
-  ddp::amp::MixedPrecision amp;        // O2: the optimizer now holds float32 masters
-  ddp::amp::GradScaler scaler;         // dynamic loss scaling (off at O0)
-  ddp::DistributedDataParallel model;  // the same model; gradients averaged over ranks
+  std::unique_ptr<ddp::FullyShardedState> sharded;  // FSDP: the shards and their SGD state
+  std::optional<ddp::amp::MixedPrecision> amp;      // DDP; O2: the optimizer holds float32 masters
+  ddp::amp::GradScaler scaler;                      // dynamic loss scaling (off at O0)
+  ddp::DistributedDataParallel model{nullptr};      // DDP: the same model; gradients averaged
 };
 
 // One step: the batch to the model's device, forward, loss, backward (DDP
-// averages the gradients over the ranks while backward runs), update.
-// Returns this rank's loss.
+// averages the gradients over the ranks while backward runs; FSDP
+// reduce-scatters each unit's into this rank's shard), update. Returns this
+// rank's loss.
 double train_step(Trainer& t, const torch::Tensor& images, const torch::Tensor& labels) {
-  t.amp.zero_grad();
+  if (t.fsdp) {
+    t.optimizer.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(t.fsdp->forward(images.to(t.device)),
+                                                              labels.to(t.device));
+    loss.backward();
+    t.optimizer.step();  // this rank's shards only
+    return loss.item<double>();
+  }
+  t.amp->zero_grad();
   torch::Tensor loss = torch::nn::functional::cross_entropy(
-      t.amp.forward(t.model, images.to(t.device)), labels.to(t.device));
+      t.amp->forward(t.model, images.to(t.device)), labels.to(t.device));
   t.scaler.scale(loss).backward();
-  t.amp.step(t.scaler);  // skipped on every rank if any rank's gradients overflowed
+  t.amp->step(t.scaler);  // skipped on every rank if any rank's gradients overflowed
   t.scaler.update();
   return loss.item<double>();
 }
 
+// Test accuracy, every rank scoring a slice (common/distributed_eval.hpp),
+// with rank 0's batch-norm statistics. FSDP evaluates through its sharded
+// forward (each unit gathered in turn), which every rank runs as often.
+double test_accuracy(Trainer& t, const FashionMnist& test_set, ddp::ProcessGroup& group) {
+  ddp::examples::broadcast_buffers(*t.net, group);
+  if (t.fsdp) {
+    return ddp::examples::sharded_accuracy(t.fsdp, test_set.images(), test_set.labels(), group,
+                                           1000);
+  }
+  return ddp::examples::sharded_accuracy(
+      t.net, test_set.images(), test_set.labels(), group, 1000,
+      [&t](const torch::Tensor& x) { return t.amp->forward(t.net, x); });
+}
+
+// The digest of the trained weights, the same on every rank; with FSDP the
+// full parameters are gathered (by every rank) from the shards.
+std::string trained_digest(Trainer& t) {
+  if (!t.fsdp) return ddp::examples::weights_digest(*t.net);
+  std::vector<torch::Tensor> tensors;
+  for (const auto& item : t.fsdp->full_parameters()) tensors.push_back(item.value());
+  for (const auto& buffer : t.net->buffers()) tensors.push_back(buffer);
+  return ddp::examples::weights_digest(tensors);
+}
+
 int train(const Options& o) {
   const auto started = std::chrono::steady_clock::now();
+  check_shard_options(o);
   auto group = ddp::init(ddp::InitOptions().backend(o.backend));
   const int rank = group->rank(), world = group->size();
   const torch::Device device =
@@ -142,11 +228,17 @@ int train(const Options& o) {
   Trainer t(o, device, group);
 
   ddp::snapshot::TrainingState state;
-  state.model = t.net.ptr().get();
-  state.optimizer = &t.optimizer;
+  state.model = t.net.ptr().get();  // with FSDP its buffers: the parameters are in the shards
+  if (t.sharded) {
+    state.fully_sharded = t.sharded.get();  // each rank saves and resumes its shard
+  } else {
+    state.optimizer = &t.optimizer;
+  }
   state.scheduler = &t.scheduler;
   state.grad_scaler = &t.scaler;
-  for (auto& [name, master] : t.amp.master_weights()) state.extra_tensors[name] = master;  // O2
+  if (t.amp) {
+    for (auto& [name, master] : t.amp->master_weights()) state.extra_tensors[name] = master;  // O2
+  }
   ddp::examples::PeriodicSnapshots snapshots(group, o);
   const bool resumed = snapshots.resume(state);
   int64_t global_step = state.counters["global_step"];
@@ -160,8 +252,17 @@ int train(const Options& o) {
                      std::to_string(state.step_in_epoch) + " (global step " +
                      std::to_string(global_step) + ")");
   }
-  if (rank == 0 && (o.amp != "O0" || o.sync_bn || o.comm_hook != "allreduce")) {
-    const bool half = t.amp.options().dtype() == torch::kHalf;
+  if (t.fsdp) {
+    std::string units;
+    for (const auto& name : t.fsdp->unit_names()) units += (units.empty() ? "" : ", ") + name;
+    int64_t full = 0, shard = 0;
+    for (const auto& p : t.net->parameters()) full += p.numel();
+    for (const auto& p : t.fsdp->parameters()) shard += p.numel();
+    progress.message("FullyShardedDataParallel: units " + units + "; " + std::to_string(shard) +
+                     " of the " + std::to_string(full) + " parameters held on this rank" +
+                     (o.sync_bn ? ", SyncBatchNorm" : "") + ", backend " + group->backend_name());
+  } else if (rank == 0 && (o.amp != "O0" || o.sync_bn || o.comm_hook != "allreduce")) {
+    const bool half = t.amp->options().dtype() == torch::kHalf;
     progress.message("mixed precision " + o.amp +
                      (o.amp == "O0" ? ""
                       : half        ? " (float16)"
@@ -203,10 +304,7 @@ int train(const Options& o) {
     const ddp::training::EpochProgress done = progress.end_epoch();
     // The epoch's loss: every rank's mean over the steps it ran, averaged.
     loss = ddp::examples::sum_across_ranks(done.mean_loss, *group) / world;
-    ddp::examples::broadcast_buffers(*t.net, *group);
-    accuracy = ddp::examples::sharded_accuracy(
-        t.net, test_set.images(), test_set.labels(), *group, 1000,
-        [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
+    accuracy = test_accuracy(t, test_set, *group);
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
     if (rank == 0) {
       char text[128];
@@ -217,11 +315,9 @@ int train(const Options& o) {
     }
   }
   if (std::isnan(accuracy)) {  // Nothing left to train: the snapshot is the result.
-    ddp::examples::broadcast_buffers(*t.net, *group);
-    accuracy = ddp::examples::sharded_accuracy(
-        t.net, test_set.images(), test_set.labels(), *group, 1000,
-        [&t](const torch::Tensor& x) { return t.amp.forward(t.net, x); });
+    accuracy = test_accuracy(t, test_set, *group);
   }
+  const std::string digest = trained_digest(t);  // a collective under FSDP
   const std::string outputs = metrics.finish();
   if (rank == 0) {
     const double seconds =
@@ -231,8 +327,8 @@ int train(const Options& o) {
                   static_cast<long long>(global_step), 100 * accuracy, seconds);
     progress.message(text);
     if (!outputs.empty()) progress.message(outputs);
-    std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
-                ddp::examples::weights_digest(*t.net).c_str(), loss, accuracy);
+    std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n", digest.c_str(), loss,
+                accuracy);
   }
   return 0;
 }
@@ -286,6 +382,12 @@ int main(int argc, char** argv) {
   app.add_option("--powersgd-start-iteration", o.powersgd_start_iteration,
                  "steps reduced uncompressed before PowerSGD starts")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--shard", o.shard,
+                 "none: DistributedDataParallel; full: FullyShardedDataParallel (parameters, "
+                 "gradients and momentum sharded over the ranks, each rank snapshotting its "
+                 "shard; not with --amp O1-O3 or --comm-hook)")
+      ->check(CLI::IsMember({"none", "full"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return ddp::examples::run_example([&] { return train(o); });

@@ -23,7 +23,10 @@ inline void broadcast_buffers(torch::nn::Module& module, ProcessGroup& group) {
 
 /// The fraction of `images` that `model` classifies as `labels`. Rank r
 /// scores rows r, r + world, r + 2 world, ...; one all-reduce sums the
-/// counts, so every rank returns the accuracy on the whole set. Each batch
+/// counts, so every rank returns the accuracy on the whole set. Every rank
+/// runs as many batches (of at most `batch_size`) as the largest slice
+/// needs, so that a forward that communicates (FullyShardedDataParallel
+/// gathers each unit) meets the same collectives on every rank. Each batch
 /// goes to the device of the model's parameters (the data may stay on the
 /// CPU). `forward` (default: model->forward) runs the model, e.g. under
 /// mixed precision.
@@ -39,9 +42,13 @@ double sharded_accuracy(Model& model, const torch::Tensor& images, const torch::
   torch::Tensor mine =
       torch::arange(group.rank(), images.size(0), group.size(),
                     torch::TensorOptions().dtype(torch::kLong).device(images.device()));
+  const int64_t largest = (images.size(0) + group.size() - 1) / group.size();
+  const int64_t batches = (largest + batch_size - 1) / batch_size;
   int64_t correct = 0;
-  for (int64_t start = 0; start < mine.size(0); start += batch_size) {
-    torch::Tensor index = mine.slice(0, start, start + batch_size);
+  for (int64_t b = 0; b < batches; ++b) {
+    const int64_t begin = b * mine.size(0) / batches, end = (b + 1) * mine.size(0) / batches;
+    if (begin == end) continue;  // a slice of fewer rows than batches (a tiny test set)
+    torch::Tensor index = mine.slice(0, begin, end);
     torch::Tensor predicted = forward(images.index_select(0, index).to(device)).argmax(1);
     correct +=
         predicted.eq(labels.index_select(0, index).to(device)).sum().template item<int64_t>();

@@ -5,11 +5,16 @@
 
 #include <torch/torch.h>
 
+#include "ddp/parallel/fully_sharded_units.hpp"
+
 namespace ddp::examples {
 
 /// The DDP tutorial's ConvNet for 28x28 grey images: two 5x5 convolutions
 /// (1->16->32 channels, padding 2) each with batch norm, ReLU and 2x2
-/// max-pooling, then a linear layer 32*7*7 = 1568 -> 10.
+/// max-pooling, then a linear layer 32*7*7 = 1568 -> 10. Its forward calls
+/// the three layers through ddp::sharded_call, so that
+/// FullyShardedDataParallel with a wrap_policy picking them (mnist_ddp's
+/// --shard full) runs each as a unit; outside FSDP those are plain calls.
 struct ConvNetImpl : torch::nn::Module {
   ConvNetImpl()
       : layer1(register_module(
@@ -27,8 +32,8 @@ struct ConvNetImpl : torch::nn::Module {
         fc(register_module("fc", torch::nn::Linear(7 * 7 * 32, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    x = layer2->forward(layer1->forward(x));
-    return fc->forward(x.reshape({x.size(0), -1}));
+    x = ddp::sharded_call(layer2, ddp::sharded_call(layer1, x));
+    return ddp::sharded_call(fc, x.reshape({x.size(0), -1}));
   }
 
   torch::nn::Sequential layer1, layer2;

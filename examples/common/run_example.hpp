@@ -10,6 +10,7 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "ddp/comm/error_file.hpp"
 #include "ddp/comm/errors.hpp"
@@ -29,21 +30,26 @@ int run_example(Train&& train) {
   }
 }
 
-/// FNV-1a over the bytes of a module's parameters and buffers: equal
-/// digests mean bit-identical weights (tests compare resumed runs with it).
-inline std::string weights_digest(const torch::nn::Module& module) {
+/// FNV-1a over the bytes of `tensors`, in order.
+inline std::string weights_digest(const std::vector<torch::Tensor>& tensors) {
   uint64_t hash = 1469598103934665603ull;
-  auto add = [&](const torch::Tensor& tensor) {
+  for (const auto& tensor : tensors) {
     torch::Tensor bytes = tensor.contiguous().cpu();
     const auto* p = static_cast<const unsigned char*>(bytes.data_ptr());
     for (int64_t i = 0; i < bytes.numel() * bytes.element_size(); ++i)
       hash = (hash ^ p[i]) * 1099511628211ull;
-  };
-  for (const auto& t : module.parameters()) add(t);
-  for (const auto& t : module.buffers()) add(t);
+  }
   char text[17];
   std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
   return text;
+}
+
+/// FNV-1a over the bytes of a module's parameters and buffers: equal
+/// digests mean bit-identical weights (tests compare resumed runs with it).
+inline std::string weights_digest(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> tensors = module.parameters();
+  for (const auto& t : module.buffers()) tensors.push_back(t);
+  return weights_digest(tensors);
 }
 
 }  // namespace ddp::examples
