@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -77,6 +78,33 @@ inline void expect_continuing(const std::string& output, int generation, int com
         << "rank " << rank << "\n"
         << output;
   }
+}
+
+/// A job with sharded state (`job(kill_at)`: ZeRO, FSDP) recovers as it must:
+/// run straight, then with rank 1 SIGKILLed after step `kill_at`, the
+/// replacement alone restarted, taking its shard from rank 2, the survivors
+/// keeping their processes, and the same digest at the end.
+inline void expect_replaced_alone_bit_identically(const std::function<ChildSpec(int)>& job,
+                                                  int kill_at, const std::string& what) {
+  using namespace std::chrono_literals;
+  const ChildResult straight = run_children({job(0)}, 150s).at(0);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string expected = digest_of(straight.output);
+  ASSERT_NE(expected, "<none>") << straight.output;
+
+  const ChildResult killed = run_children({job(kill_at)}, 150s).at(0);
+  const std::string& output = killed.output;
+  EXPECT_EQ(killed.exit_code, 0) << output;
+  EXPECT_TRUE(contains(output, "[1] epoch 0 step " + std::to_string(kill_at) + " ")) << output;
+  EXPECT_TRUE(contains(output, "ended with signal 9 (Killed)")) << output;
+  EXPECT_TRUE(contains(output, "starting it again alone in generation 1")) << output;
+  EXPECT_FALSE(contains(output, "restarting every worker")) << output;
+  expect_only_rank_1_replaced(output);
+  const int commits = 1 + kill_at / kCommitEvery;  // the start's, then one every 4 steps
+  expect_continuing(output, 1, commits);
+  EXPECT_FALSE(contains(output, "resumed at epoch")) << output;
+  EXPECT_EQ(digest_of(output), expected) << what << ", killed at step " << kill_at << "\n"
+                                         << output;
 }
 
 }  // namespace ddp::launch

@@ -19,8 +19,6 @@
 namespace ddp::launch {
 namespace {
 
-using namespace std::chrono_literals;
-
 // ZeRO at `stage`, SGD with momentum; rank 1 SIGKILLs itself after step
 // `kill_at` (0: never).
 ChildSpec zero_toy_job(int stage, int kill_at) {
@@ -32,25 +30,8 @@ class ElasticZeroRecovery : public ::testing::TestWithParam<std::tuple<int, int>
 
 TEST_P(ElasticZeroRecovery, KilledRankGetsItsShardFromItsBuddyAndTheJobEndsBitIdentically) {
   const auto [stage, kill_at] = GetParam();
-  const ChildResult straight = run_children({zero_toy_job(stage, 0)}, 150s).at(0);
-  ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  const std::string expected = digest_of(straight.output);
-  ASSERT_NE(expected, "<none>") << straight.output;
-
-  const ChildResult killed = run_children({zero_toy_job(stage, kill_at)}, 150s).at(0);
-  const std::string& output = killed.output;
-  EXPECT_EQ(killed.exit_code, 0) << output;
-  EXPECT_TRUE(contains(output, "[1] epoch 0 step " + std::to_string(kill_at) + " ")) << output;
-  EXPECT_TRUE(contains(output, "ended with signal 9 (Killed)")) << output;
-  EXPECT_TRUE(contains(output, "starting it again alone in generation 1")) << output;
-  EXPECT_FALSE(contains(output, "restarting every worker")) << output;
-  expect_only_rank_1_replaced(output);
-  const int commits = 1 + kill_at / kCommitEvery;  // the start's, then one every 4 steps
-  expect_continuing(output, 1, commits);
-  EXPECT_FALSE(contains(output, "resumed at epoch")) << output;
-  EXPECT_EQ(digest_of(output), expected)
-      << "stage " << stage << ", killed at step " << kill_at << "\n"
-      << output;
+  expect_replaced_alone_bit_identically([stage = stage](int at) { return zero_toy_job(stage, at); },
+                                        kill_at, "stage " + std::to_string(stage));
 }
 
 INSTANTIATE_TEST_SUITE_P(Launcher, ElasticZeroRecovery,

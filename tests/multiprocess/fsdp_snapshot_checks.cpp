@@ -60,6 +60,27 @@ std::vector<torch::Tensor> values_of(const torch::OrderedDict<std::string, at::T
   return values;
 }
 
+// An FSDP job's objects, as a training program holds them, with snapshots
+// under `directory`.
+struct ShardedRun {
+  ShardedRun(uint64_t seed, const std::shared_ptr<ProcessGroup>& group,
+             const std::string& directory)
+      : net(make_net(seed)),
+        model(net, group),
+        optimizer(model->parameters(), adamw_options()),
+        sharded(model, optimizer),
+        snapshots(snapshot::SnapshotOptions(directory).keep_last(1), group) {
+    state.model = model->module().get();
+    state.fully_sharded = &sharded;
+  }
+  nn::Sequential net;
+  FullyShardedDataParallel model;
+  optim::AdamW optimizer;
+  FullyShardedState sharded;
+  snapshot::SnapshotManager snapshots;
+  snapshot::TrainingState state;
+};
+
 class FsdpSnapshotChecker {
  public:
   FsdpSnapshotChecker(std::shared_ptr<ProcessGroup> group, std::string directory)
@@ -79,20 +100,13 @@ class FsdpSnapshotChecker {
   }
 
   void save() {
-    auto net = make_net(kSavedSeed);
-    FullyShardedDataParallel model(net, group_);
-    optim::AdamW optimizer(model->parameters(), adamw_options());
-    FullyShardedState sharded(model, optimizer);
-    snapshot::SnapshotManager snapshots(snapshot::SnapshotOptions(directory_).keep_last(1), group_);
-    snapshot::TrainingState state;
-    state.model = model->module().get();
-    state.fully_sharded = &sharded;
-    train(model, optimizer, 0, kFsdpSavedSteps, [&](int step) {
+    ShardedRun run(kSavedSeed, group_, directory_);
+    train(run.model, run.optimizer, 0, kFsdpSavedSteps, [&](int step) {
       if (step + 1 < kFsdpSavedSteps - 1) return;
-      state.step_in_epoch = step + 1;
-      snapshots.save(state);
+      run.state.step_in_epoch = step + 1;
+      run.snapshots.save(run.state);
     });
-    const auto full = values_of(model->full_parameters());  // a collective
+    const auto full = values_of(run.model->full_parameters());  // a collective
     if (group_->rank() == 0) {
       torch::save(full, (fs::path(directory_) / "full-parameters.pt").string());
       files_written();
@@ -100,14 +114,8 @@ class FsdpSnapshotChecker {
   }
 
   void resume() {
-    auto net = make_net(77);  // resuming must overwrite everything
-    FullyShardedDataParallel model(net, group_);
-    optim::AdamW optimizer(model->parameters(), adamw_options());
-    FullyShardedState sharded(model, optimizer);
-    snapshot::SnapshotManager snapshots(snapshot::SnapshotOptions(directory_).keep_last(1), group_);
-    snapshot::TrainingState state;
-    state.model = model->module().get();
-    state.fully_sharded = &sharded;
+    ShardedRun run(77, group_, directory_);  // resuming must overwrite everything
+    auto& [net, model, optimizer, sharded, snapshots, state] = run;
     const bool resumed = snapshots.resume(state);
     checks_.check(
         fsdp_snapshot_check::kResumed, resumed && state.step_in_epoch == kFsdpSavedSteps,

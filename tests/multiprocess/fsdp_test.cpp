@@ -53,15 +53,7 @@ TEST(FsdpOnHierarchical, TwoNodesOfTwoMatchSingleProcessTraining) {
 }
 
 TEST(FsdpOnHierarchical, UnevenNodesMatchSingleProcessTraining) {
-  // Node 0 holds ranks 0 and 1, node 1 rank 2.
-  auto layout = [](int rank, int world, int port) {
-    auto env = torchrun_environment(rank, world, port);
-    env["GROUP_RANK"] = rank < 2 ? "0" : "1";
-    env["LOCAL_RANK"] = std::to_string(rank < 2 ? rank : 0);
-    env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
-    return env;
-  };
-  expect_fsdp_on_hierarchical(run_ranks(3, {"fsdp"}, layout));
+  expect_fsdp_on_hierarchical(run_ranks(3, {"fsdp"}, on_uneven_nodes()));
 }
 
 // Saved on 2 ranks, each writing its shard of the parameters and of the

@@ -26,6 +26,16 @@ EnvironmentFor on_nodes(int nodes) {
   };
 }
 
+EnvironmentFor on_uneven_nodes() {
+  return [](int rank, int world, int port) {
+    auto env = torchrun_environment(rank, world, port);
+    env["GROUP_RANK"] = rank < 2 ? "0" : "1";
+    env["LOCAL_RANK"] = std::to_string(rank < 2 ? rank : 0);
+    env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
+    return env;
+  };
+}
+
 std::vector<launch::ChildResult> run_ranks(int world, const std::vector<std::string>& args,
                                            const EnvironmentFor& environment_for,
                                            std::chrono::milliseconds deadline) {

@@ -25,6 +25,10 @@ using EnvironmentFor = std::function<Environment(int rank, int world, int port)>
 /// (consecutive ranks share a node; all on this machine).
 EnvironmentFor on_nodes(int nodes);
 
+/// torchrun's variables for 3 ranks on two nodes of unequal size: node 0
+/// holds ranks 0 and 1, node 1 rank 2.
+EnvironmentFor on_uneven_nodes();
+
 /// Starts `world` workers with `args`, each given `environment_for(rank)`
 /// (launcher variables inherited from the test's own environment are
 /// removed first), and waits at most `deadline` for all of them.

@@ -107,14 +107,7 @@ TEST(ShmHierarchical, AutoPicksItAcrossNodesAndEveryCollectiveIsRight) {
 }
 
 TEST(ShmHierarchical, UnevenNodesAndStress) {
-  // Three ranks on two nodes: node 0 holds ranks 0 and 1, node 1 rank 2.
-  auto layout = [](int rank, int world, int port) {
-    auto env = torchrun_environment(rank, world, port);
-    env["GROUP_RANK"] = rank < 2 ? "0" : "1";
-    env["LOCAL_RANK"] = std::to_string(rank < 2 ? rank : 0);
-    env["LOCAL_WORLD_SIZE"] = rank < 2 ? "2" : "1";
-    return env;
-  };
+  const auto layout = on_uneven_nodes();  // node 0: ranks 0 and 1; node 1: rank 2
   expect_checks(run_ranks(3, {"collectives"}, layout), collective_check_names(3));
   expect_checks(run_ranks(3, {"stress"}, layout, std::chrono::seconds(120)), stress_check_names(3));
 }
