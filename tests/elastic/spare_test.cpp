@@ -29,13 +29,16 @@ std::vector<std::pair<std::string, std::string>> started_spares(const std::strin
   return spares;
 }
 
-TEST(ElasticSpares, KilledWorkerIsTakenOverByASpareStartedBeforeTheKill) {
-  const ChildResult straight = run_children({toy_job(0)}, 150s).at(0);
+// The toy trainer with `trainer_args` (none: DDP and SGD), run straight and
+// with a spare that takes over rank 1 after its SIGKILL at step 9.
+void expect_spare_takes_over(const std::vector<std::string>& trainer_args) {
+  const ChildResult straight = run_children({toy_job(0, {}, trainer_args)}, 150s).at(0);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   const std::string expected = digest_of(straight.output);
   ASSERT_NE(expected, "<none>") << straight.output;
 
-  const ChildResult killed = run_children({toy_job(9, {"--spares", "1"})}, 150s).at(0);
+  const ChildResult killed =
+      run_children({toy_job(9, {"--spares", "1"}, trainer_args)}, 150s).at(0);
   const std::string& output = killed.output;
   EXPECT_EQ(killed.exit_code, 0) << output;
   const auto spares = started_spares(output);
@@ -73,6 +76,16 @@ TEST(ElasticSpares, KilledWorkerIsTakenOverByASpareStartedBeforeTheKill) {
   EXPECT_GT(output.find("started spare " + spares[1].first), output.find("takes rank 1 in"))
       << output;
   EXPECT_EQ(digest_of(output), expected) << output;
+}
+
+TEST(ElasticSpares, KilledWorkerIsTakenOverByASpareStartedBeforeTheKill) {
+  expect_spare_takes_over({});
+}
+
+// FSDP: the spare receives rank 1's shard of the parameters and of the
+// momentum from rank 2, which kept a copy (Note [Sharded state in memory]).
+TEST(ElasticSpares, KilledFsdpWorkerIsTakenOverByASpareWithItsShard) {
+  expect_spare_takes_over({"--shard", "full", "--momentum", "0.9"});
 }
 
 TEST(ElasticSpares, UnusedSparesAreReleased) {
