@@ -57,11 +57,12 @@
 /// (rank 0 marks it when the function returns), end with exit 0 inside
 /// run(), as a released spare does.
 ///
-/// With a ZeroRedundancyOptimizer, sync() cannot hand a rank its shard
-/// before the training function has made the optimizer over the new group:
-/// the function sets TrainingState::zero_optimizer and calls
+/// With a ZeroRedundancyOptimizer or a FullyShardedDataParallel model,
+/// sync() cannot hand a rank its shard before the training function has
+/// made the optimizer (and model) over the new group: the function sets
+/// TrainingState::zero_optimizer (or fully_sharded) and calls
 /// State::restore() when commits() > 0 (Note [Sharded state in memory] in
-/// ddp/elastic/state.hpp).
+/// ddp/elastic/state.hpp; the toy trainer does both).
 ///
 /// Note [A spare waits for a seat]
 /// `ddprun --spares K` also starts K hot spares per node: the same program,

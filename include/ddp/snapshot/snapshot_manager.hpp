@@ -219,9 +219,10 @@ void restore_training_state(const SnapshotFile& file, TrainingState& state, int 
 /// copied into memory (CPU tensors): this process's generator states as
 /// rank 0's, world_size 1, path "(in memory)". restore_training_state()
 /// takes it back (ddp::elastic::State commits this way).
-/// \throws SnapshotError for a zero_optimizer (its shards live on every
-///   rank, so no one process holds them; elastic::State commits them
-///   apart, Note [Sharded state in memory]) or an unsupported optimizer.
+/// \throws SnapshotError for a zero_optimizer or fully_sharded (their
+///   shards live on every rank, so no one process holds them;
+///   elastic::State commits them apart, Note [Sharded state in memory]) or
+///   an unsupported optimizer.
 SnapshotFile capture_training_state(const TrainingState& state);
 
 /// The seed rank `rank` of a job resumed at another world size gives its
