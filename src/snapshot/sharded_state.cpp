@@ -16,6 +16,7 @@
 #include "comm/byte_exchange.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "snapshot/snapshot_writing.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::snapshot::detail {
@@ -43,12 +44,9 @@ const std::vector<at::Tensor>& local_parameters(const parallel::ShardedState& sh
 json write_shard(const std::string& directory, const std::string& main_name,
                  const parallel::ShardedState& sharded, uint64_t sequence) {
   const ShardRecords records = shard_records(sharded);
-  const int rank = sharded.group().rank(), world = sharded.group().size();
-  const std::string name = shard_file_name(main_name, rank, world);
-  SnapshotWriter writer((fs::path(directory) / ("." + name + ".tmp")).string());
-  for (const auto& [key, tensor] : records.tensors) writer.add_tensor(key, tensor);
-  writer.add_json("scalars", records.scalars.dump());
-  writer.commit((fs::path(directory) / name).string(), static_cast<uint32_t>(world), sequence);
+  write_shard_file(
+      directory, main_name, NamedTensors(records.tensors.begin(), records.tensors.end()),
+      records.scalars.dump(), sharded.group().rank(), sharded.group().size(), sequence);
   return records.scalars.at("pieces");
 }
 
@@ -114,14 +112,18 @@ json shards_record(const parallel::ShardedState& sharded, const std::vector<json
           {"pieces", pieces_by_rank}};
 }
 
-json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
-                 const parallel::ShardedState& sharded, uint64_t& sequence) {
+void check_sharded_group(const parallel::ShardedState& sharded, const ProcessGroup& group) {
   if (sharded.group().size() != group.size() || sharded.group().rank() != group.rank()) {
     throw SnapshotError(comm::detail::str("the sharded state's process group (rank ",
                                           sharded.group().rank(), " of ", sharded.group().size(),
                                           ") is not the snapshot's (rank ", group.rank(), " of ",
                                           group.size(), "); give both the same group"));
   }
+}
+
+json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
+                 const parallel::ShardedState& sharded, uint64_t& sequence) {
+  check_sharded_group(sharded, group);
   std::exception_ptr failure;
   if (group.rank() == 0) {
     try {

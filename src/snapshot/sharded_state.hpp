@@ -29,6 +29,10 @@ parallel::ShardedState* sharded_part(const TrainingState& state);
 /// "zero" (ZeroRedundancyOptimizer) or "fully_sharded".
 const char* sharded_record_key(const parallel::ShardedState& sharded);
 
+/// \throws SnapshotError unless `sharded` works over a group of the same
+///   rank and size as `group`.
+void check_sharded_group(const parallel::ShardedState& sharded, const ProcessGroup& group);
+
 /// Every rank writes its shard of `sharded` as part of the next snapshot,
 /// numbered by rank 0 (`sequence` is set on every rank); returns the main
 /// file's record on every rank. A collective; throws SnapshotError on

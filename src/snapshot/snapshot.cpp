@@ -17,12 +17,14 @@
 #include <set>
 
 #include "ddp/comm/process_group.hpp"
+#include "snapshot/async_saves.hpp"
 #include "snapshot/grad_scaler_state.hpp"
 #include "comm/byte_exchange.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/rng_states.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "snapshot/snapshot_writing.hpp"
 #include "snapshot/state_records.hpp"
 #include "snapshot/sharded_state.hpp"
 #include "comm/str.hpp"
@@ -30,12 +32,11 @@
 namespace ddp::snapshot {
 namespace {
 
-using nlohmann::json;
-namespace fs = std::filesystem;
 using detail::gather_rng_states;
 using detail::generator_state;
 using detail::generators;
 using detail::TensorMap;
+using nlohmann::json;
 
 void warn(const std::string& message) { std::cerr << "ddp: warning: " << message << std::endl; }
 
@@ -44,24 +45,10 @@ void warn(const std::string& message) { std::cerr << "ddp: warning: " << message
 std::string write_snapshot(const SnapshotOptions& options, const TrainingState& state,
                            const TensorMap& rng, const json& sharded_record, int world_size,
                            uint64_t& sequence) {
-  const std::string& dir = options.directory();
-  std::error_code error;
   if (sequence == 0) sequence = detail::next_snapshot_sequence(options);
-  std::string name = detail::snapshot_file_name(options.prefix(), sequence);
-  std::string path = (fs::path(dir) / name).string();
-
   detail::StateRecords records = detail::state_records(state, rng, sharded_record, world_size);
-  const std::string scalars_text = detail::scalars_text(records.scalars);
-  detail::SnapshotWriter writer((fs::path(dir) / ("." + name + ".tmp")).string());
-  for (const auto& [key, tensor] : records.tensors) writer.add_tensor(key, tensor);
-  writer.add_json("scalars", scalars_text);
-  writer.commit(path, static_cast<uint32_t>(world_size), sequence);
-
-  // Keep the newest keep_last snapshots; remove temporary files of writers
-  // that died before their rename (Note [Writing is atomic]).
-  detail::prune_snapshots(options);
-  detail::fsync_directory(dir);
-  return path;
+  return detail::write_main_file(options, records.tensors, detail::scalars_text(records.scalars),
+                                 world_size, sequence);
 }
 
 }  // namespace
@@ -84,6 +71,7 @@ SnapshotManager::SnapshotManager(SnapshotOptions options, std::shared_ptr<Proces
 }
 
 std::string SnapshotManager::save(const TrainingState& state) {
+  settle();  // Note [An asynchronous save]
   const parallel::ShardedState* sharded = detail::sharded_part(state);
   TensorMap rng;
   if (state.include_rng) rng = gather_rng_states(*group_);  // a collective: every rank
@@ -110,10 +98,7 @@ std::string SnapshotManager::save(const TrainingState& state) {
         throw SnapshotError("rank 0 could not write a snapshot into " + options_.directory() +
                             "; its error says why");
       }
-      path = (fs::path(options_.directory()) /
-              detail::snapshot_file_name(options_.prefix(),
-                                         static_cast<uint64_t>(outcome[1].item<int64_t>())))
-                 .string();
+      path = detail::snapshot_path(options_, static_cast<uint64_t>(outcome[1].item<int64_t>()));
     }
   }
   if (failure) std::rethrow_exception(failure);
@@ -121,6 +106,7 @@ std::string SnapshotManager::save(const TrainingState& state) {
 }
 
 bool SnapshotManager::resume(TrainingState& state) {
+  settle();  // Note [An asynchronous save]
   std::optional<SnapshotFile> chosen;
   int64_t sequence = -1;
   for (const auto& candidate :

@@ -79,6 +79,17 @@ uint64_t next_snapshot_sequence(const snapshot::SnapshotOptions& options) {
   return existing.empty() ? 1 : existing.front().sequence + 1;
 }
 
+void remove_shard_files(const snapshot::SnapshotOptions& options, uint64_t sequence) {
+  std::error_code error;
+  for (fs::directory_iterator it(options.directory(), error), end; !error && it != end;
+       it.increment(error)) {
+    std::error_code ignored;
+    if (shard_file_sequence(it->path().filename().string(), options.prefix()) == sequence) {
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
 void prune_snapshots(const snapshot::SnapshotOptions& options) {
   const std::string& dir = options.directory();
   const std::string& prefix = options.prefix();

@@ -41,6 +41,11 @@ std::vector<SnapshotCandidate> snapshot_candidates(const std::string& directory,
 /// Throws SnapshotError.
 uint64_t next_snapshot_sequence(const snapshot::SnapshotOptions& options);
 
+/// Removes the shard files of snapshot `sequence` that a save which failed
+/// before its main file left behind, so that none is taken for the next
+/// save's (Note [An asynchronous save]).
+void remove_shard_files(const snapshot::SnapshotOptions& options, uint64_t sequence);
+
 /// Removes all but the newest keep_last main files, the shard files of
 /// every other sequence (those of a save that failed too), and temporary
 /// files of writers that died before their rename (Note [Writing is atomic]).

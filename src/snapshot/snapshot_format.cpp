@@ -226,19 +226,27 @@ void SnapshotWriter::put_string(const std::string& text) {
   put(text.data(), text.size());
 }
 
-void SnapshotWriter::add_tensor(const std::string& name, const at::Tensor& tensor) {
-  if (name.size() > kMaxName) fail("record name longer than 4096 bytes: " + name.substr(0, 64));
-  if (!tensor.defined()) fail("tensor '" + name + "' is undefined");
+std::string tensor_record_problem(const std::string& name, const at::Tensor& tensor) {
+  if (name.size() > kMaxName) return "record name longer than 4096 bytes: " + name.substr(0, 64);
+  if (!tensor.defined()) return "tensor '" + name + "' is undefined";
   if (tensor.layout() != c10::kStrided || tensor.is_quantized()) {
-    fail("tensor '" + name + "' is not a dense tensor");
+    return "tensor '" + name + "' is not a dense tensor";
   }
   auto found = std::find_if(kDtypeCodes.begin(), kDtypeCodes.end(), [&](const auto& entry) {
     return entry.second == tensor.scalar_type();
   });
   if (found == kDtypeCodes.end()) {
-    fail("tensor '" + name + "' has unsupported dtype " +
-         comm::detail::dtype_name(tensor.scalar_type()));
+    return "tensor '" + name + "' has unsupported dtype " +
+           comm::detail::dtype_name(tensor.scalar_type());
   }
+  return "";
+}
+
+void SnapshotWriter::add_tensor(const std::string& name, const at::Tensor& tensor) {
+  if (std::string problem = tensor_record_problem(name, tensor); !problem.empty()) fail(problem);
+  auto found = std::find_if(kDtypeCodes.begin(), kDtypeCodes.end(), [&](const auto& entry) {
+    return entry.second == tensor.scalar_type();
+  });
   at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
   put_u32(kRecordTensor);
   put_string(name);

@@ -66,6 +66,10 @@ class SnapshotWriter {
   uint32_t payload_crc_ = 0;
 };
 
+/// What keeps `tensor` from being a record named `name` (too long a name,
+/// undefined, not dense, a dtype the format lacks), or "" when nothing does.
+std::string tensor_record_problem(const std::string& name, const at::Tensor& tensor);
+
 /// Reads and verifies one snapshot file (ddp::snapshot::read_snapshot_file).
 snapshot::SnapshotFile read_snapshot(const std::string& path);
 

@@ -10,6 +10,10 @@ ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_directory.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/state_records.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/sharded_state.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/consolidated_export.cpp)
+  ${PROJECT_SOURCE_DIR}/src/snapshot/consolidated_export.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_writing.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/staging_buffer.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/background_writer.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/async_save.cpp)
 find_package(ZLIB REQUIRED)
 target_link_libraries(ddp_snapshot PRIVATE ZLIB::ZLIB)

@@ -3,7 +3,9 @@
 // are written), the writer (rank 0 of a one-process
 // group, tests/snapshot/snapshot_kill_writer.cpp) is killed; every time the
 // previous snapshot must be intact and be the one resumed, unless the new
-// one was already complete (renamed into place), which is then resumed.
+// one was already complete (renamed into place), which is then resumed. The
+// same with save_async(), killed while its background thread writes and the
+// training thread computes (Note [An asynchronous save]).
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -54,10 +56,12 @@ ChildResult run(const std::vector<std::string>& args) {
 struct Kill {
   std::intmax_t temp_bytes = -1;
   bool saved = false;
+  bool training = false;  // save_async() had returned: the training thread ran on
 };
-Kill write_and_kill(const fs::path& dir, int value, std::uintmax_t at_bytes) {
+Kill write_and_kill(const std::string& mode, const fs::path& dir, int value,
+                    std::uintmax_t at_bytes) {
   const fs::path temp = dir / ".snapshot-000000000002.ddpsnap.tmp";
-  ChildProcess writer({{DDP_SNAPSHOT_KILL_WRITER, "write", dir.string(), std::to_string(value)}},
+  ChildProcess writer({{DDP_SNAPSHOT_KILL_WRITER, mode, dir.string(), std::to_string(value)}},
                       /*separate_stderr=*/false);
   std::string output;
   auto sink = [&](Stream, std::string_view chunk) { output.append(chunk); };
@@ -80,13 +84,16 @@ Kill write_and_kill(const fs::path& dir, int value, std::uintmax_t at_bytes) {
   writer.pump(sink);
   EXPECT_NE(output.find("writing\n"), std::string::npos) << output;
   kill.saved = output.find("saved ") != std::string::npos;
+  kill.training = output.find("training\n") != std::string::npos;
   return kill;
 }
 
-TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
+// Writes a base snapshot with `mode` (write, write-async), then kills the
+// next write at every point; the previous snapshot must survive each.
+void kill_at_many_points(const std::string& mode) {
   const ddp::testing::TemporaryDirectory temporary("ddp-snapshot-kill-");
   const fs::path dir = temporary.path();
-  ASSERT_EQ(run({"write", dir.string(), "1"}).exit_code, 0);
+  ASSERT_EQ(run({mode, dir.string(), "1"}).exit_code, 0);
   ASSERT_EQ(snapshots(dir).size(), 1u);
   const fs::path base = snapshots(dir).at(0);
   const auto base_size = fs::file_size(base);  // the new snapshot's size too
@@ -98,7 +105,7 @@ TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
   // Kill points 0 .. kKillPoints - 1 at every 1/kKillPoints of the bytes,
   // the last one with all bytes written.
   for (int point = 0; point <= kKillPoints; ++point) {
-    const Kill kill = write_and_kill(dir, 2, base_size * point / kKillPoints);
+    const Kill kill = write_and_kill(mode, dir, 2, base_size * point / kKillPoints);
     const auto complete = snapshots(dir);
     ASSERT_GE(complete.size(), 1u);
     EXPECT_EQ(complete.front(), base);
@@ -108,6 +115,11 @@ TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
     if (kill.temp_bytes >= 0 && static_cast<std::uintmax_t>(kill.temp_bytes) < base_size &&
         !new_one) {
       ++mid_write;
+      // The background thread wrote while the training thread trained
+      // (from point 1 on: megabytes written, long after save_async returned).
+      if (mode == "write-async" && point > 0) {
+        EXPECT_TRUE(kill.training) << "kill point " << point;
+      }
     }
     if (new_one) ++completed;
 
@@ -126,10 +138,18 @@ TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
     if (new_one) fs::remove(complete.back());
     fs::remove(dir / ".snapshot-000000000002.ddpsnap.tmp");
   }
-  std::cout << "of " << kKillPoints + 1 << " kills, " << mid_write << " hit a partial file, "
-            << completed << " came after the rename" << std::endl;
+  std::cout << mode << ": of " << kKillPoints + 1 << " kills, " << mid_write
+            << " hit a partial file, " << completed << " came after the rename" << std::endl;
   // The kills really landed inside the write, at most of the points.
   EXPECT_GE(mid_write, kKillPoints / 2) << completed << " kills came after the rename";
+}
+
+TEST(SnapshotKill, KilledAtManyPointsOfALargeWriteThePreviousSnapshotSurvives) {
+  kill_at_many_points("write");
+}
+
+TEST(SnapshotKill, KilledAtManyPointsOfABackgroundWriteThePreviousSnapshotSurvives) {
+  kill_at_many_points("write-async");
 }
 
 }  // namespace

@@ -4,6 +4,12 @@
 //   snapshot_kill_writer write DIR VALUE   fills a 256 MiB model with VALUE and
 //                                          saves it (epoch = VALUE) into DIR,
 //                                          printing "writing" just before
+//   snapshot_kill_writer write-async DIR VALUE
+//                                          the same with save_async(): prints
+//                                          "writing", then "training" once
+//                                          save_async() returned, trains while
+//                                          the background thread writes, and
+//                                          "saved PATH after N steps"
 //   snapshot_kill_writer check DIR         resumes from DIR and prints
 //                                          "resumed epoch E, every weight E" or
 //                                          what was wrong
@@ -25,7 +31,7 @@ constexpr int64_t kSide = 8192;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: snapshot_kill_writer write DIR VALUE | check DIR" << std::endl;
+    std::cerr << "usage: snapshot_kill_writer write|write-async DIR VALUE | check DIR" << std::endl;
     return 2;
   }
   const std::string mode = argv[1];
@@ -45,6 +51,20 @@ int main(int argc, char** argv) {
     state.epoch = value;
     std::cout << "writing" << std::endl;
     std::cout << "saved " << snapshots.save(state) << std::endl;
+    return 0;
+  }
+  if (mode == "write-async" && argc == 4) {
+    const int64_t value = std::stoll(argv[3]);
+    model->weight.fill_(static_cast<float>(value));
+    state.epoch = value;
+    std::cout << "writing" << std::endl;
+    const std::string path = snapshots.save_async(state);
+    std::cout << "training" << std::endl;
+    torch::Tensor x = torch::rand({64, 512}), w = torch::rand({512, 512});
+    int64_t steps = 0;
+    for (; snapshots.save_in_flight(); ++steps) x = torch::tanh(x.mm(w));  // a compute step
+    snapshots.wait();
+    std::cout << "saved " << path << " after " << steps << " steps" << std::endl;
     return 0;
   }
   if (mode == "check") {

@@ -58,6 +58,31 @@
 /// ranks wait for rank 0's outcome (a broadcast that doubles as a barrier),
 /// so save() returns on every rank only once the file is durable, and fails
 /// on every rank if rank 0 could not write it.
+///
+/// Note [An asynchronous save]
+/// save_async() stops training only to copy the state. On the calling thread
+/// it does all that involves the other ranks (settling the previous save, the
+/// generator states' gather, the shards' layout, and one all_reduce that
+/// agrees on the sequence number and on whether every rank got ready) and
+/// copies every record into a staging buffer the manager owns: CPU memory,
+/// pinned for CUDA tensors (non-blocking copies, then each device's stream
+/// synchronized), reused while names, shapes and dtypes stay the same, so a
+/// steady-state save allocates nothing. One background thread then writes the
+/// copies with save()'s own code (Note [Writing is atomic], keep_last), so a
+/// SIGKILL mid-write leaves the previous snapshots intact and resumable. With
+/// sharded state each rank's thread writes its shard file and rank 0's writes
+/// the main file once every shard file exists (polled for at most 10
+/// minutes). The background thread runs no collective.
+/// The rule: at most one save is in flight. save(), save_async(), resume()
+/// and wait() first wait for it and settle it, a collective: if a rank's write
+/// failed, that rank rethrows its own error (the file and the cause), the
+/// others throw a SnapshotError naming that rank, and nothing new starts. With
+/// SnapshotOptions::skip_while_writing, save_async() instead saves nothing
+/// and returns "" while any rank still writes (decided together by an
+/// all_reduce). The destructor waits for the write and prints a failure that
+/// was never reported on std::cerr. Memory: the buffer keeps a copy of what
+/// this rank writes (rank 0: the state less its shards; each rank its shard)
+/// for the manager's life.
 
 #include <ATen/core/Tensor.h>
 #include <torch/arg.h>
@@ -154,6 +179,10 @@ struct SnapshotOptions {
   /// File name prefix: `<prefix>-<sequence>.ddpsnap`. Must not be empty,
   /// contain '/' or start with '.'.
   TORCH_ARG(std::string, prefix) = "snapshot";
+  /// save_async() while any rank still writes the previous save: false
+  /// waits for it, true saves nothing and returns "" (Note [An asynchronous
+  /// save]).
+  TORCH_ARG(bool, skip_while_writing) = false;
 };
 
 /// A snapshot file as read from disk, after its checksums were verified.
@@ -167,20 +196,48 @@ struct SnapshotFile {
   std::string scalars_json;                   ///< The "scalars" JSON record.
 };
 
+namespace detail {
+struct AsyncSaves;
+}  // namespace detail
+
 /// Saves training states into a directory and resumes from them. Every
-/// rank of `group` must call save() and resume() together.
+/// rank of `group` must call save(), save_async(), wait() and resume()
+/// together.
 class SnapshotManager {
  public:
   /// Validates `options` (ConfigError for an empty directory, keep_last < 1
   /// or a bad prefix).
   SnapshotManager(SnapshotOptions options, std::shared_ptr<ProcessGroup> group);
+  /// Waits for an asynchronous save in flight; prints its failure on
+  /// std::cerr if nothing reported it. Never throws.
+  ~SnapshotManager();
+  /// Moves the manager (and a save in flight) over.
+  SnapshotManager(SnapshotManager&& other) noexcept;
+  /// Waits for this manager's save in flight, then moves `other` over.
+  SnapshotManager& operator=(SnapshotManager&& other) noexcept;
 
   /// Rank 0 writes `state` atomically (Note [Writing is atomic]) as the next
   /// sequence number, then deletes all but the newest keep_last snapshots and
   /// any leftover temporary files; the others wait for it. Returns the
   /// path of the new snapshot on every rank. Throws SnapshotError when the
   /// file cannot be written (on every rank) or the optimizer is unsupported.
+  /// Waits first for a save_async() in flight, as wait() does.
   std::string save(const TrainingState& state);
+
+  /// save() without stopping training for the write (Note [An asynchronous
+  /// save]): copies `state` into the staging buffer, hands the copy to the
+  /// background thread and returns the path the snapshot will have. Waits
+  /// first for the save in flight and throws its failure (starting nothing).
+  /// Throws SnapshotError on every rank when a rank cannot prepare the save.
+  std::string save_async(const TrainingState& state);
+
+  /// Waits for the save in flight and reports its outcome: a collective that
+  /// throws the failure as save_async() does. Nothing in flight: returns.
+  void wait();
+
+  /// Whether this rank's background thread is still writing (not a
+  /// collective; ranks other than 0 write only shards).
+  bool save_in_flight() const;
 
   /// Loads the newest snapshot whose checksums verify into `state`; every
   /// rank reads the file itself and all ranks must pick the same one. Skips
@@ -188,7 +245,8 @@ class SnapshotManager {
   /// and why. Returns false when there is none (empty or missing directory).
   /// Everything is checked before anything live changes: a snapshot that
   /// does not fit (another model, another optimizer) throws SnapshotError
-  /// naming the first mismatch.
+  /// naming the first mismatch. Waits first for a save_async() in flight,
+  /// as wait() does.
   bool resume(TrainingState& state);
 
   /// The files named like snapshots in the directory, newest first (their
@@ -199,8 +257,11 @@ class SnapshotManager {
   const SnapshotOptions& options() const noexcept { return options_; }
 
  private:
+  void settle();  // Note [An asynchronous save]
+
   std::shared_ptr<ProcessGroup> group_;
   SnapshotOptions options_;
+  std::unique_ptr<detail::AsyncSaves> async_;
 };
 
 /// Reads and verifies one snapshot file (for tools and tests). Throws

@@ -1,0 +1,248 @@
+// SnapshotManager's asynchronous saves (Note [An asynchronous save] in
+// ddp/snapshot/snapshot_manager.hpp): save_async(), wait(), and the settling
+// of a save in flight that save(), resume() and wait() begin with.
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "comm/byte_exchange.hpp"
+#include "comm/str.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
+#include "snapshot/async_saves.hpp"
+#include "snapshot/rng_states.hpp"
+#include "snapshot/sharded_state.hpp"
+#include "snapshot/snapshot_directory.hpp"
+#include "snapshot/snapshot_writing.hpp"
+#include "snapshot/staging_buffer.hpp"
+#include "snapshot/state_records.hpp"
+
+namespace ddp::snapshot {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using detail::NamedTensors;
+
+// How long rank 0's background thread waits for the other ranks' shard
+// files before it gives the main file up.
+constexpr std::chrono::minutes kShardFileWait{10};
+
+std::string what_failed(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is no std::exception";
+  }
+}
+
+// The lowest rank that says `failed`, or -1; a collective.
+int lowest_failing_rank(ProcessGroup& group, bool failed) {
+  if (group.size() == 1) return failed ? 0 : -1;
+  at::Tensor rank =
+      at::full({1}, failed ? int64_t{group.rank()} : int64_t{group.size()}, at::kLong);
+  group.all_reduce(rank, ReduceOp::kMin);
+  const int64_t lowest = rank.item<int64_t>();
+  return lowest < group.size() ? static_cast<int>(lowest) : -1;
+}
+
+// Rank 0's sequence number and the lowest rank that `failed` (-1: none),
+// on every rank: one all_reduce (max of the sequence, which the other
+// ranks give as 0, and of world - rank of each rank that failed).
+std::pair<uint64_t, int> agree_on_save(ProcessGroup& group, uint64_t sequence, bool failed) {
+  if (group.size() == 1) return {sequence, failed ? 0 : -1};
+  at::Tensor agreed = at::tensor({static_cast<int64_t>(group.rank() == 0 ? sequence : 0),
+                                  failed ? int64_t{group.size() - group.rank()} : int64_t{0}});
+  group.all_reduce(agreed, ReduceOp::kMax);
+  const int64_t worst = agreed[1].item<int64_t>();
+  return {static_cast<uint64_t>(agreed[0].item<int64_t>()),
+          worst == 0 ? -1 : static_cast<int>(group.size() - worst)};
+}
+
+// Whether any rank's background thread still writes; a collective.
+bool any_rank_writing(ProcessGroup& group, bool writing) {
+  if (group.size() == 1) return writing;
+  at::Tensor any = at::full({1}, writing ? int64_t{1} : int64_t{0}, at::kLong);
+  group.all_reduce(any, ReduceOp::kMax);
+  return any.item<int64_t>() != 0;
+}
+
+// Rank 0's background thread: waits until every other rank's shard file of
+// `main_name` is in place (Note [Sharded state in a snapshot]).
+void await_shard_files(const std::string& directory, const std::string& main_name, int world,
+                       const detail::BackgroundWriter& writer) {
+  const auto deadline = std::chrono::steady_clock::now() + kShardFileWait;
+  auto pause = std::chrono::milliseconds(1);
+  for (int r = 1; r < world; ++r) {
+    const fs::path file = fs::path(directory) / detail::shard_file_name(main_name, r, world);
+    std::error_code error;
+    while (!fs::exists(file, error)) {
+      if (writer.abandoned()) {
+        throw SnapshotError(comm::detail::str("gave ", main_name, " up: a rank's shard failed"));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw SnapshotError(comm::detail::str(
+            "cannot write snapshot ", (fs::path(directory) / main_name).string(), ": rank ", r,
+            "'s shard file ", file.string(), " did not appear within ", kShardFileWait.count(),
+            " minutes; the snapshots before it are intact (is rank ", r, " alive?)"));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+  }
+}
+
+}  // namespace
+
+detail::AsyncSaves::~AsyncSaves() {
+  std::exception_ptr failure = unreported;
+  if (pending) failure = writer.wait_all();
+  if (failure) {
+    std::cerr << "ddp: error: the asynchronous save of " << path
+              << " failed, and no save, save_async, resume or wait came after it to report it: "
+              << what_failed(failure) << std::endl;
+  }
+}
+
+SnapshotManager::~SnapshotManager() = default;
+SnapshotManager::SnapshotManager(SnapshotManager&& other) noexcept = default;
+SnapshotManager& SnapshotManager::operator=(SnapshotManager&& other) noexcept = default;
+
+bool SnapshotManager::save_in_flight() const { return async_ && async_->writer.busy(); }
+
+void SnapshotManager::wait() { settle(); }
+
+void SnapshotManager::settle() {
+  if (!async_ || !async_->pending) return;
+  detail::AsyncSaves& saves = *async_;
+  saves.pending = false;
+  std::exception_ptr mine;
+  int failed = -1;
+  if (saves.sharded) {  // the shards first: rank 0's main file waits for them
+    mine = saves.writer.wait_shard();
+    saves.unreported = mine;
+    failed = lowest_failing_rank(*group_, mine != nullptr);
+    if (failed >= 0) saves.writer.abandon();
+  }
+  std::exception_ptr outcome = saves.writer.wait_all();
+  if (failed < 0) {  // else rank 0's main part only gave up
+    mine = outcome;
+    saves.unreported = mine;
+    failed = lowest_failing_rank(*group_, mine != nullptr);
+  }
+  saves.unreported = nullptr;
+  if (mine) std::rethrow_exception(mine);
+  if (failed >= 0) {
+    throw SnapshotError(comm::detail::str(
+        "the asynchronous save of ", saves.path, " failed on rank ", failed,
+        " (its error says why); the snapshots before it are intact, and the next save may be "
+        "tried"));
+  }
+}
+
+std::string SnapshotManager::save_async(const TrainingState& state) {
+  if (!async_) async_ = std::make_unique<detail::AsyncSaves>();
+  detail::AsyncSaves& saves = *async_;
+  if (options_.skip_while_writing() && saves.pending &&
+      any_rank_writing(*group_, saves.writer.busy())) {
+    return "";
+  }
+  settle();
+  const parallel::ShardedState* sharded = detail::sharded_part(state);
+  detail::TensorMap rng;
+  if (state.include_rng) rng = detail::gather_rng_states(*group_);  // a collective: every rank
+  const int rank = group_->rank(), world = group_->size();
+  std::exception_ptr failure;
+
+  // This rank's shard, and every rank's pieces for the main file's record.
+  NamedTensors shard_tensors;
+  std::string shard_text;
+  std::vector<std::string> pieces;
+  if (sharded != nullptr) {
+    std::string mine;  // empty if it failed
+    try {
+      detail::check_sharded_group(*sharded, *group_);
+      detail::ShardRecords records = detail::shard_records(*sharded);
+      shard_text = records.scalars.dump();
+      mine = records.scalars.at("pieces").dump();
+      shard_tensors =
+          saves.shard_staging.stage(NamedTensors(records.tensors.begin(), records.tensors.end()));
+      saves.writer.ready();
+    } catch (...) {
+      failure = std::current_exception();
+      mine.clear();
+    }
+    pieces =
+        world > 1 ? comm::detail::all_gather_bytes(*group_, mine) : std::vector<std::string>{mine};
+  }
+
+  // Rank 0: the sequence number and the main file's records.
+  uint64_t sequence = 0;
+  NamedTensors main_tensors;
+  std::string main_text;
+  const bool every_piece =
+      std::none_of(pieces.begin(), pieces.end(), [](const std::string& p) { return p.empty(); });
+  if (rank == 0 && !failure && every_piece) {  // else the rank that failed says so below
+    try {
+      sequence = detail::next_snapshot_sequence(options_);
+      json record;
+      if (sharded != nullptr) {
+        std::vector<json> parsed;
+        for (const std::string& p : pieces) parsed.push_back(json::parse(p));
+        record = detail::shards_record(*sharded, parsed);
+        detail::remove_shard_files(options_, sequence);  // no other rank writes yet
+      }
+      detail::StateRecords records = detail::state_records(state, rng, record, world);
+      main_text = detail::scalars_text(records.scalars);
+      main_tensors = saves.main_staging.stage(records.tensors);
+      saves.writer.ready();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  const auto [agreed, failed] = agree_on_save(*group_, sequence, failure != nullptr);
+  if (failed >= 0) {
+    if (failure) std::rethrow_exception(failure);
+    throw SnapshotError(
+        comm::detail::str("rank ", failed, " could not prepare an asynchronous save into ",
+                          options_.directory(), " (its error says why); nothing was started"));
+  }
+
+  // Hand the staged copies to the background thread.
+  sequence = agreed;
+  const std::string main_name = detail::snapshot_file_name(options_.prefix(), sequence);
+  detail::BackgroundWriter::Task shard_task, main_task;
+  if (sharded != nullptr) {
+    shard_task = [directory = options_.directory(), main_name, tensors = std::move(shard_tensors),
+                  text = std::move(shard_text), rank, world, sequence] {
+      detail::write_shard_file(directory, main_name, tensors, text, rank, world, sequence);
+    };
+  }
+  if (rank == 0) {
+    main_task = [options = options_, main_name, tensors = std::move(main_tensors),
+                 text = std::move(main_text), world, sequence, with_shards = sharded != nullptr,
+                 &writer = saves.writer] {
+      if (with_shards) await_shard_files(options.directory(), main_name, world, writer);
+      detail::write_main_file(options, tensors, text, world, sequence);
+    };
+  }
+  saves.path = detail::snapshot_path(options_, sequence);
+  saves.sharded = sharded != nullptr;
+  if (shard_task || main_task) saves.writer.start(std::move(shard_task), std::move(main_task));
+  saves.pending = true;
+  return saves.path;
+}
+
+}  // namespace ddp::snapshot
