@@ -37,15 +37,16 @@ packages=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist
-  python3-torch
+  python3-torch python3-safetensors
 )
 
 # The suites this leg must run, where CI is set (Note [A skip CI does not
 # allow] in tests/common/required_suites.hpp): torchrun 2.6 and PyTorch 2.6
-# from the root's python3-torch. Not InteropMpirun or InteropSlurm: the root
+# from the root's python3-torch, which also loads and saves the checkpoints
+# of SnapshotPyTorchInterop*. Not InteropMpirun or InteropSlurm: the root
 # has neither Open MPI nor Slurm, and the host leg runs both
 # (scripts/run-tests.sh).
-required_suites=(InteropTorchrun LauncherPython)
+required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop)
 
 start=$(date +%s)
 say() { echo "libtorch2: $* ($(( $(date +%s) - start )) s)"; }

@@ -14,6 +14,13 @@ ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_writing.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/staging_buffer.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/background_writer.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/async_save.cpp)
+  ${PROJECT_SOURCE_DIR}/src/snapshot/async_save.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/atomic_file.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/torch_file_writer.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/torch_file_reader.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/safetensors_file.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_optimizer.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_checkpoint.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_import.cpp)
 find_package(ZLIB REQUIRED)
 target_link_libraries(ddp_snapshot PRIVATE ZLIB::ZLIB)

@@ -7,6 +7,7 @@
 #include <typeinfo>
 
 #include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/pytorch_checkpoint.hpp"
 #include "snapshot/grad_scaler_state.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/rng_states.hpp"
@@ -38,6 +39,9 @@ StateRecords state_records(const snapshot::TrainingState& state,
     }
   }
   if (state.model) {
+    // The names in PyTorch's state_dict() order, which an export keeps.
+    json& keys = scalars["state_dict_keys"] = json::array();
+    for (const auto& entry : snapshot::state_dict(*state.model)) keys.push_back(entry.first);
     for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
       if (item.value().defined()) tensors.emplace_back("model/buffer/" + item.key(), item.value());
     }

@@ -14,7 +14,7 @@
 #include <regex>
 #include <set>
 
-#include "common/required_suites.hpp"
+#include "common/torch_python.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "launch/launcher_runs.hpp"
@@ -23,43 +23,12 @@ namespace ddp::launch {
 namespace {
 
 using ddp::testing::TemporaryDirectory;
+using ddp::testing::torch_python_dir;
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 const std::string kScript = DDP_LAUNCHER_TEST_DIR "/ddp_script.py";
-
-// The directory of the first python3 that imports torch.distributed:
-// /usr/bin's (Debian's python3-torch), else the first in PATH that does.
-const std::string& torch_python_dir() {
-  static const std::string dir = [] {
-    std::vector<std::string> candidates = {"/usr/bin/python3"};
-    const char* path = getenv("PATH");
-    std::string rest = path ? path : "";
-    for (size_t start = 0; start <= rest.size();) {
-      size_t end = rest.find(':', start);
-      if (end == std::string::npos) end = rest.size();
-      if (end > start) candidates.push_back(rest.substr(start, end - start) + "/python3");
-      start = end + 1;
-    }
-    for (const std::string& python : candidates) {
-      if (!fs::exists(python)) continue;
-      ChildSpec probe{
-          {python, "-c", "import torch.distributed as d; assert d.is_available()"}, {}, {}};
-      if (run_children({probe}, 60s).at(0).exit_code == 0) {
-        return fs::path(python).parent_path().string();
-      }
-    }
-    return std::string();
-  }();
-  return dir;
-}
-
-#define SKIP_WITHOUT_TORCH()                                        \
-  if (torch_python_dir().empty())                                   \
-  DDP_SKIP_UNLESS_REQUIRED(                                         \
-      "no python3 with PyTorch (torch.distributed) in /usr/bin or " \
-      "PATH; install Debian's python3-torch (scripts/install-deps.sh) to run this test")
 
 // ddprun running ddp_script.py with the PyTorch-enabled python3 first in PATH.
 // USE_LIBUV=0: env:// makes rank 0 host a c10d TCPStore, whose libuv server

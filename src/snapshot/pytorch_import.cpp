@@ -1,0 +1,279 @@
+// Importing what PyTorch saved into a LibTorch model and optimizer (Note
+// [What a PyTorch checkpoint may hold] in ddp/snapshot/pytorch_checkpoint.hpp).
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "comm/str.hpp"
+#include "ddp/snapshot/pytorch_checkpoint.hpp"
+#include "snapshot/optimizer_state.hpp"
+#include "snapshot/pickle_protocol.hpp"
+#include "snapshot/pytorch_optimizer.hpp"
+#include "snapshot/safetensors_file.hpp"
+#include "snapshot/sharded_state.hpp"
+#include "snapshot/snapshot_format.hpp"
+#include "snapshot/torch_file.hpp"
+
+namespace ddp::snapshot {
+namespace {
+
+using detail::NamedTensors;
+using detail::PyRef;
+using detail::PyValue;
+using detail::TensorMap;
+using nlohmann::json;
+using Kind = PyValue::Kind;
+
+// The dict entry of `root` under the first of `keys` it has.
+std::pair<std::string, PyRef> find_entry(const PyValue& root,
+                                         std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    if (PyRef found = root.get(key)) return {key, found};
+  }
+  return {"", nullptr};
+}
+
+bool all_tensors(const PyValue& dict) {
+  for (const auto& [key, value] : dict.entries) {
+    if (key->kind != Kind::kString || value->kind != Kind::kTensor) return false;
+  }
+  return !dict.entries.empty();
+}
+
+std::string top_level_keys(const PyValue& root) {
+  std::string keys;
+  for (const auto& [key, value] : root.entries) {
+    keys += (keys.empty() ? "" : ", ") +
+            (key->kind == Kind::kString ? "'" + key->text + "'" : key->type_name());
+  }
+  return keys;
+}
+
+// "a, b, c and 4 more": at most ten names of a list, for messages.
+std::string some_of(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size() && i < 10; ++i) text += (i ? ", " : "") + names[i];
+  if (names.size() > 10) text += comm::detail::str(" and ", names.size() - 10, " more");
+  return text;
+}
+
+bool is_safetensors_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[2] = {0, 0};
+  in.read(magic, 2);
+  return in && !(magic[0] == 'P' && magic[1] == 'K') && static_cast<uint8_t>(magic[0]) != 0x80;
+}
+
+// The file as a value tree: a torch.save file's root, or a safetensors
+// file's tensors as a dict with its metadata's epoch.
+PyRef read_checkpoint_tree(const std::string& path) {
+  if (!is_safetensors_file(path)) return detail::read_torch_file(path);
+  std::map<std::string, std::string> metadata;
+  auto tensors = PyValue::dict();
+  for (auto& [name, tensor] : detail::read_safetensors(path, &metadata)) {
+    tensors->set(name, PyValue::of(tensor));
+  }
+  if (!metadata.count("epoch")) return tensors;
+  auto root = PyValue::dict();
+  root->set("model", tensors);
+  for (const char* key : {"epoch", "step_in_epoch", "samples_in_epoch"}) {
+    if (metadata.count(key)) root->set(key, PyValue::of(int64_t{std::stoll(metadata.at(key))}));
+  }
+  return root;
+}
+
+// An int-valued entry of the file (epoch, ...), checked before anything
+// changes.
+std::optional<int64_t> int_entry(const std::string& path, const PyValue& root,
+                                 std::initializer_list<const char*> keys) {
+  auto [key, value] = find_entry(root, keys);
+  if (!value) return std::nullopt;
+  if (value->kind != Kind::kInt) {
+    throw SnapshotError("cannot import " + path + ": its '" + key + "' is a " + value->type_name() +
+                        ", not an int");
+  }
+  return value->integer;
+}
+
+// The model's entries of the file: where they are, and the tensors.
+std::pair<std::string, const PyValue*> locate_model(const std::string& path, const PyValue& root) {
+  if (root.kind != Kind::kDict) {
+    throw SnapshotError("cannot import " + path + ": it holds a " + root.type_name() +
+                        ", not a dict (a state_dict or a checkpoint dict)");
+  }
+  if (all_tensors(root)) return {"file", &root};
+  auto [key, model] =
+      find_entry(root, {"model", "MODEL_STATE", "model_state_dict", "state_dict", "model_state"});
+  if (!model) {
+    throw SnapshotError("cannot import " + path +
+                        ": it has no model state_dict; it is neither one (all values tensors) "
+                        "nor a dict with one under 'model', 'MODEL_STATE', "
+                        "'model_state_dict', 'state_dict' or 'model_state' (its keys: " +
+                        top_level_keys(root) + ")");
+  }
+  if (model->kind != Kind::kDict) {
+    throw SnapshotError("cannot import " + path + ": its '" + key + "' is a " + model->type_name() +
+                        ", not a state_dict");
+  }
+  for (const auto& [name, value] : model->entries) {
+    if (name->kind != Kind::kString || value->kind != Kind::kTensor) {
+      throw SnapshotError(
+          "cannot import " + path + ": entry " +
+          (name->kind == Kind::kString ? "'" + name->text + "'" : name->type_name()) + " of its '" +
+          key + "' is a " + value->type_name() + ", not a tensor (extra state is not supported)");
+    }
+  }
+  return {key, model.get()};
+}
+
+}  // namespace
+
+ImportReport import_checkpoint(const std::string& path, TrainingState& state,
+                               const ImportOptions& options) {
+  if (state.model == nullptr) {
+    throw SnapshotError("import_checkpoint: state.model is null; point it at the model to load " +
+                        path + " into");
+  }
+  if (detail::sharded_part(state) != nullptr) {
+    throw SnapshotError(
+        "import_checkpoint: the state is sharded (zero_optimizer or fully_sharded); import into "
+        "the plain model and optimizer first, then wrap them");
+  }
+  const PyRef root = read_checkpoint_tree(path);
+  ImportReport report;
+  const auto [model_key, model] = locate_model(path, *root);
+  report.model_key = model_key;
+
+  // The file's names, with DistributedDataParallel's prefix dropped.
+  const NamedTensors live = state_dict(*state.model);
+  std::map<std::string, at::Tensor> live_by_name(live.begin(), live.end());
+  bool has_module_child = false;
+  for (const auto& child : state.model->named_children())
+    has_module_child |= child.key() == "module";
+  bool prefixed = !has_module_child;
+  for (const auto& entry : model->entries) prefixed &= entry.first->text.rfind("module.", 0) == 0;
+  report.dropped_module_prefix = prefixed;
+  std::map<std::string, at::Tensor> saved;
+  for (const auto& [name, value] : model->entries) {
+    saved[prefixed ? name->text.substr(7) : name->text] = value->tensor;
+  }
+  std::vector<std::string> shape_differs;
+  for (const auto& [name, tensor] : live) {
+    auto found = saved.find(name);
+    if (found == saved.end()) {
+      report.missing.push_back(name);
+    } else if (!found->second.sizes().equals(tensor.sizes())) {
+      shape_differs.push_back(name + " (" + detail::describe_tensor(found->second) +
+                              " in the file, " + detail::describe_tensor(tensor) +
+                              " in the model)");
+    }
+  }
+  for (const auto& [name, tensor] : saved) {
+    if (!live_by_name.count(name)) report.unexpected.push_back(name);
+  }
+  if (!shape_differs.empty() ||
+      (options.strict() && (!report.missing.empty() || !report.unexpected.empty()))) {
+    std::string message = "cannot load the state_dict of " + path + " (" + model_key + ")" +
+                          (prefixed ? " without its 'module.' prefix" : "") + " into the model:";
+    if (!report.missing.empty()) {
+      message += comm::detail::str(" ", report.missing.size(), " missing (",
+                                   some_of(report.missing), ");");
+    }
+    if (!report.unexpected.empty()) {
+      message += comm::detail::str(" ", report.unexpected.size(), " unexpected (",
+                                   some_of(report.unexpected), ");");
+    }
+    if (!shape_differs.empty()) {
+      message += comm::detail::str(" ", shape_differs.size(), " with another shape (",
+                                   some_of(shape_differs), ");");
+    }
+    message += " load it into the model it was saved from";
+    if (shape_differs.empty()) message += ", or pass ImportOptions().strict(false)";
+    throw StateDictMismatchError(message, report.missing, report.unexpected, shape_differs);
+  }
+
+  // The optimizer's state, checked against the live optimizer.
+  json optimizer_description;
+  TensorMap optimizer_tensors;
+  auto [optimizer_key, optimizer] =
+      find_entry(*root, {"optimizer", "OPTIMIZER_STATE", "optimizer_state_dict", "optim"});
+  if (model_key == "file") optimizer = nullptr;
+  if (optimizer && state.optimizer) {
+    const std::string where =
+        "cannot import the optimizer state of " + path + " ('" + optimizer_key + "')";
+    optimizer_description =
+        detail::optimizer_from_pytorch(where, *optimizer, *state.optimizer, optimizer_tensors);
+    detail::check_optimizer(where, optimizer_description, optimizer_tensors, *state.optimizer);
+    report.optimizer_key = optimizer_key;
+  }
+  const auto epoch = int_entry(path, *root, {"epoch", "EPOCHS_RUN"});
+  const auto step_in_epoch = int_entry(path, *root, {"step_in_epoch"});
+  const auto samples_in_epoch = int_entry(path, *root, {"samples_in_epoch"});
+  std::map<std::string, int64_t> counters;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, at::Tensor> extra;
+  const PyRef counters_entry = root->get("counters"), metadata_entry = root->get("metadata"),
+              extra_entry = root->get("extra");
+  if (model_key != "file") {
+    for (const auto& [entry, kind, what] : {std::tuple{counters_entry, Kind::kInt, "int"},
+                                            std::tuple{metadata_entry, Kind::kString, "str"},
+                                            std::tuple{extra_entry, Kind::kTensor, "Tensor"}}) {
+      if (!entry) continue;
+      for (const auto& [key, value] : entry->entries) {
+        if (entry->kind != Kind::kDict || key->kind != Kind::kString || value->kind != kind) {
+          throw SnapshotError("cannot import " + path +
+                              ": its counters, metadata and extra "
+                              "must map str to " +
+                              what + ", found a " + value->type_name());
+        }
+        if (kind == Kind::kInt) counters[key->text] = value->integer;
+        if (kind == Kind::kString) metadata[key->text] = value->text;
+        if (kind == Kind::kTensor) extra[key->text] = value->tensor;
+      }
+    }
+  }
+
+  // All of it fits: now the live objects change.
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, tensor] : live) {
+      auto found = saved.find(name);
+      if (found == saved.end()) continue;
+      at::Tensor target = tensor;
+      target.copy_(found->second);
+      ++report.tensors_loaded;
+    }
+  }
+  if (!report.optimizer_key.empty()) {
+    detail::import_optimizer(optimizer_description, optimizer_tensors, *state.optimizer);
+  }
+  if (epoch) state.epoch = *epoch;
+  if (step_in_epoch) state.step_in_epoch = *step_in_epoch;
+  if (samples_in_epoch) state.samples_in_epoch = *samples_in_epoch;
+  if (counters_entry) state.counters = std::move(counters);
+  if (metadata_entry) state.metadata = std::move(metadata);
+  if (extra_entry) {  // the file's keys become the state's, as on resume
+    std::map<std::string, at::Tensor> merged;
+    for (auto& [name, tensor] : extra) {
+      auto live_extra = state.extra_tensors.find(name);
+      if (live_extra != state.extra_tensors.end() &&
+          live_extra->second.sizes().equals(tensor.sizes()) &&
+          live_extra->second.scalar_type() == tensor.scalar_type()) {
+        live_extra->second.copy_(tensor);  // in place: aliases of the live tensor see it
+        merged[name] = live_extra->second;
+      } else {
+        merged[name] = tensor.clone();
+      }
+    }
+    state.extra_tensors = std::move(merged);
+  }
+  return report;
+}
+
+}  // namespace ddp::snapshot
