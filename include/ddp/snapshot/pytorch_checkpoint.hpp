@@ -123,30 +123,4 @@ struct ImportReport {
 ImportReport import_checkpoint(const std::string& path, TrainingState& state,
                                const ImportOptions& options = {});
 
-/// A state_dict whose names or shapes do not fit the model it is loaded
-/// into. The message lists every difference by name.
-class StateDictMismatchError : public SnapshotError {
- public:
-  StateDictMismatchError(const std::string& message, std::vector<std::string> missing,
-                         std::vector<std::string> unexpected,
-                         std::vector<std::string> shape_differs)
-      : SnapshotError(message),
-        missing_(std::move(missing)),
-        unexpected_(std::move(unexpected)),
-        shape_differs_(std::move(shape_differs)) {}
-  /// The model's keys the file lacks.
-  const std::vector<std::string>& missing() const noexcept { return missing_; }
-  /// The file's keys the model lacks.
-  const std::vector<std::string>& unexpected() const noexcept { return unexpected_; }
-  /// Keys both have with different shapes.
-  const std::vector<std::string>& shape_differs() const noexcept { return shape_differs_; }
-  /// Keeps the kind and the lists.
-  [[noreturn]] void rethrow_with_prefix(const std::string& prefix) const override {
-    throw StateDictMismatchError(prefix + what(), missing_, unexpected_, shape_differs_);
-  }
-
- private:
-  std::vector<std::string> missing_, unexpected_, shape_differs_;
-};
-
 }  // namespace ddp::snapshot
