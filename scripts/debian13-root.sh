@@ -7,9 +7,54 @@
 #   root_install ROOT PKG...   # apt-get install of what is missing
 #   in_root ROOT CMD...        # runs CMD inside, with a clean environment
 #
-# Needs root (debootstrap, mount, chroot) and Debian's archive.
+# Needs root (debootstrap, mount, chroot) and Debian's archive, reached as
+# the machine's own apt reaches it (host_debian_mirror).
 
-root_mirror=${DDP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian archive this machine's apt uses: the first source (in
+# APT_DIR/sources.list, then sources.list.d/*.list and *.sources in name
+# order, one-line and deb822 formats alike) of type deb whose suite is a
+# Debian release (bookworm, trixie, sid, stable, ... and not -security,
+# -updates or -backports, which are other archives). Prints its URI, or
+# deb.debian.org's with a note on stderr when there is none.
+host_debian_mirror() {  # host_debian_mirror [APT_DIR]
+  local apt=${1:-/etc/apt} files=() f uri
+  [[ -f $apt/sources.list ]] && files+=("$apt/sources.list")
+  for f in "$apt"/sources.list.d/*.list "$apt"/sources.list.d/*.sources; do
+    [[ -f $f ]] && files+=("$f")
+  done
+  uri=$(awk '
+    function release(suite) {
+      return suite ~ /^(buster|bullseye|bookworm|trixie|forky|sid|oldstable|stable|testing|unstable)$/
+    }
+    function stanza(   n, s, j) {  # a deb822 stanza ends: is it the archive?
+      if (type ~ /[[:space:]]deb([[:space:]]|$)/ && uris != "") {
+        n = split(suites, s, /[[:space:]]+/)
+        for (j = 2; j <= n; j++) if (release(s[j])) { print uris; found = 1; exit }
+      }
+      type = ""; uris = ""; suites = ""
+    }
+    FNR == 1 { stanza() }
+    /^[[:space:]]*#/ { next }
+    /^[[:space:]]*$/ { stanza(); next }
+    /^deb[[:space:]]/ {  # one-line: deb [options] URI SUITE COMPONENT...
+      i = 2
+      if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+      if (release($(i + 1))) { print $i; found = 1; exit }
+      next
+    }
+    /^Types:/ { type = $0 }
+    /^URIs:/ { uris = $2 }
+    /^Suites:/ { suites = $0 }
+    END { if (!found) stanza() }
+  ' "${files[@]}" /dev/null)
+  if [[ -z $uri ]]; then
+    echo "debian13-root: no Debian archive among $apt's sources; using http://deb.debian.org/debian (set DDP_DEBIAN_MIRROR to choose)" >&2
+    uri=http://deb.debian.org/debian
+  fi
+  echo "${uri%/}"
+}
+
+root_mirror=${DDP_DEBIAN_MIRROR:-$(host_debian_mirror)}
 root_mounted=()
 
 root_close() {
