@@ -11,6 +11,17 @@
 #   slurm_cluster.sh stop DIR
 #       cancels every job, stops the three daemons (by their pid files) and
 #       waits until they are gone.
+#   slurm_cluster.sh fixture-start DIR
+#       ctest's setup of the InteropSlurm suite (Note [One Slurm cluster per
+#       suite, stopped whatever happens] in tests/interop/CMakeLists.txt):
+#       in $DDP_SLURM_CLUSTER_DIR when set, else DIR, stops what an earlier
+#       run left, then starts on two free ports, trying three pairs (a port
+#       found free may be taken before slurmctld binds it). Where no cluster
+#       can start (exit 2 of start) it writes the reason to DIR/cannot-start
+#       and exits 0: the tests then skip with it, or fail where CI requires
+#       them.
+#   slurm_cluster.sh fixture-stop DIR
+#       ctest's cleanup of the suite: stop, in the same folder.
 #
 # Needs root: slurmd runs jobs as their user and munged's key must be its
 # owner's. The plugins chosen need no cgroups (proctrack/linuxproc,
@@ -19,8 +30,15 @@
 # root, or slurm-wlm/munge missing); 1 means it failed, with the logs' tails.
 set -uo pipefail
 
-readonly kStartSeconds=60  # for each daemon, and then for the node to be idle
-readonly kStopSeconds=30
+# The worst cases (Note [One Slurm cluster per suite, stopped whatever
+# happens] in tests/interop/CMakeLists.txt): a start waits at most
+# 4 x kStartSeconds = 120 s; a stop at most kStopSeconds for the jobs and
+# 2 x kStopSeconds for each daemon, 105 s; fixture-start stops, then tries
+# while a failed try and its stop (225 s) still end within kFixtureSeconds
+# of its start, so it ends well within ctest's 600 s.
+readonly kStartSeconds=30  # for each daemon, and then for the node to be idle
+readonly kStopSeconds=15
+readonly kFixtureSeconds=540
 
 die() {
   echo "slurm_cluster: $*" >&2
@@ -184,8 +202,41 @@ stop() {
   return $status
 }
 
+# A TCP port nothing listens on, from the range above the usual daemons'.
+free_port() {
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 40000))
+    [ -z "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && { echo "$port"; return; }
+  done
+}
+
+fixture_start() {
+  local dir=${DDP_SLURM_CLUSTER_DIR:-$1} attempt status
+  stop "$dir" || die "a cluster left in $dir by an earlier run does not stop"
+  mkdir -p "$dir" || die "cannot create $dir"
+  rm -f "$dir/cannot-start"
+  for attempt in 1 2 3; do
+    if [ $((SECONDS + 4 * kStartSeconds + 7 * kStopSeconds)) -gt "$kFixtureSeconds" ]; then
+      die "no cluster started in $dir in $((attempt - 1)) tries and ${SECONDS}s: no time for another"
+    fi
+    (start "$dir" "$(free_port)" "$(free_port)") 2>"$dir/start.err"
+    status=$?
+    cat "$dir/start.err" >&2
+    case $status in
+      0) return 0 ;;
+      2) cp "$dir/start.err" "$dir/cannot-start"; return 0 ;;
+    esac
+    echo "slurm_cluster: start failed (try $attempt of 3); stopping what started" >&2
+    stop "$dir"
+  done
+  die "no cluster started in $dir after 3 tries"
+}
+
 case "${1:-}" in
+  fixture-start) [ $# -eq 2 ] || die "usage: $0 fixture-start DIR"; fixture_start "$2" ;;
+  fixture-stop) [ $# -eq 2 ] || die "usage: $0 fixture-stop DIR"; stop "${DDP_SLURM_CLUSTER_DIR:-$2}" ;;
   start) [ $# -ge 2 ] || die "usage: $0 start DIR [CTLD_PORT SLURMD_PORT]"; start "$2" "${3:-}" "${4:-}" ;;
   stop) [ $# -eq 2 ] || die "usage: $0 stop DIR"; stop "$2" ;;
-  *) die "usage: $0 start DIR [CTLD_PORT SLURMD_PORT] | stop DIR" ;;
+  *) die "usage: $0 start DIR [CTLD_PORT SLURMD_PORT] | stop DIR | fixture-start DIR | fixture-stop DIR" ;;
 esac

@@ -1,13 +1,16 @@
 // InteropSlurm: ddp's toy trainer under the real Slurm (Debian's slurm-wlm
-// and munge), on a one-node cluster that slurm_cluster.sh starts in a
-// temporary folder for this suite and stops after it. Slurm only starts the
+// and munge), on the one-node cluster ctest starts for this suite with
+// slurm_cluster.sh and stops after it, whatever happened to the tests
+// (Note [One Slurm cluster per suite, stopped whatever happens] in
+// tests/interop/CMakeLists.txt). Slurm only starts the
 // processes: ddp reads SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
 // SLURM_TASKS_PER_NODE, and meets at the first host of SLURM_STEP_NODELIST
 // on MASTER_PORT, which the user exports (here a free port), as a real job
 // script would. `srun -n 2` and an `sbatch` script whose srun starts 2 tasks
 // are each compared with the same job under ddprun, whose final parameters
 // they must match bit for bit (params-digest). Skipped with the reason where
-// the cluster cannot start (not root, or slurm-wlm/munge not installed); a
+// the cluster cannot start (not root, or slurm-wlm/munge not installed: the
+// fixture writes it to cannot-start in the cluster's folder); a
 // failure instead where CI requires the suite (Note [A skip CI does not
 // allow] in tests/common/required_suites.hpp).
 
@@ -36,11 +39,6 @@ using launch::ChildResult;
 using launch::ChildSpec;
 using launch::run_children;
 using namespace std::chrono_literals;
-
-// Starting takes a second; each of the script's waits has its own 60 s
-// deadline, and stopping waits for the jobs, then for each daemon.
-constexpr auto kClusterDeadline = 300s;
-
 using ddp::testing::read_file;
 
 // " word word ...".
@@ -53,53 +51,27 @@ std::string joined(const std::vector<std::string>& words) {
 // A job's time limit, in minutes: a job this test leaves behind ends anyway.
 const std::string kTimeLimitMinutes = "5";
 
-// The suite's cluster: started once before its first test, stopped after
-// its last, whatever the tests did.
+// The suite's cluster, which ctest's fixture started: in
+// DDP_SLURM_CLUSTER_DIR when set (a test that runs ctest itself sets it),
+// else where CMake put it.
 class InteropSlurm : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    char folder[] = "/tmp/ddp-slurm-XXXXXX";
-    if (::mkdtemp(folder) == nullptr) {
-      failure_ = "cannot create a folder for the cluster under /tmp";
-      return;
-    }
-    dir_ = folder;
-    // slurmctld's and slurmd's ports stay held for as long as the suite runs
-    // (Note [A port held from choice to use]).
-    ports_.resize(2);
-    const ChildResult start = cluster({"start", dir_.string(), std::to_string(ports_[0].port()),
-                                       std::to_string(ports_[1].port())});
-    if (start.exit_code == 0) return;
-    if (start.exit_code == 2) {
-      skip_ = start.output;
-      return;
-    }
-    failure_ = "slurm_cluster.sh start: " + start.status() + "\n" + start.output;
-  }
-
-  static void TearDownTestSuite() { stop_cluster(); }
-
-  // Stops the cluster in dir_ and, once nothing runs there, removes it.
-  static void stop_cluster() {
-    if (dir_.empty()) return;
-    const ChildResult stop = cluster({"stop", dir_.string()});
-    EXPECT_EQ(stop.exit_code, 0) << "slurm_cluster.sh stop: " << stop.status() << "\n"
-                                 << stop.output;
-    std::error_code ignored;
-    if (stop.exit_code == 0) std::filesystem::remove_all(dir_, ignored);
-    dir_.clear();
-    ports_.clear();
+  static std::filesystem::path cluster_dir() {
+    const char* chosen = std::getenv("DDP_SLURM_CLUSTER_DIR");
+    return chosen != nullptr && *chosen != '\0' ? chosen : DDP_SLURM_DIR;
   }
 
   void SetUp() override {
-    if (!skip_.empty()) DDP_SKIP_UNLESS_REQUIRED("no Slurm cluster can start here: " + skip_);
-    ASSERT_TRUE(failure_.empty()) << failure_;
-  }
-
-  static ChildResult cluster(const std::vector<std::string>& arguments) {
-    std::vector<std::string> argv = {"/bin/bash", DDP_SLURM_CLUSTER};
-    argv.insert(argv.end(), arguments.begin(), arguments.end());
-    return run_children({ChildSpec{argv, {}, kUnsetVariables}}, kClusterDeadline).at(0);
+    dir_ = cluster_dir();
+    if (std::filesystem::exists(dir_ / "cannot-start")) {
+      DDP_SKIP_UNLESS_REQUIRED("no Slurm cluster can start here: " +
+                               read_file((dir_ / "cannot-start").string()));
+    }
+    ASSERT_TRUE(std::filesystem::exists(dir_ / "slurm.conf") &&
+                std::filesystem::exists(dir_ / "slurmctld.pid"))
+        << "no Slurm cluster in " << dir_
+        << ": ctest starts it before these tests (InteropSlurmCluster.Start); run them "
+           "with ctest -R InteropSlurm, not the binary alone";
   }
 
   // A Slurm client command run against this suite's cluster, with
@@ -117,10 +89,7 @@ class InteropSlurm : public ::testing::Test {
     return run(std::to_string(reserved.port()));
   }
 
-  static inline std::vector<launch::PortReservation> ports_;
   static inline std::filesystem::path dir_;
-  static inline std::string skip_;
-  static inline std::string failure_;
 };
 
 TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
