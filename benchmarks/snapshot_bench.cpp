@@ -80,12 +80,14 @@ int main(int argc, char** argv) {
   CLI::App app("snapshot_bench: the stop per save, save() against save_async()");
   std::vector<double> sizes_mb = {10, 100, 1000};
   std::string directory = "/tmp/ddp-snapshot-bench";
-  int repeats = 3, steps = 5;
+  int repeats = 3, steps = 5, threads = 0;
   app.add_option("--sizes-mb", sizes_mb, "state sizes (MB, 1e6 bytes)")->delimiter(',');
   app.add_option("--dir", directory, "where the snapshots go (a real disk; removed after)");
   app.add_option("--repeats", repeats, "saves of each kind per size")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "steps timed without a write")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "intra-op threads of the training step (0: LibTorch's)");
   CLI11_PARSE(app, argc, argv);
+  if (threads > 0) at::set_num_threads(threads);
   auto group = ddp::init(ddp::InitOptions(), ddp::EnvironmentMap{});
   std::printf("intra-op threads: %d\n", at::get_num_threads());
 

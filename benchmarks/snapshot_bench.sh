@@ -7,7 +7,8 @@
 # the median training step without a write and while one runs. One table.
 #
 # Usage: benchmarks/snapshot_bench.sh
-# Environment: SIZES_MB ("10,100,1000"), REPEATS (3), STEPS (5), DIR (a
+# Environment: SIZES_MB ("10,100,1000"), REPEATS (3), STEPS (5), THREADS
+# (the step's intra-op threads; 0: LibTorch's default, 1 here), DIR (a
 # directory on a real disk, removed after; /tmp/ddp-snapshot-bench),
 # DDP_BUILD_DIR (build), JOBS (2).
 set -euo pipefail
@@ -22,4 +23,4 @@ dir=${DIR:-/tmp/ddp-snapshot-bench}
 echo "cores: $(nproc); cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 echo "disk: $(df -h --output=source,fstype "$(dirname "$dir")" | tail -n 1); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bin/snapshot_bench" --sizes-mb "${SIZES_MB:-10,100,1000}" --repeats "${REPEATS:-3}" \
-  --steps "${STEPS:-5}" --dir "$dir"
+  --steps "${STEPS:-5}" --threads "${THREADS:-0}" --dir "$dir"
