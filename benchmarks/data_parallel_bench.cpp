@@ -6,7 +6,7 @@
 //
 // Note [LibTorch's side without CUDA]
 // torch/nn/parallel/data_parallel.h includes CUDA headers (through
-// autograd/functions/comm.h), so a CPU-only LibTorch such as Debian's cannot
+// torch/csrc/autograd/functions/comm.h), so a CPU-only LibTorch such as Debian's cannot
 // even compile it, let alone link data_parallel()'s Scatter and Gather. The
 // LibTorch side therefore runs data_parallel()'s steps with the public calls
 // they are made of: the input split with chunk() (Scatter), a deep clone of

@@ -4,7 +4,8 @@
 # CONTRIBUTING.md says, checked by clang-tidy's readability-identifier-naming
 # (.clang-tidy), every function name elsewhere in snake_case
 # (scripts/check-naming.py), and the layout rule (scripts/check-layout.sh:
-# parts in their folders and namespaces, no include cycle between parts).
+# parts in their folders and namespaces, no include cycle between parts),
+# and every path a comment names existing (scripts/check-comment-paths.sh).
 # Installs clang-format and clang-tidy (Debian 12's, 14) when missing. Exits
 # non-zero, listing each finding, when a check fails.
 #
@@ -59,5 +60,6 @@ fi
 # translation unit would take most of this leg.
 python3 scripts/check-naming.py || status=1
 bash scripts/check-layout.sh || status=1
+bash scripts/check-comment-paths.sh || status=1
 say "$([[ $status -eq 0 ]] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $status

@@ -3,7 +3,7 @@
 // Internal: what hvd::DistributedOptimizer does with gradients (see Note
 // [When gradients travel] in ddp/hvd/distributed_optimizer.hpp): its
 // policy over the shared bucketing engine (Note [One bucketing engine, two
-// policies] in ddp/gradient_buckets.hpp). Its buckets are fusion buffers.
+// policies] in src/parallel/bucketing/gradient_buckets.hpp). Its buckets are fusion buffers.
 
 #include <ATen/core/Tensor.h>
 

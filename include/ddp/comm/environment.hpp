@@ -56,7 +56,7 @@ inline constexpr const char* kSpareVariable = "DDP_SPARE";
 /// Set by torchrun: "True" when its agent hosts the rendezvous store at
 /// MASTER_ADDR:MASTER_PORT, so that no worker may host one there (torchrun
 /// 2.x by default, in every launch mode; 1.x with its static rendezvous).
-/// ddprun sets "False". Note [Joining torchrun's store] in src/init.cpp.
+/// ddprun sets "False". Note [Joining torchrun's store] in src/comm/init.cpp.
 inline constexpr const char* kAgentStoreVariable = "TORCHELASTIC_USE_AGENT_STORE";
 /// Set by torchrun and ddprun: how many times the job was restarted (0 in its
 /// first run).

@@ -152,7 +152,7 @@ struct TrainingState {
   /// resume an entry of the same shape and dtype is overwritten in place,
   /// others become new CPU tensors; the map's keys become the snapshot's.
   std::map<std::string, at::Tensor> extra_tensors;
-  /// A gradient scaler (ddp/grad_scaler.hpp): its scale, growth tracker and
+  /// A gradient scaler (ddp/amp/grad_scaler.hpp): its scale, growth tracker and
   /// factors. At opt level O2, also add MixedPrecision::master_weights() to
   /// extra_tensors.
   amp::GradScaler* grad_scaler = nullptr;

@@ -1,6 +1,6 @@
 #pragma once
 
-// Internal: how the gradient-bucketing engine (ddp/gradient_buckets.hpp)
+// Internal: how the gradient-bucketing engine (gradient_buckets.hpp)
 // groups parameters into buckets. Pure functions of sizes, dtypes, devices and an order (no
 // tensors, no process group), so that they can be tested on their own.
 

@@ -1,8 +1,8 @@
 #pragma once
 
 // Internal: the one gradient-bucketing engine under DistributedDataParallel's
-// reducer (ddp/reducer.hpp) and hvd::DistributedOptimizer's gradient fusion
-// (horovod/gradient_fusion.hpp).
+// reducer (src/parallel/distributed_data_parallel/reducer.hpp) and
+// hvd::DistributedOptimizer's gradient fusion (src/hvd/gradient_fusion.hpp).
 //
 // Note [One bucketing engine, two policies]
 // Both group parameters into flat buckets of one dtype and device, install a

@@ -4,7 +4,7 @@
 // points, as Flashlight's reducers do: a hook per parameter that marks its
 // gradient ready, and a finalization at the end of backward. The buckets,
 // hooks and ordered launch are the shared engine's (Note [One bucketing
-// engine, two policies] in ddp/gradient_buckets.hpp); DDP's policy is here.
+// engine, two policies] in src/parallel/bucketing/gradient_buckets.hpp); DDP's policy is here.
 
 #include <ATen/core/Tensor.h>
 
