@@ -239,10 +239,12 @@ class ZeroChecker {
                                   ZeroRedundancyOptimizerOptions().backward_passes_per_step(2),
                                   group_);
     });
-    checks_.check(zero_check::kBadOptions,
-                  cap.find("bucket_cap_mb is 0; it must be positive") != std::string::npos &&
-                      passes.find("backward_passes_per_step is 2 at stage 1") != std::string::npos,
-                  "messages: '" + cap + "', '" + passes + "'");
+    checks_.check(
+        zero_check::kBadOptions,
+        cap.find("ZeroRedundancyOptimizer: bucket_cap_mb is 0; it must be a positive number of "
+                 "MiB") != std::string::npos &&
+            passes.find("backward_passes_per_step is 2 at stage 1") != std::string::npos,
+        "messages: '" + cap + "', '" + passes + "'");
   }
 
   void released_gradients() { checks_.check(zero_check::kNoFullGradientKept, all_released_); }

@@ -3,8 +3,19 @@
 #include <ATen/ATen.h>
 
 #include "comm/compat/torch_compat.hpp"
+#include "comm/str.hpp"
+#include "ddp/comm/errors.hpp"
 
 namespace ddp::parallel::detail {
+
+int64_t cap_bytes_of(double mib, const char* owner, const char* option) {
+  if (!(mib > 0)) {
+    throw ConfigError(comm::detail::str(owner, ": ", option, " is ", mib,
+                                        "; it must be a positive number of MiB (PyTorch uses 25 "
+                                        "for bucket_cap_mb and 1 for a first bucket)."));
+  }
+  return static_cast<int64_t>(mib * 1024 * 1024);
+}
 namespace {
 
 c10::ScalarType wire_type_of(const BucketSettings& settings, c10::ScalarType dtype) {

@@ -35,6 +35,12 @@ struct Node;
 
 namespace ddp::parallel::detail {
 
+/// A bucket cap given in MiB (`owner`'s option `option`, as PyTorch gives
+/// bucket_cap_mb), in bytes: how DDP and ZeRO read their caps alike.
+/// \throws ConfigError naming `owner`, `option` and the value when it is not
+///   a positive number.
+int64_t cap_bytes_of(double mib, const char* owner, const char* option);
+
 /// What differs between the engine's users.
 struct BucketSettings {
   /// Cap of the first bucket of each dtype and device, in bytes of the wire

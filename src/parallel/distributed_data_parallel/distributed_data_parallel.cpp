@@ -5,6 +5,7 @@
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/process_group.hpp"
+#include "parallel/bucketing/gradient_buckets.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
 #include "parallel/rank_agreement.hpp"
 #include "comm/str.hpp"
@@ -19,15 +20,9 @@ void validate(const DistributedDataParallelOptions& options,
         "DistributedDataParallel: the process group is null; pass the group "
         "returned by ddp::init().");
   }
-  auto positive = [](double value, const char* name) {
-    if (!(value > 0)) {
-      throw ConfigError(comm::detail::str("DistributedDataParallel: ", name, " is ", value,
-                                          "; it must be a positive number of MiB (PyTorch uses 25 "
-                                          "for bucket_cap_mb and 1 for the first bucket)."));
-    }
-  };
-  positive(options.bucket_cap_mb(), "bucket_cap_mb");
-  positive(options.first_bucket_cap_mb(), "first_bucket_cap_mb");
+  detail::cap_bytes_of(options.bucket_cap_mb(), "DistributedDataParallel", "bucket_cap_mb");
+  detail::cap_bytes_of(options.first_bucket_cap_mb(), "DistributedDataParallel",
+                       "first_bucket_cap_mb");
 }
 
 // The factor on every reduced bucket in a Join round (Note [Joining]):

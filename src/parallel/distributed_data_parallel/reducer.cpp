@@ -17,10 +17,11 @@ namespace ddp::parallel::detail {
 namespace {
 
 BucketSettings bucket_settings(const DistributedDataParallelOptions& options) {
-  const auto mib = [](double value) { return static_cast<int64_t>(value * 1024 * 1024); };
   BucketSettings settings;
-  settings.first_cap_bytes = mib(options.first_bucket_cap_mb());
-  settings.cap_bytes = mib(options.bucket_cap_mb());
+  settings.first_cap_bytes =
+      cap_bytes_of(options.first_bucket_cap_mb(), "DistributedDataParallel", "first_bucket_cap_mb");
+  settings.cap_bytes =
+      cap_bytes_of(options.bucket_cap_mb(), "DistributedDataParallel", "bucket_cap_mb");
   settings.cap_rule = CapRule::kCloseOnReaching;
   return settings;
 }

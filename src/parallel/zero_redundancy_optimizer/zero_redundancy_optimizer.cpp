@@ -52,10 +52,7 @@ void validate(const std::vector<at::Tensor>& parameters,
         comm::detail::str("ZeroRedundancyOptimizer: stage is ", options.stage(),
                           "; it must be 1 (optimizer state sharded) or 2 (gradients too)."));
   }
-  if (!(options.bucket_cap_mb() > 0)) {
-    throw ConfigError("ZeroRedundancyOptimizer: bucket_cap_mb is " +
-                      c10::str(options.bucket_cap_mb()) + "; it must be positive (25 by default).");
-  }
+  detail::cap_bytes_of(options.bucket_cap_mb(), "ZeroRedundancyOptimizer", "bucket_cap_mb");
   const int64_t passes = options.backward_passes_per_step();
   if (passes < 1 || (options.stage() == 1 && passes != 1)) {
     throw ConfigError(comm::detail::str("ZeroRedundancyOptimizer: backward_passes_per_step is ",
@@ -98,7 +95,8 @@ int64_t param_state_bytes(const torch::optim::OptimizerParamState& state) {
 
 detail::BucketSettings bucket_settings(const ZeroRedundancyOptimizerOptions& options) {
   detail::BucketSettings settings;
-  settings.cap_bytes = static_cast<int64_t>(options.bucket_cap_mb() * 1024 * 1024);
+  settings.cap_bytes =
+      detail::cap_bytes_of(options.bucket_cap_mb(), "ZeroRedundancyOptimizer", "bucket_cap_mb");
   settings.first_cap_bytes = settings.cap_bytes;
   settings.passes_per_step = options.backward_passes_per_step();
   return settings;
