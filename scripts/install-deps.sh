@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ddp builds and tests with. Installs only
 # what is missing, so a second run costs a second.
+#
+#   bash scripts/install-deps.sh          # everything: the tests' too
+#   bash scripts/install-deps.sh --main   # what README's first command builds and runs
 set -euo pipefail
 
+# Building the libraries, ddprun and the examples, and running the main job.
 packages=(
   cmake g++ make ccache pkg-config
   libtorch-dev libgloo-dev       # LibTorch 1.13.1 with c10d, and Gloo's headers
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   libssl-dev                     # libcrypto: the rendezvous store's HMAC handshake
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox                    # the examples' --plot (loss/accuracy curves)
-  clang libclang-rt-dev          # libFuzzer: the store's fuzz test (scripts/fuzz-store.sh)
   dataset-fashion-mnist          # the examples' data (/usr/share/datasets/fashion-mnist)
+)
+# The tests and the benchmarks, and the real programs they run ddp beside.
+test_packages=(
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  clang libclang-rt-dev          # libFuzzer: the store's fuzz test (scripts/fuzz-store.sh)
   openmpi-bin                    # mpirun: the InteropMpirun tests
   slurm-wlm munge                # a one-node Slurm cluster: the InteropSlurm tests
-  python3-torch                  # PyTorch 1.13 for Python 3.11: the LauncherPython tests
+  python3-torch                  # PyTorch 1.13 for Python 3.11: LauncherPython, SnapshotPyTorchInterop
 )
+case "${1:-}" in
+  --main) ;;
+  "") packages+=("${test_packages[@]}") ;;
+  *) echo "usage: $0 [--main]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,14 +2,17 @@
 # README command 1: install the Debian packages, build, check the backend with
 # a 2-rank all-reduce, then train the DDP tutorial's ConvNet on Fashion-MNIST
 # with 2 ranks on this machine's CPU for 5 epochs (example_mnist_ddp under
-# ddprun), writing the metrics and the loss/accuracy curves.
+# ddprun), writing the metrics and the loss/accuracy curves. It installs and
+# builds only what it runs (no test, no benchmark); scripts/run-tests.sh
+# adds the rest.
 #
 #   bash scripts/run-main.sh                 # the full run (several minutes)
 #   bash scripts/run-main.sh --epochs 1      # extra flags go to the example
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/install-deps.sh --main
+DDP_BUILD_TESTS=OFF DDP_BUILD_BENCHMARKS=OFF \
+  bash scripts/build.sh ddprun ddp_allreduce_check example_mnist_ddp
 ./build/bin/ddp_allreduce_check --nproc 2
 
 out=build/runs/mnist_ddp
