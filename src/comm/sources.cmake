@@ -38,7 +38,8 @@ ddp_add_library(comm SOURCES
   ${comm}/store/job_secret.cpp
   ${comm}/store/socket.cpp
   ${comm}/store/store_server.cpp
-  ${comm}/store/tcp_store.cpp)
+  ${comm}/store/tcp_store.cpp
+  ${comm}/store/worker_protocol.cpp)
 # The NCCL backend compiles only where CUDA is, so it is compiled alone (Note
 # [Unity builds]).
 set_source_files_properties(${DDP_NCCL_SOURCE} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)

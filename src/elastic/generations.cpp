@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,8 +12,8 @@
 #include "ddp/comm/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/store/job_secret.hpp"
-#include "comm/store/spare_seat.hpp"
 #include "comm/store/store_value.hpp"
+#include "comm/store/worker_protocol.hpp"
 #include "comm/str.hpp"
 
 namespace ddp::elastic::detail {
@@ -25,9 +24,6 @@ using Clock = std::chrono::steady_clock;
 // How long the recovery store may take to answer a quick call (the store
 // adds a grace of 5 s).
 constexpr std::chrono::milliseconds kReplyBound = std::chrono::seconds(5);
-
-// Set by the generation whose training ended (its generation number).
-constexpr const char* kFinishedKey = "ddp/finished";
 
 int generation_of(const std::string& text) {
   try {
@@ -40,14 +36,10 @@ int generation_of(const std::string& text) {
                                       "'; it must be a generation number (ddprun sets it)."));
 }
 
-// DDP_RECOVERY_STORE_FILE's content, "<count> HOST:PORT"; {0, ""} while
-// it cannot be read (the launcher rewrites it by rename).
-std::pair<int, std::string> read_store_file(const std::string& path) {
-  std::ifstream file(path);
-  int count = 0;
-  std::string address;
-  if (!(file >> count >> address)) return {0, ""};
-  return {count, address};
+// The store file's entry (Note [The launcher's protocol] in
+// comm/store/worker_protocol.hpp); {0, ""} while there is none.
+comm::store::StoreFileEntry store_file_entry(const std::string& path) {
+  return comm::store::read_store_file(path).value_or(comm::store::StoreFileEntry{});
 }
 
 }  // namespace
@@ -60,7 +52,7 @@ Generations::Generations(const EnvironmentMap& env, std::chrono::milliseconds ti
   auto file = env.find(kRecoveryStoreFileVariable);
   if (file != env.end() && !file->second.empty()) {
     store_file_ = file->second;
-    moves_ = read_store_file(store_file_).first;
+    moves_ = store_file_entry(store_file_).count;
   }
   connect(env.at(kRecoveryStoreVariable));
   auto given = env.find(kRecoveryGenerationVariable);
@@ -95,7 +87,7 @@ void Generations::connect(const std::string& address) {
 // connects there.
 void Generations::reconnect(Clock::time_point give_up) {
   while (true) {
-    const auto [count, address] = read_store_file(store_file_);
+    const auto [count, address] = store_file_entry(store_file_);
     if (count > moves_) {
       moves_ = count;
       connect(address);
@@ -112,12 +104,14 @@ void Generations::reconnect(Clock::time_point give_up) {
   }
 }
 
-int Generations::newest() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 0)); }
+int Generations::newest() {
+  return static_cast<int>(store_->add(comm::store::generations_key(), 0));
+}
 
 Generations::Meeting Generations::meet(int rank, int world_size,
                                        c10::intrusive_ptr<c10d::Store>& met) {
-  auto store = c10::make_intrusive<c10d::PrefixStore>(
-      comm::detail::str("ddp/generation/", current_), store_);
+  auto store =
+      c10::make_intrusive<c10d::PrefixStore>(comm::store::generation_prefix(current_), store_);
   store->set(comm::detail::str("present/", rank), std::vector<uint8_t>{1});
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back(comm::detail::str("present/", r));
@@ -127,7 +121,7 @@ Generations::Meeting Generations::meet(int rank, int world_size,
       current_ = started;
       return Meeting::kNewer;
     }
-    if (store_->check({kFinishedKey})) return Meeting::kJobEnded;
+    if (store_->check({comm::store::finished_key()})) return Meeting::kJobEnded;
     if (Clock::now() > give_up) {
       throw TimeoutError(comm::detail::str("generation ", current_, " of the job: not all ",
                                            world_size, " ranks joined within ", timeout_.count(),
@@ -141,7 +135,7 @@ Generations::Meeting Generations::meet(int rank, int world_size,
 }
 
 void Generations::finish() {
-  store_->set(kFinishedKey, comm::store::as_bytes(std::to_string(current_)));
+  store_->set(comm::store::finished_key(), comm::store::as_bytes(std::to_string(current_)));
 }
 
 std::optional<std::map<std::string, std::string>> Generations::next(int rank) {
@@ -175,8 +169,8 @@ std::optional<std::map<std::string, std::string>> Generations::next(int rank) {
 // The store parks a wait() until the key is set, so the spare wakes as the
 // agent seats it; each slice that times out just waits again.
 std::optional<std::map<std::string, std::string>> Generations::hold_spare(const std::string& id) {
-  const std::string seat = comm::store::spare_key(id, "seat");
-  store_->set(comm::store::spare_key(id, "ready"), comm::store::as_bytes(std::to_string(getpid())));
+  const std::string seat = comm::store::spare_seat_key(id);
+  store_->set(comm::store::spare_ready_key(id), comm::store::as_bytes(std::to_string(getpid())));
   while (true) {
     try {
       store_->wait({seat}, std::chrono::seconds(1));
@@ -193,8 +187,7 @@ std::optional<std::map<std::string, std::string>> Generations::hold_spare(const 
 }
 
 void Generations::report_running(const std::string& id) {
-  store_->set(comm::store::spare_key(id, "running"),
-              comm::store::as_bytes(std::to_string(current_)));
+  store_->set(comm::store::spare_running_key(id), comm::store::as_bytes(std::to_string(current_)));
 }
 
 }  // namespace ddp::elastic::detail

@@ -27,6 +27,7 @@
 #include "comm/store/job_secret.hpp"
 #include "comm/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "comm/store/worker_protocol.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -96,7 +97,7 @@ Agent::~Agent() {
 }
 
 std::string Agent::key(int attempt, const std::string& name) const {
-  return comm::detail::str("ddprun/", plan_.options.run_id, "/", attempt, "/", name);
+  return comm::store::attempt_key(plan_.options.run_id, attempt, name);
 }
 
 // Lays out ranks node by node, from every node's worker count: this node's
@@ -304,7 +305,7 @@ int Agent::run() {
     }
     if (plan_.memory_recovery && !recovery_) {
       recovery_ = std::make_unique<RecoveryStore>(
-          rendezvous_->store(), "ddprun/" + o.run_id + "/recovery_store", node_.node_rank == 0,
+          rendezvous_->store(), comm::store::recovery_store_key(o.run_id), node_.node_rank == 0,
           node_.master_addr, secret, plan_.rendezvous_timeout);
       write_recovery_store_file();
       if (plan_.spares > 0) {

@@ -4,9 +4,6 @@
 // ddp/launch/node_rendezvous.hpp).
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <system_error>
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/errors.hpp"
@@ -16,34 +13,18 @@
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
 #include "comm/str.hpp"
-#include "comm/store/spare_seat.hpp"
 #include "comm/store/store_value.hpp"
+#include "comm/store/worker_protocol.hpp"
 
 namespace ddp::launch {
 
 std::string Agent::recovery_store_file() const { return private_dir_ + "/recovery_store"; }
 
-// "<count> HOST:PORT" (DDP_RECOVERY_STORE_FILE), replaced by rename so that
-// a worker never reads half of it.
+// DDP_RECOVERY_STORE_FILE (Note [The launcher's protocol] in
+// comm/store/worker_protocol.hpp), one more count each time.
 void Agent::write_recovery_store_file() {
   ++store_moves_;
-  const std::string path = recovery_store_file();
-  const std::string temp = path + ".new";
-  {
-    std::ofstream file(temp, std::ios::trunc);
-    file << store_moves_ << " " << recovery_->address() << "\n";
-    if (!file.flush()) {
-      throw IoError("cannot write " + temp +
-                    ", the recovery store's address for the workers; check that TMPDIR is "
-                    "writable and not full.");
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temp, path, error);
-  if (error) {
-    throw IoError("cannot rename " + temp + " to " + path + ": " + error.message() +
-                  "; check that TMPDIR is writable.");
-  }
+  comm::store::write_store_file(recovery_store_file(), {store_moves_, recovery_->address()});
 }
 
 // The generation a re-formed job starts in: one past the newest that any
@@ -107,7 +88,7 @@ Agent::Attempt Agent::reseat_attempt(Attempt kept, int number) {
       seated.push_back(key(number, comm::detail::str("seated/", node)));
     }
     store.wait(seated, plan_.rendezvous_timeout);
-    recovery_->store().add(kRecoveryGenerationsKey, generation);
+    recovery_->store().add(comm::store::generations_key(), generation);
   }
   if (spares_) spares_->fill(placement(attempt, 0, offset, generation));  // after a take-over
   say(comm::detail::str("node ", node_.node_rank, ": its ", nproc, " worker(s) keep their state ",

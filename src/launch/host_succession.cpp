@@ -6,6 +6,7 @@
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "comm/store/worker_protocol.hpp"
 #include "launch/endpoint.hpp"
 #include "launch/say.hpp"
 
@@ -44,8 +45,9 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::host_at(const std::string& endpo
                                                  .secret(secret_)
                                                  .hosted_by("this node's ddprun"));
   reserved_.reset();
-  store->set("ddprun/run_id", comm::store::as_bytes(plan_.options.run_id));
-  store->set("ddprun/takeover", comm::store::as_bytes(comm::detail::str(takeovers_, ":", round_)));
+  store->set(comm::store::run_id_key(), comm::store::as_bytes(plan_.options.run_id));
+  store->set(comm::store::takeover_key(),
+             comm::store::as_bytes(comm::detail::str(takeovers_, ":", round_)));
   return store;
 }
 
@@ -63,9 +65,9 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::join_at(const std::string& endpo
             .timeout(plan_.takeover_timeout)
             .secret(secret_)
             .hosted_by(comm::detail::str("node ", candidate, "'s ddprun")));
-    store->wait({"ddprun/takeover"}, plan_.takeover_timeout);
-    const std::string run = comm::store::as_text(store->get("ddprun/run_id"));
-    const std::string takeover = comm::store::as_text(store->get("ddprun/takeover"));
+    store->wait({comm::store::takeover_key()}, plan_.takeover_timeout);
+    const std::string run = comm::store::as_text(store->get(comm::store::run_id_key()));
+    const std::string takeover = comm::store::as_text(store->get(comm::store::takeover_key()));
     if (run == plan_.options.run_id && takeover == expected) {
       store->setTimeout(plan_.rendezvous_timeout);
       return store;

@@ -10,6 +10,7 @@
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "comm/store/worker_protocol.hpp"
 #include "launch/endpoint.hpp"
 #include "launch/host_succession.hpp"
 #include "launch/say.hpp"
@@ -37,9 +38,9 @@ c10::intrusive_ptr<c10d::Store> store_at(const LaunchPlan& plan, bool server,
 // The host names the job; every other node must belong to it.
 void claim_run_id(c10d::Store& store, bool host, const LaunchPlan& plan) {
   const std::string mine = plan.options.run_id;
-  if (host) store.set("ddprun/run_id", comm::store::as_bytes(mine));
-  store.wait({"ddprun/run_id"}, plan.rendezvous_timeout);
-  const std::string owner = comm::store::as_text(store.get("ddprun/run_id"));
+  if (host) store.set(comm::store::run_id_key(), comm::store::as_bytes(mine));
+  store.wait({comm::store::run_id_key()}, plan.rendezvous_timeout);
+  const std::string owner = comm::store::as_text(store.get(comm::store::run_id_key()));
   if (owner != mine) {
     throw RendezvousError("the launcher at " + endpoint(plan) + " belongs to run '" + owner +
                           "', not to this run '" + mine +
@@ -83,8 +84,7 @@ NodeRendezvous::NodeRendezvous(const LaunchPlan& plan, const std::string& secret
 NodeRendezvous::~NodeRendezvous() = default;
 
 std::string NodeRendezvous::key(int round, const std::string& name) const {
-  return "ddprun/" + plan_.options.run_id + "/rdzv/" +
-         (round < 0 ? std::string() : comm::detail::str(round, "/")) + name;
+  return comm::store::rendezvous_key(plan_.options.run_id, round, name);
 }
 
 NodeAssignment NodeRendezvous::next_round() {

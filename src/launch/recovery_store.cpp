@@ -7,6 +7,7 @@
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/str.hpp"
+#include "comm/store/worker_protocol.hpp"
 #include "launch/endpoint.hpp"
 
 namespace ddp::launch {
@@ -32,8 +33,12 @@ RecoveryStore::RecoveryStore(c10d::Store& agents, const std::string& key, bool h
 
 RecoveryStore::~RecoveryStore() = default;
 
-int RecoveryStore::current() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 0)); }
+int RecoveryStore::current() {
+  return static_cast<int>(store_->add(comm::store::generations_key(), 0));
+}
 
-int RecoveryStore::next() { return static_cast<int>(store_->add(kRecoveryGenerationsKey, 1)); }
+int RecoveryStore::next() {
+  return static_cast<int>(store_->add(comm::store::generations_key(), 1));
+}
 
 }  // namespace ddp::launch

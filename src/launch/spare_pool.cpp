@@ -9,7 +9,7 @@
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/error_file.hpp"
 #include "ddp/comm/errors.hpp"
-#include "comm/store/spare_seat.hpp"
+#include "comm/store/worker_protocol.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/str.hpp"
 #include "launch/say.hpp"
@@ -113,19 +113,20 @@ void SparePool::pump() {
 
 void SparePool::poll_store(const WorkerPlacement& base) {
   for (auto& spare : spares_) {
-    if (spare.ready || !store_.check({comm::store::spare_key(spare.id, "ready")})) continue;
+    if (spare.ready || !store_.check({comm::store::spare_ready_key(spare.id)})) continue;
     spare.ready = Clock::now();
     say(comm::detail::str("spare ", spare.id, " (pid ", spare.process->pid(), ") ready after ",
                           milliseconds_between(spare.started, *spare.ready), " ms"));
   }
-  if (promoted_ && (store_.check({comm::store::spare_key(*promoted_, "running")}) ||
+  if (promoted_ && (store_.check({comm::store::spare_running_key(*promoted_)}) ||
                     Clock::now() - promoted_at_ > std::chrono::seconds(10))) {
     promoted_.reset();
   }
   // A spare that ended on its own may have lost the store (its host's node
   // is gone): one round trip first, so that a lost store is the agent's
   // RendezvousError before any spare starts there.
-  if (static_cast<int>(spares_.size()) < plan_.spares) store_.add(kRecoveryGenerationsKey, 0);
+  if (static_cast<int>(spares_.size()) < plan_.spares)
+    store_.add(comm::store::generations_key(), 0);
   fill(base);
 }
 
@@ -138,7 +139,7 @@ std::optional<PromotedSpare> SparePool::take(const std::map<std::string, std::st
     }
   }
   if (chosen == spares_.end()) return std::nullopt;
-  store_.set(comm::store::spare_key(chosen->id, "seat"),
+  store_.set(comm::store::spare_seat_key(chosen->id),
              comm::store::as_bytes(comm::store::encode_seat(seat)));
   chosen->output.flush();
   PromotedSpare promoted{std::move(*chosen->process), chosen->id, std::nullopt};
@@ -154,7 +155,7 @@ void SparePool::release(std::chrono::milliseconds grace) {
   released_ = true;
   for (auto& spare : spares_) {
     try {
-      store_.set(comm::store::spare_key(spare.id, "seat"),
+      store_.set(comm::store::spare_seat_key(spare.id),
                  comm::store::as_bytes(comm::store::kSpareRelease));
     } catch (const std::exception&) {  // the store is gone: stop_all below ends it
     }

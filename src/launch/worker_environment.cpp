@@ -6,6 +6,7 @@
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "comm/store/job_secret.hpp"
+#include "comm/store/worker_protocol.hpp"
 
 namespace ddp::launch {
 
@@ -25,7 +26,7 @@ std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
       {"MASTER_ADDR", p.master_addr},
       {"MASTER_PORT", std::to_string(p.master_port)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count)},
-      {"DDP_RENDEZVOUS_ROUND", std::to_string(p.round)},
+      {comm::store::kRendezvousRoundVariable, std::to_string(p.round)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"TORCHELASTIC_RUN_ID", o.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},

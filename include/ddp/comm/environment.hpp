@@ -41,8 +41,6 @@ inline constexpr const char* kRecoveryStoreVariable = "DDP_RECOVERY_STORE";
 /// Set beside it: the generation the worker was started into (0, then one
 /// more for every worker the launcher replaced).
 inline constexpr const char* kRecoveryGenerationVariable = "DDP_RECOVERY_GENERATION";
-/// The key of that store whose value (a counter) is the newest generation.
-inline constexpr const char* kRecoveryGenerationsKey = "ddp/generations";
 /// Set beside it: a file in which the launcher keeps "<count> HOST:PORT",
 /// the recovery store's address, rewritten with a higher count when the
 /// store moves to another node (Note [A new host] in

@@ -3,7 +3,7 @@
 // Internal: the store of `ddprun --recovery memory` (Note [Recovery in
 // memory] in ddp/elastic/run.hpp). Node 0's agent hosts it, so it outlives
 // every worker; the workers of each generation meet in it, and the agents
-// count generations in it (kRecoveryGenerationsKey).
+// count generations in it (comm::store::generations_key()).
 
 #include <c10/util/intrusive_ptr.h>
 
