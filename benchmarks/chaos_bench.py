@@ -116,7 +116,7 @@ def main():
     def nodes(last_call=30, extra_trainer=()):
         """Three nodes of one rank each, c10d, --nnodes 2:3, --recovery memory:
         a lost node, even the stores' host, is survived in memory at 2 ranks
-        (Note [A new host] in include/ddp/launch/node_rendezvous.hpp), and a
+        (Note [A new host] in src/launch/node_rendezvous.hpp), and a
         node that joins is taken in at 3 (Note [A node joins in memory])."""
         port = str(free_port())
         return [[ddprun, "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",

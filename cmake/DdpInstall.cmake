@@ -11,7 +11,10 @@ install(TARGETS ddp ddp_comm ddp_parallel ddp_launch ddp_amp ddp_nn ddp_optim dd
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY include/ddp include/moved/ddp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# Internal headers stay out (Note [The launcher's internal headers] in
+# ddp/launch.hpp).
+install(DIRECTORY include/ddp include/moved/ddp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  REGEX "ddp/launch/child_process\\.hpp$" EXCLUDE)
 install(EXPORT ddpTargets NAMESPACE ddp::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ddp)
 

@@ -1,16 +1,16 @@
 #pragma once
 
 /// \file launch.hpp
-/// The launcher layer in one include (namespace ddp::launch, library
-/// ddp::launch): what ddprun is made of, to start and watch ranks from a
-/// program: the agent, its options (torchrun's command line), the node
-/// rendezvous, the recovery store, child processes with deadlines and port
-/// reservations, and LaunchError.
+/// The launcher layer's public headers in one include (namespace
+/// ddp::launch, library ddp::launch): port reservations and LaunchError.
+///
+/// Note [The launcher's internal headers]
+/// What ddprun is made of (the agent, its options, the node rendezvous,
+/// the recovery store, the workers' environment) is internal and lives in
+/// src/launch/, not installed. ddp/launch/child_process.hpp stays under
+/// include/ for the tests, tools and benchmarks of this tree, but is
+/// internal too: cmake/DdpInstall.cmake leaves it out of the installed
+/// headers, and this header does not include it.
 
-#include "ddp/launch/agent.hpp"             // IWYU pragma: export
-#include "ddp/launch/child_process.hpp"     // IWYU pragma: export
 #include "ddp/launch/errors.hpp"            // IWYU pragma: export
-#include "ddp/launch/launch_options.hpp"    // IWYU pragma: export
-#include "ddp/launch/node_rendezvous.hpp"   // IWYU pragma: export
 #include "ddp/launch/port_reservation.hpp"  // IWYU pragma: export
-#include "ddp/launch/recovery_store.hpp"    // IWYU pragma: export

@@ -51,7 +51,7 @@ class Generations {
   /// returns the new seat of the worker that had `rank` when the job
   /// re-formed at another layout, nullopt when it keeps its place. A lost
   /// store is followed to its new host through DDP_RECOVERY_STORE_FILE
-  /// (Note [A new host] in ddp/launch/node_rendezvous.hpp).
+  /// (Note [A new host] in launch/node_rendezvous.hpp).
   /// \throws TimeoutError when none comes within the timeout;
   ///   RendezvousError when the store is lost and no file says where it went.
   std::optional<std::map<std::string, std::string>> next(int rank);

@@ -1,4 +1,4 @@
-#include "ddp/launch/agent.hpp"
+#include "launch/agent.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +18,7 @@
 #include "ddp/comm/flight_recorder.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
-#include "ddp/launch/worker_environment.hpp"
+#include "launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
@@ -34,7 +34,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Note [A new host] in ddp/launch/node_rendezvous.hpp: while the workers
+// Note [A new host] in launch/node_rendezvous.hpp: while the workers
 // run, the agents' store calls are answered within `bound` (and the store's
 // grace) or the host is lost; the rendezvous waits get their own timeouts.
 class StoreReplyBound {
@@ -356,7 +356,7 @@ int Agent::run() {
     if ((outcome == Outcome::kHostLost || node_lost) && plan_.memory_recovery &&
         restarts_ < o.max_restarts && all_running()) {
       // Recovery in memory: the workers wait for their new seats (Note [A
-      // new host] in ddp/launch/node_rendezvous.hpp).
+      // new host] in launch/node_rendezvous.hpp).
       ++restarts_;
       say(comm::detail::str(attempt.failure, "; re-forming the job without it, this node's ",
                             "workers keeping their state (recovery in memory, restart ", restarts_,

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/launch/agent.hpp"
+#include "launch/agent.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "launch/rank_output.hpp"

@@ -1,12 +1,12 @@
 // ddprun's agent: the heartbeats by which node 0 watches the other nodes,
 // and the job's end, when node 0 leaves last (Note [Agent heartbeats] in
-// ddp/launch/agent.hpp).
+// launch/agent.hpp).
 
 #include <chrono>
 #include <thread>
 #include <vector>
 
-#include "ddp/launch/agent.hpp"
+#include "launch/agent.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "comm/str.hpp"

@@ -1,14 +1,14 @@
 // ddprun's agent under --recovery memory: the recovery store's address for
 // the workers, and a node's workers kept through a take-over of the store,
 // seated at the re-formed job's layout (Note [A new host] in
-// ddp/launch/node_rendezvous.hpp).
+// launch/node_rendezvous.hpp).
 
 #include <algorithm>
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/errors.hpp"
-#include "ddp/launch/agent.hpp"
-#include "ddp/launch/worker_environment.hpp"
+#include "launch/agent.hpp"
+#include "launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"

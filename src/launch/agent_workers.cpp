@@ -6,8 +6,8 @@
 #include <system_error>
 
 #include "ddp/comm/errors.hpp"
-#include "ddp/launch/agent.hpp"
-#include "ddp/launch/worker_environment.hpp"
+#include "launch/agent.hpp"
+#include "launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal: who hosts the agents' store when its host is lost (Note [A new
-// host] in ddp/launch/node_rendezvous.hpp).
+// host] in launch/node_rendezvous.hpp).
 
 #include <c10/util/intrusive_ptr.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/launch/launch_options.hpp"
+#include "launch/launch_options.hpp"
 #include "ddp/launch/port_reservation.hpp"
 
 namespace c10d {

@@ -1,4 +1,4 @@
-#include "ddp/launch/launch_options.hpp"
+#include "launch/launch_options.hpp"
 
 #include <ATen/Context.h>
 #include <netdb.h>

@@ -1,4 +1,4 @@
-#include "ddp/launch/node_rendezvous.hpp"
+#include "launch/node_rendezvous.hpp"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 

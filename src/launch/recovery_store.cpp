@@ -1,4 +1,4 @@
-#include "ddp/launch/recovery_store.hpp"
+#include "launch/recovery_store.hpp"
 
 #include <chrono>
 #include <string>

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "ddp/launch/child_process.hpp"
-#include "ddp/launch/launch_options.hpp"
-#include "ddp/launch/worker_environment.hpp"
+#include "launch/launch_options.hpp"
+#include "launch/worker_environment.hpp"
 #include "launch/rank_output.hpp"
 
 namespace c10d {

@@ -1,4 +1,4 @@
-#include "ddp/launch/stream_choice.hpp"
+#include "launch/stream_choice.hpp"
 
 #include "ddp/comm/errors.hpp"
 #include "launch/to_int.hpp"

@@ -1,4 +1,4 @@
-#include "ddp/launch/worker_environment.hpp"
+#include "launch/worker_environment.hpp"
 
 #include <algorithm>
 #include <thread>

@@ -1,7 +1,7 @@
 // Membership changes under ddprun --recovery memory, on loopback nodes of
 // one toy-trainer worker each, with the workers keeping their processes and
 // continuing from the commit in memory, at the new size:
-// - Note [A new host] in include/ddp/launch/node_rendezvous.hpp: of three
+// - Note [A new host] in src/launch/node_rendezvous.hpp: of three
 //   nodes, one is SIGKILLed after a commit: node 0 (the stores' host, and
 //   rank 0), or node 2. The other two re-form at 2 ranks (around node 1's
 //   standby when the host was lost).

@@ -1,5 +1,5 @@
 // Membership changes under ddprun's c10d rendezvous (Note [How nodes
-// meet] in include/ddp/launch/node_rendezvous.hpp): a node that arrives at a
+// meet] in src/launch/node_rendezvous.hpp): a node that arrives at a
 // running job re-forms it at the new size, and a node lost for good leaves
 // the job running on the others while --nnodes MIN remain.
 
@@ -183,7 +183,7 @@ ThreeNodes three_shrinking_nodes(const std::string& nnodes, int port, const std:
   return nodes;
 }
 
-// Note [A new host] in include/ddp/launch/node_rendezvous.hpp: the node
+// Note [A new host] in src/launch/node_rendezvous.hpp: the node
 // hosting the store is lost (its launcher SIGKILLed, its worker with it);
 // the other two of a job of 2:3 nodes re-form around node 1's standby, at
 // the cost of one restart, and finish.
@@ -316,7 +316,7 @@ TEST(LauncherSuccession, AHostCutOffFromTheOthersDoesNotRunTheJobAgainAlone) {
   EXPECT_FALSE(contains(h.output, "] DDP_RENDEZVOUS_ROUND=1")) << h.output;
 }
 
-// Note [Agent heartbeats] in include/ddp/launch/agent.hpp: a node whose
+// Note [Agent heartbeats] in src/launch/agent.hpp: a node whose
 // launcher dies once its workers are done does not keep the host waiting
 // out join_timeout (300 s) at the final exit.
 TEST(LauncherHeartbeat, HostDoesNotWaitForANodeThatDiedAfterItsWorkers) {

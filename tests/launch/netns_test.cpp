@@ -159,7 +159,7 @@ class SwitchedNamespaces {
   bool ready_ = false;
 };
 
-// Note [A new host] in include/ddp/launch/node_rendezvous.hpp, under a real
+// Note [A new host] in src/launch/node_rendezvous.hpp, under a real
 // partition: three nodes of --nnodes 1:3 on a switch; once their job runs,
 // the host's link is cut. Nothing is stopped or killed: the host's ddprun,
 // its store and its worker go on, unable to reach anyone. The other two

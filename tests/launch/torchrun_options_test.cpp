@@ -1,7 +1,7 @@
 // torchrun's command lines, unchanged but for the program: the c10d
 // rendezvous with ranks by joining order, --nnodes MIN:MAX with the last
 // call, --rdzv-conf, --local-addr, --redirects and --tee with torchrun's
-// values (Note [How nodes meet] in include/ddp/launch/node_rendezvous.hpp).
+// values (Note [How nodes meet] in src/launch/node_rendezvous.hpp).
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 // ddprun: starts the workers of a data-parallel job on this node, with
 // torchrun's command line and worker environment, and restarts the whole job
-// when any worker fails (see include/ddp/launch/agent.hpp).
+// when any worker fails (see src/launch/agent.hpp).
 //
 //   ddprun --standalone --nproc-per-node 2 ./build/bin/example_toy_trainer
 //   ddprun --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 \
@@ -22,7 +22,7 @@
 #include <iostream>
 
 #include "ddp/comm/errors.hpp"
-#include "ddp/launch/agent.hpp"
+#include "launch/agent.hpp"
 
 namespace {
 

@@ -44,7 +44,7 @@ inline constexpr const char* kRecoveryGenerationVariable = "DDP_RECOVERY_GENERAT
 /// Set beside it: a file in which the launcher keeps "<count> HOST:PORT",
 /// the recovery store's address, rewritten with a higher count when the
 /// store moves to another node (Note [A new host] in
-/// ddp/launch/node_rendezvous.hpp).
+/// src/launch/node_rendezvous.hpp).
 inline constexpr const char* kRecoveryStoreFileVariable = "DDP_RECOVERY_STORE_FILE";
 /// Set by `ddprun --spares K` in a hot spare, instead of RANK and
 /// WORLD_SIZE: the spare's id (Note [A spare waits for a seat] in

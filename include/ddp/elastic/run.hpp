@@ -33,7 +33,7 @@
 /// init()'s group, and a failure ends the worker, so the same program runs
 /// under every launcher.
 /// When the job re-forms without a lost node (its host's included, Note [A
-/// new host] in ddp/launch/node_rendezvous.hpp), the launcher gives each
+/// new host] in src/launch/node_rendezvous.hpp), the launcher gives each
 /// kept worker a seat in the next generation, keyed by the rank it had: the
 /// variables of its place in the smaller job, which run() takes as its own
 /// before it meets the group; a store that moved is found again through

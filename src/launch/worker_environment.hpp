@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/launch/launch_options.hpp"
+#include "launch/launch_options.hpp"
 
 namespace ddp::launch {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/launch/stream_choice.hpp"
+#include "launch/stream_choice.hpp"
 
 namespace ddp::launch {
 
@@ -82,11 +82,11 @@ struct LaunchPlan {
   std::chrono::milliseconds last_call_timeout{30000};
   /// --rdzv-conf node_timeout: how long an agent's heartbeat may stand still
   /// before the host counts its node as gone (Note [Agent heartbeats] in
-  /// ddp/launch/agent.hpp); unset, max(5 s, 10 monitor intervals).
+  /// launch/agent.hpp); unset, max(5 s, 10 monitor intervals).
   std::chrono::milliseconds node_timeout{0};
   /// --rdzv-conf takeover_timeout: how long a node that lost the host waits
   /// for each standby in turn to host the store (Note [A new host] in
-  /// ddp/launch/node_rendezvous.hpp); unset, max(2 s, 20 monitor intervals).
+  /// launch/node_rendezvous.hpp); unset, max(2 s, 20 monitor intervals).
   std::chrono::milliseconds takeover_timeout{0};
   /// Absolute path of the job's secret file, handed to the workers; empty
   /// for several nodes without --secret-file (no authentication).

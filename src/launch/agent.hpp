@@ -6,7 +6,7 @@
 //
 // Note [How agents on several nodes agree]
 // The agents meet in a store hosted by node 0 (Note [How nodes meet] in
-// ddp/launch/node_rendezvous.hpp). Every key is under the job's run id. For
+// launch/node_rendezvous.hpp). Every key is under the job's run id. For
 // each attempt k (one per rendezvous round):
 //   k/nproc/<node>  each node's worker count (ranks are laid out by node);
 //   k/port          the workers' MASTER_PORT, a free port chosen by node 0;
@@ -38,7 +38,7 @@
 // (k/left/<node>): it says so and leaves. Node 0 itself needs no watcher:
 // its loss is the store's, which every other agent sees at its next store
 // call, and with three nodes or more they re-form around a successor (Note
-// [A new host] in ddp/launch/node_rendezvous.hpp), at the cost of one
+// [A new host] in launch/node_rendezvous.hpp), at the cost of one
 // restart.
 //
 // The job's secret (Note [Store authentication]) guards both stores: the
@@ -53,9 +53,9 @@
 #include <string>
 #include <utility>
 
-#include "ddp/launch/launch_options.hpp"
-#include "ddp/launch/node_rendezvous.hpp"
-#include "ddp/launch/recovery_store.hpp"
+#include "launch/launch_options.hpp"
+#include "launch/node_rendezvous.hpp"
+#include "launch/recovery_store.hpp"
 #include "ddp/launch/errors.hpp"
 
 namespace ddp::launch {

@@ -80,7 +80,7 @@
 #include <memory>
 #include <string>
 
-#include "ddp/launch/launch_options.hpp"
+#include "launch/launch_options.hpp"
 
 namespace c10d {
 class Store;
