@@ -11,8 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --main
-DDP_BUILD_TESTS=OFF DDP_BUILD_BENCHMARKS=OFF \
-  bash scripts/build.sh ddprun ddp_allreduce_check example_mnist_ddp
+DDP_BUILD_TESTS=OFF DDP_BUILD_BENCHMARKS=OFF bash scripts/build.sh ddp_main
 ./build/bin/ddp_allreduce_check --nproc 2
 
 out=build/runs/mnist_ddp

@@ -35,13 +35,13 @@ void check_tensor(const char* collective, const char* role, const at::Tensor& te
     throw InvalidArgumentError(where + " is undefined; pass an allocated tensor.");
   }
   if (tensor.is_sparse() || tensor.layout() != c10::kStrided) {
-    throw InvalidArgumentError(where + " is not dense (layout " + c10::str(tensor.layout()) +
-                               "); convert it with .to_dense().");
+    throw InvalidArgumentError(detail::str(where, " is not dense (layout ", tensor.layout(),
+                                           "); convert it with .to_dense()."));
   }
   if (!tensor.is_contiguous()) {
-    throw InvalidArgumentError(where + " is not contiguous (sizes " + c10::str(tensor.sizes()) +
-                               ", strides " + c10::str(tensor.strides()) +
-                               "); pass tensor.contiguous() and copy the result back.");
+    throw InvalidArgumentError(
+        detail::str(where, " is not contiguous (sizes ", tensor.sizes(), ", strides ",
+                    tensor.strides(), "); pass tensor.contiguous() and copy the result back."));
   }
   if (!is_supported_dtype(tensor.scalar_type())) {
     throw InvalidArgumentError(where + " has dtype " + detail::dtype_name(tensor.scalar_type()) +

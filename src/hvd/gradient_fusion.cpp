@@ -96,7 +96,7 @@ void GradientFusion::on_gradient_accumulated(size_t index) {
     const int64_t k = options_.backward_passes_per_step();
     throw InvalidArgumentError(
         comm::detail::str("hvd::DistributedOptimizer: the gradient of parameter #", index,
-                          " (shape ", c10::str(buffers_.parameters()[index].sizes()),
+                          " (shape ", buffers_.parameters()[index].sizes(),
                           ") was computed more than backward_passes_per_step = ", k,
                           " time(s) before step(). Call step() after every ", k,
                           " backward pass(es), or set backward_passes_per_step to the number of "

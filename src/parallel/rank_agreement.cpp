@@ -33,8 +33,9 @@ std::vector<std::string> describe_tensors(const std::vector<std::string>& names,
                                           const std::vector<at::Tensor>& tensors) {
   std::vector<std::string> descriptions;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    descriptions.push_back(names[i] + " " + comm::detail::dtype_name(tensors[i].scalar_type()) +
-                           " " + c10::str(tensors[i].sizes()));
+    descriptions.push_back(comm::detail::str(names[i], " ",
+                                             comm::detail::dtype_name(tensors[i].scalar_type()),
+                                             " ", tensors[i].sizes()));
   }
   return descriptions;
 }

@@ -160,9 +160,10 @@ json optimizer_from_pytorch(const std::string& where, const PyValue& state_dict,
   for (const auto& [key, value] : state->entries) {
     auto found = key->kind == Kind::kInt ? position.find(key->integer) : position.end();
     if (found == position.end()) {
-      fail("the state of parameter " +
-           (key->kind == Kind::kInt ? std::to_string(key->integer) : key->type_name()) +
-           " belongs to no param group");
+      fail(comm::detail::str(
+          "the state of parameter ",
+          key->kind == Kind::kInt ? std::to_string(key->integer) : key->type_name(),
+          " belongs to no param group"));
     }
     const auto [g, i] = found->second;
     if (value->kind != Kind::kDict) fail("the state of a parameter is a " + value->type_name());

@@ -44,11 +44,12 @@ void check_placement(torch::nn::Module& module, const c10::Device& device) {
 
 void check_input(const char* what, const at::Tensor& tensor) {
   if (!tensor.defined() || tensor.dim() == 0 || tensor.size(0) == 0) {
-    throw InvalidArgumentError(
-        std::string("DataParallel: the ") + what + " is " +
-        (!tensor.defined() ? std::string("undefined") : "of shape " + c10::str(tensor.sizes())) +
-        "; it must hold at least one sample along dimension 0, which is "
-        "split across the replicas.");
+    throw InvalidArgumentError(comm::detail::str(
+        "DataParallel: the ", what, " is ",
+        !tensor.defined() ? std::string("undefined")
+                          : comm::detail::str("of shape ", tensor.sizes()),
+        "; it must hold at least one sample along dimension 0, which is split across the "
+        "replicas."));
   }
 }
 
@@ -126,9 +127,9 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
   }
   auto check_scalar = [](const torch::Tensor& loss) {
     if (loss.numel() != 1) {
-      throw InvalidArgumentError("the loss has shape " + c10::str(loss.sizes()) +
-                                 "; the loss function must return a scalar (reduce it with "
-                                 "mean or sum).");
+      throw InvalidArgumentError(comm::detail::str(
+          "the loss has shape ", loss.sizes(),
+          "; the loss function must return a scalar (reduce it with mean or sum)."));
     }
   };
   const c10::Device output_device = *options_.output_device();

@@ -54,8 +54,7 @@ void GradientShards::on_gradient_accumulated(size_t index) {
     const at::Tensor& parameter = buckets_.parameters()[index];
     throw InvalidArgumentError(comm::detail::str(
         "ZeroRedundancyOptimizer (stage 2): the gradient of parameter #", index, " (shape ",
-        c10::str(parameter.sizes()),
-        ") was computed more than backward_passes_per_step = ", passes_per_step_,
+        parameter.sizes(), ") was computed more than backward_passes_per_step = ", passes_per_step_,
         " time(s) before step(), and its bucket was already reduce-scattered. Call step() after "
         "every ",
         passes_per_step_,
