@@ -50,9 +50,11 @@
 #include <chrono>
 #include <csignal>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "launch/attempt_decision.hpp"
 #include "launch/launch_options.hpp"
 #include "launch/node_rendezvous.hpp"
 #include "launch/recovery_store.hpp"
@@ -87,7 +89,7 @@ class Agent {
 
  private:
   struct Attempt;
-  enum class Outcome { kSucceeded, kFailed, kInterrupted, kReformed, kHostLost };
+  using Outcome = AttemptOutcome;
 
   Attempt start_attempt(int round);
   std::pair<int, int> lay_out(int round, int nproc);
@@ -100,6 +102,10 @@ class Agent {
   void start_worker(Attempt& attempt, int local_rank, int rank, int generation);
   bool replace_worker(Attempt& attempt, size_t index, const std::string& failure);
   Outcome monitor(Attempt& attempt);
+  // Note [After an attempt] in launch/attempt_decision.hpp: the facts, and
+  // the decision carried out; the agent's exit code, or nullopt to go on.
+  AttemptFacts attempt_facts(Outcome outcome, Attempt& attempt);
+  std::optional<int> carry_out(const AttemptDecision& decision, Attempt& attempt, Outcome outcome);
   void report_stall(const Attempt& attempt);
   void leave(Attempt& attempt);
   void beat(Attempt& attempt);

@@ -18,4 +18,6 @@ ddp_add_library(launch STATIC DEPENDS ddp_comm SOURCES
   ${launch}/recovery_store.cpp
   ${launch}/stall_report.cpp
   ${launch}/stream_choice.cpp
-  ${launch}/worker_environment.cpp)
+  ${launch}/worker_environment.cpp
+  ${launch}/attempt_decision.cpp
+  ${launch}/agent_outcome.cpp)
