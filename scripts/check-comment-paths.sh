@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every file path a comment names exists: a path like ddp/x.hpp, src/..., or
-# a path relative to the commenting file's part, in the tracked C++, CMake,
+# Every file path a comment names exists: a path under include/ (written
+# from ddp/), a path from the repository's root (src/..., tests/...), or a
+# path relative to the commenting file's part, in the tracked C++, CMake,
 # shell and Python files (#include lines are the compiler's to check).
 # Upstream trees a comment may cite (PyTorch's torch/..., aten/..., c10/...,
 # caffe2/..., CPython's Lib/...) are not in this repository and are skipped.

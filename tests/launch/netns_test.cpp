@@ -103,7 +103,6 @@ TEST(LauncherNetns, TwoNodesAcrossAVethPairSurviveAWorkerKill) {
   EXPECT_NE(results[1].output.find("ended with signal 9"), std::string::npos) << results[1].output;
 }
 
-
 // `nodes` namespaces, each linked by a veth pair to a bridge in a switch
 // namespace of their own (10.251.N.1, .2, ...), removed again when the
 // object goes away. cut(i) takes node i's link down at the switch: its
@@ -174,11 +173,26 @@ TEST(LauncherNetns, APartitionedHostEndsAndTheJobRunsOnceOnTheOtherSide) {
   const int port = 29400;  // the namespaces are the test's own: nothing else listens there
   const std::string endpoint = net.address(0) + ":" + std::to_string(port);
   auto node = [&](int i) {
-    std::vector<std::string> args = {"/usr/sbin/ip", "netns", "exec", net.name(i), DDP_DDPRUN,
-                                     "--nnodes", "1:3", "--rdzv-backend", "c10d",
-                                     "--rdzv-endpoint", endpoint, "--rdzv-id", "partition",
-                                     "--max-restarts", "1", "--monitor-interval", "0.1",
-                                     "--rdzv-conf", "last_call_timeout=3", DDP_LAUNCH_WORKER,
+    std::vector<std::string> args = {"/usr/sbin/ip",
+                                     "netns",
+                                     "exec",
+                                     net.name(i),
+                                     DDP_DDPRUN,
+                                     "--nnodes",
+                                     "1:3",
+                                     "--rdzv-backend",
+                                     "c10d",
+                                     "--rdzv-endpoint",
+                                     endpoint,
+                                     "--rdzv-id",
+                                     "partition",
+                                     "--max-restarts",
+                                     "1",
+                                     "--monitor-interval",
+                                     "0.1",
+                                     "--rdzv-conf",
+                                     "last_call_timeout=3",
+                                     DDP_LAUNCH_WORKER,
                                      "shrink"};
     return ChildSpec{args, {}, kUnset};
   };
@@ -199,8 +213,8 @@ TEST(LauncherNetns, APartitionedHostEndsAndTheJobRunsOnceOnTheOtherSide) {
   EXPECT_LT(std::chrono::steady_clock::now() - cut, 90s);
   for (const ChildResult* r : {&a, &b}) {
     EXPECT_EQ(r->exit_code, 0) << r->output;
-    EXPECT_TRUE(contains(r->output, "ddprun: lost the rendezvous store at " + endpoint +
-                                        " (node 0): "))
+    EXPECT_TRUE(
+        contains(r->output, "ddprun: lost the rendezvous store at " + endpoint + " (node 0): "))
         << r->output;
     EXPECT_TRUE(contains(r->output, "(take-over 1, after round 0)")) << r->output;
     EXPECT_TRUE(contains(r->output, "] attempt 1: sum of ranks 1")) << r->output;  // 2 ranks
@@ -217,10 +231,12 @@ TEST(LauncherNetns, APartitionedHostEndsAndTheJobRunsOnceOnTheOtherSide) {
   EXPECT_NE(in_a[1].str(), in_b[1].str());  // one of them hosts it
   const ChildResult h = finish(host, host_output, 120s);
   EXPECT_EQ(h.exit_code, 4) << h.output;
-  EXPECT_TRUE(contains(h.output, "only 1 of the 3 node(s) of round 0 came back to the rendezvous "
-                                 "at " + endpoint +
-                                     " (this one included); the others may have re-formed the "
-                                     "job around a standby, so this node ends"))
+  EXPECT_TRUE(contains(h.output,
+                       "only 1 of the 3 node(s) of round 0 came back to the rendezvous "
+                       "at " +
+                           endpoint +
+                           " (this one included); the others may have re-formed the "
+                           "job around a standby, so this node ends"))
       << h.output;
   EXPECT_FALSE(contains(h.output, "] DDP_RENDEZVOUS_ROUND=1")) << h.output;
   EXPECT_FALSE(contains(h.output, "] attempt 1: sum of ranks")) << h.output;
