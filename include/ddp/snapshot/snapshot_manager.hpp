@@ -227,8 +227,10 @@ class SnapshotManager {
   /// save() without stopping training for the write (Note [An asynchronous
   /// save]): copies `state` into the staging buffer, hands the copy to the
   /// background thread and returns the path the snapshot will have. Waits
-  /// first for the save in flight and throws its failure (starting nothing).
-  /// Throws SnapshotError on every rank when a rank cannot prepare the save.
+  /// first for the save in flight and throws its failure (starting nothing);
+  /// with SnapshotOptions::skip_while_writing, returns "" instead while any
+  /// rank still writes. A collective. Throws SnapshotError on every rank
+  /// when a rank cannot prepare the save.
   std::string save_async(const TrainingState& state);
 
   /// Waits for the save in flight and reports its outcome: a collective that
