@@ -3,6 +3,8 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <signal.h>
+
 #include <exception>
 #include <iostream>
 #include <utility>
@@ -224,6 +226,22 @@ std::shared_ptr<ProcessGroup> make_group(const InitOptions& options, const Envir
   return backends::make_auto_process_group(context);
 }
 
+// Note [A dead peer is an error, not a signal]
+// Gloo writes to its peers with writev(), which raises SIGPIPE when the peer
+// has died; by default that kills this process too. A rank that outlives a
+// lost peer must instead see its collective fail (and, under
+// ddp::elastic::run, wait for the replacement): ElasticZeroRecovery once
+// lost the killed rank's buddy to exactly this, and with it the only copy
+// of the shard. Python ignores SIGPIPE at start-up, so PyTorch's workers
+// never meet it; ddp ignores it here, unless the program installed its own
+// handler, which is kept.
+void ignore_broken_pipes() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
@@ -238,6 +256,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options, const Environment
         "inside ddp::elastic::run. Train inside elastic::run, or drop --spares."));
   }
   record_uncaught_errors();  // no decorator needed (ddp/comm/error_file.hpp)
+  ignore_broken_pipes();     // Note [A dead peer is an error, not a signal]
   compat::StorePtr rendezvous;
   std::shared_ptr<ProcessGroup> group = make_group(options, env, rendezvous);
   if (rendezvous) {  // the group shares the store; this keeps it alive

@@ -2,6 +2,7 @@
 // argument checks every collective makes before an backend sees it.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <torch/torch.h>
 
 #include "common/auto_backend_name.hpp"
@@ -56,6 +57,26 @@ TEST(CoreProcessGroup, InvalidOptionsAreConfigErrors) {
   EXPECT_THROW(init(InitOptions().rendezvous_timeout(std::chrono::milliseconds(0)), {}),
                ConfigError);
   EXPECT_THROW(init(InitOptions().backend("mpi"), {}), ConfigError);
+}
+
+void custom_sigpipe_handler(int) {}
+
+// Note [A dead peer is an error, not a signal] in src/comm/init.cpp: after
+// init() a write to a dead peer fails with EPIPE instead of killing the
+// process, unless the program handles SIGPIPE itself.
+TEST(CoreProcessGroup, InitIgnoresSigpipeUnlessTheProgramHandlesIt) {
+  auto disposition = [] {
+    struct sigaction current {};
+    ::sigaction(SIGPIPE, nullptr, &current);
+    return current.sa_handler;
+  };
+  ::signal(SIGPIPE, SIG_DFL);
+  init(InitOptions(), EnvironmentMap{});
+  EXPECT_EQ(disposition(), SIG_IGN);
+  ::signal(SIGPIPE, custom_sigpipe_handler);
+  init(InitOptions(), EnvironmentMap{});
+  EXPECT_EQ(disposition(), &custom_sigpipe_handler);
+  ::signal(SIGPIPE, SIG_DFL);
 }
 
 }  // namespace

@@ -67,7 +67,8 @@ struct InitOptions {
 /// environment and `options`, meets the other ranks at rank 0's store (hosted
 /// by rank 0, bound to the master address only) or at InitOptions::store,
 /// and starts the backend. With world size 1 and no store nothing touches the
-/// network.
+/// network. SIGPIPE is ignored from then on, unless the program handles it
+/// (Note [A dead peer is an error, not a signal] in src/comm/init.cpp).
 /// \throws ConfigError for bad options or environment variables,
 ///   RendezvousError when the ranks cannot meet, BackendUnavailableError for a
 ///   backend this build lacks.
