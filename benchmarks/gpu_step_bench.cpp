@@ -77,7 +77,7 @@
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/amp/grad_scaler.hpp"

@@ -128,7 +128,7 @@
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/optim/sgd.hpp"

@@ -5,7 +5,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS ddp ddp_comm ddp_parallel ddp_launch ddp_amp ddp_nn ddp_optim ddp_timeline ddp_snapshot ddp_hvd
+install(TARGETS ddp ddp_base ddp_comm ddp_parallel ddp_launch ddp_amp ddp_nn ddp_optim ddp_timeline ddp_snapshot ddp_hvd
   ddp_elastic ddp_data ddp_training EXPORT ddpTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -61,14 +61,14 @@ fi
 python3 scripts/check-naming.py || status=1
 bash scripts/check-layout.sh || status=1
 bash scripts/check-comment-paths.sh || status=1
-# One message style: messages are built with comm::detail::str (src/comm/str.hpp),
+# One message style: messages are built with base::detail::str (src/base/str.hpp),
 # not c10::str.
 if git grep -n 'c10::str(' -- src include tools examples >/tmp/ddp-message-style.log; then
   cat /tmp/ddp-message-style.log
-  say "FAILED: build these messages with comm::detail::str, as every other message is"
+  say "FAILED: build these messages with base::detail::str, as every other message is"
   status=1
 else
-  say "every message is built with comm::detail::str (no c10::str)"
+  say "every message is built with base::detail::str (no c10::str)"
 fi
 say "$([[ $status -eq 0 ]] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $status

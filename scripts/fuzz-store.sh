@@ -30,7 +30,7 @@ flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-saniti
        -I"$repo/include" -I"$repo/src")
 objects=()
 for source in tests/fuzz/store_wire_fuzz.cpp src/comm/store/store_server.cpp src/comm/store/socket.cpp \
-              src/comm/store/handshake.cpp src/comm/errors.cpp; do
+              src/comm/store/handshake.cpp src/base/errors.cpp; do
   object="$work/objects/$(basename "$source" .cpp).o"
   "${launcher[@]}" "$cxx" "${flags[@]}" -c "$repo/$source" -o "$object"
   objects+=("$object")

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::examples {
 

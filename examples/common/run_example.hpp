@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ddp/comm/error_file.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::examples {
 

@@ -4,10 +4,11 @@
 /// Everything of ddp's public API that ddp::ddp links, in one include.
 ///
 /// Note [One namespace per layer]
-/// The communication layer is namespace ddp::comm and the parallel-training
-/// layer ddp::parallel, as their folders and libraries are, so that a name
-/// says where it lives. Users write ddp::init, ddp::ProcessGroup,
-/// ddp::DistributedDataParallel: every public header of the two layers ends
+/// The base layer is namespace ddp::base, the communication layer ddp::comm
+/// and the parallel-training layer ddp::parallel, as their folders and
+/// libraries are, so that a name says where it lives. Users write ddp::init,
+/// ddp::ConfigError, ddp::ProcessGroup, ddp::DistributedDataParallel: every
+/// public header of the three layers ends
 /// with `namespace ddp { using namespace <layer>; }`, which makes the layer's
 /// names ddp's for qualified lookup, with no list of aliases to keep. (A
 /// forward declaration must therefore name the layer: `namespace ddp::comm
@@ -15,6 +16,7 @@
 /// (ddp::hvd, ddp::snapshot, ...), and so does the launcher (ddp::launch,
 /// ddp/launch.hpp, library ddp::launch), which ddp::ddp does not link.
 
+#include "ddp/base.hpp"      // IWYU pragma: export
 #include "ddp/comm.hpp"      // IWYU pragma: export
 #include "ddp/parallel.hpp"  // IWYU pragma: export
 // The parts, each a folder of include/ddp/ with a namespace of its own.

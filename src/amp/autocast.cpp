@@ -1,8 +1,8 @@
 #include "ddp/amp/autocast.hpp"
 
-#include "comm/compat/torch_compat.hpp"
-#include "ddp/comm/errors.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/compat/torch_compat.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/dtype_name.hpp"
 
 namespace ddp::amp {
 
@@ -37,7 +37,7 @@ void check_half_dtype(c10::ScalarType dtype, c10::DeviceType device, const char*
                       c10::DeviceTypeName(device) + "; move the model to one of them");
   }
   if (dtype != c10::ScalarType::BFloat16 && dtype != c10::ScalarType::Half) {
-    throw ConfigError(prefix + "the 16-bit type is " + comm::detail::dtype_name(dtype) +
+    throw ConfigError(prefix + "the 16-bit type is " + base::detail::dtype_name(dtype) +
                       "; use bfloat16 or (on CUDA) float16");
   }
   if (dtype == c10::ScalarType::Half && device == c10::kCPU) {
@@ -51,10 +51,10 @@ AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool
     : device_(device) {
   if (!enabled) return;
   check_half_dtype(dtype, device, "autocast");
-  previous_enabled_ = compat::autocast_enabled(device);
-  previous_dtype_ = compat::autocast_dtype(device);
-  compat::set_autocast_enabled(device, true);
-  compat::set_autocast_dtype(device, dtype);
+  previous_enabled_ = base::compat::autocast_enabled(device);
+  previous_dtype_ = base::compat::autocast_dtype(device);
+  base::compat::set_autocast_enabled(device, true);
+  base::compat::set_autocast_dtype(device, dtype);
   at::autocast::increment_nesting();
   active_ = true;
 }
@@ -64,8 +64,8 @@ AutocastGuard::~AutocastGuard() {
   // Leaving the outermost region: the casts of weights cached while it ran
   // would be stale after the optimizer changes the weights.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  compat::set_autocast_enabled(device_, previous_enabled_);
-  compat::set_autocast_dtype(device_, previous_dtype_);
+  base::compat::set_autocast_enabled(device_, previous_enabled_);
+  base::compat::set_autocast_dtype(device_, previous_dtype_);
 }
 
 }  // namespace ddp::amp

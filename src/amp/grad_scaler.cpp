@@ -6,11 +6,11 @@
 #include <sstream>
 #include <string>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/captured_step.hpp"
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::amp {
 namespace {
@@ -37,7 +37,7 @@ void validate(double scale, double growth_factor, double backoff_factor, int64_t
                       "; it must lie strictly between 0 and 1 (default 0.5)");
   }
   if (growth_interval < 1) {
-    throw ConfigError(comm::detail::str(who, ": growth_interval is ", growth_interval,
+    throw ConfigError(base::detail::str(who, ": growth_interval is ", growth_interval,
                                         "; it must be at least 1 step (default 2000)"));
   }
 }
@@ -119,7 +119,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
           batch.device, at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(batch.device)));
       flag = &record.found_inf_per_device.back().second;
     }
-    if (compat::has_fused_unscale(batch.device.type())) {
+    if (base::compat::has_fused_unscale(batch.device.type())) {
       const at::Tensor inverse_scale =
           at::full({1}, inverse, at::TensorOptions().dtype(at::kFloat).device(batch.device));
       // Sets the flag to 1 when a gradient holds inf or NaN (checked before
@@ -208,7 +208,7 @@ void GradScaler::load_state(const GradScalerState& state) {
   validate(state.scale, state.growth_factor, state.backoff_factor, state.growth_interval,
            "GradScaler::load_state");
   if (state.growth_tracker < 0 || state.growth_tracker >= state.growth_interval) {
-    throw ConfigError(comm::detail::str("GradScaler::load_state: growth_tracker is ",
+    throw ConfigError(base::detail::str("GradScaler::load_state: growth_tracker is ",
                                         state.growth_tracker, "; it must lie in [0, ",
                                         state.growth_interval, ") (the growth interval)"));
   }

@@ -6,9 +6,9 @@
 #include "nn/batch_norm_layers.hpp"
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 
 namespace ddp::amp {
 namespace {

@@ -6,10 +6,10 @@
 #include <map>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "comm/collective_name.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm {
 
@@ -20,9 +20,9 @@ namespace ddp::comm {
 // into one int32 buffer, whatever their dtypes.
 void broadcast_tensors(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
   if (root < 0 || root >= group.size()) {
-    throw InvalidArgumentError(detail::str("broadcast_tensors: root rank ", root,
-                                           " is outside the group (ranks 0 to ", group.size() - 1,
-                                           "); pass an existing rank."));
+    throw InvalidArgumentError(base::detail::str("broadcast_tensors: root rank ", root,
+                                                 " is outside the group (ranks 0 to ",
+                                                 group.size() - 1, "); pass an existing rank."));
   }
   if (group.size() == 1 || tensors.empty()) return;
   at::NoGradGuard no_grad;

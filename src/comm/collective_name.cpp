@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::detail {
 namespace {
@@ -22,7 +22,7 @@ std::vector<Frame>& frames() {
 std::string format(const Frame& frame) {
   if (frame.text) return *frame.text;
   std::string name = frame.label;
-  if (frame.index >= 0) name += detail::str(" ", frame.index);
+  if (frame.index >= 0) name += base::detail::str(" ", frame.index);
   return name;
 }
 

@@ -5,8 +5,8 @@
 #include <sstream>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 extern char** environ;  // NOLINT: POSIX; read only in capture_environment().
 
@@ -215,7 +215,8 @@ void apply_overrides(PartialTopology& t, const TopologyOverrides& o) {
 void check_range(const Sourced& value, int low, int high_exclusive, const std::string& rule,
                  const std::string& fix) {
   if (value.value < low || value.value >= high_exclusive) {
-    throw ConfigError(detail::str(value.origin, " is ", value.value, ", but ", rule, ". ", fix));
+    throw ConfigError(
+        base::detail::str(value.origin, " is ", value.value, ", but ", rule, ". ", fix));
   }
 }
 
@@ -259,8 +260,8 @@ Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& ov
   check_range(world, 1, 1 << 24, "the world size must be at least 1",
               "Check the launcher's process count.");
   check_range(*p.rank, 0, world.value,
-              detail::str("ranks run from 0 to ", world.value - 1, " (", world.origin, " is ",
-                          world.value, ")"),
+              base::detail::str("ranks run from 0 to ", world.value - 1, " (", world.origin, " is ",
+                                world.value, ")"),
               "Each process needs a distinct rank below the world size: check the launcher "
               "command or the values you exported.");
   t.rank = p.rank->value;
@@ -268,13 +269,13 @@ Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& ov
 
   // Without node-local information, assume every rank runs on this node.
   Sourced local_world = p.local_world_size.value_or(Sourced{world.value, "the world size"});
-  check_range(
-      local_world, 1, world.value + 1,
-      detail::str("the local world size must be between 1 and the world size (", world.value, ")"),
-      "Check the launcher's per-node process count.");
+  check_range(local_world, 1, world.value + 1,
+              base::detail::str("the local world size must be between 1 and the world size (",
+                                world.value, ")"),
+              "Check the launcher's per-node process count.");
   Sourced local_rank = p.local_rank.value_or(Sourced{t.rank % local_world.value, "the rank"});
   check_range(local_rank, 0, local_world.value,
-              detail::str("local ranks run from 0 to ", local_world.value - 1),
+              base::detail::str("local ranks run from 0 to ", local_world.value - 1),
               "Check the launcher's per-node process count.");
   t.local_rank = local_rank.value;
   t.local_world_size = local_world.value;
@@ -288,7 +289,7 @@ Topology resolve_topology(const EnvironmentMap& env, const TopologyOverrides& ov
     }
     t.master_addr = *p.master_addr;
   } else if (t.world_size > 1) {
-    throw ConfigError(detail::str(
+    throw ConfigError(base::detail::str(
         "MASTER_ADDR is not set, but ", to_string(p.source), " describes ", t.world_size,
         " processes that must meet at rank 0. Export MASTER_ADDR (the host of rank 0) and "
         "MASTER_PORT (a free port), e.g. `mpirun -x MASTER_ADDR=node0 -x MASTER_PORT=29500 ...`, "

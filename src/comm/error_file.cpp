@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "comm/flight_recorder/entry_json.hpp"
 

@@ -11,7 +11,7 @@
 
 #include "comm/backends/backends.hpp"
 #include "ddp/comm/error_file.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "ddp/comm/observer_factory.hpp"
 #include "ddp/comm/process_group.hpp"
@@ -19,7 +19,7 @@
 #include "comm/flight_recorder/flight_recorder_observer.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/store/socket.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm {
 namespace {
@@ -34,15 +34,15 @@ void validate(const InitOptions& options) {
   }
   auto positive = [](std::chrono::milliseconds value, const char* name) {
     if (value.count() <= 0) {
-      throw ConfigError(detail::str(name, " is ", value.count(),
-                                    " ms; it must be positive, e.g. std::chrono::seconds(60)."));
+      throw ConfigError(base::detail::str(
+          name, " is ", value.count(), " ms; it must be positive, e.g. std::chrono::seconds(60)."));
     }
   };
   positive(options.rendezvous_timeout(), "rendezvous_timeout");
   positive(options.collective_timeout(), "collective_timeout");
 }
 
-std::string rank_key(int rank) { return detail::str("ddp/joined/", rank); }
+std::string rank_key(int rank) { return base::detail::str("ddp/joined/", rank); }
 
 // The ranks below world_size without their key in `store` (at most 16
 // named), and how many there are.
@@ -51,7 +51,7 @@ std::pair<std::string, int> missing_ranks(c10d::Store& store, const Topology& to
   int count = 0;
   for (int r = 0; r < topology.world_size; ++r) {
     if (store.check({rank_key(r)})) continue;
-    if (count++ < 16) missing += detail::str(missing.empty() ? "" : ", ", r);
+    if (count++ < 16) missing += base::detail::str(missing.empty() ? "" : ", ", r);
   }
   return {missing, count};
 }
@@ -83,7 +83,7 @@ void join_all_ranks(c10d::Store& store, const Topology& topology, std::chrono::m
       std::rethrow_exception(timed_out);  // the store itself failed: say that
     }
     if (missing.second == 0) std::rethrow_exception(timed_out);
-    throw RendezvousError(detail::str(
+    throw RendezvousError(base::detail::str(
         "rendezvous at ", where, " timed out after ", timeout.count(), " ms: ", missing.second,
         " of ", world, " ranks never joined (missing: ", missing.first,
         "). Start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, check that "
@@ -93,9 +93,9 @@ void join_all_ranks(c10d::Store& store, const Topology& topology, std::chrono::m
     auto value = store.get(rank_key(r));
     std::string theirs(value.begin(), value.end());
     if (theirs != world) {
-      throw ConfigError(detail::str("rank ", r, " was started with world size ", theirs,
-                                    " but rank ", topology.rank, " with ", world,
-                                    ": every rank must be given the same WORLD_SIZE."));
+      throw ConfigError(base::detail::str("rank ", r, " was started with world size ", theirs,
+                                          " but rank ", topology.rank, " with ", world,
+                                          ": every rank must be given the same WORLD_SIZE."));
     }
   }
 }
@@ -134,19 +134,19 @@ std::string job_secret(const EnvironmentMap& env, const Topology& topology) {
 // store authenticates no one: ddp's job secret applies only where ddp hosts
 // the store, and rank 0 says so once.
 std::string agent_store_prefix(const Topology& topology) {
-  return detail::str("/worker/attempt_", topology.restart_count);
+  return base::detail::str("/worker/attempt_", topology.restart_count);
 }
 
-compat::StorePtr join_agent_store(const Topology& topology, const EnvironmentMap& env,
-                                  std::chrono::milliseconds timeout) {
+base::compat::StorePtr join_agent_store(const Topology& topology, const EnvironmentMap& env,
+                                        std::chrono::milliseconds timeout) {
   const std::string endpoint = store::format_endpoint(topology.master_addr, topology.master_port);
   c10::intrusive_ptr<c10d::Store> client;
   try {
-    client = compat::make_c10d_tcp_store(topology.master_addr, topology.master_port,
-                                         /*is_server=*/false, timeout);
+    client = base::compat::make_c10d_tcp_store(topology.master_addr, topology.master_port,
+                                               /*is_server=*/false, timeout);
   } catch (const c10::Error& error) {
     const std::string why = error.what_without_backtrace();
-    throw RendezvousError(detail::str(
+    throw RendezvousError(base::detail::str(
         "cannot reach torchrun's rendezvous store at ", endpoint, " (", kAgentStoreVariable,
         "=True) within ", timeout.count(), " ms: ", why.substr(0, why.find('\n')),
         ". The torchrun agent of the first node (GROUP_RANK 0) hosts it: check that it still runs "
@@ -172,8 +172,8 @@ compat::StorePtr join_agent_store(const Topology& topology, const EnvironmentMap
 
 // The rendezvous store: a TcpStore hosted by rank 0, or torchrun's agent's
 // (a HashStore alone).
-compat::StorePtr connect_store(const Topology& topology, const EnvironmentMap& env,
-                               std::chrono::milliseconds timeout) {
+base::compat::StorePtr connect_store(const Topology& topology, const EnvironmentMap& env,
+                                     std::chrono::milliseconds timeout) {
   if (topology.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   if (topology.agent_store) return join_agent_store(topology, env, timeout);
   auto store = c10::make_intrusive<TcpStore>(TcpStoreOptions()
@@ -183,13 +183,13 @@ compat::StorePtr connect_store(const Topology& topology, const EnvironmentMap& e
                                                  .timeout(timeout)
                                                  .secret(job_secret(env, topology)));
   join_all_ranks(*store, topology, timeout,
-                 detail::str(topology.master_addr, ":", topology.master_port));
+                 base::detail::str(topology.master_addr, ":", topology.master_port));
   return store;
 }
 
 // The backend InitOptions::backend names.
 std::shared_ptr<ProcessGroup> make_group(const InitOptions& options, const EnvironmentMap& env,
-                                         compat::StorePtr& rendezvous) {
+                                         base::compat::StorePtr& rendezvous) {
   validate(options);
   TopologyOverrides overrides;
   overrides.rank = options.rank();
@@ -250,14 +250,14 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options, const EnvironmentMap& env) {
   if (auto spare = env.find(kSpareVariable); spare != env.end()) {
-    throw ConfigError(detail::str(
+    throw ConfigError(base::detail::str(
         "this process is a hot spare of ddprun --spares (", kSpareVariable, "=", spare->second,
         ") and called ddp::init(): a spare has no rank until it takes a lost worker's, "
         "inside ddp::elastic::run. Train inside elastic::run, or drop --spares."));
   }
   record_uncaught_errors();  // no decorator needed (ddp/comm/error_file.hpp)
   ignore_broken_pipes();     // Note [A dead peer is an error, not a signal]
-  compat::StorePtr rendezvous;
+  base::compat::StorePtr rendezvous;
   std::shared_ptr<ProcessGroup> group = make_group(options, env, rendezvous);
   if (rendezvous) {  // the group shares the store; this keeps it alive
     group->set_rendezvous_store(

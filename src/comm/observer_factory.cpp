@@ -3,7 +3,7 @@
 #include <mutex>
 #include <utility>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "comm/collective_observation.hpp"
 #include "ddp/comm/collective_observer.hpp"
-#include "ddp/comm/errors.hpp"
-#include "comm/dtype_name.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/dtype_name.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm {
 namespace {
@@ -35,16 +35,17 @@ void check_tensor(const char* collective, const char* role, const at::Tensor& te
     throw InvalidArgumentError(where + " is undefined; pass an allocated tensor.");
   }
   if (tensor.is_sparse() || tensor.layout() != c10::kStrided) {
-    throw InvalidArgumentError(detail::str(where, " is not dense (layout ", tensor.layout(),
-                                           "); convert it with .to_dense()."));
+    throw InvalidArgumentError(base::detail::str(where, " is not dense (layout ", tensor.layout(),
+                                                 "); convert it with .to_dense()."));
   }
   if (!tensor.is_contiguous()) {
-    throw InvalidArgumentError(
-        detail::str(where, " is not contiguous (sizes ", tensor.sizes(), ", strides ",
-                    tensor.strides(), "); pass tensor.contiguous() and copy the result back."));
+    throw InvalidArgumentError(base::detail::str(
+        where, " is not contiguous (sizes ", tensor.sizes(), ", strides ", tensor.strides(),
+        "); pass tensor.contiguous() and copy the result back."));
   }
   if (!is_supported_dtype(tensor.scalar_type())) {
-    throw InvalidArgumentError(where + " has dtype " + detail::dtype_name(tensor.scalar_type()) +
+    throw InvalidArgumentError(where + " has dtype " +
+                               base::detail::dtype_name(tensor.scalar_type()) +
                                ", which ddp's collectives do not carry; use float32, float64, "
                                "bfloat16, float16, int32 or int64 (tensor.to(...)).");
   }
@@ -53,9 +54,9 @@ void check_tensor(const char* collective, const char* role, const at::Tensor& te
 void check_same_kind(const char* collective, const at::Tensor& output, const at::Tensor& input) {
   if (output.scalar_type() != input.scalar_type() || output.device() != input.device()) {
     throw InvalidArgumentError(
-        std::string(collective) + ": output is " + detail::dtype_name(output.scalar_type()) +
+        std::string(collective) + ": output is " + base::detail::dtype_name(output.scalar_type()) +
         " on " + output.device().str() + " but input is " +
-        detail::dtype_name(input.scalar_type()) + " on " + input.device().str() +
+        base::detail::dtype_name(input.scalar_type()) + " on " + input.device().str() +
         "; both must have the same dtype and "
         "device.");
   }
@@ -103,9 +104,9 @@ void ProcessGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
 Work ProcessGroup::broadcast_async(const at::Tensor& tensor, int root) {
   check_tensor("broadcast", "input", tensor);
   if (root < 0 || root >= size()) {
-    throw InvalidArgumentError(detail::str("broadcast: root rank ", root,
-                                           " is outside the group (ranks 0 to ", size() - 1,
-                                           "); pass an existing rank."));
+    throw InvalidArgumentError(base::detail::str("broadcast: root rank ", root,
+                                                 " is outside the group (ranks 0 to ", size() - 1,
+                                                 "); pass an existing rank."));
   }
   return issue_observed(observers_, "broadcast", tensor, std::nullopt, root,
                         [this, &tensor, root] { return do_broadcast(tensor, root); });
@@ -120,7 +121,7 @@ Work ProcessGroup::all_gather_async(const at::Tensor& output, const at::Tensor& 
   check_tensor("all_gather", "output", output);
   check_same_kind("all_gather", output, input);
   if (output.numel() != input.numel() * size()) {
-    throw InvalidArgumentError(detail::str(
+    throw InvalidArgumentError(base::detail::str(
         "all_gather: output has ", output.numel(),
         " elements but must hold every rank's input: ", size(), " ranks x ", input.numel(), " = ",
         input.numel() * size(), "; allocate it with size() * input.numel() elements."));
@@ -140,10 +141,10 @@ Work ProcessGroup::reduce_scatter_async(const at::Tensor& output, const at::Tens
   check_same_kind("reduce_scatter", output, input);
   if (input.numel() != output.numel() * size()) {
     throw InvalidArgumentError(
-        detail::str("reduce_scatter: input has ", input.numel(),
-                    " elements but must hold one output-sized chunk per rank: ", size(),
-                    " ranks x ", output.numel(), " = ", output.numel() * size(),
-                    "; size the input as size() * output.numel()."));
+        base::detail::str("reduce_scatter: input has ", input.numel(),
+                          " elements but must hold one output-sized chunk per rank: ", size(),
+                          " ranks x ", output.numel(), " = ", output.numel() * size(),
+                          "; size the input as size() * output.numel()."));
   }
   return issue_observed(observers_, "reduce_scatter", input, op, -1, [this, &output, &input, op] {
     return do_reduce_scatter(output, input, op);

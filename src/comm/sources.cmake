@@ -1,10 +1,9 @@
-# ddp::comm, the communication layer and the root of ddp's layers: process
+# ddp::comm, the communication layer on ddp::base: process
 # groups and Work, the backends (gloo, nccl, shm, hierarchical), the
 # rendezvous store, init() and the environment, the flight recorder and the
 # collective observers. Included by the top-level CMakeLists.txt.
 set(comm ${PROJECT_SOURCE_DIR}/src/comm)
-ddp_add_library(comm SOURCES
-  ${comm}/errors.cpp
+ddp_add_library(comm DEPENDS ddp_base SOURCES
   ${comm}/error_file.cpp
   ${comm}/environment.cpp
   ${comm}/init.cpp

@@ -1,12 +1,12 @@
 #include "comm/timeout_message.hpp"
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::detail {
 
 std::string timeout_message(const std::string& what, std::chrono::milliseconds timeout,
                             const std::string& missing, const std::string& unknown_why) {
-  std::string text = str(what, " did not finish within ", timeout.count(), " ms");
+  std::string text = base::detail::str(what, " did not finish within ", timeout.count(), " ms");
   if (!missing.empty()) {
     text += ": rank(s) " + missing + " did not reach it";
   } else {
@@ -15,11 +15,12 @@ std::string timeout_message(const std::string& what, std::chrono::milliseconds t
             (why.empty() ? std::string("the backend does not say which ranks were missing") : why) +
             ")";
   }
-  return str(text,
-             ". Another rank may have crashed, stopped, or issued different collectives: check "
-             "every rank's log (all ranks must issue the same collectives in the same order), or "
-             "raise the collective timeout (InitOptions::collective_timeout, now ",
-             timeout.count(), " ms).");
+  return base::detail::str(
+      text,
+      ". Another rank may have crashed, stopped, or issued different collectives: check "
+      "every rank's log (all ranks must issue the same collectives in the same order), or "
+      "raise the collective timeout (InitOptions::collective_timeout, now ",
+      timeout.count(), " ms).");
 }
 
 }  // namespace ddp::comm::detail

@@ -3,12 +3,12 @@
 #include <c10/core/ScalarType.h>
 
 #include "comm/collective_observation.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "comm/timeout_message.hpp"
 #include "comm/work_impl.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm {
 namespace detail {
@@ -16,8 +16,8 @@ namespace detail {
 std::string CollectiveInfo::describe() const {
   std::string text = backend.empty() ? name : backend + " " + name;
   if (op) text += std::string("(") + to_string(*op) + ")";
-  text += detail::str(" of ", numel, " ", dtype_name(dtype), " elements");
-  return detail::str(text, " on rank ", rank, " of ", world_size);
+  text += base::detail::str(" of ", numel, " ", base::detail::dtype_name(dtype), " elements");
+  return base::detail::str(text, " on rank ", rank, " of ", world_size);
 }
 
 CollectiveInfo collective_info(const ProcessGroup& group, std::string backend, const char* name,
@@ -35,7 +35,7 @@ CollectiveInfo collective_info(const ProcessGroup& group, std::string backend, c
   return info;
 }
 
-WorkImpl::WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish)
+WorkImpl::WorkImpl(CollectiveInfo info, base::compat::WorkPtr work, std::function<void()> finish)
     : info_(std::move(info)), work_(std::move(work)), finish_(std::move(finish)) {}
 
 WorkImpl::WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish)
@@ -121,9 +121,10 @@ void rethrow_as_ddp_error(const CollectiveInfo& info, const std::exception& erro
                         ". A peer rank may have exited; check every rank's log.");
 }
 
-Work start_collective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
+Work start_collective(const CollectiveInfo& info,
+                      const std::function<base::compat::WorkPtr()>& issue,
                       std::function<void()> finish) {
-  compat::WorkPtr work;
+  base::compat::WorkPtr work;
   try {
     work = issue();
   } catch (const Error&) {

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/comm/reduce_op.hpp"
 #include "ddp/comm/work.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
@@ -55,7 +55,7 @@ CollectiveInfo collective_info(const ProcessGroup& group, std::string backend, c
 /// result back, dividing a sum into an average, reducing received chunks).
 class WorkImpl {
  public:
-  WorkImpl(CollectiveInfo info, compat::WorkPtr work, std::function<void()> finish);
+  WorkImpl(CollectiveInfo info, base::compat::WorkPtr work, std::function<void()> finish);
   /// Completes after `upstream`, then runs `finish`.
   WorkImpl(std::shared_ptr<WorkImpl> upstream, std::function<void()> finish);
   WorkImpl(const WorkImpl&) = delete;
@@ -76,7 +76,7 @@ class WorkImpl {
  private:
   CollectiveInfo info_;
   std::shared_ptr<WorkImpl> upstream_;
-  compat::WorkPtr work_;
+  base::compat::WorkPtr work_;
   std::function<void()> finish_;
   // Only an observed collective's Work has one, beside it in the same
   // allocation (work.cpp): every other Work stays as small as it was.
@@ -97,7 +97,8 @@ class WorkImpl {
 /// Starts a collective: `issue` hands it to the backend; `finish` (optional)
 /// runs after the backend completes. Errors thrown while issuing are
 /// translated like errors thrown while waiting.
-Work start_collective(const CollectiveInfo& info, const std::function<compat::WorkPtr()>& issue,
+Work start_collective(const CollectiveInfo& info,
+                      const std::function<base::compat::WorkPtr()>& issue,
                       std::function<void()> finish = {});
 
 }  // namespace ddp::comm::detail

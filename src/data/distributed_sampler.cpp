@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::data {
 
@@ -15,18 +15,18 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
                                        DistributedSamplerOptions options)
     : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {
   if (dataset_size < 1) {
-    throw ConfigError(comm::detail::str("DistributedSampler: the dataset is empty (size ",
+    throw ConfigError(base::detail::str("DistributedSampler: the dataset is empty (size ",
                                         dataset_size, "); there is nothing to shard."));
   }
   if (num_replicas < 1 || rank < 0 || rank >= num_replicas) {
     throw ConfigError(
-        comm::detail::str("DistributedSampler: rank ", rank, " of ", num_replicas,
+        base::detail::str("DistributedSampler: rank ", rank, " of ", num_replicas,
                           " replicas is impossible; pass group->rank() and group->size()."));
   }
   shard_size_ = options.drop_last() ? dataset_size / num_replicas
                                     : (dataset_size + num_replicas - 1) / num_replicas;
   if (shard_size_ == 0) {
-    throw ConfigError(comm::detail::str("DistributedSampler: with drop_last, ", dataset_size,
+    throw ConfigError(base::detail::str("DistributedSampler: with drop_last, ", dataset_size,
                                         " samples leave nothing for ", num_replicas,
                                         " replicas; use fewer ranks or drop_last(false)."));
   }
@@ -74,7 +74,7 @@ std::vector<int64_t> DistributedSampler::next(int64_t batch_size) {
 void DistributedSampler::restore_global(int64_t epoch, int64_t global_position) {
   if (global_position < 0) {
     throw ConfigError(
-        comm::detail::str("DistributedSampler: cannot resume at global position ", global_position,
+        base::detail::str("DistributedSampler: cannot resume at global position ", global_position,
                           "; it counts the samples of the epoch already handed out, from 0."));
   }
   arrange(epoch, global_position);
@@ -83,7 +83,7 @@ void DistributedSampler::restore_global(int64_t epoch, int64_t global_position) 
 void DistributedSampler::restore(int64_t epoch, int64_t position) {
   set_epoch(epoch);
   if (position < 0 || position > shard_size_) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         "DistributedSampler: cannot resume at position ", position, " of a shard of ", shard_size_,
         "; the snapshot was taken with another dataset or world size."));
   }

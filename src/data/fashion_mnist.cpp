@@ -2,7 +2,7 @@
 
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/data/errors.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 #include <torch/torch.h>
 
@@ -39,7 +39,7 @@ std::string shape_of(const torch::Tensor& t) {
 FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOptions options)
     : split_(split) {
   if (options.normalize() && !(options.stddev() > 0))
-    throw ConfigError(comm::detail::str("FashionMnistOptions::stddev is ", options.stddev(),
+    throw ConfigError(base::detail::str("FashionMnistOptions::stddev is ", options.stddev(),
                                         ", it must be positive. Use the data set's pixel standard "
                                         "deviation (0.3530 for Fashion-MNIST)"));
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
@@ -56,7 +56,7 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
     throw DataError("idx file '" + labels_path + "': expected uint8 labels [N], found " +
                     shape_of(labels) + ". Pass the labels file of (Fashion-)MNIST");
   if (images.size(0) != labels.size(0))
-    throw DataError(comm::detail::str("images and labels disagree in count: '", images_path,
+    throw DataError(base::detail::str("images and labels disagree in count: '", images_path,
                                       "' holds ", images.size(0), " images but '", labels_path,
                                       "' holds ", labels.size(0),
                                       " labels. Use the two files of one split of one download"));
@@ -64,7 +64,7 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
     const int max_label = labels.max().item<int>();
     if (max_label > 9)
       throw DataError(
-          comm::detail::str("idx file '", labels_path, "': label ", max_label, " at index ",
+          base::detail::str("idx file '", labels_path, "': label ", max_label, " at index ",
                             labels.argmax().item<int64_t>(),
                             " is outside 0..9. Pass the labels file of (Fashion-)MNIST"));
   }
@@ -77,7 +77,7 @@ FashionMnist::FashionMnist(const std::string& root, Split split, FashionMnistOpt
 torch::data::Example<> FashionMnist::get(size_t index) {
   const auto count = static_cast<size_t>(images_.size(0));
   if (index >= count)
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         "FashionMnist::get(", index, "): the data set has ", count,
         " examples; pass an index below size(), e.g. through a sampler over this data set"));
   const auto i = static_cast<int64_t>(index);

@@ -9,7 +9,7 @@
 
 #include "ddp/data/idx.hpp"
 #include "ddp/data/errors.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 #include <torch/torch.h>
 #include <zlib.h>
@@ -175,7 +175,7 @@ at::Tensor read_idx(const std::string& path) {
   const size_t magic_bytes = source.read(magic, 4);
   if (magic_bytes < 4)
     fail(path,
-         comm::detail::str(
+         base::detail::str(
              "not an idx file: the ", kind, " holds only ", magic_bytes, " bytes (",
              magic_bytes ? hex_bytes(magic, magic_bytes) : "empty",
              "), an idx file starts with a 4-byte magic number 00 00 <type> <dimensions>"),
@@ -197,7 +197,7 @@ at::Tensor read_idx(const std::string& path) {
   const int ndims = magic[3];
   if (ndims > kMaxDims)
     fail(path,
-         comm::detail::str("declares ", ndims, " dimensions, more than the ", kMaxDims,
+         base::detail::str("declares ", ndims, " dimensions, more than the ", kMaxDims,
                            " supported"),
          kRedownload);
 
@@ -206,7 +206,7 @@ at::Tensor read_idx(const std::string& path) {
   if (header_bytes < header.size())
     fail(
         path,
-        comm::detail::str("truncated header: ", ndims, " dimensions need ", header.size(),
+        base::detail::str("truncated header: ", ndims, " dimensions need ", header.size(),
                           " bytes after the magic number, found ", header_bytes, source.end_note()),
         kRedownload);
   std::vector<int64_t> dims(ndims);
@@ -223,7 +223,7 @@ at::Tensor read_idx(const std::string& path) {
       std::vector<int64_t> shown(dims.begin(), dims.begin() + d + 1);
       const bool has_zero = std::count(shown.begin(), shown.end(), 0) > 0;
       fail(path,
-           comm::detail::str(
+           base::detail::str(
                "implausible dimensions ", shape_text(shown), d + 1 < ndims ? " x ..." : "",
                ": more than ", kMaxIdxElements, " elements",
                has_zero ? " (counting empty dimensions as 1, as their strides do)" : ""),
@@ -244,7 +244,7 @@ at::Tensor read_idx(const std::string& path) {
     if (got < want) {
       const size_t found = before + got;
       fail(path,
-           comm::detail::str("truncated data: ", shape_text(dims), " ", type->name,
+           base::detail::str("truncated data: ", shape_text(dims), " ", type->name,
                              " elements: expected ", expected, " bytes of data, found ", found,
                              source.end_note()),
            kRedownload);
@@ -258,7 +258,7 @@ at::Tensor read_idx(const std::string& path) {
     extra += got;
   if (extra > 0)
     fail(path,
-         comm::detail::str("trailing garbage: ", extra >= kCountLimit ? "at least " : "", extra,
+         base::detail::str("trailing garbage: ", extra >= kCountLimit ? "at least " : "", extra,
                            " bytes after the ", expected, " bytes of data that ", shape_text(dims),
                            " ", type->name, " elements need"),
          "Check that the header's dimensions match the data, or download the file again");

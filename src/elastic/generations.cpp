@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::elastic::detail {
 namespace {
@@ -32,7 +32,7 @@ int generation_of(const std::string& text) {
     if (used == text.size() && generation >= 0) return generation;
   } catch (const std::exception&) {
   }
-  throw ConfigError(comm::detail::str(kRecoveryGenerationVariable, " is '", text,
+  throw ConfigError(base::detail::str(kRecoveryGenerationVariable, " is '", text,
                                       "'; it must be a generation number (ddprun sets it)."));
 }
 
@@ -67,7 +67,7 @@ void Generations::connect(const std::string& address) {
   } catch (const std::exception&) {
   }
   if (colon == 0 || port <= 0 || port > 65535) {
-    throw ConfigError(comm::detail::str(kRecoveryStoreVariable, " is '", address,
+    throw ConfigError(base::detail::str(kRecoveryStoreVariable, " is '", address,
                                         "'; it must be HOST:PORT (ddprun --recovery memory sets "
                                         "it)."));
   }
@@ -94,7 +94,7 @@ void Generations::reconnect(Clock::time_point give_up) {
       return;
     }
     if (Clock::now() > give_up) {
-      throw TimeoutError(comm::detail::str(
+      throw TimeoutError(base::detail::str(
           "the launcher's recovery store was lost and ", store_file_, " named no new one within ",
           timeout_.count(),
           " ms (RunOptions::rejoin_timeout): the job did not re-form around a new host (it "
@@ -112,9 +112,9 @@ Generations::Meeting Generations::meet(int rank, int world_size,
                                        c10::intrusive_ptr<c10d::Store>& met) {
   auto store =
       c10::make_intrusive<c10d::PrefixStore>(comm::store::generation_prefix(current_), store_);
-  store->set(comm::detail::str("present/", rank), std::vector<uint8_t>{1});
+  store->set(base::detail::str("present/", rank), std::vector<uint8_t>{1});
   std::vector<std::string> keys;
-  for (int r = 0; r < world_size; ++r) keys.push_back(comm::detail::str("present/", r));
+  for (int r = 0; r < world_size; ++r) keys.push_back(base::detail::str("present/", r));
   const auto give_up = Clock::now() + timeout_;
   while (!store->check(keys)) {
     if (const int started = newest(); started > current_) {
@@ -123,7 +123,7 @@ Generations::Meeting Generations::meet(int rank, int world_size,
     }
     if (store_->check({comm::store::finished_key()})) return Meeting::kJobEnded;
     if (Clock::now() > give_up) {
-      throw TimeoutError(comm::detail::str("generation ", current_, " of the job: not all ",
+      throw TimeoutError(base::detail::str("generation ", current_, " of the job: not all ",
                                            world_size, " ranks joined within ", timeout_.count(),
                                            " ms (RunOptions::rejoin_timeout); a replaced worker "
                                            "may have failed at start-up: read ddprun's log."));
@@ -156,7 +156,7 @@ std::optional<std::map<std::string, std::string>> Generations::next(int rank) {
       return comm::store::decode_seat(comm::store::as_text(store_->get(seat)));
     }
     if (Clock::now() > give_up) {
-      throw TimeoutError(comm::detail::str(
+      throw TimeoutError(base::detail::str(
           "generation ", current_, " lost a peer and no new generation started within ",
           timeout_.count(),
           " ms (RunOptions::rejoin_timeout): the launcher did not replace the worker. Check that "

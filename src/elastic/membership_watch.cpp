@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/elastic/membership_change.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "elastic/generations.hpp"
 
 namespace ddp::elastic::detail {
@@ -36,7 +36,7 @@ MembershipWatch::MembershipWatch(State& state, ProcessGroup& group, Generations&
     newest = answer.item<int64_t>();
     if (newest == kStoreLost) {
       throw RendezvousError(
-          comm::detail::str("rank 0 lost the launcher's recovery store at commit ", state.commits(),
+          base::detail::str("rank 0 lost the launcher's recovery store at commit ", state.commits(),
                             why.empty() ? std::string() : ": " + why.substr(0, why.find('\n'))));
     }
     if (newest > generations.current()) {

@@ -9,10 +9,10 @@
 #include <map>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/elastic/membership_change.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "elastic/generations.hpp"
 #include "elastic/membership_watch.hpp"
 
@@ -102,7 +102,7 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
   if (!spare_id.empty()) take_seat_or_exit(generations, spare_id, env);
   Topology topology = resolve_topology(env);
   std::optional<Clock::time_point> failed_at;
-  std::string who = comm::detail::str("ddp: rank ", topology.rank, ": ");
+  std::string who = base::detail::str("ddp: rank ", topology.rank, ": ");
   while (true) {
     c10::intrusive_ptr<c10d::Store> store;  // a timeout here ends the worker
     const auto meeting = generations.meet(topology.rank, topology.world_size, store);
@@ -120,10 +120,10 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
       const std::optional<int> sender = state.sync(*group);
       if (generations.current() > 0) {  // a replacement, or a survivor
         std::cerr << who << "generation " << generations.current() << ": "
-                  << (sender ? comm::detail::str("continuing from commit ", state.commits(),
+                  << (sender ? base::detail::str("continuing from commit ", state.commits(),
                                                  " of rank ", *sender)
                              : std::string("no rank had committed; starting over"))
-                  << (failed_at ? comm::detail::str(" (", milliseconds(Clock::now() - *failed_at),
+                  << (failed_at ? base::detail::str(" (", milliseconds(Clock::now() - *failed_at),
                                                     " ms after the failure)")
                                 : std::string())
                   << std::endl;
@@ -157,7 +157,7 @@ void run(State& state, const TrainFunction& train, const RunOptions& options,
       const Topology before = topology;
       take_seat(*seat, env);
       topology = resolve_topology(env);
-      who = comm::detail::str("ddp: rank ", topology.rank, ": ");
+      who = base::detail::str("ddp: rank ", topology.rank, ": ");
       std::cerr << who << "generation " << generations.current() << ": re-formed at "
                 << topology.world_size << " ranks (was rank " << before.rank << " of "
                 << before.world_size << ")" << std::endl;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "comm/byte_exchange.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "elastic/commit_layout.hpp"
@@ -49,7 +49,7 @@ json shard_header(const std::string& bytes, const std::string& what, size_t* pay
   if (bytes.size() >= sizeof header_size)
     std::memcpy(&header_size, bytes.data(), sizeof header_size);
   if (bytes.size() < sizeof header_size || bytes.size() - sizeof header_size < header_size) {
-    throw SnapshotError(comm::detail::str(what, " arrived truncated (", bytes.size(),
+    throw SnapshotError(base::detail::str(what, " arrived truncated (", bytes.size(),
                                           " bytes); the ranks run different ddp builds?"));
   }
   if (payload != nullptr) *payload = sizeof header_size + header_size;
@@ -66,7 +66,7 @@ SnapshotFile unpack_shard(const std::string& bytes, const std::string& what) {
   for (auto& entry : shard.tensors) {  // in the layout's (the map's) order
     at::Tensor& tensor = entry.second;
     if (bytes.size() - offset < tensor.nbytes()) {
-      throw SnapshotError(comm::detail::str(what, " arrived truncated (", bytes.size(),
+      throw SnapshotError(base::detail::str(what, " arrived truncated (", bytes.size(),
                                             " bytes); the ranks run different ddp builds?"));
     }
     std::memcpy(tensor.data_ptr(), bytes.data() + offset, tensor.nbytes());
@@ -76,7 +76,7 @@ SnapshotFile unpack_shard(const std::string& bytes, const std::string& what) {
 }
 
 std::string shard_name(int owner, int64_t commit) {
-  return comm::detail::str("(rank ", owner, "'s shard of commit ", commit, ", in memory)");
+  return base::detail::str("(rank ", owner, "'s shard of commit ", commit, ", in memory)");
 }
 
 // The old ranks whose shards rank `rank` keeps (Note [Sharded state in memory]).
@@ -150,7 +150,7 @@ ShardCommit sync_shards(ProcessGroup& group, const ShardCommit* mine, const json
       if (holds[static_cast<size_t>(r)].count(s) != 0) source[static_cast<size_t>(s)] = r;
     }
     if (source[static_cast<size_t>(s)] < 0) {
-      throw SnapshotError(comm::detail::str(
+      throw SnapshotError(base::detail::str(
           "commit ", commit, " in memory lost rank ", s, "'s ",
           record.value("kind", "ZeroRedundancyOptimizer"), " shard: ranks ", s, " and ",
           (s + 1) % old_world, " of ", old_world,
@@ -185,7 +185,7 @@ ShardCommit sync_shards(ProcessGroup& group, const ShardCommit* mine, const json
 
 void restore_shards(const ShardCommit& shards, parallel::ShardedState& sharded) {
   const snapshot::detail::ShardImport import = snapshot::detail::prepare_shard_import(
-      comm::detail::str("commit ", shards.commit, " in memory"), shards.record, sharded,
+      base::detail::str("commit ", shards.commit, " in memory"), shards.record, sharded,
       [&](int r) -> const SnapshotFile* {
         auto found = shards.shards.find(r);
         return found == shards.shards.end() ? nullptr : &found->second;

@@ -10,7 +10,7 @@
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "elastic/commit_layout.hpp"
 #include "elastic/shard_buddies.hpp"
 #include "snapshot/sharded_state.hpp"
@@ -51,7 +51,7 @@ void State::restore() {
             ? shards_->record.value("kind", std::string("ZeroRedundancyOptimizer"))
             : (training_.zero_optimizer ? "ZeroRedundancyOptimizer" : "FullyShardedDataParallel");
     const char* field = kind == "ZeroRedundancyOptimizer" ? "zero_optimizer" : "fully_sharded";
-    throw SnapshotError(comm::detail::str(
+    throw SnapshotError(base::detail::str(
         "cannot restore commit ", commits_, ": it holds ", shards_ ? "" : "no ", kind,
         " shards and TrainingState::", field, " is ", sharded ? "set" : "null", "; point ", field,
         " at this generation's exactly when the commits were made with one"));
@@ -100,7 +100,7 @@ std::optional<int> State::sync(ProcessGroup& group) {
   for (const auto& entry : received.tensors) payload.push_back(entry.second);
   broadcast_tensors(group, payload, sender);
 
-  received.path = comm::detail::str("(commit ", *most, ", received from rank ", sender, ")");
+  received.path = base::detail::str("(commit ", *most, ", received from rank ", sender, ")");
   received.world_size = 1;  // a commit is one process's (capture_training_state)
   snapshot::detail::restore_unsharded(received, training_, rank, size);
   committed_ = snapshot::detail::capture_unsharded(training_);  // restore() comes back here

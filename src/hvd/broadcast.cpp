@@ -10,7 +10,7 @@
 
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
@@ -18,7 +18,7 @@
 #include "comm/collective_name.hpp"
 #include "parallel/rank_agreement.hpp"
 #include "snapshot/optimizer_state.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::hvd {
 namespace {
@@ -38,7 +38,7 @@ void agree_or_throw(ProcessGroup& group, const std::string& local_failure, const
   const int64_t rank = failed.item<int64_t>();
   if (rank >= 0) {
     throw InvalidArgumentError(
-        comm::detail::str(who, ": rank ", rank,
+        base::detail::str(who, ": rank ", rank,
                           " could not take part (its log has the reason); every rank must pass the "
                           "same kind of optimizer over the same model."));
   }
@@ -60,7 +60,7 @@ void broadcast_parameters(const std::vector<at::Tensor>& tensors, int root,
   if (group->size() == 1) return;
   ddp::comm::detail::CollectiveName name("hvd.broadcast_parameters");
   std::vector<std::string> names;
-  for (size_t i = 0; i < tensors.size(); ++i) names.push_back(comm::detail::str("#", i));
+  for (size_t i = 0; i < tensors.size(); ++i) names.push_back(base::detail::str("#", i));
   // A cheap agreement check first (one all-reduce of a fingerprint); only
   // when ranks differ does the full comparison run, to name the difference.
   std::string text;
@@ -95,11 +95,11 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
   constexpr const char* kWho = "hvd::broadcast_optimizer_state";
   group = detail::group_or_default(std::move(group), kWho);
   if (root < 0 || root >= group->size()) {
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         kWho, ": root rank ", root, " is outside the group (ranks 0 to ", group->size() - 1, ")."));
   }
   ddp::comm::detail::CollectiveName name("hvd.broadcast_optimizer_state");
-  const std::string where = comm::detail::str(kWho, " on rank ", group->rank());
+  const std::string where = base::detail::str(kWho, " on rank ", group->rank());
 
   // 1. Everyone can describe its optimizer (a supported type).
   ddp::snapshot::detail::TensorMap tensors;
@@ -158,7 +158,7 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root,
               ". Every rank must build the same optimizer over the "
               "same model.";
   } catch (const std::exception& e) {
-    failure = comm::detail::str(where, ": rank ", root,
+    failure = base::detail::str(where, ": rank ", root,
                                 "'s optimizer state does not fit this rank's optimizer (", e.what(),
                                 "). Every rank must build the same optimizer over the same model.");
   }

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "ddp/comm/broadcast_tensors.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
 #include "hvd/gradient_fusion.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::hvd {
 namespace {
@@ -21,13 +21,13 @@ void validate(const DistributedOptimizerOptions& options) {
                       "hvd.Average) or summed (ReduceOp::kSum).");
   }
   if (options.fusion_threshold_bytes() < 0) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         "hvd::DistributedOptimizer: fusion_threshold_bytes is ", options.fusion_threshold_bytes(),
         " bytes; use a size such as 64 MiB (the default), or 0 to disable fusion."));
   }
   if (options.backward_passes_per_step() < 1) {
     throw ConfigError(
-        comm::detail::str("hvd::DistributedOptimizer: backward_passes_per_step is ",
+        base::detail::str("hvd::DistributedOptimizer: backward_passes_per_step is ",
                           options.backward_passes_per_step(),
                           "; it must be at least 1 (the number of backward passes per step())."));
   }

@@ -5,16 +5,16 @@
 
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "comm/collective_name.hpp"
-#include "comm/scope_exit.hpp"
-#include "comm/str.hpp"
+#include "base/scope_exit.hpp"
+#include "base/str.hpp"
 
 namespace ddp::hvd::detail {
 namespace {
 
-using ddp::comm::detail::ScopeExit;
+using ddp::base::detail::ScopeExit;
 using ddp::parallel::detail::Bucket;
 using ddp::parallel::detail::BucketSettings;
 using ddp::parallel::detail::CapRule;
@@ -95,7 +95,7 @@ void GradientFusion::on_gradient_accumulated(size_t index) {
   if (buffers_.passes_left(index) == 0) {
     const int64_t k = options_.backward_passes_per_step();
     throw InvalidArgumentError(
-        comm::detail::str("hvd::DistributedOptimizer: the gradient of parameter #", index,
+        base::detail::str("hvd::DistributedOptimizer: the gradient of parameter #", index,
                           " (shape ", buffers_.parameters()[index].sizes(),
                           ") was computed more than backward_passes_per_step = ", k,
                           " time(s) before step(). Call step() after every ", k,

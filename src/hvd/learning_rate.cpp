@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::hvd {
 
 double scaled_learning_rate(double base_lr, int size, int64_t step, int64_t warmup_steps) {
   if (size < 1 || step < 0 || warmup_steps < 0) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         "hvd::scaled_learning_rate: size ", size, ", step ", step, ", warmup_steps ", warmup_steps,
         "; size must be at least 1, step and warmup_steps non-negative."));
   }
@@ -29,7 +29,7 @@ LearningRateWarmup::LearningRateWarmup(torch::optim::Optimizer& optimizer,
     : LRScheduler(optimizer), options_(std::move(options)) {
   step_count_ = 0;  // LibTorch 1.13's LRScheduler leaves it uninitialized.
   if (options_.warmup_steps() < 0 || options_.size() < 0) {
-    throw ConfigError(comm::detail::str("hvd::LearningRateWarmup: warmup_steps is ",
+    throw ConfigError(base::detail::str("hvd::LearningRateWarmup: warmup_steps is ",
                                         options_.warmup_steps(), " and size ", options_.size(),
                                         "; both must be non-negative (size 0 means hvd::size())."));
   }

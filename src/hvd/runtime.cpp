@@ -3,7 +3,7 @@
 #include <mutex>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 
 namespace ddp::hvd {

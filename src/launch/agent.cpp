@@ -14,7 +14,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "ddp/comm/error_file.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
@@ -25,7 +25,7 @@
 #include "launch/rank_output.hpp"
 #include "launch/stall_report.hpp"
 #include "comm/store/job_secret.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
 
@@ -103,12 +103,12 @@ std::string Agent::key(int attempt, const std::string& name) const {
 // Lays out ranks node by node, from every node's worker count: this node's
 // first rank, and the world size.
 std::pair<int, int> Agent::lay_out(int number, int nproc) {
-  rendezvous_->store().set(key(number, comm::detail::str("nproc/", node_.node_rank)),
+  rendezvous_->store().set(key(number, base::detail::str("nproc/", node_.node_rank)),
                            comm::store::as_bytes(std::to_string(nproc)));
   int offset = 0;
   int world_size = 0;
   for (int node = 0; node < node_.nnodes; ++node) {
-    const std::string k = key(number, comm::detail::str("nproc/", node));
+    const std::string k = key(number, base::detail::str("nproc/", node));
     rendezvous_->store().wait({k}, plan_.rendezvous_timeout);
     const int count = std::stoi(comm::store::as_text(rendezvous_->store().get(k)));
     if (node < node_.node_rank) offset += count;
@@ -133,7 +133,7 @@ Agent::Attempt Agent::start_attempt(int number) {
   // with --recovery memory in a generation of their own (which a node
   // keeping its workers computes from every node's newest: next_generation).
   if (recovery_) {
-    rendezvous_->store().set(key(number, comm::detail::str("last_generation/", node_.node_rank)),
+    rendezvous_->store().set(key(number, base::detail::str("last_generation/", node_.node_rank)),
                              comm::store::as_bytes(std::to_string(generation_seen_)));
   }
   if (node_.node_rank == 0) {
@@ -162,7 +162,7 @@ Agent::Attempt Agent::start_attempt(int number) {
   }
   if (spares_) spares_->fill(placement(attempt, 0, offset, generation));
   if (recovery_) {  // a node new to a job re-formed in memory: its workers are placed
-    rendezvous_->store().set(key(number, comm::detail::str("seated/", node_.node_rank)),
+    rendezvous_->store().set(key(number, base::detail::str("seated/", node_.node_rank)),
                              comm::store::as_bytes("1"));
   }
   return attempt;
@@ -194,7 +194,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
       if (w.process->exit_code() == 0) continue;
       auto recorded = read_error_file(w.error_file);
       const std::string failure =
-          comm::detail::str("rank ", w.rank, " (node ", node_.node_rank, ", local rank ",
+          base::detail::str("rank ", w.rank, " (node ", node_.node_rank, ", local rank ",
                             w.local_rank, ", pid ", w.process->pid(), ") ended with ",
                             describe_exit(w.process->exit_code(), w.process->term_signal()),
                             recorded ? ": " + recorded->message : " (it recorded no error)");
@@ -209,10 +209,10 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     }
     if (all_succeeded && !attempt.reported_done) {
       attempt.reported_done = true;
-      rendezvous_->store().set(key(attempt.number, comm::detail::str("done/", node_.node_rank)),
+      rendezvous_->store().set(key(attempt.number, base::detail::str("done/", node_.node_rank)),
                                comm::store::as_bytes("1"));
       if (node_.nnodes > 1) {
-        say(comm::detail::str("node ", node_.node_rank,
+        say(base::detail::str("node ", node_.node_rank,
                               ": every worker succeeded; waiting for the "
                               "other nodes"));
       }
@@ -230,7 +230,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     for (int node = 1; node_.node_rank == 0 && node < node_.nnodes; ++node) {
       const auto silence = heartbeat_silence(attempt, node);
       if (silence < plan_.node_timeout ||
-          rendezvous_->store().check({key(attempt.number, comm::detail::str("done/", node))})) {
+          rendezvous_->store().check({key(attempt.number, base::detail::str("done/", node))})) {
         continue;
       }
       attempt.heartbeats[static_cast<size_t>(node)].gone = true;
@@ -240,7 +240,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
                                comm::store::as_bytes(std::to_string(node)));
       attempt.failure = comm::store::as_text(rendezvous_->store().compareSet(
           key(attempt.number, "failure"), {},
-          comm::store::as_bytes(comm::detail::str(
+          comm::store::as_bytes(base::detail::str(
               "node ", node, " stopped its heartbeat ", in_seconds(silence),
               " ago (its launcher was lost or is stuck; --rdzv-conf node_timeout is ",
               in_seconds(plan_.node_timeout), ")"))));
@@ -251,7 +251,7 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     if (rendezvous_->nodes_waiting(node_)) return Outcome::kReformed;
     std::vector<std::string> done;
     for (int node = 0; node < node_.nnodes; ++node) {
-      done.push_back(key(attempt.number, comm::detail::str("done/", node)));
+      done.push_back(key(attempt.number, base::detail::str("done/", node)));
     }
     if (all_succeeded && rendezvous_->store().check(done)) return Outcome::kSucceeded;
   }
@@ -274,13 +274,13 @@ void Agent::report_stall(const Attempt& attempt) {
     for (int node = 0; node < node_.nnodes; ++node) {
       const bool gone = attempt.heartbeats[static_cast<size_t>(node)].gone;
       if (node != node_.node_rank && !gone) {
-        others.push_back(key(attempt.number, comm::detail::str("flight/", node)));
+        others.push_back(key(attempt.number, base::detail::str("flight/", node)));
       }
     }
     try {
       positions =
           gather_positions(rendezvous_->store(), positions,
-                           key(attempt.number, comm::detail::str("flight/", node_.node_rank)),
+                           key(attempt.number, base::detail::str("flight/", node_.node_rank)),
                            others, Clock::now() + plan_.stop_grace + std::chrono::seconds(5));
     } catch (const std::exception& e) {
       say("could not gather the other nodes' flight recorders (" + std::string(e.what()) +
@@ -299,7 +299,7 @@ int Agent::run() {
   while (true) {
     node_ = rendezvous_->next_round();
     if (node_.job_ended) {
-      say(comm::detail::str("the job '", o.run_id,
+      say(base::detail::str("the job '", o.run_id,
                             "' ended while this node waited as a spare node; nothing to do"));
       return 0;
     }

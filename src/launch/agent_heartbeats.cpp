@@ -9,7 +9,7 @@
 #include "launch/agent.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
@@ -19,7 +19,7 @@ namespace ddp::launch {
 // heartbeats]); spare nodes are told the job ended.
 void Agent::leave(Attempt& attempt) {
   auto& store = rendezvous_->store();
-  store.set(key(attempt.number, comm::detail::str("left/", node_.node_rank)),
+  store.set(key(attempt.number, base::detail::str("left/", node_.node_rank)),
             comm::store::as_bytes("1"));
   if (node_.node_rank != 0) return;
   std::vector<int> waiting;
@@ -28,13 +28,13 @@ void Agent::leave(Attempt& attempt) {
   while (!waiting.empty() && std::chrono::steady_clock::now() < give_up) {
     beat(attempt);
     for (auto it = waiting.begin(); it != waiting.end();) {
-      if (store.check({key(attempt.number, comm::detail::str("left/", *it))})) {
+      if (store.check({key(attempt.number, base::detail::str("left/", *it))})) {
         it = waiting.erase(it);
         continue;
       }
       const auto silence = heartbeat_silence(attempt, *it);
       if (attempt.heartbeats[static_cast<size_t>(*it)].gone || silence >= plan_.node_timeout) {
-        say(comm::detail::str("node ", *it, " stopped its heartbeat ", in_seconds(silence),
+        say(base::detail::str("node ", *it, " stopped its heartbeat ", in_seconds(silence),
                               " ago; not waiting for it"));
         it = waiting.erase(it);
         continue;
@@ -50,7 +50,7 @@ void Agent::beat(Attempt& attempt) {
   const auto now = std::chrono::steady_clock::now();
   if (node_.nnodes == 1 || now - attempt.last_beat < plan_.monitor_interval / 2) return;
   attempt.last_beat = now;
-  rendezvous_->store().add(key(attempt.number, comm::detail::str("heartbeat/", node_.node_rank)),
+  rendezvous_->store().add(key(attempt.number, base::detail::str("heartbeat/", node_.node_rank)),
                            1);
 }
 
@@ -59,7 +59,7 @@ void Agent::beat(Attempt& attempt) {
 std::chrono::milliseconds Agent::heartbeat_silence(Attempt& attempt, int node) {
   auto& seen = attempt.heartbeats[static_cast<size_t>(node)];
   const int64_t count =
-      rendezvous_->store().add(key(attempt.number, comm::detail::str("heartbeat/", node)), 0);
+      rendezvous_->store().add(key(attempt.number, base::detail::str("heartbeat/", node)), 0);
   const auto now = std::chrono::steady_clock::now();
   if (count != seen.count) {
     seen.count = count;

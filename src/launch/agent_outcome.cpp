@@ -12,7 +12,7 @@
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
@@ -46,7 +46,7 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
     case AttemptAction::kKeepWorkersForJoin:
       // A node joins (Note [A node joins in memory] in ddp/elastic/run.hpp):
       // the workers keep training and move to the larger job at a commit.
-      say(comm::detail::str("a node is waiting to join the job of ", node_.nnodes,
+      say(base::detail::str("a node is waiting to join the job of ", node_.nnodes,
                             " node(s); re-forming it in rendezvous round ", round + 1,
                             ", this node's workers keeping their state (recovery in memory: ",
                             "they move at their next commit; no restart counted)"));
@@ -56,7 +56,7 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
       // Recovery in memory: the workers wait for their new seats (Note [A
       // new host] in launch/node_rendezvous.hpp).
       ++restarts_;
-      say(comm::detail::str(attempt.failure, "; re-forming the job without it, this node's ",
+      say(base::detail::str(attempt.failure, "; re-forming the job without it, this node's ",
                             "workers keeping their state (recovery in memory, restart ", restarts_,
                             " of ", o.max_restarts, ")"));
       kept_ = std::make_unique<Attempt>(std::move(attempt));
@@ -89,10 +89,10 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
   }
   if (decision.action == AttemptAction::kStopOnSignal) {
     const int signal = decision.exit_code - 128;
-    say(comm::detail::str("received signal ", signal, "; stopping every worker"));
+    say(base::detail::str("received signal ", signal, "; stopping every worker"));
     rendezvous_->store().compareSet(
         key(round, "failure"), {},
-        comm::store::as_bytes(comm::detail::str("the launcher on node ", node_.node_rank,
+        comm::store::as_bytes(base::detail::str("the launcher on node ", node_.node_rank,
                                                 " was interrupted by signal ", signal)));
     stop_all(processes, plan_.stop_grace, pump);
     release_spares();
@@ -102,23 +102,23 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
   if (outcome == Outcome::kFailed) report_stall(attempt);
   switch (decision.action) {
     case AttemptAction::kGiveUpHostLost:
-      say(comm::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
+      say(base::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
                             o.max_restarts, "): ", attempt.failure));
       return decision.exit_code;
     case AttemptAction::kReformStoppingWorkers:
-      say(comm::detail::str("a node is waiting to join the job of ", node_.nnodes,
+      say(base::detail::str("a node is waiting to join the job of ", node_.nnodes,
                             " node(s); stopping every worker to re-form it (rendezvous round ",
                             round + 1, "; no restart counted)"));
       return std::nullopt;
     case AttemptAction::kGiveUp:
       release_spares();
       leave(attempt);
-      say(comm::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
+      say(base::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
                             o.max_restarts, "). First failure: ", attempt.failure));
       return decision.exit_code;
     default:  // kRestart
       ++restarts_;
-      say(comm::detail::str(attempt.failure, "; restarting every worker (restart ", restarts_,
+      say(base::detail::str(attempt.failure, "; restarting every worker (restart ", restarts_,
                             " of ", o.max_restarts, ")"));
       return std::nullopt;
   }

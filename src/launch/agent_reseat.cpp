@@ -6,13 +6,13 @@
 #include <algorithm>
 
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "launch/agent.hpp"
 #include "launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
 
@@ -31,12 +31,12 @@ void Agent::write_recovery_store_file() {
 // node started or saw, so that every kept worker finds it newer than its own.
 int Agent::next_generation(int number) {
   auto& store = rendezvous_->store();
-  store.set(key(number, comm::detail::str("last_generation/", node_.node_rank)),
+  store.set(key(number, base::detail::str("last_generation/", node_.node_rank)),
             comm::store::as_bytes(std::to_string(generation_seen_)));
   if (node_.node_rank == 0) {
     int newest = 0;
     for (int node = 0; node < node_.nnodes; ++node) {
-      const std::string k = key(number, comm::detail::str("last_generation/", node));
+      const std::string k = key(number, base::detail::str("last_generation/", node));
       store.wait({k}, plan_.rendezvous_timeout);
       newest = std::max(newest, std::stoi(comm::store::as_text(store.get(k))));
     }
@@ -81,17 +81,17 @@ Agent::Attempt Agent::reseat_attempt(Attempt kept, int number) {
     worker.rank = offset + local;
     worker.output->relabel(worker.rank);
   }
-  store.set(key(number, comm::detail::str("seated/", node_.node_rank)), comm::store::as_bytes("1"));
+  store.set(key(number, base::detail::str("seated/", node_.node_rank)), comm::store::as_bytes("1"));
   if (node_.node_rank == 0) {
     std::vector<std::string> seated;
     for (int node = 0; node < node_.nnodes; ++node) {
-      seated.push_back(key(number, comm::detail::str("seated/", node)));
+      seated.push_back(key(number, base::detail::str("seated/", node)));
     }
     store.wait(seated, plan_.rendezvous_timeout);
     recovery_->store().add(comm::store::generations_key(), generation);
   }
   if (spares_) spares_->fill(placement(attempt, 0, offset, generation));  // after a take-over
-  say(comm::detail::str("node ", node_.node_rank, ": its ", nproc, " worker(s) keep their state ",
+  say(base::detail::str("node ", node_.node_rank, ": its ", nproc, " worker(s) keep their state ",
                         "at ranks ", offset, "-", offset + nproc - 1, " of ", world_size,
                         " in generation ", generation, " (round ", number, ")"));
   return attempt;

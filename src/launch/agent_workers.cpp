@@ -5,13 +5,13 @@
 #include <iostream>
 #include <system_error>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "launch/agent.hpp"
 #include "launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::launch {
 
@@ -19,7 +19,7 @@ std::string Agent::error_file(int attempt, int local_rank) const {
   const std::string base = plan_.options.log_dir.empty()
                                ? private_dir_
                                : plan_.options.log_dir + "/" + plan_.options.run_id;
-  const std::string dir = comm::detail::str(base, "/attempt_", attempt, "/", local_rank);
+  const std::string dir = base::detail::str(base, "/attempt_", attempt, "/", local_rank);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
@@ -79,7 +79,7 @@ void Agent::start_worker(Attempt& attempt, int local_rank, int rank, int generat
   const std::string log_dir =
       o.log_dir.empty()
           ? ""
-          : comm::detail::str(o.log_dir, "/", o.run_id, "/attempt_", number, "/", local_rank);
+          : base::detail::str(o.log_dir, "/", o.run_id, "/attempt_", number, "/", local_rank);
   // torchrun's --redirects (to files only) and --tee (files and console).
   unsigned to_files = 0;
   unsigned to_console = 0;
@@ -107,16 +107,16 @@ bool Agent::replace_worker(Attempt& attempt, size_t index, const std::string& fa
   ++restarts_;
   const int generation = recovery_->next();
   generation_seen_ = generation;
-  const std::string restart = comm::detail::str("(recovery in memory, restart ", restarts_, " of ",
+  const std::string restart = base::detail::str("(recovery in memory, restart ", restarts_, " of ",
                                                 plan_.options.max_restarts, ")");
   Attempt::Worker& worker = attempt.workers[index];
   if (spares_) {
     WorkerPlacement seat = placement(attempt, worker.local_rank, worker.rank, generation);
     prepare_files(seat, attempt.number);
     if (auto spare = spares_->take(worker_environment(plan_, seat))) {
-      say(comm::detail::str(failure, "; spare ", spare->id, " (pid ", spare->process.pid(),
+      say(base::detail::str(failure, "; spare ", spare->id, " (pid ", spare->process.pid(),
                             spare->ready_for_ms
-                                ? comm::detail::str(", ready for ", *spare->ready_for_ms, " ms")
+                                ? base::detail::str(", ready for ", *spare->ready_for_ms, " ms")
                                 : std::string(", still starting"),
                             ") takes rank ", worker.rank, " in generation ", generation,
                             ", the other workers keep their state ", restart));
@@ -124,7 +124,7 @@ bool Agent::replace_worker(Attempt& attempt, size_t index, const std::string& fa
       return true;
     }
   }
-  say(comm::detail::str(failure, "; starting it again alone in generation ", generation,
+  say(base::detail::str(failure, "; starting it again alone in generation ", generation,
                         ", the other workers keep their state ", restart));
   start_worker(attempt, worker.local_rank, worker.rank, generation);
   return true;

@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/launch/errors.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::launch {
 namespace {
@@ -182,9 +182,9 @@ double ChildProcess::seconds() const {
 
 std::string describe_exit(int exit_code, int term_signal) {
   if (term_signal != 0) {
-    return comm::detail::str("signal ", term_signal, " (", strsignal(term_signal), ")");
+    return base::detail::str("signal ", term_signal, " (", strsignal(term_signal), ")");
   }
-  return comm::detail::str("exit ", exit_code);
+  return base::detail::str("exit ", exit_code);
 }
 
 std::string ChildResult::status() const {

@@ -2,9 +2,9 @@
 
 #include <utility>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
 #include "launch/endpoint.hpp"
@@ -23,11 +23,11 @@ void HostSuccession::publish(c10d::Store& store, const std::string& prefix, int 
   reserved_.reset();
   if (node_rank > 0) {
     reserved_.emplace();
-    store.set(comm::detail::str(prefix, "standby/", node_rank),
-              comm::store::as_bytes(comm::detail::str(address, ":", reserved_->port())));
+    store.set(base::detail::str(prefix, "standby/", node_rank),
+              comm::store::as_bytes(base::detail::str(address, ":", reserved_->port())));
   }
   for (int node = 1; node < nnodes; ++node) {
-    const std::string key = comm::detail::str(prefix, "standby/", node);
+    const std::string key = base::detail::str(prefix, "standby/", node);
     store.wait({key}, plan_.rendezvous_timeout);
     standbys_[static_cast<size_t>(node)] = comm::store::as_text(store.get(key));
   }
@@ -47,7 +47,7 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::host_at(const std::string& endpo
   reserved_.reset();
   store->set(comm::store::run_id_key(), comm::store::as_bytes(plan_.options.run_id));
   store->set(comm::store::takeover_key(),
-             comm::store::as_bytes(comm::detail::str(takeovers_, ":", round_)));
+             comm::store::as_bytes(base::detail::str(takeovers_, ":", round_)));
   return store;
 }
 
@@ -56,7 +56,7 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::host_at(const std::string& endpo
 c10::intrusive_ptr<c10d::Store> HostSuccession::join_at(const std::string& endpoint,
                                                         int candidate) {
   const auto [host, port] = split_endpoint(endpoint);
-  const std::string expected = comm::detail::str(takeovers_, ":", round_);
+  const std::string expected = base::detail::str(takeovers_, ":", round_);
   try {
     auto store = c10::make_intrusive<TcpStore>(
         TcpStoreOptions()
@@ -64,7 +64,7 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::join_at(const std::string& endpo
             .port(port)
             .timeout(plan_.takeover_timeout)
             .secret(secret_)
-            .hosted_by(comm::detail::str("node ", candidate, "'s ddprun")));
+            .hosted_by(base::detail::str("node ", candidate, "'s ddprun")));
     store->wait({comm::store::takeover_key()}, plan_.takeover_timeout);
     const std::string run = comm::store::as_text(store->get(comm::store::run_id_key()));
     const std::string takeover = comm::store::as_text(store->get(comm::store::takeover_key()));
@@ -72,11 +72,11 @@ c10::intrusive_ptr<c10d::Store> HostSuccession::join_at(const std::string& endpo
       store->setTimeout(plan_.rendezvous_timeout);
       return store;
     }
-    say(comm::detail::str("node ", candidate, "'s standby at ", endpoint, " serves run '", run,
+    say(base::detail::str("node ", candidate, "'s standby at ", endpoint, " serves run '", run,
                           "', take-over ", takeover, ", not run '", plan_.options.run_id,
                           "', take-over ", expected, "; trying the next standby"));
   } catch (const Error& error) {  // RendezvousError, TimeoutError
-    say(comm::detail::str("node ", candidate, "'s standby at ", endpoint, " did not take over ",
+    say(base::detail::str("node ", candidate, "'s standby at ", endpoint, " did not take over ",
                           "within takeover_timeout ", in_seconds(plan_.takeover_timeout), " (",
                           error.what(), "); trying the next standby"));
   }
@@ -93,12 +93,12 @@ SuccessorStore HostSuccession::take_over(const std::string& lost, const std::str
     if (candidate == node_rank_) {
       next.store = host_at(endpoint);
       next.host = true;
-      say(comm::detail::str("lost the rendezvous store at ", lost, " (node 0): ", why,
+      say(base::detail::str("lost the rendezvous store at ", lost, " (node 0): ", why,
                             "; this node hosts it now at ", endpoint, " (take-over ", takeovers_,
                             ", after round ", round_, ")"));
     } else if (auto store = join_at(endpoint, candidate)) {
       next.store = std::move(store);
-      say(comm::detail::str("lost the rendezvous store at ", lost, " (node 0): ", why, "; node ",
+      say(base::detail::str("lost the rendezvous store at ", lost, " (node 0): ", why, "; node ",
                             candidate, "'s standby at ", endpoint, " hosts it now (take-over ",
                             takeovers_, ", after round ", round_, ")"));
     }
@@ -108,7 +108,7 @@ SuccessorStore HostSuccession::take_over(const std::string& lost, const std::str
       return next;
     }
   }
-  throw RendezvousError(comm::detail::str(
+  throw RendezvousError(base::detail::str(
       "lost the rendezvous store at ", lost, " (", why, ") and none of the ", next.nodes_before - 1,
       " standby node(s) of round ", round_, " took it over within ", "takeover_timeout ",
       in_seconds(plan_.takeover_timeout),

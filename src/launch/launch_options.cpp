@@ -15,9 +15,9 @@
 #include <tuple>
 
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/job_secret.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "launch/to_int.hpp"
 
 namespace ddp::launch {
@@ -82,7 +82,7 @@ double to_seconds(const std::string& text, const std::string& name) {
 std::chrono::milliseconds duration(double seconds, const std::string& name) {
   if (!(seconds > 0)) {
     throw ConfigError(
-        comm::detail::str(name, " is ", seconds, "; it must be a positive number of seconds."));
+        base::detail::str(name, " is ", seconds, "; it must be a positive number of seconds."));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -249,7 +249,7 @@ void check_port_free(const std::string& host, int port) {
   close(fd);
   freeaddrinfo(result);
   if (!ok) {
-    throw RendezvousError(comm::detail::str(
+    throw RendezvousError(base::detail::str(
         "cannot use ", host, ":", port, " for the job: ",
         error == EADDRINUSE ? std::string("the port is already in use")
                             : std::string(std::strerror(error)),
@@ -268,7 +268,7 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
   const bool gpu_workers =
       options.nproc_per_node == "gpu" || (options.nproc_per_node == "auto" && at::hasCUDA());
   if (options.spares > 0 && gpu_workers) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         "--spares ", options.spares, " with --nproc-per-node ", options.nproc_per_node,
         " (one worker per GPU): hot spares are CPU-only, since "
         "a spare loads the program before it has a LOCAL_RANK to pick its GPU by. Drop --spares "
@@ -297,13 +297,13 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
                       "--rdzv-backend c10d --rdzv-endpoint HOST:PORT.");
   }
   if (!plan.c10d && (options.node_rank < 0 || options.node_rank >= plan.max_nodes)) {
-    throw ConfigError(comm::detail::str("--node-rank is ", options.node_rank,
+    throw ConfigError(base::detail::str("--node-rank is ", options.node_rank,
                                         ", but nodes are numbered 0 to ", plan.max_nodes - 1,
                                         " for --nnodes ", options.nnodes, "."));
   }
   if (options.max_restarts < 0) {
     throw ConfigError(
-        comm::detail::str("--max-restarts is ", options.max_restarts, "; it must be 0 or more."));
+        base::detail::str("--max-restarts is ", options.max_restarts, "; it must be 0 or more."));
   }
   if (options.recovery != "disk" && options.recovery != "memory") {
     throw ConfigError("--recovery is '" + options.recovery +
@@ -313,11 +313,11 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
   }
   plan.memory_recovery = options.recovery == "memory";
   if (options.spares < 0) {
-    throw ConfigError(comm::detail::str("--spares is ", options.spares,
+    throw ConfigError(base::detail::str("--spares is ", options.spares,
                                         "; it must be 0 or more hot spares per node."));
   }
   if (options.spares > 0 && !plan.memory_recovery) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         "--spares ", options.spares,
         " needs --recovery memory: a spare takes a lost worker's "
         "rank inside ddp::elastic::run, while --recovery ",
@@ -348,7 +348,7 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
         "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]: the address where the nodes "
         "meet (the first node that can bind it hosts the rendezvous there).");
   } else if (options.master_port < 1 || options.master_port > 65535) {
-    throw ConfigError(comm::detail::str("--master-port is ", options.master_port,
+    throw ConfigError(base::detail::str("--master-port is ", options.master_port,
                                         "; a TCP port must be between 1 and 65535."));
   } else {
     plan.store_host = options.master_addr;

@@ -6,9 +6,9 @@
 #include <thread>
 #include <utility>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
 #include "launch/endpoint.hpp"
@@ -21,7 +21,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string endpoint(const LaunchPlan& plan) {
-  return comm::detail::str(plan.store_host, ":", plan.store_port);
+  return base::detail::str(plan.store_host, ":", plan.store_port);
 }
 
 c10::intrusive_ptr<c10d::Store> store_at(const LaunchPlan& plan, bool server,
@@ -184,7 +184,7 @@ bool NodeRendezvous::spare_for(int round) {
   if (std::stoi(comm::store::as_text(store_->get(previous))) < plan_.max_nodes) return false;
   if (!said_spare_) {
     said_spare_ = true;
-    say(comm::detail::str("the job '", plan_.options.run_id, "' runs at its --nnodes MAX of ",
+    say(base::detail::str("the job '", plan_.options.run_id, "' runs at its --nnodes MAX of ",
                           plan_.max_nodes, " nodes; this node waits as a spare node for round ",
                           round, " (it joins when a node is lost; gives up after join_timeout ",
                           in_seconds(plan_.rendezvous_timeout), ")"));
@@ -205,7 +205,7 @@ bool NodeRendezvous::wait_as_spare(int round, int rank) {
       ended = !closed && store_->check({key(-1, "ended")});
       if (ended) store_->add(key(-1, "ended_seen"), 1);
     } catch (const RendezvousError& error) {
-      throw RendezvousError(comm::detail::str(
+      throw RendezvousError(base::detail::str(
           "this node waited as a spare node of the job '", plan_.options.run_id,
           "' and lost the job's store at ", endpoint_, " after ",
           in_seconds(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
@@ -221,7 +221,7 @@ bool NodeRendezvous::wait_as_spare(int round, int rank) {
       } catch (const RendezvousError&) {
         // The store is gone: nothing to withdraw from.
       }
-      throw RendezvousError(comm::detail::str(
+      throw RendezvousError(base::detail::str(
           "this node waited as a spare node of the job '", plan_.options.run_id, "' at ", endpoint_,
           " for ", in_seconds(plan_.rendezvous_timeout),
           " (its join_timeout) and no node of the job, which runs at its --nnodes MAX of ",
@@ -252,7 +252,7 @@ void NodeRendezvous::check_majority_returned(int round) {
   if (!succession_ || member_round_ != round - 1 || member_nnodes_ < 3) return;
   const int returning = 1 + static_cast<int>(store_->add(key(round, "returning"), 0));
   if (2 * returning >= member_nnodes_) return;
-  throw RendezvousError(comm::detail::str(
+  throw RendezvousError(base::detail::str(
       "only ", returning, " of the ", member_nnodes_, " node(s) of round ", round - 1,
       " came back to the rendezvous at ", endpoint_, " (this one included); the others may have ",
       "re-formed the job around a standby, so this node ends rather than run it a second time. "
@@ -276,7 +276,7 @@ int NodeRendezvous::close_round(int round) {
         continue;
       }
       if (2 * joined <= quorum_of || joined < plan_.min_nodes) {
-        throw RendezvousError(comm::detail::str(
+        throw RendezvousError(base::detail::str(
             "after the host was lost, only ", joined, " of the ", quorum_of,
             " node(s) of the last round joined its successor at ", endpoint_, " within ",
             in_seconds(plan_.last_call_timeout),
@@ -297,7 +297,7 @@ int NodeRendezvous::close_round(int round) {
     if (closing || now - start >= plan_.last_call_timeout) check_majority_returned(round);
     if (closing) return std::min(joined, plan_.max_nodes);
     if (now - start >= plan_.rendezvous_timeout) {
-      throw TimeoutError(comm::detail::str(
+      throw TimeoutError(base::detail::str(
           "only ", joined, " of at least ", plan_.min_nodes, " node(s) joined the rendezvous at ",
           endpoint_, " within its join_timeout of ", in_seconds(plan_.rendezvous_timeout),
           ". Start ddprun on the other nodes with the same --rdzv-endpoint and --rdzv-id, or lower "

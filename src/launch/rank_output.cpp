@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <system_error>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::launch {
 
 RankOutput::RankOutput(int rank, const std::string& log_dir, unsigned to_files, unsigned to_console)
-    : prefix_(comm::detail::str("[", rank, "] ")), console_(to_console) {
+    : prefix_(base::detail::str("[", rank, "] ")), console_(to_console) {
   if (to_files == 0) return;
   std::error_code error;
   std::filesystem::create_directories(log_dir, error);
@@ -65,7 +65,7 @@ void RankOutput::feed(Stream stream, std::string_view chunk) {
   partial.erase(0, start);
 }
 
-void RankOutput::relabel(int rank) { prefix_ = comm::detail::str("[", rank, "] "); }
+void RankOutput::relabel(int rank) { prefix_ = base::detail::str("[", rank, "] "); }
 
 void RankOutput::flush() {
   for (int i = 0; i < 2; ++i) {

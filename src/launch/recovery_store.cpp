@@ -6,7 +6,7 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/tcp_store.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/worker_protocol.hpp"
 #include "launch/endpoint.hpp"
 
@@ -19,7 +19,7 @@ RecoveryStore::RecoveryStore(c10d::Store& agents, const std::string& key, bool h
   options.timeout(timeout).secret(secret).hosted_by("node 0's ddprun");
   if (host) {
     auto server = c10::make_intrusive<TcpStore>(options.host(address).port(0).is_server(true));
-    address_ = comm::detail::str(address, ":", server->port());
+    address_ = base::detail::str(address, ":", server->port());
     store_ = std::move(server);
     agents.set(key, std::vector<uint8_t>(address_.begin(), address_.end()));
   } else {

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <string>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::launch {
 
@@ -16,8 +16,8 @@ inline void say(const std::string& message) { std::cerr << "ddprun: " << message
 /// A duration as messages give it: "3 s", "3.1 s".
 inline std::string in_seconds(std::chrono::milliseconds duration) {
   const auto ms = duration.count();
-  return comm::detail::str(ms / 1000,
-                           ms % 1000 >= 100 ? comm::detail::str(".", ms % 1000 / 100) : "", " s");
+  return base::detail::str(ms / 1000,
+                           ms % 1000 >= 100 ? base::detail::str(".", ms % 1000 / 100) : "", " s");
 }
 
 }  // namespace ddp::launch

@@ -8,10 +8,10 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/error_file.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/worker_protocol.hpp"
 #include "comm/store/store_value.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "launch/say.hpp"
 
 namespace ddp::launch {
@@ -56,7 +56,7 @@ void SparePool::fill(const WorkerPlacement& base) {
 void SparePool::start_one(const WorkerPlacement& base) {
   const std::string id = new_spare_id();
   WorkerPlacement placement = base;
-  const std::string dir = comm::detail::str(dir_, "/spare_", id);
+  const std::string dir = base::detail::str(dir_, "/spare_", id);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
@@ -76,7 +76,7 @@ void SparePool::start_one(const WorkerPlacement& base) {
   Spare& spare = spares_.emplace_back(Spare{id, std::nullopt, RankOutput("spare " + id, console),
                                             placement.error_file, Clock::now(), std::nullopt});
   spare.process.emplace(spec, /*separate_stderr=*/true);
-  say(comm::detail::str("started spare ", id, " (pid ", spare.process->pid(), ")"));
+  say(base::detail::str("started spare ", id, " (pid ", spare.process->pid(), ")"));
 }
 
 void SparePool::add_processes(std::vector<ChildProcess*>& processes) {
@@ -97,7 +97,7 @@ void SparePool::pump() {
       continue;
     }
     auto recorded = read_error_file(spare.error_file);
-    say(comm::detail::str("spare ", spare.id, " (pid ", spare.process->pid(), ") ended with ",
+    say(base::detail::str("spare ", spare.id, " (pid ", spare.process->pid(), ") ended with ",
                           describe_exit(spare.process->exit_code(), spare.process->term_signal()),
                           " before it was needed",
                           recorded ? ": " + recorded->message : std::string()));
@@ -115,7 +115,7 @@ void SparePool::poll_store(const WorkerPlacement& base) {
   for (auto& spare : spares_) {
     if (spare.ready || !store_.check({comm::store::spare_ready_key(spare.id)})) continue;
     spare.ready = Clock::now();
-    say(comm::detail::str("spare ", spare.id, " (pid ", spare.process->pid(), ") ready after ",
+    say(base::detail::str("spare ", spare.id, " (pid ", spare.process->pid(), ") ready after ",
                           milliseconds_between(spare.started, *spare.ready), " ms"));
   }
   if (promoted_ && (store_.check({comm::store::spare_running_key(*promoted_)}) ||

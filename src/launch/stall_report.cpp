@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "comm/flight_recorder/entry_json.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
@@ -35,7 +35,7 @@ std::string state_text(const Entry& e) {
 // What a collective is, without its number or state: ranks that disagree
 // on this at the same number issued different collectives.
 std::string what(const Entry& e) {
-  return comm::detail::str(e.operation, " ", e.dtype, " ", e.numel);
+  return base::detail::str(e.operation, " ", e.dtype, " ", e.numel);
 }
 
 std::string without_number(const Entry& e) {
@@ -62,8 +62,8 @@ std::string rank_list(std::vector<int> ranks) {
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    text += comm::detail::str(text.empty() ? "" : ", ", ranks[i]);
-    if (j > i) text += comm::detail::str(j == i + 1 ? ", " : "-", ranks[j]);
+    text += base::detail::str(text.empty() ? "" : ", ", ranks[i]);
+    if (j > i) text += base::detail::str(j == i + 1 ? ", " : "-", ranks[j]);
     i = j + 1;
   }
   return text;
@@ -96,7 +96,7 @@ std::string describe_stall(std::vector<RankPosition> ranks) {
   }
   if (kinds.size() > 1) {
     std::string text =
-        comm::detail::str("the ranks issued different collectives as #", newest, ":");
+        base::detail::str("the ranks issued different collectives as #", newest, ":");
     for (const auto& [kind, who] : kinds) {
       text += " " + plural_ranks(who) + " " + without_number(kind_entry.at(kind)) + ";";
     }

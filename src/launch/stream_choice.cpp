@@ -1,6 +1,6 @@
 #include "launch/stream_choice.hpp"
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "launch/to_int.hpp"
 
 namespace ddp::launch {

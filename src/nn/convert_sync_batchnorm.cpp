@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "nn/batch_norm_layers.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 
 namespace ddp::nn {

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "nn/sync_batch_norm_function.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::nn {
 
@@ -36,16 +36,16 @@ void SyncBatchNormImpl::validate() const {
         "ddp::init()");
   }
   if (options.num_features() < 1) {
-    throw ConfigError(comm::detail::str("SyncBatchNorm: num_features is ", options.num_features(),
+    throw ConfigError(base::detail::str("SyncBatchNorm: num_features is ", options.num_features(),
                                         "; it must be the (positive) number of channels"));
   }
   if (!(options.eps() > 0)) {
-    throw ConfigError(comm::detail::str("SyncBatchNorm: eps is ", options.eps(),
+    throw ConfigError(base::detail::str("SyncBatchNorm: eps is ", options.eps(),
                                         "; it must be positive (BatchNorm uses 1e-5)"));
   }
   if (options.momentum() && !(*options.momentum() >= 0 && *options.momentum() <= 1)) {
     throw ConfigError(
-        comm::detail::str("SyncBatchNorm: momentum is ", *options.momentum(),
+        base::detail::str("SyncBatchNorm: momentum is ", *options.momentum(),
                           "; it must lie in [0, 1], or be nullopt for a cumulative average"));
   }
 }
@@ -112,12 +112,12 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
     std::ostringstream shape;
     shape << input.sizes();
     throw InvalidArgumentError(
-        comm::detail::str("SyncBatchNorm: expected an input of 2 to 5 dimensions ((N, C), (N, C, "
+        base::detail::str("SyncBatchNorm: expected an input of 2 to 5 dimensions ((N, C), (N, C, "
                           "L), (N, C, H, W) or (N, C, D, H, W)), got ",
                           input.dim(), " dimensions ", shape.str()));
   }
   if (input.size(1) != options.num_features()) {
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         "SyncBatchNorm: the input has ", input.size(1),
         " channels (dimension 1) but the layer was built for ", options.num_features()));
   }

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::nn::detail {
 namespace {
@@ -82,7 +82,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const double count = stats[2 * channels].item<double>();
     if (count <= 1) {
       throw InvalidArgumentError(
-          comm::detail::str("SyncBatchNorm: expected more than 1 value per channel over all ranks "
+          base::detail::str("SyncBatchNorm: expected more than 1 value per channel over all ranks "
                             "when training, got ",
                             static_cast<int64_t>(count), " (this rank's input is ", shape_of(input),
                             "); use larger batches, or eval mode"));

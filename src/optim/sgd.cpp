@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 
 namespace ddp::optim {
 namespace {
@@ -94,7 +94,7 @@ torch::Tensor SGD::step(LossClosure closure) {
         std::vector<at::Tensor> bufs, kept, kept_d_p;
         bufs.reserve(d_p.size());
         for (size_t i = 0; i < d_p.size(); ++i) {
-          const auto key = comm::compat::optimizer_state_key(lists.params[i]);
+          const auto key = base::compat::optimizer_state_key(lists.params[i]);
           auto param_state = state_.find(key);
           if (param_state == state_.end()) {
             bufs.push_back(torch::clone(d_p[i]).detach());

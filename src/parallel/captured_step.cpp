@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 #ifdef DDP_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -67,7 +67,7 @@ CapturedStep::CapturedStep(std::function<void()> step, CapturedStepOptions optio
     : step_(std::move(step)), options_(options) {
   if (options_.warmup_steps() < 1) {
     throw ConfigError(
-        comm::detail::str("CapturedStep: warmup_steps is ", options_.warmup_steps(),
+        base::detail::str("CapturedStep: warmup_steps is ", options_.warmup_steps(),
                           "; it must be at least 1 (DistributedDataParallel rebuilds its buckets "
                           "in the first step; PyTorch's recipe warms up 11)"));
   }

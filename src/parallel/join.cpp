@@ -7,16 +7,16 @@
 #include <string>
 
 #include "comm/collective_name.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel {
 namespace {
 
 CollectiveError early_termination(int active, int world, int rank) {
   return CollectiveError(
-      comm::detail::str("Join: rank ", rank, " sees ", world - active, " of the ", world,
+      base::detail::str("Join: rank ", rank, " sees ", world - active, " of the ", world,
                         " ranks out of inputs, and throw_on_early_termination is set; every rank "
                         "stops here. Give every rank the same number of batches, or leave "
                         "throw_on_early_termination off to let the ranks still training finish."));
@@ -35,16 +35,16 @@ Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
     Joinable* joinable = joinables_[i];
     if (joinable == nullptr) {
       throw InvalidArgumentError(
-          comm::detail::str("Join: joinable #", i, " is null; pass live objects."));
+          base::detail::str("Join: joinable #", i, " is null; pass live objects."));
     }
     if (joinable->join_ != nullptr) {
-      throw InvalidArgumentError(comm::detail::str(
+      throw InvalidArgumentError(base::detail::str(
           "Join: joinable #", i, " is already in another Join; leave that one first."));
     }
     ProcessGroup& group = joinable->join_process_group();
     if (group_ == nullptr) group_ = &group;
     if (&group != group_) {
-      throw InvalidArgumentError(comm::detail::str(
+      throw InvalidArgumentError(base::detail::str(
           "Join: joinable #", i,
           " communicates over another process group than joinable #0; one Join covers one group."));
     }

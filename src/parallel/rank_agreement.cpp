@@ -5,11 +5,11 @@
 #include <sstream>
 
 #include "comm/byte_exchange.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "comm/collective_name.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -23,7 +23,7 @@ std::vector<std::string> lines(const std::string& text) {
 
 std::string join(const std::vector<int>& ranks) {
   std::string text;
-  for (int r : ranks) text += comm::detail::str(text.empty() ? "" : ", ", r);
+  for (int r : ranks) text += base::detail::str(text.empty() ? "" : ", ", r);
   return text;
 }
 
@@ -33,8 +33,8 @@ std::vector<std::string> describe_tensors(const std::vector<std::string>& names,
                                           const std::vector<at::Tensor>& tensors) {
   std::vector<std::string> descriptions;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    descriptions.push_back(comm::detail::str(names[i], " ",
-                                             comm::detail::dtype_name(tensors[i].scalar_type()),
+    descriptions.push_back(base::detail::str(names[i], " ",
+                                             base::detail::dtype_name(tensors[i].scalar_type()),
                                              " ", tensors[i].sizes()));
   }
   return descriptions;
@@ -60,12 +60,12 @@ void verify_same_across_ranks(ProcessGroup& group, const std::vector<std::string
   for (size_t i = 0; i < longest; ++i) {
     auto entry = [&](int r) {
       return i < all[r].size() ? "'" + all[r][i] + "'"
-                               : comm::detail::str("nothing (it has only ", all[r].size(), ")");
+                               : base::detail::str("nothing (it has only ", all[r].size(), ")");
     };
     std::vector<int> agree, differ;
     for (int r = 0; r < group.size(); ++r) (entry(r) == entry(0) ? agree : differ).push_back(r);
     if (differ.empty()) continue;
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         who, ": the ", what, " differ across ranks at #", i, ": rank 0 has ", entry(0), ", rank ",
         differ[0], " has ", entry(differ[0]), " (ranks that differ from rank 0: ", join(differ),
         "; ranks that agree: ", join(agree), "; rank 0 has ", reference.size(), " in all). ",

@@ -2,8 +2,8 @@
 
 #include <c10/util/Type.h>
 
-#include "comm/str.hpp"
-#include "ddp/comm/errors.hpp"
+#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::parallel {
 
@@ -20,7 +20,7 @@ void WrappedModule::check_not_empty() const {
 
 void WrappedModule::throw_other_type(const char* who, const std::type_info& returned,
                                      const std::type_info& asked) {
-  throw InvalidArgumentError(comm::detail::str(
+  throw InvalidArgumentError(base::detail::str(
       who, ": the wrapped module's forward returned ", c10::demangle(returned.name()),
       ", but forward was called for ", c10::demangle(asked.name()), "; call forward<",
       c10::demangle(returned.name()), ">(...)."));

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "comm/byte_exchange.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
@@ -90,10 +90,10 @@ void await_shard_files(const std::string& directory, const std::string& main_nam
     std::error_code error;
     while (!fs::exists(file, error)) {
       if (writer.abandoned()) {
-        throw SnapshotError(comm::detail::str("gave ", main_name, " up: a rank's shard failed"));
+        throw SnapshotError(base::detail::str("gave ", main_name, " up: a rank's shard failed"));
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        throw SnapshotError(comm::detail::str(
+        throw SnapshotError(base::detail::str(
             "cannot write snapshot ", (fs::path(directory) / main_name).string(), ": rank ", r,
             "'s shard file ", file.string(), " did not appear within ", kShardFileWait.count(),
             " minutes; the snapshots before it are intact (is rank ", r, " alive?)"));
@@ -145,7 +145,7 @@ void SnapshotManager::settle() {
   saves.unreported = nullptr;
   if (mine) std::rethrow_exception(mine);
   if (failed >= 0) {
-    throw SnapshotError(comm::detail::str(
+    throw SnapshotError(base::detail::str(
         "the asynchronous save of ", saves.path, " failed on rank ", failed,
         " (its error says why); the snapshots before it are intact, and the next save may be "
         "tried"));
@@ -216,7 +216,7 @@ std::string SnapshotManager::save_async(const TrainingState& state) {
   if (failed >= 0) {
     if (failure) std::rethrow_exception(failure);
     throw SnapshotError(
-        comm::detail::str("rank ", failed, " could not prepare an asynchronous save into ",
+        base::detail::str("rank ", failed, " could not prepare an asynchronous save into ",
                           options_.directory(), " (its error says why); nothing was started"));
   }
 

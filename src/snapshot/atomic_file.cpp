@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/snapshot_format.hpp"
 
@@ -25,7 +25,7 @@ void write_atomically(const std::string& path, const std::string& what,
     throw SnapshotError("cannot write " + what + " " + path + ": " + cause);
   };
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(comm::detail::str("open(", temp, ") failed: ", std::strerror(errno)));
+  if (fd < 0) fail(base::detail::str("open(", temp, ") failed: ", std::strerror(errno)));
   std::string write_error;
   const ByteSink sink = [&](const void* data, size_t size) -> size_t {
     const char* bytes = static_cast<const char*>(data);
@@ -50,7 +50,7 @@ void write_atomically(const std::string& path, const std::string& what,
       fail(write_error.empty() ? e.what() : write_error);
     }
     if (!write_error.empty()) fail(write_error);
-    if (::fsync(fd) != 0) fail(comm::detail::str("fsync failed: ", std::strerror(errno)));
+    if (::fsync(fd) != 0) fail(base::detail::str("fsync failed: ", std::strerror(errno)));
   } catch (...) {
     ::close(fd);
     std::remove(temp.c_str());

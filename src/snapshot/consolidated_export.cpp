@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/snapshot_format.hpp"
@@ -55,7 +55,7 @@ std::string save_consolidated(FullyShardedDataParallel& model, const std::string
       detail::StateRecords records = detail::state_records(scalars_only, {}, nullptr, 1);
       records.scalars["model"] = true;
       records.scalars["metadata"]["consolidated_from"] =
-          comm::detail::str("FullyShardedDataParallel, ", group.size(), " rank(s)");
+          base::detail::str("FullyShardedDataParallel, ", group.size(), " rank(s)");
       for (const auto& item : model->module()->named_buffers(/*recurse=*/true)) {
         if (item.value().defined()) file->add_tensor("model/buffer/" + item.key(), item.value());
       }

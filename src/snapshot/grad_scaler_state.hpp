@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"

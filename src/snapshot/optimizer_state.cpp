@@ -14,11 +14,11 @@
 #include <typeinfo>
 #include <vector>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/snapshot_format.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {
@@ -69,7 +69,7 @@ Kind kind_of(const optim::Optimizer& optimizer) {
 }
 
 std::string prefix_of(size_t group, size_t index) {
-  return comm::detail::str("optim/g", group, "/p", index, "/");
+  return base::detail::str("optim/g", group, "/p", index, "/");
 }
 
 template <typename O, typename Base>
@@ -265,7 +265,7 @@ json export_optimizer(const optim::Optimizer& optimizer, TensorMap& tensors) {
     const auto& params = param_groups[g].params();
     json states = json::array();
     for (size_t i = 0; i < params.size(); ++i) {
-      auto found = optimizer.state().find(compat::optimizer_state_key(params[i]));
+      auto found = optimizer.state().find(base::compat::optimizer_state_key(params[i]));
       if (found == optimizer.state().end() || !found->second) {
         states.push_back(nullptr);
         continue;
@@ -302,7 +302,7 @@ void check_optimizer(const std::string& where, const json& description, const Te
     const json& groups = description.at("groups");
     const auto& param_groups = optimizer.param_groups();
     if (!groups.is_array() || groups.size() != param_groups.size()) {
-      fail(comm::detail::str("the snapshot's optimizer has ", groups.size(),
+      fail(base::detail::str("the snapshot's optimizer has ", groups.size(),
                              " param groups, this one has ", param_groups.size()));
     }
     std::set<std::string> expected;
@@ -313,7 +313,7 @@ void check_optimizer(const std::string& where, const json& description, const Te
       const json& states = group.at("state");
       if (group.at("params").get<size_t>() != params.size() || !states.is_array() ||
           states.size() != params.size()) {
-        fail(comm::detail::str("param group ", g, " has ", group.at("params").dump(),
+        fail(base::detail::str("param group ", g, " has ", group.at("params").dump(),
                                " parameters in the snapshot, ", params.size(), " here"));
       }
       for (size_t i = 0; i < params.size(); ++i) {
@@ -359,7 +359,7 @@ void import_optimizer(const json& description, const TensorMap& tensors,
     const json& states = groups.at(g).at("state");
     for (size_t i = 0; i < group.params().size(); ++i) {
       const at::Tensor& param = group.params()[i];
-      const auto key = compat::optimizer_state_key(param);
+      const auto key = base::compat::optimizer_state_key(param);
       optimizer.state().erase(key);
       if (states.at(i).is_null()) continue;
       auto get = [&, prefix = prefix_of(g, i)](const std::string& field) {

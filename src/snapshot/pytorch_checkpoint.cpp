@@ -12,7 +12,7 @@
 #include <map>
 #include <set>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/pickle_protocol.hpp"
 #include "snapshot/pytorch_optimizer.hpp"

@@ -10,7 +10,7 @@
 #include <map>
 #include <optional>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/snapshot/pytorch_checkpoint.hpp"
 #include "snapshot/optimizer_state.hpp"
 #include "snapshot/pickle_protocol.hpp"
@@ -59,7 +59,7 @@ std::string top_level_keys(const PyValue& root) {
 std::string some_of(const std::vector<std::string>& names) {
   std::string text;
   for (size_t i = 0; i < names.size() && i < 10; ++i) text += (i ? ", " : "") + names[i];
-  if (names.size() > 10) text += comm::detail::str(" and ", names.size() - 10, " more");
+  if (names.size() > 10) text += base::detail::str(" and ", names.size() - 10, " more");
   return text;
 }
 
@@ -182,15 +182,15 @@ ImportReport import_checkpoint(const std::string& path, TrainingState& state,
     std::string message = "cannot load the state_dict of " + path + " (" + model_key + ")" +
                           (prefixed ? " without its 'module.' prefix" : "") + " into the model:";
     if (!report.missing.empty()) {
-      message += comm::detail::str(" ", report.missing.size(), " missing (",
+      message += base::detail::str(" ", report.missing.size(), " missing (",
                                    some_of(report.missing), ");");
     }
     if (!report.unexpected.empty()) {
-      message += comm::detail::str(" ", report.unexpected.size(), " unexpected (",
+      message += base::detail::str(" ", report.unexpected.size(), " unexpected (",
                                    some_of(report.unexpected), ");");
     }
     if (!shape_differs.empty()) {
-      message += comm::detail::str(" ", shape_differs.size(), " with another shape (",
+      message += base::detail::str(" ", shape_differs.size(), " with another shape (",
                                    some_of(shape_differs), ");");
     }
     message += " load it into the model it was saved from";

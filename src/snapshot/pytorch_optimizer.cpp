@@ -6,7 +6,7 @@
 #include <map>
 #include <utility>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/snapshot/errors.hpp"
 
 namespace ddp::snapshot::detail {
@@ -16,7 +16,7 @@ using nlohmann::json;
 using Kind = PyValue::Kind;
 
 std::string state_prefix(size_t group, size_t index) {
-  return comm::detail::str("optim/g", group, "/p", index, "/");
+  return base::detail::str("optim/g", group, "/p", index, "/");
 }
 
 PyRef option_to_python(const std::string& name, const json& value) {
@@ -132,21 +132,21 @@ json optimizer_from_pytorch(const std::string& where, const PyValue& state_dict,
     const PyValue& group = *groups->items[g];
     const PyRef params = group.kind == Kind::kDict ? group.get("params") : nullptr;
     if (!params || params->kind != Kind::kList)
-      fail(comm::detail::str("param group ", g, " has no 'params' list"));
+      fail(base::detail::str("param group ", g, " has no 'params' list"));
     json options = json::object();
     for (const auto& [key, value] : group.entries) {
       if (key->text != "params") options[key->text] = option_from_python(where, key->text, *value);
     }
     for (const auto& item : live_options.items()) {
       if (!options.contains(item.key())) {
-        fail(comm::detail::str("param group ", g, " has no option '", item.key(), "', which ",
+        fail(base::detail::str("param group ", g, " has no option '", item.key(), "', which ",
                                live_type, " has: the file holds ", looks_like(options),
                                " state (options ", keys_of(options),
                                "); load it into that optimizer"));
       }
     }
     if (options.value("maximize", false) == true) {
-      fail(comm::detail::str("param group ", g, " has maximize=True, which LibTorch's ", live_type,
+      fail(base::detail::str("param group ", g, " has maximize=True, which LibTorch's ", live_type,
                              " cannot do; save it with maximize=False"));
     }
     for (size_t i = 0; i < params->items.size(); ++i) {
@@ -160,7 +160,7 @@ json optimizer_from_pytorch(const std::string& where, const PyValue& state_dict,
   for (const auto& [key, value] : state->entries) {
     auto found = key->kind == Kind::kInt ? position.find(key->integer) : position.end();
     if (found == position.end()) {
-      fail(comm::detail::str(
+      fail(base::detail::str(
           "the state of parameter ",
           key->kind == Kind::kInt ? std::to_string(key->integer) : key->type_name(),
           " belongs to no param group"));

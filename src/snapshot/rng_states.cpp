@@ -10,7 +10,7 @@
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::snapshot {
 namespace detail {
@@ -21,7 +21,7 @@ std::vector<std::pair<std::string, at::Generator>> generators() {
       {"cpu", at::detail::getDefaultCPUGenerator()}};
   size_t devices = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
   for (size_t i = 0; i < devices; ++i) {
-    all.emplace_back(comm::detail::str("cuda", i),
+    all.emplace_back(base::detail::str("cuda", i),
                      at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i)));
   }
   return all;
@@ -62,8 +62,8 @@ std::map<std::string, at::Tensor> gather_rng_states(ProcessGroup& group) {
       at::Tensor state = at::empty({length}, at::kByte);
       std::memcpy(state.data_ptr(), bytes.data() + offset, static_cast<size_t>(length));
       offset += static_cast<size_t>(length);
-      const std::string device = i == 0 ? "cpu" : comm::detail::str("cuda", i - 1);
-      result[comm::detail::str("rng/rank", r, "/", device)] = state;
+      const std::string device = i == 0 ? "cpu" : base::detail::str("cuda", i - 1);
+      result[base::detail::str("rng/rank", r, "/", device)] = state;
     }
   }
   return result;

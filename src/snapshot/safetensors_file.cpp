@@ -7,7 +7,7 @@
 #include <fstream>
 #include <set>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/atomic_file.hpp"
 
@@ -47,7 +47,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
       if (dtype == tensor.scalar_type()) code = candidate;
     }
     if (code == nullptr) {
-      throw SnapshotError(comm::detail::str("cannot write ", path, ": tensor ", name, " has dtype ",
+      throw SnapshotError(base::detail::str("cannot write ", path, ": tensor ", name, " has dtype ",
                                             tensor.scalar_type(),
                                             ", which safetensors has no code for"));
     }
@@ -81,10 +81,10 @@ NamedTensors read_safetensors(const std::string& path,
   in.seekg(0);
   uint64_t header_size = 0;
   if (file_size < 8 || !in.read(reinterpret_cast<char*>(&header_size), 8)) {
-    fail(comm::detail::str("it has ", file_size, " bytes, fewer than the 8 of the header size"));
+    fail(base::detail::str("it has ", file_size, " bytes, fewer than the 8 of the header size"));
   }
   if (header_size > kMaxHeaderBytes || header_size > file_size - 8) {
-    fail(comm::detail::str("its header size ", header_size, " exceeds the file's ", file_size,
+    fail(base::detail::str("its header size ", header_size, " exceeds the file's ", file_size,
                            " bytes (or the format's 100 MB)"));
   }
   std::string text(header_size, '\0');
@@ -132,7 +132,7 @@ NamedTensors read_safetensors(const std::string& path,
     at::Tensor tensor = at::empty(entry.shape, at::TensorOptions(entry.dtype));
     if (entry.begin != expected || entry.end < entry.begin || entry.end > data_size ||
         entry.end - entry.begin != tensor.nbytes()) {
-      fail(comm::detail::str("tensor ", entry.name, " spans bytes [", entry.begin, ", ", entry.end,
+      fail(base::detail::str("tensor ", entry.name, " spans bytes [", entry.begin, ", ", entry.end,
                              ") of ", data_size, "; its shape needs ", tensor.nbytes(),
                              " bytes starting at ", expected));
     }
@@ -145,7 +145,7 @@ NamedTensors read_safetensors(const std::string& path,
     result.emplace_back(entry.name, std::move(tensor));
   }
   if (expected != data_size) {
-    fail(comm::detail::str("its tensors cover ", expected, " of its ", data_size, " data bytes"));
+    fail(base::detail::str("its tensors cover ", expected, " of its ", data_size, " data bytes"));
   }
   return result;
 }

@@ -17,7 +17,7 @@
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/snapshot_writing.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {
@@ -72,7 +72,7 @@ const char* sharded_record_key(const parallel::ShardedState& sharded) {
 ShardRecords shard_records(const parallel::ShardedState& sharded) {
   const torch::optim::Optimizer& optimizer = sharded.local_optimizer();
   if (optimizer.param_groups().size() != 1) {
-    throw SnapshotError(comm::detail::str(
+    throw SnapshotError(base::detail::str(
         "cannot save sharded state whose local optimizer has ", optimizer.param_groups().size(),
         " param groups; make it with one (as zero_optimizer() does, or over an FSDP model's "
         "parameters())"));
@@ -87,7 +87,7 @@ ShardRecords shard_records(const parallel::ShardedState& sharded) {
     pieces.push_back({piece.parameter, piece.begin, piece.length});
     // Note [A shard's pieces]: only the piece's elements, not the padding.
     const int64_t local = locals.at(j).numel();
-    const std::string prefix = comm::detail::str("optim/g0/p", j, "/");
+    const std::string prefix = base::detail::str("optim/g0/p", j, "/");
     for (auto it = records.tensors.lower_bound(prefix);
          it != records.tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
       if (local != piece.length && it->second.numel() == local) {
@@ -95,7 +95,7 @@ ShardRecords shard_records(const parallel::ShardedState& sharded) {
       }
     }
     if (sharded.holds_values()) {
-      records.tensors[comm::detail::str("value/p", j)] =
+      records.tensors[base::detail::str("value/p", j)] =
           locals[j].detach().reshape({-1}).narrow(0, 0, piece.length);
     }
   }
@@ -114,7 +114,7 @@ json shards_record(const parallel::ShardedState& sharded, const std::vector<json
 
 void check_sharded_group(const parallel::ShardedState& sharded, const ProcessGroup& group) {
   if (sharded.group().size() != group.size() || sharded.group().rank() != group.rank()) {
-    throw SnapshotError(comm::detail::str("the sharded state's process group (rank ",
+    throw SnapshotError(base::detail::str("the sharded state's process group (rank ",
                                           sharded.group().rank(), " of ", sharded.group().size(),
                                           ") is not the snapshot's (rank ", group.rank(), " of ",
                                           group.size(), "); give both the same group"));
@@ -155,7 +155,7 @@ json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
   for (int r = 0; r < group.size(); ++r) {
     if (everyone[r].empty()) {
       throw SnapshotError(
-          comm::detail::str("rank ", r, " could not write its shard of the training state into ",
+          base::detail::str("rank ", r, " could not write its shard of the training state into ",
                             options.directory(), "; its error says why"));
     }
     pieces.push_back(json::parse(everyone[r]));
@@ -199,12 +199,12 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
     const int old_world = record.at("world").get<int>();
     const auto numels = record.at("numels").get<std::vector<int64_t>>();
     if (numels.size() != here.size()) {
-      fail(comm::detail::str("its sharded state covers ", numels.size(),
+      fail(base::detail::str("its sharded state covers ", numels.size(),
                              " flattened parameters; this one has ", here.size()));
     }
     for (size_t p = 0; p < here.size(); ++p) {
       if (numels[p] != here[p]) {
-        fail(comm::detail::str("flattened parameter #", p, " has ", numels[p],
+        fail(base::detail::str("flattened parameter #", p, " has ", numels[p],
                                " elements in the sharded state and ", here[p], " here"));
       }
     }
@@ -212,7 +212,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
     std::vector<std::vector<SavedPiece>> saved(here.size());
     const json& ranks = record.at("pieces");
     if (!ranks.is_array() || static_cast<int>(ranks.size()) != old_world)
-      fail(comm::detail::str("its sharded-state record lists ", ranks.size(),
+      fail(base::detail::str("its sharded-state record lists ", ranks.size(),
                              " shards for a world of ", old_world));
     for (int r = 0; r < old_world; ++r) {
       for (size_t i = 0; i < ranks[r].size(); ++i) {
@@ -227,11 +227,11 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
     std::map<int, json> descriptions;
     auto shard = [&](int r) -> const snapshot::SnapshotFile& {
       const snapshot::SnapshotFile* file = lookup(r);
-      if (file == nullptr) fail(comm::detail::str("rank ", r, "'s shard is not at hand"));
+      if (file == nullptr) fail(base::detail::str("rank ", r, "'s shard is not at hand"));
       if (descriptions.count(r) == 0) {
         json scalars = json::parse(file->scalars_json);
         if (scalars.at("rank").get<int>() != r || scalars.at("pieces") != ranks[r]) {
-          fail(comm::detail::str(file->path, " is not rank ", r, "'s shard of this snapshot"));
+          fail(base::detail::str(file->path, " is not rank ", r, "'s shard of this snapshot"));
         }
         descriptions[r] = scalars.at("optimizer");
       }
@@ -244,7 +244,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
     for (size_t j = 0; j < mine.size(); ++j) {
       const auto& piece = mine[j];
       const int64_t local = locals.at(j).numel();  // past the piece: zeros
-      const std::string target_prefix = comm::detail::str("optim/g0/p", j, "/");
+      const std::string target_prefix = base::detail::str("optim/g0/p", j, "/");
       if (sharded.holds_values()) result.values[j] = at::zeros({local}, locals[j].options());
       std::optional<json> entry;
       bool without_state = false;
@@ -256,10 +256,10 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
         covered += hi - lo;
         const snapshot::SnapshotFile& file = shard(old.rank);
         if (sharded.holds_values()) {
-          const std::string key = comm::detail::str("value/p", old.index);
+          const std::string key = base::detail::str("value/p", old.index);
           auto found = file.tensors.find(key);
           if (found == file.tensors.end() || found->second.numel() != old.length) {
-            fail(comm::detail::str(file.path, ": ", key, " is missing or not ", old.length,
+            fail(base::detail::str(file.path, ": ", key, " is missing or not ", old.length,
                                    " elements"));
           }
           result.values[j]
@@ -272,15 +272,15 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
           continue;
         }
         if (entry && *entry != old_entry) {
-          fail(comm::detail::str("the shards disagree on the state of parameter #", piece.parameter,
+          fail(base::detail::str("the shards disagree on the state of parameter #", piece.parameter,
                                  ": ", entry->dump(), " and ", old_entry.dump()));
         }
         entry = old_entry;
-        const std::string source_prefix = comm::detail::str("optim/g0/p", old.index, "/");
+        const std::string source_prefix = base::detail::str("optim/g0/p", old.index, "/");
         for (auto it = file.tensors.lower_bound(source_prefix);
              it != file.tensors.end() && it->first.rfind(source_prefix, 0) == 0; ++it) {
           if (it->second.numel() != old.length) {
-            fail(comm::detail::str(file.path, ": ", it->first, " is ", describe_tensor(it->second),
+            fail(base::detail::str(file.path, ": ", it->first, " is ", describe_tensor(it->second),
                                    " for a piece of ", old.length, " elements"));
           }
           at::Tensor& state =
@@ -291,12 +291,12 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
         }
       }
       if (covered != piece.length) {
-        fail(comm::detail::str("its shards hold ", covered, " of the ", piece.length,
+        fail(base::detail::str("its shards hold ", covered, " of the ", piece.length,
                                " elements of parameter #", piece.parameter, " from element ",
                                piece.begin, " that this rank owns"));
       }
       if (entry && without_state) {
-        fail(comm::detail::str("parameter #", piece.parameter,
+        fail(base::detail::str("parameter #", piece.parameter,
                                " has optimizer state in some shards and none in others"));
       }
       states.push_back(entry ? *entry : json(nullptr));

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "ddp/snapshot/errors.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {
@@ -42,7 +42,7 @@ std::optional<uint64_t> snapshot_sequence(const std::string& name, const std::st
 
 std::string shard_file_name(const std::string& main_name, int rank, int world) {
   const std::string stem = main_name.substr(0, main_name.size() - (sizeof kExtension - 1));
-  return comm::detail::str(stem, kShardTag, rank, "-of-", world, kExtension);
+  return base::detail::str(stem, kShardTag, rank, "-of-", world, kExtension);
 }
 
 std::optional<uint64_t> shard_file_sequence(const std::string& name, const std::string& prefix) {

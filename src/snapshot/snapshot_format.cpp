@@ -17,9 +17,9 @@
 #include <sstream>
 #include <vector>
 
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "ddp/snapshot/errors.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the snapshot format stores raw little-endian bytes");
@@ -101,7 +101,7 @@ class Reader {
   }
   [[noreturn]] void fail(const std::string& problem) const {
     throw SnapshotError(
-        comm::detail::str(path_, ": malformed snapshot payload at byte ", offset_, ": ", problem));
+        base::detail::str(path_, ": malformed snapshot payload at byte ", offset_, ": ", problem));
   }
 
  private:
@@ -116,17 +116,17 @@ at::Tensor read_tensor(Reader& reader, const std::string& name) {
   auto found = std::find_if(kDtypeCodes.begin(), kDtypeCodes.end(),
                             [&](const auto& entry) { return entry.first == code; });
   if (found == kDtypeCodes.end()) {
-    reader.fail(comm::detail::str("tensor '", name, "' has unknown dtype code ", code));
+    reader.fail(base::detail::str("tensor '", name, "' has unknown dtype code ", code));
   }
   uint32_t dims = reader.get<uint32_t>("a rank");
   if (dims > kMaxDims)
-    reader.fail(comm::detail::str("tensor '", name, "' has ", dims, " dimensions"));
+    reader.fail(base::detail::str("tensor '", name, "' has ", dims, " dimensions"));
   std::vector<int64_t> sizes(dims);
   uint64_t numel = 1;
   for (auto& size : sizes) {
     size = reader.get<int64_t>("a size");
     if (size < 0 || (size > 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / size)) {
-      reader.fail(comm::detail::str("tensor '", name, "' has an impossible size ", size));
+      reader.fail(base::detail::str("tensor '", name, "' has an impossible size ", size));
     }
     numel *= static_cast<uint64_t>(size);
   }
@@ -134,7 +134,7 @@ at::Tensor read_tensor(Reader& reader, const std::string& name) {
   uint64_t expected = numel * c10::elementSize(found->second);
   if (bytes != expected) {
     reader.fail(
-        comm::detail::str("tensor '", name, "' has ", bytes, " bytes, its shape needs ", expected));
+        base::detail::str("tensor '", name, "' has ", bytes, " bytes, its shape needs ", expected));
   }
   const unsigned char* data = reader.take(bytes, "tensor data");
   at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(found->second));
@@ -237,7 +237,7 @@ std::string tensor_record_problem(const std::string& name, const at::Tensor& ten
   });
   if (found == kDtypeCodes.end()) {
     return "tensor '" + name + "' has unsupported dtype " +
-           comm::detail::dtype_name(tensor.scalar_type());
+           base::detail::dtype_name(tensor.scalar_type());
   }
   return "";
 }
@@ -293,7 +293,7 @@ void SnapshotWriter::commit(const std::string& final_path, uint32_t world_size, 
 
 std::string describe_tensor(const at::Tensor& tensor) {
   std::ostringstream text;
-  text << tensor.sizes() << ' ' << comm::detail::dtype_name(tensor.scalar_type());
+  text << tensor.sizes() << ' ' << base::detail::dtype_name(tensor.scalar_type());
   return text.str();
 }
 
@@ -315,7 +315,7 @@ snapshot::SnapshotFile read_snapshot(const std::string& path) {
                         " is not a ddp snapshot: it does not start with the magic \"DDPSNAP1\"");
   }
   if (file.size() < kSnapshotHeaderSize) {
-    throw SnapshotError(comm::detail::str(path, ": snapshot is truncated: ", file.size(),
+    throw SnapshotError(base::detail::str(path, ": snapshot is truncated: ", file.size(),
                                           " bytes, shorter than its header"));
   }
   Header h;
@@ -327,7 +327,7 @@ snapshot::SnapshotFile read_snapshot(const std::string& path) {
   std::memcpy(&h.created_unix_ms, file.data() + 32, 8);
   std::memcpy(&h.payload_size, file.data() + 40, 8);
   if (h.version > kSnapshotFormatVersion || h.version == 0) {
-    throw SnapshotError(comm::detail::str(path, ": snapshot format version ", h.version,
+    throw SnapshotError(base::detail::str(path, ": snapshot format version ", h.version,
                                           " is not supported (this build reads version 1)"));
   }
   uint32_t header_crc;
@@ -338,7 +338,7 @@ snapshot::SnapshotFile read_snapshot(const std::string& path) {
   }
   uint64_t expected = kSnapshotHeaderSize + sizeof kSnapshotEndMarker;
   if (h.payload_size > file.size() || expected + h.payload_size > file.size()) {
-    throw SnapshotError(comm::detail::str(path, ": snapshot is truncated: ", file.size(),
+    throw SnapshotError(base::detail::str(path, ": snapshot is truncated: ", file.size(),
                                           " bytes, the header announces ",
                                           expected + h.payload_size));
   }
@@ -348,7 +348,7 @@ snapshot::SnapshotFile read_snapshot(const std::string& path) {
     throw SnapshotError(path + ": snapshot has no end marker (the write did not complete)");
   }
   if (file.size() != expected) {
-    throw SnapshotError(comm::detail::str(path, ": snapshot is corrupt: ", file.size(),
+    throw SnapshotError(base::detail::str(path, ": snapshot is corrupt: ", file.size(),
                                           " bytes, the header announces ", expected));
   }
   const unsigned char* payload = file.data() + kSnapshotHeaderSize;
@@ -369,7 +369,7 @@ snapshot::SnapshotFile read_snapshot(const std::string& path) {
     uint32_t kind = reader.get<uint32_t>("a record kind");
     uint32_t name_size = reader.get<uint32_t>("a name length");
     if (name_size > kMaxName)
-      reader.fail(comm::detail::str("record name of ", name_size, " bytes"));
+      reader.fail(base::detail::str("record name of ", name_size, " bytes"));
     auto name_bytes = reader.take(name_size, "a name");
     std::string name(reinterpret_cast<const char*>(name_bytes), name_size);
     if (kind == kRecordTensor) {
@@ -384,7 +384,7 @@ snapshot::SnapshotFile read_snapshot(const std::string& path) {
       result.scalars_json.assign(reinterpret_cast<const char*>(text), size);
       have_scalars = true;
     } else {
-      reader.fail(comm::detail::str("unknown record kind ", kind));
+      reader.fail(base::detail::str("unknown record kind ", kind));
     }
   }
   if (!have_scalars) throw SnapshotError(path + ": snapshot has no \"scalars\" record");

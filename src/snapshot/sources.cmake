@@ -7,6 +7,7 @@ ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/optimizer_state.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/rng_states.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/training_state_restore.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_directory.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/state_records.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/sharded_state.cpp

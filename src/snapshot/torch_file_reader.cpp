@@ -12,7 +12,7 @@
 #include <map>
 #include <optional>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/torch_file.hpp"
 
@@ -40,7 +40,7 @@ class TorchUnpickler {
 
  private:
   [[noreturn]] void fail(size_t at, const std::string& what) const {
-    throw SnapshotError(comm::detail::str("cannot read the checkpoint ", path_, ": ", what,
+    throw SnapshotError(base::detail::str("cannot read the checkpoint ", path_, ": ", what,
                                           " (data.pkl byte ", at, ")"));
   }
   const char* take(size_t n) {
@@ -129,7 +129,7 @@ class TorchUnpickler {
     auto [data, bytes] = zip_.getRecord(record);
     at::Tensor flat = at::empty({numel}, at::TensorOptions(dtype));
     if (bytes != flat.nbytes()) {
-      fail(at, comm::detail::str("record ", record, " holds ", bytes, " bytes, its ", type, " of ",
+      fail(at, base::detail::str("record ", record, " holds ", bytes, " bytes, its ", type, " of ",
                                  numel, " elements needs ", flat.nbytes()));
     }
     if (bytes > 0) std::memcpy(flat.data_ptr(), data.get(), bytes);
@@ -308,13 +308,13 @@ class TorchUnpickler {
       case PickleOp::kLongBinGet: {
         const uint32_t index = code == PickleOp::kBinGet ? u8() : raw<uint32_t>();
         auto found = memo_.find(index);
-        if (found == memo_.end()) fail(at, comm::detail::str("memo entry ", index, " is unset"));
+        if (found == memo_.end()) fail(at, base::detail::str("memo entry ", index, " is unset"));
         return push(found->second);
       }
       default:
         break;
     }
-    fail(at, comm::detail::str("pickle opcode 0x", std::hex, static_cast<int>(code),
+    fail(at, base::detail::str("pickle opcode 0x", std::hex, static_cast<int>(code),
                                " is outside what torch.save writes for a checkpoint"));
   }
 

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "comm/collective_name.hpp"
 #include "timeline/timeline_observer.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp {
 namespace timeline {
@@ -103,7 +103,7 @@ class Recorder {
     write_entry({{"name", "process_name"},
                  {"ph", "M"},
                  {"pid", rank},
-                 {"args", {{"name", comm::detail::str("rank ", rank)}}}});
+                 {"args", {{"name", base::detail::str("rank ", rank)}}}});
     write_entry({{"name", "process_sort_index"},
                  {"ph", "M"},
                  {"pid", rank},
@@ -152,7 +152,7 @@ class Recorder {
            {"tid", named},
            {"args",
             {{"name", named == 0 ? std::string("collectives")
-                                 : comm::detail::str("collectives (overlapping ", named, ")")}}}});
+                                 : base::detail::str("collectives (overlapping ", named, ")")}}}});
     }
     write_entry(event(rank_));
     ++events_;
@@ -223,7 +223,7 @@ json PendingEvent::to_json(const CollectiveFacts& facts, bool waited, double dur
   if (facts.reduce_op) args["reduce"] = to_string(*facts.reduce_op);
   if (facts.root >= 0) args["root"] = facts.root;
   if (facts.dtype) {
-    args["dtype"] = ddp::comm::detail::dtype_name(*facts.dtype);
+    args["dtype"] = ddp::base::detail::dtype_name(*facts.dtype);
     args["numel"] = facts.numel;
     args["bytes"] = facts.bytes;
   }

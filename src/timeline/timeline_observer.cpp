@@ -1,6 +1,6 @@
 #include "timeline/timeline_observer.hpp"
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/observer_factory.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"

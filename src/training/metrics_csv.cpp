@@ -1,6 +1,6 @@
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/errors.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -94,13 +94,13 @@ std::vector<EpochMetrics> read_metrics_csv(const std::string& path) {
   std::vector<EpochMetrics> rows;
   for (int number = 2; std::getline(in, line); ++number) {
     if (line.empty()) continue;
-    const std::string where = comm::detail::str("'", path, "' line ", number);
+    const std::string where = base::detail::str("'", path, "' line ", number);
     std::vector<std::string> fields;
     std::stringstream split(line);
     for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
     if (!line.empty() && line.back() == ',') fields.emplace_back();
     if (fields.size() != 5) {
-      throw MetricsError(comm::detail::str(where, " has ", fields.size(), " fields, expected 5 (",
+      throw MetricsError(base::detail::str(where, " has ", fields.size(), " fields, expected 5 (",
                                            kMetricsCsvHeader, "): '", line, "'."));
     }
     EpochMetrics row;

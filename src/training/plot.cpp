@@ -16,7 +16,7 @@
 #include "ddp/comm/environment.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/errors.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 extern char** environ;
 
@@ -117,7 +117,7 @@ void require_gnuplot(const PlotOptions& options) {
 void plot_loss_accuracy(const std::string& csv, const std::string& png,
                         const PlotOptions& options) {
   if (options.width() < 1 || options.height() < 1) {
-    throw ConfigError(comm::detail::str("plot_loss_accuracy: the image size is ", options.width(),
+    throw ConfigError(base::detail::str("plot_loss_accuracy: the image size is ", options.width(),
                                         "x", options.height(), "; both must be positive pixels."));
   }
   const std::vector<EpochMetrics> rows = read_metrics_csv(csv);
@@ -146,7 +146,7 @@ void plot_loss_accuracy(const std::string& csv, const std::string& png,
   fs::remove(log, error);
   if (!written) throw PlotError("cannot write the gnuplot script to the temporary directory.");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    throw PlotError(comm::detail::str("gnuplot ('", gnuplot, "') failed to draw '", png, "' from '",
+    throw PlotError(base::detail::str("gnuplot ('", gnuplot, "') failed to draw '", png, "' from '",
                                       csv, "' (", WIFEXITED(status) ? "exit " : "signal ",
                                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
                                       "): ", output));

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::training {
 namespace {
@@ -49,17 +49,17 @@ ProgressReporter::ProgressReporter(int rank, int64_t epochs, int64_t steps_per_e
       steps_to_run_(steps_to_run),
       options_(options),
       out_(options.stream() ? options.stream() : &std::cout),
-      prefix_(comm::detail::str("[rank ", rank, "] ")),
+      prefix_(base::detail::str("[rank ", rank, "] ")),
       started_(Clock::now()) {
-  require(rank >= 0, comm::detail::str("rank is ", rank, "; pass group->rank()."));
-  require(epochs >= 1, comm::detail::str("epochs is ", epochs, "; it must be at least 1."));
+  require(rank >= 0, base::detail::str("rank is ", rank, "; pass group->rank()."));
+  require(epochs >= 1, base::detail::str("epochs is ", epochs, "; it must be at least 1."));
   require(steps_per_epoch >= 1,
-          comm::detail::str("steps_per_epoch is ", steps_per_epoch,
+          base::detail::str("steps_per_epoch is ", steps_per_epoch,
                             "; it must be at least 1 (is the dataset empty?)."));
   require(steps_to_run >= 0,
-          comm::detail::str("steps_to_run is ", steps_to_run, "; it must be 0 or more."));
+          base::detail::str("steps_to_run is ", steps_to_run, "; it must be 0 or more."));
   require(options.redraw_interval().count() >= 0 && options.log_interval().count() >= 0,
-          comm::detail::str("redraw_interval and log_interval must be 0 or more (got ",
+          base::detail::str("redraw_interval and log_interval must be 0 or more (got ",
                             options.redraw_interval().count(), " ms and ",
                             options.log_interval().count(), " ms)."));
   in_place_ = options.in_place().has_value() ? *options.in_place()
@@ -117,7 +117,7 @@ std::string ProgressReporter::line(bool final) const {
   const double rate = epoch_seconds > 0 ? static_cast<double>(epoch_samples_) / epoch_seconds : 0.0;
   const int64_t remaining = std::max<int64_t>(0, steps_to_run_ - steps_done_);
   const double left = steps_done_ ? elapsed / static_cast<double>(steps_done_) * remaining : NAN;
-  std::string text = comm::detail::str(prefix_, "epoch ", epoch_ + 1, "/", epochs_, " step ",
+  std::string text = base::detail::str(prefix_, "epoch ", epoch_ + 1, "/", epochs_, " step ",
                                        step_in_epoch_, "/", steps_per_epoch_, " loss ",
                                        fixed(mean_loss, 4), " ", fixed(rate, 0), " samples/s");
   if (final) text += " took " + format_duration(epoch_seconds);

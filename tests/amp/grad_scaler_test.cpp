@@ -11,7 +11,7 @@
 
 #include "common/error_capture.hpp"
 #include "common/temporary_directory.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/comm/init.hpp"

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/observer_factory.hpp"
 #include "ddp/comm/process_group.hpp"

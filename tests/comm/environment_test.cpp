@@ -5,7 +5,7 @@
 
 #include "common/error_capture.hpp"
 #include "ddp/comm/environment.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 
 namespace ddp {

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "ddp/comm/error_file.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"

@@ -7,7 +7,7 @@
 
 #include "common/auto_backend_name.hpp"
 #include "common/error_capture.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 

@@ -19,7 +19,7 @@
 
 #include "common/error_capture.hpp"
 #include "common/temporary_directory.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "comm/store/handshake.hpp"
 #include "comm/store/job_secret.hpp"

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/tcp_store.hpp"
 
 namespace {

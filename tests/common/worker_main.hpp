@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::testing {
 

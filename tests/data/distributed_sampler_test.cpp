@@ -13,7 +13,7 @@
 
 #include "common/error_capture.hpp"
 #include "ddp/data/distributed_sampler.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 using ddp::data::DistributedSampler;
 using ddp::data::DistributedSamplerOptions;

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/elastic.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
@@ -63,7 +63,7 @@ struct Rank {
     const auto& optimizer = zero->local_optimizer();
     for (const auto& piece : optimizer.param_groups().at(0).params()) {
       const auto& state = static_cast<const torch::optim::AdamParamState&>(
-          *optimizer.state().at(compat::optimizer_state_key(piece)));
+          *optimizer.state().at(base::compat::optimizer_state_key(piece)));
       out.push_back(state.exp_avg().clone());
       out.push_back(state.exp_avg_sq().clone());
       out.push_back(torch::full({1}, state.step(), torch::kLong));

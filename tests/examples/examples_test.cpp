@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/temporary_directory.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
 #include "example_runs.hpp"

@@ -11,7 +11,7 @@
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/parallel/captured_step.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "gpu/gpu_checks.hpp"
 
 namespace ddp::testing {

@@ -13,7 +13,7 @@
 #include <iostream>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "gpu/gpu_checks.hpp"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/expect_checks.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/hvd.hpp"
 #include "hvd/hvd_checks.hpp"
 #include "multiprocess/harness.hpp"

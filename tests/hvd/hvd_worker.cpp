@@ -32,7 +32,7 @@
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
 #include "common/worker_main.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/hvd.hpp"
 #include "ddp/parallel/join.hpp"

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "launch/launcher_runs.hpp"
 
@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 
 // The agent's store, on a port it picks itself (no race for a free port).
 c10::intrusive_ptr<c10d::TCPStore> agent_store() {
-  return comm::compat::make_c10d_tcp_store("127.0.0.1", 0, /*is_server=*/true, 30s);
+  return base::compat::make_c10d_tcp_store("127.0.0.1", 0, /*is_server=*/true, 30s);
 }
 
 std::vector<ChildResult> run_attempt(c10d::TCPStore& agent, int restart_count) {

@@ -34,7 +34,7 @@
 
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/error_file.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"

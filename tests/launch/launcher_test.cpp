@@ -14,7 +14,7 @@
 
 #include "common/port_holder.hpp"
 #include "common/temporary_directory.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "launch/launcher_runs.hpp"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/worker_protocol.hpp"
 
 namespace store = ddp::comm::store;

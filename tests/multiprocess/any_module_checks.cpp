@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"

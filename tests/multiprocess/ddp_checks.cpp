@@ -14,7 +14,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "multiprocess/branch_net.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -255,7 +255,7 @@ class DdpChecker {
       const int64_t j = (rounded != grad).nonzero()[0][0].item<int64_t>();
       std::ostringstream text;
       text << std::setprecision(9) << item.key() << "'s gradient [" << j << "] is "
-           << grad[j].item<float>() << ", which " << comm::detail::dtype_name(wire) << " rounds to "
+           << grad[j].item<float>() << ", which " << base::detail::dtype_name(wire) << " rounds to "
            << rounded[j].item<float>();
       not_representable = text.str();
       break;

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::testing {
@@ -52,7 +52,7 @@ inline std::string hook_precision(const std::string& hook) {
 }
 /// "<hook> hook result is exactly representable in <wire type>"
 inline std::string hook_representable(const std::string& hook, at::ScalarType wire) {
-  return hook + " hook result is exactly representable in " + ddp::comm::detail::dtype_name(wire);
+  return hook + " hook result is exactly representable in " + ddp::base::detail::dtype_name(wire);
 }
 /// The compression hooks checked: each one's name() and wire type.
 inline std::vector<std::pair<std::string, at::ScalarType>> compression_hooks() {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/expect_checks.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "multiprocess/any_module_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/harness.hpp"

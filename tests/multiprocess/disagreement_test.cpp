@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "multiprocess/harness.hpp"
 
 namespace ddp::testing {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/backends/backends.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "common/port_holder.hpp"
 #include "multiprocess/harness.hpp"
 #include "ddp/launch/port_reservation.hpp"

@@ -10,9 +10,9 @@
 
 #include "common/named_checks.hpp"
 #include "comm/collective_name.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "ddp/comm/collective_observer.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
@@ -63,7 +63,7 @@ class CollectiveDtypes : public comm::CollectiveObserver {
       const comm::CollectiveFacts& facts) override {
     const std::string name = facts.name;
     if ((name == "all_gather" || name == "reduce_scatter") && facts.dtype) {
-      seen.insert(name + " " + comm::detail::dtype_name(*facts.dtype));
+      seen.insert(name + " " + base::detail::dtype_name(*facts.dtype));
     }
     return nullptr;
   }
@@ -444,12 +444,12 @@ class FsdpChecker {
     for (int step = 0; step < kShardedSteps; ++step) {
       optimizer->zero_grad();
       const Tensor out = model->forward(rows(batch(step, 1, 7), rank_));  // an fp32 input
-      tensor_dtypes.insert("output " + comm::detail::dtype_name(out.scalar_type()));
+      tensor_dtypes.insert("output " + base::detail::dtype_name(out.scalar_type()));
       torch::mse_loss(out.to(torch::kFloat), rows(batch(step, 2, 5), rank_)).backward();
       for (const auto& shard : model->parameters()) {
-        tensor_dtypes.insert("shard " + comm::detail::dtype_name(shard.scalar_type()));
+        tensor_dtypes.insert("shard " + base::detail::dtype_name(shard.scalar_type()));
         tensor_dtypes.insert("shard gradient " +
-                             comm::detail::dtype_name(shard.grad().scalar_type()));
+                             base::detail::dtype_name(shard.grad().scalar_type()));
       }
       optimizer->step();
     }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "ddp/parallel/fully_sharded_state.hpp"

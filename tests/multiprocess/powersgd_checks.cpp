@@ -10,7 +10,7 @@
 #include "common/relative_error.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/parallel/powersgd_hook.hpp"
 
 namespace ddp::testing {

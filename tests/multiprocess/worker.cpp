@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "common/worker_main.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "multiprocess/any_module_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"

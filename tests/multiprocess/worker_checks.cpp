@@ -8,7 +8,7 @@
 
 #include "ddp/comm/process_group.hpp"
 #include "common/named_checks.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -62,7 +62,7 @@ class Checker {
                                              : " (sizes or dtype differ)";
     int64_t j = mismatch.numel() > 0 ? mismatch[0][0].item<int64_t>() : 0;
     checks_.check(what, false,
-                  detail::dtype_name(got.scalar_type()) + where + ": got " +
+                  base::detail::dtype_name(got.scalar_type()) + where + ": got " +
                       std::to_string(got.reshape(-1)[j].item<double>()) + ", expected " +
                       std::to_string(expected.reshape(-1)[j].item<double>()));
   }

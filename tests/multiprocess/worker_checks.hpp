@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ddp/comm/reduce_op.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::testing {
@@ -38,29 +38,29 @@ int check_all_collectives(ProcessGroup& group);
 /// dtype ("all_reduce(sum) float32").
 namespace collective_check {
 inline std::string all_reduce(ReduceOp op, at::ScalarType dtype) {
-  return std::string("all_reduce(") + to_string(op) + ") " + ddp::comm::detail::dtype_name(dtype);
+  return std::string("all_reduce(") + to_string(op) + ") " + ddp::base::detail::dtype_name(dtype);
 }
 inline std::string reduce_scatter(ReduceOp op, at::ScalarType dtype) {
   return std::string("reduce_scatter(") + to_string(op) + ") " +
-         ddp::comm::detail::dtype_name(dtype);
+         ddp::base::detail::dtype_name(dtype);
 }
 inline std::string broadcast(int root, at::ScalarType dtype) {
-  return "broadcast(root " + std::to_string(root) + ") " + ddp::comm::detail::dtype_name(dtype);
+  return "broadcast(root " + std::to_string(root) + ") " + ddp::base::detail::dtype_name(dtype);
 }
 inline std::string all_gather(at::ScalarType dtype) {
-  return "all_gather " + ddp::comm::detail::dtype_name(dtype);
+  return "all_gather " + ddp::base::detail::dtype_name(dtype);
 }
 /// Asynchronous collectives in flight at once: kAsyncAllReduces
 /// all-reduces (#0, #1, ...) and an all-gather, then each one's completion.
 constexpr int kAsyncAllReduces = 3;
 inline std::string all_reduce_async(int k, at::ScalarType dtype) {
-  return "all_reduce_async #" + std::to_string(k) + " " + ddp::comm::detail::dtype_name(dtype);
+  return "all_reduce_async #" + std::to_string(k) + " " + ddp::base::detail::dtype_name(dtype);
 }
 inline std::string all_gather_async(at::ScalarType dtype) {
-  return "all_gather_async " + ddp::comm::detail::dtype_name(dtype);
+  return "all_gather_async " + ddp::base::detail::dtype_name(dtype);
 }
 inline std::string completed_after_wait(at::ScalarType dtype) {
-  return "is_completed after wait " + ddp::comm::detail::dtype_name(dtype);
+  return "is_completed after wait " + ddp::base::detail::dtype_name(dtype);
 }
 inline const std::string kBarrier = "barrier waited for the last rank";
 }  // namespace collective_check

@@ -16,7 +16,7 @@
 #include "common/relative_error.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 
 namespace ddp::testing {

@@ -10,7 +10,7 @@
 
 #include "common/error_capture.hpp"
 #include "common/expect_checks.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 #include "multiprocess/harness.hpp"

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 
 namespace ddp::testing {
 
@@ -51,7 +51,7 @@ inline at::Tensor train_step(torch::nn::Sequential& model, torch::optim::Optimiz
 /// The momentum buffer `optimizer` holds for `param` (undefined if none).
 inline at::Tensor momentum_buffer_of(const torch::optim::Optimizer& optimizer,
                                      const at::Tensor& param) {
-  const auto found = optimizer.state().find(comm::compat::optimizer_state_key(param));
+  const auto found = optimizer.state().find(base::compat::optimizer_state_key(param));
   if (found == optimizer.state().end()) return {};
   return static_cast<const torch::optim::SGDParamState&>(*found->second).momentum_buffer();
 }

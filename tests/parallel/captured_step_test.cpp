@@ -8,7 +8,7 @@
 #include <string>
 
 #include "ddp/parallel/captured_step.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::testing {
 namespace {

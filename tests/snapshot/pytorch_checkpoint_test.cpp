@@ -260,7 +260,7 @@ TEST(SnapshotPyTorchFormat, BrokenFilesAreNamedErrors) {
       ADD_FAILURE() << file << " was imported";
     } catch (const SnapshotError& e) {
       EXPECT_TRUE(contains(e.what(), part)) << file << ": " << e.what();
-      EXPECT_EQ(e.exit_code(), comm::ExitCode::kSnapshot);
+      EXPECT_EQ(e.exit_code(), base::ExitCode::kSnapshot);
     }
   };
   expect_error("missing.pt", "no such file");

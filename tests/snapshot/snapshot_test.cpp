@@ -19,7 +19,7 @@
 #include "common/error_capture.hpp"
 #include "common/models.hpp"
 #include "common/temporary_directory.hpp"
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/launch/child_process.hpp"

@@ -14,7 +14,7 @@
 
 #include "common/expect_checks.hpp"
 #include "common/temporary_directory.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"

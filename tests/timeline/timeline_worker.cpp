@@ -26,7 +26,7 @@
 #include "common/worker_main.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/hvd.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/timeline/timeline.hpp"

@@ -5,7 +5,7 @@
 //   ddp-export ckpt --to safetensors model.safetensors   # the newest valid one
 //
 // Exits 0 after printing what it wrote, or with the error's exit code (Note
-// [Exit codes] in ddp/comm/errors.hpp) and its message.
+// [Exit codes] in ddp/base/errors.hpp) and its message.
 
 #include <CLI/CLI.hpp>
 

@@ -10,7 +10,7 @@
 //
 // Exit status: 0 when the job succeeded, 1 when it failed after its last
 // restart, 128 + signal when interrupted; when ddprun itself fails, the code
-// of the error's kind (Note [Exit codes] in ddp/comm/errors.hpp): 3 for a bad
+// of the error's kind (Note [Exit codes] in ddp/base/errors.hpp): 3 for a bad
 // option, 4 for a rendezvous between nodes that failed, 5 for a timeout, 13
 // for a log or error file that cannot be created, 14 for a worker that
 // cannot be started; CLI11's own codes for a command line it cannot parse.
@@ -21,7 +21,7 @@
 #include <csignal>
 #include <iostream>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "launch/agent.hpp"
 
 namespace {

@@ -2,10 +2,10 @@
 
 /// \file errors.hpp
 /// The exceptions of ddp::data (Note [One exception type per failure kind] in
-/// ddp/comm/errors.hpp). Each kind's exit code is in the one table,
+/// ddp/base/errors.hpp). Each kind's exit code is in the one table,
 /// Note [Exit codes] there. The names are also ddp's (ddp::DataError).
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::data {
 
@@ -13,7 +13,7 @@ namespace ddp::data {
 /// truncated, or inconsistent with its companion file. The message names the
 /// file and what is wrong with it. Thrown by ddp::data::read_idx() and
 /// ddp::data::FashionMnist.
-class DataError : public comm::ErrorOfKind<DataError, comm::ExitCode::kData> {
+class DataError : public base::ErrorOfKind<DataError, base::ExitCode::kData> {
  public:
   using ErrorOfKind::ErrorOfKind;
 };
@@ -21,6 +21,6 @@ class DataError : public comm::ErrorOfKind<DataError, comm::ExitCode::kData> {
 }  // namespace ddp::data
 
 namespace ddp {
-// Also ddp's names, as every kind's was when ddp/comm/errors.hpp declared them all.
+// Also ddp's names, as every kind's was when ddp/base/errors.hpp declared them all.
 using data::DataError;
 }  // namespace ddp

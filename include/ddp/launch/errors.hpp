@@ -2,10 +2,10 @@
 
 /// \file errors.hpp
 /// The exceptions of ddp::launch (Note [One exception type per failure kind] in
-/// ddp/comm/errors.hpp). Each kind's exit code is in the one table,
+/// ddp/base/errors.hpp). Each kind's exit code is in the one table,
 /// Note [Exit codes] there. The names are also ddp's (ddp::LaunchError).
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::launch {
 
@@ -13,7 +13,7 @@ namespace ddp::launch {
 /// neither a bad option, a rendezvous failure nor a timeout: a worker
 /// process could not be started (no pipe, fork failed), or no free port
 /// could be found for the workers.
-class LaunchError : public comm::ErrorOfKind<LaunchError, comm::ExitCode::kLaunch> {
+class LaunchError : public base::ErrorOfKind<LaunchError, base::ExitCode::kLaunch> {
  public:
   using ErrorOfKind::ErrorOfKind;
 };
@@ -21,6 +21,6 @@ class LaunchError : public comm::ErrorOfKind<LaunchError, comm::ExitCode::kLaunc
 }  // namespace ddp::launch
 
 namespace ddp {
-// Also ddp's names, as every kind's was when ddp/comm/errors.hpp declared them all.
+// Also ddp's names, as every kind's was when ddp/base/errors.hpp declared them all.
 using launch::LaunchError;
 }  // namespace ddp

@@ -2,14 +2,14 @@
 
 /// \file errors.hpp
 /// The exceptions of ddp::snapshot (Note [One exception type per failure kind] in
-/// ddp/comm/errors.hpp). Each kind's exit code is in the one table,
+/// ddp/base/errors.hpp). Each kind's exit code is in the one table,
 /// Note [Exit codes] there. The names are also ddp's (ddp::SnapshotError).
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::snapshot {
 
@@ -17,7 +17,7 @@ namespace ddp::snapshot {
 /// snapshot that cannot be written, or one that does not fit the objects it
 /// is loaded into. The message names the file and the problem. Thrown by
 /// SnapshotManager, read_snapshot_file() and restore_training_state().
-class SnapshotError : public comm::ErrorOfKind<SnapshotError, comm::ExitCode::kSnapshot> {
+class SnapshotError : public base::ErrorOfKind<SnapshotError, base::ExitCode::kSnapshot> {
  public:
   using ErrorOfKind::ErrorOfKind;
 };
@@ -52,7 +52,7 @@ class StateDictMismatchError : public SnapshotError {
 }  // namespace ddp::snapshot
 
 namespace ddp {
-// Also ddp's names, as every kind's was when ddp/comm/errors.hpp declared them all.
+// Also ddp's names, as every kind's was when ddp/base/errors.hpp declared them all.
 using snapshot::SnapshotError;
 using snapshot::StateDictMismatchError;
 }  // namespace ddp

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
@@ -19,7 +19,7 @@ namespace ddp::comm::backends {
 /// collective may take.
 struct BackendContext {
   Topology topology;
-  compat::StorePtr store;
+  base::compat::StorePtr store;
   std::chrono::milliseconds collective_timeout{0};
   /// Network interface for Gloo (GLOO_SOCKET_IFNAME); empty: the interface
   /// that routes to the master.

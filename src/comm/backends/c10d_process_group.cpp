@@ -4,7 +4,7 @@
 
 namespace ddp::comm::backends {
 
-C10dProcessGroup::C10dProcessGroup(const BackendContext& context, compat::BackendPtr backend,
+C10dProcessGroup::C10dProcessGroup(const BackendContext& context, base::compat::BackendPtr backend,
                                    std::string name, bool backend_enforces_timeout)
     : ProcessGroup(context.topology, context.collective_timeout),
       backend_(std::move(backend)),

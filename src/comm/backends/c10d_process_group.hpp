@@ -19,8 +19,8 @@ class C10dProcessGroup : public ProcessGroup {
   /// `backend_enforces_timeout`: the backend aborts a collective that outlives
   /// the group's timeout by itself (NCCL's watchdog), so waiting on its Work
   /// sets no timer (Note [NCCL's wait leaves the host free]).
-  C10dProcessGroup(const BackendContext& context, compat::BackendPtr backend, std::string name,
-                   bool backend_enforces_timeout = false);
+  C10dProcessGroup(const BackendContext& context, base::compat::BackendPtr backend,
+                   std::string name, bool backend_enforces_timeout = false);
 
   std::string backend_name() const override { return name_; }
 
@@ -40,11 +40,11 @@ class C10dProcessGroup : public ProcessGroup {
   /// What an error about this collective will name.
   detail::CollectiveInfo info(const char* name, const at::Tensor& tensor,
                               std::optional<ReduceOp> op = std::nullopt) const;
-  compat::Backend& backend() { return *backend_; }
+  base::compat::Backend& backend() { return *backend_; }
   static c10d::ReduceOp to_c10d(ReduceOp op);
 
  private:
-  compat::BackendPtr backend_;
+  base::compat::BackendPtr backend_;
   std::string name_;
   bool backend_enforces_timeout_;
 };

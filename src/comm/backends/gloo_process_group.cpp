@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "comm/backends/c10d_process_group.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/backends/average.hpp"
 
 namespace ddp::comm::backends {
@@ -31,7 +31,9 @@ namespace {
 
 bool is_b_float16(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16; }
 
-bool needs_widening(const at::Tensor& t) { return !compat::kGlooHasBFloat16 && is_b_float16(t); }
+bool needs_widening(const at::Tensor& t) {
+  return !base::compat::kGlooHasBFloat16 && is_b_float16(t);
+}
 
 // A bfloat16 tensor seen as float16: the same bytes, a dtype Gloo can move.
 // Only copies touch it, so no bit pattern is reinterpreted arithmetically.

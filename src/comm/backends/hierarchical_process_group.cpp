@@ -24,10 +24,10 @@
 #include <algorithm>
 
 #include "comm/backends/shm_process_group.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/shm/tensor_bridge.hpp"
 #include "comm/timeout_message.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 #include "comm/backends/average.hpp"
 
 namespace ddp::comm::backends {
@@ -171,8 +171,8 @@ std::shared_ptr<ProcessGroup> make_hierarchical_process_group(
          nodes[node_index].end()) {
     ++node_index;
   }
-  auto node_store =
-      c10::make_intrusive<c10d::PrefixStore>(detail::str("hier/node", node_index), context.store);
+  auto node_store = c10::make_intrusive<c10d::PrefixStore>(
+      base::detail::str("hier/node", node_index), context.store);
   auto node = make_node_communicator(context, nodes[node_index], node_store);
   std::shared_ptr<ProcessGroup> leaders;
   if (nodes[node_index].front() == rank) {

@@ -37,7 +37,7 @@ at::Tensor staged(const at::Tensor& t) { return t.to(at::Device(at::kCUDA)); }
 
 class NcclProcessGroup final : public C10dProcessGroup {
  public:
-  NcclProcessGroup(const BackendContext& context, compat::BackendPtr backend)
+  NcclProcessGroup(const BackendContext& context, base::compat::BackendPtr backend)
       : C10dProcessGroup(context, std::move(backend), "nccl", /*backend_enforces_timeout=*/true) {}
 
  protected:

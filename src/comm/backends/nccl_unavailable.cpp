@@ -4,7 +4,7 @@
 #include <torch/version.h>
 
 #include "comm/backends/backends.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::backends {
 

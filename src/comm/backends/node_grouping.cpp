@@ -12,8 +12,8 @@
 #include <map>
 
 #include "comm/backends/backends.hpp"
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::backends {
 namespace {
@@ -23,7 +23,7 @@ std::string node_identity(const Topology& topology) {
   gethostname(host, sizeof(host) - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return detail::str(host, "/", boot, "/", topology.group_rank);
+  return base::detail::str(host, "/", boot, "/", topology.group_rank);
 }
 
 }  // namespace
@@ -32,7 +32,7 @@ std::vector<std::vector<int>> group_ranks_by_node(const BackendContext& context)
   const Topology& topology = context.topology;
   if (topology.world_size == 1) return {{0}};
   const std::string own = node_identity(topology);
-  auto key = [](int rank) { return detail::str("ddp/node/", rank); };
+  auto key = [](int rank) { return base::detail::str("ddp/node/", rank); };
   context.store->set(key(topology.rank), std::vector<uint8_t>(own.begin(), own.end()));
   std::vector<std::string> keys;
   for (int r = 0; r < topology.world_size; ++r) keys.push_back(key(r));
@@ -48,7 +48,7 @@ std::vector<std::vector<int>> group_ranks_by_node(const BackendContext& context)
   }
   // Rank 0 hosts the store: it waits until every rank has read the layout,
   // so that a layout error reaches every rank instead of a lost store.
-  auto done = [](int rank) { return detail::str("ddp/node-read/", rank); };
+  auto done = [](int rank) { return base::detail::str("ddp/node-read/", rank); };
   context.store->set(done(topology.rank), std::vector<uint8_t>{1});
   if (topology.rank == 0) {
     std::vector<std::string> all_done;

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/shm/tensor_bridge.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::backends {
 
@@ -26,7 +26,7 @@ detail::CollectiveInfo SerialProcessGroup::info(const char* name, const at::Tens
 
 std::unique_ptr<shm::Communicator> make_node_communicator(const BackendContext& context,
                                                           const std::vector<int>& node_ranks,
-                                                          const compat::StorePtr& store) {
+                                                          const base::compat::StorePtr& store) {
   shm::CommunicatorOptions options;
   options.rank = static_cast<int>(
       std::find(node_ranks.begin(), node_ranks.end(), context.topology.rank) - node_ranks.begin());
@@ -103,10 +103,11 @@ class ShmProcessGroup final : public SerialProcessGroup {
 std::shared_ptr<ProcessGroup> make_shm_process_group(const BackendContext& context,
                                                      const std::vector<std::vector<int>>& nodes) {
   if (nodes.size() != 1) {
-    throw ConfigError(detail::str("backend 'shm' needs every rank on one node, but the ",
-                                  context.topology.world_size, " ranks are on ", nodes.size(),
-                                  " nodes. Use backend 'auto', which runs shared memory within "
-                                  "each node and Gloo between them."));
+    throw ConfigError(
+        base::detail::str("backend 'shm' needs every rank on one node, but the ",
+                          context.topology.world_size, " ranks are on ", nodes.size(),
+                          " nodes. Use backend 'auto', which runs shared memory within "
+                          "each node and Gloo between them."));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("shm", context.store);
   return std::make_shared<ShmProcessGroup>(context,

@@ -48,6 +48,6 @@ class SerialProcessGroup : public ProcessGroup {
 /// must contain this rank; meets through `store`.
 std::unique_ptr<shm::Communicator> make_node_communicator(const BackendContext& context,
                                                           const std::vector<int>& node_ranks,
-                                                          const compat::StorePtr& store);
+                                                          const base::compat::StorePtr& store);
 
 }  // namespace ddp::comm::backends

@@ -6,11 +6,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "comm/flight_recorder/flight_recorder_observer.hpp"
 #include "comm/flight_recorder/ring.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::flight_recorder {
 namespace {
@@ -49,16 +49,16 @@ const char* to_string(State state) noexcept {
 }
 
 std::string Entry::describe() const {
-  std::string text = comm::detail::str("#", sequence, " ", operation);
+  std::string text = base::detail::str("#", sequence, " ", operation);
   if (!name.empty()) text += " '" + name + "'";
   if (!dtype.empty()) {
-    text += comm::detail::str(" of ", numel, " ", dtype, " (", bytes, " B)");
+    text += base::detail::str(" of ", numel, " ", dtype, " (", bytes, " B)");
   }
   return text;
 }
 
 std::string format(const std::vector<Entry>& entries, int rank) {
-  std::string text = comm::detail::str("flight recorder of rank ", rank, ": the last ",
+  std::string text = base::detail::str("flight recorder of rank ", rank, ": the last ",
                                        entries.size(), " collective(s), oldest first\n");
   for (const Entry& e : entries) {
     text += "  " + e.describe() + ", started " + clock_time(e.start_time) + " UTC, ";
@@ -72,7 +72,7 @@ std::string format(const std::vector<Entry>& entries, int rank) {
       default:
         text += std::string(to_string(e.state)) + " after " + seconds_text(e.duration);
     }
-    if (e.group != 0) text += comm::detail::str(" (group ", e.group, ")");
+    if (e.group != 0) text += base::detail::str(" (group ", e.group, ")");
     text += "\n";
   }
   return text;

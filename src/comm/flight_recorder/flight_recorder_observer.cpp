@@ -5,11 +5,11 @@
 #include <string>
 
 #include "comm/collective_name.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "comm/flight_recorder/ring.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::flight_recorder::detail {
 namespace {
@@ -35,7 +35,7 @@ State state_of(const std::exception_ptr& error) {
 std::string operation_of(const CollectiveFacts& facts) {
   std::string operation = facts.name;
   if (facts.reduce_op) operation += std::string("(") + to_string(*facts.reduce_op) + ")";
-  if (facts.root >= 0) operation += comm::detail::str("(root ", facts.root, ")");
+  if (facts.root >= 0) operation += base::detail::str("(root ", facts.root, ")");
   return operation;
 }
 
@@ -87,7 +87,7 @@ std::unique_ptr<ObservedCollective> FlightRecorderObserver::on_started(
   entry.operation = operation_of(facts);
   entry.name = ddp::comm::detail::current_collective_name().value_or("");
   if (facts.dtype) {
-    entry.dtype = ddp::comm::detail::dtype_name(*facts.dtype);
+    entry.dtype = ddp::base::detail::dtype_name(*facts.dtype);
     entry.numel = facts.numel;
     entry.bytes = facts.bytes;
   }

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::flight_recorder::detail {
 

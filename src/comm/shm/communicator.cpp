@@ -7,8 +7,8 @@
 #include <cstring>
 #include <new>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 
 namespace ddp::comm::shm {
@@ -96,7 +96,7 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     new (segment_.data())
         Header{kMagic, kVersion, static_cast<uint32_t>(world), options_.slot_bytes};
     store.set("shm/segment",
-              store::as_bytes(detail::str(segment_.name(), " ", options_.slot_bytes)));
+              store::as_bytes(base::detail::str(segment_.name(), " ", options_.slot_bytes)));
   } else {
     store.wait({"shm/segment"}, options_.timeout);
     const std::string announced = store::as_text(store.get("shm/segment"));
@@ -107,11 +107,11 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     if (header->magic != kMagic || header->version != kVersion ||
         header->world != static_cast<uint32_t>(world) ||
         header->slot_bytes != options_.slot_bytes) {
-      throw BackendUnavailableError(
-          detail::str("shared memory '", name, "' was laid out for ", header->world,
-                      " ranks (format ", header->version, "), not ", world,
-                      ": the ranks of this node run different ddp builds or disagree on the world "
-                      "size. Start them identically."));
+      throw BackendUnavailableError(base::detail::str(
+          "shared memory '", name, "' was laid out for ", header->world, " ranks (format ",
+          header->version, "), not ", world,
+          ": the ranks of this node run different ddp builds or disagree on the world "
+          "size. Start them identically."));
     }
   }
   controls_ = reinterpret_cast<RankControl*>(segment_.data() + control_offset());
@@ -124,15 +124,15 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
 
   // The creator unlinks the name once every rank has mapped the segment
   // (Note [Shared-memory segments never outlive their job]).
-  store.set(detail::str("shm/mapped/", options_.rank), store::as_bytes("1"));
+  store.set(base::detail::str("shm/mapped/", options_.rank), store::as_bytes("1"));
   if (options_.rank == 0) {
     std::vector<std::string> keys;
-    for (int r = 0; r < world; ++r) keys.push_back(detail::str("shm/mapped/", r));
+    for (int r = 0; r < world; ++r) keys.push_back(base::detail::str("shm/mapped/", r));
     try {
       store.wait(keys, options_.timeout);
     } catch (const std::exception& error) {
       segment_.unlink();
-      throw RendezvousError(detail::str(
+      throw RendezvousError(base::detail::str(
           "the shared-memory segment of this node was not mapped by every local rank within ",
           options_.timeout.count(), " ms (", error.what(),
           "); a rank may have failed at start-up."));
@@ -178,11 +178,11 @@ void Communicator::check_stamps(const Describe& describe) {
         line[0].load(std::memory_order_relaxed), line[1].load(std::memory_order_relaxed),
         line[2].load(std::memory_order_relaxed), line[3].load(std::memory_order_relaxed)};
     if (std::memcmp(&theirs, &stamp_, sizeof(Stamp)) != 0) {
-      throw CollectiveError(detail::str(describe(), " does not match rank ",
-                                        options_.global_ranks[r], "'s collective number ",
-                                        collectives_ + 1,
-                                        " (another kind, size, dtype, op or root). All ranks must "
-                                        "issue the same collectives in the same order."));
+      throw CollectiveError(
+          base::detail::str(describe(), " does not match rank ", options_.global_ranks[r],
+                            "'s collective number ", collectives_ + 1,
+                            " (another kind, size, dtype, op or root). All ranks must "
+                            "issue the same collectives in the same order."));
     }
   }
 }

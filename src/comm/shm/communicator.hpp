@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "comm/shm/node_barrier.hpp"
 #include "comm/shm/reduce_kernels.hpp"
 #include "comm/shm/segment.hpp"

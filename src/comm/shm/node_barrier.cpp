@@ -11,9 +11,9 @@
 #include <climits>
 #include <ctime>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/timeout_message.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::shm {
 namespace {
@@ -83,7 +83,7 @@ std::string NodeBarrier::missing_ranks(uint64_t target) const {
   std::string missing;
   for (int r = 0; r < size_; ++r) {
     if (ranks_[r].arrived.load(std::memory_order_acquire) >= target) continue;
-    missing += detail::str(missing.empty() ? "" : ", ", global_ranks_[r]);
+    missing += base::detail::str(missing.empty() ? "" : ", ", global_ranks_[r]);
   }
   return missing;
 }
@@ -135,10 +135,10 @@ void NodeBarrier::arrive_and_wait(std::chrono::steady_clock::time_point deadline
     wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (everyone_reached(target)) return;
     if (const int dead = dead_rank(target); dead >= 0) {
-      throw CollectiveError(detail::str(describe(), " failed: rank ", global_ranks_[dead], " (pid ",
-                                        ranks_[dead].pid.load(),
-                                        ") exited without reaching it. Check that rank's log for "
-                                        "the cause; the job cannot continue without it."));
+      throw CollectiveError(base::detail::str(
+          describe(), " failed: rank ", global_ranks_[dead], " (pid ", ranks_[dead].pid.load(),
+          ") exited without reaching it. Check that rank's log for "
+          "the cause; the job cannot continue without it."));
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       throw TimeoutError(detail::timeout_message(describe(), timeout, missing_ranks(target)));

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <random>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::shm {
 namespace {
@@ -47,7 +47,7 @@ Segment Segment::create(const std::string& name, size_t bytes) {
     close(fd);
     shm_unlink(name.c_str());
     throw BackendUnavailableError(
-        system_error(detail::str("sizing shared memory (", bytes, " bytes)"), name, error));
+        system_error(base::detail::str("sizing shared memory (", bytes, " bytes)"), name, error));
   }
   try {
     return Segment(name, map_segment(fd, bytes, name), bytes, /*owner=*/true);
@@ -63,7 +63,7 @@ Segment Segment::open(const std::string& name, size_t bytes) {
   struct stat info {};
   if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
     close(fd);
-    throw BackendUnavailableError(detail::str(
+    throw BackendUnavailableError(base::detail::str(
         "shared memory '", name, "' is smaller than the ", bytes,
         " bytes its creator announced; another job may use the same name. Restart the job."));
   }
@@ -101,7 +101,7 @@ std::string fresh_segment_name() {
   std::mt19937_64 random((static_cast<uint64_t>(device()) << 32) ^ device());
   char suffix[17];
   std::snprintf(suffix, sizeof(suffix), "%016llx", static_cast<unsigned long long>(random()));
-  return detail::str(kPrefix, getpid(), "-", suffix);
+  return base::detail::str(kPrefix, getpid(), "-", suffix);
 }
 
 int sweep_stale_segments(const std::string& directory) {

@@ -1,6 +1,6 @@
 #include "comm/shm/serial_executor.hpp"
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::shm {
 namespace {
@@ -31,7 +31,7 @@ void SerialExecutor::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
-compat::WorkPtr SerialExecutor::submit(std::function<void()> task) {
+base::compat::WorkPtr SerialExecutor::submit(std::function<void()> task) {
   auto work = c10::make_intrusive<ExecutorWork>();
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 
 namespace ddp::comm::shm {
 
@@ -28,7 +28,7 @@ class SerialExecutor {
 
   /// Queues `task`; the returned Work completes when it has run (with its
   /// exception, if it threw).
-  compat::WorkPtr submit(std::function<void()> task);
+  base::compat::WorkPtr submit(std::function<void()> task);
 
   /// Finishes the queued tasks, then stops the thread (idempotent). Owners
   /// call it before destroying what the tasks use.

@@ -1,6 +1,6 @@
 #include "comm/shm/tensor_bridge.hpp"
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::shm {
 

@@ -5,9 +5,9 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/wire.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -72,13 +72,14 @@ HandshakeVerdict judge_client(std::string_view payload, std::string_view secret,
     WireReader request(payload);
     const auto op = request.u8();
     if (op != static_cast<std::uint8_t>(Op::kAuth)) {
-      return refuse(detail::str("its first request was op ", static_cast<int>(op), ", not AUTH"));
+      return refuse(
+          base::detail::str("its first request was op ", static_cast<int>(op), ", not AUTH"));
     }
     const std::string client_nonce = request.bytes();
     const std::string proof = request.bytes();
     if (client_nonce.size() != kNonceBytes) {
       return refuse(
-          detail::str("its nonce has ", client_nonce.size(), " bytes, not ", kNonceBytes));
+          base::detail::str("its nonce has ", client_nonce.size(), " bytes, not ", kNonceBytes));
     }
     if (!proofs_equal(proof, handshake_proof(secret, kClientLabel, server_nonce, client_nonce))) {
       return refuse("wrong proof of the job secret");
@@ -119,7 +120,7 @@ void client_handshake(const Socket& socket, std::string_view secret, const std::
     magic.clear();
   }
   if (magic != kMagic || version != kVersion) {
-    throw RendezvousError(detail::str(
+    throw RendezvousError(base::detail::str(
         where, " does not speak ddp's store protocol (version ", static_cast<int>(kVersion),
         "). Check MASTER_ADDR and MASTER_PORT, and start every rank from the same build of ddp."));
   }

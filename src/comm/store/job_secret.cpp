@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/handshake.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -58,10 +58,10 @@ std::string read_job_secret(const std::string& path) {
     secret.pop_back();
   }
   if (secret.size() < kMinSecretBytes) {
-    throw ConfigError(detail::str("the job secret file '", path, "' holds ", secret.size(),
-                                  " bytes; a secret needs at least ", kMinSecretBytes,
-                                  ". Make one with `head -c 32 /dev/urandom | base64 > ", path,
-                                  "`."));
+    throw ConfigError(base::detail::str("the job secret file '", path, "' holds ", secret.size(),
+                                        " bytes; a secret needs at least ", kMinSecretBytes,
+                                        ". Make one with `head -c 32 /dev/urandom | base64 > ",
+                                        path, "`."));
   }
   return secret;
 }

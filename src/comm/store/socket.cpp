@@ -18,9 +18,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/wire.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -158,9 +158,9 @@ void Socket::close() {
 
 std::string format_endpoint(const std::string& host, int port) {
   if (host.find(':') != std::string::npos) {
-    return detail::str("[", host, "]:", port);
+    return base::detail::str("[", host, "]:", port);
   }
-  return detail::str(host, ":", port);
+  return base::detail::str(host, ":", port);
 }
 
 std::string errno_text(int error) {
@@ -171,7 +171,7 @@ std::string errno_text(int error) {
   if constexpr (std::is_same_v<decltype(result), char* const>) {
     return result;
   } else {
-    return result == 0 ? buffer : detail::str("errno ", error);
+    return result == 0 ? buffer : base::detail::str("errno ", error);
   }
 }
 
@@ -283,11 +283,11 @@ Socket connect_with_retry(const std::string& host, int port, std::chrono::millis
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, max_backoff);
   }
-  throw RendezvousError(
-      detail::str("could not reach the rendezvous store at ", format_endpoint(host, port),
-                  " within ", timeout.count(), " ms (last error: ", last_error,
-                  "). Check MASTER_ADDR and MASTER_PORT, that rank 0 has started, and that no "
-                  "firewall blocks the port; or raise the rendezvous timeout."));
+  throw RendezvousError(base::detail::str(
+      "could not reach the rendezvous store at ", format_endpoint(host, port), " within ",
+      timeout.count(), " ms (last error: ", last_error,
+      "). Check MASTER_ADDR and MASTER_PORT, that rank 0 has started, and that no "
+      "firewall blocks the port; or raise the rendezvous timeout."));
 }
 
 void set_non_blocking(int fd) {
@@ -313,7 +313,7 @@ bool take_frame(std::string& buffer, std::string& payload, std::uint32_t max_byt
   const std::uint32_t length = WireReader(buffer).u32();
   if (length > max_bytes) {
     throw WireError(
-        detail::str("store frame of ", length, " bytes exceeds the limit of ", max_bytes));
+        base::detail::str("store frame of ", length, " bytes exceeds the limit of ", max_bytes));
   }
   if (buffer.size() - 4 < length) return false;
   payload.assign(buffer, 4, length);

@@ -14,9 +14,9 @@
 #include <cstdlib>
 #include <limits>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/handshake.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::store {
 namespace {
@@ -273,8 +273,8 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
       std::int64_t updated = 0;
       if (__builtin_add_overflow(current, delta, &updated)) {
         response.u8(static_cast<std::uint8_t>(Status::kError))
-            .bytes(detail::str("cannot add ", delta, " to key '", key, "' holding ", current,
-                               ": the sum overflows a 64-bit integer."));
+            .bytes(base::detail::str("cannot add ", delta, " to key '", key, "' holding ", current,
+                                     ": the sum overflows a 64-bit integer."));
         break;
       }
       store(key, std::to_string(updated));
@@ -318,7 +318,7 @@ void StoreServer::handle(Connection& connection, const std::string& payload) {
           .i64(static_cast<std::int64_t>(data_.size()));
       break;
     default:
-      throw WireError(detail::str("unknown store op ", static_cast<int>(op)));
+      throw WireError(base::detail::str("unknown store op ", static_cast<int>(op)));
   }
   reply(connection, response);
 }
@@ -360,8 +360,8 @@ void StoreServer::expire_deadlines() {
   const auto now = Clock::now();
   for (auto& [id, connection] : connections_) {
     if (!connection.broken && !connection.admitted && connection.handshake_deadline <= now) {
-      refuse(connection,
-             detail::str("it did not authenticate within ", kHandshakeTimeout.count(), " ms"));
+      refuse(connection, base::detail::str("it did not authenticate within ",
+                                           kHandshakeTimeout.count(), " ms"));
     }
     if (connection.broken || !connection.parked || connection.parked->deadline > now) {
       continue;

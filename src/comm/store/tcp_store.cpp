@@ -4,12 +4,12 @@
 #include <mutex>
 #include <utility>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/store/handshake.hpp"
 #include "comm/store/socket.hpp"
 #include "comm/store/store_server.hpp"
 #include "comm/store/wire.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm {
 namespace {
@@ -44,7 +44,7 @@ TcpStoreOptions validated(TcpStoreOptions options) {
         "or host name of the machine that runs rank 0.");
   }
   if (options.port() < 0 || options.port() > 65535) {
-    throw ConfigError(detail::str(
+    throw ConfigError(base::detail::str(
         "invalid rendezvous store port ", options.port(),
         ": a TCP port is between 0 and 65535. Set MASTER_PORT to a free port such as 29500."));
   }
@@ -55,14 +55,14 @@ TcpStoreOptions validated(TcpStoreOptions options) {
         "listens on.");
   }
   if (options.timeout().count() < 0) {
-    throw ConfigError(detail::str(
+    throw ConfigError(base::detail::str(
         "invalid rendezvous store timeout ", options.timeout().count(),
         " ms: it must be positive, or 0 for no timeout. Raise the rendezvous timeout."));
   }
   if (!options.secret().empty() && options.secret().size() < kMinSecretBytes) {
-    throw ConfigError(detail::str("the rendezvous store's secret has ", options.secret().size(),
-                                  " bytes; it needs at least ", kMinSecretBytes,
-                                  " (e.g. `head -c 32 /dev/urandom | base64 > job.secret`)."));
+    throw ConfigError(base::detail::str(
+        "the rendezvous store's secret has ", options.secret().size(), " bytes; it needs at least ",
+        kMinSecretBytes, " (e.g. `head -c 32 /dev/urandom | base64 > job.secret`)."));
   }
   return options;
 }
@@ -76,7 +76,7 @@ std::string describe_keys(const std::vector<std::string>& keys) {
     text += "\"" + keys[i] + "\"";
   }
   if (keys.size() > kMaxShown) {
-    text += detail::str(", and ", keys.size() - kMaxShown, " more");
+    text += base::detail::str(", and ", keys.size() - kMaxShown, " more");
   }
   return text + "]";
 }
@@ -138,11 +138,11 @@ class TcpStore::Impl {
     }
     if (request.payload().size() > store::kMaxFrameBytes) {
       // The server would drop the connection; say why instead.
-      throw InvalidArgumentError(
-          detail::str("cannot ", operation, ": the request is ", request.payload().size(),
-                      " bytes, more than the rendezvous store's limit of ", store::kMaxFrameBytes,
-                      " bytes. The store is meant for small rendezvous data; send large data "
-                      "through a collective instead."));
+      throw InvalidArgumentError(base::detail::str(
+          "cannot ", operation, ": the request is ", request.payload().size(),
+          " bytes, more than the rendezvous store's limit of ", store::kMaxFrameBytes,
+          " bytes. The store is meant for small rendezvous data; send large data "
+          "through a collective instead."));
     }
     const auto deadline = reply_timeout.count() == 0
                               ? store::kNoDeadline
@@ -155,8 +155,9 @@ class TcpStore::Impl {
       return parse(status, reader);
     } catch (const store::SocketError& error) {
       if (error.kind() == store::SocketError::Kind::kTimedOut) {
-        throw lost(endpoint, operation,
-                   detail::str("no reply within ", (reply_timeout + kReplyGrace).count(), " ms"));
+        throw lost(
+            endpoint, operation,
+            base::detail::str("no reply within ", (reply_timeout + kReplyGrace).count(), " ms"));
       }
       throw lost(endpoint, operation, error.what());
     } catch (const store::WireError& error) {
@@ -223,11 +224,11 @@ std::vector<uint8_t> TcpStore::get(const std::string& key) {
   return impl_->round_trip(
       writer, timeout, "get(\"" + key + "\")", [&](Status status, WireReader& reply) {
         if (status == Status::kTimedOut) {
-          throw TimeoutError(
-              detail::str("timed out after ", timeout.count(), " ms waiting for key \"", key,
-                          "\" in the rendezvous store at ", store::format_endpoint(host(), port()),
-                          ". The rank that sets it may have failed or still be starting; check the "
-                          "other ranks' logs, or raise the timeout."));
+          throw TimeoutError(base::detail::str(
+              "timed out after ", timeout.count(), " ms waiting for key \"", key,
+              "\" in the rendezvous store at ", store::format_endpoint(host(), port()),
+              ". The rank that sets it may have failed or still be starting; check the "
+              "other ranks' logs, or raise the timeout."));
         }
         return to_bytes(reply.bytes());
       });
@@ -270,16 +271,16 @@ void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_)
 void TcpStore::wait(const std::vector<std::string>& keys,
                     const std::chrono::milliseconds& timeout) {
   if (timeout.count() < 0) {
-    throw InvalidArgumentError(
-        detail::str("invalid store wait timeout ", timeout.count(), " ms for key(s) ",
-                    describe_keys(keys), ": it must be positive, or 0 to wait without a timeout."));
+    throw InvalidArgumentError(base::detail::str(
+        "invalid store wait timeout ", timeout.count(), " ms for key(s) ", describe_keys(keys),
+        ": it must be positive, or 0 to wait without a timeout."));
   }
   auto writer = request(Op::kWait);
   writer.u64(static_cast<std::uint64_t>(timeout.count())).keys(keys);
   impl_->round_trip(
       writer, timeout, "wait(" + describe_keys(keys) + ")", [&](Status status, WireReader& reply) {
         if (status != Status::kTimedOut) return;
-        throw TimeoutError(detail::str(
+        throw TimeoutError(base::detail::str(
             "timed out after ", timeout.count(), " ms waiting for key(s) ", describe_keys(keys),
             " in the rendezvous store at ", store::format_endpoint(host(), port()),
             " (still missing: ", describe_keys(reply.keys()),

@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::store {
 
@@ -132,8 +132,8 @@ class WireReader {
  private:
   void need(std::uint64_t size) const {
     if (size > rest_.size()) {
-      throw WireError(detail::str("truncated store message: needed ", size, " more bytes, ",
-                                  rest_.size(), " left"));
+      throw WireError(base::detail::str("truncated store message: needed ", size, " more bytes, ",
+                                        rest_.size(), " left"));
     }
   }
   std::uint64_t fixed(int width) {

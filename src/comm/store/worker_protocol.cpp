@@ -6,8 +6,8 @@
 #include <sstream>
 #include <system_error>
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::comm::store {
 
@@ -16,11 +16,11 @@ std::string generations_key() { return "ddp/generations"; }
 std::string finished_key() { return "ddp/finished"; }
 
 std::string generation_prefix(int generation) {
-  return comm::detail::str("ddp/generation/", generation);
+  return base::detail::str("ddp/generation/", generation);
 }
 
 std::string reseat_key(int generation, int rank) {
-  return comm::detail::str(generation_prefix(generation), "/seat/", rank);
+  return base::detail::str(generation_prefix(generation), "/seat/", rank);
 }
 
 std::string spare_ready_key(const std::string& id) { return "ddp/spare/" + id + "/ready"; }
@@ -46,7 +46,7 @@ std::map<std::string, std::string> decode_seat(const std::string& text) {
 }
 
 std::string format_store_file(const StoreFileEntry& entry) {
-  return comm::detail::str(entry.count, " ", entry.address, "\n");
+  return base::detail::str(entry.count, " ", entry.address, "\n");
 }
 
 void write_store_file(const std::string& path, const StoreFileEntry& entry) {
@@ -55,7 +55,7 @@ void write_store_file(const std::string& path, const StoreFileEntry& entry) {
     std::ofstream file(temp, std::ios::trunc);
     file << format_store_file(entry);
     if (!file.flush()) {
-      throw IoError(comm::detail::str("cannot write ", temp,
+      throw IoError(base::detail::str("cannot write ", temp,
                                       ", the recovery store's address for the workers; check that "
                                       "TMPDIR is writable and not full."));
     }
@@ -63,7 +63,7 @@ void write_store_file(const std::string& path, const StoreFileEntry& entry) {
   std::error_code error;
   std::filesystem::rename(temp, path, error);
   if (error) {
-    throw IoError(comm::detail::str("cannot rename ", temp, " to ", path, ": ", error.message(),
+    throw IoError(base::detail::str("cannot rename ", temp, " to ", path, ": ", error.message(),
                                     "; check that TMPDIR is writable."));
   }
 }
@@ -76,7 +76,7 @@ StoreFileEntry parse_store_file(const std::string& text, const std::string& path
   const auto colon = entry.address.rfind(':');
   if (!read || entry.count < 1 || colon == std::string::npos || colon == 0 ||
       colon + 1 == entry.address.size() || (in >> rest)) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         path, " (", kRecoveryStoreFileVariable, ") holds '", text,
         "', not \"<count> HOST:PORT\" with a count of 1 or more; ddprun --recovery memory "
         "writes it: do not edit it, and give workers the file of their own launcher."));
@@ -97,11 +97,11 @@ std::string takeover_key() { return "ddprun/takeover"; }
 
 std::string rendezvous_key(const std::string& run_id, int round, const std::string& name) {
   return "ddprun/" + run_id + "/rdzv/" +
-         (round < 0 ? std::string() : comm::detail::str(round, "/")) + name;
+         (round < 0 ? std::string() : base::detail::str(round, "/")) + name;
 }
 
 std::string attempt_key(const std::string& run_id, int attempt, const std::string& name) {
-  return comm::detail::str("ddprun/", run_id, "/", attempt, "/", name);
+  return base::detail::str("ddprun/", run_id, "/", attempt, "/", name);
 }
 
 std::string recovery_store_key(const std::string& run_id) {

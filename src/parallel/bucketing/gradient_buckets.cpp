@@ -2,15 +2,15 @@
 
 #include <ATen/ATen.h>
 
-#include "comm/compat/torch_compat.hpp"
-#include "comm/str.hpp"
-#include "ddp/comm/errors.hpp"
+#include "base/compat/torch_compat.hpp"
+#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::parallel::detail {
 
 int64_t cap_bytes_of(double mib, const char* owner, const char* option) {
   if (!(mib > 0)) {
-    throw ConfigError(comm::detail::str(owner, ": ", option, " is ", mib,
+    throw ConfigError(base::detail::str(owner, ": ", option, " is ", mib,
                                         "; it must be a positive number of MiB (PyTorch uses 25 "
                                         "for bucket_cap_mb and 1 for a first bucket)."));
   }
@@ -31,7 +31,7 @@ GradientBuckets::GradientBuckets(std::vector<at::Tensor> parameters, BucketSetti
 
 void GradientBuckets::attach_hooks(const std::function<void(size_t)>& on_accumulated) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    accumulators_.push_back(compat::add_post_accumulate_grad_hook(
+    accumulators_.push_back(base::compat::add_post_accumulate_grad_hook(
         parameters_[i], [on_accumulated, i] { on_accumulated(i); }));
   }
 }

@@ -5,10 +5,10 @@
 
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "parallel/data_parallel/replica_set.hpp"
 #include "parallel/data_parallel/tensor_sequential.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel {
 namespace {
@@ -44,10 +44,10 @@ void check_placement(torch::nn::Module& module, const c10::Device& device) {
 
 void check_input(const char* what, const at::Tensor& tensor) {
   if (!tensor.defined() || tensor.dim() == 0 || tensor.size(0) == 0) {
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         "DataParallel: the ", what, " is ",
         !tensor.defined() ? std::string("undefined")
-                          : comm::detail::str("of shape ", tensor.sizes()),
+                          : base::detail::str("of shape ", tensor.sizes()),
         "; it must hold at least one sample along dimension 0, which is split across the "
         "replicas."));
   }
@@ -79,7 +79,7 @@ DataParallelImpl::~DataParallelImpl() = default;
 
 std::shared_ptr<torch::nn::Module> DataParallelImpl::replica(size_t index) const {
   if (index >= replicas_->size()) {
-    throw InvalidArgumentError(comm::detail::str("DataParallel: replica ", index,
+    throw InvalidArgumentError(base::detail::str("DataParallel: replica ", index,
                                                  " does not exist; there are ", replicas_->size(),
                                                  " (one per device)."));
   }
@@ -115,7 +115,7 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
   check_input("input", input);
   check_input("target", target);
   if (target.size(0) != input.size(0)) {
-    throw InvalidArgumentError(comm::detail::str("DataParallel: the target has ", target.size(0),
+    throw InvalidArgumentError(base::detail::str("DataParallel: the target has ", target.size(0),
                                                  " samples along dimension 0 but the input has ",
                                                  input.size(0), "; pass one target per sample."));
   }
@@ -127,7 +127,7 @@ torch::Tensor DataParallelImpl::forward_backward(const torch::Tensor& input,
   }
   auto check_scalar = [](const torch::Tensor& loss) {
     if (loss.numel() != 1) {
-      throw InvalidArgumentError(comm::detail::str(
+      throw InvalidArgumentError(base::detail::str(
           "the loss has shape ", loss.sizes(),
           "; the loss function must return a scalar (reduce it with mean or sum)."));
     }

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <string>
 
-#include "comm/compat/torch_compat.hpp"
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "base/compat/torch_compat.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -23,7 +23,7 @@ std::vector<at::Tensor> buffers_of(const torch::nn::AnyModule& module) {
 // error types keep their type (and so their exit code), others become
 // ddp::Error.
 [[noreturn]] void rethrow_for_replica(size_t index, const c10::Device& device, const char* phase) {
-  const std::string where = comm::detail::str("DataParallel: replica ", index, " (on ",
+  const std::string where = base::detail::str("DataParallel: replica ", index, " (on ",
                                               device.str(), ") failed in ", phase, ": ");
   try {
     throw;
@@ -56,7 +56,7 @@ void ReplicaSet::attach_hooks() {
   for (size_t r = 1; r < replicas_.size(); ++r) {
     for (const auto& parameter : replicas_[r].parameters) {
       if (!parameter.requires_grad()) continue;
-      accumulators_.push_back(compat::add_post_accumulate_grad_hook(parameter, [weak] {
+      accumulators_.push_back(base::compat::add_post_accumulate_grad_hook(parameter, [weak] {
         if (auto self = weak.lock()) self->on_replica_gradient();
       }));
     }
@@ -141,7 +141,7 @@ void ReplicaSet::on_replica_gradient() {
   if (reduction_queued_) return;
   reduction_queued_ = true;
   std::weak_ptr<ReplicaSet> weak = weak_from_this();
-  compat::queue_backward_callback([weak] {
+  base::compat::queue_backward_callback([weak] {
     auto self = weak.lock();
     if (!self) return;
     size_t count = 0;

@@ -1,7 +1,7 @@
 #include "parallel/data_parallel/replica_workers.hpp"
 
-#include "ddp/comm/errors.hpp"
-#include "comm/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 
@@ -22,7 +22,7 @@ ReplicaWorkers::~ReplicaWorkers() {
 
 void ReplicaWorkers::run(size_t count, const std::function<void(size_t)>& task) {
   if (count > threads_.size() + 1) {
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         "DataParallel: ", count, " replicas to run but only ", threads_.size() + 1, " threads."));
   }
   {

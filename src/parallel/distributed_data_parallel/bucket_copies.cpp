@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
 
 namespace ddp::parallel::detail {
@@ -74,7 +74,7 @@ void Reducer::adopt_buckets() {
 
 // Note [Filling a bucket at once]
 // Gradients are copied into a bucket when its last one is ready, all in one
-// multi-tensor copy (compat::copy_each), and back after the reduction the
+// multi-tensor copy (base::compat::copy_each), and back after the reduction the
 // same way, rather than one copy per gradient as each arrives: a bucket is
 // launched only when full anyway, and one kernel per bucket instead of one
 // per parameter is what makes DDP's added work per step small on a GPU.
@@ -97,7 +97,7 @@ void Reducer::fill_bucket(size_t b) {
     }
     if (options_.gradient_as_bucket_view()) grad = aliases_[index];
   }
-  compat::copy_each(destinations, sources);
+  base::compat::copy_each(destinations, sources);
 }
 
 void Reducer::wait_and_copy_out(const std::vector<int32_t>& globally_used) {
@@ -124,7 +124,7 @@ void Reducer::wait_and_copy_out(const std::vector<int32_t>& globally_used) {
         grad = view.clone();
       }
     }
-    compat::copy_each(destinations, sources);  // Note [Filling a bucket at once]
+    base::compat::copy_each(destinations, sources);  // Note [Filling a bucket at once]
   }
 }
 

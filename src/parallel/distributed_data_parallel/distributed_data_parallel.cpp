@@ -3,12 +3,12 @@
 #include <torch/torch.h>
 
 #include "ddp/comm/broadcast_tensors.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
 #include "parallel/rank_agreement.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel {
 namespace {

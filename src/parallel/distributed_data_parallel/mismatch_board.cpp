@@ -9,7 +9,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -20,7 +20,7 @@ std::atomic<int64_t> boards_made{0};  // Note [Naming a mismatch on every rank]
 
 MismatchBoard::MismatchBoard(ProcessGroup& group)
     : rank_(group.rank()), world_(group.size()), timeout_(group.collective_timeout()) {
-  prefix_ = comm::detail::str("ddp/mismatch/", boards_made++, "/");
+  prefix_ = base::detail::str("ddp/mismatch/", boards_made++, "/");
   auto* tcp = dynamic_cast<TcpStore*>(group.rendezvous_store().get());
   if (tcp == nullptr || world_ == 1) return;
   try {
@@ -33,7 +33,7 @@ MismatchBoard::MismatchBoard(ProcessGroup& group)
 MismatchBoard::~MismatchBoard() = default;
 
 std::string MismatchBoard::key(const char* kind, int rank) const {
-  return comm::detail::str(prefix_, kind, "/", rank);
+  return base::detail::str(prefix_, kind, "/", rank);
 }
 
 bool MismatchBoard::has(const std::string& key) { return store_->check({key}); }
@@ -83,7 +83,7 @@ void MismatchBoard::note_skipped_backward(int64_t iteration) {
 void MismatchBoard::note_left(int64_t iterations, int64_t synchronized) noexcept {
   if (!store_ || reported_) return;
   try {
-    post(key("left", rank_), comm::detail::str(iterations, " training forwards, ", synchronized,
+    post(key("left", rank_), base::detail::str(iterations, " training forwards, ", synchronized,
                                                " of them synchronized"));
   } catch (...) {
   }
@@ -92,14 +92,14 @@ void MismatchBoard::note_left(int64_t iterations, int64_t synchronized) noexcept
 void MismatchBoard::explain(const Error& failure, const std::string& what, int64_t iteration) {
   if (!store_) throw;  // the handler's exception, unchanged
   std::string message =
-      comm::detail::str("DistributedDataParallel: rank ", rank_, ", iteration ", iteration, ": ",
+      base::detail::str("DistributedDataParallel: rank ", rank_, ", iteration ", iteration, ": ",
                         what, " did not complete (", failure.what(), ").");
   std::string reports;
   bool unreachable = false;
   try {
     for (int r = 0; r < world_; ++r) {
       if (r == rank_) continue;
-      const std::string who = comm::detail::str("rank ", r);
+      const std::string who = base::detail::str("rank ", r);
       if (has(key("error", r))) reports += "\n  " + who + " failed: " + read(key("error", r));
       if (has(key("skipped", r))) {
         reports += "\n  " + who + " skipped the backward of its iteration " +
@@ -135,14 +135,14 @@ void MismatchBoard::explain(const Error& failure, const std::string& what, int64
 std::vector<std::string> Reducer::describe_layout() const {
   // The sizes keep std::to_string's six decimals: every rank compares this
   // text, and the message names both values (tests/multiprocess).
-  std::vector<std::string> lines = {comm::detail::str(
+  std::vector<std::string> lines = {base::detail::str(
       "bucket_cap_mb=", std::to_string(options_.bucket_cap_mb()),
       " first_bucket_cap_mb=", std::to_string(options_.first_bucket_cap_mb()),
       " find_unused_parameters=", options_.find_unused_parameters(), " static_graph=",
       options_.static_graph(), " broadcast_buffers=", options_.broadcast_buffers())};
   for (size_t b = 0; b < buckets_.buckets().size(); ++b) {
     const Bucket& bucket = buckets_.buckets()[b];
-    std::string line = comm::detail::str("bucket ", b, ": ", bucket.flat.numel(), " elements of");
+    std::string line = base::detail::str("bucket ", b, ": ", bucket.flat.numel(), " elements of");
     for (size_t index : bucket.members) line += " '" + names_[index] + "'";
     lines.push_back(std::move(line));
   }

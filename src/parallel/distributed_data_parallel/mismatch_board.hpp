@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
 namespace c10d {

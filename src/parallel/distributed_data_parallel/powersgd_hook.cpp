@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel {
 namespace {
@@ -39,17 +39,17 @@ at::Tensor orthonormalize(const at::Tensor& p) { return std::get<0>(at::linalg_q
 PowerSgdHook::PowerSgdHook(PowerSgdOptions options)
     : options_(options), generator_(at::detail::createCPUGenerator(options.random_seed())) {
   if (options_.matrix_approximation_rank() < 1) {
-    throw ConfigError(comm::detail::str("PowerSgdHook: matrix_approximation_rank is ",
+    throw ConfigError(base::detail::str("PowerSgdHook: matrix_approximation_rank is ",
                                         options_.matrix_approximation_rank(),
                                         "; it must be at least 1 (PyTorch's default is 1)."));
   }
   if (!(options_.min_compression_rate() >= 0)) {
-    throw ConfigError(comm::detail::str("PowerSgdHook: min_compression_rate is ",
+    throw ConfigError(base::detail::str("PowerSgdHook: min_compression_rate is ",
                                         options_.min_compression_rate(),
                                         "; it must be 0 or more (PyTorch's default is 2)."));
   }
   if ((options_.use_error_feedback() || options_.warm_start()) && options_.start_iteration() < 2) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         "PowerSgdHook: start_iteration is ", options_.start_iteration(),
         " with error feedback or warm start; it must be at least 2, because "
         "DistributedDataParallel regroups its buckets after the first iteration and the per-bucket "

@@ -6,12 +6,12 @@
 #include <numeric>
 
 #include "comm/collective_name.hpp"
-#include "comm/compat/torch_compat.hpp"
-#include "ddp/comm/errors.hpp"
+#include "base/compat/torch_compat.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/bucket_assignment.hpp"
-#include "comm/scope_exit.hpp"
-#include "comm/str.hpp"
+#include "base/scope_exit.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -93,7 +93,7 @@ void Reducer::queue_finalize() {
   if (finalize_queued_) return;
   finalize_queued_ = true;
   std::weak_ptr<Reducer> weak = weak_from_this();
-  compat::queue_backward_callback([weak] {
+  base::compat::queue_backward_callback([weak] {
     if (auto self = weak.lock()) self->finalize_backward();
   });
 }
@@ -121,7 +121,7 @@ void Reducer::set_join_round(int source, double scale) {
 
 void Reducer::shadow_iteration() {
   std::lock_guard<std::mutex> lock(mutex_);
-  comm::detail::ScopeExit reset_at_exit([this] { reset_iteration(); });
+  base::detail::ScopeExit reset_at_exit([this] { reset_iteration(); });
   // The same collectives, in the same order, as finalize_backward() and
   // finalize_recording() on the ranks still training.
   const bool record = recording();
@@ -174,7 +174,7 @@ void Reducer::on_gradient_ready(size_t index) {
   if (buckets_.passes_left(index) == 0) {
     if (!expected_.empty()) {
       throw InvalidArgumentError(
-          comm::detail::str("DistributedDataParallel(static_graph): parameter '", names_[index],
+          base::detail::str("DistributedDataParallel(static_graph): parameter '", names_[index],
                             "' received more than the ", expected_[index],
                             " gradient(s) per backward pass that the first iteration recorded, in "
                             "synchronized iteration ",
@@ -234,7 +234,7 @@ void Reducer::finish_iteration() {
     finalize_queued_ = false;
     return;
   }
-  comm::detail::ScopeExit reset_at_exit([this] { reset_iteration(); });
+  base::detail::ScopeExit reset_at_exit([this] { reset_iteration(); });
   if (recording()) {
     finalize_recording();
     return;
@@ -252,7 +252,7 @@ void Reducer::finish_iteration() {
       all += (k ? ", '" : "'") + names_[unused[k]] + "'";
     }
     if (unused.size() > 8) all += ", ...";
-    const std::string message = comm::detail::str(
+    const std::string message = base::detail::str(
         "DistributedDataParallel: rank ", group_->rank(), ", iteration ", forwards_,
         ": parameter '", names_[unused.front()], "' received no gradient in this backward pass (",
         unused.size(), " parameter(s) in all: ", all,

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "comm/collective_name.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 
@@ -84,14 +84,14 @@ at::Tensor Reducer::exchange_arrivals(bool joined) {
       if (value < 0) continue;  // joined
       if (first >= 0 && value != first) differ = true;
       if (first < 0) first = value;
-      per_rank += comm::detail::str(per_rank.empty() ? "rank " : ", rank ", r, ": ", value);
+      per_rank += base::detail::str(per_rank.empty() ? "rank " : ", rank ", r, ": ", value);
     }
     if (!differ) continue;
     if (++disagreeing <= 4)
       listed += (disagreeing > 1 ? "; '" : "'") + names_[i] + "' (" + per_rank + ")";
   }
   if (disagreeing > 0) {
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         "DistributedDataParallel(static_graph): the ranks' first iterations differ: ", disagreeing,
         " parameter(s) received different numbers of gradients per backward pass: ", listed,
         disagreeing > 4 ? "; ..." : "",
@@ -117,11 +117,11 @@ void Reducer::throw_missing_gradients(const std::vector<size_t>& missing) {
   std::string all;
   for (size_t k = 0; k < missing.size() && k < 8; ++k) {
     const size_t i = missing[k];
-    all += comm::detail::str(k ? ", '" : "'", names_[i], "' (",
+    all += base::detail::str(k ? ", '" : "'", names_[i], "' (",
                              expected_[i] - buckets_.passes_left(i), " of ", expected_[i], ")");
   }
   if (missing.size() > 8) all += ", ...";
-  const std::string message = comm::detail::str(
+  const std::string message = base::detail::str(
       "DistributedDataParallel(static_graph): rank ", group_->rank(), ": ", missing.size(),
       " parameter(s) received fewer gradients in synchronized iteration ",
       stats_.synchronized_iterations + 1, " than the first iteration recorded: ", all,

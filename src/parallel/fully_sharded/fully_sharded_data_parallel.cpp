@@ -7,10 +7,10 @@
 #include <unordered_map>
 #include <utility>
 
-#include "comm/dtype_name.hpp"
-#include "comm/str.hpp"
+#include "base/dtype_name.hpp"
+#include "base/str.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/fully_sharded/unit_schedule.hpp"
 #include "parallel/rank_agreement.hpp"
@@ -68,7 +68,7 @@ UnitPlan plan_units(const WrappedModule& module, const WrapPolicy& policy) {
       auto [it, first] = owner.emplace(item.value().unsafeGetTensorImpl(), unit);
       if (!first) {
         if (skip_owned || it->second == unit) continue;  // tied within the unit
-        throw ConfigError(comm::detail::str(
+        throw ConfigError(base::detail::str(
             kWho, ": parameter '", name, "' of unit '", unit, "' is also a parameter of unit '",
             it->second,
             "'; a parameter shared by two units would be two shards stepped apart: pick a "
@@ -108,28 +108,28 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
                                                            std::shared_ptr<ProcessGroup> group)
     : module_(std::move(module)), options_(options), group_(std::move(group)) {
   if (!group_) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         kWho, ": the process group is null; pass the group returned by ddp::init()."));
   }
-  if (!module_.ptr()) throw ConfigError(comm::detail::str(kWho, ": the module is empty."));
+  if (!module_.ptr()) throw ConfigError(base::detail::str(kWho, ": the module is empty."));
   if (options_.prefetch() < 0) {
-    throw ConfigError(comm::detail::str(kWho, ": prefetch is ", options_.prefetch(),
+    throw ConfigError(base::detail::str(kWho, ": prefetch is ", options_.prefetch(),
                                         "; it must be 0 (no prefetch) or more units."));
   }
   if (options_.param_dtype() && !at::isFloatingType(*options_.param_dtype())) {
-    throw ConfigError(comm::detail::str(
-        kWho, ": param_dtype is ", comm::detail::dtype_name(*options_.param_dtype()),
+    throw ConfigError(base::detail::str(
+        kWho, ": param_dtype is ", base::detail::dtype_name(*options_.param_dtype()),
         "; mixed precision gathers the units in a floating-point dtype: use torch::kBFloat16 or "
         "torch::kHalf, or leave it unset."));
   }
   UnitPlan plan = plan_units(module_, options_.wrap_policy());
-  std::vector<std::string> descriptions{comm::detail::str(
+  std::vector<std::string> descriptions{base::detail::str(
       "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
       options_.prefetch(), ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
-      options_.param_dtype() ? comm::detail::dtype_name(*options_.param_dtype()) : "none")};
+      options_.param_dtype() ? base::detail::dtype_name(*options_.param_dtype()) : "none")};
   for (size_t u = 0; u < plan.names.size(); ++u) {
     descriptions.push_back(plan.names[u] + ": " +
-                           comm::detail::str(plan.parameters[u].size(), " parameters"));
+                           base::detail::str(plan.parameters[u].size(), " parameters"));
     for (const auto& d : detail::describe_tensors(plan.parameter_names[u], plan.parameters[u])) {
       descriptions.push_back("  " + d);
     }

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "comm/str.hpp"
-#include "ddp/comm/errors.hpp"
+#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 
 namespace ddp::parallel {
@@ -14,7 +14,7 @@ FullyShardedState::FullyShardedState(const FullyShardedDataParallel& model,
   const std::vector<at::Tensor> shards = model_->parameters();
   const auto& groups = optimizer_.param_groups();
   if (groups.size() != 1) {
-    throw ConfigError(comm::detail::str(
+    throw ConfigError(base::detail::str(
         "FullyShardedState: the optimizer has ", groups.size(),
         " param groups; give it one, holding the FullyShardedDataParallel's parameters()"));
   }
@@ -22,7 +22,7 @@ FullyShardedState::FullyShardedState(const FullyShardedDataParallel& model,
   bool same = params.size() == shards.size();
   for (size_t i = 0; same && i < shards.size(); ++i) same = params[i].is_same(shards[i]);
   if (!same) {
-    throw ConfigError(comm::detail::str("FullyShardedState: the optimizer's ", params.size(),
+    throw ConfigError(base::detail::str("FullyShardedState: the optimizer's ", params.size(),
                                         " parameters are not the FullyShardedDataParallel's ",
                                         shards.size(),
                                         " shards in order; make it over model->parameters()"));

@@ -5,9 +5,9 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "comm/collective_name.hpp"
-#include "comm/dtype_name.hpp"
-#include "comm/str.hpp"
-#include "ddp/comm/errors.hpp"
+#include "base/dtype_name.hpp"
+#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 
 namespace ddp::parallel::detail {
@@ -35,7 +35,7 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
       gathered_(gathered),
       index_(index) {
   if (parameters_.empty()) {
-    throw ConfigError(comm::detail::str("FullyShardedDataParallel: unit '", name_,
+    throw ConfigError(base::detail::str("FullyShardedDataParallel: unit '", name_,
                                         "' has no parameters; leave parameter-free layers "
                                         "out of the units (they run as they are)."));
   }
@@ -43,15 +43,15 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const at::Tensor& p = parameters_[i];
     if (p.scalar_type() != first.scalar_type() || p.device() != first.device()) {
-      throw ConfigError(comm::detail::str(
+      throw ConfigError(base::detail::str(
           "FullyShardedDataParallel: unit '", name_, "' mixes ",
-          comm::detail::dtype_name(first.scalar_type()), " on ", first.device().str(), " ('",
-          names_.front(), "') with ", comm::detail::dtype_name(p.scalar_type()), " on ",
+          base::detail::dtype_name(first.scalar_type()), " on ", first.device().str(), " ('",
+          names_.front(), "') with ", base::detail::dtype_name(p.scalar_type()), " on ",
           p.device().str(), " ('", names_[i],
           "'); a unit's parameters are one flat buffer: give them one dtype and device."));
     }
     if (p.requires_grad() != first.requires_grad()) {
-      throw ConfigError(comm::detail::str(
+      throw ConfigError(base::detail::str(
           "FullyShardedDataParallel: unit '", name_, "' mixes trainable and frozen parameters ('",
           names_.front(), "' and '", names_[i],
           "'); make the frozen layers a unit of their own (every parameter of a unit is stepped "

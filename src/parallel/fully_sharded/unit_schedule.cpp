@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "comm/compat/torch_compat.hpp"
+#include "base/compat/torch_compat.hpp"
 #include "ddp/comm/process_group.hpp"
 
 namespace ddp::parallel::detail {
@@ -25,7 +25,7 @@ void UnitSchedule::attach_hooks() {
   for (size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u]->trainable()) continue;
     for (const auto& p : units_[u]->parameters()) {
-      accumulators_.push_back(compat::add_post_accumulate_grad_hook(p, [weak, u] {
+      accumulators_.push_back(base::compat::add_post_accumulate_grad_hook(p, [weak, u] {
         if (auto self = weak.lock()) self->gradient_arrived(static_cast<int>(u));
       }));
     }
@@ -123,7 +123,7 @@ void UnitSchedule::before_backward(int unit) {
   if (!callback_queued_) {
     callback_queued_ = true;
     std::weak_ptr<UnitSchedule> weak = weak_from_this();
-    compat::queue_backward_callback([weak] {
+    base::compat::queue_backward_callback([weak] {
       if (auto self = weak.lock()) self->end_backward();
     });
   }

@@ -8,10 +8,10 @@
 #include <utility>
 
 #include "comm/collective_name.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/scope_exit.hpp"
-#include "comm/str.hpp"
+#include "base/scope_exit.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 
@@ -52,7 +52,7 @@ void GradientShards::on_gradient_accumulated(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (buckets_.passes_left(index) == 0) {
     const at::Tensor& parameter = buckets_.parameters()[index];
-    throw InvalidArgumentError(comm::detail::str(
+    throw InvalidArgumentError(base::detail::str(
         "ZeroRedundancyOptimizer (stage 2): the gradient of parameter #", index, " (shape ",
         parameter.sizes(), ") was computed more than backward_passes_per_step = ", passes_per_step_,
         " time(s) before step(), and its bucket was already reduce-scattered. Call step() after "
@@ -117,7 +117,7 @@ std::vector<int32_t> GradientShards::shadow(double divisor) {
 
 std::vector<int32_t> GradientShards::finish(bool contribute) {
   // Also releases the flat buffers.
-  comm::detail::ScopeExit reset_at_exit([this] { reset_step(); });
+  base::detail::ScopeExit reset_at_exit([this] { reset_step(); });
   buckets_.launch_rest([this, contribute](size_t b) { return launch(b, contribute); });
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.buckets().size(); ++b) {

@@ -8,13 +8,13 @@
 #include <utility>
 
 #include "comm/collective_name.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/bucket_assignment.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
 #include "parallel/rank_agreement.hpp"
 #include "parallel/zero_redundancy_optimizer/gradient_shards.hpp"
-#include "comm/str.hpp"
+#include "base/str.hpp"
 
 namespace ddp::parallel {
 
@@ -49,13 +49,13 @@ void validate(const std::vector<at::Tensor>& parameters,
   }
   if (options.stage() != 1 && options.stage() != 2) {
     throw ConfigError(
-        comm::detail::str("ZeroRedundancyOptimizer: stage is ", options.stage(),
+        base::detail::str("ZeroRedundancyOptimizer: stage is ", options.stage(),
                           "; it must be 1 (optimizer state sharded) or 2 (gradients too)."));
   }
   detail::cap_bytes_of(options.bucket_cap_mb(), "ZeroRedundancyOptimizer", "bucket_cap_mb");
   const int64_t passes = options.backward_passes_per_step();
   if (passes < 1 || (options.stage() == 1 && passes != 1)) {
-    throw ConfigError(comm::detail::str("ZeroRedundancyOptimizer: backward_passes_per_step is ",
+    throw ConfigError(base::detail::str("ZeroRedundancyOptimizer: backward_passes_per_step is ",
                                         passes, " at stage ", options.stage(),
                                         "; it must be at least 1, and 1 at stage 1 (accumulate "
                                         "gradients with DistributedDataParallel's no_sync())."));
@@ -66,7 +66,7 @@ void validate(const std::vector<at::Tensor>& parameters,
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (!parameters[i].requires_grad()) {
       throw ConfigError(
-          comm::detail::str("ZeroRedundancyOptimizer: parameter #", i,
+          base::detail::str("ZeroRedundancyOptimizer: parameter #", i,
                             " does not require grad; pass only trainable parameters."));
     }
   }
@@ -109,7 +109,7 @@ std::vector<std::string> describe_zero_layout(const ZeroRedundancyOptimizerOptio
                                               const std::vector<std::vector<size_t>>& groups,
                                               const std::vector<at::Tensor>& parameters,
                                               int world) {
-  std::vector<std::string> lines = {comm::detail::str(
+  std::vector<std::string> lines = {base::detail::str(
       "stage=", options.stage(), " bucket_cap_mb=", options.bucket_cap_mb(), " (",
       settings.cap_bytes, " bytes) backward_passes_per_step=", options.backward_passes_per_step())};
   for (size_t b = 0; b < groups.size(); ++b) {
@@ -117,9 +117,9 @@ std::vector<std::string> describe_zero_layout(const ZeroRedundancyOptimizerOptio
     std::string members;
     for (size_t i : groups[b]) {
       elements += parameters[i].numel();
-      members += comm::detail::str(" #", i);
+      members += base::detail::str(" #", i);
     }
-    lines.push_back(comm::detail::str("bucket ", b, ": ", elements, " elements, ",
+    lines.push_back(base::detail::str("bucket ", b, ": ", elements, " elements, ",
                                       (elements + world - 1) / world, " per rank, of", members));
   }
   return lines;
@@ -135,7 +135,7 @@ void verify_zero_agreement(ProcessGroup& group, const std::vector<at::Tensor>& p
   if (group.size() == 1) return;
   constexpr const char* kWho = "ZeroRedundancyOptimizer";
   std::vector<std::string> names;
-  for (size_t i = 0; i < parameters.size(); ++i) names.push_back(comm::detail::str("#", i));
+  for (size_t i = 0; i < parameters.size(); ++i) names.push_back(base::detail::str("#", i));
   detail::verify_same_across_ranks(
       group, detail::describe_tensors(names, parameters), kWho, "parameters",
       "Pass every rank the same parameters, in the same order (the same model's parameters()).",

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/shm/node_barrier.hpp"
 
 namespace ddp::comm::shm {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/error_capture.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "comm/shm/serial_executor.hpp"
 
 namespace ddp::comm::shm {
@@ -55,7 +55,7 @@ TEST(ShmSerialExecutor, RunsTasksInOrderOnOneOtherThread) {
   constexpr int kTasks = 200;
   std::vector<int> ran;  // touched by the executor's thread only, until wait()
   std::vector<std::thread::id> threads;
-  std::vector<compat::WorkPtr> works;
+  std::vector<base::compat::WorkPtr> works;
   for (int i = 0; i < kTasks; ++i) {
     works.push_back(executor.submit([&, i] {
       ran.push_back(i);
@@ -75,11 +75,11 @@ TEST(ShmSerialExecutor, WorkCompletesAfterItsTask) {
   SerialExecutor executor;
   Gate gate;
   std::atomic<bool> finished{false};
-  compat::WorkPtr work = executor.submit([&] {
+  base::compat::WorkPtr work = executor.submit([&] {
     gate.wait_open();
     finished = true;
   });
-  compat::WorkPtr next = executor.submit([] {});
+  base::compat::WorkPtr next = executor.submit([] {});
   std::this_thread::sleep_for(milliseconds(100));
   EXPECT_FALSE(work->isCompleted());
   EXPECT_FALSE(next->isCompleted());  // queued behind the blocked task
@@ -117,7 +117,7 @@ TEST(ShmSerialExecutor, LaterTasksFailAfterAFailure) {
   auto before = executor.submit([] {});
   auto failed = executor.submit([] { throw TimeoutError("broadcast timed out: rank(s) 3"); });
   std::atomic<int> later_ran{0};
-  std::vector<compat::WorkPtr> later;
+  std::vector<base::compat::WorkPtr> later;
   for (int i = 0; i < 3; ++i) later.push_back(executor.submit([&] { ++later_ran; }));
   EXPECT_NO_THROW(before->wait(kGateDeadline));
   EXPECT_EQ(error_of<TimeoutError>([&] { failed->wait(kGateDeadline); }),
@@ -143,7 +143,7 @@ TEST(ShmSerialExecutor, LaterTasksFailAfterAFailure) {
 TEST(ShmSerialExecutor, StopFinishesQueuedTasksAndIsIdempotent) {
   SerialExecutor executor;
   std::atomic<int> ran{0};
-  std::vector<compat::WorkPtr> works;
+  std::vector<base::compat::WorkPtr> works;
   works.push_back(executor.submit([&] {
     std::this_thread::sleep_for(milliseconds(100));
     ++ran;

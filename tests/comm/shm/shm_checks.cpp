@@ -7,7 +7,7 @@
 
 #include "ddp/comm/process_group.hpp"
 #include "common/named_checks.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -66,8 +66,8 @@ class Report {
       return;
     }
     at::Tensor differs = (got.to(at::kDouble) != expected.to(at::kDouble)).nonzero();
-    std::string where = "dtypes " + comm::detail::dtype_name(got.scalar_type()) + " and " +
-                        comm::detail::dtype_name(expected.scalar_type()) + ", " +
+    std::string where = "dtypes " + base::detail::dtype_name(got.scalar_type()) + " and " +
+                        base::detail::dtype_name(expected.scalar_type()) + ", " +
                         std::to_string(got.numel()) + " and " + std::to_string(expected.numel()) +
                         " elements";
     if (differs.numel() > 0) {

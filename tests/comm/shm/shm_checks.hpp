@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ddp/comm/reduce_op.hpp"
-#include "comm/dtype_name.hpp"
+#include "base/dtype_name.hpp"
 #include "multiprocess/worker_checks.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
@@ -44,7 +44,7 @@ constexpr int64_t kShmBigNumel = (int64_t{64} << 20) / 4;
 /// "all_reduce float32 x17": a check's collective, dtype and size.
 inline std::string shm_check_name(const std::string& collective, at::ScalarType dtype,
                                   int64_t numel) {
-  return collective + " " + comm::detail::dtype_name(dtype) + " x" + std::to_string(numel);
+  return collective + " " + base::detail::dtype_name(dtype) + " x" + std::to_string(numel);
 }
 
 /// All-reduce (every dtype of collective_dtypes(), op and size), broadcast

@@ -17,7 +17,7 @@
 
 #include "common/auto_backend_name.hpp"
 #include "common/expect_checks.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/harness.hpp"
 #include "multiprocess/worker_checks.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ddp/parallel/data_parallel.hpp"
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -2,7 +2,10 @@
 
 /// \file errors.hpp
 /// The exceptions ddp throws, and their exit codes. Every message says what
-/// was wrong, the offending value, and what to do about it.
+/// was wrong, the offending value, and what to do about it. They are the
+/// base layer (namespace ddp::base, below the communication layer), since
+/// every layer and part throws them and the one table of exit codes must sit
+/// below all of them.
 ///
 /// Note [One exception type per failure kind]
 /// Callers (and the launcher, which maps them to exit codes) need to tell a
@@ -21,31 +24,31 @@
 ///
 ///   type                      ExitCode              value  declared in
 ///   (no error)                kSuccess                  0
-///   Error, any other          kFailure                  1  ddp/comm/errors.hpp
+///   Error, any other          kFailure                  1  ddp/base/errors.hpp
 ///   (2 is unused: shells and many tools give it to a bad command line)
-///   ConfigError               kConfig                   3  ddp/comm/errors.hpp
-///   RendezvousError           kRendezvous               4  ddp/comm/errors.hpp
-///   TimeoutError              kTimeout                  5  ddp/comm/errors.hpp
-///   CollectiveError           kCollective               6  ddp/comm/errors.hpp
-///   InvalidArgumentError      kInvalidArgument          7  ddp/comm/errors.hpp
-///   BackendUnavailableError   kBackendUnavailable       8  ddp/comm/errors.hpp
+///   ConfigError               kConfig                   3  ddp/base/errors.hpp
+///   RendezvousError           kRendezvous               4  ddp/base/errors.hpp
+///   TimeoutError              kTimeout                  5  ddp/base/errors.hpp
+///   CollectiveError           kCollective               6  ddp/base/errors.hpp
+///   InvalidArgumentError      kInvalidArgument          7  ddp/base/errors.hpp
+///   BackendUnavailableError   kBackendUnavailable       8  ddp/base/errors.hpp
 ///   SnapshotError             kSnapshot                 9  ddp/snapshot/errors.hpp
 ///   DataError                 kData                    10  ddp/data/errors.hpp
 ///   MetricsError              kMetrics                 11  ddp/training/errors.hpp
 ///   PlotError                 kPlot                    12  ddp/training/errors.hpp
-///   IoError                   kIo                      13  ddp/comm/errors.hpp
+///   IoError                   kIo                      13  ddp/base/errors.hpp
 ///   LaunchError               kLaunch                  14  ddp/launch/errors.hpp
 ///
 /// The values never change once released (scripts compare them); a new kind
 /// takes the next free value and gets a row and an enumerator here, a class
 /// in the header of the part that throws it (here if several do), and a case
-/// in tests/comm/errors_test.cpp.
+/// in tests/base/errors_test.cpp.
 
 #include <exception>
 #include <stdexcept>
 #include <string>
 
-namespace ddp::comm {
+namespace ddp::base {
 
 /// Exit codes that ddp's tools use for each failure kind, so that scripts and
 /// the launcher can tell them apart (Note [Exit codes]).
@@ -161,8 +164,8 @@ class IoError : public ErrorOfKind<IoError, ExitCode::kIo> {
 /// itself and for any other exception).
 ExitCode exit_code_for(const std::exception& error) noexcept;
 
-}  // namespace ddp::comm
+}  // namespace ddp::base
 
 namespace ddp {
-using namespace comm;  // Note [One namespace per layer] in ddp/ddp.hpp
+using namespace base;  // Note [One namespace per layer] in ddp/ddp.hpp
 }  // namespace ddp

@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-namespace ddp::comm::detail {
+namespace ddp::base::detail {
 
 /// A byte-sized number, which a stream prints as a character.
 template <typename T>
@@ -32,4 +32,4 @@ std::string str(const Args&... args) {
   return out.str();
 }
 
-}  // namespace ddp::comm::detail
+}  // namespace ddp::base::detail

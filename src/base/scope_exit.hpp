@@ -8,7 +8,7 @@
 #include <functional>
 #include <utility>
 
-namespace ddp::comm::detail {
+namespace ddp::base::detail {
 
 class ScopeExit {
  public:
@@ -23,4 +23,4 @@ class ScopeExit {
   std::function<void()> on_exit_;
 };
 
-}  // namespace ddp::comm::detail
+}  // namespace ddp::base::detail

@@ -1,4 +1,4 @@
-// Every error type, those of ddp/comm/errors.hpp and those the parts declare
+// Every error type, those of ddp/base/errors.hpp and those the parts declare
 // (ddp/snapshot/errors.hpp, ddp/data/errors.hpp, ddp/training/errors.hpp,
 // ddp/launch/errors.hpp), has its own exit code, the one that
 // Note [Exit codes] lists: the table below is the closed list of kinds, and
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/comm/errors.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/data/errors.hpp"
 #include "ddp/training/errors.hpp"
@@ -56,7 +56,7 @@ const std::vector<Kind>& all_kinds() {
   return kinds;
 }
 
-TEST(CoreExitCodes, EveryKindMapsToItsOwnDocumentedCode) {
+TEST(BaseExitCodes, EveryKindMapsToItsOwnDocumentedCode) {
   for (const Kind& kind : all_kinds()) {
     SCOPED_TRACE(kind.name);
     EXPECT_EQ(static_cast<int>(kind.code), kind.value);
@@ -90,7 +90,7 @@ TEST(CoreExitCodes, EveryKindMapsToItsOwnDocumentedCode) {
   EXPECT_EQ(exit_code_for(std::runtime_error("foreign")), ExitCode::kFailure);
 }
 
-TEST(CoreExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
+TEST(BaseExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
   std::map<int, std::string> owner;
   for (const Kind& kind : all_kinds()) {
     const auto [it, inserted] = owner.emplace(kind.value, kind.name);
@@ -112,7 +112,7 @@ TEST(CoreExitCodes, CodesAreDistinctAndFollowSuccessAndFailure) {
 // Every enumerator of ExitCode, written out: the kinds' codes, kSuccess and
 // kFailure must all differ, including the codes of kinds that live in
 // different parts' headers.
-TEST(CoreExitCodes, EveryExitCodeValueIsDistinct) {
+TEST(BaseExitCodes, EveryExitCodeValueIsDistinct) {
   const std::vector<std::pair<std::string, ExitCode>> codes = {
       {"kSuccess", ExitCode::kSuccess},
       {"kFailure", ExitCode::kFailure},
@@ -148,7 +148,7 @@ TEST(CoreExitCodes, EveryExitCodeValueIsDistinct) {
 
 // The kinds the parts declare keep the names users wrote before they moved
 // (ddp::SnapshotError), and those are the parts' types.
-TEST(CoreExitCodes, PartsKindsAreAlsoDdpNames) {
+TEST(BaseExitCodes, PartsKindsAreAlsoDdpNames) {
   EXPECT_EQ(typeid(ddp::SnapshotError), typeid(ddp::snapshot::SnapshotError));
   EXPECT_EQ(typeid(ddp::DataError), typeid(ddp::data::DataError));
   EXPECT_EQ(typeid(ddp::MetricsError), typeid(ddp::training::MetricsError));
@@ -158,7 +158,7 @@ TEST(CoreExitCodes, PartsKindsAreAlsoDdpNames) {
   EXPECT_EQ(exit_code_for(ddp::launch::LaunchError("x")), ExitCode::kLaunch);
 }
 
-TEST(CoreExitCodes, OtherExceptionsAreGenericFailures) {
+TEST(BaseExitCodes, OtherExceptionsAreGenericFailures) {
   EXPECT_EQ(exit_code_for(Error("a failure of no particular kind")), ExitCode::kFailure);
   EXPECT_EQ(exit_code_for(std::runtime_error("foreign")), ExitCode::kFailure);
   EXPECT_EQ(exit_code_for(std::logic_error("foreign")), ExitCode::kFailure);

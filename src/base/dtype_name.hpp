@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace ddp::comm::detail {
+namespace ddp::base::detail {
 
 inline std::string dtype_name(c10::ScalarType dtype) {
   switch (dtype) {
@@ -35,4 +35,4 @@ inline std::string dtype_name(c10::ScalarType dtype) {
   }
 }
 
-}  // namespace ddp::comm::detail
+}  // namespace ddp::base::detail

@@ -37,7 +37,7 @@
 #include <string>
 #include <type_traits>
 
-namespace ddp::comm::compat {
+namespace ddp::base::compat {
 
 // Note [c10d backends across versions]
 // In 1.13 each backend (ProcessGroupGloo, ProcessGroupNCCL) derives from
@@ -250,4 +250,4 @@ inline void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
 }
 #endif
 
-}  // namespace ddp::comm::compat
+}  // namespace ddp::base::compat
