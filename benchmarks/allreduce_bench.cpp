@@ -15,13 +15,13 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,8 +29,8 @@
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/launch/child_process.hpp"
-#include "timing.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "timing.hpp"
 
 namespace {
 

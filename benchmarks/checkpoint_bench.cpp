@@ -5,9 +5,9 @@
 //
 //   checkpoint_bench --mb 100 --dir /tmp/ckpt --repeat 3
 
-#include <CLI/CLI.hpp>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -29,9 +29,9 @@
 // collate does. A step is: fetch a batch, zero_grad, forward, loss,
 // backward, optimizer step; the timed interval is between two barriers.
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <fstream>

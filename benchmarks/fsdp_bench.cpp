@@ -12,10 +12,10 @@
 // allocator's peak of allocated bytes over the timed steps (the largest
 // over the ranks; -1 where this build has no CUDA).
 
-#include <CLI/CLI.hpp>
 #include <sys/resource.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 #ifdef USE_C10D_NCCL
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif

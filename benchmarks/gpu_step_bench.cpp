@@ -53,11 +53,11 @@
 // with the default broadcast_buffers on, both sides would add that
 // broadcast to every step; this benchmark does not measure it.
 
-#include <CLI/CLI.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
 #ifdef USE_C10D_NCCL
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -74,15 +74,15 @@
 
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
-#include "ddp/amp/mixed_precision.hpp"
-#include "ddp/data/fashion_mnist.hpp"
-#include "ddp/comm/environment.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/init.hpp"
-#include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/amp/grad_scaler.hpp"
-#include "ddp/parallel/captured_step.hpp"
+#include "ddp/amp/mixed_precision.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/init.hpp"
+#include "ddp/data/fashion_mnist.hpp"
 #include "ddp/optim/sgd.hpp"
+#include "ddp/parallel/captured_step.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 
 namespace {
 

@@ -104,10 +104,10 @@
 // over each side's own bare step.
 
 #include <ATen/record_function.h>
-#include <CLI/CLI.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -119,19 +119,19 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
-#include "ddp/comm/environment.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
 #include "ddp/comm/init.hpp"
-#include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/optim/sgd.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 
 namespace {
 

@@ -15,10 +15,10 @@
 // itself right after step K in round 0, so the kill falls at the same
 // point in every run and on both sides.
 
-#include <CLI/CLI.hpp>
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <iostream>

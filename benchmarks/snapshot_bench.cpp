@@ -8,8 +8,8 @@
 // interleave save() and save_async() so that both meet the same disk and
 // page cache. Prints one table line per size.
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>

@@ -23,8 +23,8 @@
 // Last, the stragglers: CALLS no_sync steps timed one by one on every rank;
 // the mean step, and the mean over steps of the slowest rank's (what a
 // synchronized step would wait for, were the ranks independent).
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -5,8 +5,8 @@
 // way: the optimizer-state bytes on each rank (the largest) and the median
 // step time.
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -12,8 +12,8 @@
 // on GPU hvd::local_rank(), as Horovod's torch.cuda.set_device(local_rank),
 // and the backend is `auto`: the fused gradients travel over NCCL.
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>

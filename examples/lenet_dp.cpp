@@ -13,8 +13,8 @@
 // DataParallel is parallelism inside one process: run it alone (or under
 // ddprun with one worker); for several processes use example_mnist_ddp.
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -29,8 +29,8 @@
 #include "common/run_example.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
-#include "ddp/parallel/data_parallel.hpp"
 #include "ddp/ddp.hpp"
+#include "ddp/parallel/data_parallel.hpp"
 #include "ddp/training/progress.hpp"
 
 namespace {

@@ -31,8 +31,8 @@
 // 5e-4, batch 64 per rank, learning rate halved every 2 epochs) reach
 // about 90% test accuracy in 5 epochs on 2 ranks.
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>

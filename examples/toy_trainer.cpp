@@ -26,10 +26,10 @@
 // --shard full the model is a FullyShardedDataParallel: its parameters and
 // SGD state are sharded, committed and recovered the same way.
 
-#include <CLI/CLI.hpp>
-#include <torch/torch.h>
 #include <signal.h>
+#include <torch/torch.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>

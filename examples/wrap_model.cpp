@@ -1,6 +1,6 @@
 // The wrap-a-model example of docs/guide/ddp.md, built so that it stays true.
-#include <ddp/ddp.hpp>
 #include <torch/torch.h>
+#include <ddp/ddp.hpp>
 
 struct NetImpl : torch::nn::Module {
   torch::nn::Linear fc1{register_module("fc1", torch::nn::Linear(20, 64))};

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "ddp/data/fashion_mnist.hpp"
-#include "ddp/training/plot.hpp"
 #include "ddp/training/errors.hpp"
+#include "ddp/training/plot.hpp"
 
 namespace ddp::examples {
 

@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "ddp/comm/environment.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
 
 namespace ddp::examples {
 

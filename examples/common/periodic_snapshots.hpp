@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/cli.hpp"
-#include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::examples {
 

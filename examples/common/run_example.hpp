@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/error_file.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/error_file.hpp"
 
 namespace ddp::examples {
 

@@ -1,8 +1,8 @@
 #include "ddp/amp/autocast.hpp"
 
 #include "base/compat/torch_compat.hpp"
-#include "ddp/base/errors.hpp"
 #include "base/dtype_name.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::amp {
 

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "base/compat/torch_compat.hpp"
+#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/captured_step.hpp"
-#include "ddp/base/errors.hpp"
-#include "base/str.hpp"
 
 namespace ddp::amp {
 namespace {

@@ -3,12 +3,12 @@
 #include <optional>
 #include <unordered_map>
 
-#include "nn/batch_norm_layers.hpp"
-#include "ddp/amp/mixed_precision.hpp"
-#include "ddp/comm/broadcast_tensors.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/process_group.hpp"
 #include "base/dtype_name.hpp"
+#include "ddp/amp/mixed_precision.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "nn/batch_norm_layers.hpp"
 
 namespace ddp::amp {
 namespace {

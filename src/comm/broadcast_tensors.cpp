@@ -6,10 +6,10 @@
 #include <map>
 #include <string>
 
+#include "base/str.hpp"
+#include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "comm/collective_name.hpp"
-#include "base/str.hpp"
 
 namespace ddp::comm {
 

@@ -5,8 +5,8 @@
 #include <sstream>
 #include <vector>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 extern char** environ;  // NOLINT: POSIX; read only in capture_environment().
 

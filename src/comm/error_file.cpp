@@ -8,10 +8,10 @@
 #include <fstream>
 #include <mutex>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/flight_recorder.hpp"
 #include "comm/flight_recorder/entry_json.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/flight_recorder.hpp"
 
 namespace ddp::comm {
 

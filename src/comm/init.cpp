@@ -9,17 +9,17 @@
 #include <iostream>
 #include <utility>
 
+#include "base/str.hpp"
 #include "comm/backends/backends.hpp"
-#include "ddp/comm/error_file.hpp"
+#include "comm/flight_recorder/flight_recorder_observer.hpp"
+#include "comm/store/job_secret.hpp"
+#include "comm/store/socket.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/error_file.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "ddp/comm/observer_factory.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"
-#include "comm/flight_recorder/flight_recorder_observer.hpp"
-#include "comm/store/job_secret.hpp"
-#include "comm/store/socket.hpp"
-#include "base/str.hpp"
 
 namespace ddp::comm {
 namespace {

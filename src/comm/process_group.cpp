@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/collective_observation.hpp"
-#include "ddp/comm/collective_observer.hpp"
-#include "ddp/base/errors.hpp"
 #include "base/dtype_name.hpp"
 #include "base/str.hpp"
+#include "comm/collective_observation.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/collective_observer.hpp"
 
 namespace ddp::comm {
 namespace {

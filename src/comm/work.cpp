@@ -2,13 +2,13 @@
 
 #include <c10/core/ScalarType.h>
 
-#include "comm/collective_observation.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/process_group.hpp"
 #include "base/dtype_name.hpp"
+#include "base/str.hpp"
+#include "comm/collective_observation.hpp"
 #include "comm/timeout_message.hpp"
 #include "comm/work_impl.hpp"
-#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::comm {
 namespace detail {

@@ -12,9 +12,9 @@
 #include <string>
 
 #include "base/compat/torch_compat.hpp"
+#include "ddp/comm/process_group_fwd.hpp"
 #include "ddp/comm/reduce_op.hpp"
 #include "ddp/comm/work.hpp"
-#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::comm::detail {
 

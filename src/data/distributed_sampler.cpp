@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <string>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::data {
 

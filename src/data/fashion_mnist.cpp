@@ -1,13 +1,13 @@
 // Fashion-MNIST / MNIST from their idx files.
 
 #include "ddp/data/fashion_mnist.hpp"
-#include "ddp/data/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/data/errors.hpp"
 
 #include <torch/torch.h>
 
-#include <sstream>
 #include <sys/stat.h>
+#include <sstream>
 
 namespace ddp::data {
 namespace {

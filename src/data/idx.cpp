@@ -8,8 +8,8 @@
 // (FIFOs, devices) are refused so that a read can never block.
 
 #include "ddp/data/idx.hpp"
-#include "ddp/data/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/data/errors.hpp"
 
 #include <torch/torch.h>
 #include <zlib.h>

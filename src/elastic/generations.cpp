@@ -1,7 +1,7 @@
 #include "elastic/generations.hpp"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 #include <string>
@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/tcp_store.hpp"
+#include "base/str.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
-#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/tcp_store.hpp"
 
 namespace ddp::elastic::detail {
 namespace {

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/elastic/membership_change.hpp"
-#include "base/str.hpp"
 #include "elastic/generations.hpp"
 
 namespace ddp::elastic::detail {

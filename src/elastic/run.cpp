@@ -9,10 +9,10 @@
 #include <map>
 #include <string>
 
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/elastic/membership_change.hpp"
-#include "base/str.hpp"
 #include "elastic/generations.hpp"
 #include "elastic/membership_watch.hpp"
 

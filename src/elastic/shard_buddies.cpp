@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "comm/byte_exchange.hpp"
 #include "base/str.hpp"
+#include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "elastic/commit_layout.hpp"

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "base/str.hpp"
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "base/str.hpp"
 #include "elastic/commit_layout.hpp"
 #include "elastic/shard_buddies.hpp"
 #include "snapshot/sharded_state.hpp"

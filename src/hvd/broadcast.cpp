@@ -8,17 +8,17 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/str.hpp"
 #include "comm/byte_exchange.hpp"
-#include "ddp/comm/broadcast_tensors.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/process_group.hpp"
-#include "ddp/snapshot/errors.hpp"
-#include "ddp/hvd/runtime.hpp"
-#include "ddp/snapshot/snapshot_manager.hpp"
 #include "comm/collective_name.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/hvd/runtime.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 #include "parallel/rank_agreement.hpp"
 #include "snapshot/optimizer_state.hpp"
-#include "base/str.hpp"
 
 namespace ddp::hvd {
 namespace {

@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/broadcast_tensors.hpp"
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/hvd/runtime.hpp"
 #include "hvd/gradient_fusion.hpp"
-#include "base/str.hpp"
 
 namespace ddp::hvd {
 namespace {

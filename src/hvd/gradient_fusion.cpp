@@ -5,11 +5,11 @@
 
 #include <string>
 
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/process_group.hpp"
-#include "comm/collective_name.hpp"
 #include "base/scope_exit.hpp"
 #include "base/str.hpp"
+#include "comm/collective_name.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::hvd::detail {
 namespace {

@@ -13,8 +13,8 @@
 #include <mutex>
 #include <vector>
 
-#include "parallel/bucketing/gradient_buckets.hpp"
 #include "ddp/hvd/distributed_optimizer.hpp"
+#include "parallel/bucketing/gradient_buckets.hpp"
 
 namespace ddp::hvd::detail {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/hvd/runtime.hpp"
-#include "base/str.hpp"
 
 namespace ddp::hvd {
 

@@ -13,21 +13,21 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "ddp/comm/error_file.hpp"
+#include "base/str.hpp"
+#include "comm/store/job_secret.hpp"
+#include "comm/store/store_value.hpp"
+#include "comm/store/worker_protocol.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/error_file.hpp"
 #include "ddp/comm/flight_recorder.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
-#include "launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
+#include "launch/rank_output.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
-#include "launch/rank_output.hpp"
 #include "launch/stall_report.hpp"
-#include "comm/store/job_secret.hpp"
-#include "base/str.hpp"
-#include "comm/store/store_value.hpp"
-#include "comm/store/worker_protocol.hpp"
+#include "launch/worker_environment.hpp"
 
 namespace ddp::launch {
 namespace {

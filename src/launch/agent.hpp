@@ -54,11 +54,11 @@
 #include <string>
 #include <utility>
 
+#include "ddp/launch/errors.hpp"
 #include "launch/attempt_decision.hpp"
 #include "launch/launch_options.hpp"
 #include "launch/node_rendezvous.hpp"
 #include "launch/recovery_store.hpp"
-#include "ddp/launch/errors.hpp"
 
 namespace ddp::launch {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "launch/agent.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "launch/agent.hpp"
 #include "launch/rank_output.hpp"
 
 namespace ddp::launch {

@@ -6,11 +6,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/str.hpp"
+#include "comm/store/store_value.hpp"
 #include "launch/agent.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
-#include "base/str.hpp"
-#include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
 

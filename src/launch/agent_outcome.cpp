@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "base/str.hpp"
+#include "comm/store/store_value.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "launch/agent.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
-#include "base/str.hpp"
-#include "comm/store/store_value.hpp"
 
 namespace ddp::launch {
 

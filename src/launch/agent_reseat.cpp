@@ -5,16 +5,16 @@
 
 #include <algorithm>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/base/errors.hpp"
-#include "launch/agent.hpp"
-#include "launch/worker_environment.hpp"
-#include "launch/agent_attempt.hpp"
-#include "launch/say.hpp"
-#include "launch/spare_pool.hpp"
 #include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
+#include "launch/agent.hpp"
+#include "launch/agent_attempt.hpp"
+#include "launch/say.hpp"
+#include "launch/spare_pool.hpp"
+#include "launch/worker_environment.hpp"
 
 namespace ddp::launch {
 

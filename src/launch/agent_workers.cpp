@@ -5,13 +5,13 @@
 #include <iostream>
 #include <system_error>
 
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "launch/agent.hpp"
-#include "launch/worker_environment.hpp"
 #include "launch/agent_attempt.hpp"
 #include "launch/say.hpp"
 #include "launch/spare_pool.hpp"
-#include "base/str.hpp"
+#include "launch/worker_environment.hpp"
 
 namespace ddp::launch {
 

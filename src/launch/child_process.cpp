@@ -11,10 +11,10 @@
 #include <cstring>
 #include <thread>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/launch/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/launch/errors.hpp"
 
 namespace ddp::launch {
 namespace {

@@ -2,11 +2,11 @@
 
 #include <utility>
 
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/tcp_store.hpp"
 #include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/tcp_store.hpp"
 #include "launch/endpoint.hpp"
 #include "launch/say.hpp"
 

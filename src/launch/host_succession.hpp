@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "launch/launch_options.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "launch/launch_options.hpp"
 
 namespace c10d {
 class Store;

@@ -14,10 +14,10 @@
 #include <thread>
 #include <tuple>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/base/errors.hpp"
-#include "comm/store/job_secret.hpp"
 #include "base/str.hpp"
+#include "comm/store/job_secret.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
 #include "launch/to_int.hpp"
 
 namespace ddp::launch {

@@ -6,11 +6,11 @@
 #include <thread>
 #include <utility>
 
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/tcp_store.hpp"
 #include "base/str.hpp"
 #include "comm/store/store_value.hpp"
 #include "comm/store/worker_protocol.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/tcp_store.hpp"
 #include "launch/endpoint.hpp"
 #include "launch/host_succession.hpp"
 #include "launch/say.hpp"

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::launch {
 

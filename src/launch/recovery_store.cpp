@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/comm/tcp_store.hpp"
 #include "base/str.hpp"
 #include "comm/store/worker_protocol.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/tcp_store.hpp"
 #include "launch/endpoint.hpp"
 
 namespace ddp::launch {

@@ -6,12 +6,12 @@
 #include <random>
 #include <system_error>
 
+#include "base/str.hpp"
+#include "comm/store/store_value.hpp"
+#include "comm/store/worker_protocol.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/error_file.hpp"
-#include "ddp/base/errors.hpp"
-#include "comm/store/worker_protocol.hpp"
-#include "comm/store/store_value.hpp"
-#include "base/str.hpp"
 #include "launch/say.hpp"
 
 namespace ddp::launch {

@@ -15,8 +15,8 @@
 
 #include "ddp/launch/child_process.hpp"
 #include "launch/launch_options.hpp"
-#include "launch/worker_environment.hpp"
 #include "launch/rank_output.hpp"
+#include "launch/worker_environment.hpp"
 
 namespace c10d {
 class Store;

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/flight_recorder/entry_json.hpp"
 #include "base/str.hpp"
+#include "comm/flight_recorder/entry_json.hpp"
 #include "comm/store/store_value.hpp"
 
 namespace ddp::launch {

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <thread>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/comm/flight_recorder.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/store/worker_protocol.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/flight_recorder.hpp"
 
 namespace ddp::launch {
 

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "nn/batch_norm_layers.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
+#include "nn/batch_norm_layers.hpp"
 
 namespace ddp::nn {
 namespace {

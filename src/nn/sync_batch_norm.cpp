@@ -4,10 +4,10 @@
 
 #include <sstream>
 
-#include "nn/sync_batch_norm_function.hpp"
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "base/str.hpp"
+#include "nn/sync_batch_norm_function.hpp"
 
 namespace ddp::nn {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "base/str.hpp"
 
 namespace ddp::nn::detail {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 #ifdef DDP_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>

@@ -4,12 +4,12 @@
 
 #include <sstream>
 
+#include "base/dtype_name.hpp"
+#include "base/str.hpp"
 #include "comm/byte_exchange.hpp"
+#include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "base/dtype_name.hpp"
-#include "comm/collective_name.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <string>
 
+#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/snapshot/errors.hpp"
-#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::snapshot::detail {

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "base/compat/torch_compat.hpp"
-#include "ddp/snapshot/snapshot_manager.hpp"
-#include "ddp/snapshot/errors.hpp"
-#include "snapshot/snapshot_format.hpp"
 #include "base/str.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
+#include "snapshot/snapshot_format.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {

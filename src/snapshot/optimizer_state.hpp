@@ -15,9 +15,9 @@
 // every group is saved, so a learning rate changed by a scheduler comes back.
 
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json.hpp>
 #include <torch/optim/optimizer.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <string>

@@ -5,9 +5,9 @@
 #include "ddp/snapshot/pytorch_checkpoint.hpp"
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <set>

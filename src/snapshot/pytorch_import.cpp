@@ -2,9 +2,9 @@
 // [What a PyTorch checkpoint may hold] in ddp/snapshot/pytorch_checkpoint.hpp).
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>

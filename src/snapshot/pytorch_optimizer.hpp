@@ -7,8 +7,8 @@
 // name a parameter: (group, position) here, an index counted across the
 // groups there; the option and state names are PyTorch's in both.
 
-#include <nlohmann/json.hpp>
 #include <torch/optim/optimizer.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/str.hpp"
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
-#include "base/str.hpp"
 
 namespace ddp::snapshot {
 namespace detail {

@@ -9,15 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "base/str.hpp"
+#include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_state.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
-#include "comm/byte_exchange.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/snapshot_writing.hpp"
-#include "base/str.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {

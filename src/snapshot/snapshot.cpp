@@ -1,10 +1,10 @@
-#include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,16 +15,16 @@
 #include <mutex>
 #include <optional>
 
+#include "base/str.hpp"
+#include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "snapshot/async_saves.hpp"
-#include "comm/byte_exchange.hpp"
 #include "snapshot/rng_states.hpp"
+#include "snapshot/sharded_state.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/snapshot_writing.hpp"
 #include "snapshot/state_records.hpp"
-#include "snapshot/sharded_state.hpp"
-#include "base/str.hpp"
 
 namespace ddp::snapshot {
 namespace {

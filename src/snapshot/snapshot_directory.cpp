@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <set>
 
-#include "ddp/snapshot/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 namespace ddp::snapshot::detail {
 namespace {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "base/dtype_name.hpp"
-#include "ddp/snapshot/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the snapshot format stores raw little-endian bytes");

@@ -2,8 +2,8 @@
 // objects of a TrainingState, checked, planned, then applied.
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <iostream>
 #include <map>

@@ -12,19 +12,19 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/process_group.hpp"
 #include "base/dtype_name.hpp"
-#include "comm/collective_name.hpp"
-#include "timeline/timeline_observer.hpp"
 #include "base/str.hpp"
+#include "comm/collective_name.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "timeline/timeline_observer.hpp"
 
 namespace ddp {
 namespace timeline {

@@ -1,6 +1,6 @@
 #include "ddp/training/metrics_csv.hpp"
-#include "ddp/training/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/training/errors.hpp"
 
 #include <cerrno>
 #include <cstdio>

@@ -13,10 +13,10 @@
 #include <sstream>
 #include <vector>
 
-#include "ddp/comm/environment.hpp"
-#include "ddp/training/metrics_csv.hpp"
-#include "ddp/training/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/training/errors.hpp"
+#include "ddp/training/metrics_csv.hpp"
 
 extern char** environ;
 

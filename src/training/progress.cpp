@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::training {
 namespace {

@@ -10,11 +10,11 @@
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
+#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 
 namespace ddp::testing {
 namespace {

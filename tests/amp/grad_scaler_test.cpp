@@ -11,10 +11,10 @@
 
 #include "common/error_capture.hpp"
 #include "common/temporary_directory.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/snapshot/errors.hpp"
 #include "ddp/amp/grad_scaler.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace {

@@ -9,15 +9,15 @@
 #include <limits>
 #include <string>
 
+#include "base/compat/torch_compat.hpp"
 #include "common/error_capture.hpp"
 #include "common/models.hpp"
 #include "common/temporary_directory.hpp"
-#include "base/compat/torch_compat.hpp"
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
-#include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace {
 

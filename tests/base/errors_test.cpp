@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "ddp/base/errors.hpp"
-#include "ddp/snapshot/errors.hpp"
 #include "ddp/data/errors.hpp"
-#include "ddp/training/errors.hpp"
 #include "ddp/launch/errors.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "ddp/training/errors.hpp"
 
 namespace ddp {
 namespace {

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error_capture.hpp"
-#include "ddp/comm/environment.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
 #include "ddp/comm/init.hpp"
 
 namespace ddp {

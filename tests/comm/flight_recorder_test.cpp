@@ -5,16 +5,16 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include "ddp/comm/error_file.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/error_file.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"

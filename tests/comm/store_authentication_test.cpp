@@ -17,15 +17,15 @@
 #include <string>
 #include <thread>
 
-#include "common/error_capture.hpp"
-#include "common/temporary_directory.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/tcp_store.hpp"
 #include "comm/store/handshake.hpp"
 #include "comm/store/job_secret.hpp"
 #include "comm/store/socket.hpp"
 #include "comm/store/store_server.hpp"
 #include "comm/store/wire.hpp"
+#include "common/error_capture.hpp"
+#include "common/temporary_directory.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/tcp_store.hpp"
 
 namespace ddp::comm::store {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/error_capture.hpp"
-#include "ddp/data/distributed_sampler.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/data/distributed_sampler.hpp"
 
 using ddp::data::DistributedSampler;
 using ddp::data::DistributedSamplerOptions;

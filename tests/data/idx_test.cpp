@@ -16,9 +16,9 @@
 
 #include "common/error_capture.hpp"
 #include "common/temporary_directory.hpp"
+#include "ddp/data/errors.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/data/idx.hpp"
-#include "ddp/data/errors.hpp"
 
 namespace fs = std::filesystem;
 using ddp::DataError;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "elastic/recovery_job.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "elastic/recovery_job.hpp"
 
 namespace ddp::launch {
 namespace {

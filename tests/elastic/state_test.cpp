@@ -4,15 +4,15 @@
 // three threads.
 
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <future>
 #include <optional>
 #include <vector>
 
-#include "ddp/elastic.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/elastic.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
 

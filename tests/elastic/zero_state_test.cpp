@@ -7,8 +7,8 @@
 // shard, and sync() says which.
 
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <unistd.h>
 

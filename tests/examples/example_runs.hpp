@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "ddp/launch/child_process.hpp"
 #include "ddp/training/errors.hpp"
 #include "ddp/training/plot.hpp"
-#include "ddp/launch/child_process.hpp"
 
 namespace ddp::testing {
 

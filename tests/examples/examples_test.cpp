@@ -20,10 +20,10 @@
 
 #include "common/temporary_directory.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/launch/child_process.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
 #include "example_runs.hpp"
-#include "ddp/launch/child_process.hpp"
 
 namespace fs = std::filesystem;
 using ddp::launch::ChildResult;

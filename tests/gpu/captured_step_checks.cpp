@@ -9,9 +9,9 @@
 #include "common/models.hpp"
 #include "common/resnet18.hpp"
 #include "ddp/amp/grad_scaler.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/parallel/captured_step.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/base/errors.hpp"
 #include "gpu/gpu_checks.hpp"
 
 namespace ddp::testing {

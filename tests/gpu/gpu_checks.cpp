@@ -1,7 +1,7 @@
 #include "gpu/gpu_checks.hpp"
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <cmath>
 #include <limits>
@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "common/models.hpp"
+#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/amp/mixed_precision.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/amp/grad_scaler.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
-#include "ddp/comm/reduce_op.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/comm/reduce_op.hpp"
 
 namespace ddp::testing {
 

@@ -15,9 +15,9 @@
 
 #include "common/required_suites.hpp"
 #include "ddp/comm/environment.hpp"
-#include "interop/interop_job.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "interop/interop_job.hpp"
 
 namespace ddp::interop {
 namespace {

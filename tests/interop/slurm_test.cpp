@@ -25,12 +25,12 @@
 #include <regex>
 #include <sstream>
 
-#include "ddp/comm/environment.hpp"
-#include "interop/interop_job.hpp"
-#include "ddp/launch/child_process.hpp"
-#include "ddp/launch/port_reservation.hpp"
 #include "common/file_text.hpp"
 #include "common/required_suites.hpp"
+#include "ddp/comm/environment.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
+#include "interop/interop_job.hpp"
 
 namespace ddp::interop {
 namespace {

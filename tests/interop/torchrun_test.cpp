@@ -20,9 +20,9 @@
 #include "common/required_suites.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/comm/environment.hpp"
-#include "interop/interop_job.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "interop/interop_job.hpp"
 
 namespace ddp::interop {
 namespace {

@@ -32,9 +32,9 @@
 #include <iostream>
 #include <thread>
 
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/error_file.hpp"
-#include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"

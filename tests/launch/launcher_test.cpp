@@ -2,9 +2,9 @@
 // (tests/launch/launch_worker.cpp), with deadlines on every wait.
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <ctime>
 #include <filesystem>
@@ -12,13 +12,13 @@
 #include <regex>
 #include <thread>
 
+#include "common/file_text.hpp"
 #include "common/port_holder.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "launch/launcher_runs.hpp"
-#include "common/file_text.hpp"
 
 namespace ddp::launch {
 namespace {

@@ -14,8 +14,8 @@
 #include <regex>
 #include <set>
 
-#include "common/torch_python.hpp"
 #include "common/temporary_directory.hpp"
+#include "common/torch_python.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "launch/launcher_runs.hpp"
 

@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "common/temporary_directory.hpp"
-#include "launch/stall_report.hpp"
 #include "launch/launcher_runs.hpp"
+#include "launch/stall_report.hpp"
 
 namespace ddp::launch {
 namespace {

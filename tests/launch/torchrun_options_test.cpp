@@ -10,12 +10,12 @@
 #include <fstream>
 #include <thread>
 
+#include "common/file_text.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "launch/launcher_runs.hpp"
-#include "common/file_text.hpp"
 
 namespace ddp::launch {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/base/errors.hpp"
 #include "comm/store/worker_protocol.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace store = ddp::comm::store;
 

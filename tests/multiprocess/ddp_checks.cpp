@@ -8,13 +8,13 @@
 #include <set>
 #include <sstream>
 
+#include "base/dtype_name.hpp"
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "multiprocess/branch_net.hpp"
-#include "base/dtype_name.hpp"
 
 namespace ddp::testing {
 namespace {

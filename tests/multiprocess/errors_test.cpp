@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "comm/backends/backends.hpp"
-#include "ddp/base/errors.hpp"
 #include "common/port_holder.hpp"
-#include "multiprocess/harness.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/launch/port_reservation.hpp"
+#include "multiprocess/harness.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -8,13 +8,13 @@
 #include <set>
 #include <vector>
 
-#include "common/named_checks.hpp"
-#include "comm/collective_name.hpp"
 #include "base/dtype_name.hpp"
-#include "ddp/comm/collective_observer.hpp"
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/process_group.hpp"
+#include "comm/collective_name.hpp"
+#include "common/named_checks.hpp"
 #include "ddp/amp/grad_scaler.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/collective_observer.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "multiprocess/fsdp_models.hpp"

@@ -8,9 +8,9 @@
 
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/base/errors.hpp"
 #include "ddp/parallel/join.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 

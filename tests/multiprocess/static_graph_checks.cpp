@@ -7,9 +7,9 @@
 
 #include "common/checkpoint.hpp"
 #include "common/named_checks.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/base/errors.hpp"
 
 namespace ddp::testing {
 namespace {

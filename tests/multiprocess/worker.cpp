@@ -45,9 +45,13 @@
 #include <thread>
 #include <vector>
 
+#include "comm/shm/shm_checks.hpp"
 #include "common/worker_main.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "ddp/launch/port_reservation.hpp"
 #include "multiprocess/any_module_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
@@ -59,10 +63,6 @@
 #include "multiprocess/worker_checks.hpp"
 #include "multiprocess/zero_checks.hpp"
 #include "multiprocess/zero_snapshot_checks.hpp"
-#include "ddp/comm/process_group.hpp"
-#include "ddp/launch/child_process.hpp"
-#include "comm/shm/shm_checks.hpp"
-#include "ddp/launch/port_reservation.hpp"
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <functional>
 #include <thread>
 
-#include "ddp/comm/process_group.hpp"
-#include "common/named_checks.hpp"
 #include "base/dtype_name.hpp"
+#include "common/named_checks.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::testing {
 namespace {

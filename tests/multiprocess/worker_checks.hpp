@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/reduce_op.hpp"
 #include "base/dtype_name.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/comm/reduce_op.hpp"
 
 namespace ddp::testing {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/base/errors.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "multiprocess/zero_net.hpp"
 #include "timeline/counting_group.hpp"

@@ -11,9 +11,9 @@
 #include "common/named_checks.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
-#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "multiprocess/zero_net.hpp"
 
 namespace ddp::testing {

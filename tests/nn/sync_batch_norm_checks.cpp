@@ -14,10 +14,10 @@
 #include "common/models.hpp"
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
-#include "ddp/comm/process_group.hpp"
-#include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
 
 namespace ddp::testing {
 namespace {

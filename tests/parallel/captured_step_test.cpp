@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "ddp/parallel/captured_step.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/parallel/captured_step.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "ddp/comm/init.hpp"
 #include "ddp/parallel/comm_hook.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
-#include "ddp/comm/init.hpp"
 #include "timeline/counting_group.hpp"
 
 namespace ddp::testing {

@@ -6,8 +6,8 @@
 // a shard that fails makes rank 0 give the main file up at once.
 
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
 #include <cstdio>

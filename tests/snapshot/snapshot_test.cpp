@@ -16,15 +16,15 @@
 #include <thread>
 #include <vector>
 
+#include "base/compat/torch_compat.hpp"
 #include "common/error_capture.hpp"
 #include "common/models.hpp"
 #include "common/temporary_directory.hpp"
-#include "base/compat/torch_compat.hpp"
 #include "ddp/comm/init.hpp"
-#include "ddp/snapshot/snapshot_manager.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 #include "snapshot/optimizer_state.hpp"
 
 namespace fs = std::filesystem;

@@ -3,8 +3,8 @@
 // SIGKILLed; and the recorder's rules, in this process with a group of one.
 
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <csignal>
 #include <fstream>
@@ -12,17 +12,17 @@
 #include <set>
 #include <string>
 
+#include "comm/backends/backends.hpp"
+#include "comm/collective_name.hpp"
 #include "common/expect_checks.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/timeline/timeline.hpp"
-#include "comm/backends/backends.hpp"
-#include "comm/collective_name.hpp"
-#include "timeline/timeline_observer.hpp"
 #include "multiprocess/harness.hpp"
 #include "timeline/counting_group.hpp"
+#include "timeline/timeline_observer.hpp"
 #include "timeline/trace_checks.hpp"
 
 namespace ddp::testing {

@@ -11,13 +11,13 @@
 #include <thread>
 
 #include "common/error_capture.hpp"
+#include "common/file_text.hpp"
 #include "common/temporary_directory.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/training/errors.hpp"
 #include "ddp/training/metrics_csv.hpp"
 #include "ddp/training/plot.hpp"
 #include "ddp/training/progress.hpp"
-#include "common/file_text.hpp"
 
 namespace fs = std::filesystem;
 using namespace ddp::training;

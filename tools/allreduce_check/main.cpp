@@ -5,8 +5,8 @@
 //   ddp_allreduce_check --nproc 2            # starts 2 ranks on loopback
 //   torchrun --nproc-per-node 2 ddp_allreduce_check   # one rank each
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <iostream>

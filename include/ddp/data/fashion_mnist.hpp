@@ -16,8 +16,8 @@
 #include <cstddef>
 #include <string>
 
-#include "ddp/data/idx.hpp"
 #include "ddp/data/errors.hpp"
+#include "ddp/data/idx.hpp"
 
 namespace ddp::data {
 

@@ -87,9 +87,9 @@
 #include <functional>
 #include <memory>
 
-#include "ddp/elastic/state.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/elastic/state.hpp"
 
 namespace ddp::elastic {
 

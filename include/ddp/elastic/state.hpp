@@ -45,9 +45,9 @@
 #include <memory>
 #include <optional>
 
-#include "ddp/snapshot/snapshot_manager.hpp"
-#include "ddp/snapshot/errors.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::elastic {
 namespace detail {

@@ -37,9 +37,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "ddp/parallel/join.hpp"
-#include "ddp/comm/reduce_op.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/comm/reduce_op.hpp"
+#include "ddp/parallel/join.hpp"
 
 namespace ddp::hvd {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/work.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/comm/work.hpp"
 
 namespace ddp::parallel {
 

@@ -17,20 +17,20 @@
 ///   }
 /// \endcode
 
+#include <c10/core/GradMode.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
-#include <c10/core/GradMode.h>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "ddp/comm/process_group_fwd.hpp"
 #include "ddp/parallel/comm_hook.hpp"
 #include "ddp/parallel/join.hpp"
 #include "ddp/parallel/output_tensors.hpp"
 #include "ddp/parallel/wrapped_module.hpp"
-#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel {
 

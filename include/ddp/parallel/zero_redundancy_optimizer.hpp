@@ -33,9 +33,9 @@
 #include <memory>
 #include <vector>
 
+#include "ddp/comm/process_group_fwd.hpp"
 #include "ddp/parallel/join.hpp"
 #include "ddp/parallel/sharded_state.hpp"
-#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel {
 namespace detail {

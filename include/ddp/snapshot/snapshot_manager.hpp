@@ -96,8 +96,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/snapshot/errors.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/snapshot/errors.hpp"
 
 namespace ddp::parallel {
 class ZeroRedundancyOptimizer;

@@ -23,11 +23,11 @@
 #endif
 
 #include <ATen/autocast_mode.h>
-#include <torch/optim/optimizer.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/optim/optimizer.h>
 
 #include <chrono>
 #include <cstdint>

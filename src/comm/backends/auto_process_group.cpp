@@ -7,8 +7,8 @@
 #include <ATen/Context.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "ddp/comm/process_group.hpp"
 #include "comm/backends/backends.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::comm::backends {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "comm/backends/backends.hpp"
-#include "ddp/comm/process_group.hpp"
 #include "comm/work_impl.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::comm::backends {
 

@@ -22,9 +22,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "comm/backends/average.hpp"
 #include "comm/backends/c10d_process_group.hpp"
 #include "ddp/base/errors.hpp"
-#include "comm/backends/average.hpp"
 
 namespace ddp::comm::backends {
 namespace {

@@ -23,12 +23,12 @@
 
 #include <algorithm>
 
-#include "comm/backends/shm_process_group.hpp"
-#include "ddp/base/errors.hpp"
-#include "comm/shm/tensor_bridge.hpp"
-#include "comm/timeout_message.hpp"
 #include "base/str.hpp"
 #include "comm/backends/average.hpp"
+#include "comm/backends/shm_process_group.hpp"
+#include "comm/shm/tensor_bridge.hpp"
+#include "comm/timeout_message.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::backends {
 namespace {

@@ -11,9 +11,9 @@
 #include <fstream>
 #include <map>
 
+#include "base/str.hpp"
 #include "comm/backends/backends.hpp"
 #include "ddp/base/errors.hpp"
-#include "base/str.hpp"
 
 namespace ddp::comm::backends {
 namespace {

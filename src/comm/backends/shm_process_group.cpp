@@ -7,9 +7,9 @@
 
 #include <algorithm>
 
-#include "ddp/base/errors.hpp"
-#include "comm/shm/tensor_bridge.hpp"
 #include "base/str.hpp"
+#include "comm/shm/tensor_bridge.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::backends {
 

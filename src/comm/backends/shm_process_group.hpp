@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "comm/backends/backends.hpp"
-#include "ddp/comm/process_group.hpp"
 #include "comm/shm/communicator.hpp"
 #include "comm/shm/serial_executor.hpp"
 #include "comm/work_impl.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::comm::backends {
 

@@ -6,11 +6,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "ddp/base/errors.hpp"
-#include "ddp/comm/process_group.hpp"
+#include "base/str.hpp"
 #include "comm/flight_recorder/flight_recorder_observer.hpp"
 #include "comm/flight_recorder/ring.hpp"
-#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::comm::flight_recorder {
 namespace {

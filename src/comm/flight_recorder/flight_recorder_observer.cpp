@@ -4,12 +4,12 @@
 #include <iostream>
 #include <string>
 
+#include "base/dtype_name.hpp"
+#include "base/str.hpp"
 #include "comm/collective_name.hpp"
+#include "comm/flight_recorder/ring.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/flight_recorder.hpp"
-#include "base/dtype_name.hpp"
-#include "comm/flight_recorder/ring.hpp"
-#include "base/str.hpp"
 
 namespace ddp::comm::flight_recorder::detail {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <new>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
 #include "comm/store/store_value.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::shm {
 namespace {

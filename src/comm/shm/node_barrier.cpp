@@ -11,9 +11,9 @@
 #include <climits>
 #include <ctime>
 
-#include "ddp/base/errors.hpp"
-#include "comm/timeout_message.hpp"
 #include "base/str.hpp"
+#include "comm/timeout_message.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::shm {
 namespace {

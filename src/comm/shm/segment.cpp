@@ -11,8 +11,8 @@
 #include <cstring>
 #include <random>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::shm {
 namespace {

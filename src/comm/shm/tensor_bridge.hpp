@@ -5,8 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "ddp/comm/reduce_op.hpp"
 #include "comm/shm/reduce_kernels.hpp"
+#include "ddp/comm/reduce_op.hpp"
 
 namespace ddp::comm::shm {
 

@@ -5,9 +5,9 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "ddp/base/errors.hpp"
-#include "comm/store/wire.hpp"
 #include "base/str.hpp"
+#include "comm/store/wire.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::store {
 namespace {

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "ddp/base/errors.hpp"
-#include "comm/store/handshake.hpp"
 #include "base/str.hpp"
+#include "comm/store/handshake.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::store {
 namespace {

@@ -18,9 +18,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "ddp/base/errors.hpp"
-#include "comm/store/wire.hpp"
 #include "base/str.hpp"
+#include "comm/store/wire.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::store {
 namespace {

@@ -14,9 +14,9 @@
 #include <cstdlib>
 #include <limits>
 
-#include "ddp/base/errors.hpp"
-#include "comm/store/handshake.hpp"
 #include "base/str.hpp"
+#include "comm/store/handshake.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::store {
 namespace {

@@ -4,12 +4,12 @@
 #include <mutex>
 #include <utility>
 
-#include "ddp/base/errors.hpp"
+#include "base/str.hpp"
 #include "comm/store/handshake.hpp"
 #include "comm/store/socket.hpp"
 #include "comm/store/store_server.hpp"
 #include "comm/store/wire.hpp"
-#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm {
 namespace {

@@ -6,8 +6,8 @@
 #include <sstream>
 #include <system_error>
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::store {
 

@@ -23,8 +23,8 @@
 #include <optional>
 #include <string>
 
-#include "ddp/comm/environment.hpp"
 #include "comm/store/job_secret.hpp"
+#include "ddp/comm/environment.hpp"
 
 namespace ddp::comm::store {
 

@@ -26,8 +26,8 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/bucketing/bucket_assignment.hpp"
 #include "ddp/comm/work.hpp"
+#include "parallel/bucketing/bucket_assignment.hpp"
 
 namespace torch::autograd {
 struct Node;

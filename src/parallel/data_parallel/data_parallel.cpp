@@ -5,10 +5,10 @@
 
 #include <string>
 
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "parallel/data_parallel/replica_set.hpp"
 #include "parallel/data_parallel/tensor_sequential.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel {
 namespace {

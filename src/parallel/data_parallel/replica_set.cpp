@@ -9,8 +9,8 @@
 #include <string>
 
 #include "base/compat/torch_compat.hpp"
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::parallel::detail {
 namespace {

@@ -1,7 +1,7 @@
 #include "parallel/data_parallel/replica_workers.hpp"
 
-#include "ddp/base/errors.hpp"
 #include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::parallel::detail {
 

@@ -2,13 +2,13 @@
 
 #include <torch/torch.h>
 
-#include "ddp/comm/broadcast_tensors.hpp"
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
 #include "parallel/rank_agreement.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel {
 namespace {

@@ -6,10 +6,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/str.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {

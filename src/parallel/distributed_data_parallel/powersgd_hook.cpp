@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
+#include "base/str.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel {
 namespace {

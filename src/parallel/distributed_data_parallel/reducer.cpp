@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <numeric>
 
-#include "comm/collective_name.hpp"
 #include "base/compat/torch_compat.hpp"
+#include "base/scope_exit.hpp"
+#include "base/str.hpp"
+#include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/bucketing/bucket_assignment.hpp"
-#include "base/scope_exit.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 namespace {

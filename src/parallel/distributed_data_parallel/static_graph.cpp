@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "base/str.hpp"
 #include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/distributed_data_parallel/reducer.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 

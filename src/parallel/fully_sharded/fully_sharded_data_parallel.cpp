@@ -9,8 +9,8 @@
 
 #include "base/dtype_name.hpp"
 #include "base/str.hpp"
-#include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/fully_sharded/unit_schedule.hpp"
 #include "parallel/rank_agreement.hpp"

@@ -4,9 +4,9 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "comm/collective_name.hpp"
 #include "base/dtype_name.hpp"
 #include "base/str.hpp"
+#include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <utility>
 
+#include "base/scope_exit.hpp"
+#include "base/str.hpp"
 #include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
-#include "base/scope_exit.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel::detail {
 

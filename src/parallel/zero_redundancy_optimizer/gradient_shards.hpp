@@ -32,9 +32,9 @@
 #include <mutex>
 #include <vector>
 
+#include "ddp/comm/process_group_fwd.hpp"
 #include "ddp/comm/work.hpp"
 #include "parallel/bucketing/gradient_buckets.hpp"
-#include "ddp/comm/process_group_fwd.hpp"
 
 namespace ddp::parallel::detail {
 

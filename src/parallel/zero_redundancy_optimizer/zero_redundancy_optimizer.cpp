@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "base/str.hpp"
 #include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
@@ -14,7 +15,6 @@
 #include "parallel/bucketing/gradient_buckets.hpp"
 #include "parallel/rank_agreement.hpp"
 #include "parallel/zero_redundancy_optimizer/gradient_shards.hpp"
-#include "base/str.hpp"
 
 namespace ddp::parallel {
 

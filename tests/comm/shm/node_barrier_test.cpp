@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/base/errors.hpp"
 #include "comm/shm/node_barrier.hpp"
+#include "ddp/base/errors.hpp"
 
 namespace ddp::comm::shm {
 namespace {

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "comm/shm/serial_executor.hpp"
 #include "common/error_capture.hpp"
 #include "ddp/base/errors.hpp"
-#include "comm/shm/serial_executor.hpp"
 
 namespace ddp::comm::shm {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/comm/reduce_op.hpp"
 #include "base/dtype_name.hpp"
-#include "multiprocess/worker_checks.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/comm/reduce_op.hpp"
+#include "multiprocess/worker_checks.hpp"
 
 namespace ddp::testing {
 

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/shm/shm_checks.hpp"
 #include "common/auto_backend_name.hpp"
 #include "common/expect_checks.hpp"
 #include "ddp/base/errors.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/harness.hpp"
 #include "multiprocess/worker_checks.hpp"
-#include "comm/shm/shm_checks.hpp"
 
 namespace ddp::testing {
 namespace {

@@ -1,10 +1,10 @@
 // Built outside ddp's tree against the installed package: two ranks (one
 // thread each, explicit options instead of a launcher) all-reduce over Gloo.
 #include <ATen/ATen.h>
-#include <ddp/ddp.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <ddp/ddp.hpp>
 
 #include <iostream>
 #include <thread>

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/parallel/data_parallel.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/parallel/data_parallel.hpp"
 
 namespace ddp::testing {
 namespace {
