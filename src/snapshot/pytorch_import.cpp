@@ -132,8 +132,136 @@ std::pair<std::string, const PyValue*> locate_model(const std::string& path, con
   return {key, model.get()};
 }
 
+// The file's model tensors matched to the model's by name, with
+// DistributedDataParallel's "module." prefix dropped; the names missing on
+// either side are in `report`.
+struct ModelMatch {
+  NamedTensors live;
+  std::map<std::string, at::Tensor> saved;
+};
+
+// Check: the file's state_dict against the model. Throws
+// StateDictMismatchError when a shape differs, or a name is missing or
+// unexpected under ImportOptions::strict.
+ModelMatch match_model(const std::string& path, const std::string& model_key, const PyValue& model,
+                       const torch::nn::Module& module, const ImportOptions& options,
+                       ImportReport& report) {
+  ModelMatch match;
+  match.live = state_dict(module);
+  std::map<std::string, at::Tensor> live_by_name(match.live.begin(), match.live.end());
+  bool has_module_child = false;
+  for (const auto& child : module.named_children()) has_module_child |= child.key() == "module";
+  bool prefixed = !has_module_child;
+  for (const auto& entry : model.entries) prefixed &= entry.first->text.rfind("module.", 0) == 0;
+  report.dropped_module_prefix = prefixed;
+  for (const auto& [name, value] : model.entries) {
+    match.saved[prefixed ? name->text.substr(7) : name->text] = value->tensor;
+  }
+  std::vector<std::string> shape_differs;
+  for (const auto& [name, tensor] : match.live) {
+    auto found = match.saved.find(name);
+    if (found == match.saved.end()) {
+      report.missing.push_back(name);
+    } else if (!found->second.sizes().equals(tensor.sizes())) {
+      shape_differs.push_back(name + " (" + detail::describe_tensor(found->second) +
+                              " in the file, " + detail::describe_tensor(tensor) +
+                              " in the model)");
+    }
+  }
+  for (const auto& [name, tensor] : match.saved) {
+    if (!live_by_name.count(name)) report.unexpected.push_back(name);
+  }
+  if (shape_differs.empty() &&
+      (!options.strict() || (report.missing.empty() && report.unexpected.empty()))) {
+    return match;
+  }
+  std::string message = "cannot load the state_dict of " + path + " (" + model_key + ")" +
+                        (prefixed ? " without its 'module.' prefix" : "") + " into the model:";
+  if (!report.missing.empty()) {
+    message +=
+        base::detail::str(" ", report.missing.size(), " missing (", some_of(report.missing), ");");
+  }
+  if (!report.unexpected.empty()) {
+    message += base::detail::str(" ", report.unexpected.size(), " unexpected (",
+                                 some_of(report.unexpected), ");");
+  }
+  if (!shape_differs.empty()) {
+    message += base::detail::str(" ", shape_differs.size(), " with another shape (",
+                                 some_of(shape_differs), ");");
+  }
+  message += " load it into the model it was saved from";
+  if (shape_differs.empty()) message += ", or pass ImportOptions().strict(false)";
+  throw StateDictMismatchError(message, report.missing, report.unexpected, shape_differs);
+}
+
+// The training position and the user's state of a checkpoint dict, checked.
+struct ImportedScalars {
+  std::optional<int64_t> epoch, step_in_epoch, samples_in_epoch;
+  std::optional<std::map<std::string, int64_t>> counters;
+  std::optional<std::map<std::string, std::string>> metadata;
+  std::optional<std::map<std::string, at::Tensor>> extra;
+};
+
+// Check: the entries beside the model (none in a bare state_dict).
+ImportedScalars read_scalars(const std::string& path, const PyValue& root, bool bare) {
+  ImportedScalars scalars;
+  scalars.epoch = int_entry(path, root, {"epoch", "EPOCHS_RUN"});
+  scalars.step_in_epoch = int_entry(path, root, {"step_in_epoch"});
+  scalars.samples_in_epoch = int_entry(path, root, {"samples_in_epoch"});
+  if (bare) return scalars;
+  auto must_map_str_to = [&](const PyValue& entry, Kind kind, const char* what) {
+    for (const auto& [key, value] : entry.entries) {
+      if (entry.kind != Kind::kDict || key->kind != Kind::kString || value->kind != kind) {
+        throw SnapshotError("cannot import " + path +
+                            ": its counters, metadata and extra must map str to " + what +
+                            ", found a " + value->type_name());
+      }
+    }
+  };
+  if (const PyRef entry = root.get("counters")) {
+    must_map_str_to(*entry, Kind::kInt, "int");
+    auto& counters = scalars.counters.emplace();
+    for (const auto& [key, value] : entry->entries) counters[key->text] = value->integer;
+  }
+  if (const PyRef entry = root.get("metadata")) {
+    must_map_str_to(*entry, Kind::kString, "str");
+    auto& metadata = scalars.metadata.emplace();
+    for (const auto& [key, value] : entry->entries) metadata[key->text] = value->text;
+  }
+  if (const PyRef entry = root.get("extra")) {
+    must_map_str_to(*entry, Kind::kTensor, "Tensor");
+    auto& extra = scalars.extra.emplace();
+    for (const auto& [key, value] : entry->entries) extra[key->text] = value->tensor;
+  }
+  return scalars;
+}
+
+// Apply: the extra tensors become the state's, as on resume; a live one of
+// the same shape and dtype is written in place, so that its aliases see it.
+void apply_extra(std::map<std::string, at::Tensor>& extra, TrainingState& state) {
+  std::map<std::string, at::Tensor> merged;
+  for (auto& [name, tensor] : extra) {
+    auto live_extra = state.extra_tensors.find(name);
+    if (live_extra != state.extra_tensors.end() &&
+        live_extra->second.sizes().equals(tensor.sizes()) &&
+        live_extra->second.scalar_type() == tensor.scalar_type()) {
+      at::NoGradGuard no_grad;
+      live_extra->second.copy_(tensor);
+      merged[name] = live_extra->second;
+    } else {
+      merged[name] = tensor.clone();
+    }
+  }
+  state.extra_tensors = std::move(merged);
+}
+
 }  // namespace
 
+// Note [Importing in three steps]
+// As restore_training_state() does (Note [Restoring in three steps]): locate
+// the model's entries in the file, check the model, the optimizer and the
+// scalars against the live objects, and only then apply all of it, so that a
+// checkpoint that does not fit changes nothing.
 ImportReport import_checkpoint(const std::string& path, TrainingState& state,
                                const ImportOptions& options) {
   if (state.model == nullptr) {
@@ -145,66 +273,20 @@ ImportReport import_checkpoint(const std::string& path, TrainingState& state,
         "import_checkpoint: the state is sharded (zero_optimizer or fully_sharded); import into "
         "the plain model and optimizer first, then wrap them");
   }
+  // Locate.
   const PyRef root = read_checkpoint_tree(path);
   ImportReport report;
   const auto [model_key, model] = locate_model(path, *root);
   report.model_key = model_key;
+  const bool bare = model_key == "file";
 
-  // The file's names, with DistributedDataParallel's prefix dropped.
-  const NamedTensors live = state_dict(*state.model);
-  std::map<std::string, at::Tensor> live_by_name(live.begin(), live.end());
-  bool has_module_child = false;
-  for (const auto& child : state.model->named_children())
-    has_module_child |= child.key() == "module";
-  bool prefixed = !has_module_child;
-  for (const auto& entry : model->entries) prefixed &= entry.first->text.rfind("module.", 0) == 0;
-  report.dropped_module_prefix = prefixed;
-  std::map<std::string, at::Tensor> saved;
-  for (const auto& [name, value] : model->entries) {
-    saved[prefixed ? name->text.substr(7) : name->text] = value->tensor;
-  }
-  std::vector<std::string> shape_differs;
-  for (const auto& [name, tensor] : live) {
-    auto found = saved.find(name);
-    if (found == saved.end()) {
-      report.missing.push_back(name);
-    } else if (!found->second.sizes().equals(tensor.sizes())) {
-      shape_differs.push_back(name + " (" + detail::describe_tensor(found->second) +
-                              " in the file, " + detail::describe_tensor(tensor) +
-                              " in the model)");
-    }
-  }
-  for (const auto& [name, tensor] : saved) {
-    if (!live_by_name.count(name)) report.unexpected.push_back(name);
-  }
-  if (!shape_differs.empty() ||
-      (options.strict() && (!report.missing.empty() || !report.unexpected.empty()))) {
-    std::string message = "cannot load the state_dict of " + path + " (" + model_key + ")" +
-                          (prefixed ? " without its 'module.' prefix" : "") + " into the model:";
-    if (!report.missing.empty()) {
-      message += base::detail::str(" ", report.missing.size(), " missing (",
-                                   some_of(report.missing), ");");
-    }
-    if (!report.unexpected.empty()) {
-      message += base::detail::str(" ", report.unexpected.size(), " unexpected (",
-                                   some_of(report.unexpected), ");");
-    }
-    if (!shape_differs.empty()) {
-      message += base::detail::str(" ", shape_differs.size(), " with another shape (",
-                                   some_of(shape_differs), ");");
-    }
-    message += " load it into the model it was saved from";
-    if (shape_differs.empty()) message += ", or pass ImportOptions().strict(false)";
-    throw StateDictMismatchError(message, report.missing, report.unexpected, shape_differs);
-  }
-
-  // The optimizer's state, checked against the live optimizer.
+  // Check.
+  const ModelMatch match = match_model(path, model_key, *model, *state.model, options, report);
   json optimizer_description;
   TensorMap optimizer_tensors;
   auto [optimizer_key, optimizer] =
       find_entry(*root, {"optimizer", "OPTIMIZER_STATE", "optimizer_state_dict", "optim"});
-  if (model_key == "file") optimizer = nullptr;
-  if (optimizer && state.optimizer) {
+  if (!bare && optimizer && state.optimizer) {
     const std::string where =
         "cannot import the optimizer state of " + path + " ('" + optimizer_key + "')";
     optimizer_description =
@@ -212,39 +294,14 @@ ImportReport import_checkpoint(const std::string& path, TrainingState& state,
     detail::check_optimizer(where, optimizer_description, optimizer_tensors, *state.optimizer);
     report.optimizer_key = optimizer_key;
   }
-  const auto epoch = int_entry(path, *root, {"epoch", "EPOCHS_RUN"});
-  const auto step_in_epoch = int_entry(path, *root, {"step_in_epoch"});
-  const auto samples_in_epoch = int_entry(path, *root, {"samples_in_epoch"});
-  std::map<std::string, int64_t> counters;
-  std::map<std::string, std::string> metadata;
-  std::map<std::string, at::Tensor> extra;
-  const PyRef counters_entry = root->get("counters"), metadata_entry = root->get("metadata"),
-              extra_entry = root->get("extra");
-  if (model_key != "file") {
-    for (const auto& [entry, kind, what] : {std::tuple{counters_entry, Kind::kInt, "int"},
-                                            std::tuple{metadata_entry, Kind::kString, "str"},
-                                            std::tuple{extra_entry, Kind::kTensor, "Tensor"}}) {
-      if (!entry) continue;
-      for (const auto& [key, value] : entry->entries) {
-        if (entry->kind != Kind::kDict || key->kind != Kind::kString || value->kind != kind) {
-          throw SnapshotError("cannot import " + path +
-                              ": its counters, metadata and extra "
-                              "must map str to " +
-                              what + ", found a " + value->type_name());
-        }
-        if (kind == Kind::kInt) counters[key->text] = value->integer;
-        if (kind == Kind::kString) metadata[key->text] = value->text;
-        if (kind == Kind::kTensor) extra[key->text] = value->tensor;
-      }
-    }
-  }
+  ImportedScalars scalars = read_scalars(path, *root, bare);
 
-  // All of it fits: now the live objects change.
+  // Apply: all of it fits.
   {
     at::NoGradGuard no_grad;
-    for (const auto& [name, tensor] : live) {
-      auto found = saved.find(name);
-      if (found == saved.end()) continue;
+    for (const auto& [name, tensor] : match.live) {
+      auto found = match.saved.find(name);
+      if (found == match.saved.end()) continue;
       at::Tensor target = tensor;
       target.copy_(found->second);
       ++report.tensors_loaded;
@@ -253,26 +310,12 @@ ImportReport import_checkpoint(const std::string& path, TrainingState& state,
   if (!report.optimizer_key.empty()) {
     detail::import_optimizer(optimizer_description, optimizer_tensors, *state.optimizer);
   }
-  if (epoch) state.epoch = *epoch;
-  if (step_in_epoch) state.step_in_epoch = *step_in_epoch;
-  if (samples_in_epoch) state.samples_in_epoch = *samples_in_epoch;
-  if (counters_entry) state.counters = std::move(counters);
-  if (metadata_entry) state.metadata = std::move(metadata);
-  if (extra_entry) {  // the file's keys become the state's, as on resume
-    std::map<std::string, at::Tensor> merged;
-    for (auto& [name, tensor] : extra) {
-      auto live_extra = state.extra_tensors.find(name);
-      if (live_extra != state.extra_tensors.end() &&
-          live_extra->second.sizes().equals(tensor.sizes()) &&
-          live_extra->second.scalar_type() == tensor.scalar_type()) {
-        live_extra->second.copy_(tensor);  // in place: aliases of the live tensor see it
-        merged[name] = live_extra->second;
-      } else {
-        merged[name] = tensor.clone();
-      }
-    }
-    state.extra_tensors = std::move(merged);
-  }
+  if (scalars.epoch) state.epoch = *scalars.epoch;
+  if (scalars.step_in_epoch) state.step_in_epoch = *scalars.step_in_epoch;
+  if (scalars.samples_in_epoch) state.samples_in_epoch = *scalars.samples_in_epoch;
+  if (scalars.counters) state.counters = std::move(*scalars.counters);
+  if (scalars.metadata) state.metadata = std::move(*scalars.metadata);
+  if (scalars.extra) apply_extra(*scalars.extra, state);
   return report;
 }
 
