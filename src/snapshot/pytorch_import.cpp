@@ -18,6 +18,7 @@
 #include "snapshot/safetensors_file.hpp"
 #include "snapshot/sharded_state.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "snapshot/state_records.hpp"
 #include "snapshot/torch_file.hpp"
 
 namespace ddp::snapshot {
@@ -236,25 +237,6 @@ ImportedScalars read_scalars(const std::string& path, const PyValue& root, bool 
   return scalars;
 }
 
-// Apply: the extra tensors become the state's, as on resume; a live one of
-// the same shape and dtype is written in place, so that its aliases see it.
-void apply_extra(std::map<std::string, at::Tensor>& extra, TrainingState& state) {
-  std::map<std::string, at::Tensor> merged;
-  for (auto& [name, tensor] : extra) {
-    auto live_extra = state.extra_tensors.find(name);
-    if (live_extra != state.extra_tensors.end() &&
-        live_extra->second.sizes().equals(tensor.sizes()) &&
-        live_extra->second.scalar_type() == tensor.scalar_type()) {
-      at::NoGradGuard no_grad;
-      live_extra->second.copy_(tensor);
-      merged[name] = live_extra->second;
-    } else {
-      merged[name] = tensor.clone();
-    }
-  }
-  state.extra_tensors = std::move(merged);
-}
-
 }  // namespace
 
 // Note [Importing in three steps]
@@ -315,7 +297,7 @@ ImportReport import_checkpoint(const std::string& path, TrainingState& state,
   if (scalars.samples_in_epoch) state.samples_in_epoch = *scalars.samples_in_epoch;
   if (scalars.counters) state.counters = std::move(*scalars.counters);
   if (scalars.metadata) state.metadata = std::move(*scalars.metadata);
-  if (scalars.extra) apply_extra(*scalars.extra, state);
+  if (scalars.extra) detail::adopt_extra_tensors(*scalars.extra, state);
   return report;
 }
 

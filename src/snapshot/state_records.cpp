@@ -112,4 +112,21 @@ SnapshotFile capture_unsharded(const TrainingState& state) {
   return file;
 }
 
+void adopt_extra_tensors(const std::map<std::string, at::Tensor>& saved, TrainingState& state) {
+  std::map<std::string, at::Tensor> adopted;
+  for (const auto& [name, tensor] : saved) {
+    auto live = state.extra_tensors.find(name);
+    if (live != state.extra_tensors.end() && live->second.defined() &&
+        live->second.sizes().equals(tensor.sizes()) &&
+        live->second.scalar_type() == tensor.scalar_type()) {
+      at::NoGradGuard no_grad;
+      live->second.copy_(tensor);
+      adopted.emplace(name, live->second);
+    } else {
+      adopted.emplace(name, tensor.clone());
+    }
+  }
+  state.extra_tensors = std::move(adopted);
+}
+
 }  // namespace ddp::snapshot::detail

@@ -44,6 +44,12 @@ SnapshotFile capture_unsharded(const TrainingState& state);
 void restore_unsharded(const SnapshotFile& file, TrainingState& state, int rank = 0,
                        int world_size = 0);
 
+/// The extra tensors of a snapshot or checkpoint (`saved`, by name) made
+/// the state's, as on resume: a live tensor of the same shape and dtype is
+/// written in place, so that its aliases see the value; any other is a copy
+/// of the saved one; live names that `saved` lacks are dropped.
+void adopt_extra_tensors(const std::map<std::string, at::Tensor>& saved, TrainingState& state);
+
 /// The "scalars" record as text. \throws SnapshotError when the metadata is
 /// not valid UTF-8.
 std::string scalars_text(const nlohmann::json& scalars);

@@ -223,20 +223,9 @@ void apply_restore(const SnapshotFile& file, RestorePlan& plan, TrainingState& s
   state.metadata = std::move(plan.scalars.metadata);
   std::map<std::string, at::Tensor> extras;
   for (const auto& [key, saved] : file.tensors) {
-    if (key.rfind("extra/", 0) != 0) continue;
-    std::string name = key.substr(6);
-    auto live = state.extra_tensors.find(name);
-    if (live != state.extra_tensors.end() && live->second.defined() &&
-        live->second.sizes().equals(saved.sizes()) &&
-        live->second.scalar_type() == saved.scalar_type()) {
-      torch::NoGradGuard no_grad;
-      live->second.copy_(saved);  // in place: aliases of the live tensor see it
-      extras.emplace(name, live->second);
-    } else {
-      extras.emplace(name, saved.clone());
-    }
+    if (key.rfind("extra/", 0) == 0) extras.emplace(key.substr(6), saved);
   }
-  state.extra_tensors = std::move(extras);
+  detail::adopt_extra_tensors(extras, state);
   for (auto& [generator, saved] : plan.rng_states) {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(*saved);
