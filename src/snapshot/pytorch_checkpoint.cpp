@@ -19,6 +19,7 @@
 #include "snapshot/safetensors_file.hpp"
 #include "snapshot/sharded_state.hpp"
 #include "snapshot/snapshot_format.hpp"
+#include "snapshot/state_records.hpp"
 #include "snapshot/torch_file.hpp"
 
 namespace ddp::snapshot {
@@ -119,11 +120,7 @@ void export_checkpoint(const TrainingState& state, const std::string& path,
   }
   ExportContent content;
   if (state.model) content.model = state_dict(*state.model);
-  content.scalars = {{"epoch", state.epoch},
-                     {"step_in_epoch", state.step_in_epoch},
-                     {"samples_in_epoch", state.samples_in_epoch},
-                     {"counters", state.counters},
-                     {"metadata", state.metadata}};
+  content.scalars = detail::position_scalars(state);
   if (state.optimizer) {
     content.optimizer = detail::export_optimizer(*state.optimizer, content.optimizer_tensors);
   }

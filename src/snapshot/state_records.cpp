@@ -18,20 +18,24 @@ namespace ddp::snapshot::detail {
 
 using nlohmann::json;
 
+json position_scalars(const TrainingState& state) {
+  return {{"epoch", state.epoch},
+          {"step_in_epoch", state.step_in_epoch},
+          {"samples_in_epoch", state.samples_in_epoch},
+          {"counters", state.counters},
+          {"metadata", state.metadata}};
+}
+
 StateRecords state_records(const snapshot::TrainingState& state,
                            const std::map<std::string, at::Tensor>& rng, const json& sharded_record,
                            int world_size) {
   StateRecords records;
-  records.scalars = {{"epoch", state.epoch},
-                     {"step_in_epoch", state.step_in_epoch},
-                     {"samples_in_epoch", state.samples_in_epoch},
-                     {"counters", state.counters},
-                     {"metadata", state.metadata},
-                     {"model", state.model != nullptr},
-                     {"rng", !rng.empty()},
-                     {"world_size", world_size},
-                     {"torch_version", TORCH_VERSION}};
+  records.scalars = position_scalars(state);
   json& scalars = records.scalars;
+  scalars["model"] = state.model != nullptr;
+  scalars["rng"] = !rng.empty();
+  scalars["world_size"] = world_size;
+  scalars["torch_version"] = TORCH_VERSION;
   auto& tensors = records.tensors;
   if (state.model && state.fully_sharded == nullptr) {
     for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {

@@ -44,6 +44,11 @@ SnapshotFile capture_unsharded(const TrainingState& state);
 void restore_unsharded(const SnapshotFile& file, TrainingState& state, int rank = 0,
                        int world_size = 0);
 
+/// The scalars every saved form of `state` carries, a snapshot and an
+/// exported checkpoint alike: epoch, step_in_epoch, samples_in_epoch,
+/// counters and metadata.
+nlohmann::json position_scalars(const TrainingState& state);
+
 /// The extra tensors of a snapshot or checkpoint (`saved`, by name) made
 /// the state's, as on resume: a live tensor of the same shape and dtype is
 /// written in place, so that its aliases see the value; any other is a copy
