@@ -45,6 +45,7 @@
 #include "common/metrics_output.hpp"
 #include "common/periodic_snapshots.hpp"
 #include "common/run_example.hpp"
+#include "common/sample_log.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/ddp.hpp"
 #include "ddp/elastic.hpp"
@@ -57,6 +58,7 @@ struct Options : ddp::examples::CommonOptions {
   int64_t samples = 2048;
   bool trace_steps = true;
   bool trace_samples = false;
+  std::string sample_log;  // a directory: each process's samples-<pid>.log
   int step_delay_ms = 0;
   double collective_timeout_s = 1800;  // LibTorch's default for Gloo
   int64_t commit_every = 0;
@@ -117,9 +119,9 @@ bool kills_itself_at(const std::string& spec, int rank, int64_t step) {
 // replaces a worker): the loop continues from `state`, wherever a snapshot,
 // a commit or the start left it.
 void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>& group,
-                      ddp::elastic::State& elastic, torch::nn::Linear& net,
-                      torch::optim::SGD& optimizer, const torch::Tensor& inputs,
-                      const torch::Tensor& targets) {
+                      ddp::elastic::State& elastic, ddp::examples::SampleLog& sample_log,
+                      torch::nn::Linear& net, torch::optim::SGD& optimizer,
+                      const torch::Tensor& inputs, const torch::Tensor& targets) {
   const int rank = group->rank(), world = group->size();
   ddp::snapshot::TrainingState& state = elastic.training();
   // Stage 2 averages the gradients itself, on the bare model.
@@ -167,6 +169,7 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
   }
   std::cout << "pid " << getpid() << std::endl;
   int64_t global_step = state.counters["global_step"];
+  sample_log.generation(rank, world, global_step);
   int64_t steps_to_run = o.epochs * steps_per_epoch - global_step;
   if (o.max_steps > 0) steps_to_run = std::min(steps_to_run, o.max_steps - global_step);
   ddp::training::ProgressReporter progress(
@@ -189,6 +192,7 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
     for (int64_t step = first_step; !limit_reached(); ++step) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
+      sample_log.batch(epoch, global_step + 1, batch);
       torch::Tensor index = torch::tensor(batch, torch::kLong);
       zero ? zero->zero_grad() : plain.zero_grad();
       const torch::Tensor x = inputs.index_select(0, index).to(device);
@@ -256,10 +260,11 @@ int train(const Options& o) {
   state.optimizer = o.zero_stage == 0 && o.shard == "none" ? &optimizer : nullptr;
   if (o.shard == "full") state.model = nullptr;  // a Linear has no buffers; FSDP's shards hold it
   ddp::elastic::State elastic(state);
+  ddp::examples::SampleLog sample_log(o.sample_log);
   ddp::elastic::run(
       elastic,
       [&](const std::shared_ptr<ddp::ProcessGroup>& group) {
-        train_generation(o, group, elastic, net, optimizer, inputs, targets);
+        train_generation(o, group, elastic, sample_log, net, optimizer, inputs, targets);
       },
       ddp::elastic::RunOptions().init(
           ddp::InitOptions()
@@ -286,6 +291,11 @@ int main(int argc, char** argv) {
   app.add_flag("--trace-samples", o.trace_samples,
                "print 'epoch E samples I ...' (the batch's indices) on every rank after every "
                "step (for tests)");
+  app.add_option("--sample-log", o.sample_log,
+                 "DIR: each process writes the batches it takes (and each generation's rank, "
+                 "world size and first step) to DIR/samples-<pid>.log, before each step trains "
+                 "(for tests: a record no relay or SIGKILL reorders)")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--step-delay-ms", o.step_delay_ms, "sleep after each step (for tests)");
   app.add_option("--collective-timeout", o.collective_timeout_s,
                  "seconds a collective may wait for a peer: a peer that hangs (or is cut off "

@@ -26,6 +26,7 @@
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "elastic/recovery_job.hpp"
+#include "elastic/sample_accounting.hpp"
 #include "launch/launcher_runs.hpp"
 
 namespace ddp::launch {
@@ -47,26 +48,7 @@ std::vector<std::string> toy_trainer(const std::vector<std::string>& more,
   return args;
 }
 
-// The batches of the "epoch 0 samples ..." lines of `text`, in order.
-std::vector<std::vector<int>> batches_in(const std::string& text) {
-  std::vector<std::vector<int>> batches;
-  std::istringstream lines(text);
-  const std::string marker = "] epoch 0 samples";
-  for (std::string line; std::getline(lines, line);) {
-    const auto at = line.find(marker);
-    if (at == std::string::npos) continue;
-    std::istringstream indices(line.substr(at + marker.size()));
-    batches.emplace_back();
-    for (int i = 0; indices >> i;) batches.back().push_back(i);
-  }
-  return batches;
-}
-
-// The part of `text` before the first `end` (all of it without one), or
-// after the first `begin`.
-std::string before(const std::string& text, const std::string& end) {
-  return text.substr(0, text.find(end));
-}
+// The part of `text` after the first `begin`.
 std::string after(const std::string& text, const std::string& begin) {
   const auto at = text.find(begin);
   return at == std::string::npos ? std::string() : text.substr(at);
@@ -83,8 +65,11 @@ struct Outputs {
 // every node keeps that many hot spares); once node `lost_node` (0: the
 // stores' host; 2: the last to join) has committed step 8, its launcher and
 // worker are SIGKILLed, or with SIGSTOP stopped until the others are done
-// (a hang, or a partition: no connection closes), then continued.
-Outputs lose_node(int lost_node, bool spare_node = false, int spares = 0, int signal = SIGKILL) {
+// (a hang, or a partition: no connection closes), then continued. The
+// workers log their samples to `evidence`, which keeps the nodes' outputs
+// too.
+Outputs lose_node(const EvidenceDirectory& evidence, int lost_node, bool spare_node = false,
+                  int spares = 0, int signal = SIGKILL) {
   const PortReservation reserved;
   const int port = reserved.port();
   std::vector<std::string> args = {
@@ -99,8 +84,9 @@ Outputs lose_node(int lost_node, bool spare_node = false, int spares = 0, int si
       "--recovery",         "memory",
       "--spares",           std::to_string(spares)};
   // A stopped peer is noticed by the collective timeout only.
-  for (const auto& a : toy_trainer({"--trace-samples", "--step-delay-ms", "100",
-                                    "--collective-timeout", signal == SIGSTOP ? "5" : "1800"})) {
+  for (const auto& a :
+       toy_trainer({"--sample-log", evidence.path().string(), "--trace-samples", "--step-delay-ms",
+                    "100", "--collective-timeout", signal == SIGSTOP ? "5" : "1800"})) {
     args.push_back(a);
   }
   std::vector<std::unique_ptr<ChildProcess>> nodes;
@@ -134,6 +120,10 @@ Outputs lose_node(int lost_node, bool spare_node = false, int spares = 0, int si
   }
   if (signal == SIGSTOP) nodes[lost]->signal_group(SIGCONT);
   result.lost = finish(*nodes[lost], outputs[lost]);
+  evidence.keep("lost-node.out", result.lost.output);
+  for (size_t i = 0; i < result.survivors.size(); ++i) {
+    evidence.keep("survivor-" + std::to_string(i) + ".out", result.survivors[i].output);
+  }
   return result;
 }
 
@@ -193,9 +183,11 @@ std::vector<std::pair<std::string, std::string>> generations_in(const std::strin
 
 // The checks both losses share: the survivors kept their processes,
 // re-formed at 2 ranks from one commit (returned), trained every sample
-// once, and ended with the parameters of 3 ranks stopped at that commit's
+// once (by the logs in `evidence`), and ended with the parameters of 3
+// ranks stopped at that commit's
 // step and resumed at 2 from disk.
-void expect_continued_in_memory(const Outputs& job, const std::set<std::string>& old_ranks) {
+void expect_continued_in_memory(const Outputs& job, const std::set<std::string>& old_ranks,
+                                const EvidenceDirectory& evidence) {
   ASSERT_EQ(job.survivors.size(), 2u);
   std::set<std::string> was;
   int commit = -1;
@@ -225,20 +217,23 @@ void expect_continued_in_memory(const Outputs& job, const std::set<std::string>&
   const int steps_kept = kCommitEvery * (commit - 1);
   ASSERT_GE(steps_kept, 8);
 
-  // Every sample once: each of the 3 ranks' batches up to the commit, then
-  // the 2 ranks' batches after it.
-  std::multiset<int> seen;
-  for (const ChildResult* r : {&job.lost, &job.survivors[0], &job.survivors[1]}) {
-    const auto kept = batches_in(before(r->output, "lost a peer"));
-    ASSERT_GE(kept.size(), static_cast<size_t>(steps_kept)) << r->output;
-    for (int step = 0; step < steps_kept; ++step) seen.insert(kept[step].begin(), kept[step].end());
-    if (r == &job.lost) continue;
-    for (const auto& batch : batches_in(after(r->output, "continuing from commit"))) {
-      seen.insert(batch.begin(), batch.end());
-    }
-  }
-  ASSERT_EQ(seen.size(), static_cast<size_t>(kSamples));
-  for (int i = 0; i < kSamples; ++i) ASSERT_EQ(seen.count(i), 1u) << "sample " << i;
+  // Every sample once, from the workers' own logs (Note [Accounting for
+  // every sample]): 3 ranks up to the commit, then the survivors, the same
+  // processes, at 2 ranks.
+  const SampleAccount account(evidence.path(), SampleSchedule{kSamples, kBatchSize, 7});
+  ASSERT_EQ(account.generations().size(), 2u) << account.report();
+  const JobGeneration& first = account.generations()[0];
+  const JobGeneration& second = account.generations()[1];
+  EXPECT_EQ(first.world, 3) << account.report();
+  EXPECT_EQ(first.from_step, 0) << account.report();
+  EXPECT_EQ(second.world, 2) << account.report();
+  EXPECT_EQ(second.from_step, steps_kept) << account.report();
+  std::set<int> survivor_pids, continued_pids;
+  for (const ChildResult& r : job.survivors)
+    survivor_pids.insert(std::stoi(generations_in(r.output)[0].first));
+  for (const auto& [rank, part] : second.ranks) continued_pids.insert(part.pid);
+  EXPECT_EQ(continued_pids, survivor_pids) << account.report();
+  EXPECT_TRUE(account.problems().empty()) << account.report();
 
   const std::string digest =
       digest_of(job.survivors[0].output + job.survivors[1].output);  // new rank 0's
@@ -251,7 +246,8 @@ void expect_continued_in_memory(const Outputs& job, const std::set<std::string>&
 // With a hot spare per node (Note [A spare waits for a seat]), refilled
 // after the take-over.
 TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
-  const Outputs job = lose_node(0, /*spare_node=*/false, /*spares=*/1);
+  const EvidenceDirectory evidence("host-loss");
+  const Outputs job = lose_node(evidence, 0, /*spare_node=*/false, /*spares=*/1);
   ASSERT_EQ(job.survivors.size(), 2u);
   const bool first_hosts =
       contains(job.survivors[0].output, "; this node hosts it now at 127.0.0.1:");
@@ -277,7 +273,7 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
         later, std::regex("spare " + m[1].str() + R"( \(pid \d+\) ready after \d+ ms)")))
         << r->output;
   }
-  expect_continued_in_memory(job, {"1", "2"});
+  expect_continued_in_memory(job, {"1", "2"}, evidence);
 }
 
 // Note [A new host]: node 0 hangs (SIGSTOP: its connections stay open, as
@@ -287,7 +283,8 @@ TEST(ElasticHostLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
 // Node 0, continued once they are done, refuses to run the job again alone.
 TEST(ElasticHostLoss, AHungHostIsLeftBehindInMemoryAndThenRefusesToRunAlone) {
   const auto stopped = std::chrono::steady_clock::now();
-  const Outputs job = lose_node(0, /*spare_node=*/false, /*spares=*/0, SIGSTOP);
+  const EvidenceDirectory evidence("hung-host");
+  const Outputs job = lose_node(evidence, 0, /*spare_node=*/false, /*spares=*/0, SIGSTOP);
   ASSERT_EQ(job.survivors.size(), 2u);
   EXPECT_LT(std::chrono::steady_clock::now() - stopped, std::chrono::seconds(150));
   for (const ChildResult& r : job.survivors) {
@@ -298,24 +295,26 @@ TEST(ElasticHostLoss, AHungHostIsLeftBehindInMemoryAndThenRefusesToRunAlone) {
   EXPECT_EQ(job.lost.exit_code, 4) << job.lost.output;
   EXPECT_TRUE(contains(job.lost.output, "only 1 of the 3 node(s) of round 0 came back"))
       << job.lost.output;
-  expect_continued_in_memory(job, {"1", "2"});
+  expect_continued_in_memory(job, {"1", "2"}, evidence);
 }
 
 // Point 3 of the issue: a membership change (a node other than the host
 // lost) re-forms from the commit in memory too, not from disk.
 TEST(ElasticNodeLoss, TwoNodesOfThreeContinueFromMemoryAtTwoRanks) {
-  const Outputs job = lose_node(2);
+  const EvidenceDirectory evidence("node-loss");
+  const Outputs job = lose_node(evidence, 2);
   for (const ChildResult& r : job.survivors) {
     EXPECT_TRUE(contains(r.output, "ddprun: node 2 stopped its heartbeat ")) << r.output;
   }
-  expect_continued_in_memory(job, {"0", "1"});
+  expect_continued_in_memory(job, {"0", "1"}, evidence);
 }
 
 // A spare node waiting at the job's MAX takes the lost node's place: the
 // other two keep their workers, the spare node's worker receives the
 // commit, and the job ends as if nothing had been lost (3 ranks again).
 TEST(ElasticNodeLoss, ASpareNodeTakesTheLostNodesPlaceInMemory) {
-  const Outputs job = lose_node(2, /*spare_node=*/true);
+  const EvidenceDirectory evidence("spare-node");
+  const Outputs job = lose_node(evidence, 2, /*spare_node=*/true);
   ASSERT_EQ(job.survivors.size(), 3u);
   std::string all;
   for (const ChildResult& r : job.survivors) {
@@ -330,6 +329,11 @@ TEST(ElasticNodeLoss, ASpareNodeTakesTheLostNodesPlaceInMemory) {
   EXPECT_EQ(count(all, "re-formed at 3 ranks (was rank "), 2) << all;
   EXPECT_EQ(count(all, ": generation 1: continuing from commit 3 of rank 0"), 3) << all;
   EXPECT_FALSE(contains(all, "resumed at epoch")) << all;
+  const SampleAccount account(evidence.path(), SampleSchedule{kSamples, kBatchSize, 7});
+  ASSERT_EQ(account.generations().size(), 2u) << account.report();
+  EXPECT_EQ(account.generations()[1].world, 3) << account.report();
+  EXPECT_EQ(account.generations()[1].from_step, 8) << account.report();  // commit 3's step
+  EXPECT_TRUE(account.problems().empty()) << account.report();
   std::vector<std::string> straight = {"--standalone", "--nproc-per-node", "3"};
   for (const auto& x : toy_trainer({})) straight.push_back(x);
   const ChildResult uninterrupted = run_launcher(straight, std::chrono::seconds(120));
@@ -340,7 +344,8 @@ TEST(ElasticNodeLoss, ASpareNodeTakesTheLostNodesPlaceInMemory) {
 // Two nodes train the toy trainer with `trainer_args`, committing every
 // `commit_every` steps under --recovery memory (--nnodes 2:3); once the first node printed `mark`,
 // a third starts. What the three printed, and all of it.
-std::vector<ChildResult> join_third_node(const std::vector<std::string>& trainer_args,
+std::vector<ChildResult> join_third_node(const EvidenceDirectory& evidence,
+                                         const std::vector<std::string>& trainer_args,
                                          int commit_every, const std::string& mark,
                                          std::string& all) {
   const PortReservation reserved;
@@ -354,7 +359,9 @@ std::vector<ChildResult> join_third_node(const std::vector<std::string>& trainer
                                    "--stop-grace",       "2",
                                    "--rdzv-conf",        "last_call_timeout=1",
                                    "--recovery",         "memory"};
-  for (const auto& a : toy_trainer(trainer_args, commit_every)) args.push_back(a);
+  std::vector<std::string> trainer = {"--sample-log", evidence.path().string()};
+  trainer.insert(trainer.end(), trainer_args.begin(), trainer_args.end());
+  for (const auto& a : toy_trainer(trainer, commit_every)) args.push_back(a);
   std::vector<std::unique_ptr<ChildProcess>> nodes;
   nodes.push_back(std::make_unique<ChildProcess>(ddprun(args), false));
   wait_for_host(port);
@@ -367,6 +374,7 @@ std::vector<ChildResult> join_third_node(const std::vector<std::string>& trainer
   for (size_t i = 0; i < nodes.size(); ++i) {
     results.push_back(finish(*nodes[i], outputs[i]));
     all += results.back().output;
+    evidence.keep("node-" + std::to_string(i) + ".out", results.back().output);
   }
   return results;
 }
@@ -389,8 +397,9 @@ TEST_P(ElasticNodeArrival, AThirdNodeIsTakenInAtTheNextCommitFromMemory) {
   std::vector<std::string> trainer = {"--trace-samples", "--step-delay-ms", "200"};
   trainer.insert(trainer.end(), optimizer.begin(), optimizer.end());
   std::string all;
+  const EvidenceDirectory evidence("node-arrival");
   const std::vector<ChildResult> results =
-      join_third_node(trainer, kCommitEvery, "[0] committed step 8\n", all);
+      join_third_node(evidence, trainer, kCommitEvery, "[0] committed step 8\n", all);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(continuing from commit (\d+) of rank 0)")))
       << all;
@@ -409,7 +418,6 @@ TEST_P(ElasticNodeArrival, AThirdNodeIsTakenInAtTheNextCommitFromMemory) {
   ASSERT_GE(steps_kept, 12);
 
   std::set<std::string> was;
-  std::multiset<int> seen;
   for (size_t i = 0; i < results.size(); ++i) {
     const ChildResult& r = results[i];
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -436,27 +444,20 @@ TEST_P(ElasticNodeArrival, AThirdNodeIsTakenInAtTheNextCommitFromMemory) {
       was.insert(m[1].str());
       ASSERT_EQ(generations.size(), 2u) << r.output;
       EXPECT_EQ(generations[0].first, generations[1].first);
-      const auto kept = batches_in(generations[0].second);
-      ASSERT_EQ(kept.size(), static_cast<size_t>(steps_kept)) << r.output;
-      for (const auto& batch : kept) seen.insert(batch.begin(), batch.end());
-    }
-    for (const auto& batch : batches_in(generations.back().second)) {
-      seen.insert(batch.begin(), batch.end());
     }
   }
   EXPECT_EQ(was, (std::set<std::string>{"0", "1"}));
-  // Every sample once, but for the padding that evens out the rest of the
-  // epoch over 3 ranks (DistributedSampler repeats its first indices).
+  // Every sample once (Note [Accounting for every sample]), but for the
+  // padding that evens out the rest of the epoch over 3 ranks
+  // (DistributedSampler repeats its first indices).
+  const SampleAccount account(evidence.path(), SampleSchedule{kSamples, kBatchSize, 7});
+  ASSERT_EQ(account.generations().size(), 2u) << account.report();
+  EXPECT_EQ(account.generations()[0].world, 2) << account.report();
+  EXPECT_EQ(account.generations()[1].world, 3) << account.report();
+  EXPECT_EQ(account.generations()[1].from_step, steps_kept) << account.report();
+  EXPECT_TRUE(account.problems().empty()) << account.report();
   const int rest = kSamples - steps_kept * 2 * kBatchSize;
-  const int padding = (3 - rest % 3) % 3;
-  ASSERT_EQ(seen.size(), static_cast<size_t>(kSamples + padding));
-  int repeated = 0;
-  for (int i = 0; i < kSamples; ++i) {
-    ASSERT_GE(seen.count(i), 1u) << "sample " << i;
-    ASSERT_LE(seen.count(i), 2u) << "sample " << i;
-    repeated += static_cast<int>(seen.count(i)) - 1;
-  }
-  EXPECT_EQ(repeated, padding);
+  EXPECT_EQ(account.repeated(), (3 - rest % 3) % 3) << account.report();
 
   const std::string digest = digest_of(all);  // rank 0's, on the first node
   EXPECT_NE(digest, "<none>");
@@ -475,8 +476,9 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, ElasticNodeArrival, ::testing::Values(0, 2)
 // exit 0, and the job ends as if no node had come.
 TEST(ElasticLateNodeArrival, ANodeThatJoinsAfterTheLastCommitHasNothingToTrain) {
   std::string all;
+  const EvidenceDirectory evidence("late-node");
   const std::vector<ChildResult> results = join_third_node(
-      {"--step-delay-ms", "100"}, /*commit_every=*/1000, "[0] epoch 0 step 8 ", all);
+      evidence, {"--step-delay-ms", "100"}, /*commit_every=*/1000, "[0] epoch 0 step 8 ", all);
   for (const ChildResult& r : results) EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(results[2].output,
                        "] ddp: rank 1: the job's training ended before generation 1 met; this "
