@@ -327,12 +327,21 @@ TEST(ElasticNodeLoss, ASpareNodeTakesTheLostNodesPlaceInMemory) {
             2)
       << all;
   EXPECT_EQ(count(all, "re-formed at 3 ranks (was rank "), 2) << all;
-  EXPECT_EQ(count(all, ": generation 1: continuing from commit 3 of rank 0"), 3) << all;
+  // The commit of step 8 or, where the kill came later (a loaded machine
+  // relays the lost node's output late), a later one: the same on all three.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      all, m, std::regex(R"(: generation 1: continuing from commit (\d+) of rank 0)")))
+      << all;
+  const int commit = std::stoi(m[1].str());
+  EXPECT_GE(commit, 3);
+  EXPECT_EQ(count(all, ": generation 1: continuing from commit " + m[1].str() + " of rank 0"), 3)
+      << all;
   EXPECT_FALSE(contains(all, "resumed at epoch")) << all;
   const SampleAccount account(evidence.path(), SampleSchedule{kSamples, kBatchSize, 7});
   ASSERT_EQ(account.generations().size(), 2u) << account.report();
   EXPECT_EQ(account.generations()[1].world, 3) << account.report();
-  EXPECT_EQ(account.generations()[1].from_step, 8) << account.report();  // commit 3's step
+  EXPECT_EQ(account.generations()[1].from_step, kCommitEvery * (commit - 1)) << account.report();
   EXPECT_TRUE(account.problems().empty()) << account.report();
   std::vector<std::string> straight = {"--standalone", "--nproc-per-node", "3"};
   for (const auto& x : toy_trainer({})) straight.push_back(x);
