@@ -114,7 +114,13 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   template <typename Output = torch::Tensor, typename... Args>
   Output forward(Args&&... args) {
     ActiveForward active(*this);
-    torch::nn::AnyValue value = run_units(cast_input(std::forward<Args>(args))...);
+    torch::nn::AnyValue value = [&] {
+      try {
+        return run_units(cast_input(std::forward<Args>(args))...);
+      } catch (const c10::Error& error) {
+        explain_forward_failure(error);
+      }
+    }();
     auto output = WrappedModule::take<Output>(std::move(value), "FullyShardedDataParallel");
     std::vector<at::Tensor> tensors;
     collect_output_tensors(output, tensors);
@@ -218,6 +224,9 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
     }
   }
   at::Tensor cast_tensor(const at::Tensor& tensor) const;
+  /// Rethrows `error`, a forward's, as a ConfigError when it read the
+  /// parameters of a unit not gathered (one called outside sharded_call).
+  [[noreturn]] void explain_forward_failure(const c10::Error& error) const;
   void begin_forward();
   void before_entry(size_t entry);
   void after_entry(size_t entry, torch::nn::AnyValue& output);

@@ -187,7 +187,25 @@ void FullyShardedDataParallelImpl::begin_forward() {
   // train()/eval() on this wrapper reach the module, which is not a child
   // (its parameters are not this module's: the shards are).
   if (module_.ptr()->is_training() != is_training()) module_.ptr()->train(is_training());
-  schedule_->begin_forward();
+  schedule_->begin_forward(is_training());
+}
+
+void FullyShardedDataParallelImpl::explain_forward_failure(const c10::Error& error) const {
+  // The checks that reading a tensor whose storage holds no bytes fails
+  // (a view's bounds, a typed data pointer), with units that hold none.
+  const std::string what = error.what_without_backtrace();
+  const bool empty_storage = what.find("storage of size 0") != std::string::npos ||
+                             what.find("data is not allocated yet") != std::string::npos;
+  const std::vector<int> units = schedule_->unentered_units();
+  if (!empty_storage || units.empty()) throw;
+  std::string names;
+  for (int u : units) names += (names.empty() ? "'" : ", '") + schedule_->units()[u]->name() + "'";
+  throw ConfigError(base::detail::str(
+      kWho, ": the forward failed (", what.substr(0, what.find('\n')), ") while unit(s) ", names,
+      " held no data: they had not run through ddp::sharded_call in this forward, so one of "
+      "them was most likely called directly; call each unit the wrap_policy picks as "
+      "ddp::sharded_call(block, x), not block->forward(x) or block(x) (Note [Where the units "
+      "come from] in ddp/parallel/fully_sharded_units.hpp)."));
 }
 
 void FullyShardedDataParallelImpl::before_entry(size_t entry) {

@@ -90,32 +90,31 @@ std::vector<at::Tensor> ShardedUnit::views_into(const at::Tensor& flat) const {
   return views;
 }
 
-void ShardedUnit::fill_storage(const at::Tensor& tensor) const {
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  const size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  if (storage->nbytes() == bytes) return;
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-  gathered_.add(static_cast<int64_t>(bytes));
-}
-
 void ShardedUnit::gather_async() {
   if (state_ != State::kSharded) return;
-  fill_storage(full_);
+  // Note [A unit's storage]: the gather fills a buffer of its own, which
+  // becomes the parameters' storage only once complete.
+  staging_ = at::empty({padded_numel_}, full_.options());
+  gathered_.add(padded_numel_ * full_.element_size());
   gather_input_ = shard_.detach().to(full_.scalar_type());
   comm::detail::CollectiveName collective("fsdp.gather", index_);
-  gather_ = group_.all_gather_async(full_, gather_input_);
+  gather_ = group_.all_gather_async(staging_, gather_input_);
   state_ = State::kGathering;
 }
 
 void ShardedUnit::wait_gathered() {
   gather_async();
-  if (state_ == State::kGathering) {
-    gather_->wait();
-    gather_.reset();
-    gather_input_ = at::Tensor();
-    state_ = State::kGathered;
-  }
+  if (state_ != State::kGathering) return;
+  gather_->wait();
+  gather_.reset();
+  gather_input_ = at::Tensor();
+  c10::StorageImpl* from = staging_.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* to = full_.storage().unsafeGetStorageImpl();
+  to->set_data_ptr_noswap(from->set_data_ptr(at::DataPtr(nullptr, full_.device())));
+  to->set_nbytes(from->nbytes());
+  from->set_nbytes(0);
+  staging_ = at::Tensor();
+  state_ = State::kGathered;
 }
 
 void ShardedUnit::reshard() {
@@ -173,6 +172,19 @@ void ShardedUnit::finish_reduction() {
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
   gathered_.add(-full_grad_.numel() * full_grad_.element_size());
   full_grad_ = at::Tensor();
+}
+
+void ShardedUnit::abandon_gradients() {
+  if (reduction_) reduction_->wait();  // issued on every rank: let it end, drop its result
+  reduction_.reset();
+  reduced_grad_ = at::Tensor();
+  reduce_input_ = at::Tensor();
+  if (full_grad_.defined()) {
+    gathered_.add(-full_grad_.numel() * full_grad_.element_size());
+    full_grad_ = at::Tensor();
+  }
+  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+  end_backward();
 }
 
 void ShardedUnit::end_backward() {

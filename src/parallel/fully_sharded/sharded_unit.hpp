@@ -23,7 +23,11 @@ namespace ddp::parallel::detail {
 // `shard()`, a leaf that the optimizer steps. The module's own parameter
 // tensors stay the module's (its forward uses them), but their data is set
 // once to views of one flat "full" tensor whose storage is emptied when the
-// unit is resharded and refilled by an all-gather before it runs. Autograd
+// unit is resharded and refilled before it runs: the all-gather fills a
+// buffer of its own, whose bytes become that storage only once the gather
+// is complete, so that nothing reads a gather still on its way (a unit
+// called outside sharded_call finds a storage of no bytes, and the forward
+// names it; Note [The order the units run in]). Autograd
 // saves the parameters (and views of them, such as a Linear's transposed
 // weight) by reference to that same storage, so refilling it before the
 // unit's backward is enough: PyTorch's FSDP frees and refills in the same
@@ -77,6 +81,9 @@ class ShardedUnit {
   /// Waits for the parameters (starting the gather if needed).
   void wait_gathered();
   bool gathered() const { return state_ != State::kSharded; }
+  /// Whether the parameters' storage holds the gathered values (not while
+  /// the gather is on its way).
+  bool holds_data() const { return state_ == State::kGathered; }
   /// Empties the full parameters' storage (a no-op when sharded).
   void reshard();
 
@@ -96,10 +103,13 @@ class ShardedUnit {
   bool reduced() const { return reduction_.has_value() || reduced_; }
   /// Forgets the backward's bookkeeping (after finish_reduction()).
   void end_backward();
+  /// Drops what a backward that did not finish left (a full gradient, a
+  /// reduction in flight, the parameters' .grad views), as if it had not
+  /// run; the shard's gradient keeps what earlier reductions added.
+  void abandon_gradients();
 
  private:
   enum class State { kSharded, kGathering, kGathered };
-  void fill_storage(const at::Tensor& tensor) const;
   /// Each parameter's place in `flat` (a unit-sized buffer), in its shape.
   std::vector<at::Tensor> views_into(const at::Tensor& flat) const;
 
@@ -117,6 +127,7 @@ class ShardedUnit {
   at::Tensor full_;       // the flat full parameters; storage emptied when sharded
   at::Tensor full_grad_;  // the flat full gradient, only during the unit's backward
   at::Tensor reduced_grad_;
+  at::Tensor staging_;       // what the all-gather fills, the parameters' storage once done
   at::Tensor gather_input_;  // the shard in the gathered dtype, until the gather ends
   at::Tensor reduce_input_;  // the full gradient in the shard's dtype, until the reduction ends
   State state_ = State::kSharded;
