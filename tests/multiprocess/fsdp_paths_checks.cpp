@@ -12,6 +12,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "multiprocess/fsdp_models.hpp"
+#include "multiprocess/fsdp_paths_models.hpp"
 
 namespace ddp::testing {
 namespace fsdp_paths {  // named: the unity build joins this file with others
@@ -21,32 +22,6 @@ namespace check = fsdp_paths_check;
 
 constexpr int64_t kRows = 3;  // per rank
 constexpr int kSteps = 4;
-
-// Blocks in a ModuleList, run in registration order or reversed; one of
-// them may be called directly (the mistake), and a hook on the first
-// block's output may throw in backward.
-struct BlocksImpl : nn::Module {
-  explicit BlocksImpl(int count) {
-    for (int i = 0; i < count; ++i) blocks->push_back(nn::Linear(8, 8));
-  }
-  nn::ModuleList blocks{register_module("blocks", nn::ModuleList())};
-  bool reversed = false;
-  int direct = -1;  // the block called as block->forward(x)
-  bool throw_in_backward = false;
-  Tensor forward(Tensor x) {
-    for (size_t k = 0; k < blocks->size(); ++k) {
-      const size_t i = reversed ? blocks->size() - 1 - k : k;
-      auto block = blocks->ptr<nn::LinearImpl>(i);
-      x = torch::tanh(static_cast<int>(i) == direct ? block->forward(x) : sharded_call(block, x));
-      if (k == 0 && throw_in_backward) {
-        x.register_hook(
-            [](const Tensor&) -> Tensor { throw std::runtime_error("a failing hook"); });
-      }
-    }
-    return x;
-  }
-};
-TORCH_MODULE(Blocks);
 
 Tensor data(int step, int stream, int64_t rows, int64_t features) {
   torch::manual_seed(1000 * stream + step);
@@ -66,6 +41,8 @@ class PathsChecker {
     every_rank_skips();
     frozen_middle();
     forward_order();
+    tie_with_root();
+    siamese();
     return checks_.failed();
   }
 
@@ -77,7 +54,8 @@ class PathsChecker {
   // One process on the whole batch of each step in `steps`.
   std::vector<Tensor> reference(nn::Module& model, const std::function<Tensor(const Tensor&)>& run,
                                 const std::vector<int>& steps) {
-    torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::optim::SGD optimizer(distinct(model.parameters()),
+                                torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step : steps) {
       optimizer.zero_grad();
       torch::mse_loss(run(input(step)), target(step)).backward();
@@ -319,62 +297,62 @@ class PathsChecker {
     checks_.close_all(check::kForwardOrder, full(model), expected, 1e-5);
   }
 
+  void tie_with_root() {
+    std::string error;
+    try {
+      FullyShardedDataParallel model(
+          TiedAcross(),
+          FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::EmbeddingImpl>()), group_);
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    checks_.check(check::kTieWithRoot,
+                  error.find("'out.weight', outside every unit, is also parameter "
+                             "'embed.weight' of unit 'embed'") != std::string::npos,
+                  error.empty() ? "no ConfigError" : error);
+  }
+
+  void siamese() {
+    torch::manual_seed(30);
+    Siamese reference_model;
+    const auto expected =
+        reference(*reference_model, [&](const Tensor& x) { return reference_model(x); }, {0, 1, 2});
+    torch::manual_seed(30 + rank_);
+    FullyShardedDataParallel model(
+        Siamese(), FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::LinearImpl>()),
+        group_);
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < 3; ++step) {
+      optimizer.zero_grad();
+      torch::mse_loss(model->forward(rows(input(step))), rows(target(step))).backward();
+      optimizer.step();
+    }
+    const auto named = model->full_parameters();
+    std::vector<Tensor> got;
+    std::string missing;
+    for (const auto& item : reference_model->named_parameters()) {
+      if (!named.contains(item.key())) missing += " '" + item.key() + "'";
+      got.push_back(named.contains(item.key()) ? named[item.key()] : Tensor());
+    }
+    if (!missing.empty() || model->unit_names() != std::vector<std::string>{"left", "head"}) {
+      checks_.check(check::kSiamese, false,
+                    "units " + c10::Join(", ", model->unit_names()) + "; missing" + missing);
+      return;
+    }
+    checks_.close_all(check::kSiamese, got, reference_model->parameters(), 1e-5);
+  }
+
   std::shared_ptr<ProcessGroup> group_;
   int rank_;
   int world_;
   NamedChecks checks_;
 };
 
-int skipped_unit(const std::shared_ptr<ProcessGroup>& group) {
-  NamedChecks checks;
-  const int rank = group->rank();
-  auto step = [&](FullyShardedDataParallel& model, Branchy& local, bool take) {
-    local->take_branch = take;
-    torch::mse_loss(model->forward(data(0, 1, kRows, 7)), data(0, 2, kRows, 5)).backward();
-  };
-  {
-    torch::manual_seed(28);
-    Branchy local;
-    FullyShardedDataParallel model(
-        local, FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::LinearImpl>()),
-        group);
-    std::string error;
-    try {
-      step(model, local, rank == 0);
-    } catch (const ConfigError& e) {
-      error = e.what();
-    }
-    checks.check(check::kFirstForwardDiffers,
-                 error.find("some run 'branch' and some 'head'") != std::string::npos ||
-                     error.find("some run 'head' and some 'branch'") != std::string::npos,
-                 error.empty() ? "no ConfigError" : error);
-  }
-  torch::manual_seed(29);
-  Branchy local;
-  FullyShardedDataParallel model(
-      local, FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::LinearImpl>()), group);
-  step(model, local, true);
-  std::string error;
-  try {
-    step(model, local, rank == 0);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  const bool named = rank == 0 ? !error.empty()
-                               : error.find("without running 'branch'") != std::string::npos &&
-                                     error.find("find_unused_units(true)") != std::string::npos;
-  checks.check(check::kLaterStepSkip, named, error.empty() ? "no error" : error);
-  return checks.failed();
-}
-
 }  // namespace fsdp_paths
 
 int check_fsdp_paths(const std::shared_ptr<ProcessGroup>& group) {
-  return fsdp_paths::PathsChecker(group).run();
-}
-
-int check_fsdp_skipped_unit(const std::shared_ptr<ProcessGroup>& group) {
-  return fsdp_paths::skipped_unit(group);
+  const int failed = fsdp_paths::PathsChecker(group).run();
+  return failed + check_fsdp_mixed_precision_paths(group);
 }
 
 }  // namespace ddp::testing

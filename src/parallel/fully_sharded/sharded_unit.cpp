@@ -34,6 +34,7 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
       group_(group),
       gathered_(gathered),
       index_(index) {
+  aliases_.resize(parameters_.size());
   if (parameters_.empty()) {
     throw ConfigError(base::detail::str("FullyShardedDataParallel: unit '", name_,
                                         "' has no parameters; leave parameter-free layers "
@@ -150,6 +151,11 @@ void ShardedUnit::reduce_async() {
   prepare_gradients();  // a unit no gradient reached reduces zeros, as every rank must
   reduced_grad_ = at::empty({padded_numel_ / group_.size()}, shard_.options().requires_grad(false));
   reduce_input_ = full_grad_.to(shard_.scalar_type());
+  if (unsynced_grad_.defined()) {  // what no_sync() backward passes accumulated
+    reduce_input_.add_(unsynced_grad_);
+    gathered_.add(-unsynced_grad_.numel() * unsynced_grad_.element_size());
+    unsynced_grad_ = at::Tensor();
+  }
   comm::detail::CollectiveName collective("fsdp.reduce", index_);
   reduction_ = group_.reduce_scatter_async(reduced_grad_, reduce_input_);
 }
@@ -172,6 +178,57 @@ void ShardedUnit::finish_reduction() {
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
   gathered_.add(-full_grad_.numel() * full_grad_.element_size());
   full_grad_ = at::Tensor();
+}
+
+void ShardedUnit::accumulate_unsynced() {
+  if (!full_grad_.defined() || full_grad_.scalar_type() == shard_.scalar_type()) return;
+  // Note [A unit's storage]: the parameters' .grad must have their dtype, so
+  // each backward accumulates into a full gradient in it, moved here after.
+  torch::NoGradGuard no_grad;
+  if (unsynced_grad_.defined()) {
+    unsynced_grad_.add_(full_grad_.to(shard_.scalar_type()));
+  } else {
+    unsynced_grad_ = full_grad_.to(shard_.scalar_type());
+    gathered_.add(unsynced_grad_.numel() * unsynced_grad_.element_size());
+  }
+  gathered_.add(-full_grad_.numel() * full_grad_.element_size());
+  full_grad_ = at::Tensor();
+  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+}
+
+void ShardedUnit::cast_buffers() {
+  if (full_.scalar_type() == shard_.scalar_type() || !buffer_values_.empty()) return;
+  torch::NoGradGuard no_grad;
+  for (auto& buffer : buffers_) {
+    buffer_values_.push_back(buffer.data());
+    if (buffer.is_floating_point()) buffer.set_data(buffer.data().to(full_.scalar_type()));
+  }
+}
+
+void ShardedUnit::sync_buffers() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < buffer_values_.size(); ++i) {
+    if (buffers_[i].is_floating_point()) buffer_values_[i].copy_(buffers_[i]);
+  }
+}
+
+void ShardedUnit::restore_buffers() {
+  if (buffer_values_.empty()) return;
+  sync_buffers();
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i].is_floating_point()) buffers_[i].set_data(buffer_values_[i]);
+  }
+  buffer_values_.clear();
+}
+
+std::vector<at::Tensor> ShardedUnit::gather_masters() const {
+  torch::NoGradGuard no_grad;
+  at::Tensor flat = at::empty({padded_numel_}, shard_.options().requires_grad(false));
+  {
+    comm::detail::CollectiveName collective("fsdp.gather", index_);
+    group_.all_gather_async(flat, shard_.detach()).wait();
+  }
+  return views_into(flat);
 }
 
 void ShardedUnit::abandon_gradients() {

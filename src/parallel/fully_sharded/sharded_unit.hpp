@@ -71,6 +71,10 @@ class ShardedUnit {
   const at::Tensor& shard() const { return shard_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  /// Each parameter's other names in the model (a tied one's, one of a
+  /// module registered twice), in parameters() order.
+  const std::vector<std::vector<std::string>>& aliases() const { return aliases_; }
+  void set_aliases(std::vector<std::vector<std::string>> aliases) { aliases_ = std::move(aliases); }
   /// Elements of the unit's parameters, without padding.
   int64_t numel() const { return numel_; }
   bool trainable() const { return trainable_; }
@@ -101,6 +105,28 @@ class ShardedUnit {
   /// frees the full gradient and detaches the parameters' .grad.
   void finish_reduction();
   bool reduced() const { return reduction_.has_value() || reduced_; }
+  /// Under no_sync(), after a backward: moves the full gradient into the
+  /// accumulation in the shard's dtype (fp32 under a param_dtype), which
+  /// the next synchronized reduction adds in.
+  void accumulate_unsynced();
+
+  /// The unit's buffers, whose floating-point ones run in the gathered
+  /// dtype (mixed precision) from cast_buffers() to restore_buffers(): the
+  /// forward and the backward, whose kernels take them too (BatchNorm's).
+  void set_buffers(std::vector<at::Tensor> buffers) { buffers_ = std::move(buffers); }
+  /// Each floating-point buffer in the gathered dtype, a copy, its value
+  /// kept aside in its own dtype (a no-op while cast).
+  void cast_buffers();
+  /// Copies the cast buffers' values (a BatchNorm's updated statistics)
+  /// into the values kept aside; after the unit's forward.
+  void sync_buffers();
+  /// sync_buffers(), and each buffer has its own dtype and value again.
+  void restore_buffers();
+  /// The full parameters in the shard's dtype (the optimizer's masters, not
+  /// the gathered copies of a param_dtype): one all-gather; each
+  /// parameter's place in the returned flat buffer, in its shape.
+  std::vector<at::Tensor> gather_masters() const;
+
   /// Forgets the backward's bookkeeping (after finish_reduction()).
   void end_backward();
   /// Drops what a backward that did not finish left (a full gradient, a
@@ -116,6 +142,7 @@ class ShardedUnit {
   std::string name_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;
+  std::vector<std::vector<std::string>> aliases_;
   ProcessGroup& group_;
   GatheredBytes& gathered_;
   int64_t index_ = 0;
@@ -127,6 +154,9 @@ class ShardedUnit {
   at::Tensor full_;       // the flat full parameters; storage emptied when sharded
   at::Tensor full_grad_;  // the flat full gradient, only during the unit's backward
   at::Tensor reduced_grad_;
+  at::Tensor unsynced_grad_;  // no_sync()'s accumulation, in the shard's dtype
+  std::vector<at::Tensor> buffers_;
+  std::vector<at::Tensor> buffer_values_;  // while cast: each buffer's value in its dtype
   at::Tensor staging_;       // what the all-gather fills, the parameters' storage once done
   at::Tensor gather_input_;  // the shard in the gathered dtype, until the gather ends
   at::Tensor reduce_input_;  // the full gradient in the shard's dtype, until the reduction ends

@@ -51,7 +51,10 @@ void UnitSchedule::begin_forward(bool training) {
   // Note [One state per step]: what a forward or backward that threw left.
   if (phase_ == Phase::kBackward) abandon_backward();
   if (phase_ == Phase::kForward) {
-    for (auto& u : units_) u->reshard();
+    for (auto& u : units_) {
+      u->restore_buffers();
+      u->reshard();
+    }
     std::fill(called_.begin(), called_.end(), 0);
   }
   callback_queued_ = false;  // a backward that threw never ran its callback
@@ -76,6 +79,7 @@ void UnitSchedule::before_unit(int unit) {
   }
   gathered_in_forward_[unit] = 1;
   units_[unit]->wait_gathered();
+  units_[unit]->cast_buffers();
   open_unit_ = unit;
 }
 
@@ -110,6 +114,7 @@ void UnitSchedule::gather_once(int unit) {
 
 void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
   if (open_unit_ == unit) open_unit_ = -1;
+  units_[unit]->sync_buffers();
   const bool hooked = std::any_of(outputs.begin(), outputs.end(),
                                   [](const at::Tensor& t) { return t.requires_grad(); });
   if (hooked) {
@@ -149,6 +154,9 @@ void UnitSchedule::end_forward(std::vector<at::Tensor>& outputs) {
     if (!order_.recorded()) order_.record();
   }
   phase_ = backward_follows ? Phase::kAwaitingBackward : Phase::kIdle;
+  if (!backward_follows) {
+    for (auto& u : units_) u->restore_buffers();
+  }
   if (!options_.find_unused_units()) return;
   // Note [Units some ranks skip]: the units no one gathered yet, in order.
   for (int unit = 0; unit < static_cast<int>(units_.size()); ++unit) gather_once(unit);
@@ -278,8 +286,10 @@ void UnitSchedule::end_backward() {
     finish_in_flight();
   }
   for (auto& u : units_) {
+    if (!require_sync_) u->accumulate_unsynced();
     u->reshard();
     u->end_backward();
+    u->restore_buffers();
   }
   if (require_sync_) {
     reset_backward();
@@ -307,6 +317,7 @@ void UnitSchedule::abandon_backward() {
   for (auto& u : units_) {
     u->abandon_gradients();
     u->reshard();
+    u->restore_buffers();
   }
   reset_backward();
 }
