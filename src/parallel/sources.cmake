@@ -24,6 +24,8 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/fully_sharded/fully_sharded_data_parallel.cpp
   ${parallel}/fully_sharded/sharded_unit.cpp
   ${parallel}/fully_sharded/unit_schedule.cpp
+  ${parallel}/fully_sharded/forward_order.cpp
+  ${parallel}/fully_sharded/unit_plan.cpp
   ${parallel}/fully_sharded/fully_sharded_state.cpp
   ${parallel}/captured_step.cpp)
 # CapturedStep uses CUDA's headers where LibTorch has CUDA; compiled without

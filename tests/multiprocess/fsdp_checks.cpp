@@ -294,22 +294,26 @@ class FsdpChecker {
     }
     std::vector<Tensor> got, expected;
     const auto full = model->full_parameters();
+    std::string missing;
     for (const auto& item : reference->named_parameters()) {
       expected.push_back(item.value());
-      got.push_back(full.contains(item.key()) ? full[item.key()] : full["embed.weight"]);
+      if (!full.contains(item.key())) missing += " '" + item.key() + "'";
+      got.push_back(full.contains(item.key()) ? full[item.key()] : torch::Tensor());
     }
-    checks_.close_all(fsdp_check::kTransformer, got, expected, 1e-5);
+    if (!missing.empty()) {
+      checks_.check(fsdp_check::kTransformer, false, "full_parameters() lacks" + missing);
+    } else {
+      checks_.close_all(fsdp_check::kTransformer, got, expected, 1e-5);
+    }
+    // One shard for the tie, which the export names twice.
     const auto units = model->unit_names();
-    int64_t root_numel = 0;
-    for (const auto& item : full) {
-      if (item.key().rfind("blocks.", 0) != 0) root_numel += item.value().numel();
-    }
     const bool one_shard = units == std::vector<std::string>{"(root)", "blocks.0", "blocks.1"} &&
-                           !full.contains("head.weight") && root_numel == 11 * 8 &&
+                           full.contains("head.weight") && full.contains("embed.weight") &&
+                           torch::equal(full["head.weight"], full["embed.weight"]) &&
                            model->parameters().front().numel() == (88 + world_ - 1) / world_;
-    checks_.check(
-        fsdp_check::kTiedOnce, one_shard,
-        "units " + c10::Join(", ", units) + ", root elements " + std::to_string(root_numel));
+    checks_.check(fsdp_check::kTiedOnce, one_shard,
+                  "units " + c10::Join(", ", units) + ", root shard of " +
+                      std::to_string(model->parameters().front().numel()) + " elements");
   }
 
   void convnet() {
@@ -453,13 +457,22 @@ class FsdpChecker {
       }
       optimizer->step();
     }
+    const std::set<std::string> training_dtypes = dtypes->seen;  // the export gathers fp32
     std::vector<Tensor> got;
-    for (const auto& item : model->full_parameters()) got.push_back(item.value().to(torch::kFloat));
+    std::string exported;  // the fp32 masters, not bf16 copies
+    for (const auto& item : model->full_parameters()) {
+      got.push_back(item.value());
+      if (item.value().scalar_type() != torch::kFloat) {
+        exported =
+            item.key() + " exported in " + base::detail::dtype_name(item.value().scalar_type());
+      }
+    }
     const double error = worst_relative_error(got, expected);
-    checks_.check(fsdp_check::kMixedPrecision, error <= 2e-2 && error > 1e-6,
-                  "max relative error " + std::to_string(error) +
-                      " against fp32 (expected within 2e-2 and above 1e-6)");
-    std::set<std::string> seen = dtypes->seen;
+    checks_.check(fsdp_check::kMixedPrecision, exported.empty() && error <= 2e-2 && error > 1e-6,
+                  exported.empty() ? "max relative error " + std::to_string(error) +
+                                         " against fp32 (expected within 2e-2 and above 1e-6)"
+                                   : exported);
+    std::set<std::string> seen = training_dtypes;
     seen.insert(tensor_dtypes.begin(), tensor_dtypes.end());
     const std::set<std::string> wanted{"all_gather bfloat16", "reduce_scatter float32",
                                        "output bfloat16", "shard float32",

@@ -35,7 +35,8 @@ inline const std::string kFreed = "the module's parameters hold no bytes between
 inline const std::string kTransformer =
     "a ModuleList of transformer blocks by sharded_call, tied embeddings in the root, matches one "
     "process";
-inline const std::string kTiedOnce = "tied input and output embeddings are one shard";
+inline const std::string kTiedOnce =
+    "tied input and output embeddings are one shard, which full_parameters() names twice";
 inline const std::string kConvNet =
     "a CNN in Sequential with SyncBatchNorm matches one process, running statistics included";
 inline const std::string kNoSync =

@@ -8,6 +8,7 @@
 #include "common/expect_checks.hpp"
 #include "common/temporary_directory.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/harness.hpp"
 
@@ -55,6 +56,38 @@ TEST(FsdpOnHierarchical, TwoNodesOfTwoMatchSingleProcessTraining) {
 TEST(FsdpOnHierarchical, UnevenNodesMatchSingleProcessTraining) {
   expect_fsdp_on_hierarchical(run_ranks(3, {"fsdp"}, on_uneven_nodes()));
 }
+
+// The paths next to the tested ones (fsdp_paths_checks.cpp): misuse named,
+// an exception in backward, a gradient penalty, skipped and frozen units,
+// another forward order; on Gloo at 2 and 3 ranks and on shm at 2.
+class FsdpPaths : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+
+TEST_P(FsdpPaths, MatchOneProcessOrAreNamed) {
+  const auto [backend, world] = GetParam();
+  auto results = run_ranks(world, {"fsdp-paths", "--backend", backend});
+  expect_checks_per_rank(results, [](int) { return fsdp_paths_check_names(); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpPaths,
+                         ::testing::Values(std::make_pair("gloo", 2), std::make_pair("gloo", 3),
+                                           std::make_pair("shm", 2)),
+                         [](const auto& info) {
+                           return info.param.first + "N" + std::to_string(info.param.second);
+                         });
+
+// Ranks that run different units without find_unused_units: named errors,
+// never an abort; the rank left behind learns from its collective's
+// failure (a short collective timeout bounds shm's wait).
+class FsdpSkippedUnit : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FsdpSkippedUnit, IsNamedNeverAnAbort) {
+  auto results =
+      run_ranks(2, {"fsdp-skip", "--backend", GetParam(), "--collective-timeout-ms", "15000"});
+  for (const auto& r : results) EXPECT_EQ(r.term_signal, 0) << describe(results);
+  expect_checks_per_rank(results, [](int) { return fsdp_skipped_unit_check_names(); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpSkippedUnit, ::testing::Values("gloo", "shm"));
 
 // Saved on 2 ranks, each writing its shard of the parameters and of the
 // optimizer state; resumed on 2 (bit for bit), 1 and 3 (re-sharded)

@@ -56,6 +56,7 @@
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/join_checks.hpp"
 #include "multiprocess/powersgd_checks.hpp"
@@ -216,6 +217,8 @@ int main(int argc, char** argv) {
           std::cout << "backend=" << g->backend_name() << "\n";  // FsdpOnHierarchical reads it
           return t::check_fully_sharded(g);
         })},
+       {"fsdp-paths", checking([](const Group& g, auto&) { return t::check_fsdp_paths(g); })},
+       {"fsdp-skip", checking([](const Group& g, auto&) { return t::check_fsdp_skipped_unit(g); })},
        {"ddp-mismatch", on_group([](const Group& g, auto&) {
           t::wrap_mismatched_model(g);
           std::cout << "rank " << g->rank() << ": the mismatched model was accepted\n";

@@ -81,10 +81,14 @@ struct FullyShardedDataParallelOptions {
   /// gradient came, which momentum and weight decay then act on.
   TORCH_ARG(bool, find_unused_units) = false;
   /// Mixed precision: the dtype the units are gathered and run in (bf16 or
-  /// fp16), the module's floating-point tensor arguments cast to it; the
-  /// shards (the optimizer's masters) and the gradients' reduction stay in
-  /// the model's dtype (fp32), as FSDP's MixedPrecisionPolicy with
-  /// reduce_dtype fp32. The output comes in this dtype.
+  /// fp16), the floating-point tensor arguments of the module and of each
+  /// unit (sharded_call's) cast to it, and each unit's floating-point
+  /// buffers (BatchNorm's statistics) run in it, their values kept in the
+  /// model's dtype; the shards (the optimizer's masters), the gradients'
+  /// reduction and no_sync()'s accumulation stay in the model's dtype
+  /// (fp32), as FSDP's MixedPrecisionPolicy with reduce_dtype fp32; the
+  /// full parameters exported are the fp32 masters. The output comes in
+  /// this dtype.
   TORCH_ARG(std::optional<c10::ScalarType>, param_dtype) = std::nullopt;
 };
 
@@ -114,7 +118,13 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   template <typename Output = torch::Tensor, typename... Args>
   Output forward(Args&&... args) {
     ActiveForward active(*this);
-    torch::nn::AnyValue value = run_units(cast_input(std::forward<Args>(args))...);
+    torch::nn::AnyValue value = [&] {
+      try {
+        return run_units(cast_input(std::forward<Args>(args))...);
+      } catch (const c10::Error& error) {
+        explain_forward_failure(error);
+      }
+    }();
     auto output = WrappedModule::take<Output>(std::move(value), "FullyShardedDataParallel");
     std::vector<at::Tensor> tensors;
     collect_output_tensors(output, tensors);
@@ -176,6 +186,7 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
  private:
   friend int detail::enter_unit(const torch::nn::Module* module);
   friend void detail::leave_unit(int unit, std::vector<at::Tensor>& outputs);
+  friend at::Tensor detail::unit_input(int unit, const at::Tensor& tensor);
   int unit_of(const torch::nn::Module* module) const;
 
   /// Makes this wrapper the one sharded_call() finds on this thread while
@@ -218,6 +229,9 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
     }
   }
   at::Tensor cast_tensor(const at::Tensor& tensor) const;
+  /// Rethrows `error`, a forward's, as a ConfigError when it read the
+  /// parameters of a unit not gathered (one called outside sharded_call).
+  [[noreturn]] void explain_forward_failure(const c10::Error& error) const;
   void begin_forward();
   void before_entry(size_t entry);
   void after_entry(size_t entry, torch::nn::AnyValue& output);

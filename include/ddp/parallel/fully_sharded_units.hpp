@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -71,16 +72,29 @@ namespace detail {
 int enter_unit(const torch::nn::Module* module);
 /// Ends unit `unit` of the running sharded forward with its output tensors.
 void leave_unit(int unit, std::vector<at::Tensor>& outputs);
+/// A floating-point argument of unit `unit` (>= 0) in the running sharded
+/// forward's param_dtype (mixed precision casts each unit's inputs, as
+/// FSDP2's MixedPrecisionPolicy); as it is otherwise.
+at::Tensor unit_input(int unit, const at::Tensor& tensor);
+template <typename T>
+decltype(auto) unit_argument(int unit, T&& value) {
+  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+    return unit_input(unit, value);
+  } else {
+    return std::forward<T>(value);
+  }
+}
 }  // namespace detail
 
 /// Calls `module->forward(args...)` as a unit of the sharded forward that
 /// runs it, if any (Note [Where the units come from]): `module` is a holder
-/// or a shared_ptr of a unit picked by the wrap_policy.
+/// or a shared_ptr of a unit picked by the wrap_policy. Under a param_dtype
+/// its floating-point Tensor arguments are cast to it.
 template <typename ModuleType, typename... Args>
 auto sharded_call(ModuleType& module, Args&&... args)
     -> decltype(module->forward(std::forward<Args>(args)...)) {
   const int unit = detail::enter_unit(module.get());
-  auto output = module->forward(std::forward<Args>(args)...);
+  auto output = module->forward(detail::unit_argument(unit, std::forward<Args>(args))...);
   if (unit >= 0) {
     std::vector<at::Tensor> tensors;
     collect_output_tensors(output, tensors);

@@ -12,6 +12,7 @@
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
+#include "parallel/fully_sharded/unit_plan.hpp"
 #include "parallel/fully_sharded/unit_schedule.hpp"
 #include "parallel/rank_agreement.hpp"
 
@@ -20,82 +21,30 @@ namespace {
 
 constexpr const char* kWho = "FullyShardedDataParallel";
 
-// The units in forward order (registration order), then the root's
-// parameters, if any, as unit 0 (Note [Where the units come from]).
-struct UnitPlan {
-  std::vector<std::string> names;
-  std::vector<const torch::nn::Module*> modules;  // null for the root
-  std::vector<std::vector<std::string>> parameter_names;
-  std::vector<std::vector<at::Tensor>> parameters;
+// Mixed precision: each unit runs its modules' buffers in the gathered
+// dtype; the root those of the modules outside every unit.
+void assign_buffers(const std::vector<const torch::nn::Module*>& modules,
+                    std::vector<std::unique_ptr<detail::ShardedUnit>>& units,
+                    const torch::nn::Module& model) {
+  std::unordered_map<const void*, bool> taken;
   int root = -1;
-};
-
-// The modules a Sequential's entries are, or the policy picks; a picked
-// module's descendants are not asked.
-std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> pick_units(
-    const WrappedModule& module, const WrapPolicy& policy) {
-  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> picked;
-  if (!policy) {
-    if (module.sequential()) {
-      for (const auto& child : module.sequential()->named_children()) {
-        if (!child.value()->parameters().empty()) picked.emplace_back(child.key(), child.value());
-      }
+  for (size_t u = 0; u < modules.size(); ++u) {
+    if (!modules[u]) {
+      root = static_cast<int>(u);
+      continue;
     }
-    return picked;
-  }
-  for (const auto& item : module.ptr()->named_modules("", /*include_self=*/false)) {
-    const bool inside_picked = std::any_of(picked.begin(), picked.end(), [&](const auto& p) {
-      return item.key().rfind(p.first + ".", 0) == 0;
-    });
-    if (!inside_picked && !item.value()->parameters().empty() &&
-        policy(item.key(), *item.value())) {
-      picked.emplace_back(item.key(), item.value());
+    std::vector<at::Tensor> buffers;
+    for (const auto& b : modules[u]->buffers()) {
+      if (taken.emplace(b.unsafeGetTensorImpl(), true).second) buffers.push_back(b);
     }
+    units[u]->set_buffers(std::move(buffers));
   }
-  return picked;
-}
-
-UnitPlan plan_units(const WrappedModule& module, const WrapPolicy& policy) {
-  UnitPlan plan;
-  // Each parameter (a tied one counts once) goes to the first unit holding it.
-  std::unordered_map<const void*, std::string> owner;
-  auto add = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& m,
-                 bool skip_owned) {
-    std::vector<std::string> names;
-    std::vector<at::Tensor> parameters;
-    for (const auto& item : m.named_parameters()) {
-      const std::string name = prefix + item.key();
-      auto [it, first] = owner.emplace(item.value().unsafeGetTensorImpl(), unit);
-      if (!first) {
-        if (skip_owned || it->second == unit) continue;  // tied within the unit
-        throw ConfigError(base::detail::str(
-            kWho, ": parameter '", name, "' of unit '", unit, "' is also a parameter of unit '",
-            it->second,
-            "'; a parameter shared by two units would be two shards stepped apart: pick a "
-            "wrap_policy that puts the modules sharing it in one unit, or leave both to the "
-            "root."));
-      }
-      names.push_back(name);
-      parameters.push_back(item.value());
-    }
-    return std::make_pair(names, parameters);
-  };
-  for (const auto& [name, unit_module] : pick_units(module, policy)) {
-    auto [names, parameters] = add(name, name + ".", *unit_module, false);
-    plan.names.push_back(name);
-    plan.modules.push_back(unit_module.get());
-    plan.parameter_names.push_back(std::move(names));
-    plan.parameters.push_back(std::move(parameters));
+  if (root < 0) return;
+  std::vector<at::Tensor> rest;
+  for (const auto& b : model.buffers()) {
+    if (taken.emplace(b.unsafeGetTensorImpl(), true).second) rest.push_back(b);
   }
-  auto [root_names, root_parameters] = add("(root)", "", *module.ptr(), true);
-  if (!root_parameters.empty()) {
-    plan.root = 0;
-    plan.names.insert(plan.names.begin(), plan.names.empty() ? "module" : "(root)");
-    plan.modules.insert(plan.modules.begin(), nullptr);
-    plan.parameter_names.insert(plan.parameter_names.begin(), std::move(root_names));
-    plan.parameters.insert(plan.parameters.begin(), std::move(root_parameters));
-  }
-  return plan;
+  units[root]->set_buffers(std::move(rest));
 }
 
 // The wrapper whose forward runs on this thread (sharded_call finds it).
@@ -122,7 +71,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
         "; mixed precision gathers the units in a floating-point dtype: use torch::kBFloat16 or "
         "torch::kHalf, or leave it unset."));
   }
-  UnitPlan plan = plan_units(module_, options_.wrap_policy());
+  detail::UnitPlan plan = detail::plan_units(module_, options_.wrap_policy());
   std::vector<std::string> descriptions{base::detail::str(
       "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
       options_.prefetch(), ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
@@ -149,6 +98,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     units.push_back(std::make_unique<detail::ShardedUnit>(
         plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
         *gathered_, static_cast<int64_t>(u), options_.param_dtype()));
+    units.back()->set_aliases(std::move(plan.aliases[u]));
     // parameters() are the shards, which the optimizer steps.
     register_parameter("shard_" + std::to_string(u), units.back()->shard(),
                        units.back()->trainable());
@@ -163,6 +113,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
       entry_units_.push_back(found == unit_of_module_.end() ? -1 : found->second);
     }
   }
+  if (options_.param_dtype()) assign_buffers(plan.modules, units, *module_.ptr());
   schedule_ =
       std::make_shared<detail::UnitSchedule>(std::move(units), plan.root, options_, *group_);
   schedule_->attach_hooks();
@@ -187,7 +138,25 @@ void FullyShardedDataParallelImpl::begin_forward() {
   // train()/eval() on this wrapper reach the module, which is not a child
   // (its parameters are not this module's: the shards are).
   if (module_.ptr()->is_training() != is_training()) module_.ptr()->train(is_training());
-  schedule_->begin_forward();
+  schedule_->begin_forward(is_training());
+}
+
+void FullyShardedDataParallelImpl::explain_forward_failure(const c10::Error& error) const {
+  // The checks that reading a tensor whose storage holds no bytes fails
+  // (a view's bounds, a typed data pointer), with units that hold none.
+  const std::string what = error.what_without_backtrace();
+  const bool empty_storage = what.find("storage of size 0") != std::string::npos ||
+                             what.find("data is not allocated yet") != std::string::npos;
+  const std::vector<int> units = schedule_->unentered_units();
+  if (!empty_storage || units.empty()) throw;
+  std::string names;
+  for (int u : units) names += (names.empty() ? "'" : ", '") + schedule_->units()[u]->name() + "'";
+  throw ConfigError(base::detail::str(
+      kWho, ": the forward failed (", what.substr(0, what.find('\n')), ") while unit(s) ", names,
+      " held no data: they had not run through ddp::sharded_call in this forward, so one of "
+      "them was most likely called directly; call each unit the wrap_policy picks as "
+      "ddp::sharded_call(block, x), not block->forward(x) or block(x) (Note [Where the units "
+      "come from] in ddp/parallel/fully_sharded_units.hpp)."));
 }
 
 void FullyShardedDataParallelImpl::before_entry(size_t entry) {
@@ -223,6 +192,10 @@ int enter_unit(const torch::nn::Module* module) {
 
 void leave_unit(int unit, std::vector<at::Tensor>& outputs) {
   if (active_forward) active_forward->schedule_->after_unit(unit, outputs);
+}
+
+at::Tensor unit_input(int unit, const at::Tensor& tensor) {
+  return unit >= 0 && active_forward ? active_forward->cast_tensor(tensor) : tensor;
 }
 
 }  // namespace detail
@@ -299,12 +272,21 @@ void FullyShardedDataParallelImpl::for_each_full_parameter(
     const std::function<void(const std::string& name, const at::Tensor& value)>& visit) {
   torch::NoGradGuard no_grad;
   for (const auto& unit : schedule_->units()) {
+    // Under a param_dtype the gathered copies are not the masters.
+    const bool masters = options_.param_dtype().has_value();
     const bool was_gathered = unit->gathered();
-    unit->wait_gathered();
-    for (size_t i = 0; i < unit->parameters().size(); ++i) {
-      visit(unit->parameter_names()[i], unit->parameters()[i].detach());
+    std::vector<at::Tensor> values;
+    if (masters) {
+      values = unit->gather_masters();
+    } else {
+      unit->wait_gathered();
+      for (const auto& p : unit->parameters()) values.push_back(p.detach());
     }
-    if (!was_gathered) unit->reshard();
+    for (size_t i = 0; i < values.size(); ++i) {
+      visit(unit->parameter_names()[i], values[i]);
+      for (const auto& alias : unit->aliases()[i]) visit(alias, values[i]);  // a tie's other names
+    }
+    if (!masters && !was_gathered) unit->reshard();
   }
 }
 

@@ -34,6 +34,7 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
       group_(group),
       gathered_(gathered),
       index_(index) {
+  aliases_.resize(parameters_.size());
   if (parameters_.empty()) {
     throw ConfigError(base::detail::str("FullyShardedDataParallel: unit '", name_,
                                         "' has no parameters; leave parameter-free layers "
@@ -90,32 +91,31 @@ std::vector<at::Tensor> ShardedUnit::views_into(const at::Tensor& flat) const {
   return views;
 }
 
-void ShardedUnit::fill_storage(const at::Tensor& tensor) const {
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  const size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  if (storage->nbytes() == bytes) return;
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-  gathered_.add(static_cast<int64_t>(bytes));
-}
-
 void ShardedUnit::gather_async() {
   if (state_ != State::kSharded) return;
-  fill_storage(full_);
+  // Note [A unit's storage]: the gather fills a buffer of its own, which
+  // becomes the parameters' storage only once complete.
+  staging_ = at::empty({padded_numel_}, full_.options());
+  gathered_.add(padded_numel_ * full_.element_size());
   gather_input_ = shard_.detach().to(full_.scalar_type());
   comm::detail::CollectiveName collective("fsdp.gather", index_);
-  gather_ = group_.all_gather_async(full_, gather_input_);
+  gather_ = group_.all_gather_async(staging_, gather_input_);
   state_ = State::kGathering;
 }
 
 void ShardedUnit::wait_gathered() {
   gather_async();
-  if (state_ == State::kGathering) {
-    gather_->wait();
-    gather_.reset();
-    gather_input_ = at::Tensor();
-    state_ = State::kGathered;
-  }
+  if (state_ != State::kGathering) return;
+  gather_->wait();
+  gather_.reset();
+  gather_input_ = at::Tensor();
+  c10::StorageImpl* from = staging_.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* to = full_.storage().unsafeGetStorageImpl();
+  to->set_data_ptr_noswap(from->set_data_ptr(at::DataPtr(nullptr, full_.device())));
+  to->set_nbytes(from->nbytes());
+  from->set_nbytes(0);
+  staging_ = at::Tensor();
+  state_ = State::kGathered;
 }
 
 void ShardedUnit::reshard() {
@@ -151,6 +151,11 @@ void ShardedUnit::reduce_async() {
   prepare_gradients();  // a unit no gradient reached reduces zeros, as every rank must
   reduced_grad_ = at::empty({padded_numel_ / group_.size()}, shard_.options().requires_grad(false));
   reduce_input_ = full_grad_.to(shard_.scalar_type());
+  if (unsynced_grad_.defined()) {  // what no_sync() backward passes accumulated
+    reduce_input_.add_(unsynced_grad_);
+    gathered_.add(-unsynced_grad_.numel() * unsynced_grad_.element_size());
+    unsynced_grad_ = at::Tensor();
+  }
   comm::detail::CollectiveName collective("fsdp.reduce", index_);
   reduction_ = group_.reduce_scatter_async(reduced_grad_, reduce_input_);
 }
@@ -173,6 +178,70 @@ void ShardedUnit::finish_reduction() {
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
   gathered_.add(-full_grad_.numel() * full_grad_.element_size());
   full_grad_ = at::Tensor();
+}
+
+void ShardedUnit::accumulate_unsynced() {
+  if (!full_grad_.defined() || full_grad_.scalar_type() == shard_.scalar_type()) return;
+  // Note [A unit's storage]: the parameters' .grad must have their dtype, so
+  // each backward accumulates into a full gradient in it, moved here after.
+  torch::NoGradGuard no_grad;
+  if (unsynced_grad_.defined()) {
+    unsynced_grad_.add_(full_grad_.to(shard_.scalar_type()));
+  } else {
+    unsynced_grad_ = full_grad_.to(shard_.scalar_type());
+    gathered_.add(unsynced_grad_.numel() * unsynced_grad_.element_size());
+  }
+  gathered_.add(-full_grad_.numel() * full_grad_.element_size());
+  full_grad_ = at::Tensor();
+  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+}
+
+void ShardedUnit::cast_buffers() {
+  if (full_.scalar_type() == shard_.scalar_type() || !buffer_values_.empty()) return;
+  torch::NoGradGuard no_grad;
+  for (auto& buffer : buffers_) {
+    buffer_values_.push_back(buffer.data());
+    if (buffer.is_floating_point()) buffer.set_data(buffer.data().to(full_.scalar_type()));
+  }
+}
+
+void ShardedUnit::sync_buffers() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < buffer_values_.size(); ++i) {
+    if (buffers_[i].is_floating_point()) buffer_values_[i].copy_(buffers_[i]);
+  }
+}
+
+void ShardedUnit::restore_buffers() {
+  if (buffer_values_.empty()) return;
+  sync_buffers();
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i].is_floating_point()) buffers_[i].set_data(buffer_values_[i]);
+  }
+  buffer_values_.clear();
+}
+
+std::vector<at::Tensor> ShardedUnit::gather_masters() const {
+  torch::NoGradGuard no_grad;
+  at::Tensor flat = at::empty({padded_numel_}, shard_.options().requires_grad(false));
+  {
+    comm::detail::CollectiveName collective("fsdp.gather", index_);
+    group_.all_gather_async(flat, shard_.detach()).wait();
+  }
+  return views_into(flat);
+}
+
+void ShardedUnit::abandon_gradients() {
+  if (reduction_) reduction_->wait();  // issued on every rank: let it end, drop its result
+  reduction_.reset();
+  reduced_grad_ = at::Tensor();
+  reduce_input_ = at::Tensor();
+  if (full_grad_.defined()) {
+    gathered_.add(-full_grad_.numel() * full_grad_.element_size());
+    full_grad_ = at::Tensor();
+  }
+  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+  end_backward();
 }
 
 void ShardedUnit::end_backward() {

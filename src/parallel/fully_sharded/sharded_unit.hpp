@@ -23,7 +23,11 @@ namespace ddp::parallel::detail {
 // `shard()`, a leaf that the optimizer steps. The module's own parameter
 // tensors stay the module's (its forward uses them), but their data is set
 // once to views of one flat "full" tensor whose storage is emptied when the
-// unit is resharded and refilled by an all-gather before it runs. Autograd
+// unit is resharded and refilled before it runs: the all-gather fills a
+// buffer of its own, whose bytes become that storage only once the gather
+// is complete, so that nothing reads a gather still on its way (a unit
+// called outside sharded_call finds a storage of no bytes, and the forward
+// names it; Note [The order the units run in]). Autograd
 // saves the parameters (and views of them, such as a Linear's transposed
 // weight) by reference to that same storage, so refilling it before the
 // unit's backward is enough: PyTorch's FSDP frees and refills in the same
@@ -67,6 +71,10 @@ class ShardedUnit {
   const at::Tensor& shard() const { return shard_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  /// Each parameter's other names in the model (a tied one's, one of a
+  /// module registered twice), in parameters() order.
+  const std::vector<std::vector<std::string>>& aliases() const { return aliases_; }
+  void set_aliases(std::vector<std::vector<std::string>> aliases) { aliases_ = std::move(aliases); }
   /// Elements of the unit's parameters, without padding.
   int64_t numel() const { return numel_; }
   bool trainable() const { return trainable_; }
@@ -77,6 +85,9 @@ class ShardedUnit {
   /// Waits for the parameters (starting the gather if needed).
   void wait_gathered();
   bool gathered() const { return state_ != State::kSharded; }
+  /// Whether the parameters' storage holds the gathered values (not while
+  /// the gather is on its way).
+  bool holds_data() const { return state_ == State::kGathered; }
   /// Empties the full parameters' storage (a no-op when sharded).
   void reshard();
 
@@ -94,18 +105,44 @@ class ShardedUnit {
   /// frees the full gradient and detaches the parameters' .grad.
   void finish_reduction();
   bool reduced() const { return reduction_.has_value() || reduced_; }
+  /// Under no_sync(), after a backward: moves the full gradient into the
+  /// accumulation in the shard's dtype (fp32 under a param_dtype), which
+  /// the next synchronized reduction adds in.
+  void accumulate_unsynced();
+
+  /// The unit's buffers, whose floating-point ones run in the gathered
+  /// dtype (mixed precision) from cast_buffers() to restore_buffers(): the
+  /// forward and the backward, whose kernels take them too (BatchNorm's).
+  void set_buffers(std::vector<at::Tensor> buffers) { buffers_ = std::move(buffers); }
+  /// Each floating-point buffer in the gathered dtype, a copy, its value
+  /// kept aside in its own dtype (a no-op while cast).
+  void cast_buffers();
+  /// Copies the cast buffers' values (a BatchNorm's updated statistics)
+  /// into the values kept aside; after the unit's forward.
+  void sync_buffers();
+  /// sync_buffers(), and each buffer has its own dtype and value again.
+  void restore_buffers();
+  /// The full parameters in the shard's dtype (the optimizer's masters, not
+  /// the gathered copies of a param_dtype): one all-gather; each
+  /// parameter's place in the returned flat buffer, in its shape.
+  std::vector<at::Tensor> gather_masters() const;
+
   /// Forgets the backward's bookkeeping (after finish_reduction()).
   void end_backward();
+  /// Drops what a backward that did not finish left (a full gradient, a
+  /// reduction in flight, the parameters' .grad views), as if it had not
+  /// run; the shard's gradient keeps what earlier reductions added.
+  void abandon_gradients();
 
  private:
   enum class State { kSharded, kGathering, kGathered };
-  void fill_storage(const at::Tensor& tensor) const;
   /// Each parameter's place in `flat` (a unit-sized buffer), in its shape.
   std::vector<at::Tensor> views_into(const at::Tensor& flat) const;
 
   std::string name_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;
+  std::vector<std::vector<std::string>> aliases_;
   ProcessGroup& group_;
   GatheredBytes& gathered_;
   int64_t index_ = 0;
@@ -117,6 +154,10 @@ class ShardedUnit {
   at::Tensor full_;       // the flat full parameters; storage emptied when sharded
   at::Tensor full_grad_;  // the flat full gradient, only during the unit's backward
   at::Tensor reduced_grad_;
+  at::Tensor unsynced_grad_;  // no_sync()'s accumulation, in the shard's dtype
+  std::vector<at::Tensor> buffers_;
+  std::vector<at::Tensor> buffer_values_;  // while cast: each buffer's value in its dtype
+  at::Tensor staging_;       // what the all-gather fills, the parameters' storage once done
   at::Tensor gather_input_;  // the shard in the gathered dtype, until the gather ends
   at::Tensor reduce_input_;  // the full gradient in the shard's dtype, until the reduction ends
   State state_ = State::kSharded;

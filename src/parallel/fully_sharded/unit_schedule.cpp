@@ -1,13 +1,25 @@
 #include "parallel/fully_sharded/unit_schedule.hpp"
 
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 
 #include "base/compat/torch_compat.hpp"
+#include "base/str.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 
 namespace ddp::parallel::detail {
+namespace {
+
+std::string quoted(const std::vector<int>& units, const std::vector<std::string>& names) {
+  std::string text;
+  for (int u : units) text += (text.empty() ? "'" : ", '") + names[u] + "'";
+  return text;
+}
+
+}  // namespace
 
 UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int root,
                            FullyShardedDataParallelOptions options, ProcessGroup& group)
@@ -15,10 +27,13 @@ UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int 
       root_(root),
       options_(options),
       group_(group),
+      order_(static_cast<int>(units_.size()), root),
       called_(units_.size(), 0),
       gathered_in_forward_(units_.size(), 0),
       ready_(units_.size(), 0),
-      next_to_reduce_(static_cast<int>(units_.size()) - 1) {}
+      next_to_reduce_(static_cast<int>(units_.size()) - 1) {
+  for (const auto& unit : units_) names_.push_back(unit->name());
+}
 
 void UnitSchedule::attach_hooks() {
   std::weak_ptr<UnitSchedule> weak = weak_from_this();
@@ -32,25 +47,63 @@ void UnitSchedule::attach_hooks() {
   }
 }
 
-void UnitSchedule::begin_forward() {
+void UnitSchedule::begin_forward(bool training) {
+  // Note [One state per step]: what a forward or backward that threw left.
+  if (phase_ == Phase::kBackward) abandon_backward();
+  if (phase_ == Phase::kForward) {
+    for (auto& u : units_) {
+      u->restore_buffers();
+      u->reshard();
+    }
+    std::fill(called_.begin(), called_.end(), 0);
+  }
+  callback_queued_ = false;  // a backward that threw never ran its callback
+  phase_ = Phase::kForward;
+  training_ = training && torch::GradMode::is_enabled();
   open_unit_ = -1;
+  order_.begin();
   std::fill(gathered_in_forward_.begin(), gathered_in_forward_.end(), 0);
   if (root_ >= 0) before_unit(root_);
 }
 
 void UnitSchedule::before_unit(int unit) {
-  called_[unit] = 1;
-  const int last = std::min<int>(static_cast<int>(units_.size()) - 1, unit + options_.prefetch());
+  if (training_) called_[unit] = 1;
+  if (order_.enter(unit) && training_ && !options_.find_unused_units()) check_runs(unit);
   if (options_.find_unused_units()) {
     // Note [Units some ranks skip]: every unit up to the prefetch horizon,
     // in unit order, whether this rank runs it or not.
+    const int last = std::min<int>(static_cast<int>(units_.size()) - 1, unit + options_.prefetch());
     for (int next = 0; next <= last; ++next) gather_once(next);
   } else {
-    for (int next = unit + 1; next <= last; ++next) units_[next]->gather_async();
+    prefetch_after(unit);
   }
   gathered_in_forward_[unit] = 1;
   units_[unit]->wait_gathered();
+  units_[unit]->cast_buffers();
   open_unit_ = unit;
+}
+
+void UnitSchedule::check_runs(int unit) {
+  // Note [The order the units run in]
+  if (!order_.recorded()) {
+    check_same_unit(group_, unit, order_.entered_count() - 1, names_);
+    return;
+  }
+  const std::vector<int> skipped = order_.skipped_before(unit);
+  if (skipped.empty()) return;
+  throw ConfigError(base::detail::str(
+      "FullyShardedDataParallel: rank ", group_.rank(), " runs unit '", names_[unit],
+      "' without running ", quoted(skipped, names_),
+      ", which came before it in the first training forward; without find_unused_units every "
+      "rank gathers and reduces every unit in every step, so a unit some ranks skip would pair "
+      "different collectives: set find_unused_units(true) in FullyShardedDataParallelOptions."));
+}
+
+void UnitSchedule::prefetch_after(int unit) {
+  if (!order_.recorded()) return;  // the first forward records the order
+  const int from = order_.position_of(unit);
+  const int last = std::min(order_.size() - 1, from + options_.prefetch());
+  for (int p = from + 1; p <= last; ++p) units_[order_.at(p)]->gather_async();
 }
 
 void UnitSchedule::gather_once(int unit) {
@@ -61,6 +114,7 @@ void UnitSchedule::gather_once(int unit) {
 
 void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
   if (open_unit_ == unit) open_unit_ = -1;
+  units_[unit]->sync_buffers();
   const bool hooked = std::any_of(outputs.begin(), outputs.end(),
                                   [](const at::Tensor& t) { return t.requires_grad(); });
   if (hooked) {
@@ -82,16 +136,43 @@ void UnitSchedule::end_forward(std::vector<at::Tensor>& outputs) {
   if (open_unit_ >= 0 && open_unit_ != root_) after_unit(open_unit_, outputs);
   if (root_ >= 0) after_unit(root_, outputs);
   open_unit_ = -1;
+  const bool backward_follows = std::any_of(outputs.begin(), outputs.end(),
+                                            [](const at::Tensor& t) { return t.requires_grad(); });
+  if (training_ && backward_follows && !options_.find_unused_units()) {
+    std::vector<int> missing;
+    for (int u : order_.not_entered()) {
+      if (units_[u]->trainable()) missing.push_back(u);
+    }
+    if (!missing.empty()) {
+      throw ConfigError(base::detail::str(
+          "FullyShardedDataParallel: unit(s) ", quoted(missing, names_),
+          " did not run in this training forward on rank ", group_.rank(),
+          "; without find_unused_units every unit is reduced in every backward, and a unit "
+          "that did not run would get a gradient of zeros that momentum and weight decay act "
+          "on: set find_unused_units(true) in FullyShardedDataParallelOptions."));
+    }
+    if (!order_.recorded()) order_.record();
+  }
+  phase_ = backward_follows ? Phase::kAwaitingBackward : Phase::kIdle;
+  if (!backward_follows) {
+    for (auto& u : units_) u->restore_buffers();
+  }
   if (!options_.find_unused_units()) return;
   // Note [Units some ranks skip]: the units no one gathered yet, in order.
   for (int unit = 0; unit < static_cast<int>(units_.size()); ++unit) gather_once(unit);
-  const bool backward_follows = std::any_of(outputs.begin(), outputs.end(),
-                                            [](const at::Tensor& t) { return t.requires_grad(); });
   if (!backward_follows) {
     for (auto& u : units_) u->reshard();
   } else if (require_sync_) {
     exchange_usage();
   }
+}
+
+std::vector<int> UnitSchedule::unentered_units() const {
+  std::vector<int> units;
+  for (int u : order_.not_entered()) {
+    if (!units_[u]->holds_data()) units.push_back(u);
+  }
+  return units;
 }
 
 void UnitSchedule::exchange_usage() {
@@ -119,19 +200,40 @@ void UnitSchedule::watch_outputs(int unit, std::vector<at::Tensor>& outputs) {
   }
 }
 
+bool UnitSchedule::backward_accumulates() const {
+  // autograd::grad (and backward(inputs)) name what they compute; a
+  // parameter's AccumulateGrad then runs only if one of those is it.
+  const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
+  if (exec_info == nullptr || exec_info->empty()) return true;
+  for (const auto& unit : units_) {
+    if (!unit->trainable()) continue;
+    for (const auto& p : unit->parameters()) {
+      const auto accumulator = torch::autograd::impl::try_get_grad_accumulator(p);
+      if (!accumulator) continue;
+      const auto found = exec_info->find(accumulator.get());
+      if (found != exec_info->end() && found->second.needed_) return true;
+    }
+  }
+  return false;
+}
+
 void UnitSchedule::before_backward(int unit) {
   if (!callback_queued_) {
     callback_queued_ = true;
+    accumulates_ = backward_accumulates();
+    if (accumulates_) phase_ = Phase::kBackward;
     std::weak_ptr<UnitSchedule> weak = weak_from_this();
     base::compat::queue_backward_callback([weak] {
       if (auto self = weak.lock()) self->end_backward();
     });
   }
   units_[unit]->wait_gathered();
-  units_[unit]->prepare_gradients();
-  if (options_.find_unused_units()) return;  // Note [Units some ranks skip]: all gathered
-  const int first = std::max(0, unit - options_.prefetch());
-  for (int previous = unit - 1; previous >= first; --previous) units_[previous]->gather_async();
+  if (accumulates_) units_[unit]->prepare_gradients();
+  if (options_.find_unused_units() || !order_.recorded()) return;  // all gathered
+  const int at = order_.position_of(unit);
+  for (int p = at - 1; p >= std::max(0, at - options_.prefetch()); --p) {
+    units_[order_.at(p)]->gather_async();
+  }
 }
 
 void UnitSchedule::gradient_arrived(int unit) {
@@ -143,15 +245,20 @@ void UnitSchedule::gradient_arrived(int unit) {
 void UnitSchedule::launch_ready() {
   // A unit this rank did not run is ready from the start (its zeros), so
   // every rank launches in the same order.
-  while (next_to_reduce_ >= 0 && (ready_[next_to_reduce_] || unused_here(next_to_reduce_) ||
-                                  !units_[next_to_reduce_]->trainable())) {
-    launch(next_to_reduce_--);
+  while (next_to_reduce_ >= 0) {
+    const int unit = order_.at(next_to_reduce_);
+    if (!ready_[unit] && !unused_here(unit) && units_[unit]->trainable()) break;
+    launch(unit);
+    --next_to_reduce_;
   }
 }
 
 void UnitSchedule::launch(int unit) {
   ShardedUnit& u = *units_[unit];
-  if (!u.trainable() || unused_everywhere(unit)) {  // its shard's gradient stays untouched
+  // A frozen unit is resharded at the end of backward: its backward, which
+  // reads its parameters, may come after the units before it are reduced.
+  if (!u.trainable()) return;
+  if (unused_everywhere(unit)) {  // its shard's gradient stays untouched
     u.reshard();
     return;
   }
@@ -171,20 +278,48 @@ void UnitSchedule::finish_in_flight() {
 
 void UnitSchedule::end_backward() {
   callback_queued_ = false;
-  if (!require_sync_) {  // no_sync(): the full gradients stay for the next backward
-    for (auto& u : units_) {
-      u->reshard();
-      u->end_backward();
-    }
-    return;
+  // Note [One state per step]: a backward that accumulated into no unit
+  // leaves them gathered for the backward through the graph it created.
+  if (!accumulates_) return;
+  if (require_sync_) {
+    while (next_to_reduce_ >= 0) launch(order_.at(next_to_reduce_--));
+    finish_in_flight();
   }
-  while (next_to_reduce_ >= 0) launch(next_to_reduce_--);
-  finish_in_flight();
-  for (auto& u : units_) u->end_backward();
+  for (auto& u : units_) {
+    if (!require_sync_) u->accumulate_unsynced();
+    u->reshard();
+    u->end_backward();
+    u->restore_buffers();
+  }
+  if (require_sync_) {
+    reset_backward();
+  } else {  // no_sync(): the full gradients, and which units ran, stay for the next backward
+    phase_ = Phase::kIdle;
+    accumulates_ = false;
+  }
+}
+
+void UnitSchedule::reset_backward() {
+  phase_ = Phase::kIdle;
+  accumulates_ = false;
   std::fill(ready_.begin(), ready_.end(), 0);
   next_to_reduce_ = static_cast<int>(units_.size()) - 1;
   std::fill(called_.begin(), called_.end(), 0);
   used_by_.clear();
+}
+
+void UnitSchedule::abandon_backward() {
+  callback_queued_ = false;
+  // The reduction in flight ends (every rank that threw at the same point
+  // issued it) and its result is dropped: the shards' gradients may have
+  // been zeroed since, for the step that follows.
+  in_flight_ = -1;
+  for (auto& u : units_) {
+    u->abandon_gradients();
+    u->reshard();
+    u->restore_buffers();
+  }
+  reset_backward();
 }
 
 }  // namespace ddp::parallel::detail

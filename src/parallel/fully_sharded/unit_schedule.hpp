@@ -11,26 +11,48 @@
 #include <vector>
 
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "parallel/fully_sharded/forward_order.hpp"
 #include "parallel/fully_sharded/sharded_unit.hpp"
 
 namespace ddp::parallel::detail {
 
 // Note [The order of a sharded step]
-// Forward: before unit u runs it is waited for and the all-gathers of units
-// u+1 .. u+prefetch start, so the next units' communication overlaps this
-// unit's compute; after it ran, a hook goes on each of its output tensors
-// and, with reshard_after_forward, its storage is emptied.
+// Forward: before unit u runs it is waited for and the all-gathers of the
+// next `prefetch` units of the forward order (Note [The order the units run
+// in]) start, so the next units' communication overlaps this unit's
+// compute; after it ran, a hook goes on each of its output tensors and,
+// with reshard_after_forward, its storage is emptied.
 // Backward: the gradient reaching unit u's output runs that hook before any
 // of u's backward operations: u is gathered again (it was prefetched while
-// u+1's backward ran), its gradient buffer set up, and the gathers of
-// u-1 .. u-prefetch start. When the last of u's gradients has been
-// accumulated (a post-accumulate hook per parameter) u is ready; units are
-// reduce-scattered strictly in reverse forward order, the same on every
-// rank whatever order they became ready in, with at most one reduction in
-// flight, and a reduced unit is resharded at once. At the end of backward
-// (an engine callback queued by the first hook) every unit not yet reduced
-// is, with zeros where no gradient came (a unit unused in this step on
-// this rank), so every rank issues the same collectives.
+// the unit after it ran its backward), its gradient buffer set up, and the
+// gathers of the `prefetch` units before it start. When the last of u's
+// gradients has been accumulated (a post-accumulate hook per parameter) u
+// is ready; units are reduce-scattered strictly in reverse forward order,
+// the same on every rank whatever order they became ready in, with at most
+// one reduction in flight, and a reduced unit is resharded at once. At the
+// end of backward (an engine callback queued by the first hook) every unit
+// not yet reduced is, with zeros where no gradient came (a unit unused in
+// this step on this rank), so every rank issues the same collectives, and
+// every unit is resharded (a frozen one, which has no reduction, too).
+
+// Note [One state per step]
+// The schedule keeps one explicit state, set at every forward, as FSDP2's
+// parameter groups do, never a count that only a clean backward resets:
+// - kIdle: between steps; nothing gathered.
+// - kForward: a forward runs. A forward that finds this state left by one
+//   that threw reshards what it gathered.
+// - kAwaitingBackward: a training forward ended (several may, before one
+//   backward through all of them: their units' hooks all wait).
+// - kBackward: a backward that accumulates into the units runs. A forward
+//   that finds it left by a backward that threw (an exception in a hook, in
+//   a custom function; the engine then drops its end-of-backward callback)
+//   drops that backward's full gradients and unfinished reductions, so the
+//   next step is the step of a job that skipped the batch.
+// A backward that accumulates into no unit's parameters (autograd::grad of
+// an input, with create_graph for a gradient penalty) gathers the units it
+// passes through, reduces nothing and leaves them gathered: the graph it
+// created reads them when the training backward runs through it, and that
+// backward's reductions reshard them.
 
 // Note [Units some ranks skip]
 // Gloo, like NCCL, pairs collectives by the order ranks issue them, so a
@@ -44,7 +66,7 @@ namespace ddp::parallel::detail {
 // ready from the start. Memory is that of reshard_after_forward(false).
 class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
  public:
-  /// `units` in forward order; `root`: the index of the unit that holds
+  /// `units` in registration order; `root`: the index of the unit that holds
   /// the parameters outside every other unit (gathered for the whole
   /// forward), or -1.
   UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int root,
@@ -59,23 +81,34 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
 
   const std::vector<std::unique_ptr<ShardedUnit>>& units() const { return units_; }
 
-  void begin_forward();
+  /// A forward starts; `training`: the wrapper is in training mode (and
+  /// GradMode on), so that its units must run on every rank.
+  void begin_forward(bool training);
   void before_unit(int unit);
   /// `outputs`: the tensors the unit returned (empty when they could not
   /// be found: the unit then stays gathered until its backward).
   void after_unit(int unit, std::vector<at::Tensor>& outputs);
   /// After the forward, with the tensors of its output.
   void end_forward(std::vector<at::Tensor>& outputs);
+  /// The units this forward has not run whose parameters hold no bytes:
+  /// what a forward that failed reading a parameter read.
+  std::vector<int> unentered_units() const;
 
  private:
+  enum class Phase { kIdle, kForward, kAwaitingBackward, kBackward };
   void watch_outputs(int unit, std::vector<at::Tensor>& outputs);
   void gather_once(int unit);
+  void prefetch_after(int unit);
+  void check_runs(int unit);
   void before_backward(int unit);
+  bool backward_accumulates() const;
   void gradient_arrived(int unit);
   void launch_ready();
   void launch(int unit);
   void finish_in_flight();
   void end_backward();
+  void reset_backward();
+  void abandon_backward();
   void exchange_usage();
   // With find_unused_units: whether unit `unit` will have no gradient on
   // this rank, and whether no rank will.
@@ -83,20 +116,25 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   bool unused_everywhere(int unit) const;
 
   std::vector<std::unique_ptr<ShardedUnit>> units_;
+  std::vector<std::string> names_;
   int root_;
   FullyShardedDataParallelOptions options_;
   ProcessGroup& group_;
+  ForwardOrder order_;
+  Phase phase_ = Phase::kIdle;
+  bool training_ = false;  // this forward trains (Note [The order the units run in])
   bool require_sync_ = true;
-  std::vector<char> called_;  // units run since the last backward
+  std::vector<char> called_;  // units run in training forwards since the last backward
   std::vector<char> gathered_in_forward_;
   std::vector<int32_t> used_by_;                     // ranks that ran each unit (find_unused_units)
   std::vector<std::shared_ptr<void>> accumulators_;  // keeps 1.13's hooks alive
   int open_unit_ = -1;  // the unit before_unit() gathered last, not yet after_unit()ed
   // Per backward.
   bool callback_queued_ = false;
+  bool accumulates_ = false;  // the running backward accumulates into the units
   std::vector<char> ready_;
-  int next_to_reduce_ = -1;
-  int in_flight_ = -1;  // the unit whose reduction is running, or -1
+  int next_to_reduce_ = -1;  // a position in order_, walked down
+  int in_flight_ = -1;       // the unit whose reduction is running, or -1
 };
 
 }  // namespace ddp::parallel::detail

@@ -1,0 +1,85 @@
+#pragma once
+
+// FullyShardedDataParallel on the paths next to the tested ones (issue
+// #54): a unit called outside sharded_call, an exception in backward, a
+// gradient penalty, branches skipped under NoGradGuard or by every rank, a
+// frozen unit in the middle, units run in another order than registered, a
+// tie between a unit and the root, one module under two names.
+// Each run on every rank of a real group by ddp_test_worker, against one
+// process or a named error.
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "ddp/comm/process_group_fwd.hpp"
+
+namespace ddp::testing {
+
+/// Runs every check below on `group`; returns how many failed.
+int check_fsdp_paths(const std::shared_ptr<ProcessGroup>& group);
+/// The mixed-precision ones (fsdp_mixed_precision_checks.cpp), which
+/// check_fsdp_paths() runs too.
+int check_fsdp_mixed_precision_paths(const std::shared_ptr<ProcessGroup>& group);
+
+/// Ranks that disagree on the units they run, without find_unused_units:
+/// in the first training forward every rank gets a ConfigError naming both
+/// units; in a later step the rank that skips one gets it, and (the group
+/// broken by its leaving) the other an ddp::Error, never an abort. Ends the
+/// group: a worker scenario of its own.
+int check_fsdp_skipped_unit(const std::shared_ptr<ProcessGroup>& group);
+
+namespace fsdp_paths_check {
+inline const std::string kDirectCall =
+    "a unit called without sharded_call is a ConfigError naming it, with prefetch 1 and 0, and "
+    "the next steps match one process";
+inline const std::string kBackwardException =
+    "after an exception in backward, the next steps match one process that skipped the batch, "
+    "and nothing stays gathered";
+inline const std::string kGradientPenalty =
+    "a gradient penalty (autograd::grad with create_graph) matches one process";
+inline const std::string kNoGradBranch =
+    "a branch run only under NoGradGuard keeps no gradient and AdamW leaves it as it was";
+inline const std::string kEveryRankSkips =
+    "a unit no rank runs, without find_unused_units, is a ConfigError naming it and "
+    "find_unused_units";
+inline const std::string kFrozenMiddle =
+    "a frozen unit between trainable ones matches one process and is freed between steps";
+inline const std::string kForwardOrder =
+    "units run in reverse registration order match one process, prefetch and reduce in that "
+    "order, and stay within the two-largest-units bound";
+inline const std::string kTieWithRoot =
+    "a parameter tied between a unit and the root is a ConfigError at construction naming both "
+    "names";
+inline const std::string kSiamese =
+    "one module registered under two names is one unit, called twice per forward, matches one "
+    "process, and full_parameters() names it under both";
+inline const std::string kMixedPrecisionUnits =
+    "bf16 param_dtype with fp32 computed between units and a BatchNorm unit stays within bf16's "
+    "precision of one process in fp32, statistics included, kept in fp32";
+inline const std::string kMixedPrecisionMasters =
+    "bf16 param_dtype exports the fp32 masters: this rank's shard is its part of "
+    "full_parameters(), bit for bit";
+inline const std::string kMixedPrecisionNoSync =
+    "bf16 param_dtype accumulates no_sync gradients in fp32, and the step equals one synchronized "
+    "backward on the sum within bf16's precision";
+inline const std::string kFirstForwardDiffers =
+    "ranks running different units in the first forward get a ConfigError naming both";
+inline const std::string kLaterStepSkip =
+    "a rank skipping a unit in a later step gets a ConfigError naming it and find_unused_units, "
+    "and its peer a ddp::Error";
+}  // namespace fsdp_paths_check
+
+inline std::set<std::string> fsdp_paths_check_names() {
+  using namespace fsdp_paths_check;  // NOLINT(google-build-using-namespace)
+  return {kDirectCall,     kBackwardException,   kGradientPenalty,       kNoGradBranch,
+          kEveryRankSkips, kFrozenMiddle,        kForwardOrder,          kTieWithRoot,
+          kSiamese,        kMixedPrecisionUnits, kMixedPrecisionMasters, kMixedPrecisionNoSync};
+}
+
+inline std::set<std::string> fsdp_skipped_unit_check_names() {
+  using namespace fsdp_paths_check;  // NOLINT(google-build-using-namespace)
+  return {kFirstForwardDiffers, kLaterStepSkip};
+}
+
+}  // namespace ddp::testing
