@@ -55,6 +55,7 @@ class MixedPrecisionChecker {
     units_and_buffers();
     masters();
     no_sync();
+    forward_between();
     return checks_.failed();
   }
 
@@ -192,6 +193,37 @@ class MixedPrecisionChecker {
                       "), max relative error " + std::to_string(error));
     (void)unused;
     (void)also_fp32;
+  }
+
+  void forward_between() {
+    auto step = [&](bool look_between) {
+      torch::manual_seed(43);
+      FullyShardedDataParallel model = wrap(NormNet());
+      torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05));
+      const Tensor out = model->forward(rows(data(0, 1, world_ * kRows)));
+      if (look_between) {
+        torch::NoGradGuard no_grad;
+        model->forward(rows(data(1, 1, world_ * kRows)));
+      }
+      torch::mse_loss(out.to(torch::kFloat), rows(data(0, 2, world_ * kRows))).backward();
+      optimizer.step();
+      std::vector<Tensor> result;
+      for (const auto& item : model->full_parameters()) result.push_back(item.value());
+      return result;
+    };
+    std::string error;
+    std::vector<Tensor> between, straight;
+    try {
+      between = step(true);
+      straight = step(false);
+    } catch (const std::exception& e) {
+      error = std::string(e.what()).substr(0, 300);
+    }
+    bool same = error.empty() && between.size() == straight.size();
+    for (size_t i = 0; same && i < between.size(); ++i)
+      same = torch::equal(between[i], straight[i]);
+    checks_.check(check::kMixedPrecisionForwardBetween, same,
+                  error.empty() ? "the parameters differ" : "threw: " + error);
   }
 
   std::shared_ptr<ProcessGroup> group_;

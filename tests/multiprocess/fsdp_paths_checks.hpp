@@ -63,6 +63,9 @@ inline const std::string kMixedPrecisionMasters =
 inline const std::string kMixedPrecisionNoSync =
     "bf16 param_dtype accumulates no_sync gradients in fp32, and the step equals one synchronized "
     "backward on the sum within bf16's precision";
+inline const std::string kMixedPrecisionForwardBetween =
+    "bf16 param_dtype with a BatchNorm unit: a forward under NoGradGuard between a training "
+    "forward and its backward leaves that backward's result as it was, bit for bit";
 inline const std::string kFirstForwardDiffers =
     "ranks running different units in the first forward get a ConfigError naming both";
 inline const std::string kLaterStepSkip =
@@ -72,9 +75,19 @@ inline const std::string kLaterStepSkip =
 
 inline std::set<std::string> fsdp_paths_check_names() {
   using namespace fsdp_paths_check;  // NOLINT(google-build-using-namespace)
-  return {kDirectCall,     kBackwardException,   kGradientPenalty,       kNoGradBranch,
-          kEveryRankSkips, kFrozenMiddle,        kForwardOrder,          kTieWithRoot,
-          kSiamese,        kMixedPrecisionUnits, kMixedPrecisionMasters, kMixedPrecisionNoSync};
+  return {kDirectCall,
+          kBackwardException,
+          kGradientPenalty,
+          kNoGradBranch,
+          kEveryRankSkips,
+          kFrozenMiddle,
+          kForwardOrder,
+          kTieWithRoot,
+          kSiamese,
+          kMixedPrecisionUnits,
+          kMixedPrecisionMasters,
+          kMixedPrecisionNoSync,
+          kMixedPrecisionForwardBetween};
 }
 
 inline std::set<std::string> fsdp_skipped_unit_check_names() {

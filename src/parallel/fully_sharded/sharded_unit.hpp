@@ -122,6 +122,8 @@ class ShardedUnit {
   void sync_buffers();
   /// sync_buffers(), and each buffer has its own dtype and value again.
   void restore_buffers();
+  /// Whether the buffers are cast now.
+  bool buffers_cast() const { return !buffer_values_.empty(); }
   /// The full parameters in the shard's dtype (the optimizer's masters, not
   /// the gathered copies of a param_dtype): one all-gather; each
   /// parameter's place in the returned flat buffer, in its shape.

@@ -30,6 +30,7 @@ UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int 
       order_(static_cast<int>(units_.size()), root),
       called_(units_.size(), 0),
       gathered_in_forward_(units_.size(), 0),
+      cast_in_forward_(units_.size(), 0),
       ready_(units_.size(), 0),
       next_to_reduce_(static_cast<int>(units_.size()) - 1) {
   for (const auto& unit : units_) names_.push_back(unit->name());
@@ -63,6 +64,7 @@ void UnitSchedule::begin_forward(bool training) {
   open_unit_ = -1;
   order_.begin();
   std::fill(gathered_in_forward_.begin(), gathered_in_forward_.end(), 0);
+  std::fill(cast_in_forward_.begin(), cast_in_forward_.end(), 0);
   if (root_ >= 0) before_unit(root_);
 }
 
@@ -79,7 +81,10 @@ void UnitSchedule::before_unit(int unit) {
   }
   gathered_in_forward_[unit] = 1;
   units_[unit]->wait_gathered();
-  units_[unit]->cast_buffers();
+  if (!units_[unit]->buffers_cast()) {
+    units_[unit]->cast_buffers();
+    cast_in_forward_[unit] = 1;
+  }
   open_unit_ = unit;
 }
 
@@ -154,8 +159,10 @@ void UnitSchedule::end_forward(std::vector<at::Tensor>& outputs) {
     if (!order_.recorded()) order_.record();
   }
   phase_ = backward_follows ? Phase::kAwaitingBackward : Phase::kIdle;
-  if (!backward_follows) {
-    for (auto& u : units_) u->restore_buffers();
+  if (!backward_follows) {  // what this forward cast (an earlier one's may wait for a backward)
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (cast_in_forward_[u]) units_[u]->restore_buffers();
+    }
   }
   if (!options_.find_unused_units()) return;
   // Note [Units some ranks skip]: the units no one gathered yet, in order.

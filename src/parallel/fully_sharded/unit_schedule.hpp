@@ -126,6 +126,7 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   bool require_sync_ = true;
   std::vector<char> called_;  // units run in training forwards since the last backward
   std::vector<char> gathered_in_forward_;
+  std::vector<char> cast_in_forward_;                // units whose buffers this forward cast
   std::vector<int32_t> used_by_;                     // ranks that ran each unit (find_unused_units)
   std::vector<std::shared_ptr<void>> accumulators_;  // keeps 1.13's hooks alive
   int open_unit_ = -1;  // the unit before_unit() gathered last, not yet after_unit()ed
