@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "base/dtype_name.hpp"
@@ -26,7 +27,7 @@ constexpr const char* kWho = "FullyShardedDataParallel";
 void assign_buffers(const std::vector<const torch::nn::Module*>& modules,
                     std::vector<std::unique_ptr<detail::ShardedUnit>>& units,
                     const torch::nn::Module& model) {
-  std::unordered_map<const void*, bool> taken;
+  std::unordered_set<const void*> taken;
   int root = -1;
   for (size_t u = 0; u < modules.size(); ++u) {
     if (!modules[u]) {
@@ -35,14 +36,14 @@ void assign_buffers(const std::vector<const torch::nn::Module*>& modules,
     }
     std::vector<at::Tensor> buffers;
     for (const auto& b : modules[u]->buffers()) {
-      if (taken.emplace(b.unsafeGetTensorImpl(), true).second) buffers.push_back(b);
+      if (taken.insert(b.unsafeGetTensorImpl()).second) buffers.push_back(b);
     }
     units[u]->set_buffers(std::move(buffers));
   }
   if (root < 0) return;
   std::vector<at::Tensor> rest;
   for (const auto& b : model.buffers()) {
-    if (taken.emplace(b.unsafeGetTensorImpl(), true).second) rest.push_back(b);
+    if (taken.insert(b.unsafeGetTensorImpl()).second) rest.push_back(b);
   }
   units[root]->set_buffers(std::move(rest));
 }

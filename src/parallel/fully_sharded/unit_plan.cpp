@@ -27,6 +27,13 @@ bool is_under(const std::string& name, const std::string& prefix) {
   return name.rfind(prefix + ".", 0) == 0;
 }
 
+// Whether `name` is inside `unit`, under any of the names its module has.
+bool is_in(const std::string& name, const PickedUnit& unit) {
+  return is_under(name, unit.name) ||
+         std::any_of(unit.other_names.begin(), unit.other_names.end(),
+                     [&](const std::string& other) { return is_under(name, other); });
+}
+
 // The modules a Sequential's entries are, or the policy picks; a picked
 // module's descendants are not asked, and a module met again under another
 // name is the same unit.
@@ -50,11 +57,8 @@ std::vector<PickedUnit> pick_units(const WrappedModule& module, const WrapPolicy
     return picked;
   }
   for (const auto& item : module.ptr()->named_modules("", /*include_self=*/false)) {
-    const bool inside_picked = std::any_of(picked.begin(), picked.end(), [&](const auto& p) {
-      return is_under(item.key(), p.name) ||
-             std::any_of(p.other_names.begin(), p.other_names.end(),
-                         [&](const std::string& other) { return is_under(item.key(), other); });
-    });
+    const bool inside_picked = std::any_of(
+        picked.begin(), picked.end(), [&](const PickedUnit& p) { return is_in(item.key(), p); });
     if (!inside_picked && !item.value()->parameters().empty() &&
         policy(item.key(), *item.value())) {
       add(item.key(), item.value());
@@ -124,10 +128,7 @@ UnitPlan plan_units(const WrappedModule& module, const WrapPolicy& policy) {
       continue;
     }
     const PickedUnit& unit = picked[u];
-    const bool in_unit =
-        is_under(name, unit.name) ||
-        std::any_of(unit.other_names.begin(), unit.other_names.end(),
-                    [&](const std::string& other) { return is_under(name, other); });
+    const bool in_unit = is_in(name, unit);
     if (!in_unit) {
       throw ConfigError(base::detail::str(
           kWho, ": parameter '", name, "', outside every unit, is also parameter '",
