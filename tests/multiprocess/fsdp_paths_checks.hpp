@@ -22,6 +22,9 @@ int check_fsdp_paths(const std::shared_ptr<ProcessGroup>& group);
 /// check_fsdp_paths() runs too.
 int check_fsdp_mixed_precision_paths(const std::shared_ptr<ProcessGroup>& group);
 
+/// The module's parameters between steps (fsdp_between_steps_checks.cpp),
+/// which check_fsdp_paths() runs too.
+int check_fsdp_between_steps_paths(const std::shared_ptr<ProcessGroup>& group);
 /// Ranks that disagree on the units they run, without find_unused_units:
 /// in the first training forward every rank gets a ConfigError naming both
 /// units; in a later step the rank that skips one gets it, and (the group
@@ -66,6 +69,13 @@ inline const std::string kMixedPrecisionNoSync =
 inline const std::string kMixedPrecisionForwardBetween =
     "bf16 param_dtype with a BatchNorm unit: a forward under NoGradGuard between a training "
     "forward and its backward leaves that backward's result as it was, bit for bit";
+inline const std::string kBetweenSteps =
+    "between steps, reading the module's parameters (sum, clone, printing, a unit's forward, "
+    "torch::save of the module) is a ConfigError saying what to use, naming the parameter where "
+    "the operation has it, and the steps after match one process";
+inline const std::string kRawStorageLayers =
+    "an Embedding and a LayerNorm unit called directly between steps are a ConfigError naming "
+    "the parameter and sharded_call, never a crash";
 inline const std::string kFirstForwardDiffers =
     "ranks running different units in the first forward get a ConfigError naming both";
 inline const std::string kLaterStepSkip =
@@ -87,7 +97,9 @@ inline std::set<std::string> fsdp_paths_check_names() {
           kMixedPrecisionUnits,
           kMixedPrecisionMasters,
           kMixedPrecisionNoSync,
-          kMixedPrecisionForwardBetween};
+          kMixedPrecisionForwardBetween,
+          kBetweenSteps,
+          kRawStorageLayers};
 }
 
 inline std::set<std::string> fsdp_skipped_unit_check_names() {

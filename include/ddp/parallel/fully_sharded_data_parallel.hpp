@@ -161,8 +161,11 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   /// Starts a new peak in memory().
   void reset_peak_memory();
 
-  /// The wrapped module. Between steps its parameters hold no data: read
-  /// them through full_parameters().
+  /// The wrapped module. While a unit is sharded (between steps) its
+  /// parameters hold placeholders of their shape: an operation on one (a
+  /// sum, printing, torch::save of the module) throws a ConfigError that
+  /// names it; read them through full_parameters() (Note [Parameters
+  /// between steps] in src/parallel/fully_sharded/sharded_placeholder.hpp).
   std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
   /// The units, in forward order: their names.
   std::vector<std::string> unit_names() const;

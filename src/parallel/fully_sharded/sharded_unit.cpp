@@ -9,6 +9,7 @@
 #include "comm/collective_name.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
+#include "parallel/fully_sharded/sharded_placeholder.hpp"
 
 namespace ddp::parallel::detail {
 namespace {
@@ -73,12 +74,24 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   shard_ = flat.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
   full_ = param_dtype ? flat.to(*param_dtype) : flat;
   // The module keeps its parameters; their data are now views of full_.
-  const auto views = views_into(full_);
-  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].set_data(views[i]);
+  views_ = views_into(full_);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    parameters_[i].set_data(views_[i]);
+    if (trainable_)
+      accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameters_[i]));
+    if (placeholders_available()) {
+      placeholders_.push_back(make_placeholder(
+          parameters_[i], base::detail::str("'", names_[i], "' of unit '", name_, "'")));
+    }
+  }
   shard_.set_requires_grad(trainable_);
   state_ = State::kGathered;
   gathered_.add(full_.numel() * full_.element_size());
   reshard();
+}
+
+ShardedUnit::~ShardedUnit() {
+  for (const auto& placeholder : placeholders_) forget_placeholder(placeholder);
 }
 
 std::vector<at::Tensor> ShardedUnit::views_into(const at::Tensor& flat) const {
@@ -115,6 +128,9 @@ void ShardedUnit::wait_gathered() {
   to->set_nbytes(from->nbytes());
   from->set_nbytes(0);
   staging_ = at::Tensor();
+  if (!placeholders_.empty()) {
+    for (size_t i = 0; i < parameters_.size(); ++i) hold(parameters_[i], views_[i]);
+  }
   state_ = State::kGathered;
 }
 
@@ -123,6 +139,9 @@ void ShardedUnit::reshard() {
   if (state_ == State::kSharded) return;
   gathered_.add(-static_cast<int64_t>(full_.storage().nbytes()));
   empty_storage(full_);
+  if (!placeholders_.empty()) {
+    for (size_t i = 0; i < parameters_.size(); ++i) hold(parameters_[i], placeholders_[i]);
+  }
   state_ = State::kSharded;
 }
 

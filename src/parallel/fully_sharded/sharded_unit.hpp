@@ -4,9 +4,11 @@
 // into one buffer that each rank holds 1/N of (Note [A unit's storage]).
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,7 +34,7 @@ namespace ddp::parallel::detail {
 // weight) by reference to that same storage, so refilling it before the
 // unit's backward is enough: PyTorch's FSDP frees and refills in the same
 // way (storage resize to 0 and back). Between steps the module's
-// parameters therefore hold no data; gather() or summon_full_params() first.
+// parameters themselves hold placeholders (Note [Parameters between steps]).
 // The gradients take the same route back: before the unit's backward each
 // parameter's .grad is set to a view of a flat full-gradient buffer, which
 // AccumulateGrad adds into in place; once every trainable parameter's
@@ -64,6 +66,9 @@ class ShardedUnit {
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
               ProcessGroup& group, GatheredBytes& gathered, int64_t index,
               std::optional<at::ScalarType> param_dtype = std::nullopt);
+  ~ShardedUnit();
+  ShardedUnit(const ShardedUnit&) = delete;
+  ShardedUnit& operator=(const ShardedUnit&) = delete;
 
   const std::string& name() const { return name_; }
   /// This rank's shard: a leaf the optimizer steps, its .grad the averaged
@@ -88,7 +93,8 @@ class ShardedUnit {
   /// Whether the parameters' storage holds the gathered values (not while
   /// the gather is on its way).
   bool holds_data() const { return state_ == State::kGathered; }
-  /// Empties the full parameters' storage (a no-op when sharded).
+  /// Empties the full parameters' storage and gives each parameter its
+  /// placeholder (a no-op when sharded; Note [Parameters between steps]).
   void reshard();
 
   /// Before the unit's backward: the full gradient buffer (zeroed, or kept
@@ -145,6 +151,12 @@ class ShardedUnit {
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;
   std::vector<std::vector<std::string>> aliases_;
+  std::vector<at::Tensor> views_;         // each parameter's place in full_, held while gathered
+  std::vector<at::Tensor> placeholders_;  // held while sharded (Note [Parameters between steps])
+  // Each trainable parameter's AccumulateGrad, made while it held its view:
+  // a node made while it holds its placeholder would expect gradients on
+  // the placeholder's device.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   ProcessGroup& group_;
   GatheredBytes& gathered_;
   int64_t index_ = 0;

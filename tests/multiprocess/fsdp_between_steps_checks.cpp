@@ -1,0 +1,188 @@
+// FullyShardedDataParallel's module between steps (issue #54 item 6): its
+// parameters read, printed or saved with torch::save are a ConfigError
+// that says what to use, never a crash or an empty file, and training goes
+// on as one process.
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/named_checks.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "multiprocess/fsdp_paths_checks.hpp"
+#include "multiprocess/fsdp_paths_models.hpp"
+
+namespace ddp::testing {
+namespace fsdp_between_steps {  // named: the unity build joins this file with others
+
+namespace nn = torch::nn;
+using torch::Tensor;
+namespace check = fsdp_paths_check;
+
+constexpr int64_t kRows = 3;  // per rank
+constexpr int kSteps = 3;
+
+Tensor data(int step, int stream, int64_t rows) {
+  torch::manual_seed(3000 * stream + step);
+  return torch::randn({rows, 8});
+}
+
+// Layers whose kernels read raw storage, each a unit.
+struct EmbedNormImpl : nn::Module {
+  nn::Embedding embed{register_module("embed", nn::Embedding(11, 8))};
+  nn::LayerNorm norm{register_module("norm", nn::LayerNorm(nn::LayerNormOptions({8})))};
+  Tensor forward(const Tensor& tokens) {
+    return sharded_call(norm, sharded_call(embed, tokens)).sum(1);
+  }
+};
+TORCH_MODULE(EmbedNorm);
+
+class BetweenStepsChecker {
+ public:
+  explicit BetweenStepsChecker(const std::shared_ptr<ProcessGroup>& group)
+      : group_(group), rank_(group->rank()), world_(group->size()) {}
+
+  int run() {
+    module_between_steps();
+    raw_storage_layers();
+    return checks_.failed();
+  }
+
+ private:
+  Tensor input(int step) const { return data(step, 1, world_ * kRows); }
+  Tensor target(int step) const { return data(step, 2, world_ * kRows); }
+  Tensor rows(const Tensor& whole) const { return whole.narrow(0, rank_ * kRows, kRows); }
+
+  // What reading the module's parameter `name` with `read` threw: the
+  // ConfigError's message, or what happened instead.
+  static std::string attempt(const std::string& what, const std::function<void()>& read) {
+    try {
+      read();
+    } catch (const ConfigError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return what + ": not a ConfigError: " + e.what();
+    }
+    return what + ": no error";
+  }
+
+  void module_between_steps() {
+    torch::manual_seed(31);
+    fsdp_paths::Blocks reference_model(3);
+    torch::optim::SGD reference_optimizer(reference_model->parameters(),
+                                          torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < kSteps; ++step) {
+      reference_optimizer.zero_grad();
+      torch::mse_loss(reference_model(input(step)), target(step)).backward();
+      reference_optimizer.step();
+    }
+    torch::manual_seed(31 + rank_);
+    fsdp_paths::Blocks local(3);
+    FullyShardedDataParallel model(
+        local, FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::LinearImpl>()),
+        group_);
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    const Tensor weight = local->named_parameters()["blocks.1.weight"];
+    std::vector<std::string> failures;
+    for (int step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      torch::mse_loss(model->forward(rows(input(step))), rows(target(step))).backward();
+      optimizer.step();
+      // Between steps, each way a user reads the module, every time.
+      const std::vector<std::pair<std::string, std::function<void()>>> reads = {
+          {"sum", [&] { (void)weight.sum(); }},
+          {"clone", [&] { (void)weight.clone(); }},
+          {"print",
+           [&] {
+             std::ostringstream out;
+             out << weight;
+           }},
+          {"transpose and matmul",
+           [&] {
+             (void)torch::ones({2, 8}).matmul(weight.t());
+           }},
+          {"the block's forward",
+           [&] {
+             (void)local->blocks->ptr<nn::LinearImpl>(1)->forward(torch::ones({2, 8}));
+           }},
+          {"torch::save of the module",
+           [&] {
+             std::ostringstream out;
+             torch::save(local, out);
+           }},
+      };
+      for (const auto& [what, read] : reads) {
+        const std::string error = attempt(what, read);
+        if (error.find("full_parameters()") == std::string::npos ||
+            error.find("save_consolidated()") == std::string::npos) {
+          failures.push_back(what + ": " + error.substr(0, 300));
+        }
+      }
+      // An operation given the parameter itself names it.
+      const std::string named = attempt("t()", [&] { (void)weight.t().contiguous(); });
+      if (named.find("'blocks.1.weight' of unit 'blocks.1'") == std::string::npos) {
+        failures.push_back("t() does not name 'blocks.1.weight' of unit 'blocks.1': " +
+                           named.substr(0, 300));
+      }
+    }
+    if (!failures.empty()) {
+      checks_.check(check::kBetweenSteps, false, failures.front());
+      return;
+    }
+    std::vector<Tensor> full;
+    for (const auto& item : model->full_parameters()) full.push_back(item.value());
+    checks_.close_all(check::kBetweenSteps, full, reference_model->parameters(), 1e-5);
+  }
+
+  // An Embedding and a LayerNorm unit run directly, within a forward (the
+  // mistake) and between steps: a ConfigError naming the parameter.
+  void raw_storage_layers() {
+    torch::manual_seed(32);
+    EmbedNorm local;
+    FullyShardedDataParallel model(local,
+                                   FullyShardedDataParallelOptions().wrap_policy(
+                                       [](const std::string& name, const nn::Module&) {
+                                         return name == "embed" || name == "norm";
+                                       }),
+                                   group_);
+    const Tensor tokens = torch::arange(6).remainder(11).view({2, 3});
+    (void)model->forward(tokens).sum();
+    std::vector<std::string> failures;
+    const std::vector<std::tuple<std::string, std::string, std::function<void()>>> reads = {
+        {"the embedding's forward", "'embed.weight' of unit 'embed'",
+         [&] { (void)local->embed->forward(tokens); }},
+        {"the layer norm's forward", "'norm.weight' of unit 'norm'",
+         [&] {
+           (void)local->norm->forward(torch::ones({2, 8}));
+         }},
+    };
+    for (const auto& [what, name, read] : reads) {
+      const std::string error = attempt(what, read);
+      if (error.find(name) == std::string::npos ||
+          error.find("sharded_call(block, x)") == std::string::npos) {
+        failures.push_back(what + " does not name " + name + ": " + error.substr(0, 300));
+      }
+    }
+    checks_.check(check::kRawStorageLayers, failures.empty(),
+                  failures.empty() ? "" : failures.front());
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  int rank_;
+  int world_;
+  NamedChecks checks_;
+};
+
+}  // namespace fsdp_between_steps
+
+int check_fsdp_between_steps_paths(const std::shared_ptr<ProcessGroup>& group) {
+  return fsdp_between_steps::BetweenStepsChecker(group).run();
+}
+
+}  // namespace ddp::testing
