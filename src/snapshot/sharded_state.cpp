@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "ddp/parallel/fully_sharded_state.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
+#include "snapshot/saved_parameters.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/snapshot_writing.hpp"
@@ -34,9 +38,45 @@ struct SavedPiece {
   int64_t length = 0;
 };
 
-// The local optimizer's parameters: piece j's tensor is the j-th.
-const std::vector<at::Tensor>& local_parameters(const parallel::ShardedState& sharded) {
-  return sharded.local_optimizer().param_groups().front().params();
+// Where the local optimizer holds piece j's tensor: its group and index.
+struct Slot {
+  size_t group = 0;
+  size_t index = 0;
+};
+
+std::vector<Slot> slots_of(const torch::optim::Optimizer& optimizer) {
+  std::vector<Slot> slots;
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].params().size(); ++i) slots.push_back({g, i});
+  }
+  return slots;
+}
+
+// The local optimizer's parameters, group after group: piece j's tensor is
+// the j-th.
+std::vector<at::Tensor> local_parameters(const parallel::ShardedState& sharded) {
+  std::vector<at::Tensor> params;
+  for (const auto& group : sharded.local_optimizer().param_groups()) {
+    params.insert(params.end(), group.params().begin(), group.params().end());
+  }
+  return params;
+}
+
+std::string state_prefix(const Slot& slot) {
+  return base::detail::str("optim/g", slot.group, "/p", slot.index, "/");
+}
+
+// Slot `j` of a shard saved with optimizer `description` (its groups'
+// "params" counts).
+Slot saved_slot(const json& description, size_t j) {
+  const json& groups = description.at("groups");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto count = groups[g].at("params").get<size_t>();
+    if (j < count) return {g, j};
+    j -= count;
+  }
+  throw json::out_of_range::create(401, "a piece past the saved optimizer's parameters", nullptr);
 }
 
 // Writes this rank's shard file atomically; returns its pieces as
@@ -71,23 +111,18 @@ const char* sharded_record_key(const parallel::ShardedState& sharded) {
 
 ShardRecords shard_records(const parallel::ShardedState& sharded) {
   const torch::optim::Optimizer& optimizer = sharded.local_optimizer();
-  if (optimizer.param_groups().size() != 1) {
-    throw SnapshotError(base::detail::str(
-        "cannot save sharded state whose local optimizer has ", optimizer.param_groups().size(),
-        " param groups; make it with one (as zero_optimizer() does, or over an FSDP model's "
-        "parameters())"));
-  }
   ShardRecords records;
   json description = export_optimizer(optimizer, records.tensors);
   json pieces = json::array();
   const auto mine = sharded.pieces();
-  const std::vector<at::Tensor>& locals = local_parameters(sharded);
+  const std::vector<at::Tensor> locals = local_parameters(sharded);
+  const std::vector<Slot> slots = slots_of(optimizer);
   for (size_t j = 0; j < mine.size(); ++j) {
     const auto& piece = mine[j];
     pieces.push_back({piece.parameter, piece.begin, piece.length});
     // Note [A shard's pieces]: only the piece's elements, not the padding.
     const int64_t local = locals.at(j).numel();
-    const std::string prefix = base::detail::str("optim/g0/p", j, "/");
+    const std::string prefix = state_prefix(slots.at(j));
     for (auto it = records.tensors.lower_bound(prefix);
          it != records.tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
       if (local != piece.length && it->second.numel() == local) {
@@ -105,11 +140,17 @@ ShardRecords shard_records(const parallel::ShardedState& sharded) {
 }
 
 json shards_record(const parallel::ShardedState& sharded, const std::vector<json>& pieces_by_rank) {
-  return {{"world", pieces_by_rank.size()},
-          {"kind", std::string(sharded_record_key(sharded)) == "zero" ? "ZeroRedundancyOptimizer"
-                                                                      : "FullyShardedDataParallel"},
-          {"numels", sharded.numels()},
-          {"pieces", pieces_by_rank}};
+  json record = {
+      {"world", pieces_by_rank.size()},
+      {"kind", std::string(sharded_record_key(sharded)) == "zero" ? "ZeroRedundancyOptimizer"
+                                                                  : "FullyShardedDataParallel"},
+      {"numels", sharded.numels()},
+      {"pieces", pieces_by_rank}};
+  if (!sharded.names().empty()) {
+    record["names"] = sharded.names();
+    record["shapes"] = sharded.shapes();
+  }
+  return record;
 }
 
 void check_sharded_group(const parallel::ShardedState& sharded, const ProcessGroup& group) {
@@ -192,24 +233,16 @@ ShardImport prepare_shard_import(const std::string& main_path, const json& recor
 ShardImport prepare_shard_import(const std::string& source, const json& record,
                                  const parallel::ShardedState& sharded, const ShardLookup& lookup) {
   auto fail = [&](const std::string& problem) { throw SnapshotError(source + ": " + problem); };
-  const std::vector<int64_t> here = sharded.numels();
-  const std::vector<at::Tensor>& locals = local_parameters(sharded);
+  const std::vector<at::Tensor> locals = local_parameters(sharded);
+  const std::vector<Slot> slots = slots_of(sharded.local_optimizer());
+  const size_t group_count = sharded.local_optimizer().param_groups().size();
   ShardImport result;
   try {
     const int old_world = record.at("world").get<int>();
-    const auto numels = record.at("numels").get<std::vector<int64_t>>();
-    if (numels.size() != here.size()) {
-      fail(base::detail::str("its sharded state covers ", numels.size(),
-                             " flattened parameters; this one has ", here.size()));
-    }
-    for (size_t p = 0; p < here.size(); ++p) {
-      if (numels[p] != here[p]) {
-        fail(base::detail::str("flattened parameter #", p, " has ", numels[p],
-                               " elements in the sharded state and ", here[p], " here"));
-      }
-    }
-    // Every saved piece, by parameter.
-    std::vector<std::vector<SavedPiece>> saved(here.size());
+    const size_t saved_count = record.at("numels").size();
+    const std::vector<size_t> saved_index = match_saved_parameters(record, sharded, fail);
+    // Every saved piece, by saved parameter.
+    std::vector<std::vector<SavedPiece>> saved(saved_count);
     const json& ranks = record.at("pieces");
     if (!ranks.is_array() || static_cast<int>(ranks.size()) != old_world)
       fail(base::detail::str("its sharded-state record lists ", ranks.size(),
@@ -217,7 +250,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
     for (int r = 0; r < old_world; ++r) {
       for (size_t i = 0; i < ranks[r].size(); ++i) {
         const auto triple = ranks[r][i].get<std::vector<int64_t>>();
-        if (triple.size() != 3 || triple[0] < 0 || triple[0] >= static_cast<int64_t>(here.size()))
+        if (triple.size() != 3 || triple[0] < 0 || triple[0] >= static_cast<int64_t>(saved_count))
           fail("its sharded-state record has a malformed piece " + ranks[r][i].dump());
         saved[triple[0]].push_back({r, i, triple[1], triple[2]});
       }
@@ -234,22 +267,27 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
           fail(base::detail::str(file->path, " is not rank ", r, "'s shard of this snapshot"));
         }
         descriptions[r] = scalars.at("optimizer");
+        if (descriptions[r].at("groups").size() != group_count) {
+          fail(base::detail::str("its optimizer has ", descriptions[r].at("groups").size(),
+                                 " param groups, this one has ", group_count,
+                                 "; make the same groups as the job that saved it"));
+        }
       }
       return *file;
     };
 
-    json states = json::array();
+    std::vector<json> states(group_count, json::array());
     const auto mine = sharded.pieces();
     if (sharded.holds_values()) result.values.resize(mine.size());
     for (size_t j = 0; j < mine.size(); ++j) {
       const auto& piece = mine[j];
       const int64_t local = locals.at(j).numel();  // past the piece: zeros
-      const std::string target_prefix = base::detail::str("optim/g0/p", j, "/");
+      const std::string target_prefix = state_prefix(slots.at(j));
       if (sharded.holds_values()) result.values[j] = at::zeros({local}, locals[j].options());
       std::optional<json> entry;
       bool without_state = false;
       int64_t covered = 0;
-      for (const SavedPiece& old : saved[piece.parameter]) {
+      for (const SavedPiece& old : saved[saved_index.at(piece.parameter)]) {
         const int64_t lo = std::max(piece.begin, old.begin);
         const int64_t hi = std::min(piece.begin + piece.length, old.begin + old.length);
         if (lo >= hi) continue;
@@ -266,7 +304,9 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
               .narrow(0, lo - piece.begin, hi - lo)
               .copy_(found->second.reshape({-1}).narrow(0, lo - old.begin, hi - lo));
         }
-        const json& old_entry = descriptions[old.rank].at("groups").at(0).at("state").at(old.index);
+        const Slot from = saved_slot(descriptions[old.rank], old.index);
+        const json& old_entry =
+            descriptions[old.rank].at("groups").at(from.group).at("state").at(from.index);
         if (old_entry.is_null()) {
           without_state = true;
           continue;
@@ -276,7 +316,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
                                  ": ", entry->dump(), " and ", old_entry.dump()));
         }
         entry = old_entry;
-        const std::string source_prefix = base::detail::str("optim/g0/p", old.index, "/");
+        const std::string source_prefix = state_prefix(from);
         for (auto it = file.tensors.lower_bound(source_prefix);
              it != file.tensors.end() && it->first.rfind(source_prefix, 0) == 0; ++it) {
           if (it->second.numel() != old.length) {
@@ -299,15 +339,18 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
         fail(base::detail::str("parameter #", piece.parameter,
                                " has optimizer state in some shards and none in others"));
       }
-      states.push_back(entry ? *entry : json(nullptr));
+      states.at(slots.at(j).group).push_back(entry ? *entry : json(nullptr));
     }
     for (int r = 0; descriptions.empty() && r < old_world; ++r) {  // no pieces: options only
       if (lookup(r) != nullptr) shard(r);
     }
     if (descriptions.empty()) fail("no shard is at hand");
     result.description = descriptions.begin()->second;
-    result.description.at("groups").at(0)["params"] = mine.size();
-    result.description.at("groups").at(0)["state"] = std::move(states);
+    for (size_t g = 0; g < group_count; ++g) {
+      json& group = result.description.at("groups").at(g);
+      group["params"] = states[g].size();
+      group["state"] = std::move(states[g]);
+    }
   } catch (const json::exception& e) {
     fail(std::string("malformed sharded-state record: ") + e.what());
   }
@@ -319,7 +362,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
 void apply_shard_import(const ShardImport& import, parallel::ShardedState& sharded) {
   {
     torch::NoGradGuard no_grad;
-    const std::vector<at::Tensor>& locals = local_parameters(sharded);
+    const std::vector<at::Tensor> locals = local_parameters(sharded);
     for (size_t j = 0; j < import.values.size(); ++j) {
       locals[j].copy_(import.values[j].view(locals[j].sizes()));
     }

@@ -11,6 +11,7 @@ ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_directory.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/state_records.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/sharded_state.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/saved_parameters.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/consolidated_export.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_writing.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/staging_buffer.cpp

@@ -198,11 +198,13 @@ class FsdpChecker {
       }
     }
     const auto units = model->unit_names();
-    const auto shards = model->parameters();
+    std::vector<int64_t> shard_numels;  // each unit's, padded
+    for (int64_t numel : model->unit_numels())
+      shard_numels.push_back((numel + world_ - 1) / world_);
     if (peak) {
       // Two largest units, full parameters and full gradients, padded.
       std::vector<int64_t> unit_bytes;
-      for (const auto& shard : shards) unit_bytes.push_back(2 * shard.numel() * world_ * 4);
+      for (int64_t shard : shard_numels) unit_bytes.push_back(2 * shard * world_ * 4);
       std::sort(unit_bytes.rbegin(), unit_bytes.rend());
       const int64_t bound = unit_bytes.at(0) + (unit_bytes.size() > 1 ? unit_bytes[1] : 0);
       const auto memory = model->memory();
@@ -221,11 +223,35 @@ class FsdpChecker {
         if (item.key().rfind(prefix, 0) == 0) numel += item.value().numel();
       }
       const int64_t expected = (numel + world_ - 1) / world_;
-      if (shards.at(index).numel() != expected && sizes.empty()) {
-        sizes = "unit '" + unit + "' has a shard of " + std::to_string(shards[index].numel()) +
+      if (shard_numels.at(index) != expected && sizes.empty()) {
+        sizes = "unit '" + unit + "' has a shard of " + std::to_string(shard_numels[index]) +
                 " elements, expected " + std::to_string(expected);
       }
       ++index;
+    }
+    int64_t shard_bytes = 0;
+    for (int64_t shard : shard_numels) shard_bytes += shard * 4;
+    if (model->memory().shard_bytes != shard_bytes && sizes.empty()) {
+      sizes = "the shards hold " + std::to_string(model->memory().shard_bytes) +
+              " bytes, expected " + std::to_string(shard_bytes);
+    }
+    // Each parameter's pieces on the ranks hold its elements once.
+    const auto pieces = model->named_parameters();
+    Tensor held = torch::zeros({static_cast<int64_t>(pieces.size())}, torch::kLong);
+    for (size_t p = 0; p < pieces.size(); ++p) held[p] = pieces[p].value().numel();
+    held = held.to(device_);
+    group_->all_reduce(held);
+    held = held.cpu();
+    const auto module_parameters = model->module()->named_parameters();
+    for (size_t p = 0; p < pieces.size() && sizes.empty(); ++p) {
+      const std::string& name = pieces[p].key();
+      const int64_t numel =
+          module_parameters.contains(name) ? module_parameters[name].numel() : int64_t{-1};
+      if (held[p].item<int64_t>() != numel) {
+        sizes = "the ranks' pieces of '" + name + "' hold " +
+                std::to_string(held[p].item<int64_t>()) + " elements, the parameter " +
+                std::to_string(numel);
+      }
     }
     std::vector<Tensor> full;
     for (const auto& item : model->full_parameters()) full.push_back(item.value());
@@ -310,10 +336,13 @@ class FsdpChecker {
     const bool one_shard = units == std::vector<std::string>{"(root)", "blocks.0", "blocks.1"} &&
                            full.contains("head.weight") && full.contains("embed.weight") &&
                            torch::equal(full["head.weight"], full["embed.weight"]) &&
-                           model->parameters().front().numel() == (88 + world_ - 1) / world_;
+                           model->unit_numels().front() == 88 &&
+                           model->named_parameters().contains("embed.weight") &&
+                           !model->named_parameters().contains("head.weight");
     checks_.check(fsdp_check::kTiedOnce, one_shard,
-                  "units " + c10::Join(", ", units) + ", root shard of " +
-                      std::to_string(model->parameters().front().numel()) + " elements");
+                  "units " + c10::Join(", ", units) + ", root unit of " +
+                      std::to_string(model->unit_numels().front()) + " elements, pieces named " +
+                      c10::Join(", ", model->named_parameters().keys()));
   }
 
   void convnet() {
@@ -506,7 +535,11 @@ class FsdpChecker {
           .backward();
       if (step == kOverflowStep && rank_ == world_ - 1) {
         torch::NoGradGuard no_grad;
-        model->parameters().front().grad()[0].fill_(std::numeric_limits<float>::infinity());
+        for (const auto& piece : model->parameters()) {  // this rank's first element
+          if (piece.numel() == 0) continue;
+          piece.grad().view({-1})[0].fill_(std::numeric_limits<float>::infinity());
+          break;
+        }
       }
       stepped.push_back(scaler.step(*optimizer) ? 1 : 0);
       scaler.update();

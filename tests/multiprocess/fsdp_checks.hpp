@@ -28,7 +28,9 @@ inline const std::string kKeepGathered =
 inline const std::string kNoPrefetch = "prefetch 0 matches prefetch 1 bit for bit";
 inline const std::string kWholeModel = "a custom module as one unit matches one process";
 inline const std::string kFrozen = "a frozen first layer stays as it was and the rest matches";
-inline const std::string kShardSizes = "each unit's shard holds ceil(numel / world size) elements";
+inline const std::string kShardSizes =
+    "each unit's shard holds ceil(numel / world size) elements, and each parameter's pieces on "
+    "the ranks hold its elements once";
 inline const std::string kPeak =
     "the peak of full parameters and gradients held is at most the two largest units' worth";
 inline const std::string kFreed = "the module's parameters hold no bytes between steps";
@@ -36,7 +38,8 @@ inline const std::string kTransformer =
     "a ModuleList of transformer blocks by sharded_call, tied embeddings in the root, matches one "
     "process";
 inline const std::string kTiedOnce =
-    "tied input and output embeddings are one shard, which full_parameters() names twice";
+    "tied input and output embeddings are one piece, under one name, which full_parameters() "
+    "names twice";
 inline const std::string kConvNet =
     "a CNN in Sequential with SyncBatchNorm matches one process, running statistics included";
 inline const std::string kNoSync =

@@ -130,26 +130,23 @@ class MixedPrecisionChecker {
                     rows(data(0, 2, world_ * kRows)))
         .backward();
     optimizer.step();
+    // Each of this rank's pieces is its run of the exported parameter.
     const auto full = model->full_parameters();
-    const auto units = model->unit_names();
+    const auto pieces = model->named_parameters();
+    const auto of = model->pieces_of();
     std::string wrong;
-    for (size_t u = 0; u < units.size(); ++u) {
-      std::vector<Tensor> pieces;
-      for (const auto& item : full) {
-        if (item.key().rfind(units[u] + ".", 0) == 0) pieces.push_back(item.value().flatten());
-      }
-      if (pieces.empty()) {
-        wrong = "no parameter of unit '" + units[u] + "' exported";
+    for (size_t p = 0; p < pieces.size() && wrong.empty(); ++p) {
+      const std::string& name = pieces[p].key();
+      if (!full.contains(name)) {
+        wrong = "'" + name + "' not exported";
         continue;
       }
-      const Tensor flat = torch::cat(pieces);
-      const Tensor shard = model->parameters()[u];
-      const int64_t begin = std::min(rank_ * shard.numel(), flat.numel());
-      const int64_t length = std::min(shard.numel(), flat.numel() - begin);
-      if (flat.scalar_type() != torch::kFloat ||
-          !torch::equal(flat.narrow(0, begin, length), shard.narrow(0, 0, length))) {
-        wrong = "unit '" + units[u] + "' exported in " + c10::toString(flat.scalar_type()) +
-                (flat.scalar_type() == torch::kFloat ? ", not its shard's values" : "");
+      const Tensor value = full[name];
+      const Tensor piece = pieces[p].value();
+      if (value.scalar_type() != torch::kFloat ||
+          !torch::equal(value.flatten().narrow(0, of[p].begin, piece.numel()), piece)) {
+        wrong = "'" + name + "' exported in " + c10::toString(value.scalar_type()) +
+                (value.scalar_type() == torch::kFloat ? ", not its piece's values" : "");
       }
     }
     checks_.check(check::kMixedPrecisionMasters, wrong.empty(), wrong);
@@ -181,7 +178,9 @@ class MixedPrecisionChecker {
       std::vector<Tensor> result;
       for (const auto& item : model->full_parameters()) result.push_back(item.value());
       int64_t fp32_bytes = 0;
-      for (const auto& shard : model->parameters()) fp32_bytes += shard.numel() * world_ * 4;
+      for (int64_t numel : model->unit_numels()) {
+        fp32_bytes += (numel + world_ - 1) / world_ * world_ * 4;
+      }
       return std::make_tuple(result, held, fp32_bytes);
     };
     const auto [accumulated, held, fp32_bytes] = train(true);

@@ -352,7 +352,8 @@ class PathsChecker {
 
 int check_fsdp_paths(const std::shared_ptr<ProcessGroup>& group) {
   const int failed = fsdp_paths::PathsChecker(group).run();
-  return failed + check_fsdp_mixed_precision_paths(group) + check_fsdp_between_steps_paths(group);
+  return failed + check_fsdp_mixed_precision_paths(group) + check_fsdp_between_steps_paths(group) +
+         check_fsdp_unused_parameter_paths(group);
 }
 
 }  // namespace ddp::testing

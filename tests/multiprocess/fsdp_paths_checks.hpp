@@ -25,6 +25,9 @@ int check_fsdp_mixed_precision_paths(const std::shared_ptr<ProcessGroup>& group)
 /// The module's parameters between steps (fsdp_between_steps_checks.cpp),
 /// which check_fsdp_paths() runs too.
 int check_fsdp_between_steps_paths(const std::shared_ptr<ProcessGroup>& group);
+/// A parameter unused inside a unit (fsdp_unused_parameter_checks.cpp),
+/// which check_fsdp_paths() runs too.
+int check_fsdp_unused_parameter_paths(const std::shared_ptr<ProcessGroup>& group);
 /// Ranks that disagree on the units they run, without find_unused_units:
 /// in the first training forward every rank gets a ConfigError naming both
 /// units; in a later step the rank that skips one gets it, and (the group
@@ -61,7 +64,7 @@ inline const std::string kMixedPrecisionUnits =
     "bf16 param_dtype with fp32 computed between units and a BatchNorm unit stays within bf16's "
     "precision of one process in fp32, statistics included, kept in fp32";
 inline const std::string kMixedPrecisionMasters =
-    "bf16 param_dtype exports the fp32 masters: this rank's shard is its part of "
+    "bf16 param_dtype exports the fp32 masters: each of this rank's pieces is its part of "
     "full_parameters(), bit for bit";
 inline const std::string kMixedPrecisionNoSync =
     "bf16 param_dtype accumulates no_sync gradients in fp32, and the step equals one synchronized "
@@ -76,6 +79,10 @@ inline const std::string kBetweenSteps =
 inline const std::string kRawStorageLayers =
     "an Embedding and a LayerNorm unit called directly between steps are a ConfigError naming "
     "the parameter and sharded_call, never a crash";
+inline const std::string kUnusedInsideUnit =
+    "with find_unused_units, a parameter no rank used in a step inside a unit that ran keeps no "
+    "gradient, AdamW leaves it bit for bit, and the steps (branch taken by every rank, none, one) "
+    "match one process";
 inline const std::string kFirstForwardDiffers =
     "ranks running different units in the first forward get a ConfigError naming both";
 inline const std::string kLaterStepSkip =
@@ -99,7 +106,8 @@ inline std::set<std::string> fsdp_paths_check_names() {
           kMixedPrecisionNoSync,
           kMixedPrecisionForwardBetween,
           kBetweenSteps,
-          kRawStorageLayers};
+          kRawStorageLayers,
+          kUnusedInsideUnit};
 }
 
 inline std::set<std::string> fsdp_skipped_unit_check_names() {

@@ -54,6 +54,30 @@ nn::Sequential make_net(uint64_t seed) {
 
 optim::AdamWOptions adamw_options() { return optim::AdamWOptions(1e-2).weight_decay(0.1); }
 
+// A transformer recipe's two param groups: weight decay on the weights,
+// none on the biases (by name).
+std::vector<optim::OptimizerParamGroup> decay_groups(
+    const torch::OrderedDict<std::string, torch::Tensor>& named) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& item : named) {
+    const bool bias = item.key().size() >= 4 && item.key().substr(item.key().size() - 4) == "bias";
+    (bias ? no_decay : decay).push_back(item.value());
+  }
+  std::vector<optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<optim::AdamWOptions>(adamw_options()));
+  groups.emplace_back(no_decay,
+                      std::make_unique<optim::AdamWOptions>(adamw_options().weight_decay(0)));
+  return groups;
+}
+
+// The saving job's units are the Sequential's entries; the resuming job's
+// one unit, the whole model: the snapshot is keyed by parameter names.
+FullyShardedDataParallelOptions units_for(const std::string& phase) {
+  return phase == "save" ? FullyShardedDataParallelOptions()
+                         : FullyShardedDataParallelOptions().wrap_policy(
+                               wrap_by_parameter_count(int64_t{1} << 40));
+}
+
 std::vector<torch::Tensor> values_of(const torch::OrderedDict<std::string, at::Tensor>& dict) {
   std::vector<torch::Tensor> values;
   for (const auto& item : dict) values.push_back(item.value());
@@ -64,10 +88,10 @@ std::vector<torch::Tensor> values_of(const torch::OrderedDict<std::string, at::T
 // under `directory`.
 struct ShardedRun {
   ShardedRun(uint64_t seed, const std::shared_ptr<ProcessGroup>& group,
-             const std::string& directory)
+             const std::string& directory, const std::string& phase)
       : net(make_net(seed)),
-        model(net, group),
-        optimizer(model->parameters(), adamw_options()),
+        model(net, units_for(phase), group),
+        optimizer(decay_groups(model->named_parameters()), adamw_options()),
         sharded(model, optimizer),
         snapshots(snapshot::SnapshotOptions(directory).keep_last(1), group) {
     state.model = model->module().get();
@@ -100,7 +124,7 @@ class FsdpSnapshotChecker {
   }
 
   void save() {
-    ShardedRun run(kSavedSeed, group_, directory_);
+    ShardedRun run(kSavedSeed, group_, directory_, "save");
     train(run.model, run.optimizer, 0, kFsdpSavedSteps, [&](int step) {
       if (step + 1 < kFsdpSavedSteps - 1) return;
       run.state.step_in_epoch = step + 1;
@@ -114,7 +138,7 @@ class FsdpSnapshotChecker {
   }
 
   void resume() {
-    ShardedRun run(77, group_, directory_);  // resuming must overwrite everything
+    ShardedRun run(77, group_, directory_, "resume");  // resuming must overwrite everything
     auto& [net, model, optimizer, sharded, snapshots, state] = run;
     const bool resumed = snapshots.resume(state);
     checks_.check(
@@ -134,7 +158,7 @@ class FsdpSnapshotChecker {
     const auto resumed_parameters = values_of(model->full_parameters());
 
     auto reference = make_net(kSavedSeed);
-    optim::AdamW whole(reference->parameters(), adamw_options());
+    optim::AdamW whole(decay_groups(reference->named_parameters()), adamw_options());
     for (int step = 0; step < kFsdpSteps; ++step) {
       auto [x, y] = fsdp_batch_of(step);
       whole.zero_grad();
@@ -146,6 +170,7 @@ class FsdpSnapshotChecker {
     if (group_->size() == 2) continues_exactly(resumed_parameters);
     plain_optimizer_refused(model);
     other_optimizer_refused(model);
+    other_shape_refused();
     consolidated(model, net, resumed_parameters);
   }
 
@@ -176,7 +201,7 @@ class FsdpSnapshotChecker {
 
   void continues_exactly(const std::vector<torch::Tensor>& resumed_parameters) {
     FullyShardedDataParallel model(make_net(kSavedSeed), group_);
-    optim::AdamW optimizer(model->parameters(), adamw_options());
+    optim::AdamW optimizer(decay_groups(model->named_parameters()), adamw_options());
     train(model, optimizer, 0, kFsdpSteps, [](int) {});
     const auto uninterrupted = values_of(model->full_parameters());
     bool equal = uninterrupted.size() == resumed_parameters.size();
@@ -193,8 +218,9 @@ class FsdpSnapshotChecker {
         (fs::path(directory_) / ("consolidated-" + std::to_string(group_->size()) + ".ddpsnap"))
             .string();
     int64_t largest_unit = 0;  // bytes of full parameters, padded
-    for (const auto& shard : model->parameters()) {
-      largest_unit = std::max<int64_t>(largest_unit, shard.numel() * group_->size() * 4);
+    const int64_t world = group_->size();
+    for (int64_t numel : model->unit_numels()) {
+      largest_unit = std::max<int64_t>(largest_unit, (numel + world - 1) / world * world * 4);
     }
     model->reset_peak_memory();
     snapshot::TrainingState extras;
@@ -244,8 +270,31 @@ class FsdpSnapshotChecker {
       message = e.what();
     }
     checks_.check(fsdp_snapshot_check::kOtherOptimizerRefused,
-                  message.find("the optimizer's 1 parameters are not the "
-                               "FullyShardedDataParallel's 3 shards in order") != std::string::npos,
+                  message.find("the optimizer steps a tensor of shape [3] that is none of the "
+                               "FullyShardedDataParallel's parameters()") != std::string::npos,
+                  "message: '" + message + "'");
+  }
+
+  // A model whose last layer has another shape: the resume names it.
+  void other_shape_refused() {
+    torch::manual_seed(5);
+    nn::Sequential net(nn::Linear(7, 13), CallCounter(), nn::ReLU(), nn::Linear(13, 9), nn::Tanh(),
+                       nn::Linear(9, 6));
+    FullyShardedDataParallel model(net, group_);
+    optim::AdamW optimizer(decay_groups(model->named_parameters()), adamw_options());
+    FullyShardedState sharded(model, optimizer);
+    snapshot::TrainingState state;
+    state.model = model->module().get();
+    state.fully_sharded = &sharded;
+    std::string message;
+    try {
+      snapshot::SnapshotManager(snapshot::SnapshotOptions(directory_), group_).resume(state);
+    } catch (const SnapshotError& e) {
+      message = e.what();
+    }
+    checks_.check(fsdp_snapshot_check::kOtherShapeRefused,
+                  message.find("parameter '5.weight' has shape [5,9] in the sharded state and "
+                               "[6,9] here") != std::string::npos,
                   "message: '" + message + "'");
   }
 

@@ -1,10 +1,12 @@
 #pragma once
 
 // FullyShardedDataParallel snapshots, run by ddp_test_worker
-// ("fsdp-snapshot"): phase "save" trains 4 steps on 2 ranks with AdamW and
-// saves after steps 3 and 4 (each rank writes its shard of the parameters
-// and of the optimizer state; keep_last 1); phase "resume" (on 1, 2 or 3
-// ranks) resumes, re-sharding where the world size differs, and trains 4
+// ("fsdp-snapshot"): phase "save" trains 4 steps on 2 ranks with AdamW in
+// two param groups (no weight decay on biases), a unit per Sequential
+// entry, and saves after steps 3 and 4 (each rank writes its pieces of the
+// parameters and of the optimizer state; keep_last 1); phase "resume" (on
+// 1, 2 or 3 ranks) resumes into the model wrapped as one unit, by
+// parameter name, re-sharding where the world size differs, and trains 4
 // more steps. Each check is reported by name, each name written once,
 // below; the parent test expects fsdp_snapshot_check_names(phase, rank,
 // world).
@@ -34,7 +36,8 @@ inline const std::string kSameValues =
     "the full parameters after resuming equal those saved, bit for bit";
 inline const std::string kBuffer = "the module's buffer is restored from the main file";
 inline const std::string kMatchesOneProcess =
-    "4 more steps match one process's 8 steps with AdamW (1e-5)";
+    "4 more steps, resumed with another wrap policy, match one process's 8 steps with AdamW in "
+    "the same two param groups (1e-5)";
 inline const std::string kPlainRefused =
     "a plain optimizer cannot resume the sharded state: SnapshotError naming fully_sharded";
 inline const std::string kConsolidated =
@@ -42,9 +45,13 @@ inline const std::string kConsolidated =
     "restored from it holds the full parameters and buffers bit for bit";
 inline const std::string kOtherOptimizerRefused =
     "FullyShardedState refuses an optimizer over other tensors: ConfigError";
+inline const std::string kOtherShapeRefused =
+    "a model whose parameter has another shape is refused: SnapshotError naming it and both "
+    "shapes";
 /// When resuming at the saving world size (2).
 inline const std::string kContinuesExactly =
-    "at the same world size, 4 more steps equal 8 uninterrupted steps bit for bit";
+    "at the same world size, 4 more steps (one unit) equal 8 uninterrupted steps (a unit per "
+    "entry) bit for bit";
 }  // namespace fsdp_snapshot_check
 
 /// The names check_fsdp_snapshot() reports on `rank` of `world` in `phase`.
@@ -55,7 +62,7 @@ inline std::set<std::string> fsdp_snapshot_check_names(const std::string& phase,
     return rank == 0 ? std::set<std::string>{kFilesWritten} : std::set<std::string>{};
   std::set<std::string> names{kResumed,           kSameValues,   kBuffer,
                               kMatchesOneProcess, kPlainRefused, kOtherOptimizerRefused,
-                              kConsolidated};
+                              kOtherShapeRefused, kConsolidated};
   if (world == 2) names.insert(kContinuesExactly);
   return names;
 }

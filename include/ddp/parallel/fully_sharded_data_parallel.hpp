@@ -95,9 +95,15 @@ struct FullyShardedDataParallelOptions {
 /// Wraps a module for fully sharded data-parallel training: construction
 /// copies rank 0's parameters and buffers to every rank, checks that all
 /// ranks have the same units, and keeps 1/N of each unit's flat parameters
-/// on this rank. parameters() are those shards (give them to any
-/// torch::optim optimizer); after backward their .grad holds this rank's
-/// shard of the gradient averaged over the ranks.
+/// on this rank. named_parameters() are this rank's pieces of the model's
+/// parameters, under their names in the model (Note [A unit's pieces] in
+/// src/parallel/fully_sharded/sharded_unit.hpp): the run of each
+/// flattened parameter that this rank's shard holds, empty for most.
+/// Give them to any torch::optim optimizer, in as many param groups as
+/// the recipe has (no weight decay on biases and norms, by name); after
+/// backward their .grad holds their part of the gradient averaged over the
+/// ranks, or none for a parameter that no rank gave a gradient (with
+/// find_unused_units).
 class FullyShardedDataParallelImpl : public torch::nn::Module {
  public:
   /// Wraps `module` (Note [Where the units come from]). The process group
@@ -169,9 +175,17 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> module() const { return module_.ptr(); }
   /// The units, in forward order: their names.
   std::vector<std::string> unit_names() const;
-  /// The units' elements, without padding, in unit order (parameters()
-  /// holds each one's shard, padded to a multiple of the world size).
+  /// The units' elements, without padding, in unit order (each rank holds
+  /// a shard of each, padded to a multiple of the world size).
   std::vector<int64_t> unit_numels() const;
+  /// What each of named_parameters() is a piece of (Note [A unit's
+  /// pieces]), in that order.
+  struct PieceOf {
+    std::string name;            ///< The model's parameter (and the piece's name).
+    std::vector<int64_t> shape;  ///< The parameter's shape.
+    int64_t begin = 0;           ///< Where the piece starts in the flattened parameter.
+  };
+  std::vector<PieceOf> pieces_of() const;
   /// The module's parameters in full (copies), by name, gathered one unit
   /// at a time: no rank holds more than one unit's full parameters beyond
   /// its shards and the copies. For evaluation and export.

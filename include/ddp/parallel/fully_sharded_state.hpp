@@ -16,11 +16,13 @@
 ///   snapshots.save(state);                // each rank writes its shard
 /// \endcode
 ///
-/// Each rank saves its shard of every unit (the parameters' elements and the
-/// optimizer's state for them); a job resumes at any world size
+/// Each rank saves its piece of every parameter (its elements and the
+/// optimizer's state for them), keyed by the parameter's name and shape; a
+/// job resumes at any world size, with another wrap policy too
 /// (Note [A shard's pieces] in ddp/parallel/sharded_state.hpp).
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
@@ -31,16 +33,20 @@ namespace ddp::parallel {
 /// FullyShardedDataParallel's shards and the optimizer that steps them.
 class FullyShardedState final : public ShardedState {
  public:
-  /// `optimizer` must have one param group holding `model`'s parameters()
-  /// (the shards), in order; both must outlive this object.
-  /// \throws ConfigError naming what differs.
+  /// `optimizer` must hold each of `model`'s parameters() (this rank's
+  /// pieces) once, in any param groups and order; both must outlive this
+  /// object.
+  /// \throws ConfigError naming a parameter missing, held twice, or foreign.
   FullyShardedState(const FullyShardedDataParallel& model, torch::optim::Optimizer& optimizer);
 
   ProcessGroup& group() const override;
-  /// Each unit's elements, without padding, in unit order.
+  /// Each of the model's parameters' elements, in parameters() order.
   std::vector<int64_t> numels() const override { return numels_; }
-  /// One piece per unit: the unit's elements in this rank's shard.
-  std::vector<Piece> pieces() const override;
+  std::vector<std::string> names() const override { return names_; }
+  std::vector<std::vector<int64_t>> shapes() const override { return shapes_; }
+  /// One piece per parameter of the optimizer: the run of its elements
+  /// this rank holds (often none).
+  std::vector<Piece> pieces() const override { return pieces_; }
   torch::optim::Optimizer& local_optimizer() override { return optimizer_; }
   const torch::optim::Optimizer& local_optimizer() const override { return optimizer_; }
   bool holds_values() const override { return true; }
@@ -49,6 +55,9 @@ class FullyShardedState final : public ShardedState {
   std::shared_ptr<FullyShardedDataParallelImpl> model_;
   torch::optim::Optimizer& optimizer_;
   std::vector<int64_t> numels_;
+  std::vector<std::string> names_;
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<Piece> pieces_;
 };
 
 }  // namespace ddp::parallel

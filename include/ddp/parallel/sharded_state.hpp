@@ -21,6 +21,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ddp/comm/process_group_fwd.hpp"
@@ -43,10 +44,15 @@ class ShardedState {
   virtual ProcessGroup& group() const = 0;
   /// Elements of every flattened parameter the pieces refer to.
   virtual std::vector<int64_t> numels() const = 0;
-  /// This rank's pieces, in the order of local_optimizer()'s parameters
-  /// (Note [A shard's pieces]).
+  /// Their names and shapes, where known (empty otherwise): a snapshot
+  /// that records them is resumed by name, its shapes checked, so that
+  /// parameters registered in another order still find their elements.
+  virtual std::vector<std::string> names() const { return {}; }
+  virtual std::vector<std::vector<int64_t>> shapes() const { return {}; }
+  /// This rank's pieces, in the order of local_optimizer()'s parameters,
+  /// group after group (Note [A shard's pieces]).
   virtual std::vector<Piece> pieces() const = 0;
-  /// The optimizer over this rank's pieces: one param group.
+  /// The optimizer over this rank's pieces, in one or more param groups.
   virtual torch::optim::Optimizer& local_optimizer() = 0;
   virtual const torch::optim::Optimizer& local_optimizer() const = 0;
   /// Whether the pieces' values are saved with the shard and restored from

@@ -48,6 +48,37 @@ void assign_buffers(const std::vector<const torch::nn::Module*>& modules,
   units[root]->set_buffers(std::move(rest));
 }
 
+// Note [A unit's pieces]: the wrapper's parameters are the pieces, under
+// the names of the model's parameters they are pieces of, in the model's
+// order (one name for a tied tensor), in modules named as the model's.
+void register_pieces(torch::nn::Module& wrapper, const torch::nn::Module& model,
+                     const std::vector<std::unique_ptr<detail::ShardedUnit>>& units) {
+  std::unordered_map<std::string, std::pair<at::Tensor, bool>> pieces;
+  for (const auto& unit : units) {
+    for (size_t i = 0; i < unit->pieces().size(); ++i) {
+      pieces[unit->parameter_names()[i]] = {unit->pieces()[i], unit->trainable()};
+    }
+  }
+  for (const auto& item : model.named_parameters()) {
+    auto found = pieces.find(item.key());
+    if (found == pieces.end()) continue;  // a tied tensor's other name
+    torch::nn::Module* owner = &wrapper;
+    std::string rest = item.key();
+    for (size_t dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+      const std::string component = rest.substr(0, dot);
+      rest = rest.substr(dot + 1);
+      auto children = owner->named_children();
+      if (!children.contains(component)) {
+        owner->register_module(component, std::make_shared<torch::nn::Module>());
+        children = owner->named_children();
+      }
+      owner = children[component].get();
+    }
+    owner->register_parameter(rest, found->second.first, found->second.second);
+    pieces.erase(found);
+  }
+}
+
 // The wrapper whose forward runs on this thread (sharded_call finds it).
 thread_local FullyShardedDataParallelImpl* active_forward = nullptr;
 
@@ -100,10 +131,8 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
         plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
         *gathered_, static_cast<int64_t>(u), options_.param_dtype()));
     units.back()->set_aliases(std::move(plan.aliases[u]));
-    // parameters() are the shards, which the optimizer steps.
-    register_parameter("shard_" + std::to_string(u), units.back()->shard(),
-                       units.back()->trainable());
   }
+  register_pieces(*this, *module_.ptr(), units);
   for (size_t u = 0; u < plan.modules.size(); ++u) {
     if (plan.modules[u]) unit_of_module_[plan.modules[u]] = static_cast<int>(u);
   }
@@ -223,10 +252,11 @@ double FullyShardedDataParallelImpl::clip_grad_norm(double max_norm) {
   if (schedule_->units().empty()) return 0.0;
   std::vector<at::Tensor> grads;
   for (const auto& unit : schedule_->units()) {
-    if (unit->shard().grad().defined()) grads.push_back(unit->shard().grad());
+    for (const auto& piece : unit->pieces()) {
+      if (piece.grad().defined()) grads.push_back(piece.grad());
+    }
   }
-  // Every rank joins the all-reduce, with or without gradients of its own;
-  // padding is zeros, so it adds nothing.
+  // Every rank joins the all-reduce, with or without gradients of its own.
   at::Tensor squares =
       at::zeros({1}, schedule_->units().front()->shard().options().dtype(at::kDouble));
   for (const auto& g : grads) squares.add_(g.to(at::kDouble).pow(2).sum());
@@ -259,6 +289,20 @@ std::vector<int64_t> FullyShardedDataParallelImpl::unit_numels() const {
   std::vector<int64_t> numels;
   for (const auto& unit : schedule_->units()) numels.push_back(unit->numel());
   return numels;
+}
+
+std::vector<FullyShardedDataParallelImpl::PieceOf> FullyShardedDataParallelImpl::pieces_of() const {
+  std::unordered_map<const void*, PieceOf> of;
+  for (const auto& unit : schedule_->units()) {
+    for (size_t i = 0; i < unit->pieces().size(); ++i) {
+      of[unit->pieces()[i].unsafeGetTensorImpl()] = {
+          unit->parameter_names()[i], unit->parameters()[i].sizes().vec(), unit->piece_begins()[i]};
+    }
+  }
+  std::vector<PieceOf> result;
+  for (const auto& item : named_parameters())
+    result.push_back(of.at(item.value().unsafeGetTensorImpl()));
+  return result;
 }
 
 torch::OrderedDict<std::string, at::Tensor> FullyShardedDataParallelImpl::full_parameters() {

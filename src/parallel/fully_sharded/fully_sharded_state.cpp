@@ -1,6 +1,6 @@
 #include "ddp/parallel/fully_sharded_state.hpp"
 
-#include <algorithm>
+#include <unordered_map>
 
 #include "base/str.hpp"
 #include "ddp/base/errors.hpp"
@@ -10,37 +10,48 @@ namespace ddp::parallel {
 
 FullyShardedState::FullyShardedState(const FullyShardedDataParallel& model,
                                      torch::optim::Optimizer& optimizer)
-    : model_(model.ptr()), optimizer_(optimizer), numels_(model_->unit_numels()) {
-  const std::vector<at::Tensor> shards = model_->parameters();
-  const auto& groups = optimizer_.param_groups();
-  if (groups.size() != 1) {
-    throw ConfigError(base::detail::str(
-        "FullyShardedState: the optimizer has ", groups.size(),
-        " param groups; give it one, holding the FullyShardedDataParallel's parameters()"));
+    : model_(model.ptr()), optimizer_(optimizer) {
+  // Note [A unit's pieces] in src/parallel/fully_sharded/sharded_unit.hpp.
+  const auto of = model_->pieces_of();
+  const auto named = model_->named_parameters();
+  std::unordered_map<const void*, size_t> index;
+  for (size_t p = 0; p < named.size(); ++p) {
+    index[named[p].value().unsafeGetTensorImpl()] = p;
+    names_.push_back(of[p].name);
+    shapes_.push_back(of[p].shape);
+    int64_t numel = 1;
+    for (int64_t d : of[p].shape) numel *= d;
+    numels_.push_back(numel);
   }
-  const auto& params = groups.front().params();
-  bool same = params.size() == shards.size();
-  for (size_t i = 0; same && i < shards.size(); ++i) same = params[i].is_same(shards[i]);
-  if (!same) {
-    throw ConfigError(base::detail::str("FullyShardedState: the optimizer's ", params.size(),
-                                        " parameters are not the FullyShardedDataParallel's ",
-                                        shards.size(),
-                                        " shards in order; make it over model->parameters()"));
+  std::vector<char> seen(named.size(), 0);
+  for (const auto& group : optimizer_.param_groups()) {
+    for (const auto& param : group.params()) {
+      auto found = index.find(param.unsafeGetTensorImpl());
+      if (found == index.end()) {
+        throw ConfigError(base::detail::str(
+            "FullyShardedState: the optimizer steps a tensor of shape ", param.sizes(),
+            " that is none of the FullyShardedDataParallel's parameters(); make it over "
+            "model->parameters() (or model->named_parameters(), in groups)"));
+      }
+      if (seen[found->second]++) {
+        throw ConfigError(base::detail::str("FullyShardedState: the optimizer steps '",
+                                            names_[found->second],
+                                            "' twice; put each parameter in one param group"));
+      }
+      pieces_.push_back({found->second, of[found->second].begin, param.numel()});
+    }
+  }
+  for (size_t p = 0; p < named.size(); ++p) {
+    if (!seen[p]) {
+      throw ConfigError(base::detail::str(
+          "FullyShardedState: the optimizer does not hold '", names_[p],
+          "'; its values live only in the shards, so a snapshot must save it: give the "
+          "optimizer every one of model->parameters() (frozen ones too: they get no gradient "
+          "and are not stepped)"));
+    }
   }
 }
 
 ProcessGroup& FullyShardedState::group() const { return *model_->process_group(); }
-
-std::vector<ShardedState::Piece> FullyShardedState::pieces() const {
-  const std::vector<at::Tensor> shards = model_->parameters();
-  const int64_t rank = group().rank();
-  std::vector<Piece> result;
-  for (size_t u = 0; u < numels_.size(); ++u) {
-    const int64_t size = shards[u].numel();
-    const int64_t begin = std::min(rank * size, numels_[u]);
-    result.push_back({u, begin, std::min(size, numels_[u] - begin)});
-  }
-  return result;
-}
 
 }  // namespace ddp::parallel

@@ -72,6 +72,22 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   const auto places = views_into(flat);
   for (size_t i = 0; i < parameters_.size(); ++i) places[i].copy_(parameters_[i].detach());
   shard_ = flat.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
+  // Note [A unit's pieces]
+  const int64_t shard_begin = group_.rank() * shard_numel;
+  int64_t offset = 0;
+  for (const auto& p : parameters_) {
+    const int64_t begin = std::clamp(shard_begin - offset, int64_t{0}, p.numel());
+    const int64_t end = std::clamp(shard_begin + shard_numel - offset, int64_t{0}, p.numel());
+    const int64_t place = std::clamp(offset + begin - shard_begin, int64_t{0}, shard_numel);
+    piece_begins_.push_back(begin);
+    piece_offsets_.push_back(place);
+    at::Tensor piece = shard_.narrow(0, place, end - begin).detach();
+    piece.set_requires_grad(trainable_);
+    pieces_.push_back(std::move(piece));
+    offset += p.numel();
+  }
+  received_.assign(parameters_.size(), 0);
+  had_gradient_.assign(parameters_.size(), 0);
   full_ = param_dtype ? flat.to(*param_dtype) : flat;
   // The module keeps its parameters; their data are now views of full_.
   views_ = views_into(full_);
@@ -84,7 +100,6 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
           parameters_[i], base::detail::str("'", names_[i], "' of unit '", name_, "'")));
     }
   }
-  shard_.set_requires_grad(trainable_);
   state_ = State::kGathered;
   gathered_.add(full_.numel() * full_.element_size());
   reshard();
@@ -163,7 +178,18 @@ void ShardedUnit::prepare_gradients() {
   }
 }
 
-bool ShardedUnit::gradient_arrived() { return ++arrived_ == trainable_count_; }
+bool ShardedUnit::gradient_arrived(size_t index) {
+  received_.at(index) = 1;
+  return ++arrived_ == trainable_count_;
+}
+
+void ShardedUnit::drop_unreceived_gradients(const int32_t* received_anywhere) {
+  // A unit not reduced in this backward (no rank ran it) added nothing.
+  for (size_t i = 0; reduced_ && i < pieces_.size(); ++i) {
+    if (received_anywhere[i] == 0 && !had_gradient_[i]) pieces_[i].mutable_grad() = at::Tensor();
+  }
+  std::fill(received_.begin(), received_.end(), 0);
+}
 
 void ShardedUnit::reduce_async() {
   if (!trainable_ || reduced()) return;
@@ -186,11 +212,15 @@ void ShardedUnit::finish_reduction() {
   reduced_ = true;
   torch::NoGradGuard no_grad;
   reduced_grad_.div_(group_.size());
-  at::Tensor& grad = shard_.mutable_grad();
-  if (grad.defined()) {
-    grad.add_(reduced_grad_);
-  } else {
-    grad = reduced_grad_;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const at::Tensor part = reduced_grad_.narrow(0, piece_offsets_[i], pieces_[i].numel());
+    at::Tensor& grad = pieces_[i].mutable_grad();
+    had_gradient_[i] = grad.defined();
+    if (grad.defined()) {
+      grad.add_(part);
+    } else {
+      grad = part.clone();
+    }
   }
   reduced_grad_ = at::Tensor();
   reduce_input_ = at::Tensor();
@@ -260,6 +290,7 @@ void ShardedUnit::abandon_gradients() {
     full_grad_ = at::Tensor();
   }
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+  std::fill(received_.begin(), received_.end(), 0);
   end_backward();
 }
 

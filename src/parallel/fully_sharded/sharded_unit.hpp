@@ -22,7 +22,8 @@ namespace ddp::parallel::detail {
 // A unit's parameters (registration order) are laid out back to back in one
 // flat buffer of `padded_numel` elements, padded with zeros to a multiple
 // of the world size; rank r keeps elements [r * shard, (r + 1) * shard) as
-// `shard()`, a leaf that the optimizer steps. The module's own parameter
+// `shard()`. What the optimizer steps are its pieces (Note [A unit's
+// pieces]). The module's own parameter
 // tensors stay the module's (its forward uses them), but their data is set
 // once to views of one flat "full" tensor whose storage is emptied when the
 // unit is resharded and refilled before it runs: the all-gather fills a
@@ -46,6 +47,19 @@ namespace ddp::parallel::detail {
 // shard's dtype (fp32) for the reduce-scatter, so the masters and the
 // reduction stay in fp32, as FSDP's MixedPrecisionPolicy(param_dtype,
 // reduce_dtype=fp32).
+
+// Note [A unit's pieces]
+// The shard holds a run of each parameter's flattened elements that falls
+// in it (none of most, all of some, part of one or two at its ends). Each
+// such run is a piece: a leaf tensor over the shard's storage, its .grad
+// the matching run of the averaged gradient. The pieces, one per
+// parameter (of length 0 where the shard holds none of it), are the
+// wrapper's parameters() under the parameters' own names, so that an
+// optimizer's param groups (no weight decay on norms and biases) and the
+// snapshots (keyed by name and shape) see parameters, not units, as FSDP1's
+// use_orig_params does; and a parameter that received no gradient on any
+// rank keeps none (find_unused_units), as in one process. The unit still
+// gathers and reduces its shard as one flat buffer: one collective each.
 /// Bytes of full parameters and gradients the units hold at once: now, and
 /// the most since reset (FullyShardedDataParallel::memory()).
 struct GatheredBytes {
@@ -71,9 +85,13 @@ class ShardedUnit {
   ShardedUnit& operator=(const ShardedUnit&) = delete;
 
   const std::string& name() const { return name_; }
-  /// This rank's shard: a leaf the optimizer steps, its .grad the averaged
-  /// gradient's shard after a synchronized backward.
+  /// This rank's shard of the flat buffer (padding included).
   const at::Tensor& shard() const { return shard_; }
+  /// Each parameter's piece of the shard (Note [A unit's pieces]): a leaf
+  /// the optimizer steps, its .grad its part of the averaged gradient.
+  const std::vector<at::Tensor>& pieces() const { return pieces_; }
+  /// Where each piece starts in its flattened parameter.
+  const std::vector<int64_t>& piece_begins() const { return piece_begins_; }
   const std::vector<std::string>& parameter_names() const { return names_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   /// Each parameter's other names in the model (a tied one's, one of a
@@ -101,14 +119,22 @@ class ShardedUnit {
   /// from backward passes under no_sync()), and each trainable parameter's
   /// .grad a view of it. Idempotent per backward.
   void prepare_gradients();
-  /// Records that one trainable parameter's gradient arrived; true when it
-  /// was the last one.
-  bool gradient_arrived();
+  /// Records that parameter `index`'s gradient arrived; true when it was
+  /// the last one.
+  bool gradient_arrived(size_t index);
+  /// Which parameters received a gradient since the last synchronized
+  /// reduction (1 or 0 each, parameters() order).
+  const std::vector<int32_t>& received() const { return received_; }
+  /// After the reductions of a synchronized backward: a piece whose
+  /// parameter no rank gave a gradient (`received_anywhere`, received()
+  /// summed over the ranks) and which had none before it keeps none.
+  void drop_unreceived_gradients(const int32_t* received_anywhere);
   /// Starts reducing the full gradient (zeros where none arrived) into this
   /// rank's shard; finish_reduction() completes it.
   void reduce_async();
-  /// Waits for the reduction, adds the averaged shard into shard().grad(),
-  /// frees the full gradient and detaches the parameters' .grad.
+  /// Waits for the reduction, adds each piece's part of the averaged shard
+  /// into its .grad, frees the full gradient and detaches the parameters'
+  /// .grad.
   void finish_reduction();
   bool reduced() const { return reduction_.has_value() || reduced_; }
   /// Under no_sync(), after a backward: moves the full gradient into the
@@ -139,7 +165,7 @@ class ShardedUnit {
   void end_backward();
   /// Drops what a backward that did not finish left (a full gradient, a
   /// reduction in flight, the parameters' .grad views), as if it had not
-  /// run; the shard's gradient keeps what earlier reductions added.
+  /// run; the pieces' gradients keep what earlier reductions added.
   void abandon_gradients();
 
  private:
@@ -165,8 +191,13 @@ class ShardedUnit {
   bool trainable_ = false;
   int trainable_count_ = 0;
   at::Tensor shard_;
-  at::Tensor full_;       // the flat full parameters; storage emptied when sharded
-  at::Tensor full_grad_;  // the flat full gradient, only during the unit's backward
+  std::vector<at::Tensor> pieces_;
+  std::vector<int64_t> piece_begins_;   // in the flattened parameter
+  std::vector<int64_t> piece_offsets_;  // in the shard
+  std::vector<int32_t> received_;       // per parameter, until a synchronized reduction ends
+  std::vector<char> had_gradient_;      // per piece, before the last reduction added
+  at::Tensor full_;                     // the flat full parameters; storage emptied when sharded
+  at::Tensor full_grad_;                // the flat full gradient, only during the unit's backward
   at::Tensor reduced_grad_;
   at::Tensor unsynced_grad_;  // no_sync()'s accumulation, in the shard's dtype
   std::vector<at::Tensor> buffers_;

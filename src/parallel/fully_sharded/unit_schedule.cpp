@@ -40,10 +40,12 @@ void UnitSchedule::attach_hooks() {
   std::weak_ptr<UnitSchedule> weak = weak_from_this();
   for (size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u]->trainable()) continue;
-    for (const auto& p : units_[u]->parameters()) {
-      accumulators_.push_back(base::compat::add_post_accumulate_grad_hook(p, [weak, u] {
-        if (auto self = weak.lock()) self->gradient_arrived(static_cast<int>(u));
-      }));
+    const auto& parameters = units_[u]->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      accumulators_.push_back(
+          base::compat::add_post_accumulate_grad_hook(parameters[i], [weak, u, i] {
+            if (auto self = weak.lock()) self->gradient_arrived(static_cast<int>(u), i);
+          }));
     }
   }
 }
@@ -243,8 +245,8 @@ void UnitSchedule::before_backward(int unit) {
   }
 }
 
-void UnitSchedule::gradient_arrived(int unit) {
-  if (!units_[unit]->gradient_arrived() || !require_sync_) return;
+void UnitSchedule::gradient_arrived(int unit, size_t parameter) {
+  if (!units_[unit]->gradient_arrived(parameter) || !require_sync_) return;
   ready_[unit] = 1;
   launch_ready();
 }
@@ -291,6 +293,7 @@ void UnitSchedule::end_backward() {
   if (require_sync_) {
     while (next_to_reduce_ >= 0) launch(order_.at(next_to_reduce_--));
     finish_in_flight();
+    if (options_.find_unused_units()) drop_unreceived_gradients();
   }
   for (auto& u : units_) {
     if (!require_sync_) u->accumulate_unsynced();
@@ -303,6 +306,23 @@ void UnitSchedule::end_backward() {
   } else {  // no_sync(): the full gradients, and which units ran, stay for the next backward
     phase_ = Phase::kIdle;
     accumulates_ = false;
+  }
+}
+
+void UnitSchedule::drop_unreceived_gradients() {
+  // Note [A unit's pieces]: one all-reduce of which parameters received a
+  // gradient on each rank, since the last synchronized backward.
+  std::vector<int32_t> flags;
+  for (const auto& u : units_) {
+    if (u->trainable()) flags.insert(flags.end(), u->received().begin(), u->received().end());
+  }
+  at::Tensor anywhere = at::tensor(flags, at::kInt);
+  group_.all_reduce(anywhere);
+  const int32_t* next = anywhere.data_ptr<int32_t>();
+  for (auto& u : units_) {
+    if (!u->trainable()) continue;
+    u->drop_unreceived_gradients(next);
+    next += u->received().size();
   }
 }
 

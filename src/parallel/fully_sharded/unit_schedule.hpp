@@ -102,7 +102,9 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void check_runs(int unit);
   void before_backward(int unit);
   bool backward_accumulates() const;
-  void gradient_arrived(int unit);
+  void gradient_arrived(int unit, size_t parameter);
+  // find_unused_units: a parameter no rank gave a gradient keeps none.
+  void drop_unreceived_gradients();
   void launch_ready();
   void launch(int unit);
   void finish_in_flight();
