@@ -8,6 +8,7 @@
 #include "common/expect_checks.hpp"
 #include "common/temporary_directory.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_generated_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/harness.hpp"
@@ -88,6 +89,25 @@ TEST_P(FsdpSkippedUnit, IsNamedNeverAnAbort) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpSkippedUnit, ::testing::Values("gloo", "shm"));
+
+// Random models (fsdp_generated_checks.cpp): the suite's seeds, each
+// trained on 1-3 ranks over Gloo and 2 over shm against one process, or
+// refused at construction by name. scripts/fsdp-soak.sh runs many more.
+class FsdpGenerated : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+
+TEST_P(FsdpGenerated, TrainAsOneProcessOrAreRefusedByName) {
+  const auto [backend, world] = GetParam();
+  auto results = run_ranks(world, {"fsdp-generated", "--backend", backend, "--seeds", "suite"});
+  const auto names = fsdp_generated_check_names(fsdp_generated_suite_seeds());
+  expect_checks_per_rank(results, [&](int) { return names; });
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpGenerated,
+                         ::testing::Values(std::make_pair("gloo", 1), std::make_pair("gloo", 2),
+                                           std::make_pair("gloo", 3), std::make_pair("shm", 2)),
+                         [](const auto& info) {
+                           return info.param.first + "N" + std::to_string(info.param.second);
+                         });
 
 // Saved on 2 ranks, each writing its shard of the parameters and of the
 // optimizer state; resumed on 2 (bit for bit), 1 and 3 (re-sharded)

@@ -56,6 +56,7 @@
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_generated_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/join_checks.hpp"
@@ -73,8 +74,9 @@ struct Arguments {
   ddp::InitOptions init;
   int stall_ms = 60000;
   int stall_rank = 1;
-  std::string phase;      // zero-snapshot: save or resume
-  std::string directory;  // zero-snapshot: where snapshots go
+  std::string phase;            // zero-snapshot: save or resume
+  std::string directory;        // zero-snapshot: where snapshots go
+  std::string seeds = "suite";  // fsdp-generated: FIRST:COUNT or suite
 };
 
 Arguments parse(const std::vector<std::string>& arguments) {
@@ -96,6 +98,8 @@ Arguments parse(const std::vector<std::string>& arguments) {
       args.phase = value;
     } else if (flag == "--directory") {
       args.directory = value;
+    } else if (flag == "--seeds") {
+      args.seeds = value;
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -219,6 +223,9 @@ int main(int argc, char** argv) {
         })},
        {"fsdp-paths", checking([](const Group& g, auto&) { return t::check_fsdp_paths(g); })},
        {"fsdp-skip", checking([](const Group& g, auto&) { return t::check_fsdp_skipped_unit(g); })},
+       {"fsdp-generated", checking([](const Group& g, const Arguments& args) {
+          return t::check_fsdp_generated(g, t::parse_fsdp_generated_seeds(args.seeds));
+        })},
        {"ddp-mismatch", on_group([](const Group& g, auto&) {
           t::wrap_mismatched_model(g);
           std::cout << "rank " << g->rank() << ": the mismatched model was accepted\n";

@@ -67,20 +67,18 @@ void UnitSchedule::begin_forward(bool training) {
   order_.begin();
   std::fill(gathered_in_forward_.begin(), gathered_in_forward_.end(), 0);
   std::fill(cast_in_forward_.begin(), cast_in_forward_.end(), 0);
+  if (options_.find_unused_units()) {
+    // Note [Units some ranks skip]: every unit, in unit order, before the
+    // model's code runs.
+    for (int unit = 0; unit < static_cast<int>(units_.size()); ++unit) gather_once(unit);
+  }
   if (root_ >= 0) before_unit(root_);
 }
 
 void UnitSchedule::before_unit(int unit) {
   if (training_) called_[unit] = 1;
   if (order_.enter(unit) && training_ && !options_.find_unused_units()) check_runs(unit);
-  if (options_.find_unused_units()) {
-    // Note [Units some ranks skip]: every unit up to the prefetch horizon,
-    // in unit order, whether this rank runs it or not.
-    const int last = std::min<int>(static_cast<int>(units_.size()) - 1, unit + options_.prefetch());
-    for (int next = 0; next <= last; ++next) gather_once(next);
-  } else {
-    prefetch_after(unit);
-  }
+  if (!options_.find_unused_units()) prefetch_after(unit);
   gathered_in_forward_[unit] = 1;
   units_[unit]->wait_gathered();
   if (!units_[unit]->buffers_cast()) {
@@ -167,8 +165,6 @@ void UnitSchedule::end_forward(std::vector<at::Tensor>& outputs) {
     }
   }
   if (!options_.find_unused_units()) return;
-  // Note [Units some ranks skip]: the units no one gathered yet, in order.
-  for (int unit = 0; unit < static_cast<int>(units_.size()); ++unit) gather_once(unit);
   if (!backward_follows) {
     for (auto& u : units_) u->reshard();
   } else if (require_sync_) {
@@ -246,7 +242,11 @@ void UnitSchedule::before_backward(int unit) {
 }
 
 void UnitSchedule::gradient_arrived(int unit, size_t parameter) {
-  if (!units_[unit]->gradient_arrived(parameter) || !require_sync_) return;
+  // Note [Units some ranks skip]: with find_unused_units, at the end.
+  if (!units_[unit]->gradient_arrived(parameter) || !require_sync_ ||
+      options_.find_unused_units()) {
+    return;
+  }
   ready_[unit] = 1;
   launch_ready();
 }

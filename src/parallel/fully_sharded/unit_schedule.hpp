@@ -57,13 +57,23 @@ namespace ddp::parallel::detail {
 // Note [Units some ranks skip]
 // Gloo, like NCCL, pairs collectives by the order ranks issue them, so a
 // unit one rank runs and another skips must cost both the same collectives
-// in the same order. With find_unused_units, a forward therefore gathers
-// every unit, run or not, in unit order: before unit u runs, every unit up
-// to u + prefetch not yet gathered in this forward; at its end, the rest.
-// No unit is resharded until its reduction (none is gathered again in
+// in the same order, and at the same points relative to the collectives
+// the model issues itself (SyncBatchNorm's, in forward and in backward).
+// With find_unused_units, a forward therefore starts by gathering every
+// unit, run or not, in unit order, before the model's code runs (gathering
+// a unit as it is entered put a skipped unit's gather after SyncBatchNorm's
+// all-reduce on one rank and before it on another: seed 265 of
+// fsdp_generated_models.hpp). No unit is resharded until its reduction (none is gathered again in
 // backward, whose hooks fire in an order that depends on what ran), and
-// the reductions go in reverse unit order, a unit this rank skipped being
-// ready from the start. Memory is that of reshard_after_forward(false).
+// the reductions go in reverse unit order, all of them at the end of
+// backward. A reduction launched as soon as a unit is ready would be issued
+// at a point of the backward that depends on what this rank ran (a unit it
+// skipped is ready at once, one whose branch it skipped inside only at the
+// end), so a collective the model issues in its backward (SyncBatchNorm's)
+// would pair with different collectives on different ranks: the random
+// models found two ranks waiting for each other for ever (seed 121 of
+// fsdp_generated_models.hpp). Memory is that of reshard_after_forward(false)
+// with every unit's full gradient held until the end of backward.
 class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
  public:
   /// `units` in registration order; `root`: the index of the unit that holds
