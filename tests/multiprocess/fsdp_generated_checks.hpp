@@ -32,8 +32,9 @@ inline std::vector<uint64_t> fsdp_generated_suite_seeds() {
   // root BatchNorm), 20 and 189 (AdamW on biases of zero gradient), 137 and
   // 237 (two mistakes at once: the first one found is named), 121 and 265
   // (SyncBatchNorm's collectives and a reduction, or a skipped unit's
-  // gather, in another order on each rank: a deadlock).
-  for (uint64_t seed : {121, 137, 189, 237, 265}) seeds.push_back(seed);
+  // gather, in another order on each rank: a deadlock), 1378 and 1935
+  // (SyncBatchNorm at one rank, against BatchNorm's rounding).
+  for (uint64_t seed : {121, 137, 189, 237, 265, 1378, 1935}) seeds.push_back(seed);
   return seeds;
 }
 
