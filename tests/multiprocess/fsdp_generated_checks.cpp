@@ -45,10 +45,6 @@ std::unique_ptr<torch::optim::Optimizer> optimizer_for(const ModelSpec& spec,
   return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
 }
 
-void clear_gradients(const std::vector<Tensor>& params) {
-  for (auto p : params) p.mutable_grad() = Tensor();
-}
-
 // One process on every rank's rows, each branch applied to the rows of the
 // ranks that take it.
 std::vector<std::pair<std::string, Tensor>> reference(const ModelSpec& spec, int world) {
@@ -57,7 +53,7 @@ std::vector<std::pair<std::string, Tensor>> reference(const ModelSpec& spec, int
   const std::vector<Tensor> params = fsdp_models::distinct(net->parameters());
   auto optimizer = optimizer_for(spec, params);
   for (int step = 0; step < kSteps; ++step) {
-    clear_gradients(params);
+    fsdp_models::clear_gradients(params);
     for (int micro = 0; micro < spec.micro_batches; ++micro) {
       std::vector<Tensor> masks(spec.blocks.size());
       for (size_t b = 0; b < spec.blocks.size(); ++b) {
@@ -138,7 +134,7 @@ class GeneratedChecker {
     if (!spec.refusals.empty()) return "not refused (expected: " + spec.refusals.front() + ")";
     auto optimizer = optimizer_for(spec, (*model)->parameters());
     for (int step = 0; step < kSteps; ++step) {
-      clear_gradients((*model)->parameters());
+      fsdp_models::clear_gradients((*model)->parameters());
       for (int micro = 0; micro < spec.micro_batches; ++micro) {
         std::vector<Tensor> masks(spec.blocks.size());
         for (size_t b = 0; b < spec.blocks.size(); ++b) {

@@ -89,6 +89,11 @@ struct TinyLmImpl : nn::Module {
 };
 TORCH_MODULE(TinyLm);
 
+// zero_grad(set_to_none=true), which LibTorch 1.13's zero_grad() is not.
+inline void clear_gradients(const std::vector<Tensor>& parameters) {
+  for (auto p : parameters) p.mutable_grad() = Tensor();
+}
+
 // The parameters once each (a tied one is listed under two names).
 inline std::vector<Tensor> distinct(const std::vector<Tensor>& parameters) {
   std::vector<Tensor> result;

@@ -10,6 +10,7 @@
 #include "common/named_checks.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "multiprocess/fsdp_models.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 
 namespace ddp::testing {
@@ -41,11 +42,6 @@ struct BranchInsideImpl : nn::Module {
 };
 TORCH_MODULE(BranchInside);
 
-// zero_grad(set_to_none=true), which LibTorch 1.13's zero_grad() is not.
-void clear_gradients(const std::vector<Tensor>& parameters) {
-  for (auto p : parameters) p.mutable_grad() = Tensor();
-}
-
 class UnusedParameterChecker {
  public:
   explicit UnusedParameterChecker(const std::shared_ptr<ProcessGroup>& group)
@@ -70,7 +66,7 @@ class UnusedParameterChecker {
     torch::optim::AdamW reference_optimizer(reference_model->parameters(),
                                             torch::optim::AdamWOptions(0.01).weight_decay(0.1));
     for (int step = 0; step < kSteps; ++step) {
-      clear_gradients(reference_model->parameters());
+      fsdp_models::clear_gradients(reference_model->parameters());
       Tensor loss = torch::zeros({});
       for (int r = 0; r < world_; ++r) {  // each rank's rows as that rank runs them
         reference_model->take = takes(step, r);
@@ -90,7 +86,7 @@ class UnusedParameterChecker {
     Tensor branch_before, branch_after;
     std::string kept;
     for (int step = 0; step < kSteps; ++step) {
-      clear_gradients(model->parameters());
+      fsdp_models::clear_gradients(model->parameters());
       local->take = takes(step, rank_);
       torch::mse_loss(model->forward(rows(input(step))), rows(target(step))).backward();
       if (step == 1) {

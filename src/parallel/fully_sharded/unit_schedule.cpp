@@ -187,10 +187,6 @@ void UnitSchedule::exchange_usage() {
   used_by_.assign(used.data_ptr<int32_t>(), used.data_ptr<int32_t>() + used.numel());
 }
 
-bool UnitSchedule::unused_here(int unit) const {
-  return options_.find_unused_units() && !used_by_.empty() && !called_[unit];
-}
-
 bool UnitSchedule::unused_everywhere(int unit) const {
   return options_.find_unused_units() && !used_by_.empty() && used_by_[unit] == 0;
 }
@@ -252,11 +248,11 @@ void UnitSchedule::gradient_arrived(int unit, size_t parameter) {
 }
 
 void UnitSchedule::launch_ready() {
-  // A unit this rank did not run is ready from the start (its zeros), so
-  // every rank launches in the same order.
+  // Strictly in reverse forward order, so that every rank launches in the
+  // same order (without find_unused_units every rank runs every unit).
   while (next_to_reduce_ >= 0) {
     const int unit = order_.at(next_to_reduce_);
-    if (!ready_[unit] && !unused_here(unit) && units_[unit]->trainable()) break;
+    if (!ready_[unit] && units_[unit]->trainable()) break;
     launch(unit);
     --next_to_reduce_;
   }

@@ -122,9 +122,7 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void reset_backward();
   void abandon_backward();
   void exchange_usage();
-  // With find_unused_units: whether unit `unit` will have no gradient on
-  // this rank, and whether no rank will.
-  bool unused_here(int unit) const;
+  // With find_unused_units: whether no rank ran unit `unit`.
   bool unused_everywhere(int unit) const;
 
   std::vector<std::unique_ptr<ShardedUnit>> units_;
