@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ddp/comm/process_group_fwd.hpp"
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
 
 namespace ddp::testing {
 
@@ -18,6 +19,12 @@ namespace ddp::testing {
 /// (the reference too: one process on the same device); returns how many
 /// failed. tests/gpu runs them on CUDA.
 int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group, c10::Device device = c10::kCPU);
+
+/// "" when each unit's shard holds ceil(numel / N) elements and the ranks'
+/// pieces hold each parameter's elements once, else what differs (a
+/// collective: every rank calls it; fsdp_shard_holdings.cpp).
+std::string wrong_shard_holdings(FullyShardedDataParallelImpl& model, ProcessGroup& group,
+                                 c10::Device device);
 
 /// The names of check_fully_sharded()'s checks.
 namespace fsdp_check {
