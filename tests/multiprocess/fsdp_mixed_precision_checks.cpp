@@ -1,6 +1,7 @@
 // FullyShardedDataParallel's mixed precision per unit (issue #54 item 8):
 // sharded_call's inputs and a BatchNorm unit's buffers in bf16, the fp32
-// masters exported, no_sync()'s accumulation in fp32.
+// masters exported, no_sync()'s accumulation in fp32, and a root layer fed
+// an fp32 tensor named.
 
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 
 #include "common/named_checks.hpp"
 #include "common/relative_error.hpp"
+#include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
@@ -35,6 +37,22 @@ struct NormNetImpl : nn::Module {
 };
 TORCH_MODULE(NormNet);
 
+// One unit, and a root Linear reading the unit's output times a mask the
+// forward makes in fp32 (seed 16 of the generated models), cast to the
+// activations' dtype once `cast` is set.
+struct MaskNetImpl : nn::Module {
+  nn::Linear in{register_module("in", nn::Linear(8, 12))};
+  nn::Linear head{register_module("head", nn::Linear(12, 8))};
+  bool cast = false;
+  Tensor forward(const Tensor& x) {
+    const Tensor h = sharded_call(in, x);
+    Tensor mask = torch::full({1, 12}, 0.5);
+    if (cast) mask = mask.to(h.scalar_type());
+    return head(h * mask);
+  }
+};
+TORCH_MODULE(MaskNet);
+
 WrapPolicy layers() {
   return [](const std::string&, const nn::Module& m) {
     return dynamic_cast<const nn::LinearImpl*>(&m) || dynamic_cast<const nn::BatchNorm1dImpl*>(&m);
@@ -56,6 +74,7 @@ class MixedPrecisionChecker {
     masters();
     no_sync();
     forward_between();
+    root_input();
     return checks_.failed();
   }
 
@@ -223,6 +242,54 @@ class MixedPrecisionChecker {
       same = torch::equal(between[i], straight[i]);
     checks_.check(check::kMixedPrecisionForwardBetween, same,
                   error.empty() ? "the parameters differ" : "threw: " + error);
+  }
+
+  void root_input() {
+    // One step of a MaskNet; with `mistake`, a forward without the cast
+    // first, which must be refused by name.
+    auto train = [&](bool mistake, std::string& refusal) {
+      torch::manual_seed(44);
+      MaskNet local;
+      FullyShardedDataParallel model(
+          local,
+          FullyShardedDataParallelOptions()
+              .wrap_policy([](const std::string& name, const nn::Module&) { return name == "in"; })
+              .param_dtype(torch::kBFloat16),
+          group_);
+      torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05));
+      const Tensor x = rows(data(0, 3, world_ * kRows));
+      if (mistake) {
+        try {
+          model->forward(x);
+          refusal = "no error";
+        } catch (const ConfigError& e) {
+          refusal = e.what();
+        }
+      }
+      local->cast = true;
+      torch::mse_loss(model->forward(x).to(torch::kFloat), rows(data(0, 4, world_ * kRows)))
+          .backward();
+      optimizer.step();
+      std::vector<Tensor> result;
+      for (const auto& item : model->full_parameters()) result.push_back(item.value());
+      return result;
+    };
+    std::string refusal, unused, error;
+    std::vector<Tensor> after, straight;
+    try {
+      after = train(true, refusal);
+      straight = train(false, unused);
+    } catch (const std::exception& e) {
+      error = std::string(e.what()).substr(0, 300);
+    }
+    const bool named = refusal.find("param_dtype bfloat16") != std::string::npos &&
+                       refusal.find("mask.to(h.scalar_type())") != std::string::npos;
+    bool same = error.empty() && !after.empty() && after.size() == straight.size();
+    for (size_t i = 0; same && i < after.size(); ++i) same = torch::equal(after[i], straight[i]);
+    checks_.check(check::kMixedPrecisionRootInput, named && same,
+                  !error.empty() ? "threw: " + error
+                  : !named       ? "the mistake got: " + refusal.substr(0, 300)
+                                 : "the parameters differ from a model that cast from the start");
   }
 
   std::shared_ptr<ProcessGroup> group_;

@@ -72,6 +72,10 @@ inline const std::string kMixedPrecisionNoSync =
 inline const std::string kMixedPrecisionForwardBetween =
     "bf16 param_dtype with a BatchNorm unit: a forward under NoGradGuard between a training "
     "forward and its backward leaves that backward's result as it was, bit for bit";
+inline const std::string kMixedPrecisionRootInput =
+    "bf16 param_dtype with a root layer fed an fp32 tensor the forward made is a ConfigError "
+    "naming param_dtype and the cast, and the step after, with the cast, equals a model that "
+    "cast from the start, bit for bit";
 inline const std::string kBetweenSteps =
     "between steps, reading the module's parameters (sum, clone, printing, a unit's forward, "
     "torch::save of the module) is a ConfigError saying what to use, naming the parameter where "
@@ -105,6 +109,7 @@ inline std::set<std::string> fsdp_paths_check_names() {
           kMixedPrecisionMasters,
           kMixedPrecisionNoSync,
           kMixedPrecisionForwardBetween,
+          kMixedPrecisionRootInput,
           kBetweenSteps,
           kRawStorageLayers,
           kUnusedInsideUnit};

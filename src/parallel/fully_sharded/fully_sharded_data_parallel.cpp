@@ -82,6 +82,25 @@ void register_pieces(torch::nn::Module& wrapper, const torch::nn::Module& model,
 // The wrapper whose forward runs on this thread (sharded_call finds it).
 thread_local FullyShardedDataParallelImpl* active_forward = nullptr;
 
+// Whether a c10 error is a dtype mismatch: it says so ("mat1 and mat2 must
+// have the same dtype", "expected scalar type Float but found BFloat16"),
+// or names `low` beside float32 or float64 ("Input type (float) and bias
+// type (c10::BFloat16) should be the same").
+bool is_dtype_mismatch(std::string what, c10::ScalarType low) {
+  if (what.find("same dtype") != std::string::npos ||
+      what.find("scalar type") != std::string::npos) {
+    return true;
+  }
+  const std::string name = c10::toString(low);
+  if (what.find(name) == std::string::npos) return false;
+  for (size_t at = what.find(name); at != std::string::npos; at = what.find(name, at)) {
+    what.erase(at, name.size());
+  }
+  std::transform(what.begin(), what.end(), what.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return what.find("float") != std::string::npos || what.find("double") != std::string::npos;
+}
+
 }  // namespace
 
 FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
@@ -172,9 +191,20 @@ void FullyShardedDataParallelImpl::begin_forward() {
 }
 
 void FullyShardedDataParallelImpl::explain_forward_failure(const c10::Error& error) const {
+  const std::string what = error.what_without_backtrace();
+  const auto low = options_.param_dtype();
+  if (low && is_dtype_mismatch(what, *low)) {
+    throw ConfigError(base::detail::str(
+        kWho, ": the forward failed (", what.substr(0, what.find('\n')), ") under param_dtype ",
+        base::detail::dtype_name(*low), ": a float32 tensor, one the forward made itself, met ",
+        base::detail::dtype_name(*low),
+        " parameters. Only the module's floating-point arguments and each unit's (through "
+        "ddp::sharded_call) are cast to param_dtype; cast what the forward makes itself (a mask, "
+        "a position table, an fp32 result) to the activations' dtype before a layer reads it, "
+        "as mask.to(h.scalar_type())."));
+  }
   // The checks that reading a tensor whose storage holds no bytes fails
   // (a view's bounds, a typed data pointer), with units that hold none.
-  const std::string what = error.what_without_backtrace();
   const bool empty_storage = what.find("storage of size 0") != std::string::npos ||
                              what.find("data is not allocated yet") != std::string::npos;
   const std::vector<int> units = schedule_->unentered_units();
