@@ -6,8 +6,10 @@
 /// its activations and runs it again in backward to differentiate it.
 ///
 /// \code
-///   for (auto& block : blocks) h = ddp::nn::checkpoint(block, h);
-///   loss(h).backward();  // each block's forward runs again here
+///   std::vector<torch::nn::Linear> blocks{torch::nn::Linear(8, 8), torch::nn::Linear(8, 8)};
+///   torch::Tensor h = torch::randn({4, 8}, torch::requires_grad());
+///   for (const auto& block : blocks) h = ddp::nn::checkpoint(block, h);
+///   h.sum().backward();  // each block's forward runs again here
 /// \endcode
 
 #include <ATen/core/Tensor.h>
