@@ -7,6 +7,7 @@
 #include "common/expect_checks.hpp"
 #include "ddp/base/errors.hpp"
 #include "multiprocess/any_module_checks.hpp"
+#include "multiprocess/checkpoint_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/harness.hpp"
 
@@ -35,6 +36,13 @@ TEST_P(DdpAnyModule, MatchesSingleProcessTraining) {
 
 INSTANTIATE_TEST_SUITE_P(Ddp, DdpAnyModule, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// Blocks run through ddp::nn::checkpoint inside DDP, against the same
+// without it (checkpoint_checks.hpp).
+TEST(DdpCheckpoint, CheckpointedBlocksTrainAsWithoutCheckpointingBitForBitOnTwoRanks) {
+  auto results = run_ranks(2, {"checkpoint", "--backend", "gloo"});
+  expect_checks_per_rank(results, [](int) { return checkpoint_check_names(); });
+}
 
 TEST(DdpStartup, MismatchedModelFailsOnEveryRankNamingTheParameter) {
   auto results = run_ranks(3, {"ddp-mismatch"});

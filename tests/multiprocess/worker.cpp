@@ -53,6 +53,7 @@
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
 #include "multiprocess/any_module_checks.hpp"
+#include "multiprocess/checkpoint_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
@@ -223,6 +224,7 @@ int main(int argc, char** argv) {
         })},
        {"fsdp-paths", checking([](const Group& g, auto&) { return t::check_fsdp_paths(g); })},
        {"fsdp-skip", checking([](const Group& g, auto&) { return t::check_fsdp_skipped_unit(g); })},
+       {"checkpoint", checking([](const Group& g, auto&) { return t::check_checkpoint(g); })},
        {"fsdp-generated", checking([](const Group& g, const Arguments& args) {
           return t::check_fsdp_generated(g, t::parse_fsdp_generated_seeds(args.seeds));
         })},

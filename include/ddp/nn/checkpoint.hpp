@@ -51,15 +51,17 @@ std::vector<at::Tensor> checkpoint_function(const CheckpointedFunction& function
 /// takes torch::autograd::grad of its outputs with respect to the inputs
 /// that require grad and `parameters`, and hands those gradients to the
 /// engine as this node's: a parameter's gradient is accumulated by the
-/// engine of the outer backward, once, so the hooks of
-/// DistributedDataParallel and FullyShardedDataParallel fire as without
+/// engine of the outer backward, once, so hooks on the parameters'
+/// gradient accumulators (DistributedDataParallel's) fire as without
 /// checkpointing, and an outer torch::autograd::grad(outputs, inputs)
 /// works (PyTorch's reentrant variant refuses it, as it accumulates into
 /// .grad from the inner backward instead). Gradients are bit for bit the
 /// ones without checkpointing when the function is deterministic given its
 /// inputs and the generators' states. Under create_graph the recomputed
 /// graph is kept, so a gradient penalty differentiates through it. Under
-/// NoGradGuard the function simply runs.
+/// NoGradGuard the function simply runs. Around a FullyShardedDataParallel
+/// unit (sharded_call inside the function) it is not supported yet: the
+/// recompute would need the unit gathered again in backward.
 ///
 /// \throws ConfigError when grad mode is on and neither an input nor a
 ///   parameter requires grad (a function's parameters not passed would
