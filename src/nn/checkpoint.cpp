@@ -209,6 +209,14 @@ std::vector<at::Tensor> detail::checkpoint_function(const CheckpointedFunction& 
                                           "function reads."));
     }
     if (!parameters[p].requires_grad()) continue;  // frozen: no edge, no gradient
+    // Each tensor once: a second edge to its accumulator would add its
+    // gradient twice (a tied weight listed under two names, an input).
+    bool seen = false;
+    for (const auto& t : inputs)
+      seen = seen || t.unsafeGetTensorImpl() == parameters[p].unsafeGetTensorImpl();
+    for (const auto& t : state->parameters)
+      seen = seen || t.unsafeGetTensorImpl() == parameters[p].unsafeGetTensorImpl();
+    if (seen) continue;
     state->parameters.push_back(parameters[p]);
     any = true;
   }

@@ -168,6 +168,20 @@ TEST(NnCheckpoint, FrozenParametersGetNoGradientAndUnderNoGradItSimplyRuns) {
   EXPECT_TRUE(torch::equal(ddp::nn::checkpoint(block, x), block(x)));
 }
 
+TEST(NnCheckpoint, AParameterGivenTwiceGetsItsGradientOnce) {
+  nn::Linear linear(4, 4);
+  const Tensor x = torch::randn({2, 4});
+  ddp::nn::CheckpointedFunction run = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{torch::matmul(in[0], linear->weight.t()) + linear->bias};
+  };
+  torch::matmul(x, linear->weight.t()).add(linear->bias).sum().backward();
+  const Tensor expected = linear->weight.grad().clone();
+  linear->weight.mutable_grad() = Tensor();
+  linear->bias.mutable_grad() = Tensor();
+  ddp::nn::checkpoint(run, {x}, {linear->weight, linear->bias, linear->weight})[0].sum().backward();
+  EXPECT_TRUE(torch::equal(linear->weight.grad(), expected));
+}
+
 TEST(NnCheckpoint, EachMistakeIsANamedError) {
   nn::Linear linear(4, 4);
   const Tensor x = torch::randn({2, 4});

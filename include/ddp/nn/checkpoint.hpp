@@ -41,8 +41,8 @@ std::vector<at::Tensor> checkpoint_function(const CheckpointedFunction& function
 /// on the same inputs, with the random number generators as they were
 /// (a dropout draws the same mask), and differentiates it. `parameters`
 /// are the trainable tensors `function` reads besides its inputs (a
-/// module's parameters): they get their gradients through this call's
-/// node in the graph, as the inputs do.
+/// module's parameters, each tensor counted once): they get their
+/// gradients through this call's node in the graph, as the inputs do.
 ///
 /// Note [Activation checkpointing]
 /// The forward keeps the inputs and the random number generators' states
