@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -36,18 +37,32 @@ void restore(const at::Generator& generator, const at::Tensor& state) {
   handle.set_state(state);
 }
 
-GeneratorStates take_states(const std::vector<at::Tensor>& inputs) {
+// Whether `tensors` holds `tensor` itself (not an equal one).
+bool holds(const std::vector<at::Tensor>& tensors, const at::Tensor& tensor) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&](const at::Tensor& t) { return t.is_same(tensor); });
+}
+
+// The states of the CPU generator and of `devices`' default generators.
+GeneratorStates take_states(const std::vector<c10::Device>& devices) {
   GeneratorStates states;
   states.cpu = state_of(at::globalContext().defaultGenerator(c10::DeviceType::CPU));
-  for (const auto& input : inputs) {
-    if (!input.defined() || !input.is_cuda()) continue;
-    bool seen = false;
-    for (const auto& [device, state] : states.devices) seen = seen || device == input.device();
-    if (seen) continue;
-    states.devices.emplace_back(input.device(),
-                                state_of(at::globalContext().defaultGenerator(input.device())));
+  for (const auto& device : devices) {
+    states.devices.emplace_back(device, state_of(at::globalContext().defaultGenerator(device)));
   }
   return states;
+}
+
+// The CUDA devices `inputs` are on, each once.
+std::vector<c10::Device> cuda_devices(const std::vector<at::Tensor>& inputs) {
+  std::vector<c10::Device> devices;
+  for (const auto& input : inputs) {
+    if (input.defined() && input.is_cuda() &&
+        std::find(devices.begin(), devices.end(), input.device()) == devices.end()) {
+      devices.push_back(input.device());
+    }
+  }
+  return devices;
 }
 
 void put_states(const GeneratorStates& states) {
@@ -61,19 +76,18 @@ void put_states(const GeneratorStates& states) {
 // so that a recompute leaves the program's random stream as it found it.
 class GeneratorsAt {
  public:
-  explicit GeneratorsAt(const GeneratorStates& saved) : now_(now_like(saved)) { put_states(saved); }
+  explicit GeneratorsAt(const GeneratorStates& saved) : now_(take_states(devices_of(saved))) {
+    put_states(saved);
+  }
   ~GeneratorsAt() { put_states(now_); }
   GeneratorsAt(const GeneratorsAt&) = delete;
   GeneratorsAt& operator=(const GeneratorsAt&) = delete;
 
  private:
-  static GeneratorStates now_like(const GeneratorStates& saved) {
-    GeneratorStates now;
-    now.cpu = state_of(at::globalContext().defaultGenerator(c10::DeviceType::CPU));
-    for (const auto& [device, state] : saved.devices) {
-      now.devices.emplace_back(device, state_of(at::globalContext().defaultGenerator(device)));
-    }
-    return now;
+  static std::vector<c10::Device> devices_of(const GeneratorStates& states) {
+    std::vector<c10::Device> devices;
+    for (const auto& [device, state] : states.devices) devices.push_back(device);
+    return devices;
   }
   GeneratorStates now_;
 };
@@ -183,9 +197,7 @@ std::vector<at::Tensor> trainable_parameters(const torch::nn::Module& module) {
   std::vector<at::Tensor> result;
   for (const auto& p : module.parameters()) {
     if (!p.requires_grad()) continue;
-    bool seen = false;
-    for (const auto& r : result) seen = seen || r.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
-    if (!seen) result.push_back(p);
+    if (!holds(result, p)) result.push_back(p);
   }
   return result;
 }
@@ -211,12 +223,7 @@ std::vector<at::Tensor> detail::checkpoint_function(const CheckpointedFunction& 
     if (!parameters[p].requires_grad()) continue;  // frozen: no edge, no gradient
     // Each tensor once: a second edge to its accumulator would add its
     // gradient twice (a tied weight listed under two names, an input).
-    bool seen = false;
-    for (const auto& t : inputs)
-      seen = seen || t.unsafeGetTensorImpl() == parameters[p].unsafeGetTensorImpl();
-    for (const auto& t : state->parameters)
-      seen = seen || t.unsafeGetTensorImpl() == parameters[p].unsafeGetTensorImpl();
-    if (seen) continue;
+    if (holds(inputs, parameters[p]) || holds(state->parameters, parameters[p])) continue;
     state->parameters.push_back(parameters[p]);
     any = true;
   }
@@ -227,7 +234,7 @@ std::vector<at::Tensor> detail::checkpoint_function(const CheckpointedFunction& 
         "pass the trainable tensors the function reads as `parameters` (checkpoint(module, x) "
         "does), or run it without checkpoint under torch::NoGradGuard."));
   }
-  state->generators = take_states(inputs);
+  state->generators = take_states(cuda_devices(inputs));
   variable_list tensors = inputs;
   tensors.insert(tensors.end(), state->parameters.begin(), state->parameters.end());
   // As a TensorList: a std::vector argument would not count as tensors.
