@@ -10,6 +10,7 @@
 
 #include "base/str.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/parallel/fully_sharded_units.hpp"
 
 namespace ddp::nn {
 namespace {
@@ -92,12 +93,40 @@ class GeneratorsAt {
   GeneratorStates now_;
 };
 
+// Puts `buffers` back as they were when a scope ends: what a recompute
+// updates (BatchNorm's running statistics) is updated once, in the forward.
+class BuffersKept {
+ public:
+  explicit BuffersKept(const std::vector<at::Tensor>& buffers) : buffers_(buffers) {
+    torch::NoGradGuard no_grad;
+    for (const auto& b : buffers_) values_.push_back(b.defined() ? b.clone() : b);
+  }
+  ~BuffersKept() {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      // Through .data(): the version stays, which the recomputed graph
+      // checks (BatchNorm saves its running statistics).
+      if (values_[i].defined()) buffers_[i].data().copy_(values_[i]);
+    }
+  }
+  BuffersKept(const BuffersKept&) = delete;
+  BuffersKept& operator=(const BuffersKept&) = delete;
+
+ private:
+  const std::vector<at::Tensor>& buffers_;
+  std::vector<at::Tensor> values_;
+};
+
 // What the backward needs besides the saved inputs.
 struct CheckpointState : torch::CustomClassHolder {
   CheckpointedFunction function;
   std::vector<bool> input_requires_grad;
   std::vector<at::Tensor> parameters;  // the leaves themselves, not activations
+  std::vector<at::Tensor> buffers;     // put back after the recompute
   GeneratorStates generators;
+  // The sharded forward the function ran in, for its recompute (Note
+  // [Checkpointed units]); null when none.
+  std::shared_ptr<const parallel::detail::ShardedForwardRef> sharded;
 };
 
 std::vector<at::Tensor> run_checked(const CheckpointedFunction& function,
@@ -127,7 +156,12 @@ class CheckpointNode : public torch::autograd::Function<CheckpointNode> {
                                const c10::intrusive_ptr<CheckpointState>& state) {
     const size_t count = state->input_requires_grad.size();
     const std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + count);
-    std::vector<at::Tensor> outputs = run_checked(state->function, inputs);
+    std::vector<at::Tensor> outputs;
+    {
+      parallel::detail::CheckpointedRun run;
+      state->sharded = run.sharded_forward();
+      outputs = run_checked(state->function, inputs);
+    }
     variable_list not_differentiable;
     for (const auto& output : outputs) {
       if (!output.is_floating_point() && !output.is_complex()) not_differentiable.push_back(output);
@@ -159,6 +193,8 @@ class CheckpointNode : public torch::autograd::Function<CheckpointNode> {
     std::vector<at::Tensor> outputs;
     {
       GeneratorsAt generators(state->generators);
+      BuffersKept buffers(state->buffers);
+      parallel::detail::CheckpointedRun run(state->sharded);
       torch::AutoGradMode grad_mode(true);
       outputs = run_checked(state->function, inputs);
     }
@@ -204,7 +240,8 @@ std::vector<at::Tensor> trainable_parameters(const torch::nn::Module& module) {
 
 std::vector<at::Tensor> detail::checkpoint_function(const CheckpointedFunction& function,
                                                     const std::vector<at::Tensor>& inputs,
-                                                    const std::vector<at::Tensor>& parameters) {
+                                                    const std::vector<at::Tensor>& parameters,
+                                                    const std::vector<at::Tensor>& buffers) {
   if (!torch::GradMode::is_enabled()) return run_checked(function, inputs);
   auto state = c10::make_intrusive<CheckpointState>();
   state->function = function;
@@ -234,6 +271,7 @@ std::vector<at::Tensor> detail::checkpoint_function(const CheckpointedFunction& 
         "pass the trainable tensors the function reads as `parameters` (checkpoint(module, x) "
         "does), or run it without checkpoint under torch::NoGradGuard."));
   }
+  state->buffers = buffers;
   state->generators = take_states(cuda_devices(inputs));
   variable_list tensors = inputs;
   tensors.insert(tensors.end(), state->parameters.begin(), state->parameters.end());

@@ -7,6 +7,7 @@
 #include "common/auto_backend_name.hpp"
 #include "common/expect_checks.hpp"
 #include "common/temporary_directory.hpp"
+#include "multiprocess/checkpoint_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
 #include "multiprocess/fsdp_generated_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
@@ -24,6 +25,18 @@ TEST_P(FsdpTraining, MatchesSingleProcessTraining) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpTraining, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// Units run through ddp::nn::checkpoint, against the same without it
+// (Note [Checkpointed units]; checkpoint_checks.hpp).
+class FsdpCheckpoint : public ::testing::TestWithParam<int> {};
+
+TEST_P(FsdpCheckpoint, CheckpointedUnitsTrainAsWithoutCheckpointingBitForBit) {
+  auto results = run_ranks(GetParam(), {"fsdp-checkpoint", "--backend", "gloo"});
+  expect_checks_per_rank(results, [](int) { return fsdp_checkpoint_check_names(); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpCheckpoint, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 // The shared-memory backend's all-gather and reduce-scatter.

@@ -225,6 +225,8 @@ int main(int argc, char** argv) {
        {"fsdp-paths", checking([](const Group& g, auto&) { return t::check_fsdp_paths(g); })},
        {"fsdp-skip", checking([](const Group& g, auto&) { return t::check_fsdp_skipped_unit(g); })},
        {"checkpoint", checking([](const Group& g, auto&) { return t::check_checkpoint(g); })},
+       {"fsdp-checkpoint",
+        checking([](const Group& g, auto&) { return t::check_fsdp_checkpoint(g); })},
        {"fsdp-generated", checking([](const Group& g, const Arguments& args) {
           return t::check_fsdp_generated(g, t::parse_fsdp_generated_seeds(args.seeds));
         })},

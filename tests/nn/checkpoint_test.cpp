@@ -182,6 +182,41 @@ TEST(NnCheckpoint, AParameterGivenTwiceGetsItsGradientOnce) {
   EXPECT_TRUE(torch::equal(linear->weight.grad(), expected));
 }
 
+// BatchNorm's running statistics are updated once, as without
+// checkpointing: the recompute's update is undone (a module's buffers, or
+// those given to the function form).
+TEST(NnCheckpoint, BatchNormStatisticsAreUpdatedOnce) {
+  auto statistics = [](int how) {
+    torch::manual_seed(3);
+    nn::Sequential block(nn::Linear(6, 8), nn::BatchNorm1d(8));
+    const Tensor x = torch::randn({5, 6}, torch::requires_grad());
+    Tensor y;
+    if (how == 0) {
+      y = block->forward(x);
+    } else if (how == 1) {
+      y = ddp::nn::checkpoint(block, x);
+    } else {
+      y = ddp::nn::checkpoint(
+          [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{block->forward(in[0])}; },
+          {x}, ddp::nn::trainable_parameters(*block), block->buffers())[0];
+    }
+    y.pow(2).sum().backward();
+    std::vector<Tensor> values;
+    for (const auto& b : block->buffers()) values.push_back(b.clone());
+    values.push_back(block[0]->as<nn::Linear>()->weight.grad().clone());
+    return values;
+  };
+  const auto plain = statistics(0);
+  for (int how : {1, 2}) {
+    const auto checkpointed = statistics(how);
+    ASSERT_EQ(checkpointed.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(torch::equal(checkpointed[i], plain[i]))
+          << "form " << how << ", tensor " << i << ": " << checkpointed[i] << " vs " << plain[i];
+    }
+  }
+}
+
 TEST(NnCheckpoint, EachMistakeIsANamedError) {
   nn::Linear linear(4, 4);
   const Tensor x = torch::randn({2, 4});

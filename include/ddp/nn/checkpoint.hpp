@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/parallel/fully_sharded_units.hpp"
+
 namespace ddp::nn {
 
 /// What checkpoint() runs, twice: tensors in, tensors out.
@@ -33,7 +35,8 @@ template <typename T>
 struct IsModuleHolder<T, std::void_t<decltype(std::declval<const T&>().ptr())>> : std::true_type {};
 std::vector<at::Tensor> checkpoint_function(const CheckpointedFunction& function,
                                             const std::vector<at::Tensor>& inputs,
-                                            const std::vector<at::Tensor>& parameters);
+                                            const std::vector<at::Tensor>& parameters,
+                                            const std::vector<at::Tensor>& buffers);
 }  // namespace detail
 
 /// Runs `function` on `inputs` without keeping what its backward would
@@ -43,6 +46,9 @@ std::vector<at::Tensor> checkpoint_function(const CheckpointedFunction& function
 /// are the trainable tensors `function` reads besides its inputs (a
 /// module's parameters, each tensor counted once): they get their
 /// gradients through this call's node in the graph, as the inputs do.
+/// `buffers` are those `function` updates (BatchNorm's running
+/// statistics): the recompute's updates are undone, so they are updated
+/// once, as without checkpointing.
 ///
 /// Note [Activation checkpointing]
 /// The forward keeps the inputs and the random number generators' states
@@ -59,19 +65,21 @@ std::vector<at::Tensor> checkpoint_function(const CheckpointedFunction& function
 /// ones without checkpointing when the function is deterministic given its
 /// inputs and the generators' states. Under create_graph the recomputed
 /// graph is kept, so a gradient penalty differentiates through it. Under
-/// NoGradGuard the function simply runs. Around a FullyShardedDataParallel
-/// unit (sharded_call inside the function) it is not supported yet: the
-/// recompute would need the unit gathered again in backward.
+/// NoGradGuard the function simply runs. A FullyShardedDataParallel unit
+/// called inside (sharded_call) is gathered again for the recompute (Note
+/// [Checkpointed units] in ddp/parallel/fully_sharded_units.hpp).
 ///
 /// \throws ConfigError when grad mode is on and neither an input nor a
 ///   parameter requires grad (a function's parameters not passed would
 ///   otherwise get no gradient, silently), when `function` returns no
 ///   tensor or an undefined one, or when `parameters` holds an undefined
-///   tensor.
+///   tensor; the ConfigError of FullyShardedDataParallel for a whole
+///   sharded forward inside `function`.
 template <typename Function, typename = std::enable_if_t<!detail::IsModuleHolder<Function>::value>>
 std::vector<at::Tensor> checkpoint(const Function& function, const std::vector<at::Tensor>& inputs,
-                                   const std::vector<at::Tensor>& parameters = {}) {
-  return detail::checkpoint_function(CheckpointedFunction(function), inputs, parameters);
+                                   const std::vector<at::Tensor>& parameters = {},
+                                   const std::vector<at::Tensor>& buffers = {}) {
+  return detail::checkpoint_function(CheckpointedFunction(function), inputs, parameters, buffers);
 }
 
 /// The trainable parameters of `module` and its descendants, each tensor
@@ -79,16 +87,19 @@ std::vector<at::Tensor> checkpoint(const Function& function, const std::vector<a
 std::vector<at::Tensor> trainable_parameters(const torch::nn::Module& module);
 
 /// A module's forward on one tensor, checkpointed: `checkpoint(block, x)`
-/// equals `block->forward(x)` with its activations recomputed in backward.
-/// Its trainable parameters (trainable_parameters()) are `parameters`.
+/// equals `ddp::sharded_call(block, x)` (so `block->forward(x)` outside a
+/// FullyShardedDataParallel forward) with its activations recomputed in
+/// backward. Its trainable parameters (trainable_parameters()) are
+/// `parameters`, its buffers `buffers`.
 template <typename ModuleHolder,
           typename = std::enable_if_t<detail::IsModuleHolder<ModuleHolder>::value>>
 at::Tensor checkpoint(const ModuleHolder& module, const at::Tensor& input) {
   auto impl = module.ptr();
   CheckpointedFunction run = [impl](const std::vector<at::Tensor>& in) {
-    return std::vector<at::Tensor>{impl->forward(in.front())};
+    return std::vector<at::Tensor>{parallel::sharded_call(impl, in.front())};
   };
-  return detail::checkpoint_function(run, {input}, trainable_parameters(*impl)).front();
+  return detail::checkpoint_function(run, {input}, trainable_parameters(*impl), impl->buffers())
+      .front();
 }
 
 }  // namespace ddp::nn

@@ -204,6 +204,7 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   friend int detail::enter_unit(const torch::nn::Module* module);
   friend void detail::leave_unit(int unit, std::vector<at::Tensor>& outputs);
   friend at::Tensor detail::unit_input(int unit, const at::Tensor& tensor);
+  friend class detail::CheckpointedRun;
   int unit_of(const torch::nn::Module* module) const;
 
   /// Makes this wrapper the one sharded_call() finds on this thread while

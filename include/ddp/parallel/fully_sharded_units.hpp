@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -66,6 +67,8 @@ WrapPolicy wrap_by_type() {
 /// size_based_auto_wrap_policy.
 WrapPolicy wrap_by_parameter_count(int64_t parameters);
 
+class FullyShardedDataParallelImpl;
+
 namespace detail {
 /// The unit of the sharded forward running on this thread that `module` is,
 /// gathered and ready to run; -1 when none is running or `module` is no unit.
@@ -84,6 +87,48 @@ decltype(auto) unit_argument(int unit, T&& value) {
     return std::forward<T>(value);
   }
 }
+
+// Note [Checkpointed units]
+// ddp::nn::checkpoint runs its function twice: in the forward under no
+// grad, and again in backward to differentiate it. A unit called inside
+// (sharded_call) is gathered for the first run as any unit, and resharded
+// after it (it leaves nothing for backward), except with find_unused_units,
+// which holds every unit until its reduction. The second run happens in
+// the backward, where no sharded forward runs on the thread: so the first
+// keeps a reference to the sharded forward it ran in, and the second makes
+// that wrapper the one sharded_call() finds, in recompute mode: entering a
+// unit is then what the gradient reaching its output does without
+// checkpointing (gathered again, prefetched while the unit after it ran
+// its backward, the gradient buffer set up, the units before it
+// prefetched), so every rank issues the same gathers at the same points,
+// and the unit's gathered bytes count in memory()'s peak. Its reduction is
+// the usual one, when its gradients have been accumulated by the outer
+// backward. A whole FullyShardedDataParallel forward inside a checkpoint
+// is refused: its units would run the first time under no grad, as for
+// evaluation, with no backward to prepare for.
+
+/// What a checkpointed function keeps of the sharded forward it ran in.
+struct ShardedForwardRef;
+
+/// Set by ddp::nn::checkpoint around each run of its function: the
+/// forward's (`recompute_of` null) takes a reference to the sharded forward
+/// running on this thread, if any; the recompute's gives that reference
+/// back to sharded_call() (Note [Checkpointed units]).
+class CheckpointedRun {
+ public:
+  /// \throws ConfigError when `recompute_of`'s wrapper was destroyed.
+  explicit CheckpointedRun(std::shared_ptr<const ShardedForwardRef> recompute_of = nullptr);
+  ~CheckpointedRun();
+  CheckpointedRun(const CheckpointedRun&) = delete;
+  CheckpointedRun& operator=(const CheckpointedRun&) = delete;
+  /// The forward's: the sharded forward it runs in, or null.
+  const std::shared_ptr<const ShardedForwardRef>& sharded_forward() const { return forward_; }
+
+ private:
+  std::shared_ptr<const ShardedForwardRef> forward_;
+  FullyShardedDataParallelImpl* previous_active_;
+  bool previous_recomputing_;
+};
 }  // namespace detail
 
 /// Calls `module->forward(args...)` as a unit of the sharded forward that

@@ -79,9 +79,6 @@ void register_pieces(torch::nn::Module& wrapper, const torch::nn::Module& model,
   }
 }
 
-// The wrapper whose forward runs on this thread (sharded_call finds it).
-thread_local FullyShardedDataParallelImpl* active_forward = nullptr;
-
 // Whether a c10 error is a dtype mismatch: it says so ("mat1 and mat2 must
 // have the same dtype", "expected scalar type Float but found BFloat16"),
 // or names `low` beside float32 or float64 ("Input type (float) and bias
@@ -170,14 +167,6 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
 
 FullyShardedDataParallelImpl::~FullyShardedDataParallelImpl() = default;
 
-FullyShardedDataParallelImpl::ActiveForward::ActiveForward(FullyShardedDataParallelImpl& owner)
-    : previous_(active_forward) {
-  active_forward = &owner;
-  owner.begin_forward();
-}
-
-FullyShardedDataParallelImpl::ActiveForward::~ActiveForward() { active_forward = previous_; }
-
 at::Tensor FullyShardedDataParallelImpl::cast_tensor(const at::Tensor& tensor) const {
   if (!options_.param_dtype() || !tensor.defined() || !tensor.is_floating_point()) return tensor;
   return tensor.to(*options_.param_dtype());
@@ -240,25 +229,6 @@ int FullyShardedDataParallelImpl::unit_of(const torch::nn::Module* module) const
   auto found = unit_of_module_.find(module);
   return found == unit_of_module_.end() ? -1 : found->second;
 }
-
-namespace detail {
-
-int enter_unit(const torch::nn::Module* module) {
-  if (!active_forward) return -1;
-  const int unit = active_forward->unit_of(module);
-  if (unit >= 0) active_forward->schedule_->before_unit(unit);
-  return unit;
-}
-
-void leave_unit(int unit, std::vector<at::Tensor>& outputs) {
-  if (active_forward) active_forward->schedule_->after_unit(unit, outputs);
-}
-
-at::Tensor unit_input(int unit, const at::Tensor& tensor) {
-  return unit >= 0 && active_forward ? active_forward->cast_tensor(tensor) : tensor;
-}
-
-}  // namespace detail
 
 WrapPolicy wrap_by_parameter_count(int64_t parameters) {
   return [parameters](const std::string&, const torch::nn::Module& module) {

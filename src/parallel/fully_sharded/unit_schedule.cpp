@@ -129,7 +129,10 @@ void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
       units_[unit]->reshard();
     }
   } else if (!outputs.empty() || !torch::GradMode::is_enabled()) {
-    units_[unit]->reshard();  // no backward will run through this unit
+    // No backward runs through this unit, unless a checkpoint recomputes
+    // it, which gathers it again (Note [Checkpointed units]); with
+    // find_unused_units a training forward holds it until its reduction.
+    if (!(training_ && options_.find_unused_units())) units_[unit]->reshard();
   }
   // Else the outputs could not be found (not a Tensor) under grad mode: the
   // unit stays gathered until its gradients have been reduced.

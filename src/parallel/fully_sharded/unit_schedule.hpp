@@ -98,6 +98,10 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   /// `outputs`: the tensors the unit returned (empty when they could not
   /// be found: the unit then stays gathered until its backward).
   void after_unit(int unit, std::vector<at::Tensor>& outputs);
+  /// A checkpointed function's recompute in backward enters `unit` (Note
+  /// [Checkpointed units] in ddp/parallel/fully_sharded_units.hpp): what
+  /// the gradient reaching its output does without checkpointing.
+  void before_recompute(int unit) { before_backward(unit); }
   /// After the forward, with the tensors of its output.
   void end_forward(std::vector<at::Tensor>& outputs);
   /// The units this forward has not run whose parameters hold no bytes:
