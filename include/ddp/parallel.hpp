@@ -16,6 +16,7 @@
 #include "ddp/parallel/join.hpp"                         // IWYU pragma: export
 #include "ddp/parallel/output_tensors.hpp"               // IWYU pragma: export
 #include "ddp/parallel/powersgd_hook.hpp"                // IWYU pragma: export
+#include "ddp/parallel/sharded_construction.hpp"         // IWYU pragma: export
 #include "ddp/parallel/sharded_state.hpp"                // IWYU pragma: export
 #include "ddp/parallel/wrapped_module.hpp"               // IWYU pragma: export
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"    // IWYU pragma: export

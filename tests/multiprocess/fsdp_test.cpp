@@ -9,6 +9,7 @@
 #include "common/temporary_directory.hpp"
 #include "multiprocess/checkpoint_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_construction_checks.hpp"
 #include "multiprocess/fsdp_generated_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
@@ -25,6 +26,19 @@ TEST_P(FsdpTraining, MatchesSingleProcessTraining) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpTraining, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// A model built under ddp::ShardedConstruction (Note [Sharded
+// construction]; fsdp_construction_checks.hpp).
+class FsdpShardedConstruction : public ::testing::TestWithParam<int> {};
+
+TEST_P(FsdpShardedConstruction, NeverWholeEqualToThePlainBuildAndMistakesNamed) {
+  const int world = GetParam();
+  auto results = run_ranks(world, {"fsdp-construction", "--backend", "gloo"});
+  expect_checks_per_rank(results, [world](int) { return fsdp_construction_check_names(world); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpShardedConstruction, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 // Units run through ddp::nn::checkpoint, against the same without it

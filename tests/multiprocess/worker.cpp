@@ -57,6 +57,7 @@
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
+#include "multiprocess/fsdp_construction_checks.hpp"
 #include "multiprocess/fsdp_generated_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
@@ -225,6 +226,8 @@ int main(int argc, char** argv) {
        {"fsdp-paths", checking([](const Group& g, auto&) { return t::check_fsdp_paths(g); })},
        {"fsdp-skip", checking([](const Group& g, auto&) { return t::check_fsdp_skipped_unit(g); })},
        {"checkpoint", checking([](const Group& g, auto&) { return t::check_checkpoint(g); })},
+       {"fsdp-construction",
+        checking([](const Group& g, auto&) { return t::check_fsdp_construction(g); })},
        {"fsdp-checkpoint",
         checking([](const Group& g, auto&) { return t::check_fsdp_checkpoint(g); })},
        {"fsdp-generated", checking([](const Group& g, const Arguments& args) {

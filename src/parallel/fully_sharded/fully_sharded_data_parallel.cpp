@@ -13,6 +13,7 @@
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
+#include "parallel/fully_sharded/built_shards.hpp"
 #include "parallel/fully_sharded/unit_plan.hpp"
 #include "parallel/fully_sharded/unit_schedule.hpp"
 #include "parallel/rank_agreement.hpp"
@@ -119,7 +120,18 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
         "; mixed precision gathers the units in a floating-point dtype: use torch::kBFloat16 or "
         "torch::kHalf, or leave it unset."));
   }
-  detail::UnitPlan plan = detail::plan_units(module_, options_.wrap_policy());
+  // Note [Sharded construction]: units built sharded are adopted.
+  detail::BuiltShards* built = detail::built_shards();
+  WrapPolicy policy = options_.wrap_policy();
+  if (!policy && built && built->waiting()) {
+    policy = [built](const std::string&, const torch::nn::Module& m) {
+      return built->find(&m) != nullptr;
+    };
+  }
+  detail::UnitPlan plan = detail::plan_units(module_, policy);
+  const std::vector<detail::BuiltUnit*> adopted =
+      built ? detail::adopt_built(*built, plan, *group_)
+            : std::vector<detail::BuiltUnit*>(plan.names.size(), nullptr);
   std::vector<std::string> descriptions{base::detail::str(
       "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
       options_.prefetch(), ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
@@ -127,25 +139,34 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   for (size_t u = 0; u < plan.names.size(); ++u) {
     descriptions.push_back(plan.names[u] + ": " +
                            base::detail::str(plan.parameters[u].size(), " parameters"));
+    if (adopted[u]) descriptions.push_back("  built sharded, values " + adopted[u]->fingerprint);
     for (const auto& d : detail::describe_tensors(plan.parameter_names[u], plan.parameters[u])) {
       descriptions.push_back("  " + d);
     }
   }
-  detail::verify_same_across_ranks(*group_, descriptions, kWho, "units",
-                                   "Every rank must build the same model with the same "
-                                   "FullyShardedDataParallelOptions before wrapping it.");
+  detail::verify_same_across_ranks(
+      *group_, descriptions, kWho, "units",
+      "Every rank must build the same model with the same FullyShardedDataParallelOptions before "
+      "wrapping it (under a ddp::ShardedConstruction, from the same seed).");
   {
+    // Unit by unit, so that no buffer holds more than one (a built unit's
+    // values are on every rank already), then the buffers.
     torch::NoGradGuard no_grad;
-    std::vector<at::Tensor> state = module_.ptr()->parameters();
-    for (const auto& b : module_.ptr()->buffers()) state.push_back(b);
-    broadcast_tensors(*group_, state, 0);
+    for (size_t u = 0; u < plan.names.size(); ++u) {
+      if (!adopted[u] && !plan.parameters[u].empty()) {
+        broadcast_tensors(*group_, plan.parameters[u], 0);
+      }
+    }
+    std::vector<at::Tensor> buffers = module_.ptr()->buffers();
+    if (!buffers.empty()) broadcast_tensors(*group_, buffers, 0);
   }
   gathered_ = std::make_shared<detail::GatheredBytes>();
   std::vector<std::unique_ptr<detail::ShardedUnit>> units;
   for (size_t u = 0; u < plan.names.size(); ++u) {
     units.push_back(std::make_unique<detail::ShardedUnit>(
         plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
-        *gathered_, static_cast<int64_t>(u), options_.param_dtype()));
+        *gathered_, static_cast<int64_t>(u), options_.param_dtype(),
+        adopted[u] ? std::move(adopted[u]->shard) : at::Tensor()));
     units.back()->set_aliases(std::move(plan.aliases[u]));
   }
   register_pieces(*this, *module_.ptr(), units);

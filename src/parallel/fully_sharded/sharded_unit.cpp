@@ -28,7 +28,7 @@ void empty_storage(const at::Tensor& tensor) {
 ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
                          std::vector<at::Tensor> parameters, ProcessGroup& group,
                          GatheredBytes& gathered, int64_t index,
-                         std::optional<at::ScalarType> param_dtype)
+                         std::optional<at::ScalarType> param_dtype, at::Tensor built_shard)
     : name_(std::move(name)),
       names_(std::move(names)),
       parameters_(std::move(parameters)),
@@ -68,10 +68,17 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   const int64_t shard_numel = padded_numel_ / world;
 
   torch::NoGradGuard no_grad;
-  at::Tensor flat = at::zeros({padded_numel_}, first.options().requires_grad(false));
-  const auto places = views_into(flat);
-  for (size_t i = 0; i < parameters_.size(); ++i) places[i].copy_(parameters_[i].detach());
-  shard_ = flat.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
+  at::Tensor flat;
+  const bool from_built = built_shard.defined();
+  if (from_built) {  // the values exist only as shards
+    shard_ = std::move(built_shard);
+    flat = at::empty({padded_numel_}, shard_.options());
+  } else {
+    flat = at::zeros({padded_numel_}, first.options().requires_grad(false));
+    const auto places = views_into(flat);
+    for (size_t i = 0; i < parameters_.size(); ++i) places[i].copy_(parameters_[i].detach());
+    shard_ = flat.narrow(0, group_.rank() * shard_numel, shard_numel).clone();
+  }
   // Note [A unit's pieces]
   const int64_t shard_begin = group_.rank() * shard_numel;
   int64_t offset = 0;
@@ -92,7 +99,12 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   // The module keeps its parameters; their data are now views of full_.
   views_ = views_into(full_);
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    parameters_[i].set_data(views_[i]);
+    // A placeholder (a built shard's parameter) has no accumulator to reset.
+    if (from_built) {
+      hold(parameters_[i], views_[i]);
+    } else {
+      parameters_[i].set_data(views_[i]);
+    }
     if (trainable_)
       accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameters_[i]));
     if (placeholders_available()) {

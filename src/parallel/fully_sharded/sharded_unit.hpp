@@ -77,9 +77,12 @@ class ShardedUnit {
   /// into the flat layout; they must share one dtype and device. `index`
   /// (its place in forward order) names its collectives for observers:
   /// "fsdp.gather <index>", "fsdp.reduce <index>" (the timeline's events).
+  /// `built_shard`, when defined, is this rank's shard already (Note
+  /// [Sharded construction]): `parameters` then hold no values.
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
               ProcessGroup& group, GatheredBytes& gathered, int64_t index,
-              std::optional<at::ScalarType> param_dtype = std::nullopt);
+              std::optional<at::ScalarType> param_dtype = std::nullopt,
+              at::Tensor built_shard = {});
   ~ShardedUnit();
   ShardedUnit(const ShardedUnit&) = delete;
   ShardedUnit& operator=(const ShardedUnit&) = delete;

@@ -1,0 +1,310 @@
+#include "multiprocess/fsdp_construction_checks.hpp"
+
+#include <malloc.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/named_checks.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "ddp/parallel/sharded_construction.hpp"
+#include "multiprocess/fsdp_models.hpp"
+
+namespace ddp::testing {
+namespace fsdp_construction_checks {  // named: the unity build joins this file with others
+
+namespace nn = torch::nn;
+using torch::Tensor;
+
+constexpr int64_t kVocabulary = 13;
+constexpr int64_t kWidth = 10;
+
+// An embedding tied to the head and a BatchNorm (the root) around blocks
+// given to ddp::shard_as_built; block 1 frozen. Sizes do not divide by 2,
+// 3 or 4.
+struct BuiltLmImpl : nn::Module {
+  BuiltLmImpl() {
+    for (int b = 0; b < 3; ++b) {
+      nn::Sequential block(nn::LayerNorm(nn::LayerNormOptions({kWidth})), nn::Linear(kWidth, 19),
+                           nn::Functional(torch::gelu, "none"), nn::Linear(19, kWidth));
+      if (b == 1) {
+        for (auto& p : block->parameters()) p.requires_grad_(false);
+      }
+      blocks.push_back(register_module("block" + std::to_string(b), shard_as_built(block)));
+    }
+    norm = register_module("norm", nn::BatchNorm1d(kWidth));
+    head = register_module("head", fsdp_models::TiedOutput(embed->weight));
+  }
+  Tensor forward(const Tensor& tokens) {
+    Tensor h = embed(tokens);  // (batch, length, width)
+    for (auto& block : blocks) h = h + sharded_call(block, h);
+    h = norm(h.transpose(1, 2)).transpose(1, 2);
+    return head(h);
+  }
+  nn::Embedding embed{register_module("embed", nn::Embedding(kVocabulary, kWidth))};
+  std::vector<nn::Sequential> blocks;
+  nn::BatchNorm1d norm{nullptr};
+  fsdp_models::TiedOutput head{nullptr};
+};
+TORCH_MODULE(BuiltLm);
+
+// 8 units of two 1024 x 1024 float32 Linears' weights (8 MiB each).
+struct WideImpl : nn::Module {
+  WideImpl() {
+    for (int b = 0; b < 8; ++b) {
+      blocks.push_back(register_module(
+          "block" + std::to_string(b),
+          shard_as_built(nn::Sequential(nn::Linear(nn::LinearOptions(1024, 1024).bias(false)),
+                                        nn::Linear(nn::LinearOptions(1024, 1024).bias(false))))));
+    }
+  }
+  Tensor forward(Tensor x) {
+    for (auto& block : blocks) x = sharded_call(block, x);
+    return x;
+  }
+  std::vector<nn::Sequential> blocks;
+};
+TORCH_MODULE(Wide);
+
+// /proc/self/status's field `key` (VmRSS, VmHWM) in bytes.
+int64_t status_bytes(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+// Starts a new peak RSS (VmHWM) at the current RSS.
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+std::vector<Tensor> values_of(const torch::OrderedDict<std::string, Tensor>& named) {
+  std::vector<Tensor> values;
+  for (const auto& item : named) values.push_back(item.value().detach().clone());
+  return values;
+}
+
+bool all_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b, std::string& problem,
+               const std::string& what) {
+  if (a.size() != b.size()) {
+    problem = "another number of " + what;
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i], b[i])) {
+      problem = what + " " + std::to_string(i) + " differs";
+      return false;
+    }
+  }
+  return true;
+}
+
+class ConstructionChecker {
+ public:
+  explicit ConstructionChecker(const std::shared_ptr<ProcessGroup>& group)
+      : group_(group), rank_(group->rank()) {}
+
+  int run() {
+    using namespace fsdp_construction_check;
+    // First: the peak is this process's, before other checks' allocations.
+    peak_rss();
+    attempt(kBitEqual, [&] { return bit_equal(); });
+    attempt(kTrainsAsPlain, [&] { return trains_as_plain(); });
+    if (group_->size() > 1) attempt(kSeedsDiffer, [&] { return seeds_differ(); });
+    attempt(kPolicyMismatch, [&] { return policy_mismatch(); });
+    attempt(kUnwrappedRead, [&] { return unwrapped_read(); });
+    return checks_.failed();
+  }
+
+ private:
+  static FullyShardedDataParallelOptions plain_units() {
+    return FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::SequentialImpl>());
+  }
+
+  std::string bit_equal() {
+    torch::manual_seed(7);
+    BuiltLm plain;  // no construction alive: shard_as_built returns the block as it is
+    std::vector<Tensor> expected_buffers;
+    for (const auto& b : plain->buffers()) expected_buffers.push_back(b.clone());
+    ShardedConstruction construction(group_);
+    torch::manual_seed(7);
+    BuiltLm built;
+    if (construction.built_units() != 3) {
+      return "built " + std::to_string(construction.built_units()) + " units, not 3";
+    }
+    FullyShardedDataParallel model(built, group_);
+    if (construction.unwrapped_units() != 0) return "units left unwrapped";
+    if (model->unit_names().size() != 4) return "not 3 units and the root";
+    // full_parameters() names each tensor once (a tied one by its first name).
+    const auto plain_parameters = plain->named_parameters();
+    int64_t compared = 0;
+    for (const auto& item : model->full_parameters()) {
+      const Tensor* reference = plain_parameters.find(item.key());
+      if (!reference) return "no parameter '" + item.key() + "' in the plain build";
+      if (!torch::equal(*reference, item.value())) return "'" + item.key() + "' differs";
+      ++compared;
+    }
+    if (compared < 21 || compared != static_cast<int64_t>(plain_parameters.size())) {
+      return "compared " + std::to_string(compared) + " parameters of " +
+             std::to_string(plain_parameters.size());
+    }
+    std::vector<Tensor> buffers;
+    for (const auto& b : built->buffers()) buffers.push_back(b.clone());
+    std::string problem;
+    all_equal(expected_buffers, buffers, problem, "buffer");
+    return problem;
+  }
+
+  std::vector<double> train(FullyShardedDataParallel& model, std::vector<Tensor>& parameters) {
+    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-2));
+    std::vector<double> losses;
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(100 * step + rank_);
+      const Tensor tokens = torch::randint(kVocabulary, {3, 5});
+      const Tensor targets = torch::randint(kVocabulary, {3 * 5});
+      optimizer.zero_grad();
+      const Tensor loss =
+          torch::cross_entropy_loss(model->forward(tokens).reshape({-1, kVocabulary}), targets);
+      loss.backward();
+      optimizer.step();
+      losses.push_back(loss.item<double>());
+    }
+    parameters = values_of(model->full_parameters());
+    return losses;
+  }
+
+  std::string trains_as_plain() {
+    torch::manual_seed(7);
+    FullyShardedDataParallel plain(BuiltLm(), plain_units(), group_);
+    std::vector<Tensor> expected;
+    const std::vector<double> expected_losses = train(plain, expected);
+    ShardedConstruction construction(group_);
+    torch::manual_seed(7);
+    FullyShardedDataParallel built(BuiltLm(), group_);
+    std::vector<Tensor> actual;
+    const std::vector<double> losses = train(built, actual);
+    std::string problem;
+    if (losses != expected_losses) return "the losses differ";
+    all_equal(expected, actual, problem, "parameter");
+    return problem;
+  }
+
+  // The growth of the peak RSS while `build` runs.
+  template <typename Build>
+  static int64_t peak_growth(const Build& build) {
+    malloc_trim(0);
+    reset_peak_rss();
+    const int64_t before = status_bytes("VmRSS");
+    build();
+    return status_bytes("VmHWM") - before;
+  }
+
+  void peak_rss() {
+    // Freed blocks go back to the system at once (glibc would otherwise
+    // raise its mmap threshold after the first free and keep them).
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    constexpr int64_t kMiB = 1 << 20;
+    const int64_t world = group_->size();
+    // The shards, the unit being built and its shard, and 8 MiB.
+    const int64_t bound = 64 * kMiB / world + 8 * kMiB + 8 * kMiB / world + 8 * kMiB;
+    const int64_t sharded = peak_growth([&] {
+      ShardedConstruction construction(group_);
+      torch::manual_seed(3);
+      FullyShardedDataParallel model(Wide(), group_);
+    });
+    const int64_t plain = peak_growth([&] {
+      torch::manual_seed(3);
+      FullyShardedDataParallel model(Wide(), group_);
+    });
+    const bool discriminates = world == 1 || plain > bound;
+    const std::string detail = "peak RSS grew by " + std::to_string(sharded / kMiB) +
+                               " MiB sharded, " + std::to_string(plain / kMiB) +
+                               " MiB plain; bound " + std::to_string(bound / kMiB) + " MiB";
+    std::cout << "rank " << rank_ << ": " << detail << std::endl;
+    checks_.check(fsdp_construction_check::kPeakRss, sharded <= bound && discriminates, detail);
+  }
+
+  std::string seeds_differ() {
+    ShardedConstruction construction(group_);
+    torch::manual_seed(rank_ == 1 ? 8 : 7);
+    BuiltLm built;
+    try {
+      FullyShardedDataParallel model(built, group_);
+    } catch (const InvalidArgumentError& e) {
+      const std::string what = e.what();
+      if (what.find("built sharded, values") == std::string::npos ||
+          what.find("same seed") == std::string::npos) {
+        return "the message names neither the values nor the seed: " + what;
+      }
+      return "";
+    }
+    return "no InvalidArgumentError";
+  }
+
+  std::string policy_mismatch() {
+    ShardedConstruction construction(group_);
+    torch::manual_seed(7);
+    BuiltLm built;
+    try {
+      FullyShardedDataParallel model(
+          built, FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::LinearImpl>()),
+          group_);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      if (what.find("shard_as_built") == std::string::npos ||
+          what.find("wrap_policy") == std::string::npos) {
+        return "the message does not say what to do: " + what;
+      }
+      return "";
+    }
+    return "no ConfigError";
+  }
+
+  std::string unwrapped_read() {
+    BuiltLm built = [&] {
+      ShardedConstruction construction(group_);
+      torch::manual_seed(7);
+      return BuiltLm();
+    }();
+    try {
+      const double total = built->blocks[0][1]->as<nn::Linear>()->weight.sum().item<double>();
+      return "read " + std::to_string(total);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      if (what.find("'1.weight'") == std::string::npos ||
+          what.find("ShardedConstruction is alive") == std::string::npos) {
+        return "the message does not name the parameter and the fix: " + what;
+      }
+      return "";
+    }
+  }
+
+  template <typename Check>
+  void attempt(const std::string& name, const Check& check) {
+    std::string problem;
+    try {
+      problem = check();
+    } catch (const std::exception& e) {
+      problem = std::string("threw: ") + e.what();
+    }
+    checks_.check(name, problem.empty(), problem.substr(0, 600));
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  int rank_;
+  NamedChecks checks_;
+};
+
+}  // namespace fsdp_construction_checks
+
+int check_fsdp_construction(const std::shared_ptr<ProcessGroup>& group) {
+  return fsdp_construction_checks::ConstructionChecker(group).run();
+}
+
+}  // namespace ddp::testing
