@@ -13,6 +13,7 @@
 #include "multiprocess/fsdp_generated_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
+#include "multiprocess/fsdp_transformer_checks.hpp"
 #include "multiprocess/harness.hpp"
 
 namespace ddp::testing {
@@ -39,6 +40,18 @@ TEST_P(FsdpShardedConstruction, NeverWholeEqualToThePlainBuildAndMistakesNamed) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpShardedConstruction, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// The transformer of examples/common/gpt.hpp built sharded, its blocks
+// checkpointed, against one process (fsdp_transformer_checks.hpp).
+class FsdpTransformer : public ::testing::TestWithParam<int> {};
+
+TEST_P(FsdpTransformer, BuiltShardedAndCheckpointedMatchesOneProcessInFp32AndBf16) {
+  auto results = run_ranks(GetParam(), {"fsdp-transformer", "--backend", "gloo"});
+  expect_checks_per_rank(results, [](int) { return fsdp_transformer_check_names(); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpTransformer, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 // Units run through ddp::nn::checkpoint, against the same without it

@@ -61,6 +61,7 @@
 #include "multiprocess/fsdp_generated_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
+#include "multiprocess/fsdp_transformer_checks.hpp"
 #include "multiprocess/join_checks.hpp"
 #include "multiprocess/powersgd_checks.hpp"
 #include "multiprocess/static_graph_checks.hpp"
@@ -228,6 +229,8 @@ int main(int argc, char** argv) {
        {"checkpoint", checking([](const Group& g, auto&) { return t::check_checkpoint(g); })},
        {"fsdp-construction",
         checking([](const Group& g, auto&) { return t::check_fsdp_construction(g); })},
+       {"fsdp-transformer",
+        checking([](const Group& g, auto&) { return t::check_fsdp_transformer(g); })},
        {"fsdp-checkpoint",
         checking([](const Group& g, auto&) { return t::check_fsdp_checkpoint(g); })},
        {"fsdp-generated", checking([](const Group& g, const Arguments& args) {
