@@ -14,6 +14,7 @@ packages=(
   libssl-dev                     # libcrypto: the rendezvous store's HMAC handshake
   gnuplot-nox                    # the examples' --plot (loss/accuracy curves)
   dataset-fashion-mnist          # the examples' data (/usr/share/datasets/fashion-mnist)
+  fortunes                       # example_gpt_fortunes' text (/usr/share/games/fortunes)
 )
 # The tests and the benchmarks, and the real programs they run ddp beside.
 test_packages=(

@@ -36,7 +36,7 @@ packages=(
   libtorch-dev libgloo-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  gnuplot-nox dataset-fashion-mnist
+  gnuplot-nox dataset-fashion-mnist fortunes
   python3-torch python3-safetensors
 )
 

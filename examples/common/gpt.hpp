@@ -5,7 +5,7 @@
 // ddp::shard_as_built (sharded as built under a ddp::ShardedConstruction,
 // plain otherwise) and run through ddp::nn::checkpoint or ddp::sharded_call
 // (plain calls outside FSDP). Shared by example_gpt_fortunes, the
-// FsdpTransformer test and fsdp_transformer_bench; tools/gpt_reference.py
+// FsdpTransformer test and fsdp_transformer_bench; examples/gpt_reference.py
 // is the same model in plain PyTorch, with the same parameter names.
 
 #include <torch/torch.h>

@@ -18,7 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/required_suites.hpp"
 #include "common/temporary_directory.hpp"
+#include "common/torch_python.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/training/metrics_csv.hpp"
@@ -464,4 +466,70 @@ TEST(ExamplesDevice, LenetDpRefusesMoreGpusThanVisible) {
   EXPECT_NE(cpu.output.find("error: --gpus 1 asks for GPUs, but --device cpu trains on the CPU"),
             std::string::npos)
       << cpu.output;
+}
+
+// A GPT on Debian's fortunes under ddprun with FullyShardedDataParallel,
+// built sharded and checkpointed: resumed from a snapshot it continues bit
+// for bit, and its export loads into the same model written in plain
+// PyTorch (examples/gpt_reference.py), whose validation loss on the same
+// windows is the example's.
+TEST_F(ExamplesRun, GptFortunesResumesBitExactlyAndItsExportLoadsInPyTorch) {
+  if (!fs::is_directory("/usr/share/games/fortunes")) {
+    DDP_SKIP_UNLESS_REQUIRED("no /usr/share/games/fortunes; install Debian's fortunes package");
+  }
+  auto job = [&](const std::string& snapshots, int max_steps, std::vector<std::string> extra) {
+    std::vector<std::string> flags = {"--max-steps",
+                                      std::to_string(max_steps),
+                                      "--epochs",
+                                      "3",
+                                      "--steps-per-epoch",
+                                      "3",
+                                      "--batch-size",
+                                      "4",
+                                      "--seed",
+                                      "3",
+                                      "--snapshot-dir",
+                                      path(snapshots),
+                                      "--save-every-steps",
+                                      "2",
+                                      "--metrics-csv",
+                                      path(snapshots + ".csv")};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return run(under_ddprun(2, DDP_EXAMPLE_GPT_FORTUNES, flags));
+  };
+  const ChildResult first = job("resumed", 4, {});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("[0] [rank 0] GPT of 834304 parameters (4 blocks of width 128)"),
+            std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find("[0] [rank 0] epoch 1/3: train loss "), std::string::npos)
+      << first.output;
+  EXPECT_NE(first.output.find(", perplexity "), std::string::npos) << first.output;
+
+  const ChildResult second = job("resumed", 7, {});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(
+      second.output.find("resumed from " + path("resumed") + " at epoch 2 step 1 (global step 4)"),
+      std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("[rank 0] done: 7 steps"), std::string::npos) << second.output;
+
+  const ChildResult straight = job("straight", 7, {"--export", path("gpt.pt")});
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  EXPECT_NE(digest_of(straight.output), "<none>") << straight.output;
+  EXPECT_EQ(digest_of(second.output), digest_of(straight.output)) << second.output << "\n---\n"
+                                                                  << straight.output;
+  const auto rows = ddp::training::read_metrics_csv(path("straight.csv"));
+  ASSERT_EQ(rows.size(), 3u);  // epochs 1 and 2, and the partial third
+  EXPECT_LT(rows[1].loss, rows[0].loss) << "the validation loss did not fall";
+
+  SKIP_WITHOUT_TORCH();
+  const ChildResult python =
+      run({torch_python(), DDP_GPT_REFERENCE, path("gpt.pt"), "--heads", "4"});
+  ASSERT_EQ(python.exit_code, 0) << python.output;
+  const size_t at = python.output.find("python loss=");
+  ASSERT_NE(at, std::string::npos) << python.output;
+  const double python_loss = std::stod(python.output.substr(at + 12));
+  ASSERT_FALSE(std::isnan(final_line(straight.output).loss)) << straight.output;
+  EXPECT_NEAR(python_loss, final_line(straight.output).loss, 1e-5) << python.output;
 }

@@ -1,0 +1,193 @@
+// fsdp_transformer_bench: one rank of benchmarks/fsdp_transformer_bench.sh.
+// Trains the decoder-only transformer of examples/common/gpt.hpp on random
+// bytes with AdamW in fp32, one way per run: DistributedDataParallel, the
+// bare model with ZeroRedundancyOptimizer stage 2, or
+// FullyShardedDataParallel built under ddp::ShardedConstruction, its blocks
+// the units, with or without activation checkpointing. Prints on rank 0 one
+// line of key=value pairs, each the largest over the ranks: the RSS after
+// ddp::init() (the process's fixed part), the peak RSS through construction
+// and wrapping, the peak RSS through the steps, the bytes held in
+// parameters, gradients and optimizer state, FSDP's peak of gathered
+// bytes, and the median step time.
+//
+// glibc's mmap threshold is pinned at 128 KiB (as M_MMAP_THRESHOLD) so that
+// freed tensors leave the RSS at once, and the peaks measure what was alive.
+
+#include <malloc.h>
+#include <torch/torch.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/gpt.hpp"
+#include "ddp/ddp.hpp"
+
+namespace {
+
+// /proc/self/status's `key` (VmRSS, VmHWM) in bytes.
+int64_t status_bytes(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+int64_t largest_across_ranks(int64_t value, ddp::ProcessGroup& group) {
+  at::Tensor t = torch::tensor({value}, torch::kLong);
+  group.all_reduce(t, ddp::ReduceOp::kMax);
+  return t.item<int64_t>();
+}
+
+// Bytes of the distinct storages of `tensors` (a view counts once).
+int64_t storage_bytes(const std::vector<at::Tensor>& tensors) {
+  std::map<const void*, int64_t> seen;
+  for (const auto& t : tensors) {
+    if (t.defined() && t.has_storage() && t.storage().nbytes() > 0) {
+      seen[t.storage().data()] = static_cast<int64_t>(t.storage().nbytes());
+    }
+  }
+  int64_t bytes = 0;
+  for (const auto& [pointer, size] : seen) bytes += size;
+  return bytes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The transformer of examples/common/gpt.hpp: DDP, ZeRO-2 and FSDP memory and step "
+               "time; run fsdp_transformer_bench.sh"};
+  std::string way = "fsdp";
+  int steps = 2;
+  int64_t batch = 2, length = 64;
+  ddp::examples::GptConfig config;
+  config.context = 128;
+  config.dropout = 0.0;
+  app.add_option("--way", way, "ddp, zero2, fsdp or fsdp-checkpoint")->required();
+  app.add_option("--steps", steps, "timed steps, after one untimed");
+  app.add_option("--width", config.width, "model width");
+  app.add_option("--layers", config.layers, "blocks (each one FSDP unit)");
+  app.add_option("--heads", config.heads, "attention heads");
+  app.add_option("--batch", batch, "sequences per rank and step");
+  app.add_option("--length", length, "tokens per sequence (at most the context, 128)");
+  CLI11_PARSE(app, argc, argv);
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+
+  auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+  const int64_t fixed_rss = status_bytes("VmRSS");
+  config.checkpointed = way == "fsdp-checkpoint";
+  const bool sharded = way == "fsdp" || way == "fsdp-checkpoint";
+  if (!sharded && way != "ddp" && way != "zero2") {
+    std::fprintf(stderr, "fsdp_transformer_bench: --way %s is not one of ddp, zero2, fsdp, "
+                         "fsdp-checkpoint\n", way.c_str());
+    return 2;
+  }
+
+  reset_peak_rss();
+  const auto built = std::chrono::steady_clock::now();
+  std::shared_ptr<ddp::FullyShardedDataParallel> fsdp_model;
+  std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
+  ddp::examples::Gpt net{nullptr};
+  if (sharded) {
+    ddp::ShardedConstruction construction(group);
+    torch::manual_seed(1);
+    net = ddp::examples::Gpt(config);
+    fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(net, group);
+  } else {
+    torch::manual_seed(1);
+    net = ddp::examples::Gpt(config);
+    if (way == "ddp") {
+      ddp_model = std::make_shared<ddp::DistributedDataParallel>(
+          net, ddp::DistributedDataParallelOptions().gradient_as_bucket_view(true), group);
+    }
+  }
+  const double construction_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count();
+  const int64_t construction_rss = status_bytes("VmHWM");
+
+  const auto adamw = torch::optim::AdamWOptions(1e-4);
+  std::unique_ptr<torch::optim::AdamW> plain;
+  std::unique_ptr<ddp::ZeroRedundancyOptimizer> zero;
+  std::vector<at::Tensor> counted = net->parameters();
+  if (fsdp_model) {
+    plain = std::make_unique<torch::optim::AdamW>((*fsdp_model)->parameters(), adamw);
+    for (const auto& shard : (*fsdp_model)->parameters()) counted.push_back(shard);
+  } else if (ddp_model) {
+    plain = std::make_unique<torch::optim::AdamW>(net->parameters(), adamw);
+  } else {
+    zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
+        net->parameters(), ddp::zero_optimizer<torch::optim::AdamW>(adamw),
+        ddp::ZeroRedundancyOptimizerOptions().stage(2), group);
+  }
+  torch::optim::Optimizer& optimizer = zero ? zero->local_optimizer() : *plain;
+
+  reset_peak_rss();
+  std::vector<double> times;
+  int64_t held = 0, peak_gathered = 0;
+  double loss_value = 0;
+  for (int step = 0; step <= steps; ++step) {
+    torch::manual_seed(100 * step + group->rank());
+    const at::Tensor text = torch::randint(config.vocabulary, {batch, length + 1});
+    const auto start = std::chrono::steady_clock::now();
+    if (zero) {
+      zero->zero_grad();
+    } else {
+      plain->zero_grad();
+    }
+    const at::Tensor input = text.narrow(1, 0, length);
+    const at::Tensor logits = ddp_model    ? (*ddp_model)->forward(input)
+                              : fsdp_model ? (*fsdp_model)->forward(input)
+                                           : net->forward(input);
+    const at::Tensor loss = torch::cross_entropy_loss(
+        logits.reshape({-1, config.vocabulary}), text.narrow(1, 1, length).reshape({-1}));
+    loss.backward();
+    if (zero) {
+      zero->step();
+    } else {
+      plain->step();
+    }
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (step > 0) times.push_back(s);
+    loss_value = loss.item<double>();
+    std::vector<at::Tensor> tensors = counted;
+    for (const auto& p : counted) tensors.push_back(p.grad());
+    for (auto& entry : optimizer.state()) {
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*entry.second);
+      tensors.push_back(state.exp_avg());
+      tensors.push_back(state.exp_avg_sq());
+    }
+    held = std::max(held, storage_bytes(tensors));
+    if (fsdp_model) {
+      peak_gathered = std::max(peak_gathered, (*fsdp_model)->memory().peak_gathered_bytes);
+    }
+  }
+  std::sort(times.begin(), times.end());
+  const int64_t step_rss = largest_across_ranks(status_bytes("VmHWM"), *group);
+  const int64_t construction_peak = largest_across_ranks(construction_rss, *group);
+  const int64_t fixed = largest_across_ranks(fixed_rss, *group);
+  held = largest_across_ranks(held, *group);
+  peak_gathered = largest_across_ranks(peak_gathered, *group);
+  if (group->rank() == 0) {
+    std::printf(
+        "way=%s ranks=%d parameters=%lld fixed_rss_bytes=%lld construction_rss_bytes=%lld "
+        "step_rss_bytes=%lld held_bytes=%lld peak_gathered_bytes=%lld construction_s=%.1f "
+        "step_s=%.2f loss=%.4f\n",
+        way.c_str(), group->size(), static_cast<long long>(config.parameter_count()),
+        static_cast<long long>(fixed), static_cast<long long>(construction_peak),
+        static_cast<long long>(step_rss), static_cast<long long>(held),
+        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2],
+        loss_value);
+  }
+  return 0;
+}

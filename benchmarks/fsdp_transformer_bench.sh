@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A transformer too large for any one rank, trained at 4 ranks (issue #58):
+# the decoder-only transformer of examples/common/gpt.hpp, AdamW in fp32,
+# one way per ddprun job so that each peak RSS is its own.
+#   1. At a small size (WIDTH_SMALL, LAYERS_SMALL) every way runs: DDP,
+#      ZeRO-2, FSDP and FSDP with activation checkpointing (both built under
+#      ddp::ShardedConstruction). What each rank holds beyond its training
+#      state's formula (16 Psi for DDP, 4 Psi + 12 Psi/N for ZeRO-2,
+#      16 Psi/N for FSDP) is that way's overhead: the process's fixed part,
+#      activations, communication buffers.
+#   2. At the large size (WIDTH, LAYERS), where 16 Psi exceeds a rank's share
+#      of the machine and DDP's 4 x 16 Psi exceeds all of it, DDP and ZeRO-2
+#      run only where their need fits 85% of the machine (DDP does not):
+#      their need per rank is the formula at this size plus the overhead
+#      measured at the small size. FSDP with and without
+#      checkpointing run, their peak RSS per rank against the bound
+#      16 Psi/N + two units' parameters and gradients + the fixed part +
+#      activations (every block's input, plus one block's internals with
+#      checkpointing or every block's without: 4 bytes x (18 BLW + 3 BHL^2)
+#      a block).
+#
+# Usage: benchmarks/fsdp_transformer_bench.sh
+# Environment: ONLY_DDP_ZERO (set: stop after DDP and ZeRO-2 at the large
+# size), RANKS (4), WIDTH (2048), LAYERS (9), HEADS (16), WIDTH_SMALL
+# (512), LAYERS_SMALL (4), BATCH (1), LENGTH (32), STEPS (2; the median of
+# these, after one untimed), DDP_BUILD_DIR (build), DDP_SKIP_BUILD (set: use
+# the build as it is), JOBS (2).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${DDP_BUILD_DIR:-$root/build}
+# shellcheck source=benchmarks/common.sh
+source "$root/benchmarks/common.sh"
+[[ -n ${DDP_SKIP_BUILD:-} ]] || build_benchmarks fsdp_transformer_bench ddprun
+
+ranks=${RANKS:-4}
+width=${WIDTH:-2048}
+layers=${LAYERS:-9}
+heads=${HEADS:-16}
+width_small=${WIDTH_SMALL:-512}
+layers_small=${LAYERS_SMALL:-4}
+batch=${BATCH:-1}
+length=${LENGTH:-32}
+export OMP_NUM_THREADS=1
+machine_bytes=$(($(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024))
+echo "cores: $(nproc --all); memory: $((machine_bytes >> 30)) GiB; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+
+run() {  # run WAY WIDTH LAYERS: the result line of rank 0
+  "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" "$build/bin/fsdp_transformer_bench" \
+    --way "$1" --width "$2" --layers "$3" --heads "$heads" --batch "$batch" --length "$length" \
+    --steps "${STEPS:-2}" | sed -n 's/^\[0\] //p'
+}
+gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1073741824 }'; }
+state() {  # state WAY PSI: the training state per rank, by the formula
+  case $1 in
+    ddp) echo $((16 * $2)) ;;
+    zero2) echo $((4 * $2 + 12 * $2 / ranks)) ;;
+    *) echo $((16 * $2 / ranks)) ;;
+  esac
+}
+activations() {  # activations WAY WIDTH LAYERS: bytes per rank, estimated
+  awk -v b="$batch" -v l="$length" -v w="$2" -v h="$heads" -v n="$3" -v c="$([[ $1 == *checkpoint ]] && echo 1 || echo 0)" \
+    'BEGIN { block = 4 * (18 * b * l * w + 3 * b * h * l * l); inputs = 4 * n * b * l * w;
+             printf "%d", inputs + (c ? block : n * block) }'
+}
+psi_of() { awk -v w="$1" -v n="$2" 'BEGIN { printf "%d", (256 + 128) * w + n * (12 * w * w + 13 * w) + 2 * w }'; }
+
+echo
+echo "1. small size: width $width_small, $layers_small blocks, $ranks ranks over Gloo (GiB per rank)"
+printf '%-16s %12s %10s %12s %12s %10s %8s\n' way parameters state construction peak_rss overhead step_s
+declare -A overhead
+for way in ddp zero2 fsdp fsdp-checkpoint; do
+  line=$(run "$way" "$width_small" "$layers_small")
+  psi=$(field "$line" parameters)
+  formula=$(state "$way" "$psi")
+  peak=$(field "$line" step_rss_bytes)
+  overhead[$way]=$((peak - formula))
+  printf '%-16s %12s %10s %12s %12s %10s %8s\n' "$way" "$psi" "$(gib "$formula")" \
+    "$(gib "$(field "$line" construction_rss_bytes)")" "$(gib "$peak")" "$(gib "${overhead[$way]}")" \
+    "$(field "$line" step_s)"
+done
+
+psi=$(psi_of "$width" "$layers")
+unit=$((12 * width * width + 13 * width))
+echo
+echo "2. large size: width $width, $layers blocks, $psi parameters (16 Psi = $(gib $((16 * psi))) GiB;" \
+  "this machine: $(gib "$machine_bytes") GiB, $(gib $((machine_bytes / ranks))) GiB a rank), $ranks ranks"
+printf '%-16s %10s %12s %12s %12s %12s %10s %8s\n' way state need/rank need_total bound peak_rss construction step_s
+for way in ddp zero2; do
+  formula=$(state "$way" "$psi")
+  need=$((formula + overhead[$way]))
+  # Run only where all ranks' need stays under 85% of the machine.
+  if [[ $((need * ranks)) -lt $((machine_bytes * 85 / 100)) && -z ${SKIP_FITTING:-} ]]; then
+    line=$(run "$way" "$width" "$layers")
+    printf '%-16s %10s %12s %12s %12s %12s %10s %8s\n' "$way" "$(gib "$formula")" "$(gib "$need")" \
+      "$(gib $((need * ranks)))" - "$(gib "$(field "$line" step_rss_bytes)")" \
+      "$(gib "$(field "$line" construction_rss_bytes)")" "$(field "$line" step_s)"
+  else
+    printf '%-16s %10s %12s %12s %12s %12s %10s %8s\n' "$way" "$(gib "$formula")" "$(gib "$need")" \
+      "$(gib $((need * ranks)))" - "not run" - -
+  fi
+done
+[[ -z ${ONLY_DDP_ZERO:-} ]] || exit 0
+for way in fsdp fsdp-checkpoint; do
+  line=$(run "$way" "$width" "$layers")
+  formula=$(state "$way" "$psi")
+  fixed=$(field "$line" fixed_rss_bytes)
+  bound=$((formula + 2 * 8 * unit + fixed + $(activations "$way" "$width" "$layers")))
+  peak=$(field "$line" step_rss_bytes)
+  printf '%-16s %10s %12s %12s %12s %12s %10s %8s\n' "$way" "$(gib "$formula")" - - "$(gib "$bound")" \
+    "$(gib "$peak")$([[ $peak -le $bound ]] && echo "" || echo "!")" \
+    "$(gib "$(field "$line" construction_rss_bytes)")" "$(field "$line" step_s)"
+done
+echo "(need: the formula plus the overhead measured at the small size; a peak marked ! is above its bound)"
