@@ -66,6 +66,12 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
   expect_help_lists(DDP_EXAMPLE_TOY_TRAINER, with({"--batch-size", "--no-trace-steps"}));
   expect_help_lists(DDP_EXAMPLE_HOROVOD,
                     with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
+  expect_help_lists(DDP_EXAMPLE_GPT_FORTUNES,
+                    with({"--data-dir", "--size", "--batch-size", "--steps-per-epoch", "--lr",
+                          "--weight-decay", "--checkpoint", "--export"}));
+  const ChildResult wrong_size = run({DDP_EXAMPLE_GPT_FORTUNES, "--size", "huge"});
+  EXPECT_NE(wrong_size.exit_code, 0) << wrong_size.output;
+  EXPECT_NE(wrong_size.output.find("--size"), std::string::npos) << wrong_size.output;
   const ChildResult wrong = run({DDP_EXAMPLE_MNIST_DDP, "--epochs", "0"});
   EXPECT_NE(wrong.exit_code, 0) << wrong.output;
   EXPECT_NE(wrong.output.find("--epochs"), std::string::npos) << wrong.output;
