@@ -65,8 +65,9 @@ int64_t storage_bytes(const std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The transformer of examples/common/gpt.hpp: DDP, ZeRO-2 and FSDP memory and step "
-               "time; run fsdp_transformer_bench.sh"};
+  CLI::App app{
+      "The transformer of examples/common/gpt.hpp: DDP, ZeRO-2 and FSDP memory and step "
+      "time; run fsdp_transformer_bench.sh"};
   std::string way = "fsdp";
   int steps = 2;
   int64_t batch = 2, length = 64;
@@ -88,8 +89,10 @@ int main(int argc, char** argv) {
   config.checkpointed = way == "fsdp-checkpoint";
   const bool sharded = way == "fsdp" || way == "fsdp-checkpoint";
   if (!sharded && way != "ddp" && way != "zero2") {
-    std::fprintf(stderr, "fsdp_transformer_bench: --way %s is not one of ddp, zero2, fsdp, "
-                         "fsdp-checkpoint\n", way.c_str());
+    std::fprintf(stderr,
+                 "fsdp_transformer_bench: --way %s is not one of ddp, zero2, fsdp, "
+                 "fsdp-checkpoint\n",
+                 way.c_str());
     return 2;
   }
 
@@ -148,8 +151,8 @@ int main(int argc, char** argv) {
     const at::Tensor logits = ddp_model    ? (*ddp_model)->forward(input)
                               : fsdp_model ? (*fsdp_model)->forward(input)
                                            : net->forward(input);
-    const at::Tensor loss = torch::cross_entropy_loss(
-        logits.reshape({-1, config.vocabulary}), text.narrow(1, 1, length).reshape({-1}));
+    const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, config.vocabulary}),
+                                                      text.narrow(1, 1, length).reshape({-1}));
     loss.backward();
     if (zero) {
       zero->step();
@@ -186,8 +189,7 @@ int main(int argc, char** argv) {
         way.c_str(), group->size(), static_cast<long long>(config.parameter_count()),
         static_cast<long long>(fixed), static_cast<long long>(construction_peak),
         static_cast<long long>(step_rss), static_cast<long long>(held),
-        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2],
-        loss_value);
+        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2], loss_value);
   }
   return 0;
 }
