@@ -51,6 +51,7 @@ struct Options : ddp::examples::CommonOptions {
   std::string size = "small";
   int64_t batch_size = 16;  // windows per rank and step
   int64_t steps_per_epoch = 100;
+  int64_t valid_windows = 256;
   double lr = 1e-3;
   double weight_decay = 0.01;
   bool checkpoint = true;
@@ -145,9 +146,11 @@ int train(const Options& o) {
   const int64_t split = corpus.numel() * 95 / 100;
   const torch::Tensor train_text = corpus.narrow(0, 0, split);
   const torch::Tensor valid_text = corpus.narrow(0, split, corpus.numel() - split);
-  // 256 windows evenly spaced over the validation text (examples/gpt_reference.py takes the same).
+  // Windows evenly spaced over the validation text (examples/gpt_reference.py takes the same).
   const torch::Tensor valid_windows =
-      windows(valid_text, torch::arange(256) * ((valid_text.numel() - config.context - 1) / 256),
+      windows(valid_text,
+              torch::arange(o.valid_windows) *
+                  ((valid_text.numel() - config.context - 1) / o.valid_windows),
               config.context);
 
   // Note [Sharded construction]: each block is sharded as soon as it is built.
@@ -276,6 +279,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--steps-per-epoch", o.steps_per_epoch, "steps in an epoch")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--valid-windows", o.valid_windows,
+                 "validation windows, evenly spaced over the last 5% of the corpus")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   app.add_option("--lr", o.lr, "AdamW learning rate")
       ->check(CLI::PositiveNumber)

@@ -4,7 +4,7 @@
 Loads what `example_gpt_fortunes --export FILE` wrote (torch.save's format)
 into the same model, written here with torch.nn alone and the same
 parameter names, and evaluates it on the validation windows the example
-evaluates: the last 5% of the fortunes corpus, 256 windows evenly spaced.
+evaluates: the last 5% of the fortunes corpus, --valid-windows (256) evenly spaced.
 Prints the mean loss, the perplexity and the next-byte accuracy, and a
 sample continuing --prompt.
 
@@ -82,6 +82,7 @@ def main():
     parser.add_argument("--heads", type=int, default=4, help="attention heads (large: 16)")
     parser.add_argument("--data-dir", default="/usr/share/games/fortunes")
     parser.add_argument("--prompt", default="The ")
+    parser.add_argument("--valid-windows", type=int, default=256, help="as the example's")
     args = parser.parse_args()
 
     state = torch.load(args.checkpoint)["model"]
@@ -94,8 +95,8 @@ def main():
 
     corpus = read_corpus(args.data_dir)
     valid = corpus[len(corpus) * 95 // 100:]
-    stride = (len(valid) - context - 1) // 256
-    starts = torch.arange(256) * stride
+    stride = (len(valid) - context - 1) // args.valid_windows
+    starts = torch.arange(args.valid_windows) * stride
     windows = valid[starts.unsqueeze(1) + torch.arange(context + 1).unsqueeze(0)]
     loss_sum, correct, count = 0.0, 0.0, 0
     with torch.no_grad():

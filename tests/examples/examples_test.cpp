@@ -68,7 +68,7 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
                     with({"--data-dir", "--batch-size", "--lr", "--momentum", "--warmup-steps"}));
   expect_help_lists(DDP_EXAMPLE_GPT_FORTUNES,
                     with({"--data-dir", "--size", "--batch-size", "--steps-per-epoch", "--lr",
-                          "--weight-decay", "--checkpoint", "--export"}));
+                          "--weight-decay", "--checkpoint", "--export", "--valid-windows"}));
   const ChildResult wrong_size = run({DDP_EXAMPLE_GPT_FORTUNES, "--size", "huge"});
   EXPECT_NE(wrong_size.exit_code, 0) << wrong_size.output;
   EXPECT_NE(wrong_size.output.find("--size"), std::string::npos) << wrong_size.output;
@@ -498,6 +498,8 @@ TEST_F(ExamplesRun, GptFortunesResumesBitExactlyAndItsExportLoadsInPyTorch) {
                                       path(snapshots),
                                       "--save-every-steps",
                                       "2",
+                                      "--valid-windows",
+                                      "32",
                                       "--metrics-csv",
                                       path(snapshots + ".csv")};
     flags.insert(flags.end(), extra.begin(), extra.end());
@@ -530,8 +532,8 @@ TEST_F(ExamplesRun, GptFortunesResumesBitExactlyAndItsExportLoadsInPyTorch) {
   EXPECT_LT(rows[1].loss, rows[0].loss) << "the validation loss did not fall";
 
   SKIP_WITHOUT_TORCH();
-  const ChildResult python =
-      run({torch_python(), DDP_GPT_REFERENCE, path("gpt.pt"), "--heads", "4"});
+  const ChildResult python = run(
+      {torch_python(), DDP_GPT_REFERENCE, path("gpt.pt"), "--heads", "4", "--valid-windows", "32"});
   ASSERT_EQ(python.exit_code, 0) << python.output;
   const size_t at = python.output.find("python loss=");
   ASSERT_NE(at, std::string::npos) << python.output;
