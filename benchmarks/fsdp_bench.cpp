@@ -29,8 +29,13 @@
 #include <vector>
 
 #include "ddp/ddp.hpp"
+#include "memory.hpp"
 
 namespace {
+
+using ddp_bench::held_tensors;
+using ddp_bench::largest_across_ranks;
+using ddp_bench::storage_bytes;
 
 namespace nn = torch::nn;
 
@@ -42,38 +47,6 @@ nn::Sequential make_model(int64_t width, int layers) {
     if (k + 1 < layers) model->push_back(nn::Tanh());
   }
   return model;
-}
-
-// Bytes of the distinct storages of `tensors` (a view counts once).
-int64_t storage_bytes(const std::vector<at::Tensor>& tensors) {
-  std::map<const void*, int64_t> seen;
-  for (const auto& t : tensors) {
-    if (t.defined() && t.storage().nbytes() > 0) {
-      seen[t.storage().data()] = static_cast<int64_t>(t.storage().nbytes());
-    }
-  }
-  int64_t bytes = 0;
-  for (const auto& [pointer, size] : seen) bytes += size;
-  return bytes;
-}
-
-// Parameters, their gradients and the optimizer's state tensors.
-std::vector<at::Tensor> held_tensors(const std::vector<at::Tensor>& parameters,
-                                     torch::optim::Optimizer& optimizer) {
-  std::vector<at::Tensor> tensors = parameters;
-  for (const auto& p : parameters) tensors.push_back(p.grad());
-  for (auto& entry : optimizer.state()) {
-    auto& state = static_cast<torch::optim::AdamWParamState&>(*entry.second);
-    tensors.push_back(state.exp_avg());
-    tensors.push_back(state.exp_avg_sq());
-  }
-  return tensors;
-}
-
-int64_t largest_across_ranks(int64_t value, ddp::ProcessGroup& group) {
-  at::Tensor t = torch::tensor({value}, torch::kLong);
-  group.all_reduce(t, ddp::ReduceOp::kMax);
-  return t.item<int64_t>();
 }
 
 int64_t peak_rss_bytes() {

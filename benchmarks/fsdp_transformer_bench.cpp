@@ -20,47 +20,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/gpt.hpp"
 #include "ddp/ddp.hpp"
+#include "memory.hpp"
 
 namespace {
 
-// /proc/self/status's `key` (VmRSS, VmHWM) in bytes.
-int64_t status_bytes(const std::string& key) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
-  }
-  return -1;
-}
-
-void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
-int64_t largest_across_ranks(int64_t value, ddp::ProcessGroup& group) {
-  at::Tensor t = torch::tensor({value}, torch::kLong);
-  group.all_reduce(t, ddp::ReduceOp::kMax);
-  return t.item<int64_t>();
-}
-
-// Bytes of the distinct storages of `tensors` (a view counts once).
-int64_t storage_bytes(const std::vector<at::Tensor>& tensors) {
-  std::map<const void*, int64_t> seen;
-  for (const auto& t : tensors) {
-    if (t.defined() && t.has_storage() && t.storage().nbytes() > 0) {
-      seen[t.storage().data()] = static_cast<int64_t>(t.storage().nbytes());
-    }
-  }
-  int64_t bytes = 0;
-  for (const auto& [pointer, size] : seen) bytes += size;
-  return bytes;
-}
+using ddp_bench::held_tensors;
+using ddp_bench::largest_across_ranks;
+using ddp_bench::reset_peak_rss;
+using ddp_bench::status_bytes;
+using ddp_bench::storage_bytes;
 
 }  // namespace
 
@@ -163,14 +137,7 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step > 0) times.push_back(s);
     loss_value = loss.item<double>();
-    std::vector<at::Tensor> tensors = counted;
-    for (const auto& p : counted) tensors.push_back(p.grad());
-    for (auto& entry : optimizer.state()) {
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*entry.second);
-      tensors.push_back(state.exp_avg());
-      tensors.push_back(state.exp_avg_sq());
-    }
-    held = std::max(held, storage_bytes(tensors));
+    held = std::max(held, storage_bytes(held_tensors(counted, optimizer)));
     if (fsdp_model) {
       peak_gathered = std::max(peak_gathered, (*fsdp_model)->memory().peak_gathered_bytes);
     }
