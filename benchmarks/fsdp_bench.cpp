@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   int steps = 3, layers = 5;
   int64_t width = 3200, batch = 8;
   std::string backend = "gloo", device_name = "cpu";
-  app.add_option("--way", way, "ddp, zero1, zero2, fsdp or fsdp-no-prefetch")->required();
+  app.add_option("--way", way, "ddp, zero1, zero2, fsdp, fsdp-no-prefetch or fsdp-overlap")
+      ->required();
   app.add_option("--steps", steps, "timed steps, after one untimed");
   app.add_option("--width", width, "width of each Linear layer");
   app.add_option("--layers", layers, "Linear layers (each one FSDP unit)");
@@ -110,12 +111,17 @@ int main(int argc, char** argv) {
   if (way == "ddp" || way == "zero1") {
     ddp_model = std::make_shared<ddp::DistributedDataParallel>(
         net, ddp::DistributedDataParallelOptions().gradient_as_bucket_view(true), group);
-  } else if (way == "fsdp" || way == "fsdp-no-prefetch") {
+  } else if (way == "fsdp" || way == "fsdp-no-prefetch" || way == "fsdp-overlap") {
     fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(
-        net, ddp::FullyShardedDataParallelOptions().prefetch(way == "fsdp" ? 1 : 0), group);
+        net,
+        ddp::FullyShardedDataParallelOptions()
+            .prefetch(way == "fsdp-no-prefetch" ? 0 : 1)
+            .overlap_reduction(way == "fsdp-overlap"),
+        group);
   } else if (way != "zero2") {
     std::fprintf(stderr,
-                 "fsdp_bench: --way %s is not one of ddp, zero1, zero2, fsdp, fsdp-no-prefetch\n",
+                 "fsdp_bench: --way %s is not one of ddp, zero1, zero2, fsdp, fsdp-no-prefetch, "
+                 "fsdp-overlap\n",
                  way.c_str());
     return 2;
   }

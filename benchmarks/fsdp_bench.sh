@@ -6,10 +6,11 @@
 #      parameters, gradients and optimizer state (distinct storages, after
 #      the step), against the formula (16 Psi for DDP, 8 Psi + 8 Psi/N for
 #      ZeRO-1, 4 Psi + 12 Psi/N for ZeRO-2, 16 Psi/N for FSDP); FSDP's peak of
-#      full parameters and gradients against the two largest units' worth;
+#      full parameters and gradients against the two largest units'
+#      parameters and the largest one's gradient;
 #      the peak RSS;
 #   2. step time with 2 ranks on shm and on Gloo: DDP, ZeRO-2, FSDP with
-#      prefetch and without;
+#      prefetch and without, and with overlap_reduction;
 #   3. (PARTS=timeline) the timeline of one FSDP step, 2 ranks on shm with
 #      prefetch on and off (DDP_TIMELINE; rank 0's fsdp.gather and
 #      fsdp.reduce events of the last step, from issue to wait()'s return);
@@ -59,7 +60,7 @@ echo "memory: parameters, gradients and AdamW state per rank (MiB), on $device" 
 printf '%-5s %-8s %12s %12s %8s %14s %12s %12s %12s\n' ranks way held formula ratio peak_gathered bound \
   peak_rss cuda_peak
 unit=$((width * width + width))
-bound=$((2 * 2 * 4 * unit))  # two largest units, full parameters and gradients, fp32
+bound=$((3 * 4 * unit))  # two units' full parameters and one's gradient, fp32
 for ranks in ${RANKS:-1 2 4}; do
   for way in ddp zero1 zero2 fsdp; do
     line=$(run "$ranks" "$way" "$(backend_for "$ranks")")
@@ -90,7 +91,7 @@ speed_ranks=2 speed_backends="shm gloo"
 echo "step time, $speed_ranks rank(s) on $device (median ms)"
 printf '%-8s %-18s %10s\n' backend way step_ms
 for backend in $speed_backends; do
-  for way in ddp zero2 fsdp fsdp-no-prefetch; do
+  for way in ddp zero2 fsdp fsdp-no-prefetch fsdp-overlap; do
     line=$(run "$speed_ranks" "$way" "$backend")
     printf '%-8s %-18s %10s\n' "$backend" "$way" "$(field "$line" step_ms)"
   done

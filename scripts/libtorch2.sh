@@ -43,10 +43,11 @@ packages=(
 # The suites this leg must run, where CI is set (Note [A skip CI does not
 # allow] in tests/common/required_suites.hpp): torchrun 2.6 and PyTorch 2.6
 # from the root's python3-torch, which also loads and saves the checkpoints
-# of SnapshotPyTorchInterop*. Not InteropMpirun or InteropSlurm: the root
+# of SnapshotPyTorchInterop* and runs ExamplesGpt's reference model beside
+# the root's fortunes. Not InteropMpirun or InteropSlurm: the root
 # has neither Open MPI nor Slurm, and the host leg runs both
 # (scripts/run-tests.sh).
-required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop)
+required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop ExamplesGpt)
 
 start=$(date +%s)
 say() { echo "libtorch2: $* ($(( $(date +%s) - start )) s)"; }

@@ -21,6 +21,7 @@ ddp_add_library(comm DEPENDS ddp_base SOURCES
   ${comm}/flight_recorder/flight_recorder_observer.cpp
   ${comm}/flight_recorder/ring.cpp
   ${comm}/backends/c10d_process_group.cpp
+  ${comm}/backends/gloo_backend.cpp
   ${comm}/backends/gloo_process_group.cpp
   ${comm}/backends/auto_process_group.cpp
   ${comm}/backends/node_grouping.cpp
@@ -55,6 +56,13 @@ endif()
 target_link_libraries(ddp_comm PUBLIC ${TORCH_LIBRARIES} Threads::Threads PRIVATE OpenSSL::Crypto)
 if(DDP_WITH_NCCL)
   target_include_directories(ddp_comm SYSTEM PRIVATE ${DDP_NCCL_HEADER_DIR})
+endif()
+# ddp's own Gloo collectives (Note [Gloo collectives without a full-size
+# copy]) call Gloo directly: Debian's LibTorch links it as libgloo, PyTorch's
+# wheels carry it inside libtorch_cpu.
+find_library(DDP_GLOO_LIBRARY gloo)
+if(DDP_GLOO_LIBRARY)
+  target_link_libraries(ddp_comm PRIVATE ${DDP_GLOO_LIBRARY})
 endif()
 # shm_open and friends live in librt on older C libraries.
 find_library(DDP_LIBRT rt)

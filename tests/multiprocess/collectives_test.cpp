@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/expect_checks.hpp"
+#include "multiprocess/collective_memory_checks.hpp"
 #include "multiprocess/harness.hpp"
 #include "multiprocess/worker_checks.hpp"
 
@@ -23,6 +24,17 @@ TEST_P(CoreCollectives, EveryDtypeAndOpMatchesClosedForm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Core, CoreCollectives, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+class CollectiveMemory : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveMemory, GlooHoldsNoFullSizeCopy) {
+  const int world = GetParam();
+  auto results = run_ranks(world, {"collective-memory", "--backend", "gloo"});
+  expect_checks(results, collective_memory_check_names());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, CollectiveMemory, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 void expect_topology(const std::vector<launch::ChildResult>& results, const std::string& source,

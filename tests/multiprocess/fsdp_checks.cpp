@@ -98,14 +98,17 @@ class FsdpChecker {
     checks_.check(fsdp_check::kFreed, freed.empty(), freed);
     // Four equal units between two smaller ones: holding a third unit's
     // worth would break the bound.
-    torch::manual_seed(16);
-    nn::Sequential deep(nn::Linear(7, 16), nn::Tanh());
-    for (int k = 0; k < 4; ++k) {
-      deep->push_back(nn::Linear(16, 16));
-      deep->push_back(nn::Tanh());
-    }
-    deep->push_back(nn::Linear(16, 5));
-    train(deep, sgd(), {}, &peak_);
+    auto deep = [] {
+      torch::manual_seed(16);
+      nn::Sequential model(nn::Linear(7, 16), nn::Tanh());
+      for (int k = 0; k < 4; ++k) {
+        model->push_back(nn::Linear(16, 16));
+        model->push_back(nn::Tanh());
+      }
+      model->push_back(nn::Linear(16, 5));
+      return model;
+    };
+    train(deep(), sgd(), {}, &peak_);
     checks_.check(fsdp_check::kPeak, peak_.empty(), peak_);
 
     const auto adamw_reference = reference(make_mlp(6), adamw());
@@ -117,6 +120,13 @@ class FsdpChecker {
     auto unprefetched = std::get<0>(
         train(make_mlp(6 + rank_), adamw(), FullyShardedDataParallelOptions().prefetch(0)));
     checks_.check(fsdp_check::kNoPrefetch, identical(unprefetched, adamw_params), "they differ");
+    const auto overlapping = FullyShardedDataParallelOptions().overlap_reduction(true);
+    std::string overlapped_peak;
+    train(deep(), sgd(), overlapping, &overlapped_peak);
+    const bool overlapped_equal =
+        identical(std::get<0>(train(make_mlp(6 + rank_), adamw(), overlapping)), adamw_params);
+    checks_.check(fsdp_check::kOverlapReduction, overlapped_equal && overlapped_peak.empty(),
+                  overlapped_equal ? overlapped_peak : "they differ");
 
     torch::manual_seed(8);
     TwoLayer whole_reference = on(TwoLayer());
@@ -201,11 +211,14 @@ class FsdpChecker {
     for (int64_t numel : model->unit_numels())
       shard_numels.push_back((numel + world_ - 1) / world_);
     if (peak) {
-      // Two largest units, full parameters and full gradients, padded.
+      // The two largest units' full parameters and the largest one's full
+      // gradient (both largest ones' with overlap_reduction), padded.
       std::vector<int64_t> unit_bytes;
-      for (int64_t shard : shard_numels) unit_bytes.push_back(2 * shard * world_ * 4);
+      for (int64_t shard : shard_numels) unit_bytes.push_back(shard * world_ * 4);
       std::sort(unit_bytes.rbegin(), unit_bytes.rend());
-      const int64_t bound = unit_bytes.at(0) + (unit_bytes.size() > 1 ? unit_bytes[1] : 0);
+      const int64_t second = unit_bytes.size() > 1 ? unit_bytes[1] : 0;
+      const int64_t bound =
+          unit_bytes.at(0) + second + unit_bytes[0] + (options.overlap_reduction() ? second : 0);
       const auto memory = model->memory();
       if (memory.peak_gathered_bytes > bound || memory.peak_gathered_bytes == 0 ||
           memory.gathered_bytes != 0) {

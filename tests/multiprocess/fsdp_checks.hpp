@@ -33,13 +33,17 @@ inline const std::string kAdamW = "Sequential MLP with AdamW matches one process
 inline const std::string kKeepGathered =
     "reshard_after_forward off matches reshard_after_forward on bit for bit";
 inline const std::string kNoPrefetch = "prefetch 0 matches prefetch 1 bit for bit";
+inline const std::string kOverlapReduction =
+    "overlap_reduction matches the default bit for bit, its peak of full parameters and "
+    "gradients within the two largest units' parameters and gradients";
 inline const std::string kWholeModel = "a custom module as one unit matches one process";
 inline const std::string kFrozen = "a frozen first layer stays as it was and the rest matches";
 inline const std::string kShardSizes =
     "each unit's shard holds ceil(numel / world size) elements, and each parameter's pieces on "
     "the ranks hold its elements once";
 inline const std::string kPeak =
-    "the peak of full parameters and gradients held is at most the two largest units' worth";
+    "the peak of full parameters and gradients held is at most the two largest units' "
+    "parameters and the largest unit's gradient (one full gradient alive at a time)";
 inline const std::string kFreed = "the module's parameters hold no bytes between steps";
 inline const std::string kTransformer =
     "a ModuleList of transformer blocks by sharded_call, tied embeddings in the root, matches one "
@@ -76,6 +80,7 @@ inline std::set<std::string> fsdp_check_names() {
           kAdamW,
           kKeepGathered,
           kNoPrefetch,
+          kOverlapReduction,
           kWholeModel,
           kFrozen,
           kShardSizes,

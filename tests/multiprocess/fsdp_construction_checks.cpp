@@ -1,14 +1,13 @@
 #include "multiprocess/fsdp_construction_checks.hpp"
 
-#include <malloc.h>
 #include <torch/torch.h>
 
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "common/peak_rss.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
@@ -70,19 +69,6 @@ struct WideImpl : nn::Module {
   std::vector<nn::Sequential> blocks;
 };
 TORCH_MODULE(Wide);
-
-// /proc/self/status's field `key` (VmRSS, VmHWM) in bytes.
-int64_t status_bytes(const std::string& key) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
-  }
-  return -1;
-}
-
-// Starts a new peak RSS (VmHWM) at the current RSS.
-void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 std::vector<Tensor> values_of(const torch::OrderedDict<std::string, Tensor>& named) {
   std::vector<Tensor> values;
@@ -195,20 +181,7 @@ class ConstructionChecker {
     return problem;
   }
 
-  // The growth of the peak RSS while `build` runs.
-  template <typename Build>
-  static int64_t peak_growth(const Build& build) {
-    malloc_trim(0);
-    reset_peak_rss();
-    const int64_t before = status_bytes("VmRSS");
-    build();
-    return status_bytes("VmHWM") - before;
-  }
-
   void peak_rss() {
-    // Freed blocks go back to the system at once (glibc would otherwise
-    // raise its mmap threshold after the first free and keep them).
-    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     constexpr int64_t kMiB = 1 << 20;
     const int64_t world = group_->size();
     // The shards, the unit being built and its shard, and 8 MiB.

@@ -53,7 +53,7 @@ inline const std::string kFrozenMiddle =
     "a frozen unit between trainable ones matches one process and is freed between steps";
 inline const std::string kForwardOrder =
     "units run in reverse registration order match one process, prefetch and reduce in that "
-    "order, and stay within the two-largest-units bound";
+    "order, and stay within two units' parameters and one unit's gradient";
 inline const std::string kTieWithRoot =
     "a parameter tied between a unit and the root is a ConfigError at construction naming both "
     "names";

@@ -9,6 +9,7 @@
 //
 // Scenarios:
 //   collectives  every collective, dtype and op against closed forms
+//   collective-memory  what a 16 MiB-chunk all-gather and reduce-scatter hold
 //   topology     prints the resolved topology, then all-reduces the ranks
 //   stall        every rank but --stall-rank (1) all-reduces and reports how
 //                long it took to fail; that rank issues nothing and leaves
@@ -54,6 +55,7 @@
 #include "ddp/launch/port_reservation.hpp"
 #include "multiprocess/any_module_checks.hpp"
 #include "multiprocess/checkpoint_checks.hpp"
+#include "multiprocess/collective_memory_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
@@ -213,6 +215,8 @@ int main(int argc, char** argv) {
       argc, argv,
       {{"collectives",
         checking([](const Group& g, auto&) { return t::check_all_collectives(*g); })},
+       {"collective-memory",
+        checking([](const Group& g, auto&) { return t::check_collective_memory(*g); })},
        {"topology", on_group([](const Group& g, auto&) { return run_topology(*g); })},
        {"stall",
         on_group([](const Group& g, const Arguments& args) { return run_stall(*g, args); })},

@@ -68,6 +68,13 @@ struct FullyShardedDataParallelOptions {
   /// on gathered units alive at once (1 + prefetch). 0 gathers each unit
   /// when it runs.
   TORCH_ARG(int, prefetch) = 1;
+  /// Let a unit's gradient reduce-scatter run on during the backward of the
+  /// unit before it, as FSDP2 does: faster where communication runs beside
+  /// compute (a GPU), and one more unit-sized gradient alive. false: each
+  /// reduction finishes before the next unit's gradient is allocated, so a
+  /// backward holds the running unit, its gradient and the prefetched unit
+  /// (Note [The order of a sharded step]).
+  TORCH_ARG(bool, overlap_reduction) = false;
   /// Which submodules are units (Note [Where the units come from]): called
   /// with each submodule's qualified name, outermost first; a picked
   /// module's descendants are not asked. Null: a Sequential's entries, or

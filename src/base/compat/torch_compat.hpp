@@ -64,6 +64,17 @@ inline constexpr bool kGlooHasBFloat16 = true;
 inline constexpr bool kGlooHasBFloat16 = false;
 #endif
 
+// The arguments of c10d::ProcessGroupGloo::AsyncWork's constructor before
+// its input tensors: later versions put the operation's type and a sequence
+// number (for c10d's own flight recorder, which ddp does not feed) after the
+// output tensors. Checked against 1.13 and 2.6.
+#if DDP_TORCH_AT_LEAST(2, 3)
+#define DDP_GLOO_ASYNC_WORK_ARGS(outputs, op_type, title) \
+  (outputs), c10d::OpType::op_type, 0, (title)
+#else
+#define DDP_GLOO_ASYNC_WORK_ARGS(outputs, op_type, title) (outputs), (title)
+#endif
+
 // Note [Gradient hooks on the accumulator]
 // DistributedDataParallel must act after a gradient has been accumulated
 // into .grad (so that accumulation under no_sync is included).

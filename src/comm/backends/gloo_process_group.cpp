@@ -7,12 +7,13 @@
 //    (integers with truncation, as NCCL's integer average does);
 //  - bfloat16: moved bit-for-bit as float16 (the same two bytes; Gloo 1.13
 //    carries neither bfloat16 nor int16) where nothing is computed
-//    (broadcast, all-gather, the exchange of reduce-scatter) and widened to
+//    (broadcast, the exchange of a 16-bit reduce-scatter) and widened to
 //    float32 where values are combined, which rounds once at the end rather
 //    than at every step of the ring;
-//  - reduce-scatter: an all-to-all (each rank receives its chunk from every
-//    peer, the same volume a ring reduce-scatter moves) and a local
-//    reduction of the received chunks (16-bit floats in float32).
+//  - all-gather and reduce-scatter: ddp's own, on Gloo's worker threads
+//    (Note [Gloo collectives without a full-size copy] in gloo_backend.hpp),
+//    except a reduce-scatter of 16-bit floats: an all-to-all (each rank
+//    receives its chunk from every peer) and a local reduction in float32.
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -24,6 +25,7 @@
 
 #include "comm/backends/average.hpp"
 #include "comm/backends/c10d_process_group.hpp"
+#include "comm/backends/gloo_backend.hpp"
 #include "ddp/base/errors.hpp"
 
 namespace ddp::comm::backends {
@@ -95,7 +97,8 @@ std::string local_address_towards(const std::string& master) {
 
 class GlooProcessGroup final : public C10dProcessGroup {
  public:
-  using C10dProcessGroup::C10dProcessGroup;
+  GlooProcessGroup(const BackendContext& context, c10::intrusive_ptr<GlooBackend> backend)
+      : C10dProcessGroup(context, backend, "gloo"), gloo_(*backend) {}
 
  protected:
   Work do_all_reduce(const at::Tensor& tensor, ReduceOp op) override {
@@ -124,10 +127,36 @@ class GlooProcessGroup final : public C10dProcessGroup {
   }
 
   Work do_all_gather(const at::Tensor& output, const at::Tensor& input) override {
-    return all_gather_as(input, as_movable(output), as_movable(input));
+    // CUDA tensors go through c10d's path, which stages them on the host.
+    if (!output.is_cpu()) return all_gather_as(input, as_movable(output), as_movable(input));
+    return detail::start_collective(info("all_gather", input), [&] {
+      return gloo_.all_gather_into(output.view({-1}), input.view({-1}), collective_timeout());
+    });
   }
 
   Work do_reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    const int world = size();
+    if ((input.element_size() == 2 && input.is_floating_point()) || !input.is_cpu()) {
+      return reduce_scatter_by_all_to_all(output, input, op);
+    }
+    return detail::start_collective(
+        info("reduce_scatter", output, op),
+        [&] {
+          return gloo_.reduce_scatter_ring(output.view({-1}), input.view({-1}), op,
+                                           collective_timeout());
+        },
+        [output, op, world] {
+          if (op == ReduceOp::kAverage) divide_by_world_size(output, world);
+        });
+  }
+
+ private:
+  // 16-bit floats and CUDA tensors: an all-to-all of the chunks (c10d's,
+  // which stages CUDA tensors on the host), combined here, 16-bit floats in
+  // float32 (one rounding at the end; LibTorch 1.13's CPU kernels lack some
+  // float16 reductions).
+  Work reduce_scatter_by_all_to_all(const at::Tensor& output, const at::Tensor& input,
+                                    ReduceOp op) {
     const int world = size();
     at::Tensor received = at::empty_like(input);
     return detail::start_collective(
@@ -142,13 +171,14 @@ class GlooProcessGroup final : public C10dProcessGroup {
         },
         [output, received, op, world] {
           at::Tensor chunks = received.view({world, -1});
-          // 16-bit floats are combined in float32: one rounding at the end,
-          // and LibTorch 1.13's CPU kernels lack some float16 reductions.
-          if (received.element_size() == 2 && received.is_floating_point())
+          if (received.element_size() == 2 && received.is_floating_point()) {
             chunks = chunks.to(at::kFloat);
+          }
           reduce_chunks(output.view({-1}), chunks, op, world);
         });
   }
+
+  GlooBackend& gloo_;
 };
 
 }  // namespace
@@ -164,9 +194,9 @@ std::shared_ptr<ProcessGroup> make_gloo_process_group(const BackendContext& cont
                                     : local_address_towards(context.topology.master_addr);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address));
   }
-  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(context.store, context.topology.rank,
-                                                             context.topology.world_size, options);
-  return std::make_shared<GlooProcessGroup>(context, std::move(backend), "gloo");
+  auto backend = c10::make_intrusive<GlooBackend>(context.store, context.topology.rank,
+                                                  context.topology.world_size, options);
+  return std::make_shared<GlooProcessGroup>(context, std::move(backend));
 }
 
 }  // namespace ddp::comm::backends

@@ -134,7 +134,8 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
             : std::vector<detail::BuiltUnit*>(plan.names.size(), nullptr);
   std::vector<std::string> descriptions{base::detail::str(
       "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
-      options_.prefetch(), ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
+      options_.prefetch(), ", overlap_reduction ", options_.overlap_reduction(),
+      ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
       options_.param_dtype() ? base::detail::dtype_name(*options_.param_dtype()) : "none")};
   for (size_t u = 0; u < plan.names.size(); ++u) {
     descriptions.push_back(plan.names[u] + ": " +

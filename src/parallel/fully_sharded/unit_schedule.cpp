@@ -232,12 +232,18 @@ void UnitSchedule::before_backward(int unit) {
     });
   }
   units_[unit]->wait_gathered();
-  if (accumulates_) units_[unit]->prepare_gradients();
-  if (options_.find_unused_units() || !order_.recorded()) return;  // all gathered
-  const int at = order_.position_of(unit);
-  for (int p = at - 1; p >= std::max(0, at - options_.prefetch()); --p) {
-    units_[order_.at(p)]->gather_async();
+  // The reduction the unit after this one started finishes (its full
+  // gradient and its buffers freed) before the units before this one are
+  // gathered and this unit's gradient is allocated: one full gradient alive
+  // at a time (Note [The order of a sharded step]).
+  if (accumulates_ && !options_.overlap_reduction()) finish_in_flight();
+  if (!options_.find_unused_units() && order_.recorded()) {  // else all are gathered
+    const int at = order_.position_of(unit);
+    for (int p = at - 1; p >= std::max(0, at - options_.prefetch()); --p) {
+      units_[order_.at(p)]->gather_async();
+    }
   }
+  if (accumulates_) units_[unit]->prepare_gradients();
 }
 
 void UnitSchedule::gradient_arrived(int unit, size_t parameter) {
@@ -270,12 +276,11 @@ void UnitSchedule::launch(int unit) {
     u.reshard();
     return;
   }
-  u.reduce_async();
-  u.reshard();
-  // One reduction in flight once this one started: the full gradients alive
-  // are the running unit's and the one being reduced (Note [The order of a
-  // sharded step]).
+  // One reduction in flight, also for units reduced one after another with
+  // no unit's backward between them (at the end of backward).
   finish_in_flight();
+  u.reshard();  // before the reduction's buffers are allocated
+  u.reduce_async();
   in_flight_ = unit;
 }
 

@@ -24,12 +24,16 @@ namespace ddp::parallel::detail {
 // with reshard_after_forward, its storage is emptied.
 // Backward: the gradient reaching unit u's output runs that hook before any
 // of u's backward operations: u is gathered again (it was prefetched while
-// the unit after it ran its backward), its gradient buffer set up, and the
-// gathers of the `prefetch` units before it start. When the last of u's
-// gradients has been accumulated (a post-accumulate hook per parameter) u
-// is ready; units are reduce-scattered strictly in reverse forward order,
-// the same on every rank whatever order they became ready in, with at most
-// one reduction in flight, and a reduced unit is resharded at once. At the
+// the unit after it ran its backward), the gathers of the `prefetch` units
+// before it start, the reduction in flight finishes and u's gradient
+// buffer is set up. When the last of u's gradients has been accumulated (a
+// post-accumulate hook per parameter) u is ready; units are reduce-scattered
+// strictly in reverse forward order, the same on every rank whatever order
+// they became ready in, and a reduced unit is resharded at once. So at most
+// one full gradient is alive: a backward holds u gathered, its gradient and
+// the prefetched unit (3 units). With overlap_reduction the reduction of
+// the unit after u is waited for only when u's own starts, so it runs
+// beside u's compute and its gradient is a fourth unit-sized buffer. At the
 // end of backward (an engine callback queued by the first hook) every unit
 // not yet reduced is, with zeros where no gradient came (a unit unused in
 // this step on this rank), so every rank issues the same collectives, and
