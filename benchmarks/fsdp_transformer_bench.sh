@@ -63,9 +63,9 @@ state() {  # state WAY PSI: the training state per rank, by the formula
 activations() {  # activations WAY WIDTH LAYERS: bytes per rank, estimated
   awk -v b="$batch" -v l="$length" -v w="$2" -v h="$heads" -v n="$3" -v c="$([[ $1 == *checkpoint ]] && echo 1 || echo 0)" \
     'BEGIN { block = 4 * (18 * b * l * w + 3 * b * h * l * l); inputs = 4 * n * b * l * w;
-             printf "%d", inputs + (c ? block : n * block) }'
+             printf "%.0f", inputs + (c ? block : n * block) }'
 }
-psi_of() { awk -v w="$1" -v n="$2" 'BEGIN { printf "%d", (256 + 128) * w + n * (12 * w * w + 13 * w) + 2 * w }'; }
+psi_of() { awk -v w="$1" -v n="$2" 'BEGIN { printf "%.0f", (256 + 128) * w + n * (12 * w * w + 13 * w) + 2 * w }'; }
 
 echo
 echo "1. small sizes: width $width_small and $width_fit, $layers_small blocks, $ranks ranks over Gloo (GiB per rank)"
@@ -92,7 +92,7 @@ for way in ddp zero2 fsdp fsdp-checkpoint; do
 done
 need_of() {  # need_of WAY PSI: the formula plus the overhead, linear in Psi from the two small sizes
   awk -v f="$(state "$1" "$2")" -v o="${overhead[$1]}" -v s="${slope[$1]}" -v p="$2" -v p0="${small_psi[$1]}" \
-    'BEGIN { printf "%d", f + o + s * (p - p0) }'
+    'BEGIN { printf "%.0f", f + o + s * (p - p0) }'
 }
 echo
 echo "   the estimate checked at width $width_check, $layers_small blocks (measured beside predicted, GiB per rank)"

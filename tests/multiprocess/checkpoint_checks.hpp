@@ -36,7 +36,8 @@ namespace fsdp_checkpoint_check {
 inline const std::string kBitForBit =
     "FSDP units (LayerNorm, BatchNorm1d, dropout) run through ddp::nn::checkpoint hold after 3 "
     "SGD steps the parameters, BatchNorm statistics and losses of the same FSDP without "
-    "checkpointing, bit for bit, and the same peak of gathered bytes";
+    "checkpointing, bit for bit, and the same peak of gathered bytes, less at most a unit's "
+    "padding (a checkpointed unit's gradients wait for its reduction unpadded)";
 inline const std::string kNoPrefetchNoSync =
     "with prefetch 0, reshard_after_forward false and a no_sync micro-batch, checkpointed units "
     "train bit for bit as without checkpointing";

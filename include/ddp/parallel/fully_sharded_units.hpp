@@ -99,12 +99,16 @@ decltype(auto) unit_argument(int unit, T&& value) {
 // that wrapper the one sharded_call() finds, in recompute mode: entering a
 // unit is then what the gradient reaching its output does without
 // checkpointing (gathered again, prefetched while the unit after it ran
-// its backward, the gradient buffer set up, the units before it
-// prefetched), so every rank issues the same gathers at the same points,
-// and the unit's gathered bytes count in memory()'s peak. Its reduction is
-// the usual one, when its gradients have been accumulated by the outer
-// backward. A whole FullyShardedDataParallel forward inside a checkpoint
-// is refused: its units would run the first time under no grad, as for
+// its backward, the units before it prefetched), so every rank issues the
+// same gathers at the same points, and the unit's gathered bytes count in
+// memory()'s peak. Its gradient buffer is not set up then (except under
+// no_sync, which accumulates into it): the recompute's autograd::grad hands
+// the engine all of the unit's gradients at once, which it keeps as the
+// parameters' .grad, and they move into the buffer when the unit's
+// reduction starts, so that the unit's gradient is never held twice
+// (memory() counts them meanwhile). Its reduction is the usual one, when
+// its gradients have been accumulated by the outer backward. A whole FullyShardedDataParallel
+// forward inside a checkpoint is refused: its units would run the first time under no grad, as for
 // evaluation, with no backward to prepare for.
 
 /// What a checkpointed function keeps of the sharded forward it ran in.

@@ -95,6 +95,7 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   }
   received_.assign(parameters_.size(), 0);
   had_gradient_.assign(parameters_.size(), 0);
+  loose_bytes_.assign(parameters_.size(), 0);
   full_ = param_dtype ? flat.to(*param_dtype) : flat;
   // The module keeps its parameters; their data are now views of full_.
   views_ = views_into(full_);
@@ -188,9 +189,15 @@ void ShardedUnit::prepare_gradients() {
     if (grad.defined()) views[i].copy_(grad);
     grad = views[i];
   }
+  forget_loose_gradients();
 }
 
 bool ShardedUnit::gradient_arrived(size_t index) {
+  const at::Tensor& grad = parameters_.at(index).grad();
+  if (!gradients_prepared_ && loose_bytes_[index] == 0 && grad.defined()) {
+    loose_bytes_[index] = grad.numel() * grad.element_size();
+    gathered_.add(loose_bytes_[index]);
+  }
   received_.at(index) = 1;
   return ++arrived_ == trainable_count_;
 }
@@ -292,6 +299,13 @@ std::vector<at::Tensor> ShardedUnit::gather_masters() const {
   return views_into(flat);
 }
 
+void ShardedUnit::forget_loose_gradients() {
+  for (int64_t& bytes : loose_bytes_) {
+    gathered_.add(-bytes);
+    bytes = 0;
+  }
+}
+
 void ShardedUnit::abandon_gradients() {
   if (reduction_) reduction_->wait();  // issued on every rank: let it end, drop its result
   reduction_.reset();
@@ -302,6 +316,7 @@ void ShardedUnit::abandon_gradients() {
     full_grad_ = at::Tensor();
   }
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+  forget_loose_gradients();
   std::fill(received_.begin(), received_.end(), 0);
   end_backward();
 }

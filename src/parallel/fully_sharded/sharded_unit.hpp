@@ -123,7 +123,9 @@ class ShardedUnit {
   /// .grad a view of it. Idempotent per backward.
   void prepare_gradients();
   /// Records that parameter `index`'s gradient arrived; true when it was
-  /// the last one.
+  /// the last one. A gradient that arrived before prepare_gradients() (a
+  /// checkpointed unit's) counts in the gathered bytes until it moves into
+  /// the buffer.
   bool gradient_arrived(size_t index);
   /// Which parameters received a gradient since the last synchronized
   /// reduction (1 or 0 each, parameters() order).
@@ -172,6 +174,9 @@ class ShardedUnit {
   void abandon_gradients();
 
  private:
+  // Stops counting the gradients that arrived before the buffer (moved into
+  // it, or dropped).
+  void forget_loose_gradients();
   enum class State { kSharded, kGathering, kGathered };
   /// Each parameter's place in `flat` (a unit-sized buffer), in its shape.
   std::vector<at::Tensor> views_into(const at::Tensor& flat) const;
@@ -212,6 +217,7 @@ class ShardedUnit {
   std::optional<Work> gather_;
   std::optional<Work> reduction_;
   bool gradients_prepared_ = false;
+  std::vector<int64_t> loose_bytes_;  // each gradient that arrived before the buffer
   bool reduced_ = false;
   int arrived_ = 0;
 };

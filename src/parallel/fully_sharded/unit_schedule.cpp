@@ -221,7 +221,7 @@ bool UnitSchedule::backward_accumulates() const {
   return false;
 }
 
-void UnitSchedule::before_backward(int unit) {
+void UnitSchedule::enter_backward(int unit, bool prepare_gradients) {
   if (!callback_queued_) {
     callback_queued_ = true;
     accumulates_ = backward_accumulates();
@@ -243,7 +243,7 @@ void UnitSchedule::before_backward(int unit) {
       units_[order_.at(p)]->gather_async();
     }
   }
-  if (accumulates_) units_[unit]->prepare_gradients();
+  if (accumulates_ && prepare_gradients) units_[unit]->prepare_gradients();
 }
 
 void UnitSchedule::gradient_arrived(int unit, size_t parameter) {

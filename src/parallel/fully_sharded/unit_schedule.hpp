@@ -104,8 +104,9 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void after_unit(int unit, std::vector<at::Tensor>& outputs);
   /// A checkpointed function's recompute in backward enters `unit` (Note
   /// [Checkpointed units] in ddp/parallel/fully_sharded_units.hpp): what
-  /// the gradient reaching its output does without checkpointing.
-  void before_recompute(int unit) { before_backward(unit); }
+  /// the gradient reaching its output does without checkpointing, but the
+  /// gradient buffer waits for the reduction in a synchronized backward.
+  void before_recompute(int unit) { enter_backward(unit, !require_sync_); }
   /// After the forward, with the tensors of its output.
   void end_forward(std::vector<at::Tensor>& outputs);
   /// The units this forward has not run whose parameters hold no bytes:
@@ -118,7 +119,8 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void gather_once(int unit);
   void prefetch_after(int unit);
   void check_runs(int unit);
-  void before_backward(int unit);
+  void before_backward(int unit) { enter_backward(unit, true); }
+  void enter_backward(int unit, bool prepare_gradients);
   bool backward_accumulates() const;
   void gradient_arrived(int unit, size_t parameter);
   // find_unused_units: a parameter no rank gave a gradient keeps none.
