@@ -6,11 +6,11 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "common/peak_rss.hpp"  // tests/common
 #include "ddp/comm/process_group.hpp"
 
 namespace ddp_bench {
@@ -48,17 +48,8 @@ inline int64_t largest_across_ranks(int64_t value, ddp::ProcessGroup& group) {
   return t.item<int64_t>();
 }
 
-/// /proc/self/status's `key` (VmRSS, VmHWM) in bytes; -1 without it.
-inline int64_t status_bytes(const std::string& key) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
-  }
-  return -1;
-}
-
-/// Starts a new peak RSS (VmHWM) at the current RSS.
-inline void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+// The resident set and its peak, read as the tests read them.
+using ddp::testing::reset_peak_rss;
+using ddp::testing::status_bytes;
 
 }  // namespace ddp_bench
