@@ -231,9 +231,11 @@ int train(const Options& o) {
     if (rank == 0) progress.message(text);
   }
   if (std::isnan(valid.loss)) valid = evaluate(model, valid_windows, *group);
-  std::vector<torch::Tensor> weights;
-  for (const auto& item : model->full_parameters()) weights.push_back(item.value());
-  const std::string digest = ddp::examples::weights_digest(weights);
+  // One unit gathered at a time: full_parameters() would hold the whole model.
+  ddp::examples::WeightsDigest weights;
+  model->for_each_full_parameter(
+      [&](const std::string&, const at::Tensor& value) { weights.add(value); });
+  const std::string digest = weights.hex();
   if (!o.export_path.empty()) {
     // Gathered unit by unit into one file, then written as torch.save does.
     const std::string consolidated = o.export_path + ".ddpsnap";

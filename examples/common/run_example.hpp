@@ -30,18 +30,31 @@ int run_example(Train&& train) {
   }
 }
 
-/// FNV-1a over the bytes of `tensors`, in order.
-inline std::string weights_digest(const std::vector<torch::Tensor>& tensors) {
-  uint64_t hash = 1469598103934665603ull;
-  for (const auto& tensor : tensors) {
+/// FNV-1a over the bytes of tensors added one at a time, so that a model
+/// gathered unit by unit is digested without holding it whole.
+class WeightsDigest {
+ public:
+  void add(const torch::Tensor& tensor) {
     torch::Tensor bytes = tensor.contiguous().cpu();
     const auto* p = static_cast<const unsigned char*>(bytes.data_ptr());
     for (int64_t i = 0; i < bytes.numel() * bytes.element_size(); ++i)
-      hash = (hash ^ p[i]) * 1099511628211ull;
+      hash_ = (hash_ ^ p[i]) * 1099511628211ull;
   }
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
-  return text;
+  std::string hex() const {
+    char text[17];
+    std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash_));
+    return text;
+  }
+
+ private:
+  uint64_t hash_ = 1469598103934665603ull;
+};
+
+/// FNV-1a over the bytes of `tensors`, in order.
+inline std::string weights_digest(const std::vector<torch::Tensor>& tensors) {
+  WeightsDigest digest;
+  for (const auto& tensor : tensors) digest.add(tensor);
+  return digest.hex();
 }
 
 /// FNV-1a over the bytes of a module's parameters and buffers: equal
