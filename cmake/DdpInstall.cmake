@@ -1,11 +1,11 @@
 # Installs ddp so that a user's project can do
 #   find_package(ddp REQUIRED)
 #   target_link_libraries(app PRIVATE ddp::ddp)   # the layers comm and parallel, amp, nn, optim, timeline
-#   target_link_libraries(app PRIVATE ddp::snapshot ddp::hvd ddp::data ddp::training)
+#   target_link_libraries(app PRIVATE ddp::formats ddp::snapshot ddp::hvd ddp::data ddp::training)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS ddp ddp_base ddp_comm ddp_parallel ddp_launch ddp_amp ddp_nn ddp_optim ddp_timeline ddp_snapshot ddp_hvd
+install(TARGETS ddp ddp_base ddp_comm ddp_parallel ddp_launch ddp_amp ddp_nn ddp_optim ddp_timeline ddp_formats ddp_snapshot ddp_hvd
   ddp_elastic ddp_data ddp_training EXPORT ddpTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -9,6 +9,8 @@
 #      headers live under src/ and are never included with a ddp/ prefix);
 #   3. the layers keep their direction: base includes no other part; comm
 #      includes only base; parallel and launch include only comm and base;
+#      formats (PyTorch's file formats) includes only base, so that snapshot
+#      and any part may read them but they know no training state;
 #      the parts above them include the layers and each other without a
 #      cycle, and never the launcher.
 # Prints each finding and exits non-zero when one is found.
@@ -74,7 +76,7 @@ part_of_include() {
 may_include() {  # may_include FROM TO: the direction of the layers
   case $1 in
     base) return 1 ;;
-    comm) [[ $2 == base ]] ;;
+    comm | formats) [[ $2 == base ]] ;;
     parallel | launch) [[ $2 == comm || $2 == base ]] ;;
     *) [[ $2 != launch ]] ;;
   esac
@@ -100,7 +102,7 @@ if ! tsort "$edges" >/dev/null 2>/tmp/ddp-tsort.log; then
 fi
 
 if [[ $status -eq 0 ]]; then
-  say "${#parts[@]} layers and parts (${parts[*]}) each in include/ddp/, src/, tests/, its namespace and library; ddp/ includes all public; base <- comm <- parallel, launch <- parts, acyclic ($(wc -l <"$edges") edges)"
+  say "${#parts[@]} layers and parts (${parts[*]}) each in include/ddp/, src/, tests/, its namespace and library; ddp/ includes all public; base <- comm <- parallel, launch <- parts, base <- formats, acyclic ($(wc -l <"$edges") edges)"
 else
   say "FAILED: the layout rule of CONTRIBUTING.md is broken at the places above"
 fi

@@ -19,7 +19,7 @@ packages=(
 # The tests and the benchmarks, and the real programs they run ddp beside.
 test_packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  clang libclang-rt-dev          # libFuzzer: the store's fuzz test (scripts/fuzz-store.sh)
+  clang libclang-rt-dev          # libFuzzer: the store's and the readers' fuzz tests (scripts/fuzz-*.sh)
   openmpi-bin                    # mpirun: the InteropMpirun tests
   slurm-wlm munge                # a one-node Slurm cluster: the InteropSlurm tests
   python3-torch                  # PyTorch 1.13 for Python 3.11: LauncherPython, SnapshotPyTorchInterop

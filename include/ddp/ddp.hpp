@@ -21,6 +21,7 @@
 #include "ddp/parallel.hpp"  // IWYU pragma: export
 // The parts, each a folder of include/ddp/ with a namespace of its own.
 #include "ddp/amp.hpp"       // IWYU pragma: export
+#include "ddp/formats.hpp"   // IWYU pragma: export
 #include "ddp/hvd.hpp"       // IWYU pragma: export
 #include "ddp/nn.hpp"        // IWYU pragma: export
 #include "ddp/optim.hpp"     // IWYU pragma: export

@@ -13,22 +13,25 @@
 #include <set>
 
 #include "base/str.hpp"
+#include "ddp/formats/py_value.hpp"
+#include "ddp/formats/safetensors_file.hpp"
+#include "ddp/formats/torch_file.hpp"
+#include "ddp/parallel/data_parallel.hpp"
+#include "ddp/parallel/distributed_data_parallel.hpp"
+#include "snapshot/format_errors.hpp"
 #include "snapshot/optimizer_state.hpp"
-#include "snapshot/pickle_protocol.hpp"
 #include "snapshot/pytorch_optimizer.hpp"
-#include "snapshot/safetensors_file.hpp"
 #include "snapshot/sharded_state.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/state_records.hpp"
-#include "snapshot/torch_file.hpp"
 
 namespace ddp::snapshot {
 namespace {
 
-using detail::NamedTensors;
-using detail::PyRef;
-using detail::PyValue;
 using detail::TensorMap;
+using formats::NamedTensors;
+using formats::PyRef;
+using formats::PyValue;
 using nlohmann::json;
 using Kind = PyValue::Kind;
 
@@ -43,6 +46,18 @@ void collect_state_dict(const torch::nn::Module& module, const std::string& pref
   for (const auto& child : module.named_children()) {
     collect_state_dict(*child.value(), prefix + child.key() + ".", out);
   }
+}
+
+// The module a DistributedDataParallel or DataParallel wrapper holds, so
+// that the keys are the model's own, as Python's `model.module.state_dict()`
+// gives them and `load_state_dict` of the plain model expects.
+const torch::nn::Module* unwrapped(const torch::nn::Module* model) {
+  if (const auto* ddp = dynamic_cast<const parallel::DistributedDataParallelImpl*>(model)) {
+    return ddp->module().get();
+  }
+  if (const auto* dp = dynamic_cast<const parallel::DataParallelImpl*>(model))
+    return dp->module().get();
+  return model;
 }
 
 // What an export writes, gathered from a live state or a snapshot file.
@@ -67,7 +82,7 @@ void write_export(const ExportContent& content, const std::string& path, Checkpo
     for (const char* key : {"epoch", "step_in_epoch", "samples_in_epoch"}) {
       metadata[key] = std::to_string(s.at(key).get<int64_t>());
     }
-    detail::write_safetensors(path, content.model, metadata);
+    detail::as_snapshot_error([&] { formats::write_safetensors(path, content.model, metadata); });
     return;
   }
   auto root = PyValue::dict();
@@ -94,7 +109,7 @@ void write_export(const ExportContent& content, const std::string& path, Checkpo
     root->set("metadata", metadata);
   }
   if (!content.extra.empty()) root->set("extra", tensor_dict(content.extra));
-  detail::write_torch_file(path, *root);
+  detail::as_snapshot_error([&] { formats::write_torch_file(path, *root); });
 }
 
 }  // namespace
@@ -119,7 +134,7 @@ void export_checkpoint(const TrainingState& state, const std::string& path,
         "holds all of it; write the full model with save_consolidated() and export that file");
   }
   ExportContent content;
-  if (state.model) content.model = state_dict(*state.model);
+  if (state.model) content.model = state_dict(*unwrapped(state.model));
   content.scalars = detail::position_scalars(state);
   if (state.optimizer) {
     content.optimizer = detail::export_optimizer(*state.optimizer, content.optimizer_tensors);

@@ -6,34 +6,47 @@
 #include <torch/optim/optimizer.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include <charconv>
+#include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "base/str.hpp"
+#include "ddp/formats/file_format.hpp"
+#include "ddp/formats/py_value.hpp"
+#include "ddp/formats/safetensors_file.hpp"
+#include "ddp/formats/torch_file.hpp"
 #include "ddp/snapshot/pytorch_checkpoint.hpp"
+#include "snapshot/format_errors.hpp"
 #include "snapshot/optimizer_state.hpp"
-#include "snapshot/pickle_protocol.hpp"
 #include "snapshot/pytorch_optimizer.hpp"
-#include "snapshot/safetensors_file.hpp"
 #include "snapshot/sharded_state.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/state_records.hpp"
-#include "snapshot/torch_file.hpp"
 
 namespace ddp::snapshot {
 namespace {
 
-using detail::NamedTensors;
-using detail::PyRef;
-using detail::PyValue;
 using detail::TensorMap;
+using formats::NamedTensors;
+using formats::PyRef;
+using formats::PyValue;
 using nlohmann::json;
 using Kind = PyValue::Kind;
 
+// Where a checkpoint dict keeps what import_checkpoint() reads (Note [What a
+// PyTorch checkpoint may hold]); any other entry is skipped with a warning.
+const std::vector<const char*> kModelKeys = {"model", "MODEL_STATE", "model_state_dict",
+                                             "state_dict", "model_state"};
+const std::vector<const char*> kOptimizerKeys = {"optimizer", "OPTIMIZER_STATE",
+                                                 "optimizer_state_dict", "optim"};
+const std::vector<const char*> kPositionKeys = {
+    "epoch", "EPOCHS_RUN", "step_in_epoch", "samples_in_epoch", "counters", "metadata", "extra"};
+
 // The dict entry of `root` under the first of `keys` it has.
 std::pair<std::string, PyRef> find_entry(const PyValue& root,
-                                         std::initializer_list<const char*> keys) {
+                                         const std::vector<const char*>& keys) {
   for (const char* key : keys) {
     if (PyRef found = root.get(key)) return {key, found};
   }
@@ -64,53 +77,76 @@ std::string some_of(const std::vector<std::string>& names) {
   return text;
 }
 
-bool is_safetensors_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[2] = {0, 0};
-  in.read(magic, 2);
-  return in && !(magic[0] == 'P' && magic[1] == 'K') && static_cast<uint8_t>(magic[0]) != 0x80;
+// A safetensors metadata value that must be an integer (its epoch, ...).
+int64_t metadata_int(const std::string& path, const std::string& key, const std::string& text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end) {
+    throw SnapshotError("cannot import " + path + ": its safetensors metadata '" + key + "' is '" +
+                        text + "', not an integer in 64 bits");
+  }
+  return value;
 }
 
 // The file as a value tree: a torch.save file's root, or a safetensors
-// file's tensors as a dict with its metadata's epoch.
+// file's tensors as a dict with its metadata's epoch. The format is told
+// from the content (Note [A format told from the whole header]).
 PyRef read_checkpoint_tree(const std::string& path) {
-  if (!is_safetensors_file(path)) return detail::read_torch_file(path);
+  const formats::FileFormat format = formats::identify_file(path);
+  if (format == formats::FileFormat::kTorchZip) {
+    return detail::as_snapshot_error([&] { return formats::read_torch_file(path); });
+  }
+  if (format != formats::FileFormat::kSafetensors) {
+    throw SnapshotError("cannot read the checkpoint " + path + ": " +
+                        formats::describe(format, path));
+  }
   std::map<std::string, std::string> metadata;
   auto tensors = PyValue::dict();
-  for (auto& [name, tensor] : detail::read_safetensors(path, &metadata)) {
+  for (auto& [name, tensor] :
+       detail::as_snapshot_error([&] { return formats::read_safetensors(path, &metadata); })) {
     tensors->set(name, PyValue::of(tensor));
   }
   if (!metadata.count("epoch")) return tensors;
   auto root = PyValue::dict();
   root->set("model", tensors);
   for (const char* key : {"epoch", "step_in_epoch", "samples_in_epoch"}) {
-    if (metadata.count(key)) root->set(key, PyValue::of(int64_t{std::stoll(metadata.at(key))}));
+    if (metadata.count(key)) root->set(key, PyValue::of(metadata_int(path, key, metadata.at(key))));
   }
   return root;
 }
 
 // An int-valued entry of the file (epoch, ...), checked before anything
-// changes.
+// changes: an int, or a tensor of one integral value (torch.tensor(3)).
 std::optional<int64_t> int_entry(const std::string& path, const PyValue& root,
-                                 std::initializer_list<const char*> keys) {
+                                 const std::vector<const char*>& keys) {
   auto [key, value] = find_entry(root, keys);
   if (!value) return std::nullopt;
+  if (value->kind == Kind::kTensor && value->tensor.numel() == 1 &&
+      at::isIntegralType(value->tensor.scalar_type(), /*includeBool=*/false)) {
+    return value->tensor.item<int64_t>();
+  }
   if (value->kind != Kind::kInt) {
     throw SnapshotError("cannot import " + path + ": its '" + key + "' is a " + value->type_name() +
-                        ", not an int");
+                        ", not an int (or a tensor of one integer)");
   }
   return value->integer;
 }
 
 // The model's entries of the file: where they are, and the tensors.
 std::pair<std::string, const PyValue*> locate_model(const std::string& path, const PyValue& root) {
+  if (root.kind == Kind::kObject || root.kind == Kind::kGlobal) {
+    throw SnapshotError("cannot import " + path + ": it refers to the Python global " + root.text +
+                        " (it holds a " + root.type_name() +
+                        "), which ddp does not call; a whole pickled model cannot be read "
+                        "without Python: save model.state_dict() instead");
+  }
   if (root.kind != Kind::kDict) {
     throw SnapshotError("cannot import " + path + ": it holds a " + root.type_name() +
                         ", not a dict (a state_dict or a checkpoint dict)");
   }
   if (all_tensors(root)) return {"file", &root};
-  auto [key, model] =
-      find_entry(root, {"model", "MODEL_STATE", "model_state_dict", "state_dict", "model_state"});
+  auto [key, model] = find_entry(root, kModelKeys);
   if (!model) {
     throw SnapshotError("cannot import " + path +
                         ": it has no model state_dict; it is neither one (all values tensors) "
@@ -266,8 +302,7 @@ ImportReport import_checkpoint(const std::string& path, TrainingState& state,
   const ModelMatch match = match_model(path, model_key, *model, *state.model, options, report);
   json optimizer_description;
   TensorMap optimizer_tensors;
-  auto [optimizer_key, optimizer] =
-      find_entry(*root, {"optimizer", "OPTIMIZER_STATE", "optimizer_state_dict", "optim"});
+  auto [optimizer_key, optimizer] = find_entry(*root, kOptimizerKeys);
   if (!bare && optimizer && state.optimizer) {
     const std::string where =
         "cannot import the optimizer state of " + path + " ('" + optimizer_key + "')";
@@ -277,6 +312,22 @@ ImportReport import_checkpoint(const std::string& path, TrainingState& state,
     report.optimizer_key = optimizer_key;
   }
   ImportedScalars scalars = read_scalars(path, *root, bare);
+  if (!bare) {
+    std::set<std::string> used(kPositionKeys.begin(), kPositionKeys.end());
+    used.insert(model_key);
+    if (optimizer) used.insert(optimizer_key);
+    for (const auto& [key, value] : root->entries) {
+      if (key->kind != Kind::kString || !used.count(key->text)) {
+        report.skipped.push_back(key->kind == Kind::kString ? key->text : key->type_name());
+      }
+    }
+    if (!report.skipped.empty()) {
+      std::cerr << "ddp: warning: import_checkpoint(" << path << "): skipped the entries "
+                << some_of(report.skipped)
+                << ", which are neither the model, the optimizer nor the training position"
+                << std::endl;
+    }
+  }
 
   // Apply: all of it fits.
   {

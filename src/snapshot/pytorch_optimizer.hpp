@@ -12,10 +12,13 @@
 
 #include <string>
 
+#include "ddp/formats/py_value.hpp"
 #include "snapshot/optimizer_state.hpp"
-#include "snapshot/pickle_protocol.hpp"
 
 namespace ddp::snapshot::detail {
+
+using formats::PyRef;
+using formats::PyValue;
 
 /// PyTorch's optimizer state_dict from a snapshot's optimizer description
 /// and its `optim/...` tensors.

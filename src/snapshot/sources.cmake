@@ -1,8 +1,9 @@
 # ddp::snapshot: training-state snapshots (ddp/snapshot.hpp), a library of
 # its own so that a program linking only ddp::ddp needs no zlib.
-# The checksum is zlib's CRC-32. Included by the top-level CMakeLists.txt
+# The checksum is zlib's CRC-32. PyTorch's own formats are ddp::formats'
+# (src/formats/); the checkpoints for and from PyTorch map them to a state. Included by the top-level CMakeLists.txt
 # after the layers.
-ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
+ddp_add_library(snapshot STATIC DEPENDS ddp ddp_formats SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_format.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/optimizer_state.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/rng_states.cpp
@@ -17,10 +18,6 @@ ddp_add_library(snapshot STATIC DEPENDS ddp SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/staging_buffer.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/background_writer.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/async_save.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/atomic_file.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/torch_file_writer.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/torch_file_reader.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/safetensors_file.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_optimizer.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_checkpoint.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_import.cpp)

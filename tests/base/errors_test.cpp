@@ -18,6 +18,7 @@
 
 #include "ddp/base/errors.hpp"
 #include "ddp/data/errors.hpp"
+#include "ddp/formats/errors.hpp"
 #include "ddp/launch/errors.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/training/errors.hpp"
@@ -52,6 +53,7 @@ const std::vector<Kind>& all_kinds() {
       {"PlotError", raising<PlotError>(), ExitCode::kPlot, 12},
       {"IoError", raising<IoError>(), ExitCode::kIo, 13},
       {"LaunchError", raising<LaunchError>(), ExitCode::kLaunch, 14},
+      {"FormatError", raising<ddp::formats::FormatError>(), ExitCode::kFormat, 15},
   };
   return kinds;
 }
@@ -128,6 +130,7 @@ TEST(BaseExitCodes, EveryExitCodeValueIsDistinct) {
       {"kPlot", ExitCode::kPlot},
       {"kIo", ExitCode::kIo},
       {"kLaunch", ExitCode::kLaunch},
+      {"kFormat", ExitCode::kFormat},
   };
   // Two per kind in all_kinds() besides kSuccess and kFailure: none forgotten.
   EXPECT_EQ(codes.size(), all_kinds().size() + 2);

@@ -25,6 +25,7 @@
 #include "common/temporary_directory.hpp"
 #include "common/torch_python.hpp"
 #include "ddp/ddp.hpp"
+#include "ddp/formats/torch_file.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace ddp::snapshot {
@@ -265,7 +266,8 @@ TEST(SnapshotPyTorchFormat, BrokenFilesAreNamedErrors) {
   };
   expect_error("missing.pt", "no such file");
   std::ofstream(dir.file("text.pt")) << "not a checkpoint at all, long enough to have a header";
-  expect_error("text.pt", "header size");
+  expect_error("text.pt", "it is neither torch.save's zip archive");
+  expect_error("text.pt", "header size of");
   export_checkpoint(state, dir.file("good.pt"));
   fs::resize_file(dir.file("good.pt"), fs::file_size(dir.file("good.pt")) / 2);
   expect_error("good.pt", "cannot read the checkpoint");
@@ -273,6 +275,39 @@ TEST(SnapshotPyTorchFormat, BrokenFilesAreNamedErrors) {
   fs::resize_file(dir.file("good.safetensors"), fs::file_size(dir.file("good.safetensors")) - 4);
   expect_error("good.safetensors", "tensor head.out.bias spans bytes");
   EXPECT_THROW(parse_checkpoint_format("onnx"), ConfigError);
+}
+
+// A DDP or DataParallel wrapper given as the model exports the wrapped
+// model's names, which `load_state_dict` of the plain model in Python takes;
+// they once came out as "module.<name>".
+TEST(SnapshotPyTorchFormat, AWrapperGivenAsTheModelExportsTheInnerModulesNames) {
+  const TemporaryDirectory dir("ddp-export-");
+  auto group = ddp::init(ddp::InitOptions(), ddp::EnvironmentMap{});
+  auto names_of = [](const torch::nn::Module& module) {
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : state_dict(module)) names.push_back(name);
+    return names;
+  };
+  auto keys_of = [&](const std::string& file) {
+    const formats::PyRef root = formats::read_torch_file(file);
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : root->get("model")->entries) keys.push_back(key->text);
+    return keys;
+  };
+  NestedNet net;
+  ddp::DistributedDataParallel wrapped(net, group);
+  TrainingState state;
+  state.model = wrapped.ptr().get();
+  export_checkpoint(state, dir.file("ddp.pt"));
+  EXPECT_EQ(keys_of(dir.file("ddp.pt")), names_of(*net));
+  // DataParallel replicates by clone(), which Linear has.
+  torch::nn::Linear linear(4, 2);
+  ddp::DataParallel replicated(
+      linear,
+      ddp::DataParallelOptions().devices({torch::Device(torch::kCPU), torch::Device(torch::kCPU)}));
+  state.model = replicated.ptr().get();
+  export_checkpoint(state, dir.file("dp.pt"));
+  EXPECT_EQ(keys_of(dir.file("dp.pt")), (std::vector<std::string>{"weight", "bias"}));
 }
 
 TEST(SnapshotPyTorchFormat, AnotherModelsStateDictNamesEveryDifference) {
@@ -410,7 +445,19 @@ TEST(SnapshotPyTorchInteropTutorials, TheTutorialsFilesImportAndWhatDoesNotFitIs
     }
   };
   expect_error("legacy.pt", plain, "torch.save's legacy format");
-  expect_error("custom.pt", plain, "refers to the Python global __main__.Head");
+  expect_error("whole.pt", plain, "refers to the Python global torch.nn.modules.linear.Linear");
+  // Entries beside the model that are objects (a Head, argparse's
+  // Namespace) are skipped, named, and never constructed.
+  for (const auto& [file, skipped, epoch] :
+       {std::tuple{"custom.pt", "note", int64_t{0}}, std::tuple{"args.pt", "args", int64_t{5}}}) {
+    torch::nn::Linear linear(20, 1);
+    TrainingState state;
+    state.model = linear.ptr().get();
+    const ImportReport r = import_checkpoint(dir.file(file), state);
+    EXPECT_EQ(r.skipped, std::vector<std::string>{skipped}) << file;
+    EXPECT_EQ(state.epoch, epoch) << file;  // args.pt's epoch is torch.tensor(5)
+    EXPECT_TRUE(torch::equal(linear->weight, reference->weight)) << file;
+  }
   torch::optim::SGD sgd(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   TrainingState with_sgd = plain;
   with_sgd.optimizer = &sgd;

@@ -29,6 +29,7 @@ same numbers without exchanging them.
       tensors, and prints one line per fact the test asserts.
 """
 
+import argparse
 import json
 import os
 import struct
@@ -157,6 +158,12 @@ def tutorial(directory):
     torch.save(model.state_dict(), os.path.join(directory, "legacy.pt"),
                _use_new_zipfile_serialization=False)
     torch.save({"model": model.state_dict(), "note": Head()}, os.path.join(directory, "custom.pt"))
+    torch.save(model, os.path.join(directory, "whole.pt"))  # the module itself, pickled
+    # What many training scripts save beside the model: their argparse
+    # arguments, and the epoch as a tensor.
+    args = argparse.Namespace(lr=0.01, epochs=7, data="/tmp/data")
+    torch.save({"model": model.state_dict(), "args": args, "epoch": torch.tensor(5)},
+               os.path.join(directory, "args.pt"))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     F.mse_loss(model(torch.ones(4, 20)), torch.zeros(4, 1)).backward()
     optimizer.step()

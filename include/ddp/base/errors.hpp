@@ -38,6 +38,7 @@
 ///   PlotError                 kPlot                    12  ddp/training/errors.hpp
 ///   IoError                   kIo                      13  ddp/base/errors.hpp
 ///   LaunchError               kLaunch                  14  ddp/launch/errors.hpp
+///   FormatError               kFormat                  15  ddp/formats/errors.hpp
 ///
 /// The values never change once released (scripts compare them); a new kind
 /// takes the next free value and gets a row and an enumerator here, a class
@@ -67,6 +68,7 @@ enum class ExitCode : int {
   kPlot = 12,
   kIo = 13,
   kLaunch = 14,
+  kFormat = 15,
 };
 
 /// Base of every exception ddp throws. Thrown as itself only when a failure

@@ -46,8 +46,13 @@
 /// state_dict() of a model wrapped in DistributedDataParallel) and the model
 /// has no submodule named "module", the prefix is dropped. Names are matched
 /// exactly; what does not match is a StateDictMismatchError listing every
-/// missing and unexpected key and every shape that differs. Nothing live
-/// changes unless all of it fits.
+/// missing and unexpected key and every shape that differs. The epoch may
+/// also be a tensor of one integer. Other entries (a script's `args`, an
+/// argparse.Namespace: objects of classes ddp never constructs or calls)
+/// are skipped and named in a warning and in ImportReport::skipped. Nothing
+/// live changes unless all of it fits. A file is read as
+/// ddp/formats/torch_file.hpp and ddp/formats/safetensors_file.hpp read it:
+/// a hostile one is a SnapshotError, never a crash.
 
 #include <torch/arg.h>
 
@@ -110,6 +115,10 @@ struct ImportReport {
   /// With strict(false): the model's keys the file lacks, and the file's
   /// keys the model lacks (after dropping the prefix).
   std::vector<std::string> missing, unexpected;
+  /// The file's top-level entries that are neither the model, the
+  /// optimizer nor the training position (a training script's `args`, a
+  /// scheduler, a second model), skipped and named in a warning on stderr.
+  std::vector<std::string> skipped;
 };
 
 /// Loads a checkpoint PyTorch (or export_checkpoint()) wrote into `state`:

@@ -6,14 +6,19 @@
 
 #include <cstring>
 
-#include "ddp/snapshot/errors.hpp"
-#include "snapshot/atomic_file.hpp"
-#include "snapshot/torch_file.hpp"
+#include "ddp/formats/errors.hpp"
+#include "ddp/formats/torch_file.hpp"
+#include "formats/atomic_file.hpp"
+#include "formats/pickle_protocol.hpp"
 
-namespace ddp::snapshot::detail {
+namespace ddp::formats {
 namespace {
 
 using Kind = PyValue::Kind;
+using detail::ByteSink;
+using detail::kTorchPickleProtocol;
+using detail::PickleOp;
+using detail::storage_types;
 
 // Python's pickle batches APPENDS and SETITEMS by this many items.
 constexpr size_t kPickleBatch = 1000;
@@ -22,8 +27,8 @@ const char* storage_type_of(at::ScalarType dtype) {
   for (const auto& [name, type] : storage_types()) {
     if (type == dtype) return name;
   }
-  throw SnapshotError(std::string("cannot export a tensor of dtype ") + c10::toString(dtype) +
-                      ": torch.save has no storage class for it");
+  throw FormatError(std::string("cannot export a tensor of dtype ") + c10::toString(dtype) +
+                    ": torch.save has no storage class for it");
 }
 
 // Pickles one value tree into `out`, collecting the tensors whose storages
@@ -156,10 +161,11 @@ class TorchPickler {
         return;
       case Kind::kBytes:
       case Kind::kGlobal:
+      case Kind::kObject:
         break;
     }
-    throw SnapshotError("cannot export a value of Python type " + v.type_name() +
-                        " into a torch.save file");
+    throw FormatError("cannot export a value of Python type " + v.type_name() +
+                      " into a torch.save file");
   }
 };
 
@@ -169,7 +175,7 @@ void write_torch_file(const std::string& path, const PyValue& root) {
   TorchPickler pickler;
   pickler.dump(root);
 
-  write_atomically(path, "the checkpoint", [&](const ByteSink& sink) {
+  detail::write_atomically(path, "the checkpoint", [&](const ByteSink& sink) {
     caffe2::serialize::PyTorchStreamWriter zip(sink);
     zip.writeRecord("data.pkl", pickler.out.data(), pickler.out.size());
     zip.writeRecord("byteorder", "little", 6);
@@ -181,4 +187,4 @@ void write_torch_file(const std::string& path, const PyValue& root) {
   });
 }
 
-}  // namespace ddp::snapshot::detail
+}  // namespace ddp::formats

@@ -1,4 +1,4 @@
-#include "snapshot/atomic_file.hpp"
+#include "formats/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,12 +9,25 @@
 #include <filesystem>
 
 #include "base/str.hpp"
-#include "ddp/snapshot/errors.hpp"
-#include "snapshot/snapshot_format.hpp"
+#include "ddp/formats/errors.hpp"
 
-namespace ddp::snapshot::detail {
+namespace ddp::formats::detail {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// fsyncs the directory `path`, so that the rename in it is durable.
+void fsync_directory(const std::string& path, const std::string& target) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int rc = fd < 0 ? -1 : ::fsync(fd);
+  const std::string error = std::strerror(errno);
+  if (fd >= 0) ::close(fd);
+  if (rc != 0)
+    throw FormatError("wrote " + target + " but cannot fsync its directory " + path + ": " + error);
+}
+
+}  // namespace
 
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const ByteSink&)>& produce) {
@@ -22,7 +35,7 @@ void write_atomically(const std::string& path, const std::string& what,
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   const std::string temp = (dir / ("." + target.filename().string() + ".tmp")).string();
   auto fail = [&](const std::string& cause) {
-    throw SnapshotError("cannot write " + what + " " + path + ": " + cause);
+    throw FormatError("cannot write " + what + " " + path + ": " + cause);
   };
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(base::detail::str("open(", temp, ") failed: ", std::strerror(errno)));
@@ -43,7 +56,7 @@ void write_atomically(const std::string& path, const std::string& what,
   try {
     try {
       produce(sink);
-    } catch (const SnapshotError&) {
+    } catch (const FormatError&) {
       if (write_error.empty()) throw;
       fail(write_error);
     } catch (const std::exception& e) {
@@ -66,7 +79,7 @@ void write_atomically(const std::string& path, const std::string& what,
     std::remove(temp.c_str());
     fail("rename from " + temp + " failed: " + why);
   }
-  fsync_directory(dir.string());
+  fsync_directory(dir.string(), path);
 }
 
-}  // namespace ddp::snapshot::detail
+}  // namespace ddp::formats::detail

@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-namespace ddp::snapshot::detail {
+namespace ddp::formats::detail {
 
 /// Appends `size` bytes to the file being written; returns `size`, or 0
 /// after a failed write (the failure is then thrown by write_atomically).
@@ -18,9 +18,9 @@ using ByteSink = std::function<size_t(const void* data, size_t size)>;
 /// Creates `path`'s temporary file, lets `produce` write it through the
 /// sink, then fsyncs and renames it. On any failure (thrown by `produce`, or
 /// a failed write, fsync or rename) the temporary file is removed and a
-/// SnapshotError names `path` and the cause; `what` ("the checkpoint", ...)
+/// FormatError names `path` and the cause; `what` ("the checkpoint", ...)
 /// opens the message.
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const ByteSink&)>& produce);
 
-}  // namespace ddp::snapshot::detail
+}  // namespace ddp::formats::detail

@@ -1,0 +1,83 @@
+// read_torch_file: torch.save's zip archive, its directory checked first
+// (src/formats/zip_directory.hpp), its records read through LibTorch's
+// PyTorchStreamReader, its pickle through src/formats/pickle_reader.hpp.
+
+#include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
+
+#include <cstring>
+#include <map>
+
+#include "base/str.hpp"
+#include "ddp/formats/errors.hpp"
+#include "ddp/formats/file_format.hpp"
+#include "ddp/formats/torch_file.hpp"
+#include "formats/pickle_reader.hpp"
+#include "formats/zip_directory.hpp"
+
+namespace ddp::formats {
+
+using detail::ZipRecord;
+
+PyRef read_torch_file(const std::string& path) {
+  const FileFormat format = identify_file(path);
+  if (format != FileFormat::kTorchZip) {
+    throw FormatError("cannot read the checkpoint " + path + ": " + describe(format, path));
+  }
+  const std::map<std::string, ZipRecord> records = detail::read_zip_directory(path);
+  // torch.save names every record <archive>/...; data.pkl holds the pickle.
+  std::string archive;
+  for (const auto& [name, record] : records) {
+    const size_t slash = name.find('/');
+    if (slash != std::string::npos && name.compare(slash, std::string::npos, "/data.pkl") == 0) {
+      archive = name.substr(0, slash + 1);
+    }
+  }
+  for (const auto& [name, record] : records) {
+    const size_t slash = name.find('/');
+    const std::string rest = slash == std::string::npos ? name : name.substr(slash + 1);
+    if (rest == "constants.pkl" || rest.rfind("code/", 0) == 0) {
+      throw FormatError("cannot read the checkpoint " + path +
+                        ": it is a TorchScript archive (torch.jit.save; it has " + name +
+                        "); load it with torch::jit::load instead");
+    }
+  }
+  if (archive.empty()) {
+    throw FormatError("cannot read the checkpoint " + path +
+                      ": the zip archive has no <archive>/data.pkl, so torch.save did not "
+                      "write it");
+  }
+  try {
+    caffe2::serialize::PyTorchStreamReader zip(path);
+    auto [data, size] = zip.getRecord("data.pkl");
+    const std::string pickle(static_cast<const char*>(data.get()), size);
+    // A storage's byte count is compared with its record before anything
+    // is allocated.
+    const detail::StorageLoader load_storage = [&](const std::string& key, at::ScalarType dtype,
+                                                   const std::string& type, int64_t numel) {
+      const std::string record = "data/" + key;
+      const auto found = records.find(archive + record);
+      if (found == records.end()) {
+        throw FormatError("the archive has no record " + record);
+      }
+      int64_t needed = 0;
+      if (__builtin_mul_overflow(numel, static_cast<int64_t>(c10::elementSize(dtype)), &needed) ||
+          static_cast<uint64_t>(needed) != found->second.size) {
+        throw FormatError(base::detail::str("record ", record, " holds ", found->second.size,
+                                            " bytes, its ", type, " of ", numel,
+                                            " elements needs another number"));
+      }
+      auto [bytes, count] = zip.getRecord(record);  // LibTorch adds <archive>/
+      at::Tensor flat = at::empty({numel}, at::TensorOptions(dtype));
+      if (count != flat.nbytes())
+        throw FormatError("record " + record + " changed size while read");
+      if (count > 0) std::memcpy(flat.data_ptr(), bytes.get(), count);
+      return flat;
+    };
+    return detail::read_pickle(path, pickle, load_storage);
+  } catch (const c10::Error& e) {
+    throw FormatError("cannot read the checkpoint " + path + ": " + e.what_without_backtrace());
+  }
+}
+
+}  // namespace ddp::formats

@@ -1,0 +1,30 @@
+#pragma once
+
+// Internal: a zip archive's central directory, read and checked before
+// LibTorch's PyTorchStreamReader (miniz) reads any record (Note [A hostile
+// file is an error] in ddp/formats/torch_file.hpp). miniz allocates a
+// record's declared size before it reads it, so a 100-byte file could claim
+// terabytes; here every record must be stored uncompressed, as torch.save
+// writes it, and lie wholly inside the file.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace ddp::formats::detail {
+
+/// One checked record of the archive.
+struct ZipRecord {
+  uint64_t data_offset = 0;  ///< Where its bytes start in the file.
+  uint64_t size = 0;         ///< Its bytes (stored: compressed = uncompressed).
+};
+
+/// The records of the zip archive at `path` by name (the archive's own
+/// names, such as "archive/data.pkl"), each checked as above; ZIP64
+/// archives (torch.save's files above 4 GiB) included.
+/// \throws FormatError naming `path`, the byte and the problem: no end of
+///   central directory, a directory or record outside the file, a
+///   compressed or encrypted record, a name given twice.
+std::map<std::string, ZipRecord> read_zip_directory(const std::string& path);
+
+}  // namespace ddp::formats::detail
