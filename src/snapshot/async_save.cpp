@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -34,9 +35,22 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 using detail::NamedTensors;
 
-// How long rank 0's background thread waits for the other ranks' shard
-// files before it gives the main file up.
-constexpr std::chrono::minutes kShardFileWait{10};
+// Note [Shards agreed through the store]
+// Rank 0's main file of an asynchronous sharded save may only be written
+// once every rank's shard is. Each rank's background thread says so in the
+// rendezvous store, not by a file rank 0 looks for: on node-local disks
+// rank 0 never sees another node's files. The protocol, named here once:
+// after its shard file is renamed into place, rank r sets
+//   ddp/snapshot/<prefix>/<sequence>/shard-<r>  =  "written"
+// ("failed" when it could not write it); rank 0's background thread polls
+// those keys until each is set, the save is abandoned, or the group's
+// collective timeout (the job's) passes, and deletes them when done. A
+// group without a store (one built by hand) falls back to polling the
+// files, which needs one shared directory.
+std::string shard_key(const std::string& prefix, uint64_t sequence, int rank) {
+  return base::detail::str("ddp/snapshot/", prefix, "/", sequence, "/shard-", rank);
+}
+constexpr char kShardWritten[] = "written", kShardFailed[] = "failed";
 
 std::string what_failed(const std::exception_ptr& failure) {
   try {
@@ -79,27 +93,40 @@ bool any_rank_writing(ProcessGroup& group, bool writing) {
   return any.item<int64_t>() != 0;
 }
 
-// Rank 0's background thread: waits until every other rank's shard file of
-// `main_name` is in place (Note [Sharded state in a snapshot]).
-void await_shard_files(const std::string& directory, const std::string& main_name, int world,
-                       const detail::BackgroundWriter& writer) {
-  const auto deadline = std::chrono::steady_clock::now() + kShardFileWait;
+// Rank 0's background thread: waits until every other rank's shard of
+// `main_name` is written (Note [Shards agreed through the store]).
+void await_shards(const std::shared_ptr<c10d::Store>& store, const std::string& directory,
+                  const std::string& prefix, const std::string& main_name, uint64_t sequence,
+                  int world, std::chrono::milliseconds timeout,
+                  const detail::BackgroundWriter& writer) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   for (int r = 1; r < world; ++r) {
     const fs::path file = fs::path(directory) / detail::shard_file_name(main_name, r, world);
-    std::error_code error;
-    while (!fs::exists(file, error)) {
+    const std::string key = shard_key(prefix, sequence, r);
+    while (true) {
+      std::error_code error;
+      if (store ? store->check({key}) : fs::exists(file, error)) break;
       if (writer.abandoned()) {
         throw SnapshotError(base::detail::str("gave ", main_name, " up: a rank's shard failed"));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         throw SnapshotError(base::detail::str(
             "cannot write snapshot ", (fs::path(directory) / main_name).string(), ": rank ", r,
-            "'s shard file ", file.string(), " did not appear within ", kShardFileWait.count(),
-            " minutes; the snapshots before it are intact (is rank ", r, " alive?)"));
+            " did not report its shard (", store ? "store key " + key : "file " + file.string(),
+            ") within the collective timeout of ", timeout.count(),
+            " ms; the snapshots before it are intact (is rank ", r, " alive?)"));
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+    if (store) {
+      const std::vector<uint8_t> value = store->get(key);
+      store->deleteKey(key);
+      if (std::string(value.begin(), value.end()) != kShardWritten) {
+        throw SnapshotError(base::detail::str("gave ", main_name, " up: rank ", r,
+                                              " could not write its shard (its error says why)"));
+      }
     }
   }
 }
@@ -225,16 +252,32 @@ std::string SnapshotManager::save_async(const TrainingState& state) {
   const std::string main_name = detail::snapshot_file_name(options_.prefix(), sequence);
   detail::BackgroundWriter::Task shard_task, main_task;
   if (sharded != nullptr) {
-    shard_task = [directory = options_.directory(), main_name, tensors = std::move(shard_tensors),
-                  text = std::move(shard_text), rank, world, sequence] {
-      detail::write_shard_file(directory, main_name, tensors, text, rank, world, sequence);
+    shard_task = [directory = options_.directory(), prefix = options_.prefix(), main_name,
+                  tensors = std::move(shard_tensors), text = std::move(shard_text), rank, world,
+                  sequence, store = rank == 0 ? nullptr : group_->rendezvous_store()] {
+      auto report = [&](const char* outcome) {
+        if (store)
+          store->set(shard_key(prefix, sequence, rank),
+                     std::vector<uint8_t>(outcome, outcome + std::strlen(outcome)));
+      };
+      try {
+        detail::write_shard_file(directory, main_name, tensors, text, rank, world, sequence);
+      } catch (...) {
+        report(kShardFailed);
+        throw;
+      }
+      report(kShardWritten);
     };
   }
   if (rank == 0) {
     main_task = [options = options_, main_name, tensors = std::move(main_tensors),
                  text = std::move(main_text), world, sequence, with_shards = sharded != nullptr,
-                 &writer = saves.writer] {
-      if (with_shards) await_shard_files(options.directory(), main_name, world, writer);
+                 &writer = saves.writer, store = group_->rendezvous_store(),
+                 timeout = group_->collective_timeout()] {
+      if (with_shards) {
+        await_shards(store, options.directory(), options.prefix(), main_name, sequence, world,
+                     timeout, writer);
+      }
       detail::write_main_file(options, tensors, text, world, sequence);
     };
   }

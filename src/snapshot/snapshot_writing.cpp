@@ -1,7 +1,9 @@
 #include "snapshot/snapshot_writing.hpp"
 
 #include <filesystem>
+#include <string>
 
+#include "ddp/snapshot/errors.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
 
@@ -41,6 +43,14 @@ std::string write_main_file(const snapshot::SnapshotOptions& options, const Name
 void write_shard_file(const std::string& directory, const std::string& main_name,
                       const NamedTensors& tensors, const std::string& scalars_text, int rank,
                       int world, uint64_t sequence) {
+  // Rank 0 makes the directory where it picks the sequence; on a node-local
+  // disk of another node nobody has.
+  std::error_code error;
+  fs::create_directories(directory, error);
+  if (error) {
+    throw SnapshotError("cannot create snapshot directory " + directory + " for rank " +
+                        std::to_string(rank) + "'s shard: " + error.message());
+  }
   write_records_file(directory, shard_file_name(main_name, rank, world), tensors, scalars_text,
                      world, sequence);
 }

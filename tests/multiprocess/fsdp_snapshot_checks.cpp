@@ -73,9 +73,9 @@ std::vector<optim::OptimizerParamGroup> decay_groups(
 // The saving job's units are the Sequential's entries; the resuming job's
 // one unit, the whole model: the snapshot is keyed by parameter names.
 FullyShardedDataParallelOptions units_for(const std::string& phase) {
-  return phase == "save" ? FullyShardedDataParallelOptions()
-                         : FullyShardedDataParallelOptions().wrap_policy(
-                               wrap_by_parameter_count(int64_t{1} << 40));
+  return phase.rfind("save", 0) == 0 ? FullyShardedDataParallelOptions()
+                                     : FullyShardedDataParallelOptions().wrap_policy(
+                                           wrap_by_parameter_count(int64_t{1} << 40));
 }
 
 std::vector<torch::Tensor> values_of(const torch::OrderedDict<std::string, at::Tensor>& dict) {
@@ -123,13 +123,20 @@ class FsdpSnapshotChecker {
     }
   }
 
-  void save() {
+  // Saves after steps 3 and 4; with `in_background`, by save_async(), each
+  // written while the next step (or the gather below) runs.
+  void save(bool in_background) {
     ShardedRun run(kSavedSeed, group_, directory_, "save");
     train(run.model, run.optimizer, 0, kFsdpSavedSteps, [&](int step) {
       if (step + 1 < kFsdpSavedSteps - 1) return;
       run.state.step_in_epoch = step + 1;
-      run.snapshots.save(run.state);
+      if (in_background) {
+        run.snapshots.save_async(run.state);
+      } else {
+        run.snapshots.save(run.state);
+      }
     });
+    if (in_background) run.snapshots.wait();
     const auto full = values_of(run.model->full_parameters());  // a collective
     if (group_->rank() == 0) {
       torch::save(full, (fs::path(directory_) / "full-parameters.pt").string());
@@ -308,8 +315,8 @@ class FsdpSnapshotChecker {
 int check_fsdp_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
                         const std::string& directory) {
   FsdpSnapshotChecker checker(group, directory);
-  if (phase == "save") {
-    checker.save();
+  if (phase == "save" || phase == "save-async") {
+    checker.save(phase == "save-async");
   } else {
     checker.resume();
   }

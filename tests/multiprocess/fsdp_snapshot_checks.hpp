@@ -58,7 +58,7 @@ inline const std::string kContinuesExactly =
 inline std::set<std::string> fsdp_snapshot_check_names(const std::string& phase, int rank,
                                                        int world) {
   using namespace fsdp_snapshot_check;  // NOLINT(google-build-using-namespace)
-  if (phase == "save")
+  if (phase == "save" || phase == "save-async")
     return rank == 0 ? std::set<std::string>{kFilesWritten} : std::set<std::string>{};
   std::set<std::string> names{kResumed,           kSameValues,   kBuffer,
                               kMatchesOneProcess, kPlainRefused, kOtherOptimizerRefused,

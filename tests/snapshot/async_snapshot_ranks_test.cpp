@@ -3,7 +3,8 @@
 // and resume together; a failure of rank 0's background write is rank 0's
 // own error there and names rank 0 on rank 1. With a ZeroRedundancyOptimizer
 // every rank writes its shard in the background and the files equal save()'s;
-// a shard that fails makes rank 0 give the main file up at once.
+// a shard that fails makes rank 0 give the main file up at once; shards on
+// node-local disks are agreed through the store.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -192,6 +193,52 @@ TEST_F(SnapshotAsyncRanks, ZeroShardsAreWrittenInTheBackgroundAsSaveWritesThem) 
   EXPECT_TRUE(mentions(errors[0], "failed on rank 1")) << errors[0];
   EXPECT_LT(seconds[0], 30) << "rank 0 waited for a shard that had failed";
   EXPECT_FALSE(fs::exists(async_dir + "/snapshot-000000000002.ddpsnap"));
+}
+
+// Node-local disks: each rank saves into a directory only it sees, so rank
+// 0 can never find rank 1's shard file; the ranks agree through the store
+// (Note [Shards agreed through the store] in src/snapshot/async_save.cpp).
+// Rank 0's main file once waited 10 minutes for a file that never appeared.
+// Gathered afterwards (as a job copies node-local files to resume), the
+// files resume the saved state.
+TEST_F(SnapshotAsyncRanks, ShardsOnNodeLocalDisksAreAgreedThroughTheStore) {
+  const std::string local[kWorld] = {dir_.file("node-0"), dir_.file("node-1")};
+  std::vector<at::Tensor> saved_weights(kWorld), resumed_weights(kWorld);
+  std::vector<std::unique_ptr<ZeroRank>> mine, fresh;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    mine.push_back(std::make_unique<ZeroRank>(3));
+    fresh.push_back(std::make_unique<ZeroRank>(99));
+  }
+  double seconds[kWorld] = {0, 0};
+  on_two_ranks([&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    ZeroRank& me = *mine[rank];
+    me.make_optimizer(group);
+    me.step(rank);
+    SnapshotManager snapshots(SnapshotOptions(local[rank]), group);
+    const auto start = Clock::now();
+    snapshots.save_async(me.state);
+    saved_weights[rank] = me.net->weight.detach().clone();
+    me.step(rank);
+    snapshots.wait();
+    seconds[rank] = std::chrono::duration<double>(Clock::now() - start).count();
+  });
+  EXPECT_LT(seconds[0], 30) << "rank 0 waited for a file on another node's disk";
+  EXPECT_TRUE(fs::exists(local[0] + "/snapshot-000000000001.ddpsnap"));
+  EXPECT_TRUE(fs::exists(local[0] + "/snapshot-000000000001.shard-0-of-2.ddpsnap"));
+  EXPECT_TRUE(fs::exists(local[1] + "/snapshot-000000000001.shard-1-of-2.ddpsnap"));
+  EXPECT_FALSE(fs::exists(local[1] + "/snapshot-000000000001.ddpsnap"));
+  fs::copy_file(local[1] + "/snapshot-000000000001.shard-1-of-2.ddpsnap",
+                local[0] + "/snapshot-000000000001.shard-1-of-2.ddpsnap");
+  on_two_ranks([&](int rank, const std::shared_ptr<ProcessGroup>& group) {
+    ZeroRank& other = *fresh[rank];
+    other.make_optimizer(group);
+    EXPECT_TRUE(SnapshotManager(SnapshotOptions(local[0]), group).resume(other.state));
+    resumed_weights[rank] = other.net->weight.detach().clone();
+  });
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_TRUE(resumed_weights[rank].defined());
+    EXPECT_TRUE(torch::equal(resumed_weights[rank], saved_weights[rank])) << "rank " << rank;
+  }
 }
 
 }  // namespace
