@@ -27,7 +27,8 @@
 //   powersgd     the PowerSGD comm hook (2 ranks)
 //   zero         ZeroRedundancyOptimizer against plain DDP
 //   zero-snapshot  ZeroRedundancyOptimizer snapshots (--phase save|resume --directory D)
-//   fsdp-snapshot  FullyShardedDataParallel snapshots (--phase save|save-async|resume --directory D)
+//   fsdp-snapshot  FullyShardedDataParallel snapshots (--phase save|save-async|resume
+//                  --directory D)
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
 //                and checks it against the Gloo one (tests/comm/shm/)
 //   stress       overlapping randomly sized collectives, each checked
