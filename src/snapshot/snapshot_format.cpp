@@ -307,6 +307,18 @@ void fsync_directory(const std::string& path) {
   if (rc != 0) throw SnapshotError("cannot fsync directory " + path + ": " + error);
 }
 
+std::vector<unsigned char> seal_snapshot_payload(const unsigned char* payload, size_t size) {
+  Header header;
+  header.world_size = 1;
+  header.sequence = 1;
+  header.payload_size = size;
+  header.payload_crc = crc32_update(0, payload, size);
+  const auto head = encode_header(header);
+  std::vector<unsigned char> file(head.begin(), head.end());
+  file.insert(file.end(), payload, payload + size);
+  return file;
+}
+
 snapshot::SnapshotFile read_snapshot(const std::string& path) {
   std::vector<unsigned char> file = read_whole_file(path);
   if (file.empty()) throw SnapshotError(path + " is not a ddp snapshot: the file is empty");

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ddp/snapshot/snapshot_manager.hpp"
 
@@ -23,6 +24,12 @@ inline constexpr uint32_t kRecordJson = 2;
 
 /// CRC-32 (zlib's) of `size` bytes, continuing from `crc`.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size);
+
+/// A whole snapshot file around `payload` (records, then the end marker,
+/// as SnapshotWriter lays them out): the header with its sizes and CRCs
+/// for that payload, world size 1, sequence 1. For the fuzz target, which
+/// mutates payloads that the CRCs would otherwise stop at the header.
+std::vector<unsigned char> seal_snapshot_payload(const unsigned char* payload, size_t size);
 
 /// Writes one snapshot to a temporary file and renames it into place.
 ///
