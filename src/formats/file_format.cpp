@@ -9,6 +9,7 @@
 
 #include "base/str.hpp"
 #include "formats/safetensors_header.hpp"
+#include "formats/zip_directory.hpp"
 
 namespace ddp::formats {
 namespace {
@@ -18,8 +19,6 @@ namespace {
 constexpr unsigned char kLegacyMagic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                           0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 constexpr unsigned char kZipLocalHeader[] = {'P', 'K', 3, 4};
-constexpr unsigned char kZipEnd[] = {'P', 'K', 5, 6};
-constexpr uint64_t kZipEndBytes = 22, kZipMaxComment = 0xffff;
 
 struct Probe {
   std::ifstream in;
@@ -40,18 +39,10 @@ struct Probe {
 };
 
 bool is_zip(Probe& file) {
-  if (file.size < kZipEndBytes) return false;
   const std::vector<unsigned char> head = file.read(0, 4);
   if (head.size() != 4 || std::memcmp(head.data(), kZipLocalHeader, 4) != 0) return false;
-  const uint64_t start = file.size - std::min(file.size, kZipEndBytes + kZipMaxComment);
-  const std::vector<unsigned char> tail = file.read(start, file.size - start);
-  for (uint64_t at = tail.size() - kZipEndBytes + 1; at-- > 0;) {
-    const uint64_t comment = tail[at + 20] | (uint64_t{tail[at + 21]} << 8);
-    if (std::memcmp(&tail[at], kZipEnd, 4) == 0 && at + kZipEndBytes + comment == tail.size()) {
-      return true;
-    }
-  }
-  return false;
+  const uint64_t start = file.size - std::min(file.size, detail::kMaxEndRecordBytes);
+  return detail::find_end_record(file.read(start, file.size - start)).has_value();
 }
 
 bool is_legacy(Probe& file) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "base/str.hpp"
@@ -15,7 +16,7 @@ namespace {
 constexpr uint32_t kLocalHeader = 0x04034b50, kCentralHeader = 0x02014b50;
 constexpr uint32_t kEnd = 0x06054b50, kEnd64 = 0x06064b50, kEnd64Locator = 0x07064b50;
 constexpr uint64_t kLocalHeaderBytes = 30, kCentralHeaderBytes = 46, kEndBytes = 22;
-constexpr uint64_t kEnd64Bytes = 56, kEnd64LocatorBytes = 20, kMaxComment = 0xffff;
+constexpr uint64_t kEnd64Bytes = 56, kEnd64LocatorBytes = 20;
 constexpr uint16_t kZip64Extra = 0x0001;
 
 class ZipFile {
@@ -67,12 +68,12 @@ struct Directory {
 
 Directory find_directory(ZipFile& file) {
   if (file.size() < kEndBytes) file.fail(0, "the file is shorter than an end of central directory");
-  const uint64_t tail_start = file.size() - std::min(file.size(), kEndBytes + kMaxComment);
+  const uint64_t tail_start = file.size() - std::min(file.size(), kMaxEndRecordBytes);
   const std::vector<unsigned char> tail =
       file.read(tail_start, file.size() - tail_start, "the end of the archive");
   const Fields f{tail};
-  for (uint64_t at = tail.size() - kEndBytes + 1; at-- > 0;) {
-    if (f.u32(at) != kEnd || at + kEndBytes + f.u16(at + 20) != tail.size()) continue;
+  if (const std::optional<size_t> found = find_end_record(tail)) {
+    const uint64_t at = *found;
     Directory d{f.u32(at + 16), f.u32(at + 12), f.u16(at + 10)};
     if (d.offset != 0xffffffff && d.size != 0xffffffff && d.entries != 0xffff) return d;
     // ZIP64: the locator sits just before the end record and points at the
@@ -94,6 +95,15 @@ Directory find_directory(ZipFile& file) {
 }
 
 }  // namespace
+
+std::optional<size_t> find_end_record(const std::vector<unsigned char>& tail) {
+  if (tail.size() < kEndBytes) return std::nullopt;
+  const Fields f{tail};
+  for (size_t at = tail.size() - kEndBytes + 1; at-- > 0;) {
+    if (f.u32(at) == kEnd && at + kEndBytes + f.u16(at + 20) == tail.size()) return at;
+  }
+  return std::nullopt;
+}
 
 std::map<std::string, ZipRecord> read_zip_directory(const std::string& path) {
   ZipFile file(path);

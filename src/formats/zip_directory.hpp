@@ -7,11 +7,23 @@
 // terabytes; here every record must be stored uncompressed, as torch.save
 // writes it, and lie wholly inside the file.
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace ddp::formats::detail {
+
+/// How many of a file's last bytes can hold its end of central directory
+/// record (22 bytes and a comment of up to 65,535).
+inline constexpr uint64_t kMaxEndRecordBytes = 22 + 0xffff;
+
+/// Where in `tail` (a file's last bytes, at most kMaxEndRecordBytes) the end
+/// of central directory record starts whose comment ends the file, or
+/// nullopt: the test of a zip archive's end, for identify_file() too.
+std::optional<size_t> find_end_record(const std::vector<unsigned char>& tail);
 
 /// One checked record of the archive.
 struct ZipRecord {

@@ -149,6 +149,16 @@ INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpGenerated,
                            return info.param.first + "N" + std::to_string(info.param.second);
                          });
 
+// One phase of the fsdp-snapshot scenario (fsdp_snapshot_checks.cpp) on
+// `world` ranks, its checks expected on each.
+void run_fsdp_snapshot(int world, const std::string& phase, const std::string& directory) {
+  auto results = run_ranks(world, {"fsdp-snapshot", "--phase", phase, "--directory", directory,
+                                   "--backend", "gloo", "--collective-timeout-ms", "60000"});
+  for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
+  expect_checks_per_rank(results,
+                         [&](int rank) { return fsdp_snapshot_check_names(phase, rank, world); });
+}
+
 // Saved on 2 ranks, each writing its shard of the parameters and of the
 // optimizer state; resumed on 2 (bit for bit), 1 and 3 (re-sharded)
 // (fsdp_snapshot_checks.cpp).
@@ -156,11 +166,7 @@ TEST(FsdpSnapshot, ResumesExactlyAndAtAnotherWorldSize) {
   const TemporaryDirectory snapshots("ddp-fsdp-snapshot-");
   const std::string directory = snapshots.string();
   auto run = [&](int world, const std::string& phase) {
-    auto results = run_ranks(world, {"fsdp-snapshot", "--phase", phase, "--directory", directory,
-                                     "--backend", "gloo", "--collective-timeout-ms", "60000"});
-    for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-    expect_checks_per_rank(results,
-                           [&](int rank) { return fsdp_snapshot_check_names(phase, rank, world); });
+    run_fsdp_snapshot(world, phase, directory);
   };
   run(2, "save");
   run(2, "resume");
@@ -175,11 +181,7 @@ TEST(FsdpSnapshot, SaveAsyncResumesAsSaveDoes) {
   const TemporaryDirectory snapshots("ddp-fsdp-snapshot-async-");
   const std::string directory = snapshots.string();
   auto run = [&](int world, const std::string& phase) {
-    auto results = run_ranks(world, {"fsdp-snapshot", "--phase", phase, "--directory", directory,
-                                     "--backend", "gloo", "--collective-timeout-ms", "60000"});
-    for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-    expect_checks_per_rank(results,
-                           [&](int rank) { return fsdp_snapshot_check_names(phase, rank, world); });
+    run_fsdp_snapshot(world, phase, directory);
   };
   run(2, "save-async");
   run(2, "resume");
