@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
 
-#include <cstring>
 #include <map>
 
 #include "base/str.hpp"
@@ -68,11 +67,13 @@ PyRef read_torch_file(const std::string& path) {
                                             " elements needs another number"));
       }
       auto [bytes, count] = zip.getRecord(record);  // LibTorch adds <archive>/
-      at::Tensor flat = at::empty({numel}, at::TensorOptions(dtype));
-      if (count != flat.nbytes())
+      if (count != static_cast<size_t>(needed))
         throw FormatError("record " + record + " changed size while read");
-      if (count > 0) std::memcpy(flat.data_ptr(), bytes.get(), count);
-      return flat;
+      // The record's own buffer becomes the storage, as torch.load does: no
+      // second copy of every tensor (docs/benchmarks.md, checkpoint files).
+      const c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(count),
+                                 std::move(bytes), /*allocator=*/nullptr, /*resizable=*/false);
+      return at::empty({0}, at::TensorOptions(dtype)).set_(storage, 0, {numel}, {1});
     };
     return detail::read_pickle(path, pickle, load_storage);
   } catch (const c10::Error& e) {
