@@ -8,6 +8,7 @@
 /// (identify_file), and FormatError. Library ddp::formats; ddp::snapshot
 /// maps these files to and from a training state.
 
+#include "ddp/formats/dcp.hpp"               // IWYU pragma: export
 #include "ddp/formats/errors.hpp"            // IWYU pragma: export
 #include "ddp/formats/file_format.hpp"       // IWYU pragma: export
 #include "ddp/formats/py_value.hpp"          // IWYU pragma: export

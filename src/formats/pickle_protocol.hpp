@@ -94,4 +94,28 @@ inline const std::vector<std::pair<const char*, at::ScalarType>>& storage_types(
   return kTypes;
 }
 
+/// The modules of the dataclasses a DCP checkpoint's .metadata pickles
+/// (Note [The DCP subset ddp speaks] in ddp/formats/dcp.hpp).
+inline constexpr const char* kDcpMetadataModule = "torch.distributed.checkpoint.metadata";
+inline constexpr const char* kDcpFilesystemModule = "torch.distributed.checkpoint.filesystem";
+
+/// The dtypes by the names Python pickles them under (torch.float32 is the
+/// global "torch" "float32").
+inline const std::vector<std::pair<const char*, at::ScalarType>>& dtype_names() {
+  static const std::vector<std::pair<const char*, at::ScalarType>> kNames = {
+      {"float32", at::kFloat},
+      {"float64", at::kDouble},
+      {"float16", at::kHalf},
+      {"bfloat16", at::kBFloat16},
+      {"int64", at::kLong},
+      {"int32", at::kInt},
+      {"int16", at::kShort},
+      {"int8", at::kChar},
+      {"uint8", at::kByte},
+      {"bool", at::kBool},
+      {"complex64", at::kComplexFloat},
+      {"complex128", at::kComplexDouble}};
+  return kNames;
+}
+
 }  // namespace ddp::formats::detail

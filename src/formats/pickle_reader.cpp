@@ -51,9 +51,9 @@ bool view_fits(const std::vector<int64_t>& sizes, const std::vector<int64_t>& st
 
 class TorchUnpickler {
  public:
-  TorchUnpickler(const std::string& path, const std::string& pickle,
+  TorchUnpickler(const std::string& path, const std::string& record, const std::string& pickle,
                  const StorageLoader& load_storage)
-      : path_(path), in_(pickle), load_storage_(load_storage) {}
+      : path_(path), record_(record), in_(pickle), load_storage_(load_storage) {}
   // A failed or refused load leaves no cycle behind to leak.
   ~TorchUnpickler() {
     if (!finished_) break_cycles();
@@ -77,8 +77,8 @@ class TorchUnpickler {
 
  private:
   [[noreturn]] void fail(size_t at, const std::string& what) const {
-    throw FormatError(base::detail::str("cannot read the checkpoint ", path_, ": ", what,
-                                        " (data.pkl byte ", at, ")"));
+    throw FormatError(base::detail::str("cannot read the checkpoint ", path_, ": ", what, " (",
+                                        record_, " byte ", at, ")"));
   }
   const char* take(uint64_t n) {
     if (in_.size() - pos_ < n)
@@ -220,6 +220,7 @@ class TorchUnpickler {
   }
 
   const std::string& path_;
+  const std::string& record_;
   const std::string& in_;
   const StorageLoader& load_storage_;
   size_t pos_ = 0;
@@ -392,9 +393,9 @@ void TorchUnpickler::step(PickleOp code, size_t at) {
 
 }  // namespace
 
-PyRef read_pickle(const std::string& path, const std::string& pickle,
+PyRef read_pickle(const std::string& path, const std::string& record, const std::string& pickle,
                   const StorageLoader& load_storage) {
-  return TorchUnpickler(path, pickle, load_storage).load();
+  return TorchUnpickler(path, record, pickle, load_storage).load();
 }
 
 }  // namespace ddp::formats::detail

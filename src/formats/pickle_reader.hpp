@@ -21,10 +21,12 @@ namespace ddp::formats::detail {
 using StorageLoader = std::function<at::Tensor(const std::string& key, at::ScalarType dtype,
                                                const std::string& type, int64_t numel)>;
 
-/// The value tree `pickle` (data.pkl of the file at `path`, for messages)
-/// holds, bounded as Note [A hostile file is an error] says.
-/// \throws FormatError naming the file, the byte and the problem.
-PyRef read_pickle(const std::string& path, const std::string& pickle,
+/// The value tree `pickle` holds, bounded as Note [A hostile file is an
+/// error] says; `path` and `record` ("data.pkl", ".metadata") name it in
+/// messages.
+/// \throws FormatError naming the file, the record, the byte and the
+///   problem.
+PyRef read_pickle(const std::string& path, const std::string& record, const std::string& pickle,
                   const StorageLoader& load_storage);
 
 }  // namespace ddp::formats::detail

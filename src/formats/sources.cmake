@@ -12,6 +12,11 @@ ddp_add_library(formats STATIC DEPENDS ddp_base SOURCES
   ${PROJECT_SOURCE_DIR}/src/formats/pickle_reader.cpp
   ${PROJECT_SOURCE_DIR}/src/formats/tree_bounds.cpp
   ${PROJECT_SOURCE_DIR}/src/formats/torch_file_reader.cpp
+  ${PROJECT_SOURCE_DIR}/src/formats/pickle_writer.cpp
   ${PROJECT_SOURCE_DIR}/src/formats/torch_file_writer.cpp
-  ${PROJECT_SOURCE_DIR}/src/formats/safetensors_file.cpp)
+  ${PROJECT_SOURCE_DIR}/src/formats/safetensors_file.cpp
+  ${PROJECT_SOURCE_DIR}/src/formats/dcp_metadata_reader.cpp
+  ${PROJECT_SOURCE_DIR}/src/formats/dcp_metadata_writer.cpp
+  ${PROJECT_SOURCE_DIR}/src/formats/dcp_reader.cpp
+  ${PROJECT_SOURCE_DIR}/src/formats/dcp_writer.cpp)
 target_link_libraries(ddp_formats PUBLIC ${TORCH_LIBRARIES})

@@ -19,32 +19,42 @@ constexpr uint64_t kLocalHeaderBytes = 30, kCentralHeaderBytes = 46, kEndBytes =
 constexpr uint64_t kEnd64Bytes = 56, kEnd64LocatorBytes = 20;
 constexpr uint16_t kZip64Extra = 0x0001;
 
+// The archive: the whole file, or `length` bytes of it from `base` (a
+// torch.save stream inside a DCP file); offsets are the archive's own.
 class ZipFile {
  public:
-  explicit ZipFile(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+  ZipFile(const std::string& path, uint64_t base, uint64_t length)
+      : path_(path), base_(base), in_(path, std::ios::binary) {
     if (!in_) fail(0, "no such file");
     in_.seekg(0, std::ios::end);
-    size_ = static_cast<uint64_t>(in_.tellg());
+    const auto file_size = static_cast<uint64_t>(in_.tellg());
+    if (base > file_size || (length != kToTheEnd && length > file_size - base)) {
+      throw FormatError(base::detail::str("cannot read the zip archive ", path, ": its ", length,
+                                          " bytes at byte ", base, " reach past the file's ",
+                                          file_size));
+    }
+    size_ = length == kToTheEnd ? file_size - base : length;
   }
   uint64_t size() const { return size_; }
-  // `n` bytes at `offset`, which must lie inside the file.
+  // `n` bytes at `offset`, which must lie inside the archive.
   std::vector<unsigned char> read(uint64_t offset, uint64_t n, const char* what) {
     if (offset > size_ || n > size_ - offset) {
       fail(offset, base::detail::str(what, " of ", n, " bytes reaches past the file's ", size_));
     }
     std::vector<unsigned char> bytes(n);
-    in_.seekg(static_cast<std::streamoff>(offset));
+    in_.seekg(static_cast<std::streamoff>(base_ + offset));
     if (n > 0 && !in_.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n)))
       fail(offset, "a read failed");
     return bytes;
   }
   [[noreturn]] void fail(uint64_t at, const std::string& what) const {
-    throw FormatError(
-        base::detail::str("cannot read the zip archive ", path_, ": ", what, " (byte ", at, ")"));
+    throw FormatError(base::detail::str("cannot read the zip archive ", path_, ": ", what,
+                                        " (byte ", base_ + at, ")"));
   }
 
  private:
   const std::string& path_;
+  const uint64_t base_;
   std::ifstream in_;
   uint64_t size_ = 0;
 };
@@ -105,8 +115,9 @@ std::optional<size_t> find_end_record(const std::vector<unsigned char>& tail) {
   return std::nullopt;
 }
 
-std::map<std::string, ZipRecord> read_zip_directory(const std::string& path) {
-  ZipFile file(path);
+std::map<std::string, ZipRecord> read_zip_directory(const std::string& path, uint64_t base,
+                                                    uint64_t length) {
+  ZipFile file(path, base, length);
   const Directory d = find_directory(file);
   if (d.entries > d.size / kCentralHeaderBytes) {
     file.fail(d.offset, base::detail::str("the directory claims ", d.entries, " records in ",

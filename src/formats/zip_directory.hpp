@@ -31,12 +31,18 @@ struct ZipRecord {
   uint64_t size = 0;         ///< Its bytes (stored: compressed = uncompressed).
 };
 
+/// `length` for an archive that ends where its file ends.
+inline constexpr uint64_t kToTheEnd = ~uint64_t{0};
+
 /// The records of the zip archive at `path` by name (the archive's own
 /// names, such as "archive/data.pkl"), each checked as above; ZIP64
-/// archives (torch.save's files above 4 GiB) included.
+/// archives (torch.save's files above 4 GiB) included. The archive is the
+/// `length` bytes of the file from `base` (a torch.save stream inside a
+/// DCP file), its offsets counted from `base`.
 /// \throws FormatError naming `path`, the byte and the problem: no end of
 ///   central directory, a directory or record outside the file, a
 ///   compressed or encrypted record, a name given twice.
-std::map<std::string, ZipRecord> read_zip_directory(const std::string& path);
+std::map<std::string, ZipRecord> read_zip_directory(const std::string& path, uint64_t base = 0,
+                                                    uint64_t length = kToTheEnd);
 
 }  // namespace ddp::formats::detail

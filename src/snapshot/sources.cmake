@@ -20,6 +20,9 @@ ddp_add_library(snapshot STATIC DEPENDS ddp ddp_formats SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/async_save.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_optimizer.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_checkpoint.cpp
-  ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_import.cpp)
+  ${PROJECT_SOURCE_DIR}/src/snapshot/pytorch_import.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/dcp_layout.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/dcp_save.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/dcp_load.cpp)
 find_package(ZLIB REQUIRED)
 target_link_libraries(ddp_snapshot PRIVATE ZLIB::ZLIB)

@@ -16,6 +16,7 @@
 #include "ddp/snapshot/consolidated_export.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
+#include "multiprocess/fsdp_snapshot_model.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -24,51 +25,7 @@ namespace fs = std::filesystem;
 namespace nn = torch::nn;
 namespace optim = torch::optim;
 
-constexpr int64_t kFsdpSnapshotBatch = 12;  // divides evenly over 1, 2 and 3 ranks
-constexpr int kFsdpSavedSteps = 4;
-constexpr int kFsdpSteps = 8;
-constexpr uint64_t kSavedSeed = 31;
-
-std::pair<torch::Tensor, torch::Tensor> fsdp_batch_of(int step) {
-  torch::manual_seed(700 + step);
-  return {torch::randn({kFsdpSnapshotBatch, 7}), torch::randn({kFsdpSnapshotBatch, 5})};
-}
-
-// A parameter-free layer with a buffer: forward calls so far.
-struct CallCounterImpl : nn::Module {
-  CallCounterImpl() { calls = register_buffer("calls", torch::zeros({1}, torch::kLong)); }
-  torch::Tensor forward(const torch::Tensor& x) {
-    calls.add_(1);
-    return x;
-  }
-  torch::Tensor calls;
-};
-TORCH_MODULE(CallCounter);
-
-// Sizes that do not divide by 2 or 3: every unit's shard is padded.
-nn::Sequential make_net(uint64_t seed) {
-  torch::manual_seed(seed);
-  return nn::Sequential(nn::Linear(7, 13), CallCounter(), nn::ReLU(), nn::Linear(13, 9), nn::Tanh(),
-                        nn::Linear(9, 5));
-}
-
-optim::AdamWOptions adamw_options() { return optim::AdamWOptions(1e-2).weight_decay(0.1); }
-
-// A transformer recipe's two param groups: weight decay on the weights,
-// none on the biases (by name).
-std::vector<optim::OptimizerParamGroup> decay_groups(
-    const torch::OrderedDict<std::string, torch::Tensor>& named) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& item : named) {
-    const bool bias = item.key().size() >= 4 && item.key().substr(item.key().size() - 4) == "bias";
-    (bias ? no_decay : decay).push_back(item.value());
-  }
-  std::vector<optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<optim::AdamWOptions>(adamw_options()));
-  groups.emplace_back(no_decay,
-                      std::make_unique<optim::AdamWOptions>(adamw_options().weight_decay(0)));
-  return groups;
-}
+using namespace fsdp_snapshot_model;  // NOLINT(google-build-using-namespace)
 
 // The saving job's units are the Sequential's entries; the resuming job's
 // one unit, the whole model: the snapshot is keyed by parameter names.
@@ -76,12 +33,6 @@ FullyShardedDataParallelOptions units_for(const std::string& phase) {
   return phase.rfind("save", 0) == 0 ? FullyShardedDataParallelOptions()
                                      : FullyShardedDataParallelOptions().wrap_policy(
                                            wrap_by_parameter_count(int64_t{1} << 40));
-}
-
-std::vector<torch::Tensor> values_of(const torch::OrderedDict<std::string, at::Tensor>& dict) {
-  std::vector<torch::Tensor> values;
-  for (const auto& item : dict) values.push_back(item.value());
-  return values;
 }
 
 // An FSDP job's objects, as a training program holds them, with snapshots

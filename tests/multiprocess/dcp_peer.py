@@ -1,0 +1,154 @@
+"""The Python side of SnapshotDcpInterop (dcp_test.cpp): PyTorch's own
+torch.distributed.checkpoint (2.x; Debian 13's python3-torch) saves what ddp
+loads and loads what ddp saved.
+
+The model and optimizer are those of fsdp_snapshot_model.hpp: a Sequential
+of Linear(7, 13), a buffer-only call counter, ReLU, Linear(13, 9), Tanh,
+Linear(9, 5); AdamW(lr 1e-2) with weight decay 0.1 on the weights and none
+on the biases, in two param groups. Ranks are processes over Gloo on this
+machine.
+
+  dcp_peer.py save DIR
+      2 ranks, twice: a plain model (replicated, as under DDP) and PyTorch's
+      FSDP1 (device_id=cpu, each Linear a unit) train 2 steps, then
+      dcp.save({"model", "optim"} of get_state_dict) into DIR/pt-plain and
+      DIR/pt-fsdp1; the next 2 steps' batches and the parameters before and
+      after them go to DIR/pt-<variant>-ref.pt (the C++ side loads the
+      checkpoint, trains the same 2 steps and compares).
+  dcp_peer.py load DIR WORLD
+      WORLD ranks load ddp's checkpoint DIR/dcp into a plain model and
+      AdamW (get_state_dict, dcp.load, set_state_dict), train 4 steps on
+      DIR/batches.pt and save the parameters to DIR/python-final-WORLD.pt;
+      prints "epoch E step S" as loaded.
+  dcp_peer.py to-torch-save DIR
+      dcp_to_torch_save(DIR/dcp, DIR/dcp-as-torch.pt).
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+
+class CallCounter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(1, dtype=torch.long))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return x
+
+
+def make_net(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(7, 13), CallCounter(), nn.ReLU(), nn.Linear(13, 9), nn.Tanh(),
+                         nn.Linear(9, 5))
+
+
+def make_optimizer(model):
+    named = list(model.named_parameters())
+    decay = [p for n, p in named if not n.endswith("bias")]
+    no_decay = [p for n, p in named if n.endswith("bias")]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-2)
+
+
+def init(rank, world, store_path):
+    # A FileStore: no port to find free.
+    store = dist.FileStore(store_path, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+
+
+def step(model, optimizer, x, y):
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+
+
+def full_parameters(model):
+    # FSDP1's full_state_dict crashes on CPU in PyTorch 2.6 (a SIGSEGV in
+    # its clone of the unsharded parameters); summon_full_params does not.
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    if isinstance(model, FSDP):
+        with FSDP.summon_full_params(model, writeback=False):
+            return [p.detach().clone() for p in model.parameters()]
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def save_rank(rank, world, store_path, directory):
+    init(rank, world, store_path)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    for variant in ("plain", "fsdp1"):
+        model = make_net(31)
+        if variant == "fsdp1":
+            model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
+                         auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))
+        optimizer = make_optimizer(model)
+        torch.manual_seed(900)
+        batches = [(torch.randn(12, 7), torch.randn(12, 5)) for _ in range(4)]
+
+        def train(x, y):
+            if variant == "fsdp1":  # each rank its rows; FSDP averages
+                x, y = x.chunk(world)[rank], y.chunk(world)[rank]
+            step(model, optimizer, x, y)
+
+        for x, y in batches[:2]:
+            train(x, y)
+        msd, osd = get_state_dict(model, optimizer)
+        dcp.save({"model": msd, "optim": osd, "epoch": 2},
+                 checkpoint_id=os.path.join(directory, "pt-" + variant))
+        before = full_parameters(model)
+        for x, y in batches[2:]:
+            train(x, y)
+        after = full_parameters(model)
+        if rank == 0:
+            torch.save({"params": before, "next": after, "x": [b[0] for b in batches[2:]],
+                        "y": [b[1] for b in batches[2:]]},
+                       os.path.join(directory, "pt-" + variant + "-ref.pt"))
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def load_rank(rank, world, store_path, directory):
+    init(rank, world, store_path)
+    model = make_net(5)
+    optimizer = make_optimizer(model)
+    msd, osd = get_state_dict(model, optimizer)
+    loaded = {"model": msd, "optim": osd, "epoch": 0, "step_in_epoch": 0}
+    dcp.load(loaded, checkpoint_id=os.path.join(directory, "dcp"))
+    set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
+    batches = torch.load(os.path.join(directory, "batches.pt"))
+    for i in range(0, len(batches), 2):
+        step(model, optimizer, batches[i], batches[i + 1])
+    if rank == 0:
+        print("epoch %d step %d" % (loaded["epoch"], loaded["step_in_epoch"]))
+        torch.save([p.detach().clone() for p in model.parameters()],
+                   os.path.join(directory, "python-final-%d.pt" % world))
+    dist.destroy_process_group()
+
+
+def main():
+    command, directory = sys.argv[1], sys.argv[2]
+    store_path = os.path.join(directory, ".store-%s-%d" % (command, os.getpid()))
+    if command == "save":
+        mp.spawn(save_rank, args=(2, store_path, directory), nprocs=2)
+    elif command == "load":
+        world = int(sys.argv[3])
+        mp.spawn(load_rank, args=(world, store_path, directory), nprocs=world)
+    elif command == "to-torch-save":
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        dcp_to_torch_save(os.path.join(directory, "dcp"),
+                          os.path.join(directory, "dcp-as-torch.pt"))
+    else:
+        raise SystemExit("unknown command " + command)
+
+
+if __name__ == "__main__":
+    main()

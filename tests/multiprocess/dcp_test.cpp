@@ -1,0 +1,103 @@
+// FullyShardedDataParallel's state in PyTorch's Distributed Checkpoint
+// format (fsdp_dcp_checks.cpp): saved at 2 ranks and loaded at 1, 2 and 3;
+// checkpoints PyTorch 2.6's dcp.save wrote loaded at 1, 2 and 3 (the files
+// in data/dcp-pytorch-2.6, and, where python3-torch has
+// torch.distributed.checkpoint, fresh ones); and ddp's loaded by PyTorch at
+// 1 and 3 ranks into a plain model that trains on to where ddp trains
+// (dcp_peer.py).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "common/expect_checks.hpp"
+#include "common/required_suites.hpp"
+#include "common/temporary_directory.hpp"
+#include "common/torch_python.hpp"
+#include "ddp/formats/torch_file.hpp"
+#include "ddp/launch/child_process.hpp"
+#include "multiprocess/fsdp_dcp_checks.hpp"
+#include "multiprocess/harness.hpp"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+void run_fsdp_dcp(int world, const std::string& phase, const std::string& directory) {
+  auto results = run_ranks(world, {"fsdp-dcp", "--phase", phase, "--directory", directory,
+                                   "--backend", "gloo", "--collective-timeout-ms", "60000"});
+  for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
+  expect_checks_per_rank(results,
+                         [&](int rank) { return fsdp_dcp_check_names(phase, rank, world); });
+}
+
+TEST(FsdpDistributedCheckpoint, SavedAtTwoRanksLoadsAtOneTwoAndThree) {
+  const TemporaryDirectory directory("ddp-fsdp-dcp-");
+  run_fsdp_dcp(2, "save", directory.string());
+  for (int world : {2, 1, 3}) run_fsdp_dcp(world, "resume", directory.string());
+}
+
+TEST(FsdpDistributedCheckpoint, PyTorchsCheckpointsLoadAtOneTwoAndThree) {
+  for (int world : {1, 2, 3}) run_fsdp_dcp(world, "load-pytorch", DDP_DCP_FIXTURES);
+}
+
+// python3-torch with torch.distributed.checkpoint (PyTorch 2.x: Debian 13's,
+// the LibTorch 2.6 leg), or a skip (a failure where CI requires the suite).
+bool has_dcp() {
+  if (torch_python_dir().empty()) return false;
+  launch::ChildSpec probe{{torch_python(), "-c", "import torch.distributed.checkpoint"}, {}, {}};
+  return launch::run_children({probe}, 60s).at(0).exit_code == 0;
+}
+
+#define SKIP_WITHOUT_DCP()                                                                \
+  if (!has_dcp())                                                                         \
+  DDP_SKIP_UNLESS_REQUIRED(                                                               \
+      "no python3 with torch.distributed.checkpoint (PyTorch 2.x); the LibTorch 2.6 leg " \
+      "(scripts/libtorch2.sh) runs this test with Debian 13's python3-torch")
+
+launch::ChildResult run_peer(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {torch_python(), DDP_DCP_PEER};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return launch::run_children({launch::ChildSpec{argv, {}, {}}}, 300s).at(0);
+}
+
+std::vector<at::Tensor> read_list(const std::string& path) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& item : formats::read_torch_file(path)->items) tensors.push_back(item->tensor);
+  return tensors;
+}
+
+TEST(SnapshotDcpInterop, PyTorchLoadsDdpsCheckpointAtOneAndThreeRanksAndTrainsOnAlike) {
+  SKIP_WITHOUT_DCP();
+  const TemporaryDirectory directory("ddp-dcp-interop-");
+  const std::string dir = directory.string();
+  run_fsdp_dcp(2, "save", dir);
+  run_fsdp_dcp(1, "resume", dir);  // ddp's own 4 more steps: ddp-final-1.pt
+  const auto ddp_final = read_list(dir + "/ddp-final-1.pt");
+  for (int world : {1, 3}) {
+    const launch::ChildResult r = run_peer({"load", dir, std::to_string(world)});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
+    const auto python_final = read_list(dir + "/python-final-" + std::to_string(world) + ".pt");
+    ASSERT_EQ(python_final.size(), ddp_final.size());
+    double worst = 0;
+    for (size_t i = 0; i < ddp_final.size(); ++i) {
+      worst = std::max(worst, (python_final[i] - ddp_final[i]).abs().max().item<double>());
+    }
+    std::cout << "PyTorch at " << world << " rank(s) against ddp: largest difference " << worst
+              << std::endl;
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+TEST(SnapshotDcpInterop, FreshPyTorchCheckpointsLoadAtOneTwoAndThree) {
+  SKIP_WITHOUT_DCP();
+  const TemporaryDirectory directory("ddp-dcp-pytorch-");
+  const launch::ChildResult r = run_peer({"save", directory.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int world : {1, 2, 3}) run_fsdp_dcp(world, "load-pytorch", directory.string());
+}
+
+}  // namespace
+}  // namespace ddp::testing

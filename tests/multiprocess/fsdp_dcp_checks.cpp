@@ -1,0 +1,273 @@
+#include "multiprocess/fsdp_dcp_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/named_checks.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/formats/dcp.hpp"
+#include "ddp/formats/torch_file.hpp"
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "ddp/parallel/fully_sharded_state.hpp"
+#include "ddp/snapshot/distributed_checkpoint.hpp"
+#include "ddp/snapshot/errors.hpp"
+#include "multiprocess/fsdp_snapshot_model.hpp"
+
+namespace ddp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace fsdp_snapshot_model;  // NOLINT(google-build-using-namespace)
+using formats::PyRef;
+using formats::PyValue;
+
+std::vector<torch::Tensor> tensors_of(const PyValue& list) {
+  std::vector<torch::Tensor> tensors;
+  for (const auto& item : list.items) tensors.push_back(item->tensor);
+  return tensors;
+}
+
+bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  bool equal = a.size() == b.size();
+  for (size_t i = 0; equal && i < a.size(); ++i) equal = torch::equal(a[i], b[i]);
+  return equal;
+}
+
+// A sharded job: FSDP (a unit per entry, or one unit) with AdamW in the
+// two groups, as a training program holds it.
+struct DcpRun {
+  DcpRun(uint64_t seed, const std::shared_ptr<ProcessGroup>& group, bool unit_per_entry,
+         nn::Sequential sequential = nullptr)
+      : net(sequential ? sequential : make_net(seed)),
+        model(net,
+              unit_per_entry ? FullyShardedDataParallelOptions()
+                             : FullyShardedDataParallelOptions().wrap_policy(
+                                   wrap_by_parameter_count(int64_t{1} << 40)),
+              group),
+        optimizer(decay_groups(model->named_parameters()), adamw_options()),
+        sharded(model, optimizer) {
+    state.model = model->module().get();
+    state.fully_sharded = &sharded;
+  }
+  // One step on this rank's rows of (x, y).
+  void step(const torch::Tensor& x, const torch::Tensor& y) {
+    const int world = model->process_group()->size(), rank = model->process_group()->rank();
+    optimizer.zero_grad();
+    torch::mse_loss(model->forward(x.chunk(world)[rank]), y.chunk(world)[rank]).backward();
+    optimizer.step();
+  }
+  nn::Sequential net;
+  FullyShardedDataParallel model;
+  optim::AdamW optimizer;
+  FullyShardedState sharded;
+  snapshot::TrainingState state;
+};
+
+class FsdpDcpChecker {
+ public:
+  FsdpDcpChecker(std::shared_ptr<ProcessGroup> group, std::string directory)
+      : group_(std::move(group)),
+        directory_(std::move(directory)),
+        checkpoint_((fs::path(directory_) / "dcp").string()) {}
+
+  void save() {
+    DcpRun run(kSavedSeed, group_, /*unit_per_entry=*/true);
+    for (int step = 0; step < kFsdpSavedSteps; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      run.step(x, y);
+    }
+    run.state.epoch = 1;
+    run.state.step_in_epoch = kFsdpSavedSteps;
+    snapshot::save_distributed_checkpoint(checkpoint_, run.state);
+    const auto full = values_of(run.model->full_parameters());  // a collective
+    if (group_->rank() != 0) return;
+    auto saved = PyValue::list(), batches = PyValue::list();
+    for (const auto& t : full) saved->items.push_back(PyValue::of(t));
+    for (int step = kFsdpSavedSteps; step < kFsdpSteps; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      batches->items.push_back(PyValue::of(x));
+      batches->items.push_back(PyValue::of(y));
+    }
+    formats::write_torch_file((fs::path(directory_) / "full-parameters.pt").string(), *saved);
+    formats::write_torch_file((fs::path(directory_) / "batches.pt").string(), *batches);
+    files_written();
+  }
+
+  void resume() {
+    DcpRun run(77, group_, /*unit_per_entry=*/false);  // loading must overwrite everything
+    std::string error;
+    try {
+      snapshot::load_distributed_checkpoint(checkpoint_, run.state);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    checks_.check(fsdp_dcp_check::kResumed,
+                  error.empty() && run.state.epoch == 1 && run.state.step_in_epoch == 4,
+                  "error '" + error + "', epoch " + std::to_string(run.state.epoch) + ", step " +
+                      std::to_string(run.state.step_in_epoch));
+    const auto saved = tensors_of(
+        *formats::read_torch_file((fs::path(directory_) / "full-parameters.pt").string()));
+    checks_.check(fsdp_dcp_check::kSameValues,
+                  all_equal(values_of(run.model->full_parameters()), saved), "they differ");
+    const auto calls = run.net[1]->as<CallCounterImpl>()->calls.item<int64_t>();
+    checks_.check(fsdp_dcp_check::kBuffer, calls == kFsdpSavedSteps,
+                  "calls = " + std::to_string(calls));
+    for (int step = kFsdpSavedSteps; step < kFsdpSteps; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      run.step(x, y);
+    }
+    const auto resumed = values_of(run.model->full_parameters());
+    auto reference = make_net(kSavedSeed);
+    optim::AdamW whole(decay_groups(reference->named_parameters()), adamw_options());
+    for (int step = 0; step < kFsdpSteps; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      whole.zero_grad();
+      torch::mse_loss(reference->forward(x), y).backward();
+      whole.step();
+    }
+    checks_.close_all(fsdp_dcp_check::kMatchesOneProcess, resumed, reference->parameters(), 1e-5);
+    if (group_->size() == 2) {
+      DcpRun uninterrupted(kSavedSeed, group_, /*unit_per_entry=*/true);
+      for (int step = 0; step < kFsdpSteps; ++step) {
+        auto [x, y] = fsdp_batch_of(step);
+        uninterrupted.step(x, y);
+      }
+      checks_.check(fsdp_dcp_check::kContinuesExactly,
+                    all_equal(values_of(uninterrupted.model->full_parameters()), resumed),
+                    "they differ");
+    }
+    if (group_->rank() == 0) {
+      auto final_values = PyValue::list();
+      for (const auto& t : resumed) final_values->items.push_back(PyValue::of(t));
+      formats::write_torch_file(
+          (fs::path(directory_) / ("ddp-final-" + std::to_string(group_->size()) + ".pt")).string(),
+          *final_values);
+    }
+    refusals();
+  }
+
+  void load_pytorch() {
+    for (const std::string variant : {"plain", "fsdp1"}) {
+      const std::string name =
+          variant == "plain" ? fsdp_dcp_check::kPyTorchPlain : fsdp_dcp_check::kPyTorchFsdp1;
+      const PyRef reference =
+          formats::read_torch_file((fs::path(directory_) / ("pt-" + variant + "-ref.pt")).string());
+      DcpRun run(77, group_, /*unit_per_entry=*/variant == "plain");
+      std::string error;
+      try {
+        snapshot::load_distributed_checkpoint((fs::path(directory_) / ("pt-" + variant)).string(),
+                                              run.state);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      const bool same =
+          error.empty() && run.state.epoch == 2 &&
+          all_equal(values_of(run.model->full_parameters()), tensors_of(*reference->get("params")));
+      const auto xs = tensors_of(*reference->get("x")), ys = tensors_of(*reference->get("y"));
+      for (size_t i = 0; i < xs.size(); ++i) run.step(xs[i], ys[i]);
+      const auto after = values_of(run.model->full_parameters());
+      if (!same) {
+        checks_.check(name, false, "loading: '" + error + "' or the values differ");
+      } else {
+        checks_.close_all(name, after, tensors_of(*reference->get("next")), 1e-5);
+      }
+    }
+  }
+
+  int failed() const { return checks_.failed(); }
+
+ private:
+  void files_written() {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(checkpoint_)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    const std::vector<std::string> expected = {".metadata", "__0_0.distcp", "__0_1.distcp",
+                                               "__1_0.distcp"};
+    std::string listed;
+    for (const auto& name : names) listed += name + " ";
+    const formats::DcpMetadata metadata = formats::read_dcp_metadata(checkpoint_);
+    const auto weight = metadata.tensors.find("model.0.weight");
+    const bool described =
+        weight != metadata.tensors.end() && weight->second.size == std::vector<int64_t>{13, 7} &&
+        weight->second.chunks.size() >= 2 && metadata.tensors.count("optim.state.5.bias.exp_avg") &&
+        metadata.tensors.count("optim.state.5.bias.step") &&
+        metadata.objects.count("optim.param_groups.1.params") && metadata.objects.count("epoch") &&
+        metadata.tensors.count("model.1.calls");
+    checks_.check(fsdp_dcp_check::kFilesWritten, names == expected && described,
+                  "found " + listed + "; described " + std::to_string(described));
+  }
+
+  template <typename Action>
+  std::string message_of(Action action) {
+    try {
+      action();
+    } catch (const SnapshotError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("another exception: ") + e.what();
+    }
+    return "no error";
+  }
+
+  void refusals() {
+    torch::manual_seed(5);
+    DcpRun other(5, group_, true,
+                 nn::Sequential(nn::Linear(7, 13), CallCounter(), nn::ReLU(), nn::Linear(13, 9),
+                                nn::Tanh(), nn::Linear(9, 6)));
+    const std::string shape =
+        message_of([&] { snapshot::load_distributed_checkpoint(checkpoint_, other.state); });
+    checks_.check(
+        fsdp_dcp_check::kOtherShapeRefused,
+        shape.find("model.5.weight has the shape [5, 9] in the checkpoint, [6, 9] here") !=
+            std::string::npos,
+        "message: '" + shape + "'");
+
+    FullyShardedDataParallel model(make_net(5), group_);
+    optim::SGD sgd(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    FullyShardedState sharded(model, sgd);
+    snapshot::TrainingState state;
+    state.model = model->module().get();
+    state.fully_sharded = &sharded;
+    const std::string type =
+        message_of([&] { snapshot::load_distributed_checkpoint(checkpoint_, state); });
+    checks_.check(
+        fsdp_dcp_check::kOtherOptimizerRefused,
+        type.find("which sgd has: the file holds Adam's or AdamW's state") != std::string::npos,
+        "message: '" + type + "'");
+
+    const std::string none = message_of([&] {
+      snapshot::load_distributed_checkpoint((fs::path(directory_) / "nothing").string(), state);
+    });
+    checks_.check(fsdp_dcp_check::kNoCheckpointRefused,
+                  none.find("it has no .metadata") != std::string::npos, "message: '" + none + "'");
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  std::string directory_;
+  std::string checkpoint_;
+  NamedChecks checks_;
+};
+
+}  // namespace
+
+int check_fsdp_dcp(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
+                   const std::string& directory) {
+  FsdpDcpChecker checker(group, directory);
+  if (phase == "save") {
+    checker.save();
+  } else if (phase == "resume") {
+    checker.resume();
+  } else {
+    checker.load_pytorch();
+  }
+  return checker.failed();
+}
+
+}  // namespace ddp::testing
