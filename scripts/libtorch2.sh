@@ -47,7 +47,7 @@ packages=(
 # the root's fortunes. Not InteropMpirun or InteropSlurm: the root
 # has neither Open MPI nor Slurm, and the host leg runs both
 # (scripts/run-tests.sh).
-required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop ExamplesGpt)
+required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop SnapshotDcpInterop ExamplesGpt)
 
 start=$(date +%s)
 say() { echo "libtorch2: $* ($(( $(date +%s) - start )) s)"; }

@@ -8,21 +8,33 @@
 
 #include "base/str.hpp"
 #include "ddp/comm/process_group.hpp"
+#include "ddp/parallel/fully_sharded_state.hpp"
 #include "ddp/snapshot/errors.hpp"
+#include "snapshot/consolidated_optimizer.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/state_records.hpp"
 
 namespace ddp::snapshot {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 std::string save_consolidated(FullyShardedDataParallel& model, const std::string& path,
                               const TrainingState& state) {
-  if (state.model || state.optimizer || state.zero_optimizer || state.fully_sharded) {
+  if (state.model || state.optimizer || state.zero_optimizer) {
     throw SnapshotError(
-        "save_consolidated: the training state has a model, optimizer or sharded part; give it "
-        "only the epoch, counters, metadata and extra tensors (the model is the FSDP model's, "
-        "and the optimizer's shards go into SnapshotManager's snapshots)");
+        "save_consolidated: the training state has a model, optimizer or ZeRO optimizer; give "
+        "it only the epoch, counters, metadata, extra tensors and, for the optimizer's state, "
+        "fully_sharded (the model is the FSDP model's)");
+  }
+  if (state.fully_sharded != nullptr) {
+    std::vector<std::string> names;
+    for (const auto& piece : model->pieces_of()) names.push_back(piece.name);
+    if (state.fully_sharded->names() != names) {
+      throw SnapshotError(
+          "save_consolidated: the training state's fully_sharded is another model's (its "
+          "parameters have other names); give the FullyShardedState of the model being saved");
+    }
   }
   ProcessGroup& group = *model->process_group();
   const bool writer = group.rank() == 0;
@@ -48,12 +60,21 @@ std::string save_consolidated(FullyShardedDataParallel& model, const std::string
   model->for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
     if (writer) attempt([&] { file->add_tensor("model/param/" + name, value); });
   });
+  json optimizer;
+  if (state.fully_sharded != nullptr) {  // its state in full, a parameter at a time
+    optimizer = detail::gather_full_optimizer(
+        *state.fully_sharded, [&](const std::string& record, const at::Tensor& value) {
+          attempt([&] { file->add_tensor(record, value); });
+        });
+  }
   if (writer) {
     attempt([&] {
       TrainingState scalars_only = state;
+      scalars_only.fully_sharded = nullptr;
       scalars_only.include_rng = false;
       detail::StateRecords records = detail::state_records(scalars_only, {}, nullptr, 1);
       records.scalars["model"] = true;
+      if (!optimizer.is_null()) records.scalars["optimizer"] = optimizer;
       records.scalars["metadata"]["consolidated_from"] =
           base::detail::str("FullyShardedDataParallel, ", group.size(), " rank(s)");
       for (const auto& item : model->module()->named_buffers(/*recurse=*/true)) {

@@ -187,9 +187,7 @@ void load_distributed_checkpoint(const std::string& directory, TrainingState& st
       if (epoch->kind == Kind::kInt) state.epoch = epoch->integer;
       if (step->kind == Kind::kInt) state.step_in_epoch = step->integer;
     }
-  } catch (const formats::FormatError& e) {
-    failure = e.what();
-  } catch (const SnapshotError& e) {
+  } catch (const std::exception& e) {  // FormatError, SnapshotError, or LibTorch's own
     failure = e.what();
   }
   // Every rank learns whether all could read their part, before any

@@ -14,6 +14,7 @@ ddp_add_library(snapshot STATIC DEPENDS ddp ddp_formats SOURCES
   ${PROJECT_SOURCE_DIR}/src/snapshot/sharded_state.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/saved_parameters.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/consolidated_export.cpp
+  ${PROJECT_SOURCE_DIR}/src/snapshot/consolidated_optimizer.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/snapshot_writing.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/staging_buffer.cpp
   ${PROJECT_SOURCE_DIR}/src/snapshot/background_writer.cpp

@@ -20,8 +20,15 @@ machine.
       AdamW (get_state_dict, dcp.load, set_state_dict), train 4 steps on
       DIR/batches.pt and save the parameters to DIR/python-final-WORLD.pt;
       prints "epoch E step S" as loaded.
-  dcp_peer.py to-torch-save DIR
-      dcp_to_torch_save(DIR/dcp, DIR/dcp-as-torch.pt).
+  dcp_peer.py compare-export DIR
+      dcp_to_torch_save(DIR/dcp, DIR/dcp-as-torch.pt), compared tensor for
+      tensor with ddp's consolidated export of the same state
+      (DIR/consolidated.pt, with the optimizer): prints "equal: N tensors"
+      or the first difference.
+  dcp_peer.py continue-export DIR
+      One process loads DIR/consolidated.pt into a plain model and AdamW
+      with load_state_dict, trains 4 steps on DIR/batches.pt and saves the
+      parameters to DIR/python-export-final.pt.
 """
 
 import os
@@ -134,6 +141,44 @@ def load_rank(rank, world, store_path, directory):
     dist.destroy_process_group()
 
 
+def compare_export(directory):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    converted = os.path.join(directory, "dcp-as-torch.pt")
+    dcp_to_torch_save(os.path.join(directory, "dcp"), converted)
+    a = torch.load(converted, weights_only=False)
+    b = torch.load(os.path.join(directory, "consolidated.pt"))
+    pairs = [("model." + k, a["model"][k], v) for k, v in b["model"].items()]
+    names = [n for g in a["optim"]["param_groups"] for n in g["params"]]
+    indices = [i for g in b["optimizer"]["param_groups"] for i in g["params"]]
+    for name, index in zip(names, indices):
+        for field, value in b["optimizer"]["state"][index].items():
+            pairs.append(("optim.state.%s.%s" % (name, field), a["optim"]["state"][name][field],
+                          value))
+    for ga, gb in zip(a["optim"]["param_groups"], b["optimizer"]["param_groups"]):
+        for option in ("lr", "betas", "eps", "weight_decay", "amsgrad"):
+            if ga[option] != gb[option]:
+                raise SystemExit("option %s differs: %r and %r" % (option, ga[option], gb[option]))
+    for key, x, y in pairs:
+        if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y):
+            raise SystemExit("differs: " + key)
+    if (a["epoch"], a["step_in_epoch"]) != (b["epoch"], b["step_in_epoch"]):
+        raise SystemExit("the epoch or step differs")
+    print("equal: %d tensors" % len(pairs))
+
+
+def continue_export(directory):
+    checkpoint = torch.load(os.path.join(directory, "consolidated.pt"))
+    model = make_net(5)
+    optimizer = make_optimizer(model)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    batches = torch.load(os.path.join(directory, "batches.pt"))
+    for i in range(0, len(batches), 2):
+        step(model, optimizer, batches[i], batches[i + 1])
+    torch.save([p.detach().clone() for p in model.parameters()],
+               os.path.join(directory, "python-export-final.pt"))
+
+
 def main():
     command, directory = sys.argv[1], sys.argv[2]
     store_path = os.path.join(directory, ".store-%s-%d" % (command, os.getpid()))
@@ -142,10 +187,10 @@ def main():
     elif command == "load":
         world = int(sys.argv[3])
         mp.spawn(load_rank, args=(world, store_path, directory), nprocs=world)
-    elif command == "to-torch-save":
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-        dcp_to_torch_save(os.path.join(directory, "dcp"),
-                          os.path.join(directory, "dcp-as-torch.pt"))
+    elif command == "compare-export":
+        compare_export(directory)
+    elif command == "continue-export":
+        continue_export(directory)
     else:
         raise SystemExit("unknown command " + command)
 

@@ -91,6 +91,32 @@ TEST(SnapshotDcpInterop, PyTorchLoadsDdpsCheckpointAtOneAndThreeRanksAndTrainsOn
   }
 }
 
+// dcp_to_torch_save of ddp's checkpoint equals ddp's consolidated export of
+// the same state (with the optimizer, issue 55 point 5), and that export
+// continues in PyTorch with AdamW to where ddp ends.
+TEST(SnapshotDcpInterop, DcpToTorchSaveEqualsTheConsolidatedExportWhichContinuesInPyTorch) {
+  SKIP_WITHOUT_DCP();
+  const TemporaryDirectory directory("ddp-dcp-export-");
+  const std::string dir = directory.string();
+  run_fsdp_dcp(2, "save", dir);
+  run_fsdp_dcp(2, "resume", dir);  // ddp-final-2.pt
+  const launch::ChildResult compared = run_peer({"compare-export", dir});
+  ASSERT_EQ(compared.exit_code, 0) << compared.output;
+  EXPECT_NE(compared.output.find("equal: 25 tensors"), std::string::npos) << compared.output;
+  const launch::ChildResult continued = run_peer({"continue-export", dir});
+  ASSERT_EQ(continued.exit_code, 0) << continued.output;
+  const auto ddp_final = read_list(dir + "/ddp-final-2.pt");
+  const auto python_final = read_list(dir + "/python-export-final.pt");
+  ASSERT_EQ(python_final.size(), ddp_final.size());
+  double worst = 0;
+  for (size_t i = 0; i < ddp_final.size(); ++i) {
+    worst = std::max(worst, (python_final[i] - ddp_final[i]).abs().max().item<double>());
+  }
+  std::cout << "PyTorch from the consolidated export against ddp: largest difference " << worst
+            << std::endl;
+  EXPECT_LT(worst, 1e-5);
+}
+
 TEST(SnapshotDcpInterop, FreshPyTorchCheckpointsLoadAtOneTwoAndThree) {
   SKIP_WITHOUT_DCP();
   const TemporaryDirectory directory("ddp-dcp-pytorch-");

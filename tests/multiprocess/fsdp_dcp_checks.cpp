@@ -14,8 +14,10 @@
 #include "ddp/formats/torch_file.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "ddp/parallel/fully_sharded_state.hpp"
+#include "ddp/snapshot/consolidated_export.hpp"
 #include "ddp/snapshot/distributed_checkpoint.hpp"
 #include "ddp/snapshot/errors.hpp"
+#include "ddp/snapshot/pytorch_checkpoint.hpp"
 #include "multiprocess/fsdp_snapshot_model.hpp"
 
 namespace ddp::testing {
@@ -85,7 +87,17 @@ class FsdpDcpChecker {
     run.state.step_in_epoch = kFsdpSavedSteps;
     snapshot::save_distributed_checkpoint(checkpoint_, run.state);
     const auto full = values_of(run.model->full_parameters());  // a collective
+    // The same state consolidated, the optimizer's too, and exported for
+    // PyTorch: dcp_peer.py compares it with dcp_to_torch_save's file.
+    const std::string consolidated = (fs::path(directory_) / "consolidated.ddpsnap").string();
+    snapshot::TrainingState extras;
+    extras.epoch = 1;
+    extras.step_in_epoch = kFsdpSavedSteps;
+    extras.fully_sharded = &run.sharded;
+    snapshot::save_consolidated(run.model, consolidated, extras);
     if (group_->rank() != 0) return;
+    snapshot::export_checkpoint(snapshot::read_snapshot_file(consolidated),
+                                (fs::path(directory_) / "consolidated.pt").string());
     auto saved = PyValue::list(), batches = PyValue::list();
     for (const auto& t : full) saved->items.push_back(PyValue::of(t));
     for (int step = kFsdpSavedSteps; step < kFsdpSteps; ++step) {
@@ -117,19 +129,15 @@ class FsdpDcpChecker {
     const auto calls = run.net[1]->as<CallCounterImpl>()->calls.item<int64_t>();
     checks_.check(fsdp_dcp_check::kBuffer, calls == kFsdpSavedSteps,
                   "calls = " + std::to_string(calls));
+    auto reference = make_net(kSavedSeed);
+    optim::AdamW whole(decay_groups(reference->named_parameters()), adamw_options());
+    train_whole(reference, whole, 0, kFsdpSteps);
+    consolidated_continues(run, reference->parameters());
     for (int step = kFsdpSavedSteps; step < kFsdpSteps; ++step) {
       auto [x, y] = fsdp_batch_of(step);
       run.step(x, y);
     }
     const auto resumed = values_of(run.model->full_parameters());
-    auto reference = make_net(kSavedSeed);
-    optim::AdamW whole(decay_groups(reference->named_parameters()), adamw_options());
-    for (int step = 0; step < kFsdpSteps; ++step) {
-      auto [x, y] = fsdp_batch_of(step);
-      whole.zero_grad();
-      torch::mse_loss(reference->forward(x), y).backward();
-      whole.step();
-    }
     checks_.close_all(fsdp_dcp_check::kMatchesOneProcess, resumed, reference->parameters(), 1e-5);
     if (group_->size() == 2) {
       DcpRun uninterrupted(kSavedSeed, group_, /*unit_per_entry=*/true);
@@ -182,6 +190,36 @@ class FsdpDcpChecker {
   int failed() const { return checks_.failed(); }
 
  private:
+  // One process, the whole batch: steps [first, last).
+  static void train_whole(nn::Sequential& net, optim::Optimizer& optimizer, int first, int last) {
+    for (int step = first; step < last; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      optimizer.zero_grad();
+      torch::mse_loss(net->forward(x), y).backward();
+      optimizer.step();
+    }
+  }
+
+  // Point 5 of issue 55: the loaded job consolidated with its optimizer,
+  // restored into a plain model and AdamW, trains on as one process does.
+  void consolidated_continues(DcpRun& run, const std::vector<torch::Tensor>& reference) {
+    const std::string path =
+        (fs::path(directory_) / ("consolidated-" + std::to_string(group_->size()) + ".ddpsnap"))
+            .string();
+    snapshot::TrainingState extras;
+    extras.fully_sharded = &run.sharded;
+    snapshot::save_consolidated(run.model, path, extras);
+    if (group_->rank() != 0) return;
+    auto plain = make_net(5);
+    optim::AdamW optimizer(decay_groups(plain->named_parameters()), adamw_options());
+    snapshot::TrainingState state;
+    state.model = plain.ptr().get();
+    state.optimizer = &optimizer;
+    snapshot::restore_training_state(snapshot::read_snapshot_file(path), state);
+    train_whole(plain, optimizer, kFsdpSavedSteps, kFsdpSteps);
+    checks_.close_all(fsdp_dcp_check::kConsolidatedContinues, plain->parameters(), reference, 1e-5);
+  }
+
   void files_written() {
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(checkpoint_)) {

@@ -23,9 +23,11 @@
 /// no more than that plus the writer's buffer: a model that does not fit
 /// one device still exports. The file is a snapshot (Note [What a snapshot
 /// file is] in ddp/snapshot/snapshot_manager.hpp) with model/param/<name>
-/// and model/buffer/<name> records, written atomically; it holds no
-/// optimizer state (the shards' snapshots do, SnapshotManager with
-/// TrainingState::fully_sharded).
+/// and model/buffer/<name> records, written atomically. Given the model's
+/// FullyShardedState, it also holds the optimizer's state in full, as
+/// PyTorch's FSDP.full_optim_state_dict() does, gathered one parameter at a
+/// time: restored into a plain optimizer, or exported for PyTorch
+/// (export_checkpoint), the job continues where it stopped.
 
 #include <string>
 
@@ -35,11 +37,14 @@
 namespace ddp::snapshot {
 
 /// Writes `model`'s full parameters and its buffers to `path` (rank 0), with
-/// `state`'s epoch, step, counters, metadata and extra tensors (its model,
-/// optimizer and sharded parts must be null; its generators are not saved).
-/// A collective over the model's group; returns `path` on every rank.
+/// `state`'s epoch, step, counters, metadata and extra tensors, and, where
+/// `state.fully_sharded` is the model's FullyShardedState, its optimizer's
+/// state in full (its model, optimizer and zero_optimizer must be null;
+/// its generators are not saved). A collective over the model's group;
+/// returns `path` on every rank.
 /// \throws SnapshotError on every rank when rank 0 could not write the file,
-///   or for a `state` with a model or an optimizer.
+///   or for a `state` with a model or an optimizer, or another model's
+///   FullyShardedState.
 std::string save_consolidated(FullyShardedDataParallel& model, const std::string& path,
                               const TrainingState& state = {});
 
