@@ -12,6 +12,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
+#include "ddp/snapshot/distributed_checkpoint.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "multiprocess/zero_net.hpp"
@@ -68,7 +69,9 @@ class ZeroSnapshotChecker {
     }
   }
 
-  void run(const Case& c, bool save) {
+  // With `dcp`, the state goes through save_distributed_checkpoint() and
+  // load_distributed_checkpoint() instead of snapshots.
+  void run(const Case& c, bool save, bool dcp) {
     const std::string dir = (fs::path(directory_) / std::to_string(c.stage)).string();
     torch::manual_seed(save ? 31 : 77);  // resuming must overwrite everything
     ZeroNet net;
@@ -87,16 +90,27 @@ class ZeroSnapshotChecker {
     snapshot::TrainingState state;
     state.model = net.ptr().get();
     state.zero_optimizer = &optimizer;
+    const std::string checkpoint = (fs::path(dir) / "dcp").string();
     if (save) {
       train(c, net, optimizer, model, 0, kSnapshotSavedSteps, [&](int step) {
-        if (step + 1 < kSnapshotSavedSteps - 1) return;
+        if (step + 1 < kSnapshotSavedSteps - (dcp ? 0 : 1)) return;
         state.step_in_epoch = step + 1;
-        snapshots.save(state);
+        if (dcp) {
+          snapshot::save_distributed_checkpoint(checkpoint, state);
+        } else {
+          snapshots.save(state);
+        }
       });
-      if (group_->rank() == 0) lists_shards(c, dir);
+      if (group_->rank() == 0) lists_files(c, dcp ? checkpoint : dir, dcp);
       return;
     }
-    const bool resumed = snapshots.resume(state);
+    bool resumed = false;
+    if (dcp) {
+      snapshot::load_distributed_checkpoint(checkpoint, state);
+      resumed = true;
+    } else {
+      resumed = snapshots.resume(state);
+    }
     checks_.check(
         check_name(c.name, zero_snapshot_check::kResumed),
         resumed && state.step_in_epoch == kSnapshotSavedSteps,
@@ -115,21 +129,23 @@ class ZeroSnapshotChecker {
     }
     checks_.close_all(check_name(c.name, zero_snapshot_check::kParameters), net->parameters(),
                       reference->parameters(), 1e-5);
-    if (c.stage == 1) plain_optimizer_refused(dir, net);
+    if (c.stage == 1 && !dcp) plain_optimizer_refused(dir, net);
   }
 
   int failed() const { return checks_.failed(); }
 
  private:
-  void lists_shards(const Case& c, const std::string& dir) {
+  void lists_files(const Case& c, const std::string& dir, bool dcp) {
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(dir)) {
       names.push_back(entry.path().filename().string());
     }
     std::sort(names.begin(), names.end());
-    const std::vector<std::string> expected = {"snapshot-000000000002.ddpsnap",
-                                               "snapshot-000000000002.shard-0-of-2.ddpsnap",
-                                               "snapshot-000000000002.shard-1-of-2.ddpsnap"};
+    const std::vector<std::string> expected =
+        dcp ? std::vector<std::string>{".metadata", "__0_0.distcp", "__0_1.distcp", "__1_0.distcp"}
+            : std::vector<std::string>{"snapshot-000000000002.ddpsnap",
+                                       "snapshot-000000000002.shard-0-of-2.ddpsnap",
+                                       "snapshot-000000000002.shard-1-of-2.ddpsnap"};
     std::string listed;
     for (const auto& name : names) listed += name + " ";
     checks_.check(check_name(c.name, zero_snapshot_check::kFilesWritten), names == expected,
@@ -172,7 +188,8 @@ class ZeroSnapshotChecker {
 int check_zero_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
                         const std::string& directory) {
   ZeroSnapshotChecker checker(group, directory);
-  for (const Case& c : cases()) checker.run(c, phase == "save");
+  const bool dcp = phase.size() > 4 && phase.substr(phase.size() - 4) == "-dcp";
+  for (const Case& c : cases()) checker.run(c, phase.rfind("save", 0) == 0, dcp);
   return checker.failed();
 }
 

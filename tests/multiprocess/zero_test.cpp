@@ -44,6 +44,10 @@ TEST(DdpZeroSnapshot, ResumesAtAnotherWorldSize) {
   run(2, "save");
   run(1, "resume");
   run(3, "resume");
+  // The same through PyTorch's Distributed Checkpoint format.
+  run(2, "save-dcp");
+  run(1, "resume-dcp");
+  run(3, "resume-dcp");
 }
 
 }  // namespace
