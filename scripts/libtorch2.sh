@@ -43,7 +43,9 @@ packages=(
 # The suites this leg must run, where CI is set (Note [A skip CI does not
 # allow] in tests/common/required_suites.hpp): torchrun 2.6 and PyTorch 2.6
 # from the root's python3-torch, which also loads and saves the checkpoints
-# of SnapshotPyTorchInterop* and runs ExamplesGpt's reference model beside
+# of SnapshotPyTorchInterop* and the distributed checkpoints of
+# SnapshotDcpInterop (torch.distributed.checkpoint, which Debian 12's 1.13
+# lacks), and runs ExamplesGpt's reference model beside
 # the root's fortunes. Not InteropMpirun or InteropSlurm: the root
 # has neither Open MPI nor Slurm, and the host leg runs both
 # (scripts/run-tests.sh).
