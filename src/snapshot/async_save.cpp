@@ -155,19 +155,39 @@ void SnapshotManager::settle() {
   if (!async_ || !async_->pending) return;
   detail::AsyncSaves& saves = *async_;
   saves.pending = false;
+  // Note [A rank lost during a save]
+  // When a rank dies mid-save, the collective that settles the save fails
+  // at once on the others ("connection closed"). That is not yet the save's
+  // outcome: rank 0's background thread still waits for the lost rank's
+  // shard until the collective timeout and then names it (Note [Shards
+  // agreed through the store]). So the failed collective waits for this
+  // rank's writer and reports both, and no main file of the lost save is
+  // ever written without every shard.
+  auto agree = [&](bool mine_failed) {
+    try {
+      return lowest_failing_rank(*group_, mine_failed);
+    } catch (const std::exception& lost) {
+      const std::exception_ptr outcome = saves.writer.wait_all();
+      saves.unreported = nullptr;
+      throw SnapshotError(base::detail::str(
+          "the asynchronous save of ", saves.path, " could not be settled, a rank is lost (",
+          lost.what(),
+          "); this rank's part: ", outcome ? what_failed(outcome) : std::string("written")));
+    }
+  };
   std::exception_ptr mine;
   int failed = -1;
   if (saves.sharded) {  // the shards first: rank 0's main file waits for them
     mine = saves.writer.wait_shard();
     saves.unreported = mine;
-    failed = lowest_failing_rank(*group_, mine != nullptr);
+    failed = agree(mine != nullptr);
     if (failed >= 0) saves.writer.abandon();
   }
   std::exception_ptr outcome = saves.writer.wait_all();
   if (failed < 0) {  // else rank 0's main part only gave up
     mine = outcome;
     saves.unreported = mine;
-    failed = lowest_failing_rank(*group_, mine != nullptr);
+    failed = agree(mine != nullptr);
   }
   saves.unreported = nullptr;
   if (mine) std::rethrow_exception(mine);

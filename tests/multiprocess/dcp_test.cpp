@@ -64,7 +64,8 @@ launch::ChildResult run_peer(const std::vector<std::string>& args) {
 
 std::vector<at::Tensor> read_list(const std::string& path) {
   std::vector<at::Tensor> tensors;
-  for (const auto& item : formats::read_torch_file(path)->items) tensors.push_back(item->tensor);
+  const formats::PyRef root = formats::read_torch_file(path);  // held while its items are read
+  for (const auto& item : root->items) tensors.push_back(item->tensor);
   return tensors;
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "common/auto_backend_name.hpp"
 #include "common/expect_checks.hpp"
 #include "common/temporary_directory.hpp"
@@ -11,6 +13,7 @@
 #include "multiprocess/fsdp_checks.hpp"
 #include "multiprocess/fsdp_construction_checks.hpp"
 #include "multiprocess/fsdp_generated_checks.hpp"
+#include "multiprocess/fsdp_lost_rank_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/fsdp_transformer_checks.hpp"
@@ -186,6 +189,23 @@ TEST(FsdpSnapshot, SaveAsyncResumesAsSaveDoes) {
   run(2, "save-async");
   run(2, "resume");
   run(3, "resume");
+}
+
+// A rank SIGKILLed while its background thread writes its shard: rank 0's
+// wait() names it within the collective timeout (10 s here), no main file
+// of the lost snapshot appears, and one rank resumes the snapshot before
+// (fsdp_lost_rank_checks.hpp).
+TEST(FsdpSnapshot, RankLostDuringSaveAsyncIsNamedInTimeAndThePreviousResumes) {
+  const TemporaryDirectory snapshots("ddp-fsdp-lost-rank-");
+  auto results =
+      run_ranks(2, {"fsdp-lost-rank", "--phase", "save", "--directory", snapshots.string(),
+                    "--backend", "gloo", "--collective-timeout-ms", "10000"});
+  EXPECT_EQ(results.at(1).term_signal, SIGKILL) << describe(results);
+  EXPECT_EQ(results.at(0).exit_code, 0) << describe(results);
+  expect_checks_per_rank({results.at(0)}, [](int) { return fsdp_lost_rank_check_names("save"); });
+  auto resumed = run_ranks(1, {"fsdp-lost-rank", "--phase", "resume", "--directory",
+                               snapshots.string(), "--backend", "gloo"});
+  expect_checks_per_rank(resumed, [](int) { return fsdp_lost_rank_check_names("resume"); });
 }
 
 }  // namespace

@@ -63,6 +63,7 @@
 #include "multiprocess/fsdp_construction_checks.hpp"
 #include "multiprocess/fsdp_dcp_checks.hpp"
 #include "multiprocess/fsdp_generated_checks.hpp"
+#include "multiprocess/fsdp_lost_rank_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/fsdp_transformer_checks.hpp"
@@ -268,6 +269,9 @@ int main(int argc, char** argv) {
         })},
        {"fsdp-dcp", checking([](const Group& g, const Arguments& args) {
           return t::check_fsdp_dcp(g, args.phase, args.directory);
+        })},
+       {"fsdp-lost-rank", checking([](const Group& g, const Arguments& args) {
+          return t::check_fsdp_lost_rank(g, args.phase, args.directory);
         })},
        {"shm-vs-gloo", on_group([](const Group& g, const Arguments& args) {
           return run_shm_against_gloo(*g, args);

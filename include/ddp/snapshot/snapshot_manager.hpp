@@ -71,8 +71,14 @@
 /// copies with save()'s own code (Note [Writing is atomic], keep_last), so a
 /// SIGKILL mid-write leaves the previous snapshots intact and resumable. With
 /// sharded state each rank's thread writes its shard file and rank 0's writes
-/// the main file once every shard file exists (polled for at most 10
-/// minutes). The background thread runs no collective.
+/// the main file once every rank has said in the store that its shard is
+/// written (for at most the group's collective timeout; Note [Shards agreed
+/// through the store] in src/snapshot/async_save.cpp). The background
+/// thread runs no collective. A rank lost mid-save makes the others'
+/// settling fail with a SnapshotError within that timeout, rank 0's naming
+/// the rank whose shard never came (Note [A rank lost during a save]); no
+/// main file of that save is written, and the snapshots before it stay
+/// resumable.
 /// The rule: at most one save is in flight. save(), save_async(), resume()
 /// and wait() first wait for it and settle it, a collective: if a rank's write
 /// failed, that rank rethrows its own error (the file and the cause), the
