@@ -15,11 +15,13 @@ machine.
       DIR/pt-fsdp1; the next 2 steps' batches and the parameters before and
       after them go to DIR/pt-<variant>-ref.pt (the C++ side loads the
       checkpoint, trains the same 2 steps and compares).
-  dcp_peer.py load DIR WORLD
+  dcp_peer.py load DIR WORLD [fsdp|zero]
       WORLD ranks load ddp's checkpoint DIR/dcp into a plain model and
       AdamW (get_state_dict, dcp.load, set_state_dict), train 4 steps on
       DIR/batches.pt and save the parameters to DIR/python-final-WORLD.pt;
-      prints "epoch E step S" as loaded.
+      prints "epoch E step S" as loaded. With "zero": DIR/dcp-zero, which
+      ddp's ZeroRedundancyOptimizer saved with AdamW in one group, into
+      DIR/python-zero-final-WORLD.pt.
   dcp_peer.py compare-export DIR
       dcp_to_torch_save(DIR/dcp, DIR/dcp-as-torch.pt), compared tensor for
       tensor with ddp's consolidated export of the same state
@@ -58,7 +60,9 @@ def make_net(seed):
                          nn.Linear(9, 5))
 
 
-def make_optimizer(model):
+def make_optimizer(model, groups=2):
+    if groups == 1:
+        return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     named = list(model.named_parameters())
     decay = [p for n, p in named if not n.endswith("bias")]
     no_decay = [p for n, p in named if n.endswith("bias")]
@@ -123,13 +127,13 @@ def save_rank(rank, world, store_path, directory):
     dist.destroy_process_group()
 
 
-def load_rank(rank, world, store_path, directory):
+def load_rank(rank, world, store_path, directory, zero):
     init(rank, world, store_path)
     model = make_net(5)
-    optimizer = make_optimizer(model)
+    optimizer = make_optimizer(model, 1 if zero else 2)
     msd, osd = get_state_dict(model, optimizer)
     loaded = {"model": msd, "optim": osd, "epoch": 0, "step_in_epoch": 0}
-    dcp.load(loaded, checkpoint_id=os.path.join(directory, "dcp"))
+    dcp.load(loaded, checkpoint_id=os.path.join(directory, "dcp-zero" if zero else "dcp"))
     set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
     batches = torch.load(os.path.join(directory, "batches.pt"))
     for i in range(0, len(batches), 2):
@@ -137,7 +141,8 @@ def load_rank(rank, world, store_path, directory):
     if rank == 0:
         print("epoch %d step %d" % (loaded["epoch"], loaded["step_in_epoch"]))
         torch.save([p.detach().clone() for p in model.parameters()],
-                   os.path.join(directory, "python-final-%d.pt" % world))
+                   os.path.join(directory,
+                                "python-%sfinal-%d.pt" % ("zero-" if zero else "", world)))
     dist.destroy_process_group()
 
 
@@ -186,7 +191,8 @@ def main():
         mp.spawn(save_rank, args=(2, store_path, directory), nprocs=2)
     elif command == "load":
         world = int(sys.argv[3])
-        mp.spawn(load_rank, args=(world, store_path, directory), nprocs=world)
+        zero = len(sys.argv) > 4 and sys.argv[4] == "zero"
+        mp.spawn(load_rank, args=(world, store_path, directory, zero), nprocs=world)
     elif command == "compare-export":
         compare_export(directory)
     elif command == "continue-export":

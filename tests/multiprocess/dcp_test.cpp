@@ -69,26 +69,32 @@ std::vector<at::Tensor> read_list(const std::string& path) {
   return tensors;
 }
 
+// FSDP's and ZeRO-2's checkpoints, saved at 2 ranks.
 TEST(SnapshotDcpInterop, PyTorchLoadsDdpsCheckpointAtOneAndThreeRanksAndTrainsOnAlike) {
   SKIP_WITHOUT_DCP();
   const TemporaryDirectory directory("ddp-dcp-interop-");
   const std::string dir = directory.string();
   run_fsdp_dcp(2, "save", dir);
-  run_fsdp_dcp(1, "resume", dir);  // ddp's own 4 more steps: ddp-final-1.pt
-  const auto ddp_final = read_list(dir + "/ddp-final-1.pt");
-  for (int world : {1, 3}) {
-    const launch::ChildResult r = run_peer({"load", dir, std::to_string(world)});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
-    const auto python_final = read_list(dir + "/python-final-" + std::to_string(world) + ".pt");
-    ASSERT_EQ(python_final.size(), ddp_final.size());
-    double worst = 0;
-    for (size_t i = 0; i < ddp_final.size(); ++i) {
-      worst = std::max(worst, (python_final[i] - ddp_final[i]).abs().max().item<double>());
+  run_fsdp_dcp(1, "resume", dir);     // ddp's own 4 more steps: ddp-final-1.pt
+  run_fsdp_dcp(2, "save-zero", dir);  // ZeRO-2's checkpoint and ddp-zero-final.pt
+  for (const std::string sharding : {"fsdp", "zero"}) {
+    const bool zero = sharding == "zero";
+    const auto ddp_final = read_list(dir + (zero ? "/ddp-zero-final.pt" : "/ddp-final-1.pt"));
+    for (int world : {1, 3}) {
+      const launch::ChildResult r = run_peer({"load", dir, std::to_string(world), sharding});
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
+      const auto python_final = read_list(dir + (zero ? "/python-zero-final-" : "/python-final-") +
+                                          std::to_string(world) + ".pt");
+      ASSERT_EQ(python_final.size(), ddp_final.size());
+      double worst = 0;
+      for (size_t i = 0; i < ddp_final.size(); ++i) {
+        worst = std::max(worst, (python_final[i] - ddp_final[i]).abs().max().item<double>());
+      }
+      std::cout << "PyTorch at " << world << " rank(s) from ddp's " << sharding
+                << " checkpoint: largest difference from ddp " << worst << std::endl;
+      EXPECT_LT(worst, 1e-5);
     }
-    std::cout << "PyTorch at " << world << " rank(s) against ddp: largest difference " << worst
-              << std::endl;
-    EXPECT_LT(worst, 1e-5);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "ddp/formats/torch_file.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "ddp/parallel/fully_sharded_state.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/consolidated_export.hpp"
 #include "ddp/snapshot/distributed_checkpoint.hpp"
 #include "ddp/snapshot/errors.hpp"
@@ -98,15 +99,8 @@ class FsdpDcpChecker {
     if (group_->rank() != 0) return;
     snapshot::export_checkpoint(snapshot::read_snapshot_file(consolidated),
                                 (fs::path(directory_) / "consolidated.pt").string());
-    auto saved = PyValue::list(), batches = PyValue::list();
-    for (const auto& t : full) saved->items.push_back(PyValue::of(t));
-    for (int step = kFsdpSavedSteps; step < kFsdpSteps; ++step) {
-      auto [x, y] = fsdp_batch_of(step);
-      batches->items.push_back(PyValue::of(x));
-      batches->items.push_back(PyValue::of(y));
-    }
-    formats::write_torch_file((fs::path(directory_) / "full-parameters.pt").string(), *saved);
-    formats::write_torch_file((fs::path(directory_) / "batches.pt").string(), *batches);
+    write_list("full-parameters.pt", full);
+    write_batches();
     files_written();
   }
 
@@ -150,13 +144,45 @@ class FsdpDcpChecker {
                     "they differ");
     }
     if (group_->rank() == 0) {
-      auto final_values = PyValue::list();
-      for (const auto& t : resumed) final_values->items.push_back(PyValue::of(t));
-      formats::write_torch_file(
-          (fs::path(directory_) / ("ddp-final-" + std::to_string(group_->size()) + ".pt")).string(),
-          *final_values);
+      write_list("ddp-final-" + std::to_string(group_->size()) + ".pt", resumed);
     }
     refusals();
+  }
+
+  // ZeroRedundancyOptimizer (stage 2, AdamW in one group) saved as DCP at 2
+  // ranks; the job goes on 4 steps (DIR/ddp-zero-final.pt) for dcp_peer.py
+  // to compare with.
+  void save_zero() {
+    auto net = make_net(kSavedSeed);
+    ZeroRedundancyOptimizer zero(net->parameters(), zero_optimizer<optim::AdamW>(adamw_options()),
+                                 ZeroRedundancyOptimizerOptions().stage(2), group_);
+    const int world = group_->size(), rank = group_->rank();
+    auto train = [&](int first, int last) {
+      for (int step = first; step < last; ++step) {
+        auto [x, y] = fsdp_batch_of(step);
+        zero.zero_grad();
+        torch::mse_loss(net->forward(x.chunk(world)[rank]), y.chunk(world)[rank]).backward();
+        zero.step();
+      }
+    };
+    train(0, kFsdpSavedSteps);
+    snapshot::TrainingState state;
+    state.model = net.ptr().get();
+    state.zero_optimizer = &zero;
+    state.epoch = 1;
+    state.step_in_epoch = kFsdpSavedSteps;
+    const std::string checkpoint = (fs::path(directory_) / "dcp-zero").string();
+    snapshot::save_distributed_checkpoint(checkpoint, state);
+    train(kFsdpSavedSteps, kFsdpSteps);
+    if (rank != 0) return;
+    write_list("ddp-zero-final.pt", net->parameters());
+    write_batches();
+    const formats::DcpMetadata metadata = formats::read_dcp_metadata(checkpoint);
+    checks_.check(fsdp_dcp_check::kZeroSaved,
+                  metadata.tensors.count("model.0.weight") &&
+                      metadata.tensors.count("optim.state.0.weight.exp_avg_sq") &&
+                      metadata.objects.count("optim.param_groups.0.params"),
+                  "the metadata lacks a parameter, its state or the param group");
   }
 
   void load_pytorch() {
@@ -190,6 +216,23 @@ class FsdpDcpChecker {
   int failed() const { return checks_.failed(); }
 
  private:
+  // `tensors` as a list in DIR/`name`, for dcp_peer.py and later phases.
+  void write_list(const std::string& name, const std::vector<torch::Tensor>& tensors) const {
+    auto list = PyValue::list();
+    for (const auto& t : tensors) list->items.push_back(PyValue::of(t));
+    formats::write_torch_file((fs::path(directory_) / name).string(), *list);
+  }
+  // The batches of steps 4..7, x and y by turns, in DIR/batches.pt.
+  void write_batches() const {
+    std::vector<torch::Tensor> batches;
+    for (int step = kFsdpSavedSteps; step < kFsdpSteps; ++step) {
+      auto [x, y] = fsdp_batch_of(step);
+      batches.push_back(x);
+      batches.push_back(y);
+    }
+    write_list("batches.pt", batches);
+  }
+
   // One process, the whole batch: steps [first, last).
   static void train_whole(nn::Sequential& net, optim::Optimizer& optimizer, int first, int last) {
     for (int step = first; step < last; ++step) {
@@ -302,6 +345,8 @@ int check_fsdp_dcp(const std::shared_ptr<ProcessGroup>& group, const std::string
     checker.save();
   } else if (phase == "resume") {
     checker.resume();
+  } else if (phase == "save-zero") {
+    checker.save_zero();
   } else {
     checker.load_pytorch();
   }

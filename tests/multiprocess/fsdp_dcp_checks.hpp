@@ -9,6 +9,9 @@
 //                   (DIR/batches.pt, for dcp_peer.py);
 //   "resume"        1, 2 or 3 ranks, the model one unit, load it and train
 //                   4 more steps; rank 0 writes DIR/ddp-final-<world>.pt;
+//   "save-zero"     2 ranks, ZeroRedundancyOptimizer (stage 2, AdamW in one
+//                   group), save DIR/dcp-zero after 4 steps, then 4 more
+//                   (DIR/ddp-zero-final.pt);
 //   "load-pytorch"  1, 2 or 3 ranks load DIR/pt-plain and DIR/pt-fsdp1,
 //                   which PyTorch's dcp.save wrote (dcp_peer.py save), and
 //                   train the 2 steps of DIR/pt-<variant>-ref.pt.
@@ -31,6 +34,9 @@ namespace fsdp_dcp_check {
 inline const std::string kFilesWritten =
     "the checkpoint is .metadata and one .distcp file per rank (rank 0 a second, the param "
     "groups), its metadata naming each parameter's chunks, the optimizer state and the groups";
+/// "save-zero", rank 0.
+inline const std::string kZeroSaved =
+    "ZeRO's checkpoint names each parameter, its optimizer state and the param group";
 /// "resume".
 inline const std::string kResumed = "epoch 1 and step 4 come back";
 inline const std::string kSameValues =
@@ -67,6 +73,9 @@ inline std::set<std::string> fsdp_dcp_check_names(const std::string& phase, int 
   if (phase == "save")
     return rank == 0 ? std::set<std::string>{kFilesWritten} : std::set<std::string>{};
   if (phase == "load-pytorch") return {kPyTorchPlain, kPyTorchFsdp1};
+  if (phase == "save-zero") {
+    return rank == 0 ? std::set<std::string>{kZeroSaved} : std::set<std::string>{};
+  }
   std::set<std::string> names{kResumed,
                               kSameValues,
                               kBuffer,
