@@ -94,7 +94,16 @@ PyRef local_optimizer_state(DcpReader& reader, const detail::ShardedLayout& layo
                             const std::string& optim) {
   const std::map<std::string, size_t> group_of = groups_of(reader, optim);
   auto state = PyValue::dict();
+  // Each local group takes the options of the checkpoint's group its
+  // parameters are in; a local group must not mix the checkpoint's groups.
+  const size_t local_groups = layout.sharded->local_optimizer().param_groups().size();
+  std::vector<int64_t> saved_group(local_groups, -1);
   auto groups = PyValue::list();
+  for (size_t g = 0; g < local_groups; ++g) {
+    auto options = PyValue::dict();
+    options->set("params", PyValue::list());
+    groups->items.push_back(options);
+  }
   int64_t index = 0;
   for (const detail::LocalPiece& piece : layout.pieces) {
     const std::string& name = layout.names[piece.parameter];
@@ -102,17 +111,14 @@ PyRef local_optimizer_state(DcpReader& reader, const detail::ShardedLayout& layo
     if (found == group_of.end()) {
       throw SnapshotError("parameter " + name + " is in none of the checkpoint's param groups");
     }
-    while (groups->items.size() <= piece.group) {  // this group's options: the checkpoint's
-      auto options = PyValue::dict();
-      const std::string prefix = base::detail::str(optim, ".param_groups.", found->second, ".");
-      for (const auto& [key, location] : reader.metadata().objects) {
-        if (key.rfind(prefix, 0) == 0 && key != prefix + "params") {
-          options->set(key.substr(prefix.size()), reader.read_object(key));
-        }
-      }
-      options->set("params", PyValue::list());
-      groups->items.push_back(options);
+    int64_t& saved = saved_group[piece.group];
+    if (saved >= 0 && saved != static_cast<int64_t>(found->second)) {
+      throw SnapshotError(base::detail::str(
+          "parameter ", name, " is in the checkpoint's param group ", found->second,
+          ", but this optimizer's group ", piece.group, " also holds parameters of its group ",
+          saved, "; make the optimizer's param groups as the checkpoint's"));
     }
+    saved = static_cast<int64_t>(found->second);
     groups->items[piece.group]->get("params")->items.push_back(PyValue::of(index));
     auto entry = PyValue::dict();
     const std::string state_prefix = optim + ".state." + name + ".";
@@ -128,6 +134,15 @@ PyRef local_optimizer_state(DcpReader& reader, const detail::ShardedLayout& layo
     }
     if (!entry->entries.empty()) state->set(PyValue::of(index), entry);
     ++index;
+  }
+  for (size_t g = 0; g < local_groups; ++g) {  // an empty group: the same-numbered one
+    const int64_t saved = saved_group[g] >= 0 ? saved_group[g] : static_cast<int64_t>(g);
+    const std::string prefix = base::detail::str(optim, ".param_groups.", saved, ".");
+    for (const auto& [key, location] : reader.metadata().objects) {
+      if (key.rfind(prefix, 0) == 0 && key != prefix + "params") {
+        groups->items[g]->set(key.substr(prefix.size()), reader.read_object(key));
+      }
+    }
   }
   auto result = PyValue::dict();
   result->set("state", state);

@@ -311,7 +311,21 @@ class FsdpDcpChecker {
         "message: '" + shape + "'");
 
     FullyShardedDataParallel model(make_net(5), group_);
-    optim::SGD sgd(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    // SGD in the checkpoint's two groups (weights, biases), so that only
+    // the optimizer's type differs.
+    std::vector<optim::OptimizerParamGroup> sgd_groups;
+    for (const bool biases : {false, true}) {
+      std::vector<torch::Tensor> params;
+      for (const auto& item : model->named_parameters()) {
+        const std::string& name = item.key();
+        if ((name.size() >= 4 && name.substr(name.size() - 4) == "bias") == biases) {
+          params.push_back(item.value());
+        }
+      }
+      sgd_groups.emplace_back(
+          params, std::make_unique<optim::SGDOptions>(optim::SGDOptions(0.1).momentum(0.9)));
+    }
+    optim::SGD sgd(std::move(sgd_groups), optim::SGDOptions(0.1).momentum(0.9));
     FullyShardedState sharded(model, sgd);
     snapshot::TrainingState state;
     state.model = model->module().get();
@@ -322,6 +336,21 @@ class FsdpDcpChecker {
         fsdp_dcp_check::kOtherOptimizerRefused,
         type.find("which sgd has: the file holds Adam's or AdamW's state") != std::string::npos,
         "message: '" + type + "'");
+
+    // AdamW in one group, where the checkpoint has two (no decay on biases).
+    FullyShardedDataParallel one_group_model(make_net(5), group_);
+    optim::AdamW one_group(one_group_model->parameters(), adamw_options());
+    FullyShardedState one_group_sharded(one_group_model, one_group);
+    snapshot::TrainingState one_group_state;
+    one_group_state.model = one_group_model->module().get();
+    one_group_state.fully_sharded = &one_group_sharded;
+    const std::string mixed =
+        message_of([&] { snapshot::load_distributed_checkpoint(checkpoint_, one_group_state); });
+    checks_.check(
+        fsdp_dcp_check::kMixedGroupsRefused,
+        mixed.find("parameter 0.bias is in the checkpoint's param group 1, but this "
+                   "optimizer's group 0 also holds parameters of its group 0") != std::string::npos,
+        "message: '" + mixed + "'");
 
     const std::string none = message_of([&] {
       snapshot::load_distributed_checkpoint((fs::path(directory_) / "nothing").string(), state);

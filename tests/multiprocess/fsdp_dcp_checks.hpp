@@ -56,6 +56,9 @@ inline const std::string kOtherShapeRefused =
 inline const std::string kOtherOptimizerRefused =
     "an SGD job cannot load AdamW's state: SnapshotError naming the option missing and the "
     "optimizer the file holds";
+inline const std::string kMixedGroupsRefused =
+    "an optimizer whose one group holds parameters of the checkpoint's two is refused: "
+    "SnapshotError naming the parameter and both groups";
 inline const std::string kNoCheckpointRefused =
     "a directory without .metadata is refused: SnapshotError saying so";
 /// "load-pytorch".
@@ -82,7 +85,8 @@ inline std::set<std::string> fsdp_dcp_check_names(const std::string& phase, int 
                               kMatchesOneProcess,
                               kOtherShapeRefused,
                               kOtherOptimizerRefused,
-                              kNoCheckpointRefused};
+                              kNoCheckpointRefused,
+                              kMixedGroupsRefused};
   if (world == 2) names.insert(kContinuesExactly);
   if (rank == 0) names.insert(kConsolidatedContinues);
   return names;
