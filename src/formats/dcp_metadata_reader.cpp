@@ -166,13 +166,7 @@ DcpMetadata MetadataParser::parse(const PyValue& root) {
       DcpChunk c;
       c.box.offsets = size(field(chunk, "offsets", key), "a chunk's offsets of " + key);
       c.box.sizes = size(field(chunk, "sizes", key), "a chunk's sizes of " + key);
-      bool inside =
-          c.box.offsets.size() == tensor.size.size() && c.box.sizes.size() == tensor.size.size();
-      for (size_t d = 0; inside && d < tensor.size.size(); ++d) {
-        inside = c.box.offsets[d] >= 0 && c.box.sizes[d] >= 0 &&
-                 c.box.offsets[d] <= tensor.size[d] - c.box.sizes[d];
-      }
-      if (!inside) {
+      if (!c.box.inside(tensor.size)) {
         fail(base::detail::str("a chunk of ", key, " at ", c10::IntArrayRef(c.box.offsets),
                                " of size ", c10::IntArrayRef(c.box.sizes),
                                " lies outside its size ", c10::IntArrayRef(tensor.size)));
@@ -202,6 +196,14 @@ int64_t DcpBox::numel() const {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;
   return n;
+}
+
+bool DcpBox::inside(const std::vector<int64_t>& size) const {
+  bool fits = offsets.size() == size.size() && sizes.size() == size.size();
+  for (size_t d = 0; fits && d < size.size(); ++d) {
+    fits = offsets[d] >= 0 && sizes[d] >= 0 && offsets[d] <= size[d] - sizes[d];
+  }
+  return fits;
 }
 
 DcpMetadata read_dcp_metadata(const std::string& directory) {

@@ -52,12 +52,7 @@ at::Tensor DcpReader::read(const std::string& key, const DcpBox& box) {
   if (found == metadata_.tensors.end()) throw fail("it holds no such tensor");
   const DcpTensor& tensor = found->second;
   const size_t dims = tensor.size.size();
-  bool inside = box.offsets.size() == dims && box.sizes.size() == dims;
-  for (size_t d = 0; inside && d < dims; ++d) {
-    inside =
-        box.offsets[d] >= 0 && box.sizes[d] >= 0 && box.offsets[d] <= tensor.size[d] - box.sizes[d];
-  }
-  if (!inside) {
+  if (!box.inside(tensor.size)) {
     throw fail(base::detail::str("the box at ", c10::IntArrayRef(box.offsets), " of size ",
                                  c10::IntArrayRef(box.sizes), " lies outside its size ",
                                  c10::IntArrayRef(tensor.size)));

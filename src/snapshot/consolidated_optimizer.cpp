@@ -36,11 +36,8 @@ json gather_full_optimizer(
   for (const auto& [g, i] : slots) {
     const json& saved = groups[g].at("state").at(i);
     json fields = json::array();
-    const std::string prefix = base::detail::str("optim/g", g, "/p", i, "/");
-    for (auto it = tensors.lower_bound(prefix);
-         it != tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
-      fields.push_back(it->first.substr(prefix.size()));
-    }
+    for (const auto& [field, tensor] : optimizer_state_fields(tensors, g, i))
+      fields.push_back(field);
     mine.push_back({{"fields", fields},
                     {"step", saved.is_object() ? saved.value("step", int64_t{-1}) : int64_t{-2}}});
   }
@@ -59,7 +56,7 @@ json gather_full_optimizer(
     json& state = description["groups"][g]["state"][i];
     state = step == -2 ? json(nullptr) : step == -1 ? json::object() : json{{"step", step}};
     const auto& piece = pieces.at(j);
-    const std::string prefix = base::detail::str("optim/g", g, "/p", i, "/");
+    const std::string prefix = optimizer_state_prefix(g, i);
     for (const std::string& field : fields) {
       const auto found = tensors.find(prefix + field);
       const at::ScalarType dtype =

@@ -88,11 +88,10 @@ json write_rank_file(const std::string& directory, const detail::ShardedLayout& 
     write_run(writer, options.model_key() + "." + name, shape, piece.begin, values.cpu());
     if (options.optimizer_key().empty()) continue;
     const std::string state_key = options.optimizer_key() + ".state." + name + ".";
-    const std::string prefix = base::detail::str("optim/g", piece.group, "/p", piece.index, "/");
-    for (auto it = tensors.lower_bound(prefix);
-         it != tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
-      const at::Tensor field = it->second.detach().reshape(-1).narrow(0, 0, piece.length).cpu();
-      write_run(writer, state_key + it->first.substr(prefix.size()), shape, piece.begin, field);
+    for (const auto& [field, tensor] :
+         detail::optimizer_state_fields(tensors, piece.group, piece.index)) {
+      write_run(writer, state_key + field, shape, piece.begin,
+                tensor.detach().reshape(-1).narrow(0, 0, piece.length).cpu());
     }
     const json& saved = description.at("groups").at(piece.group).at("state").at(piece.index);
     if (piece.begin == 0 && saved.is_object() && saved.contains("step")) {

@@ -68,10 +68,6 @@ Kind kind_of(const optim::Optimizer& optimizer) {
                       " (supported: SGD, Adam, AdamW, RMSprop, Adagrad)");
 }
 
-std::string prefix_of(size_t group, size_t index) {
-  return base::detail::str("optim/g", group, "/p", index, "/");
-}
-
 template <typename O, typename Base>
 O& as(Base& options) {
   auto* typed = dynamic_cast<O*>(&options);
@@ -257,6 +253,20 @@ struct SchedulerAccess : optim::LRScheduler {
 
 }  // namespace
 
+std::string optimizer_state_prefix(size_t group, size_t index) {
+  return base::detail::str("optim/g", group, "/p", index, "/");
+}
+
+TensorMap optimizer_state_fields(const TensorMap& tensors, size_t group, size_t index) {
+  const std::string prefix = optimizer_state_prefix(group, index);
+  TensorMap fields;
+  for (auto it = tensors.lower_bound(prefix);
+       it != tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+    fields.emplace(it->first.substr(prefix.size()), it->second);
+  }
+  return fields;
+}
+
 json export_optimizer(const optim::Optimizer& optimizer, TensorMap& tensors) {
   Kind kind = kind_of(optimizer);
   json groups = json::array();
@@ -274,7 +284,7 @@ json export_optimizer(const optim::Optimizer& optimizer, TensorMap& tensors) {
       json entry = json::object();
       if (fields.step) entry["step"] = *fields.step;
       for (const auto& [field, tensor] : fields.tensors) {
-        if (tensor.defined()) tensors[prefix_of(g, i) + field] = tensor;
+        if (tensor.defined()) tensors[optimizer_state_prefix(g, i) + field] = tensor;
       }
       states.push_back(std::move(entry));
     }
@@ -321,7 +331,7 @@ void check_optimizer(const std::string& where, const json& description, const Te
         if (info.has_step) (void)states.at(i).at("step").get<int64_t>();
         for (const auto* fields : {&info.required, &info.optional}) {
           for (const auto& field : *fields) {
-            std::string name = prefix_of(g, i) + field;
+            std::string name = optimizer_state_prefix(g, i) + field;
             auto found = tensors.find(name);
             if (found == tensors.end()) {
               if (fields == &info.required) fail("optimizer state tensor " + name + " is missing");
@@ -362,7 +372,7 @@ void import_optimizer(const json& description, const TensorMap& tensors,
       const auto key = base::compat::optimizer_state_key(param);
       optimizer.state().erase(key);
       if (states.at(i).is_null()) continue;
-      auto get = [&, prefix = prefix_of(g, i)](const std::string& field) {
+      auto get = [&, prefix = optimizer_state_prefix(g, i)](const std::string& field) {
         auto found = tensors.find(prefix + field);
         if (found == tensors.end()) return at::Tensor();
         // A private copy, so that restoring one file twice shares nothing.

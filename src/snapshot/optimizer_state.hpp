@@ -26,6 +26,14 @@ namespace ddp::snapshot::detail {
 
 using TensorMap = std::map<std::string, at::Tensor>;
 
+/// "optim/g<G>/p<I>/": where the state records of parameter `index` of
+/// group `group` start (Note [Optimizer state by position]).
+std::string optimizer_state_prefix(size_t group, size_t index);
+
+/// The state records of parameter `index` of group `group` in `tensors`, by
+/// field ("exp_avg", "momentum_buffer", ...).
+TensorMap optimizer_state_fields(const TensorMap& tensors, size_t group, size_t index);
+
 /// Adds the state of `optimizer` to `tensors` and returns its description.
 /// Throws SnapshotError naming the optimizer's type when it is not SGD,
 /// Adam, AdamW, RMSprop or Adagrad.

@@ -15,10 +15,6 @@ namespace {
 using nlohmann::json;
 using Kind = PyValue::Kind;
 
-std::string state_prefix(size_t group, size_t index) {
-  return base::detail::str("optim/g", group, "/p", index, "/");
-}
-
 PyRef option_to_python(const std::string& name, const json& value) {
   if (value.is_boolean()) return PyValue::of(value.get<bool>());
   if (value.is_number_integer()) return PyValue::of(value.get<int64_t>());
@@ -96,10 +92,8 @@ PyRef optimizer_to_pytorch(const json& description, const TensorMap& tensors) {
                    PyValue::of(at::scalar_tensor(
                        static_cast<double>(states.at(i).at("step").get<int64_t>()), at::kFloat)));
       }
-      const std::string prefix = state_prefix(g, i);
-      for (auto it = tensors.lower_bound(prefix);
-           it != tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
-        entry->set(it->first.substr(prefix.size()), PyValue::of(it->second));
+      for (const auto& [field, tensor] : optimizer_state_fields(tensors, g, i)) {
+        entry->set(field, PyValue::of(tensor));
       }
       state->set(PyValue::of(index), entry);
     }
@@ -182,7 +176,7 @@ json optimizer_from_pytorch(const std::string& where, const PyValue& state_dict,
         }
         any = true;
       } else if (item->kind == Kind::kTensor) {
-        tensors[state_prefix(g, i) + field->text] = item->tensor;
+        tensors[optimizer_state_prefix(g, i) + field->text] = item->tensor;
         any = true;
       } else if (item->kind != Kind::kNone) {
         fail("the state field " + field->text + " is a " + item->type_name() + ", not a tensor");

@@ -64,7 +64,7 @@ std::vector<at::Tensor> local_parameters(const parallel::ShardedState& sharded) 
 }
 
 std::string state_prefix(const Slot& slot) {
-  return base::detail::str("optim/g", slot.group, "/p", slot.index, "/");
+  return optimizer_state_prefix(slot.group, slot.index);
 }
 
 // Slot `j` of a shard saved with optimizer `description` (its groups'

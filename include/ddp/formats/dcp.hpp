@@ -43,6 +43,9 @@ struct DcpBox {
   std::vector<int64_t> offsets;
   std::vector<int64_t> sizes;
   int64_t numel() const;
+  /// Whether the box lies inside a tensor of `size` (as many dimensions,
+  /// offsets and sizes 0 or more, without overflow).
+  bool inside(const std::vector<int64_t>& size) const;
 };
 
 /// Where an item's torch.save stream lies: `length` bytes at `offset` of
