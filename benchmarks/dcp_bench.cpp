@@ -19,6 +19,7 @@
 
 #include "ddp/ddp.hpp"
 #include "ddp/snapshot/distributed_checkpoint.hpp"
+#include "timing.hpp"
 
 namespace {
 
@@ -62,8 +63,7 @@ int main(int argc, char** argv) {
       group->barrier();
       times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return ddp_bench::median(times);
   };
   const double save = median_ms([&] { ddp::snapshot::save_distributed_checkpoint(dir, state); });
   const double load = median_ms([&] { ddp::snapshot::load_distributed_checkpoint(dir, state); });
