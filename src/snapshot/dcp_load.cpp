@@ -122,8 +122,11 @@ PyRef local_optimizer_state(DcpReader& reader, const detail::ShardedLayout& layo
     groups->items[piece.group]->get("params")->items.push_back(PyValue::of(index));
     auto entry = PyValue::dict();
     const std::string state_prefix = optim + ".state." + name + ".";
-    for (const auto& [key, tensor] : reader.metadata().tensors) {
-      if (key.rfind(state_prefix, 0) != 0) continue;
+    // The parameter's fields only: the keys sort together.
+    const auto& tensors = reader.metadata().tensors;
+    for (auto it = tensors.lower_bound(state_prefix);
+         it != tensors.end() && it->first.rfind(state_prefix, 0) == 0; ++it) {
+      const std::string& key = it->first;
       const std::string field = key.substr(state_prefix.size());
       if (field == "step") {
         entry->set(field, PyValue::of(reader.read(key)));
