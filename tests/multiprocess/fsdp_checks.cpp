@@ -128,6 +128,8 @@ class FsdpChecker {
     checks_.check(fsdp_check::kOverlapReduction, overlapped_equal && overlapped_peak.empty(),
                   overlapped_equal ? overlapped_peak : "they differ");
 
+    cached_buffers(adamw_params);
+
     torch::manual_seed(8);
     TwoLayer whole_reference = on(TwoLayer());
     const auto whole_expected =
@@ -189,7 +191,8 @@ class FsdpChecker {
   // bytes between steps.
   std::tuple<std::vector<Tensor>, std::string, std::string> train(
       WrappedModule module, const OptimizerFactory& make_optimizer,
-      FullyShardedDataParallelOptions options, std::string* peak = nullptr) {
+      FullyShardedDataParallelOptions options, std::string* peak = nullptr,
+      const std::function<void(FullyShardedDataParallel&)>& inspect = nullptr) {
     module.ptr()->to(device_);
     FullyShardedDataParallel model(module, options, group_);
     model->reset_peak_memory();
@@ -227,10 +230,44 @@ class FsdpChecker {
                 std::to_string(memory.gathered_bytes);
       }
     }
+    if (inspect) inspect(model);
     const std::string sizes = wrong_shard_holdings(*model, *group_, device_);
     std::vector<Tensor> full;
     for (const auto& item : model->full_parameters()) full.push_back(item.value());
     return {full, sizes, freed};
+  }
+
+  // Note [Buffers kept between steps]: `expected` is the default run's
+  // parameters (buffers kept).
+  void cached_buffers(const std::vector<Tensor>& expected) {
+    std::string problem;
+    auto inspect_kept = [&](FullyShardedDataParallel& model) {
+      const auto memory = model->memory();
+      const bool kept_ok = device_.is_cpu()
+                               ? memory.cached_bytes > 0 &&
+                                     memory.cached_bytes <= memory.peak_buffer_bytes &&
+                                     memory.peak_buffer_bytes >= memory.peak_gathered_bytes
+                               : memory.cached_bytes == 0;
+      model->empty_cache();
+      const int64_t emptied = model->memory().cached_bytes;
+      if (!kept_ok || emptied != 0) {
+        problem = "kept " + std::to_string(memory.cached_bytes) + " bytes (peak in use " +
+                  std::to_string(memory.peak_buffer_bytes) + ", peak gathered " +
+                  std::to_string(memory.peak_gathered_bytes) + "), " + std::to_string(emptied) +
+                  " after empty_cache()";
+      }
+    };
+    train(make_mlp(6 + rank_), adamw(), {}, nullptr, inspect_kept);
+    int64_t kept_off = -1;
+    auto off = std::get<0>(
+        train(make_mlp(6 + rank_), adamw(), FullyShardedDataParallelOptions().cache_buffers(false),
+              nullptr,
+              [&](FullyShardedDataParallel& model) { kept_off = model->memory().cached_bytes; }));
+    if (problem.empty() && kept_off != 0) {
+      problem = "cache_buffers(false) kept " + std::to_string(kept_off) + " bytes";
+    }
+    if (problem.empty() && !identical(off, expected)) problem = "cache_buffers(false) differs";
+    checks_.check(fsdp_check::kCachedBuffers, problem.empty(), problem);
   }
 
   static bool identical(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {

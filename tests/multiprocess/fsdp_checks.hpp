@@ -36,6 +36,9 @@ inline const std::string kNoPrefetch = "prefetch 0 matches prefetch 1 bit for bi
 inline const std::string kOverlapReduction =
     "overlap_reduction matches the default bit for bit, its peak of full parameters and "
     "gradients within the two largest units' parameters and gradients";
+inline const std::string kCachedBuffers =
+    "freed host buffers are kept for the next step, kept and in use within the most in use "
+    "at once, freed by empty_cache(), none with cache_buffers(false), which matches bit for bit";
 inline const std::string kWholeModel = "a custom module as one unit matches one process";
 inline const std::string kFrozen = "a frozen first layer stays as it was and the rest matches";
 inline const std::string kShardSizes =
@@ -81,6 +84,7 @@ inline std::set<std::string> fsdp_check_names() {
           kKeepGathered,
           kNoPrefetch,
           kOverlapReduction,
+          kCachedBuffers,
           kWholeModel,
           kFrozen,
           kShardSizes,

@@ -40,6 +40,7 @@
 namespace ddp::parallel {
 
 namespace detail {
+class BufferPool;
 class UnitSchedule;
 struct GatheredBytes;
 }  // namespace detail
@@ -54,6 +55,14 @@ struct FullyShardedMemory {
   /// This rank's shards (the sharded parameters; gradients and optimizer
   /// state follow their sizes).
   int64_t shard_bytes = 0;
+  /// Host buffers freed by the units and kept for the next step's gathers
+  /// and gradients (cache_buffers); empty_cache() frees them.
+  int64_t cached_bytes = 0;
+  /// The most bytes of those host buffers in use at once since
+  /// construction (the gathered parameters and full gradients, and the
+  /// reduced shards; a buffer is in use until the backend too lets go of
+  /// it): cached plus in use never exceeds it. 0 on a GPU.
+  int64_t peak_buffer_bytes = 0;
 };
 
 /// Options of FullyShardedDataParallel, in PyTorch's FSDP vocabulary.
@@ -97,6 +106,15 @@ struct FullyShardedDataParallelOptions {
   /// full parameters exported are the fp32 masters. The output comes in
   /// this dtype.
   TORCH_ARG(std::optional<c10::ScalarType>, param_dtype) = std::nullopt;
+  /// Keep the host buffers the units free (gathered parameters, full and
+  /// reduced gradients) for the next step's requests of the same size,
+  /// as CUDA's caching allocator keeps GPU memory: no fresh pages to fault
+  /// in each step. Kept plus in use never exceeds the most in use at once,
+  /// so the peak RSS is unchanged; between steps that peak stays resident
+  /// (FullyShardedMemory::cached_bytes) until empty_cache(). false frees
+  /// each at once (Note [Buffers kept between steps] in
+  /// src/parallel/fully_sharded/buffer_pool.hpp).
+  TORCH_ARG(bool, cache_buffers) = true;
 };
 
 /// Wraps a module for fully sharded data-parallel training: construction
@@ -173,6 +191,9 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   FullyShardedMemory memory() const;
   /// Starts a new peak in memory().
   void reset_peak_memory();
+  /// Frees the buffers kept for the next step (memory().cached_bytes), as
+  /// torch.cuda.empty_cache() does; the next step allocates afresh.
+  void empty_cache();
 
   /// The wrapped module. While a unit is sharded (between steps) its
   /// parameters hold placeholders of their shape: an operation on one (a
@@ -266,6 +287,7 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   FullyShardedDataParallelOptions options_;
   std::shared_ptr<ProcessGroup> group_;
   std::shared_ptr<detail::GatheredBytes> gathered_;
+  std::shared_ptr<detail::BufferPool> pool_;
   std::shared_ptr<detail::UnitSchedule> schedule_;
   std::vector<int> entry_units_;  // a Sequential entry's unit, or -1
   std::unordered_map<const torch::nn::Module*, int> unit_of_module_;

@@ -162,11 +162,12 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     if (!buffers.empty()) broadcast_tensors(*group_, buffers, 0);
   }
   gathered_ = std::make_shared<detail::GatheredBytes>();
+  pool_ = std::make_shared<detail::BufferPool>(options_.cache_buffers());
   std::vector<std::unique_ptr<detail::ShardedUnit>> units;
   for (size_t u = 0; u < plan.names.size(); ++u) {
     units.push_back(std::make_unique<detail::ShardedUnit>(
         plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
-        *gathered_, static_cast<int64_t>(u), options_.param_dtype(),
+        *gathered_, *pool_, static_cast<int64_t>(u), options_.param_dtype(),
         adopted[u] ? std::move(adopted[u]->shard) : at::Tensor()));
     units.back()->set_aliases(std::move(plan.aliases[u]));
   }
@@ -293,6 +294,8 @@ FullyShardedMemory FullyShardedDataParallelImpl::memory() const {
   FullyShardedMemory memory;
   memory.gathered_bytes = gathered_->now;
   memory.peak_gathered_bytes = gathered_->peak;
+  memory.cached_bytes = pool_->cached_bytes();
+  memory.peak_buffer_bytes = pool_->peak_taken_bytes();
   for (const auto& unit : schedule_->units()) {
     memory.shard_bytes += unit->shard().numel() * unit->shard().element_size();
   }
@@ -300,6 +303,8 @@ FullyShardedMemory FullyShardedDataParallelImpl::memory() const {
 }
 
 void FullyShardedDataParallelImpl::reset_peak_memory() { gathered_->peak = gathered_->now; }
+
+void FullyShardedDataParallelImpl::empty_cache() { pool_->release(); }
 
 std::vector<std::string> FullyShardedDataParallelImpl::unit_names() const {
   std::vector<std::string> names;

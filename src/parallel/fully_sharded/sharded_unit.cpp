@@ -27,13 +27,14 @@ void empty_storage(const at::Tensor& tensor) {
 
 ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
                          std::vector<at::Tensor> parameters, ProcessGroup& group,
-                         GatheredBytes& gathered, int64_t index,
+                         GatheredBytes& gathered, BufferPool& pool, int64_t index,
                          std::optional<at::ScalarType> param_dtype, at::Tensor built_shard)
     : name_(std::move(name)),
       names_(std::move(names)),
       parameters_(std::move(parameters)),
       group_(group),
       gathered_(gathered),
+      pool_(pool),
       index_(index) {
   aliases_.resize(parameters_.size());
   if (parameters_.empty()) {
@@ -136,9 +137,12 @@ void ShardedUnit::gather_async() {
   if (state_ != State::kSharded) return;
   // Note [A unit's storage]: the gather fills a buffer of its own, which
   // becomes the parameters' storage only once complete.
-  staging_ = at::empty({padded_numel_}, full_.options());
+  staging_ = pool_.empty(padded_numel_, full_.options());
   gathered_.add(padded_numel_ * full_.element_size());
-  gather_input_ = shard_.detach().to(full_.scalar_type());
+  gather_input_ = shard_.detach();
+  if (gather_input_.scalar_type() != full_.scalar_type()) {
+    gather_input_ = pool_.empty(shard_.numel(), full_.options()).copy_(shard_.detach());
+  }
   comm::detail::CollectiveName collective("fsdp.gather", index_);
   gather_ = group_.all_gather_async(staging_, gather_input_);
   state_ = State::kGathering;
@@ -178,7 +182,7 @@ void ShardedUnit::prepare_gradients() {
   gradients_prepared_ = true;
   // Gradients accumulated under no_sync() are kept and added to.
   if (!full_grad_.defined()) {
-    full_grad_ = at::zeros({padded_numel_}, full_.options());
+    full_grad_ = pool_.zeros(padded_numel_, full_.options());
     gathered_.add(full_grad_.numel() * full_grad_.element_size());
   }
   const auto views = views_into(full_grad_);
@@ -213,8 +217,11 @@ void ShardedUnit::drop_unreceived_gradients(const int32_t* received_anywhere) {
 void ShardedUnit::reduce_async() {
   if (!trainable_ || reduced()) return;
   prepare_gradients();  // a unit no gradient reached reduces zeros, as every rank must
-  reduced_grad_ = at::empty({padded_numel_ / group_.size()}, shard_.options().requires_grad(false));
-  reduce_input_ = full_grad_.to(shard_.scalar_type());
+  reduced_grad_ = pool_.empty(padded_numel_ / group_.size(), shard_.options());
+  reduce_input_ = full_grad_;
+  if (reduce_input_.scalar_type() != shard_.scalar_type()) {
+    reduce_input_ = pool_.empty(padded_numel_, shard_.options()).copy_(full_grad_);
+  }
   if (unsynced_grad_.defined()) {  // what no_sync() backward passes accumulated
     reduce_input_.add_(unsynced_grad_);
     gathered_.add(-unsynced_grad_.numel() * unsynced_grad_.element_size());

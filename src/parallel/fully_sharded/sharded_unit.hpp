@@ -15,6 +15,7 @@
 
 #include "ddp/comm/process_group_fwd.hpp"
 #include "ddp/comm/work.hpp"
+#include "parallel/fully_sharded/buffer_pool.hpp"
 
 namespace ddp::parallel::detail {
 
@@ -52,7 +53,8 @@ namespace ddp::parallel::detail {
 // The shard holds a run of each parameter's flattened elements that falls
 // in it (none of most, all of some, part of one or two at its ends). Each
 // such run is a piece: a leaf tensor over the shard's storage, its .grad
-// the matching run of the averaged gradient. The pieces, one per
+// the matching run of the averaged gradient (a tensor of its own, not a
+// view: LibTorch 1.13's zero_grad() detaches each .grad in place). The pieces, one per
 // parameter (of length 0 where the shard holds none of it), are the
 // wrapper's parameters() under the parameters' own names, so that an
 // optimizer's param groups (no weight decay on norms and biases) and the
@@ -78,9 +80,10 @@ class ShardedUnit {
   /// (its place in forward order) names its collectives for observers:
   /// "fsdp.gather <index>", "fsdp.reduce <index>" (the timeline's events).
   /// `built_shard`, when defined, is this rank's shard already (Note
-  /// [Sharded construction]): `parameters` then hold no values.
+  /// [Sharded construction]): `parameters` then hold no values. Its
+  /// buffers for gathers and gradients come from `pool`.
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
-              ProcessGroup& group, GatheredBytes& gathered, int64_t index,
+              ProcessGroup& group, GatheredBytes& gathered, BufferPool& pool, int64_t index,
               std::optional<at::ScalarType> param_dtype = std::nullopt,
               at::Tensor built_shard = {});
   ~ShardedUnit();
@@ -193,6 +196,7 @@ class ShardedUnit {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   ProcessGroup& group_;
   GatheredBytes& gathered_;
+  BufferPool& pool_;
   int64_t index_ = 0;
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "base/compat/torch_compat.hpp"
 #include "base/str.hpp"
@@ -12,6 +13,20 @@
 
 namespace ddp::parallel::detail {
 namespace {
+
+// Runs before an AccumulateGrad node adds its gradient (Note [The order of
+// a sharded step]).
+class BeforeAccumulate final : public torch::autograd::FunctionPreHook {
+ public:
+  explicit BeforeAccumulate(std::function<void()> run) : run_(std::move(run)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    run_();
+    return grads;
+  }
+
+ private:
+  std::function<void()> run_;
+};
 
 std::string quoted(const std::vector<int>& units, const std::vector<std::string>& names) {
   std::string text;
@@ -32,6 +47,7 @@ UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int 
       gathered_in_forward_(units_.size(), 0),
       cast_in_forward_(units_.size(), 0),
       ready_(units_.size(), 0),
+      awaiting_gradients_(units_.size(), 0),
       next_to_reduce_(static_cast<int>(units_.size()) - 1) {
   for (const auto& unit : units_) names_.push_back(unit->name());
 }
@@ -45,6 +61,11 @@ void UnitSchedule::attach_hooks() {
       accumulators_.push_back(
           base::compat::add_post_accumulate_grad_hook(parameters[i], [weak, u, i] {
             if (auto self = weak.lock()) self->gradient_arrived(static_cast<int>(u), i);
+          }));
+      // The unit keeps its parameters' AccumulateGrad nodes alive.
+      torch::autograd::impl::try_get_grad_accumulator(parameters[i])
+          ->add_pre_hook(std::make_unique<BeforeAccumulate>([weak, u] {
+            if (auto self = weak.lock()) self->before_accumulate(static_cast<int>(u));
           }));
     }
   }
@@ -124,8 +145,13 @@ void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
                                   [](const at::Tensor& t) { return t.requires_grad(); });
   if (hooked) {
     watch_outputs(unit, outputs);
-    // Note [Units some ranks skip]: held until reduced.
-    if (options_.reshard_after_forward() && !options_.find_unused_units()) {
+    // Note [Units some ranks skip]: held until reduced. The unit a training
+    // forward runs last is the one its backward starts with: kept (Note
+    // [The order of a sharded step]).
+    const bool backward_starts_here = training_ && order_.recorded() && unit != root_ &&
+                                      order_.position_of(unit) == order_.size() - 1;
+    if (options_.reshard_after_forward() && !options_.find_unused_units() &&
+        !backward_starts_here) {
       units_[unit]->reshard();
     }
   } else if (!outputs.empty() || !torch::GradMode::is_enabled()) {
@@ -232,18 +258,26 @@ void UnitSchedule::enter_backward(int unit, bool prepare_gradients) {
     });
   }
   units_[unit]->wait_gathered();
-  // The reduction the unit after this one started finishes (its full
-  // gradient and its buffers freed) before the units before this one are
-  // gathered and this unit's gradient is allocated: one full gradient alive
-  // at a time (Note [The order of a sharded step]).
-  if (accumulates_ && !options_.overlap_reduction()) finish_in_flight();
   if (!options_.find_unused_units() && order_.recorded()) {  // else all are gathered
     const int at = order_.position_of(unit);
     for (int p = at - 1; p >= std::max(0, at - options_.prefetch()); --p) {
       units_[order_.at(p)]->gather_async();
     }
   }
-  if (accumulates_ && prepare_gradients) units_[unit]->prepare_gradients();
+  // The reduction in flight and the gradient buffer wait for the unit's
+  // first gradient (Note [The order of a sharded step]).
+  if (accumulates_) awaiting_gradients_[unit] = prepare_gradients ? 2 : 1;
+}
+
+void UnitSchedule::before_accumulate(int unit) {
+  const char awaiting = awaiting_gradients_[unit];
+  if (awaiting == 0) return;
+  awaiting_gradients_[unit] = 0;
+  // The reduction the unit after this one started, which ran beside this
+  // unit's backward, finishes (its full gradient freed) before this unit's
+  // gradient arrives: one full gradient alive at a time.
+  if (!options_.overlap_reduction()) finish_in_flight();
+  if (awaiting == 2) units_[unit]->prepare_gradients();
 }
 
 void UnitSchedule::gradient_arrived(int unit, size_t parameter) {
@@ -310,6 +344,7 @@ void UnitSchedule::end_backward() {
   } else {  // no_sync(): the full gradients, and which units ran, stay for the next backward
     phase_ = Phase::kIdle;
     accumulates_ = false;
+    std::fill(awaiting_gradients_.begin(), awaiting_gradients_.end(), 0);
   }
 }
 
@@ -334,6 +369,7 @@ void UnitSchedule::reset_backward() {
   phase_ = Phase::kIdle;
   accumulates_ = false;
   std::fill(ready_.begin(), ready_.end(), 0);
+  std::fill(awaiting_gradients_.begin(), awaiting_gradients_.end(), 0);
   next_to_reduce_ = static_cast<int>(units_.size()) - 1;
   std::fill(called_.begin(), called_.end(), 0);
   used_by_.clear();

@@ -21,20 +21,28 @@ namespace ddp::parallel::detail {
 // next `prefetch` units of the forward order (Note [The order the units run
 // in]) start, so the next units' communication overlaps this unit's
 // compute; after it ran, a hook goes on each of its output tensors and,
-// with reshard_after_forward, its storage is emptied.
+// with reshard_after_forward, its storage is emptied, except the last unit
+// of a training forward's order (not the root): the backward starts with
+// it, and gathering it again at once cost a unit's all-gather per step.
 // Backward: the gradient reaching unit u's output runs that hook before any
 // of u's backward operations: u is gathered again (it was prefetched while
-// the unit after it ran its backward), the gathers of the `prefetch` units
-// before it start, the reduction in flight finishes and u's gradient
-// buffer is set up. When the last of u's gradients has been accumulated (a
-// post-accumulate hook per parameter) u is ready; units are reduce-scattered
-// strictly in reverse forward order, the same on every rank whatever order
-// they became ready in, and a reduced unit is resharded at once. So at most
-// one full gradient is alive: a backward holds u gathered, its gradient and
-// the prefetched unit (3 units). With overlap_reduction the reduction of
-// the unit after u is waited for only when u's own starts, so it runs
-// beside u's compute and its gradient is a fourth unit-sized buffer. At the
-// end of backward (an engine callback queued by the first hook) every unit
+// the unit after it ran its backward; the last unit of the forward was kept)
+// and the gathers of the `prefetch` units before it start. Only when u's
+// first gradient is about to be accumulated (a pre-hook on each
+// parameter's AccumulateGrad) does the reduction in flight finish and u's
+// gradient buffer get set up, so the reduction of the unit after u runs
+// beside u's backward computation with one full gradient alive (finishing
+// it when u's backward began put each reduce-scatter alone on the critical
+// path: 4-10% of a step on the CPU). When the last of u's gradients has
+// been accumulated (a post-accumulate hook per parameter) u is ready; units
+// are reduce-scattered strictly in reverse forward order, the same on every
+// rank whatever order they became ready in, and a reduced unit is
+// resharded at once. So at most one full gradient is alive: a backward
+// holds u gathered, its gradient and the prefetched unit (3 units). With
+// overlap_reduction the reduction of the unit after u is waited for only
+// when u's own starts, so it runs on past u's first accumulation and its
+// gradient is a fourth unit-sized buffer. At the end of backward (an
+// engine callback queued by the first hook) every unit
 // not yet reduced is, with zeros where no gradient came (a unit unused in
 // this step on this rank), so every rank issues the same collectives, and
 // every unit is resharded (a frozen one, which has no reduction, too).
@@ -121,6 +129,8 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void check_runs(int unit);
   void before_backward(int unit) { enter_backward(unit, true); }
   void enter_backward(int unit, bool prepare_gradients);
+  // Before the first of the unit's gradients is accumulated.
+  void before_accumulate(int unit);
   bool backward_accumulates() const;
   void gradient_arrived(int unit, size_t parameter);
   // find_unused_units: a parameter no rank gave a gradient keeps none.
@@ -154,6 +164,10 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   bool callback_queued_ = false;
   bool accumulates_ = false;  // the running backward accumulates into the units
   std::vector<char> ready_;
+  // Per unit entered in backward and not yet accumulated into: 1 the
+  // reduction in flight waits for its first gradient, 2 its gradient
+  // buffer too (0: neither).
+  std::vector<char> awaiting_gradients_;
   int next_to_reduce_ = -1;  // a position in order_, walked down
   int in_flight_ = -1;       // the unit whose reduction is running, or -1
 };
