@@ -9,6 +9,9 @@
 #                                /usr/bin/python3) imports torch
 #   require_fashion_mnist DIR    exits 2 unless DIR holds Fashion-MNIST
 #   field LINE KEY               the value of KEY=value in a result line
+#   median                       the median of the numbers on stdin (spaces
+#                                or lines; the mean of the middle two for an
+#                                even count; - for none)
 
 python=/usr/bin/python3 # Debian's PyTorch; the first python3 on PATH may lack torch.
 
@@ -33,3 +36,8 @@ require_fashion_mnist() {
 }
 
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
+
+median() {
+  tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}

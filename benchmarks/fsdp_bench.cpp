@@ -30,11 +30,13 @@
 
 #include "ddp/ddp.hpp"
 #include "memory.hpp"
+#include "timing.hpp"
 
 namespace {
 
 using ddp_bench::held_tensors;
 using ddp_bench::largest_across_ranks;
+using ddp_bench::median;
 using ddp_bench::storage_bytes;
 
 namespace nn = torch::nn;
@@ -140,7 +142,11 @@ int main(int argc, char** argv) {
     for (const auto& shard : (*fsdp_model)->parameters()) counted_parameters.push_back(shard);
   }
 
-  std::vector<double> times;
+  std::vector<double> times, forward_times, backward_times, step_times;
+  const auto since = [](std::chrono::steady_clock::time_point from) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from)
+        .count();
+  };
   int64_t held = 0, peak_gathered = 0;
   for (int step = 0; step <= steps; ++step) {
     const at::Tensor x = torch::randn({batch, width}, device),
@@ -157,21 +163,29 @@ int main(int argc, char** argv) {
     const at::Tensor out = ddp_model    ? (*ddp_model)->forward(x)
                            : fsdp_model ? (*fsdp_model)->forward(x)
                                         : net->forward(x);
-    torch::mse_loss(out, y).backward();
+    const at::Tensor loss = torch::mse_loss(out, y);
+    sync();
+    const double forward_ms = since(start);
+    loss.backward();
+    sync();
+    const double backward_ms = since(start) - forward_ms;
     if (zero) {
       zero->step();
     } else {
       plain->step();
     }
     sync();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (step > 0) times.push_back(ms);
+    const double ms = since(start);
+    if (step > 0) {
+      times.push_back(ms);
+      forward_times.push_back(forward_ms);
+      backward_times.push_back(backward_ms);
+      step_times.push_back(ms - forward_ms - backward_ms);
+    }
     held = std::max(held, storage_bytes(held_tensors(counted_parameters, optimizer)));
     if (fsdp_model)
       peak_gathered = std::max(peak_gathered, (*fsdp_model)->memory().peak_gathered_bytes);
   }
-  std::sort(times.begin(), times.end());
   held = largest_across_ranks(held, *group);
   peak_gathered = largest_across_ranks(peak_gathered, *group);
   const int64_t rss = largest_across_ranks(peak_rss_bytes(), *group);
@@ -179,11 +193,13 @@ int main(int argc, char** argv) {
   if (group->rank() == 0) {
     std::printf(
         "way=%s ranks=%d backend=%s parameters=%lld held_bytes=%lld peak_gathered_bytes=%lld "
-        "peak_rss_bytes=%lld cuda_peak_bytes=%lld device=%s step_ms=%.2f\n",
+        "peak_rss_bytes=%lld cuda_peak_bytes=%lld device=%s step_ms=%.2f forward_ms=%.2f "
+        "backward_ms=%.2f optimizer_ms=%.2f\n",
         way.c_str(), group->size(), group->backend_name().c_str(),
         static_cast<long long>(parameters), static_cast<long long>(held),
         static_cast<long long>(peak_gathered), static_cast<long long>(rss),
-        static_cast<long long>(cuda_peak), device.str().c_str(), times[times.size() / 2]);
+        static_cast<long long>(cuda_peak), device.str().c_str(), median(times),
+        median(forward_times), median(backward_times), median(step_times));
   }
   return 0;
 }

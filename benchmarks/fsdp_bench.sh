@@ -10,7 +10,9 @@
 #      parameters and the largest one's gradient;
 #      the peak RSS;
 #   2. step time with 2 ranks on shm and on Gloo: DDP, ZeRO-2, FSDP with
-#      prefetch and without, and with overlap_reduction;
+#      prefetch and without, and with overlap_reduction, in ROUNDS
+#      alternating rounds (the median; each job's step split into forward,
+#      backward and optimizer);
 #   3. (PARTS=timeline) the timeline of one FSDP step, 2 ranks on shm with
 #      prefetch on and off (DDP_TIMELINE; rank 0's fsdp.gather and
 #      fsdp.reduce events of the last step, from issue to wait()'s return);
@@ -23,7 +25,7 @@
 # CUDA tensors through the host), and the speed part runs 1 rank over NCCL.
 #
 # Usage: benchmarks/fsdp_bench.sh
-# Environment: PARTS ("memory speed"; add "pytorch"), RANKS ("1 2 4"), STEPS
+# Environment: PARTS ("memory speed"; add "pytorch"), RANKS ("1 2 4"), ROUNDS (3), STEPS
 # (3; the median of these, after one untimed), WIDTH (3200), LAYERS (5),
 # DEVICE (cpu), PYTHON (Debian's /usr/bin/python3), DDP_BUILD_DIR (build),
 # DDP_SKIP_BUILD (set: use the build as it is), JOBS (2).
@@ -88,12 +90,31 @@ if [[ $parts == *speed* ]]; then
 echo
 speed_ranks=2 speed_backends="shm gloo"
 [[ $device == cuda ]] && speed_ranks=1 speed_backends=nccl
-echo "step time, $speed_ranks rank(s) on $device (median ms)"
-printf '%-8s %-18s %10s\n' backend way step_ms
+rounds=${ROUNDS:-3}
+echo "step time, $speed_ranks rank(s) on $device (ms; the median over $rounds alternating rounds" \
+  "of each job's median step, and of its parts)"
+speed_ways=(ddp zero2 fsdp fsdp-no-prefetch fsdp-overlap)
+declare -A speed  # "backend way key" -> one value per round
+for _ in $(seq "$rounds"); do
+  for backend in $speed_backends; do
+    for way in "${speed_ways[@]}"; do
+      line=$(run "$speed_ranks" "$way" "$backend")
+      for key in step_ms forward_ms backward_ms optimizer_ms; do
+        speed["$backend $way $key"]+="$(field "$line" "$key") "
+      done
+    done
+  done
+done
+printf '%-8s %-18s %10s %10s %10s %10s %8s\n' backend way step_ms forward backward optimizer "/ddp"
 for backend in $speed_backends; do
-  for way in ddp zero2 fsdp fsdp-no-prefetch fsdp-overlap; do
-    line=$(run "$speed_ranks" "$way" "$backend")
-    printf '%-8s %-18s %10s\n' "$backend" "$way" "$(field "$line" step_ms)"
+  ddp_step=$(median <<<"${speed["$backend ddp step_ms"]}")
+  for way in "${speed_ways[@]}"; do
+    step=$(median <<<"${speed["$backend $way step_ms"]}")
+    printf '%-8s %-18s %10.1f %10.1f %10.1f %10.1f %8.3f\n' "$backend" "$way" "$step" \
+      "$(median <<<"${speed["$backend $way forward_ms"]}")" \
+      "$(median <<<"${speed["$backend $way backward_ms"]}")" \
+      "$(median <<<"${speed["$backend $way optimizer_ms"]}")" \
+      "$(awk -v a="$step" -v b="$ddp_step" 'BEGIN { print a / b }')"
   done
 done
 fi

@@ -56,6 +56,60 @@ class CollectiveNames : public comm::CollectiveObserver {
   std::set<std::string> seen;
 };
 
+// What happened in a backward, in order, on the main thread: "issue <u>"
+// and "end <u>" of unit u's reduce-scatter (an observer), "backward <u>" when
+// unit u's backward computation starts (a ProbedLinear's probe).
+std::vector<std::string>* backward_events = nullptr;
+
+class ReductionEvents : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& facts) override {
+    const std::string label = comm::detail::current_collective_name().value_or("");
+    if (std::string(facts.name) != "reduce_scatter" || label.rfind("fsdp.reduce ", 0) != 0 ||
+        backward_events == nullptr) {
+      return nullptr;
+    }
+    const std::string unit = label.substr(12);
+    backward_events->push_back("issue " + unit);
+    return std::make_unique<Ended>(unit);
+  }
+
+ private:
+  struct Ended : comm::ObservedCollective {
+    explicit Ended(std::string unit) : unit(std::move(unit)) {}
+    void on_finished(const comm::CollectiveFacts&,
+                     const comm::CollectiveOutcome&) noexcept override {
+      if (backward_events) backward_events->push_back("end " + unit);
+    }
+    std::string unit;
+  };
+};
+
+// The identity, whose backward notes that unit `unit`'s backward starts.
+struct BackwardProbe : torch::autograd::Function<BackwardProbe> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, int64_t unit) {
+    ctx->saved_data["unit"] = unit;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    if (backward_events) {
+      backward_events->push_back("backward " + std::to_string(ctx->saved_data["unit"].toInt()));
+    }
+    return {grads[0], Tensor()};
+  }
+};
+
+struct ProbedLinearImpl : nn::Module {
+  ProbedLinearImpl(int64_t in, int64_t out, int64_t unit)
+      : linear(register_module("linear", nn::Linear(in, out))), unit(unit) {}
+  Tensor forward(const Tensor& x) { return BackwardProbe::apply(linear(x), unit); }
+  nn::Linear linear;
+  int64_t unit;
+};
+TORCH_MODULE(ProbedLinear);
+
 // The dtypes of the all-gathers and reduce-scatters issued on the group.
 class CollectiveDtypes : public comm::CollectiveObserver {
  public:
@@ -147,6 +201,7 @@ class FsdpChecker {
     mismatch();
     grad_scaler();
     collective_names();
+    reduction_overlaps();
     return checks_.failed();
   }
 
@@ -566,6 +621,37 @@ class FsdpChecker {
       return;
     }
     checks_.close_all(fsdp_check::kScaler, got, reference->parameters(), 1e-5);
+  }
+
+  // Note [The order of a sharded step]: unit u+1's reduce-scatter is
+  // issued before unit u's backward computation starts and waited for only
+  // after, in the second step (the first records the order).
+  void reduction_overlaps() {
+    torch::manual_seed(23);
+    FullyShardedDataParallel model(
+        on(nn::Sequential(ProbedLinear(7, 9, 0), ProbedLinear(9, 9, 1), ProbedLinear(9, 5, 2))),
+        group_);
+    group_->add_observer(std::make_shared<ReductionEvents>());
+    std::vector<std::string> events;
+    for (int step = 0; step < 2; ++step) {
+      events.clear();
+      backward_events = &events;
+      torch::mse_loss(model->forward(rows(batch(step, 1, 7), rank_)),
+                      rows(batch(step, 2, 5), rank_))
+          .backward();
+      backward_events = nullptr;
+    }
+    auto at = [&](const std::string& event) {
+      return std::find(events.begin(), events.end(), event) - events.begin();
+    };
+    bool overlapped = true;
+    for (int unit = 2; unit >= 1; --unit) {
+      const std::string u = std::to_string(unit), before = std::to_string(unit - 1);
+      overlapped = overlapped && at("issue " + u) < at("backward " + before) &&
+                   at("backward " + before) < at("end " + u) &&
+                   at("end " + u) < static_cast<std::ptrdiff_t>(events.size());
+    }
+    checks_.check(fsdp_check::kReductionOverlaps, overlapped, "events " + c10::Join(", ", events));
   }
 
   // One step of the 3-unit MLP.

@@ -39,6 +39,9 @@ inline const std::string kOverlapReduction =
 inline const std::string kCachedBuffers =
     "freed host buffers are kept for the next step, kept and in use within the most in use "
     "at once, freed by empty_cache(), none with cache_buffers(false), which matches bit for bit";
+inline const std::string kReductionOverlaps =
+    "a unit's reduce-scatter is issued before the backward of the unit before it starts and "
+    "waited for after (one full gradient alive)";
 inline const std::string kWholeModel = "a custom module as one unit matches one process";
 inline const std::string kFrozen = "a frozen first layer stays as it was and the rest matches";
 inline const std::string kShardSizes =
@@ -85,6 +88,7 @@ inline std::set<std::string> fsdp_check_names() {
           kNoPrefetch,
           kOverlapReduction,
           kCachedBuffers,
+          kReductionOverlaps,
           kWholeModel,
           kFrozen,
           kShardSizes,
