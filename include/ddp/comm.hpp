@@ -10,6 +10,7 @@
 #include "ddp/base.hpp"                      // IWYU pragma: export
 #include "ddp/comm/broadcast_tensors.hpp"    // IWYU pragma: export
 #include "ddp/comm/collective_observer.hpp"  // IWYU pragma: export
+#include "ddp/comm/device_mesh.hpp"          // IWYU pragma: export
 #include "ddp/comm/environment.hpp"          // IWYU pragma: export
 #include "ddp/comm/error_file.hpp"           // IWYU pragma: export
 #include "ddp/comm/flight_recorder.hpp"      // IWYU pragma: export

@@ -13,6 +13,7 @@ ddp_add_library(comm DEPENDS ddp_base SOURCES
   ${comm}/observer_factory.cpp
   ${comm}/work.cpp
   ${comm}/broadcast_tensors.cpp
+  ${comm}/device_mesh.cpp
   ${comm}/collective_name.cpp
   ${comm}/byte_exchange.cpp
   ${comm}/timeout_message.cpp

@@ -101,6 +101,41 @@ TEST(FsdpOnHierarchical, UnevenNodesMatchSingleProcessTraining) {
   expect_fsdp_on_hierarchical(run_ranks(3, {"fsdp"}, on_uneven_nodes()));
 }
 
+// Hybrid sharding (fsdp_checks.cpp, run_hybrid): a DeviceMesh of a row per
+// node, 2 nodes of 2 ranks, 2 nodes of 1 (replication alone) and 1 node of
+// 2 (sharding alone), against one process.
+void expect_hybrid(const std::vector<launch::ChildResult>& results, const std::string& mesh) {
+  expect_checks_per_rank(results, [](int) { return fsdp_hybrid_check_names(); });
+  for (const auto& r : results) {
+    EXPECT_NE(r.output.find("mesh=" + mesh), std::string::npos) << describe(results);
+  }
+}
+
+TEST(FsdpHybrid, TwoNodesOfTwoMatchOneProcess) {
+  expect_hybrid(run_ranks(4, {"fsdp-hybrid"}, on_nodes(2)),
+                "2 x 2 (replicate over gloo, shard over shm)");
+}
+
+TEST(FsdpHybrid, TwoNodesOfOneMatchOneProcess) {
+  expect_hybrid(run_ranks(2, {"fsdp-hybrid"}, on_nodes(2)),
+                "2 x 1 (replicate over gloo, shard over shm)");
+}
+
+TEST(FsdpHybrid, OneNodeOfTwoMatchesOneProcess) {
+  expect_hybrid(run_ranks(2, {"fsdp-hybrid"}), "1 x 2 (replicate over shm, shard over shm)");
+}
+
+TEST(FsdpHybrid, UnevenNodesAreAConfigErrorNamingThem) {
+  const auto results = run_ranks(3, {"fsdp-hybrid"}, on_uneven_nodes());
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, static_cast<int>(ExitCode::kConfig)) << describe(results);
+    EXPECT_NE(r.output.find("are on 2 nodes (node 0: ranks 0-1, node 1: ranks 2-2); a row per "
+                            "node needs the same number of consecutive ranks"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
 // The paths next to the tested ones (fsdp_paths_checks.cpp): misuse named,
 // an exception in backward, a gradient penalty, skipped and frozen units,
 // another forward order; on Gloo at 2 and 3 ranks and on shm at 2.

@@ -18,6 +18,7 @@
 //                by its arrival
 //   exit-early   rank 0 all-reduces; the others join, then exit at once
 //   ddp          DistributedDataParallel against single-process training
+//   fsdp-hybrid  FullyShardedDataParallel on a DeviceMesh of a row per node
 //   ddp-mismatch wraps a model that differs on the last rank (must fail)
 //   ddp-unused   trains with a parameter no rank uses, without
 //                find_unused_parameters (must fail)
@@ -231,6 +232,8 @@ int main(int argc, char** argv) {
           std::cout << "backend=" << g->backend_name() << "\n";  // FsdpOnHierarchical reads it
           return t::check_fully_sharded(g);
         })},
+       {"fsdp-hybrid",
+        checking([](const Group& g, auto&) { return t::check_fully_sharded_hybrid(g); })},
        {"fsdp-paths", checking([](const Group& g, auto&) { return t::check_fsdp_paths(g); })},
        {"fsdp-skip", checking([](const Group& g, auto&) { return t::check_fsdp_skipped_unit(g); })},
        {"checkpoint", checking([](const Group& g, auto&) { return t::check_checkpoint(g); })},

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 #include "ddp/parallel/fully_sharded_units.hpp"
 #include "ddp/parallel/output_tensors.hpp"
@@ -115,6 +116,13 @@ struct FullyShardedDataParallelOptions {
   /// each at once (Note [Buffers kept between steps] in
   /// src/parallel/fully_sharded/buffer_pool.hpp).
   TORCH_ARG(bool, cache_buffers) = true;
+  /// Hybrid sharding (FSDP2's 2-D mesh, HSDP): shard each unit across the
+  /// ranks of this rank's row of the mesh and keep one copy per row; a
+  /// unit's gradient is reduce-scattered within the row, then its shard
+  /// all-reduced across the rows (Note [Hybrid sharding] in
+  /// src/parallel/fully_sharded/sharded_unit.hpp). The mesh's world must be
+  /// the wrapper's process group. Null: shard across every rank.
+  TORCH_ARG(std::shared_ptr<DeviceMesh>, device_mesh) = nullptr;
 };
 
 /// Wraps a module for fully sharded data-parallel training: construction
@@ -227,6 +235,9 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
       const std::function<void(const std::string& name, const at::Tensor& value)>& visit);
   const FullyShardedDataParallelOptions& options() const { return options_; }
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
+  /// The ranks each unit is sharded across: the process group, or this
+  /// rank's row of the device_mesh.
+  ProcessGroup& shard_group() const;
 
  private:
   friend int detail::enter_unit(const torch::nn::Module* module);

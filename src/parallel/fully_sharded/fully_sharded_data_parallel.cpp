@@ -114,6 +114,14 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     throw ConfigError(base::detail::str(kWho, ": prefetch is ", options_.prefetch(),
                                         "; it must be 0 (no prefetch) or more units."));
   }
+  if (const auto& mesh = options_.device_mesh()) {
+    if (mesh->world() != group_) {
+      throw ConfigError(base::detail::str(
+          kWho, ": the device_mesh's world is another process group than the one passed (",
+          mesh->world()->size(), " and ", group_->size(),
+          " ranks); make the mesh from the group the model is wrapped with."));
+    }
+  }
   if (options_.param_dtype() && !at::isFloatingType(*options_.param_dtype())) {
     throw ConfigError(base::detail::str(
         kWho, ": param_dtype is ", base::detail::dtype_name(*options_.param_dtype()),
@@ -129,6 +137,13 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     };
   }
   detail::UnitPlan plan = detail::plan_units(module_, policy);
+  if (built && options_.device_mesh()) {
+    throw ConfigError(base::detail::str(
+        kWho,
+        ": a model built under ddp::ShardedConstruction holds shards of the whole "
+        "world, and a device_mesh shards within each row: build it whole, or leave "
+        "device_mesh unset."));
+  }
   const std::vector<detail::BuiltUnit*> adopted =
       built ? detail::adopt_built(*built, plan, *group_)
             : std::vector<detail::BuiltUnit*>(plan.names.size(), nullptr);
@@ -136,7 +151,8 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
       "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
       options_.prefetch(), ", overlap_reduction ", options_.overlap_reduction(),
       ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
-      options_.param_dtype() ? base::detail::dtype_name(*options_.param_dtype()) : "none")};
+      options_.param_dtype() ? base::detail::dtype_name(*options_.param_dtype()) : "none",
+      ", device_mesh ", options_.device_mesh() ? options_.device_mesh()->describe() : "none")};
   for (size_t u = 0; u < plan.names.size(); ++u) {
     descriptions.push_back(plan.names[u] + ": " +
                            base::detail::str(plan.parameters[u].size(), " parameters"));
@@ -164,11 +180,13 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   gathered_ = std::make_shared<detail::GatheredBytes>();
   pool_ = std::make_shared<detail::BufferPool>(options_.cache_buffers());
   std::vector<std::unique_ptr<detail::ShardedUnit>> units;
+  ProcessGroup* replicas =
+      options_.device_mesh() ? options_.device_mesh()->replicate_group().get() : nullptr;
   for (size_t u = 0; u < plan.names.size(); ++u) {
     units.push_back(std::make_unique<detail::ShardedUnit>(
-        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), *group_,
-        *gathered_, *pool_, static_cast<int64_t>(u), options_.param_dtype(),
-        adopted[u] ? std::move(adopted[u]->shard) : at::Tensor()));
+        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]),
+        shard_group(), replicas, *gathered_, *pool_, static_cast<int64_t>(u),
+        options_.param_dtype(), adopted[u] ? std::move(adopted[u]->shard) : at::Tensor()));
     units.back()->set_aliases(std::move(plan.aliases[u]));
   }
   register_pieces(*this, *module_.ptr(), units);
@@ -279,11 +297,12 @@ double FullyShardedDataParallelImpl::clip_grad_norm(double max_norm) {
       if (piece.grad().defined()) grads.push_back(piece.grad());
     }
   }
-  // Every rank joins the all-reduce, with or without gradients of its own.
+  // Every rank of the row joins the all-reduce, with or without gradients of
+  // its own; each row holds the whole gradient once (Note [Hybrid sharding]).
   at::Tensor squares =
       at::zeros({1}, schedule_->units().front()->shard().options().dtype(at::kDouble));
   for (const auto& g : grads) squares.add_(g.to(at::kDouble).pow(2).sum());
-  group_->all_reduce(squares);
+  shard_group().all_reduce(squares);
   const double total = std::sqrt(squares.item<double>());
   const double coefficient = std::min(1.0, max_norm / (total + 1e-6));
   for (auto& g : grads) g.mul_(coefficient);
@@ -305,6 +324,11 @@ FullyShardedMemory FullyShardedDataParallelImpl::memory() const {
 void FullyShardedDataParallelImpl::reset_peak_memory() { gathered_->peak = gathered_->now; }
 
 void FullyShardedDataParallelImpl::empty_cache() { pool_->release(); }
+
+ProcessGroup& FullyShardedDataParallelImpl::shard_group() const {
+  const auto& mesh = options_.device_mesh();
+  return mesh ? *mesh->shard_group() : *group_;
+}
 
 std::vector<std::string> FullyShardedDataParallelImpl::unit_names() const {
   std::vector<std::string> names;

@@ -27,12 +27,14 @@ void empty_storage(const at::Tensor& tensor) {
 
 ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
                          std::vector<at::Tensor> parameters, ProcessGroup& group,
-                         GatheredBytes& gathered, BufferPool& pool, int64_t index,
-                         std::optional<at::ScalarType> param_dtype, at::Tensor built_shard)
+                         ProcessGroup* replicas, GatheredBytes& gathered, BufferPool& pool,
+                         int64_t index, std::optional<at::ScalarType> param_dtype,
+                         at::Tensor built_shard)
     : name_(std::move(name)),
       names_(std::move(names)),
       parameters_(std::move(parameters)),
       group_(group),
+      replicas_(replicas),
       gathered_(gathered),
       pool_(pool),
       index_(index) {
@@ -237,7 +239,13 @@ void ShardedUnit::finish_reduction() {
   reduction_.reset();
   reduced_ = true;
   torch::NoGradGuard no_grad;
-  reduced_grad_.div_(group_.size());
+  int64_t ranks = group_.size();
+  if (replicas_ != nullptr && replicas_->size() > 1) {  // Note [Hybrid sharding]
+    comm::detail::CollectiveName collective("fsdp.replicate", index_);
+    replicas_->all_reduce(reduced_grad_);
+    ranks *= replicas_->size();
+  }
+  reduced_grad_.div_(ranks);
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const at::Tensor part = reduced_grad_.narrow(0, piece_offsets_[i], pieces_[i].numel());
     at::Tensor& grad = pieces_[i].mutable_grad();

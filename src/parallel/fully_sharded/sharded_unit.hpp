@@ -62,6 +62,17 @@ namespace ddp::parallel::detail {
 // use_orig_params does; and a parameter that received no gradient on any
 // rank keeps none (find_unused_units), as in one process. The unit still
 // gathers and reduces its shard as one flat buffer: one collective each.
+// Note [Hybrid sharding]
+// With a DeviceMesh (FullyShardedDataParallelOptions::device_mesh) a unit
+// is sharded across the ranks of this rank's row (its group) and each row
+// holds a whole copy: the gathers stay inside the row. A gradient is
+// reduce-scattered within the row and the resulting shard all-reduced
+// across the rows (the ranks at the same place in every row, which hold
+// the same shard), then divided by the world size: the average over every
+// rank, as without the mesh, for 1/R of the row's traffic over the links
+// between rows. The all-reduce is issued when the reduce-scatter is
+// waited for (finish_reduction()), and waited for at once: it does not
+// yet run beside compute.
 /// Bytes of full parameters and gradients the units hold at once: now, and
 /// the most since reset (FullyShardedDataParallel::memory()).
 struct GatheredBytes {
@@ -81,9 +92,12 @@ class ShardedUnit {
   /// "fsdp.gather <index>", "fsdp.reduce <index>" (the timeline's events).
   /// `built_shard`, when defined, is this rank's shard already (Note
   /// [Sharded construction]): `parameters` then hold no values. Its
-  /// buffers for gathers and gradients come from `pool`.
+  /// buffers for gathers and gradients come from `pool`. `group` is the
+  /// ranks the unit is sharded across; `replicas`, when not null, the ranks
+  /// that hold the same shard (Note [Hybrid sharding]).
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
-              ProcessGroup& group, GatheredBytes& gathered, BufferPool& pool, int64_t index,
+              ProcessGroup& group, ProcessGroup* replicas, GatheredBytes& gathered,
+              BufferPool& pool, int64_t index,
               std::optional<at::ScalarType> param_dtype = std::nullopt,
               at::Tensor built_shard = {});
   ~ShardedUnit();
@@ -195,6 +209,7 @@ class ShardedUnit {
   // the placeholder's device.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   ProcessGroup& group_;
+  ProcessGroup* replicas_;
   GatheredBytes& gathered_;
   BufferPool& pool_;
   int64_t index_ = 0;
