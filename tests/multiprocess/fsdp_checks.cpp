@@ -3,9 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
-#include <iostream>
 #include <limits>
 #include <set>
 #include <vector>
@@ -16,12 +14,12 @@
 #include "ddp/amp/grad_scaler.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/collective_observer.hpp"
-#include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/nn/sync_batch_norm.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
-#include "ddp/parallel/fully_sharded_state.hpp"
 #include "multiprocess/fsdp_models.hpp"
+#include "multiprocess/fsdp_observers.hpp"
+#include "multiprocess/fsdp_trainer.hpp"
 
 namespace ddp::testing {
 namespace {
@@ -31,122 +29,10 @@ using namespace fsdp_models;  // NOLINT(google-build-using-namespace)
 namespace nn = torch::nn;
 using torch::Tensor;
 
-constexpr int64_t kSamplesPerRank = 3;
-constexpr int kShardedSteps = 4;
-
-// Counts the reduce-scatters issued on the group it observes.
-class ReduceScatterCounter : public comm::CollectiveObserver {
- public:
-  std::unique_ptr<comm::ObservedCollective> on_started(
-      const comm::CollectiveFacts& facts) override {
-    if (std::string(facts.name) == "reduce_scatter") ++count;
-    return nullptr;
-  }
-  int count = 0;
-};
-
-// The names (timeline::NameScope's, ddp's own) the all-gathers and
-// reduce-scatters issued on the group carry.
-class CollectiveNames : public comm::CollectiveObserver {
- public:
-  std::unique_ptr<comm::ObservedCollective> on_started(
-      const comm::CollectiveFacts& facts) override {
-    const std::string name = facts.name;
-    if (name == "all_gather" || name == "reduce_scatter") {
-      seen.insert(name + " " + comm::detail::current_collective_name().value_or("(unnamed)"));
-    }
-    return nullptr;
-  }
-  std::set<std::string> seen;
-};
-
-// What happened in a backward, in order, on the main thread: "issue <u>"
-// and "end <u>" of unit u's reduce-scatter (an observer), "backward <u>" when
-// unit u's backward computation starts (a ProbedLinear's probe).
-std::vector<std::string>* backward_events = nullptr;
-
-class ReductionEvents : public comm::CollectiveObserver {
- public:
-  std::unique_ptr<comm::ObservedCollective> on_started(
-      const comm::CollectiveFacts& facts) override {
-    const std::string label = comm::detail::current_collective_name().value_or("");
-    if (std::string(facts.name) != "reduce_scatter" || label.rfind("fsdp.reduce ", 0) != 0 ||
-        backward_events == nullptr) {
-      return nullptr;
-    }
-    const std::string unit = label.substr(12);
-    backward_events->push_back("issue " + unit);
-    return std::make_unique<Ended>(unit);
-  }
-
- private:
-  struct Ended : comm::ObservedCollective {
-    explicit Ended(std::string unit) : unit(std::move(unit)) {}
-    void on_finished(const comm::CollectiveFacts&,
-                     const comm::CollectiveOutcome&) noexcept override {
-      if (backward_events) backward_events->push_back("end " + unit);
-    }
-    std::string unit;
-  };
-};
-
-// The identity, whose backward notes that unit `unit`'s backward starts.
-struct BackwardProbe : torch::autograd::Function<BackwardProbe> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, int64_t unit) {
-    ctx->saved_data["unit"] = unit;
-    return x.clone();
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    if (backward_events) {
-      backward_events->push_back("backward " + std::to_string(ctx->saved_data["unit"].toInt()));
-    }
-    return {grads[0], Tensor()};
-  }
-};
-
-struct ProbedLinearImpl : nn::Module {
-  ProbedLinearImpl(int64_t in, int64_t out, int64_t unit)
-      : linear(register_module("linear", nn::Linear(in, out))), unit(unit) {}
-  Tensor forward(const Tensor& x) { return BackwardProbe::apply(linear(x), unit); }
-  nn::Linear linear;
-  int64_t unit;
-};
-TORCH_MODULE(ProbedLinear);
-
-// The dtypes of the all-gathers and reduce-scatters issued on the group.
-class CollectiveDtypes : public comm::CollectiveObserver {
- public:
-  std::unique_ptr<comm::ObservedCollective> on_started(
-      const comm::CollectiveFacts& facts) override {
-    const std::string name = facts.name;
-    if ((name == "all_gather" || name == "reduce_scatter") && facts.dtype) {
-      seen.insert(name + " " + base::detail::dtype_name(*facts.dtype));
-    }
-    return nullptr;
-  }
-  std::set<std::string> seen;
-};
-
-using OptimizerFactory =
-    std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<Tensor>)>;
-
-OptimizerFactory sgd() {
-  return [](std::vector<Tensor> p) {
-    return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1).momentum(0.9));
-  };
-}
-OptimizerFactory adamw() {
-  return [](std::vector<Tensor> p) {
-    return std::make_unique<torch::optim::AdamW>(
-        p, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
-  };
-}
-
-class FsdpChecker {
+class FsdpChecker : FsdpTrainer {
  public:
   FsdpChecker(const std::shared_ptr<ProcessGroup>& group, c10::Device device)
-      : group_(group), rank_(group->rank()), world_(group->size()), device_(device) {}
+      : FsdpTrainer(group, device) {}
 
   int run() {
     const auto sgd_reference = reference(make_mlp(5), sgd());  // on device_, as every model
@@ -209,169 +95,7 @@ class FsdpChecker {
     return checks_.failed();
   }
 
-  // Note [Hybrid sharding]: a row per node (the launcher's nodes).
-  int run_hybrid() {
-    auto mesh = DeviceMesh::by_node(group_);
-    std::cout << "mesh=" << mesh->describe() << "\n";  // FsdpHybrid reads it
-    mesh_groups(*mesh);
-    const auto options = FullyShardedDataParallelOptions().device_mesh(mesh);
-    const auto expected = reference(make_mlp(6), adamw());
-    auto [got, sizes, freed] = train(make_mlp(6 + rank_), adamw(), options);
-    checks_.close_all(fsdp_check::kHybridAdamW, got, expected, 1e-5);
-    checks_.check(fsdp_check::kHybridShards, sizes.empty() && freed.empty(), sizes + freed);
-    hybrid_clip(options);
-    hybrid_refusals(mesh);
-    return checks_.failed();
-  }
-
  private:
-  // Rows and columns against closed forms: rank r adds r + 1.
-  void mesh_groups(const DeviceMesh& mesh) {
-    const int shard = mesh.shard(), replicate = mesh.replicate();
-    const int row = mesh.replicate_rank(), column = mesh.shard_rank();
-    Tensor across_row = torch::full({3}, rank_ + 1.0), across_column = across_row.clone();
-    mesh.shard_group()->all_reduce(across_row);
-    mesh.replicate_group()->all_reduce(across_column);
-    const double row_sum = shard * row * shard + shard * (shard + 1) / 2.0;
-    const double column_sum =
-        shard * replicate * (replicate - 1) / 2.0 + replicate * (column + 1.0);
-    const std::string column_backend = replicate > 1 ? "gloo" : "shm";
-    const bool ok = replicate * shard == world_ && shard == group_->topology().local_world_size &&
-                    mesh.shard_group()->rank() == column && mesh.replicate_group()->rank() == row &&
-                    across_row.eq(row_sum).all().item<bool>() &&
-                    across_column.eq(column_sum).all().item<bool>() &&
-                    mesh.shard_group()->backend_name() == "shm" &&
-                    mesh.replicate_group()->backend_name() == column_backend;
-    checks_.check(fsdp_check::kMeshGroups, ok,
-                  mesh.describe() + ": row sum " + std::to_string(across_row[0].item<double>()) +
-                      " (expected " + std::to_string(row_sum) + "), column sum " +
-                      std::to_string(across_column[0].item<double>()) + " (expected " +
-                      std::to_string(column_sum) + ")");
-  }
-
-  // clip_grad_norm's norm over the whole gradient, once per row.
-  void hybrid_clip(const FullyShardedDataParallelOptions& options) {
-    auto reference_model = on(make_mlp(7));
-    torch::mse_loss(reference_model->forward(batch(0, 1, 7)), batch(0, 2, 5)).backward();
-    double squares = 0;
-    for (const auto& p : reference_model->parameters())
-      squares += p.grad().pow(2).sum().item<double>();
-    FullyShardedDataParallel model(on(make_mlp(7 + rank_)), options, group_);
-    torch::mse_loss(model->forward(rows(batch(0, 1, 7), rank_)), rows(batch(0, 2, 5), rank_))
-        .backward();
-    const double norm = model->clip_grad_norm(1e9), expected = std::sqrt(squares);
-    checks_.check(fsdp_check::kHybridClip, std::abs(norm - expected) <= 1e-5 * expected,
-                  "norm " + std::to_string(norm) + ", one process " + std::to_string(expected));
-  }
-
-  void hybrid_refusals(const std::shared_ptr<DeviceMesh>& mesh) {
-    std::string problems;
-    auto expect_named = [&](const std::string& what, const std::string& needle, auto&& action) {
-      try {
-        action();
-        problems += what + ": no error; ";
-      } catch (const ConfigError& error) {
-        if (std::string(error.what()).find(needle) == std::string::npos) {
-          problems += what + ": " + error.what() + "; ";
-        }
-      }
-    };
-    expect_named("a mesh of the wrong shape", "replicate x shard must be the world size",
-                 [&] { DeviceMesh(group_, world_ + 1, 1); });
-    FullyShardedDataParallel model(on(make_mlp(8)),
-                                   FullyShardedDataParallelOptions().device_mesh(mesh), group_);
-    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-    expect_named("a snapshot state of a hybrid model", "device_mesh of " + mesh->describe(),
-                 [&] { FullyShardedState state(model, optimizer); });
-    checks_.check(fsdp_check::kHybridRefusals, problems.empty(), problems);
-  }
-
-  // `module` moved to device_.
-  template <typename Module>
-  Module on(Module module) const {
-    module->to(device_);
-    return module;
-  }
-
-  Tensor rows(const Tensor& whole, int rank) const {
-    return rank < 0 ? whole : whole.narrow(0, rank * kSamplesPerRank, kSamplesPerRank);
-  }
-  Tensor batch(int step, int stream, int64_t features) const {
-    torch::manual_seed(100 * stream + step);
-    return torch::randn({world_ * kSamplesPerRank, features}).to(device_);
-  }
-
-  // One process on the whole batch: the parameters after kShardedSteps.
-  std::vector<Tensor> reference_steps(nn::Module& model, std::vector<Tensor> parameters,
-                                      const OptimizerFactory& make_optimizer) {
-    auto optimizer = make_optimizer(parameters);
-    for (int step = 0; step < kShardedSteps; ++step) {
-      optimizer->zero_grad();
-      auto out = model.as<nn::Sequential>() ? model.as<nn::Sequential>()->forward(batch(step, 1, 7))
-                                            : model.as<TwoLayer>()->forward(batch(step, 1, 7));
-      torch::mse_loss(out, batch(step, 2, 5)).backward();
-      optimizer->step();
-    }
-    std::vector<Tensor> result;
-    for (const auto& p : model.parameters()) result.push_back(p.detach().clone());
-    return result;
-  }
-  std::vector<Tensor> reference(nn::Sequential model, const OptimizerFactory& make_optimizer) {
-    on(model);
-    return reference_steps(*model, model->parameters(), make_optimizer);
-  }
-
-  // FSDP on this rank's rows; returns the full parameters after the steps,
-  // "" or what was wrong with the shard sizes, "" or which parameter held
-  // bytes between steps.
-  std::tuple<std::vector<Tensor>, std::string, std::string> train(
-      WrappedModule module, const OptimizerFactory& make_optimizer,
-      FullyShardedDataParallelOptions options, std::string* peak = nullptr,
-      const std::function<void(FullyShardedDataParallel&)>& inspect = nullptr) {
-    module.ptr()->to(device_);
-    FullyShardedDataParallel model(module, options, group_);
-    model->reset_peak_memory();
-    auto optimizer = make_optimizer(model->parameters());
-    std::string freed;
-    for (int step = 0; step < kShardedSteps; ++step) {
-      optimizer->zero_grad();
-      auto out = model->forward(rows(batch(step, 1, 7), rank_));
-      torch::mse_loss(out, rows(batch(step, 2, 5), rank_)).backward();
-      optimizer->step();
-    }
-    for (const auto& item : model->module()->named_parameters()) {
-      if (item.value().storage().nbytes() != 0 && freed.empty()) {
-        freed = "'" + item.key() + "' holds " + std::to_string(item.value().storage().nbytes()) +
-                " bytes";
-      }
-    }
-    std::vector<int64_t> shard_numels;  // each unit's, padded
-    for (int64_t numel : model->unit_numels())
-      shard_numels.push_back((numel + world_ - 1) / world_);
-    if (peak) {
-      // The two largest units' full parameters and the largest one's full
-      // gradient (both largest ones' with overlap_reduction), padded.
-      std::vector<int64_t> unit_bytes;
-      for (int64_t shard : shard_numels) unit_bytes.push_back(shard * world_ * 4);
-      std::sort(unit_bytes.rbegin(), unit_bytes.rend());
-      const int64_t second = unit_bytes.size() > 1 ? unit_bytes[1] : 0;
-      const int64_t bound =
-          unit_bytes.at(0) + second + unit_bytes[0] + (options.overlap_reduction() ? second : 0);
-      const auto memory = model->memory();
-      if (memory.peak_gathered_bytes > bound || memory.peak_gathered_bytes == 0 ||
-          memory.gathered_bytes != 0) {
-        *peak = "peak " + std::to_string(memory.peak_gathered_bytes) + " bytes, bound " +
-                std::to_string(bound) + ", held after the steps " +
-                std::to_string(memory.gathered_bytes);
-      }
-    }
-    if (inspect) inspect(model);
-    const std::string sizes = wrong_shard_holdings(*model, model->shard_group(), device_);
-    std::vector<Tensor> full;
-    for (const auto& item : model->full_parameters()) full.push_back(item.value());
-    return {full, sizes, freed};
-  }
-
   // Note [Buffers kept between steps]: `expected` is the default run's
   // parameters (buffers kept).
   void cached_buffers(const std::vector<Tensor>& expected) {
@@ -403,14 +127,6 @@ class FsdpChecker {
     }
     if (problem.empty() && !identical(off, expected)) problem = "cache_buffers(false) differs";
     checks_.check(fsdp_check::kCachedBuffers, problem.empty(), problem);
-  }
-
-  static bool identical(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!torch::equal(a[i], b[i])) return false;
-    }
-    return true;
   }
 
   void frozen() {
@@ -780,10 +496,6 @@ class FsdpChecker {
     checks_.check(fsdp_check::kUnitMismatch, named, message);
   }
 
-  std::shared_ptr<ProcessGroup> group_;
-  int rank_;
-  int world_;
-  c10::Device device_;
   NamedChecks checks_;
   std::string peak_;
 };
@@ -792,10 +504,6 @@ class FsdpChecker {
 
 int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group, c10::Device device) {
   return FsdpChecker(group, device).run();
-}
-
-int check_fully_sharded_hybrid(const std::shared_ptr<ProcessGroup>& group) {
-  return FsdpChecker(group, c10::kCPU).run_hybrid();
 }
 
 }  // namespace ddp::testing

@@ -20,33 +20,6 @@ namespace ddp::testing {
 /// failed. tests/gpu runs them on CUDA.
 int check_fully_sharded(const std::shared_ptr<ProcessGroup>& group, c10::Device device = c10::kCPU);
 
-/// Hybrid sharding on a DeviceMesh of a row per node (the launcher's
-/// nodes) against one process; returns how many failed. Prints
-/// "mesh=<describe()>".
-int check_fully_sharded_hybrid(const std::shared_ptr<ProcessGroup>& group);
-
-/// The names of check_fully_sharded_hybrid()'s checks.
-namespace fsdp_check {
-inline const std::string kMeshGroups =
-    "DeviceMesh::by_node: a row per node on shared memory, a column across nodes on Gloo, their "
-    "all-reduces equal to the closed forms";
-inline const std::string kHybridAdamW =
-    "hybrid sharding (a row per node) with AdamW matches one process";
-inline const std::string kHybridShards =
-    "hybrid sharding: each unit's shard holds ceil(numel / row size) elements, the row's pieces "
-    "hold each element once, nothing held between steps";
-inline const std::string kHybridClip =
-    "hybrid sharding: clip_grad_norm returns the whole gradient's norm (one process's)";
-inline const std::string kHybridRefusals =
-    "a mesh of the wrong shape, and a FullyShardedState of a hybrid model, are ConfigErrors "
-    "naming why";
-}  // namespace fsdp_check
-
-inline std::set<std::string> fsdp_hybrid_check_names() {
-  using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {kMeshGroups, kHybridAdamW, kHybridShards, kHybridClip, kHybridRefusals};
-}
-
 /// "" when each unit's shard holds ceil(numel / N) elements and the ranks'
 /// pieces hold each parameter's elements once, else what differs (a
 /// collective: every rank calls it; fsdp_shard_holdings.cpp).

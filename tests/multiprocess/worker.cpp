@@ -64,6 +64,7 @@
 #include "multiprocess/fsdp_construction_checks.hpp"
 #include "multiprocess/fsdp_dcp_checks.hpp"
 #include "multiprocess/fsdp_generated_checks.hpp"
+#include "multiprocess/fsdp_hybrid_checks.hpp"
 #include "multiprocess/fsdp_lost_rank_checks.hpp"
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"

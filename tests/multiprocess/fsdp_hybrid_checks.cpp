@@ -1,0 +1,119 @@
+// Hybrid sharding on a DeviceMesh of a row per node against one process
+// (Note [Hybrid sharding] in src/parallel/fully_sharded/sharded_unit.hpp).
+
+#include "multiprocess/fsdp_hybrid_checks.hpp"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <iostream>
+#include <string>
+
+#include "common/named_checks.hpp"
+#include "ddp/base/errors.hpp"
+#include "ddp/comm/device_mesh.hpp"
+#include "ddp/comm/process_group.hpp"
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "ddp/parallel/fully_sharded_state.hpp"
+#include "multiprocess/fsdp_models.hpp"
+#include "multiprocess/fsdp_trainer.hpp"
+
+namespace ddp::testing {
+namespace {
+
+using namespace fsdp_models;  // NOLINT(google-build-using-namespace)
+
+namespace nn = torch::nn;
+
+class FsdpHybridChecker : FsdpTrainer {
+ public:
+  explicit FsdpHybridChecker(const std::shared_ptr<ProcessGroup>& group)
+      : FsdpTrainer(group, c10::kCPU) {}
+
+  // Note [Hybrid sharding]: a row per node (the launcher's nodes).
+  int run() {
+    auto mesh = DeviceMesh::by_node(group_);
+    std::cout << "mesh=" << mesh->describe() << "\n";  // FsdpHybrid reads it
+    mesh_groups(*mesh);
+    const auto options = FullyShardedDataParallelOptions().device_mesh(mesh);
+    const auto expected = reference(make_mlp(6), adamw());
+    auto [got, sizes, freed] = train(make_mlp(6 + rank_), adamw(), options);
+    checks_.close_all(fsdp_check::kHybridAdamW, got, expected, 1e-5);
+    checks_.check(fsdp_check::kHybridShards, sizes.empty() && freed.empty(), sizes + freed);
+    hybrid_clip(options);
+    hybrid_refusals(mesh);
+    return checks_.failed();
+  }
+
+ private:
+  // Rows and columns against closed forms: rank r adds r + 1.
+  void mesh_groups(const DeviceMesh& mesh) {
+    const int shard = mesh.shard(), replicate = mesh.replicate();
+    const int row = mesh.replicate_rank(), column = mesh.shard_rank();
+    Tensor across_row = torch::full({3}, rank_ + 1.0), across_column = across_row.clone();
+    mesh.shard_group()->all_reduce(across_row);
+    mesh.replicate_group()->all_reduce(across_column);
+    const double row_sum = shard * row * shard + shard * (shard + 1) / 2.0;
+    const double column_sum =
+        shard * replicate * (replicate - 1) / 2.0 + replicate * (column + 1.0);
+    const std::string column_backend = replicate > 1 ? "gloo" : "shm";
+    const bool ok = replicate * shard == world_ && shard == group_->topology().local_world_size &&
+                    mesh.shard_group()->rank() == column && mesh.replicate_group()->rank() == row &&
+                    across_row.eq(row_sum).all().item<bool>() &&
+                    across_column.eq(column_sum).all().item<bool>() &&
+                    mesh.shard_group()->backend_name() == "shm" &&
+                    mesh.replicate_group()->backend_name() == column_backend;
+    checks_.check(fsdp_check::kMeshGroups, ok,
+                  mesh.describe() + ": row sum " + std::to_string(across_row[0].item<double>()) +
+                      " (expected " + std::to_string(row_sum) + "), column sum " +
+                      std::to_string(across_column[0].item<double>()) + " (expected " +
+                      std::to_string(column_sum) + ")");
+  }
+
+  // clip_grad_norm's norm over the whole gradient, once per row.
+  void hybrid_clip(const FullyShardedDataParallelOptions& options) {
+    auto reference_model = on(make_mlp(7));
+    torch::mse_loss(reference_model->forward(batch(0, 1, 7)), batch(0, 2, 5)).backward();
+    double squares = 0;
+    for (const auto& p : reference_model->parameters())
+      squares += p.grad().pow(2).sum().item<double>();
+    FullyShardedDataParallel model(on(make_mlp(7 + rank_)), options, group_);
+    torch::mse_loss(model->forward(rows(batch(0, 1, 7), rank_)), rows(batch(0, 2, 5), rank_))
+        .backward();
+    const double norm = model->clip_grad_norm(1e9), expected = std::sqrt(squares);
+    checks_.check(fsdp_check::kHybridClip, std::abs(norm - expected) <= 1e-5 * expected,
+                  "norm " + std::to_string(norm) + ", one process " + std::to_string(expected));
+  }
+
+  void hybrid_refusals(const std::shared_ptr<DeviceMesh>& mesh) {
+    std::string problems;
+    auto expect_named = [&](const std::string& what, const std::string& needle, auto&& action) {
+      try {
+        action();
+        problems += what + ": no error; ";
+      } catch (const ConfigError& error) {
+        if (std::string(error.what()).find(needle) == std::string::npos) {
+          problems += what + ": " + error.what() + "; ";
+        }
+      }
+    };
+    expect_named("a mesh of the wrong shape", "replicate x shard must be the world size",
+                 [&] { DeviceMesh(group_, world_ + 1, 1); });
+    FullyShardedDataParallel model(on(make_mlp(8)),
+                                   FullyShardedDataParallelOptions().device_mesh(mesh), group_);
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+    expect_named("a snapshot state of a hybrid model", "device_mesh of " + mesh->describe(),
+                 [&] { FullyShardedState state(model, optimizer); });
+    checks_.check(fsdp_check::kHybridRefusals, problems.empty(), problems);
+  }
+
+  NamedChecks checks_;
+};
+
+}  // namespace
+
+int check_fully_sharded_hybrid(const std::shared_ptr<ProcessGroup>& group) {
+  return FsdpHybridChecker(group).run();
+}
+
+}  // namespace ddp::testing
