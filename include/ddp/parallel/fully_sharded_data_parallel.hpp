@@ -200,7 +200,8 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   /// Starts a new peak in memory().
   void reset_peak_memory();
   /// Frees the buffers kept for the next step (memory().cached_bytes), as
-  /// torch.cuda.empty_cache() does; the next step allocates afresh.
+  /// torch.cuda.empty_cache() does, and those a backend lets go of before
+  /// the next step; the next step allocates afresh.
   void empty_cache();
 
   /// The wrapped module. While a unit is sharded (between steps) its

@@ -16,6 +16,7 @@ BufferPool::~BufferPool() { release(); }
 
 void* BufferPool::take(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
+  released_ = false;
   if (auto found = free_.find(bytes); found != free_.end()) {
     void* data = found->second;
     free_.erase(found);
@@ -44,7 +45,7 @@ void BufferPool::give_back(void* context) {
   {
     std::lock_guard<std::mutex> lock(pool->mutex_);
     pool->taken_bytes_ -= block->bytes;
-    if (pool->keep_) {
+    if (pool->keep_ && !pool->released_) {
       pool->free_.emplace(block->bytes, block->data);
       pool->free_bytes_ += block->bytes;
     } else {
@@ -81,6 +82,7 @@ void BufferPool::release() {
   for (const auto& [bytes, data] : free_) c10::free_cpu(data);
   free_.clear();
   free_bytes_ = 0;
+  released_ = true;
 }
 
 int64_t BufferPool::cached_bytes() const {

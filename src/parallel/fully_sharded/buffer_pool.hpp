@@ -41,7 +41,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   at::Tensor empty(int64_t numel, const at::TensorOptions& options);
   /// empty(), filled with zeros.
   at::Tensor zeros(int64_t numel, const at::TensorOptions& options);
-  /// Frees every kept buffer.
+  /// Frees every kept buffer, and each one given back before the next
+  /// take (a backend may let go of a buffer after wait() returned).
   void release();
   /// Bytes kept, not taken.
   int64_t cached_bytes() const;
@@ -56,6 +57,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   void* take(size_t bytes);
 
   const bool keep_;
+  bool released_ = false;  // since release(), until the next take: buffers given back are freed
   mutable std::mutex mutex_;
   std::multimap<size_t, void*> free_;  // kept buffers by size
   size_t free_bytes_ = 0;
