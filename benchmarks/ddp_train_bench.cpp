@@ -34,7 +34,6 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -45,8 +44,11 @@
 #include "ddp/ddp.hpp"
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/parallel/powersgd_hook.hpp"
+#include "net_counter.hpp"
 
 namespace {
+
+using ddp_bench::tx_bytes;
 
 struct Options {
   std::string model = "linear";
@@ -97,17 +99,6 @@ struct Timed {
   int64_t tx_bytes;         // Sent through the counted interface; 0 when none.
   double backward_seconds;  // Inside loss.backward(), summed over the steps.
 };
-
-// The interface's sent-byte counter (the kernel's, for every process of the
-// node), or 0 when no interface is named.
-int64_t tx_bytes(const std::string& interface) {
-  if (interface.empty()) return 0;
-  std::ifstream in("/sys/class/net/" + interface + "/statistics/tx_bytes");
-  int64_t bytes = 0;
-  if (!(in >> bytes))
-    throw std::runtime_error("cannot read the sent bytes of interface " + interface);
-  return bytes;
-}
 
 // The perceptron of --model mlp: enough gradient bytes (40 MB) that a slow
 // link, not compute, decides the step time. (A module of its own: AnyModule

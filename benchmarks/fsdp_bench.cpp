@@ -2,7 +2,9 @@
 // Sequential of Linear layers, about 51 M parameters by default) with AdamW
 // in fp32 one way per run: DistributedDataParallel, DDP with
 // ZeroRedundancyOptimizer stage 1, the bare model with stage 2, or
-// FullyShardedDataParallel (prefetch on or off). Prints on rank 0 one line
+// FullyShardedDataParallel (prefetch on or off; sharded within each node and
+// replicated across nodes, fsdp-hybrid; sharded across the world and
+// resharded to the node after forward, fsdp-hpz). Prints on rank 0 one line
 // of key=value pairs: the bytes each rank holds in parameters, gradients
 // and optimizer state (distinct storages, counted after the step, when all
 // three are alive; the largest over the ranks), FSDP's peak of full
@@ -10,7 +12,9 @@
 // the median step time. With --device cuda the model, the batches and so
 // every state live on the GPU, and the line adds the CUDA caching
 // allocator's peak of allocated bytes over the timed steps (the largest
-// over the ranks; -1 where this build has no CUDA).
+// over the ranks; -1 where this build has no CUDA). With --net-interface
+// (benchmarks/fsdp_cluster_bench.sh: a node's link) the line adds the bytes
+// rank 0's node sent through it per timed step.
 
 #include <sys/resource.h>
 #include <torch/cuda.h>
@@ -30,6 +34,7 @@
 
 #include "ddp/ddp.hpp"
 #include "memory.hpp"
+#include "net_counter.hpp"
 #include "timing.hpp"
 
 namespace {
@@ -38,6 +43,7 @@ using ddp_bench::held_tensors;
 using ddp_bench::largest_across_ranks;
 using ddp_bench::median;
 using ddp_bench::storage_bytes;
+using ddp_bench::tx_bytes;
 
 namespace nn = torch::nn;
 
@@ -82,9 +88,13 @@ int main(int argc, char** argv) {
   std::string way = "fsdp";
   int steps = 3, layers = 5;
   int64_t width = 3200, batch = 8;
-  std::string backend = "gloo", device_name = "cpu";
-  app.add_option("--way", way, "ddp, zero1, zero2, fsdp, fsdp-no-prefetch or fsdp-overlap")
+  std::string backend = "gloo", device_name = "cpu", interface;
+  app.add_option("--way", way,
+                 "ddp, zero1, zero2, fsdp, fsdp-no-prefetch, fsdp-overlap, fsdp-hybrid or "
+                 "fsdp-hpz")
       ->required();
+  app.add_option("--net-interface", interface,
+                 "count the bytes sent through this interface per timed step (rank 0's node)");
   app.add_option("--steps", steps, "timed steps, after one untimed");
   app.add_option("--width", width, "width of each Linear layer");
   app.add_option("--layers", layers, "Linear layers (each one FSDP unit)");
@@ -113,17 +123,19 @@ int main(int argc, char** argv) {
   if (way == "ddp" || way == "zero1") {
     ddp_model = std::make_shared<ddp::DistributedDataParallel>(
         net, ddp::DistributedDataParallelOptions().gradient_as_bucket_view(true), group);
-  } else if (way == "fsdp" || way == "fsdp-no-prefetch" || way == "fsdp-overlap") {
-    fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(
-        net,
-        ddp::FullyShardedDataParallelOptions()
-            .prefetch(way == "fsdp-no-prefetch" ? 0 : 1)
-            .overlap_reduction(way == "fsdp-overlap"),
-        group);
-  } else if (way != "zero2") {
+  } else if (way == "fsdp" || way == "fsdp-no-prefetch" || way == "fsdp-overlap" ||
+             way == "fsdp-hybrid" || way == "fsdp-hpz") {
+    auto options = ddp::FullyShardedDataParallelOptions()
+                       .prefetch(way == "fsdp-no-prefetch" ? 0 : 1)
+                       .overlap_reduction(way == "fsdp-overlap");
+    if (way == "fsdp-hybrid") options.device_mesh(ddp::DeviceMesh::by_node(group));
+    if (way == "fsdp-hpz") options.reshard_after_forward_mesh(ddp::DeviceMesh::by_node(group));
+    fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(net, options, group);
+  }
+  if (!fsdp_model && way != "ddp" && way != "zero1" && way != "zero2") {
     std::fprintf(stderr,
                  "fsdp_bench: --way %s is not one of ddp, zero1, zero2, fsdp, fsdp-no-prefetch, "
-                 "fsdp-overlap\n",
+                 "fsdp-overlap, fsdp-hybrid, fsdp-hpz\n",
                  way.c_str());
     return 2;
   }
@@ -147,13 +159,14 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from)
         .count();
   };
-  int64_t held = 0, peak_gathered = 0;
+  int64_t held = 0, peak_gathered = 0, sent = 0;
   for (int step = 0; step <= steps; ++step) {
     const at::Tensor x = torch::randn({batch, width}, device),
                      y = torch::randn({batch, width}, device);
     if (fsdp_model) (*fsdp_model)->reset_peak_memory();
     sync();
     if (step == 1) reset_cuda_peak(device);  // the first step made the optimizer's state
+    const int64_t sent_before = tx_bytes(interface);
     const auto start = std::chrono::steady_clock::now();
     if (zero) {
       zero->zero_grad();
@@ -177,6 +190,7 @@ int main(int argc, char** argv) {
     sync();
     const double ms = since(start);
     if (step > 0) {
+      sent += tx_bytes(interface) - sent_before;
       times.push_back(ms);
       forward_times.push_back(forward_ms);
       backward_times.push_back(backward_ms);
@@ -194,12 +208,13 @@ int main(int argc, char** argv) {
     std::printf(
         "way=%s ranks=%d backend=%s parameters=%lld held_bytes=%lld peak_gathered_bytes=%lld "
         "peak_rss_bytes=%lld cuda_peak_bytes=%lld device=%s step_ms=%.2f forward_ms=%.2f "
-        "backward_ms=%.2f optimizer_ms=%.2f\n",
+        "backward_ms=%.2f optimizer_ms=%.2f tx_bytes_per_step=%lld\n",
         way.c_str(), group->size(), group->backend_name().c_str(),
         static_cast<long long>(parameters), static_cast<long long>(held),
         static_cast<long long>(peak_gathered), static_cast<long long>(rss),
         static_cast<long long>(cuda_peak), device.str().c_str(), median(times),
-        median(forward_times), median(backward_times), median(step_times));
+        median(forward_times), median(backward_times), median(step_times),
+        static_cast<long long>(steps > 0 ? sent / steps : 0));
   }
   return 0;
 }

@@ -3,12 +3,16 @@
 // bytes with AdamW in fp32, one way per run: DistributedDataParallel, the
 // bare model with ZeroRedundancyOptimizer stage 2, or
 // FullyShardedDataParallel built under ddp::ShardedConstruction, its blocks
-// the units, with or without activation checkpointing. Prints on rank 0 one
+// the units, with or without activation checkpointing; sharded within each
+// node and replicated across nodes (fsdp-hybrid, built whole: a mesh's rows
+// are not ShardedConstruction's world), or across the world and resharded to
+// the node after forward (fsdp-hpz). Prints on rank 0 one
 // line of key=value pairs, each the largest over the ranks: the RSS after
 // ddp::init() (the process's fixed part), the peak RSS through construction
 // and wrapping, the peak RSS through the steps, the bytes held in
 // parameters, gradients and optimizer state, FSDP's peak of gathered
-// bytes, and the median step time.
+// bytes, the median step time and, with --net-interface (a node's link on
+// the simulated cluster), the bytes rank 0's node sent per timed step.
 //
 // glibc's mmap threshold is pinned at 128 KiB (as M_MMAP_THRESHOLD) so that
 // freed tensors leave the RSS at once, and the peaks measure what was alive.
@@ -27,6 +31,7 @@
 #include "common/gpt.hpp"
 #include "ddp/ddp.hpp"
 #include "memory.hpp"
+#include "net_counter.hpp"
 
 namespace {
 
@@ -35,6 +40,7 @@ using ddp_bench::largest_across_ranks;
 using ddp_bench::reset_peak_rss;
 using ddp_bench::status_bytes;
 using ddp_bench::storage_bytes;
+using ddp_bench::tx_bytes;
 
 }  // namespace
 
@@ -48,7 +54,12 @@ int main(int argc, char** argv) {
   ddp::examples::GptConfig config;
   config.context = 128;
   config.dropout = 0.0;
-  app.add_option("--way", way, "ddp, zero2, fsdp or fsdp-checkpoint")->required();
+  std::string backend = "gloo", interface;
+  app.add_option("--way", way, "ddp, zero2, fsdp, fsdp-checkpoint, fsdp-hybrid or fsdp-hpz")
+      ->required();
+  app.add_option("--backend", backend, "gloo, shm or auto (the hierarchical one across nodes)");
+  app.add_option("--net-interface", interface,
+                 "count the bytes sent through this interface per timed step (rank 0's node)");
   app.add_option("--steps", steps, "timed steps, after one untimed");
   app.add_option("--width", config.width, "model width");
   app.add_option("--layers", config.layers, "blocks (each one FSDP unit)");
@@ -58,14 +69,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 
-  auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+  auto group = ddp::init(ddp::InitOptions().backend(backend));
   const int64_t fixed_rss = status_bytes("VmRSS");
   config.checkpointed = way == "fsdp-checkpoint";
-  const bool sharded = way == "fsdp" || way == "fsdp-checkpoint";
-  if (!sharded && way != "ddp" && way != "zero2") {
+  const bool sharded = way == "fsdp" || way == "fsdp-checkpoint" || way == "fsdp-hpz";
+  if (!sharded && way != "ddp" && way != "zero2" && way != "fsdp-hybrid") {
     std::fprintf(stderr,
                  "fsdp_transformer_bench: --way %s is not one of ddp, zero2, fsdp, "
-                 "fsdp-checkpoint\n",
+                 "fsdp-checkpoint, fsdp-hybrid, fsdp-hpz\n",
                  way.c_str());
     return 2;
   }
@@ -79,11 +90,17 @@ int main(int argc, char** argv) {
     ddp::ShardedConstruction construction(group);
     torch::manual_seed(1);
     net = ddp::examples::Gpt(config);
-    fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(net, group);
+    auto options = ddp::FullyShardedDataParallelOptions();
+    if (way == "fsdp-hpz") options.reshard_after_forward_mesh(ddp::DeviceMesh::by_node(group));
+    fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(net, options, group);
   } else {
     torch::manual_seed(1);
     net = ddp::examples::Gpt(config);
-    if (way == "ddp") {
+    if (way == "fsdp-hybrid") {
+      fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(
+          net, ddp::FullyShardedDataParallelOptions().device_mesh(ddp::DeviceMesh::by_node(group)),
+          group);
+    } else if (way == "ddp") {
       ddp_model = std::make_shared<ddp::DistributedDataParallel>(
           net, ddp::DistributedDataParallelOptions().gradient_as_bucket_view(true), group);
     }
@@ -110,11 +127,12 @@ int main(int argc, char** argv) {
 
   reset_peak_rss();
   std::vector<double> times;
-  int64_t held = 0, peak_gathered = 0;
+  int64_t held = 0, peak_gathered = 0, sent = 0;
   double loss_value = 0;
   for (int step = 0; step <= steps; ++step) {
     torch::manual_seed(100 * step + group->rank());
     const at::Tensor text = torch::randint(config.vocabulary, {batch, length + 1});
+    const int64_t sent_before = tx_bytes(interface);
     const auto start = std::chrono::steady_clock::now();
     if (zero) {
       zero->zero_grad();
@@ -135,7 +153,10 @@ int main(int argc, char** argv) {
     }
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (step > 0) times.push_back(s);
+    if (step > 0) {
+      times.push_back(s);
+      sent += tx_bytes(interface) - sent_before;
+    }
     loss_value = loss.item<double>();
     held = std::max(held, storage_bytes(held_tensors(counted, optimizer)));
     if (fsdp_model) {
@@ -152,11 +173,12 @@ int main(int argc, char** argv) {
     std::printf(
         "way=%s ranks=%d parameters=%lld fixed_rss_bytes=%lld construction_rss_bytes=%lld "
         "step_rss_bytes=%lld held_bytes=%lld peak_gathered_bytes=%lld construction_s=%.1f "
-        "step_s=%.2f loss=%.4f\n",
+        "step_s=%.2f loss=%.4f tx_bytes_per_step=%lld\n",
         way.c_str(), group->size(), static_cast<long long>(config.parameter_count()),
         static_cast<long long>(fixed), static_cast<long long>(construction_peak),
         static_cast<long long>(step_rss), static_cast<long long>(held),
-        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2], loss_value);
+        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2], loss_value,
+        static_cast<long long>(steps > 0 ? sent / steps : 0));
   }
   return 0;
 }

@@ -24,7 +24,8 @@
 // too, each kept by its rank and the next (Note [Sharded state in memory] in
 // ddp/elastic/state.hpp). --momentum gives SGD state worth sharding. With
 // --shard full the model is a FullyShardedDataParallel: its parameters and
-// SGD state are sharded, committed and recovered the same way.
+// SGD state are sharded, committed and recovered the same way; --shard
+// hybrid shards it within rows of 2 ranks, each row holding a copy.
 
 #include <signal.h>
 #include <torch/torch.h>
@@ -65,7 +66,7 @@ struct Options : ddp::examples::CommonOptions {
   std::string kill_at;         // RANK:STEP[,RANK:STEP...]
   std::string kill_in_commit;  // RANK:STEP
   int zero_stage = 0;          // 0: a plain optimizer
-  std::string shard = "none";  // full: FullyShardedDataParallel
+  std::string shard = "none";  // full: FullyShardedDataParallel; hybrid: on a DeviceMesh
   double momentum = 0;
 };
 
@@ -139,7 +140,7 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
   ddp::FullyShardedDataParallel fsdp(nullptr);
   std::unique_ptr<torch::optim::SGD> shard_optimizer;
   std::unique_ptr<ddp::FullyShardedState> fully_sharded;
-  if (o.shard == "full") {
+  if (o.shard != "none") {
     sharded_net = torch::nn::Linear(20, 1);
     sharded_net->to(net->weight.device());
     {
@@ -147,7 +148,12 @@ void train_generation(const Options& o, const std::shared_ptr<ddp::ProcessGroup>
       sharded_net->weight.copy_(net->weight);
       sharded_net->bias.copy_(net->bias);
     }
-    fsdp = ddp::FullyShardedDataParallel(sharded_net, group);
+    // --shard hybrid: rows of 2 ranks each hold the model, sharded within
+    // the row (a DeviceMesh made anew with each generation's group).
+    auto options = ddp::FullyShardedDataParallelOptions();
+    if (o.shard == "hybrid")
+      options.device_mesh(std::make_shared<ddp::DeviceMesh>(group, world / 2, 2));
+    fsdp = ddp::FullyShardedDataParallel(sharded_net, options, group);
     shard_optimizer = std::make_unique<torch::optim::SGD>(fsdp->parameters(), sgd_options(o));
     fully_sharded = std::make_unique<ddp::FullyShardedState>(fsdp, *shard_optimizer);
   }
@@ -258,7 +264,7 @@ int train(const Options& o) {
   ddp::snapshot::TrainingState state;
   state.model = net.ptr().get();
   state.optimizer = o.zero_stage == 0 && o.shard == "none" ? &optimizer : nullptr;
-  if (o.shard == "full") state.model = nullptr;  // a Linear has no buffers; FSDP's shards hold it
+  if (o.shard != "none") state.model = nullptr;  // a Linear has no buffers; FSDP's shards hold it
   ddp::elastic::State elastic(state);
   ddp::examples::SampleLog sample_log(o.sample_log);
   ddp::elastic::run(
@@ -328,15 +334,16 @@ int main(int argc, char** argv) {
   app.add_option("--shard", o.shard,
                  "none: DDP; full: FullyShardedDataParallel, the model's parameters, gradients and "
                  "SGD state sharded across the ranks (committed and recovered in memory like "
-                 "ZeRO's)")
-      ->check(CLI::IsMember({"none", "full"}))
+                 "ZeRO's); hybrid: the same within rows of 2 ranks, each row a copy (an even "
+                 "number of workers)")
+      ->check(CLI::IsMember({"none", "full", "hybrid"}))
       ->capture_default_str();
   app.add_option("--momentum", o.momentum, "SGD's momentum (its state is what ZeRO shards)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (o.shard == "full" && o.zero_stage != 0) {
-    std::cerr << "error: --shard full and --zero-stage " << o.zero_stage
+  if (o.shard != "none" && o.zero_stage != 0) {
+    std::cerr << "error: --shard " << o.shard << " and --zero-stage " << o.zero_stage
               << " both shard the optimizer; choose one" << std::endl;
     return static_cast<int>(ddp::ExitCode::kConfig);
   }

@@ -3,7 +3,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
-#include <atomic>
+#include <cstdint>
 #include <vector>
 
 #include "base/str.hpp"
@@ -16,10 +16,6 @@ namespace {
 
 constexpr const char* kWho = "DeviceMesh";
 
-// Note [A mesh's groups]: the meshes this process made, numbering their
-// store prefixes.
-std::atomic<int> meshes_made{0};
-
 base::compat::StorePtr world_store(const ProcessGroup& world) {
   const auto& store = world.rendezvous_store();
   if (!store) {
@@ -30,6 +26,13 @@ base::compat::StorePtr world_store(const ProcessGroup& world) {
   }
   // ddp::init() keeps the store in an intrusive_ptr the group shares.
   return c10::intrusive_ptr<c10d::Store>::reclaim_copy(store.get());
+}
+
+// Note [A mesh's groups]: the prefix of this rank's next mesh in `store`,
+// numbered by the meshes it made through the store before.
+std::string next_prefix(const ProcessGroup& world, const base::compat::StorePtr& store) {
+  const int64_t made = store->add(base::detail::str("ddp/mesh/made/", world.rank()), 1);
+  return base::detail::str("ddp/mesh/", made, "/");
 }
 
 backends::BackendContext context_for(const ProcessGroup& world, const base::compat::StorePtr& store,
@@ -75,7 +78,7 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, int replicate, int s
         "; replicate x shard must be the world size, each at least 1."));
   }
   const auto store = world_store(*world_);
-  const std::string prefix = base::detail::str("ddp/mesh/", meshes_made++, "/");
+  const std::string prefix = next_prefix(*world_, store);
   const int row = replicate_rank(), column = shard_rank();
   std::vector<int> row_ranks, column_ranks;
   for (int c = 0; c < shard_; ++c) row_ranks.push_back(row * shard_ + c);
@@ -89,9 +92,9 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, int replicate, int s
 
 std::shared_ptr<DeviceMesh> DeviceMesh::by_node(std::shared_ptr<ProcessGroup> world) {
   check_world(world);
+  const auto store = world_store(*world);
   const auto nodes = backends::group_ranks_by_node(context_for(
-      *world, world_store(*world), base::detail::str("ddp/mesh/", meshes_made++, "/nodes"),
-      world->rank(), world->size()));
+      *world, store, next_prefix(*world, store) + "nodes", world->rank(), world->size()));
   const size_t per_node = nodes.front().size();
   bool blocks = true;
   std::string layout;

@@ -94,7 +94,8 @@ std::set<int> kept_by(int rank, int size, int old_world) {
 ShardCommit commit_shards(const parallel::ShardedState& sharded, int64_t commit) {
   ProcessGroup& group = sharded.group();
   const int rank = group.rank(), size = group.size();
-  snapshot::detail::ShardRecords records = snapshot::detail::shard_records(sharded);
+  snapshot::detail::ShardRecords records =
+      snapshot::detail::shard_records(sharded, snapshot::detail::RowsSaved::kEvery);
   SnapshotFile own;
   own.path = shard_name(rank, commit);
   own.world_size = 1;

@@ -30,7 +30,9 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/fully_sharded/unit_schedule.cpp
   ${parallel}/fully_sharded/forward_order.cpp
   ${parallel}/fully_sharded/unit_plan.cpp
+  ${parallel}/fully_sharded/checked_options.cpp
   ${parallel}/fully_sharded/fully_sharded_state.cpp
+  ${parallel}/sharded_state.cpp
   ${parallel}/captured_step.cpp)
 # CapturedStep uses CUDA's headers where LibTorch has CUDA; compiled without
 # the precompiled header, whose macros it would change, and alone (Note

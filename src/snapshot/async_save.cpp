@@ -221,7 +221,7 @@ std::string SnapshotManager::save_async(const TrainingState& state) {
     std::string mine;  // empty if it failed
     try {
       detail::check_sharded_group(*sharded, *group_);
-      detail::ShardRecords records = detail::shard_records(*sharded);
+      detail::ShardRecords records = detail::shard_records(*sharded, detail::RowsSaved::kFirst);
       shard_text = records.scalars.dump();
       mine = records.scalars.at("pieces").dump();
       shard_tensors =

@@ -62,7 +62,8 @@ json gather_full_optimizer(
       const at::ScalarType dtype =
           found != tensors.end() ? found->second.scalar_type() : at::kFloat;
       at::Tensor full = at::zeros({numels.at(piece.parameter)}, at::TensorOptions(dtype));
-      if (found != tensors.end() && piece.length > 0) {
+      // Note [Replicated shards]: one row's pieces make the whole.
+      if (found != tensors.end() && piece.length > 0 && sharded.in_first_row()) {
         full.narrow(0, piece.begin, piece.length)
             .copy_(found->second.detach().reshape(-1).narrow(0, 0, piece.length));
       }

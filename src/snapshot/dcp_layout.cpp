@@ -125,8 +125,8 @@ ShardedLayout sharded_layout(const TrainingState& state, const char* what) {
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].params().size(); ++i, ++j) {
       const auto& piece = pieces.at(j);
-      layout.pieces.push_back(
-          {g, i, piece.parameter, piece.begin, piece.length, groups[g].params()[i]});
+      layout.pieces.push_back({g, i, piece.parameter, piece.begin, piece.length,
+                               groups[g].params()[i], sharded.in_first_row()});
     }
   }
   return layout;

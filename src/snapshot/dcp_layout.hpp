@@ -51,6 +51,9 @@ struct LocalPiece {
   size_t parameter = 0;  ///< Into ShardedLayout::names.
   int64_t begin = 0, length = 0;
   at::Tensor local;  ///< The local optimizer's parameter (its first `length` elements).
+  /// Whether this rank writes it: not in a row other than the first of a
+  /// replicated state (Note [Replicated shards]), which reads it all the same.
+  bool written = true;
 };
 
 /// The sharded part of a training state as DCP sees it: every parameter's

@@ -83,11 +83,39 @@ Slot saved_slot(const json& description, size_t j) {
 // [parameter, begin, length] triples.
 json write_shard(const std::string& directory, const std::string& main_name,
                  const parallel::ShardedState& sharded, uint64_t sequence) {
-  const ShardRecords records = shard_records(sharded);
+  const ShardRecords records = shard_records(sharded, RowsSaved::kFirst);
   write_shard_file(
       directory, main_name, NamedTensors(records.tensors.begin(), records.tensors.end()),
       records.scalars.dump(), sharded.group().rank(), sharded.group().size(), sequence);
   return records.scalars.at("pieces");
+}
+
+// The saved pieces to cut the run [begin, begin + length) out of (Note
+// [Replicated shards]): those of the first row of `row_ranks` ranks whose
+// pieces cover it and whose shards are at hand; every overlapping one when
+// no row does (the caller then names what is missing).
+std::vector<SavedPiece> sources_of(const std::vector<SavedPiece>& saved, int64_t begin,
+                                   int64_t length, int row_ranks, int old_world,
+                                   const ShardLookup& lookup) {
+  std::vector<SavedPiece> overlapping;
+  for (const SavedPiece& old : saved) {
+    if (std::max(begin, old.begin) < std::min(begin + length, old.begin + old.length))
+      overlapping.push_back(old);
+  }
+  if (row_ranks >= old_world) return overlapping;
+  for (int row = 0; row < old_world / row_ranks; ++row) {
+    std::vector<SavedPiece> in_row;
+    int64_t covered = 0;
+    bool at_hand = true;
+    for (const SavedPiece& old : overlapping) {
+      if (old.rank / row_ranks != row) continue;
+      in_row.push_back(old);
+      covered += std::min(begin + length, old.begin + old.length) - std::max(begin, old.begin);
+      at_hand = at_hand && lookup(old.rank) != nullptr;
+    }
+    if (covered == length && at_hand) return in_row;
+  }
+  return overlapping;
 }
 
 }  // namespace
@@ -109,12 +137,15 @@ const char* sharded_record_key(const parallel::ShardedState& sharded) {
                                                                                : "zero";
 }
 
-ShardRecords shard_records(const parallel::ShardedState& sharded) {
+ShardRecords shard_records(const parallel::ShardedState& sharded, RowsSaved rows) {
   const torch::optim::Optimizer& optimizer = sharded.local_optimizer();
   ShardRecords records;
   json description = export_optimizer(optimizer, records.tensors);
   json pieces = json::array();
-  const auto mine = sharded.pieces();
+  auto mine = sharded.pieces();
+  if (rows == RowsSaved::kFirst && !sharded.in_first_row()) {
+    for (auto& piece : mine) piece.length = 0;  // Note [Replicated shards]
+  }
   const std::vector<at::Tensor> locals = local_parameters(sharded);
   const std::vector<Slot> slots = slots_of(optimizer);
   for (size_t j = 0; j < mine.size(); ++j) {
@@ -146,6 +177,7 @@ json shards_record(const parallel::ShardedState& sharded, const std::vector<json
                                                                   : "FullyShardedDataParallel"},
       {"numels", sharded.numels()},
       {"pieces", pieces_by_rank}};
+  if (sharded.shard_size() != sharded.group().size()) record["shard_ranks"] = sharded.shard_size();
   if (!sharded.names().empty()) {
     record["names"] = sharded.names();
     record["shapes"] = sharded.shapes();
@@ -239,6 +271,10 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
   ShardImport result;
   try {
     const int old_world = record.at("world").get<int>();
+    const int row_ranks = record.value("shard_ranks", old_world);
+    if (row_ranks < 1 || old_world % row_ranks != 0)
+      fail(base::detail::str("its sharded-state record has rows of ", row_ranks,
+                             " ranks in a world of ", old_world));
     const size_t saved_count = record.at("numels").size();
     const std::vector<size_t> saved_index = match_saved_parameters(record, sharded, fail);
     // Every saved piece, by saved parameter.
@@ -287,7 +323,8 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
       std::optional<json> entry;
       bool without_state = false;
       int64_t covered = 0;
-      for (const SavedPiece& old : saved[saved_index.at(piece.parameter)]) {
+      for (const SavedPiece& old : sources_of(saved[saved_index.at(piece.parameter)], piece.begin,
+                                              piece.length, row_ranks, old_world, lookup)) {
         const int64_t lo = std::max(piece.begin, old.begin);
         const int64_t hi = std::min(piece.begin + piece.length, old.begin + old.length);
         if (lo >= hi) continue;

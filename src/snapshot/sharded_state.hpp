@@ -40,6 +40,11 @@ void check_sharded_group(const parallel::ShardedState& sharded, const ProcessGro
 nlohmann::json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
                            const parallel::ShardedState& sharded, uint64_t& sequence);
 
+/// Which rows of a replicated state (Note [Replicated shards] in
+/// ddp/parallel/sharded_state.hpp) save their pieces: the first (files),
+/// or every one (commits in memory). The others' pieces have length 0.
+enum class RowsSaved { kFirst, kEvery };
+
 /// This rank's shard as a shard file holds it: each piece's optimizer state
 /// (optim/g0/p<j>/<field>, cut to the piece's length) and, where the state
 /// holds values, its elements (value/p<j>); the "scalars" record
@@ -50,10 +55,11 @@ struct ShardRecords {
   TensorMap tensors;
   nlohmann::json scalars;
 };
-ShardRecords shard_records(const parallel::ShardedState& sharded);
+ShardRecords shard_records(const parallel::ShardedState& sharded, RowsSaved rows);
 
 /// A snapshot's record of `sharded`: every rank's pieces (`pieces_by_rank`,
-/// each as a shard's "pieces") and each flattened parameter's elements.
+/// each as a shard's "pieces"), each flattened parameter's elements and,
+/// for a replicated state, the ranks of a row ("shard_ranks").
 nlohmann::json shards_record(const parallel::ShardedState& sharded,
                              const std::vector<nlohmann::json>& pieces_by_rank);
 

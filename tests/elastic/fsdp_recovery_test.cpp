@@ -25,5 +25,17 @@ TEST(ElasticFsdpRecovery, KilledRankGetsItsShardFromItsBuddyAndTheJobEndsBitIden
   expect_replaced_alone_bit_identically(fsdp_toy_job, /*kill_at=*/9, "FSDP");
 }
 
+// Hybrid sharding: four workers in two rows of two, each row a copy of the
+// model sharded within it (Note [Replicated shards] in
+// ddp/parallel/sharded_state.hpp). Every rank commits its pieces; the
+// replacement of rank 1 takes them from its buddy, rank 2, and the mesh's
+// groups are made anew in the new generation (Note [A mesh's groups]).
+TEST(ElasticFsdpRecovery, HybridKilledRankIsReplacedAloneAndTheJobEndsBitIdentically) {
+  auto hybrid_job = [](int kill_at) {
+    return toy_job(kill_at, {}, {"--shard", "hybrid", "--momentum", "0.9"}, /*workers=*/4);
+  };
+  expect_replaced_alone_bit_identically(hybrid_job, /*kill_at=*/9, "hybrid FSDP", /*world=*/4);
+}
+
 }  // namespace
 }  // namespace ddp::launch

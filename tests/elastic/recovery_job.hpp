@@ -1,7 +1,7 @@
 #pragma once
 
 // The job of the recovery tests: ddprun --recovery memory running three
-// toy-trainer workers that commit in memory every kCommitEvery steps, and
+// (or kWorkers) toy-trainer workers that commit in memory every kCommitEvery steps, and
 // what they print.
 
 #include <gtest/gtest.h>
@@ -19,12 +19,20 @@ inline constexpr int kCommitEvery = 4;
 
 /// Rank 1 SIGKILLs itself after step `kill_at` (0: never); `launcher_args`
 /// go to ddprun before the program (e.g. {"--spares", "1"}), `trainer_args`
-/// to the toy trainer (e.g. {"--zero-stage", "2"}).
+/// to the toy trainer (e.g. {"--zero-stage", "2"}); `workers` of them.
 inline ChildSpec toy_job(int kill_at, const std::vector<std::string>& launcher_args = {},
-                         const std::vector<std::string>& trainer_args = {}) {
-  std::vector<std::string> args = {
-      "--standalone", "--nproc-per-node", "3", "--max-restarts", "2",     "--monitor-interval",
-      "0.1",          "--stop-grace",     "2", "--recovery",     "memory"};
+                         const std::vector<std::string>& trainer_args = {}, int workers = 3) {
+  std::vector<std::string> args = {"--standalone",
+                                   "--nproc-per-node",
+                                   std::to_string(workers),
+                                   "--max-restarts",
+                                   "2",
+                                   "--monitor-interval",
+                                   "0.1",
+                                   "--stop-grace",
+                                   "2",
+                                   "--recovery",
+                                   "memory"};
   args.insert(args.end(), launcher_args.begin(), launcher_args.end());
   args.insert(args.end(), {DDP_TOY_TRAINER, "--epochs", "2", "--seed", "7", "--commit-every",
                            std::to_string(kCommitEvery)});
@@ -54,10 +62,12 @@ inline std::vector<std::string> pids_of(const std::string& output, int rank) {
   return pids;
 }
 
-/// Ranks 0 and 2 kept their processes across the failure (one `pid` line
-/// per generation, equal); rank 1's second process is another.
-inline void expect_only_rank_1_replaced(const std::string& output) {
-  for (int survivor : {0, 2}) {
+/// The ranks other than 1 of `world` kept their processes across the
+/// failure (one `pid` line per generation, equal); rank 1's second process
+/// is another.
+inline void expect_only_rank_1_replaced(const std::string& output, int world = 3) {
+  for (int survivor = 0; survivor < world; ++survivor) {
+    if (survivor == 1) continue;
     const auto pids = pids_of(output, survivor);
     ASSERT_EQ(pids.size(), 2u) << "rank " << survivor << "\n" << output;
     EXPECT_EQ(pids[0], pids[1]) << "rank " << survivor;
@@ -67,10 +77,11 @@ inline void expect_only_rank_1_replaced(const std::string& output) {
   EXPECT_NE(replaced[1], replaced[0]);
 }
 
-/// Each of the 3 ranks continued in `generation` from commit `commit` of
-/// rank 0.
-inline void expect_continuing(const std::string& output, int generation, int commit) {
-  for (int rank = 0; rank < 3; ++rank) {
+/// Each of the `world` ranks continued in `generation` from commit `commit`
+/// of rank 0.
+inline void expect_continuing(const std::string& output, int generation, int commit,
+                              int world = 3) {
+  for (int rank = 0; rank < world; ++rank) {
     const std::string r = std::to_string(rank);
     EXPECT_TRUE(contains(output, "[" + r + "] ddp: rank " + r + ": generation " +
                                      std::to_string(generation) + ": continuing from commit " +
@@ -80,12 +91,13 @@ inline void expect_continuing(const std::string& output, int generation, int com
   }
 }
 
-/// A job with sharded state (`job(kill_at)`: ZeRO, FSDP) recovers as it must:
-/// run straight, then with rank 1 SIGKILLed after step `kill_at`, the
-/// replacement alone restarted, taking its shard from rank 2, the survivors
-/// keeping their processes, and the same digest at the end.
+/// A job with sharded state (`job(kill_at)`: ZeRO, FSDP) of `world` workers
+/// recovers as it must: run straight, then with rank 1 SIGKILLed after step
+/// `kill_at`, the replacement alone restarted, taking its shard from rank
+/// 2, the survivors keeping their processes, and the same digest at the end.
 inline void expect_replaced_alone_bit_identically(const std::function<ChildSpec(int)>& job,
-                                                  int kill_at, const std::string& what) {
+                                                  int kill_at, const std::string& what,
+                                                  int world = 3) {
   using namespace std::chrono_literals;
   const ChildResult straight = run_children({job(0)}, 150s).at(0);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
@@ -99,9 +111,9 @@ inline void expect_replaced_alone_bit_identically(const std::function<ChildSpec(
   EXPECT_TRUE(contains(output, "ended with signal 9 (Killed)")) << output;
   EXPECT_TRUE(contains(output, "starting it again alone in generation 1")) << output;
   EXPECT_FALSE(contains(output, "restarting every worker")) << output;
-  expect_only_rank_1_replaced(output);
+  expect_only_rank_1_replaced(output, world);
   const int commits = 1 + kill_at / kCommitEvery;  // the start's, then one every 4 steps
-  expect_continuing(output, 1, commits);
+  expect_continuing(output, 1, commits, world);
   EXPECT_FALSE(contains(output, "resumed at epoch")) << output;
   EXPECT_EQ(digest_of(output), expected) << what << ", killed at step " << kill_at << "\n"
                                          << output;

@@ -24,9 +24,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-void run_fsdp_dcp(int world, const std::string& phase, const std::string& directory) {
-  auto results = run_ranks(world, {"fsdp-dcp", "--phase", phase, "--directory", directory,
-                                   "--backend", "gloo", "--collective-timeout-ms", "60000"});
+void run_fsdp_dcp(int world, const std::string& phase, const std::string& directory,
+                  const EnvironmentFor& environment_for = torchrun_environment) {
+  auto results = run_ranks(world,
+                           {"fsdp-dcp", "--phase", phase, "--directory", directory, "--backend",
+                            "gloo", "--collective-timeout-ms", "60000"},
+                           environment_for);
   for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
   expect_checks_per_rank(results,
                          [&](int rank) { return fsdp_dcp_check_names(phase, rank, world); });
@@ -36,6 +39,15 @@ TEST(FsdpDistributedCheckpoint, SavedAtTwoRanksLoadsAtOneTwoAndThree) {
   const TemporaryDirectory directory("ddp-fsdp-dcp-");
   run_fsdp_dcp(2, "save", directory.string());
   for (int world : {2, 1, 3}) run_fsdp_dcp(world, "resume", directory.string());
+}
+
+// Saved by a model sharded within each of 2 nodes of 2 ranks and replicated
+// across them: the first row writes each element once (Note [Replicated
+// shards] in ddp/parallel/sharded_state.hpp).
+TEST(FsdpDistributedCheckpoint, HybridSavedOnTwoNodesOfTwoLoadsAtOneAndThree) {
+  const TemporaryDirectory directory("ddp-fsdp-dcp-hybrid-");
+  run_fsdp_dcp(4, "save-hybrid", directory.string(), on_nodes(2));
+  for (int world : {1, 3}) run_fsdp_dcp(world, "resume", directory.string());
 }
 
 TEST(FsdpDistributedCheckpoint, PyTorchsCheckpointsLoadAtOneTwoAndThree) {
@@ -60,6 +72,16 @@ launch::ChildResult run_peer(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {torch_python(), DDP_DCP_PEER};
   argv.insert(argv.end(), args.begin(), args.end());
   return launch::run_children({launch::ChildSpec{argv, {}, {}}}, 300s).at(0);
+}
+
+// The largest elementwise difference between two lists of tensors (of the
+// same length, checked by the caller).
+double worst_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return worst;
 }
 
 std::vector<at::Tensor> read_list(const std::string& path) {
@@ -87,15 +109,32 @@ TEST(SnapshotDcpInterop, PyTorchLoadsDdpsCheckpointAtOneAndThreeRanksAndTrainsOn
       const auto python_final = read_list(dir + (zero ? "/python-zero-final-" : "/python-final-") +
                                           std::to_string(world) + ".pt");
       ASSERT_EQ(python_final.size(), ddp_final.size());
-      double worst = 0;
-      for (size_t i = 0; i < ddp_final.size(); ++i) {
-        worst = std::max(worst, (python_final[i] - ddp_final[i]).abs().max().item<double>());
-      }
+      const double worst = worst_difference(python_final, ddp_final);
       std::cout << "PyTorch at " << world << " rank(s) from ddp's " << sharding
                 << " checkpoint: largest difference from ddp " << worst << std::endl;
       EXPECT_LT(worst, 1e-5);
     }
   }
+}
+
+// A hybrid model's checkpoint (2 nodes of 2 ranks), loaded by PyTorch at 2
+// ranks, trains on as ddp does from it at 1.
+TEST(SnapshotDcpInterop, PyTorchLoadsAHybridModelsCheckpoint) {
+  SKIP_WITHOUT_DCP();
+  const TemporaryDirectory directory("ddp-dcp-hybrid-interop-");
+  const std::string dir = directory.string();
+  run_fsdp_dcp(4, "save-hybrid", dir, on_nodes(2));
+  run_fsdp_dcp(1, "resume", dir);  // ddp-final-1.pt
+  const launch::ChildResult r = run_peer({"load", dir, "2", "fsdp"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
+  const auto ddp_final = read_list(dir + "/ddp-final-1.pt");
+  const auto python_final = read_list(dir + "/python-final-2.pt");
+  ASSERT_EQ(python_final.size(), ddp_final.size());
+  const double worst = worst_difference(python_final, ddp_final);
+  std::cout << "PyTorch at 2 ranks from ddp's hybrid checkpoint: largest difference from ddp "
+            << worst << std::endl;
+  EXPECT_LT(worst, 1e-5);
 }
 
 // dcp_to_torch_save of ddp's checkpoint equals ddp's consolidated export of
@@ -115,10 +154,7 @@ TEST(SnapshotDcpInterop, DcpToTorchSaveEqualsTheConsolidatedExportWhichContinues
   const auto ddp_final = read_list(dir + "/ddp-final-2.pt");
   const auto python_final = read_list(dir + "/python-export-final.pt");
   ASSERT_EQ(python_final.size(), ddp_final.size());
-  double worst = 0;
-  for (size_t i = 0; i < ddp_final.size(); ++i) {
-    worst = std::max(worst, (python_final[i] - ddp_final[i]).abs().max().item<double>());
-  }
+  const double worst = worst_difference(python_final, ddp_final);
   std::cout << "PyTorch from the consolidated export against ddp: largest difference " << worst
             << std::endl;
   EXPECT_LT(worst, 1e-5);

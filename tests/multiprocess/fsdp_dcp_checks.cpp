@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/named_checks.hpp"
+#include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/formats/dcp.hpp"
 #include "ddp/formats/torch_file.hpp"
@@ -41,17 +42,21 @@ bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Ten
   return equal;
 }
 
+// A unit per entry, or one unit; sharded within each row of `mesh` if any.
+FullyShardedDataParallelOptions units(bool unit_per_entry, std::shared_ptr<DeviceMesh> mesh) {
+  auto options = unit_per_entry ? FullyShardedDataParallelOptions()
+                                : FullyShardedDataParallelOptions().wrap_policy(
+                                      wrap_by_parameter_count(int64_t{1} << 40));
+  return options.device_mesh(std::move(mesh));
+}
+
 // A sharded job: FSDP (a unit per entry, or one unit) with AdamW in the
 // two groups, as a training program holds it.
 struct DcpRun {
   DcpRun(uint64_t seed, const std::shared_ptr<ProcessGroup>& group, bool unit_per_entry,
-         nn::Sequential sequential = nullptr)
+         nn::Sequential sequential = nullptr, std::shared_ptr<DeviceMesh> mesh = nullptr)
       : net(sequential ? sequential : make_net(seed)),
-        model(net,
-              unit_per_entry ? FullyShardedDataParallelOptions()
-                             : FullyShardedDataParallelOptions().wrap_policy(
-                                   wrap_by_parameter_count(int64_t{1} << 40)),
-              group),
+        model(net, units(unit_per_entry, std::move(mesh)), group),
         optimizer(decay_groups(model->named_parameters()), adamw_options()),
         sharded(model, optimizer) {
     state.model = model->module().get();
@@ -78,8 +83,11 @@ class FsdpDcpChecker {
         directory_(std::move(directory)),
         checkpoint_((fs::path(directory_) / "dcp").string()) {}
 
-  void save() {
-    DcpRun run(kSavedSeed, group_, /*unit_per_entry=*/true);
+  // `hybrid`: sharded within each node and replicated across them, the
+  // first row writing the pieces (Note [Replicated shards]).
+  void save(bool hybrid) {
+    DcpRun run(kSavedSeed, group_, /*unit_per_entry=*/true, nullptr,
+               hybrid ? DeviceMesh::by_node(group_) : nullptr);
     for (int step = 0; step < kFsdpSavedSteps; ++step) {
       auto [x, y] = fsdp_batch_of(step);
       run.step(x, y);
@@ -101,7 +109,7 @@ class FsdpDcpChecker {
                                 (fs::path(directory_) / "consolidated.pt").string());
     write_list("full-parameters.pt", full);
     write_batches();
-    files_written();
+    files_written(hybrid);
   }
 
   void resume() {
@@ -263,26 +271,42 @@ class FsdpDcpChecker {
     checks_.close_all(fsdp_dcp_check::kConsolidatedContinues, plain->parameters(), reference, 1e-5);
   }
 
-  void files_written() {
+  void files_written(bool hybrid) {
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(checkpoint_)) {
       names.push_back(entry.path().filename().string());
     }
     std::sort(names.begin(), names.end());
-    const std::vector<std::string> expected = {".metadata", "__0_0.distcp", "__0_1.distcp",
-                                               "__1_0.distcp"};
+    std::vector<std::string> expected = {".metadata", "__0_1.distcp"};
+    for (int r = 0; r < group_->size(); ++r) {
+      expected.push_back("__" + std::to_string(r) + "_0.distcp");
+    }
+    std::sort(expected.begin(), expected.end());
     std::string listed;
     for (const auto& name : names) listed += name + " ";
     const formats::DcpMetadata metadata = formats::read_dcp_metadata(checkpoint_);
     const auto weight = metadata.tensors.find("model.0.weight");
+    int64_t chunked = 0;  // each element once: a replica row writes none
+    if (weight != metadata.tensors.end()) {
+      for (const auto& chunk : weight->second.chunks) chunked += chunk.box.numel();
+    }
     const bool described =
         weight != metadata.tensors.end() && weight->second.size == std::vector<int64_t>{13, 7} &&
-        weight->second.chunks.size() >= 2 && metadata.tensors.count("optim.state.5.bias.exp_avg") &&
+        weight->second.chunks.size() >= 2 && chunked == 13 * 7 &&
+        metadata.tensors.count("optim.state.5.bias.exp_avg") &&
         metadata.tensors.count("optim.state.5.bias.step") &&
         metadata.objects.count("optim.param_groups.1.params") && metadata.objects.count("epoch") &&
         metadata.tensors.count("model.1.calls");
-    checks_.check(fsdp_dcp_check::kFilesWritten, names == expected && described,
-                  "found " + listed + "; described " + std::to_string(described));
+    // On a mesh the second row's files hold nothing (Note [Replicated shards]).
+    uintmax_t second_row = 0;
+    for (int r = hybrid ? group_->size() / 2 : group_->size(); r < group_->size(); ++r) {
+      const fs::path file = fs::path(checkpoint_) / ("__" + std::to_string(r) + "_0.distcp");
+      if (fs::exists(file)) second_row += fs::file_size(file);
+    }
+    checks_.check(fsdp_dcp_check::kFilesWritten, names == expected && described && second_row == 0,
+                  "found " + listed + "; described " + std::to_string(described) +
+                      "; elements of model.0.weight's chunks " + std::to_string(chunked) +
+                      "; bytes in the second row's files " + std::to_string(second_row));
   }
 
   template <typename Action>
@@ -370,8 +394,8 @@ class FsdpDcpChecker {
 int check_fsdp_dcp(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
                    const std::string& directory) {
   FsdpDcpChecker checker(group, directory);
-  if (phase == "save") {
-    checker.save();
+  if (phase == "save" || phase == "save-hybrid") {
+    checker.save(phase == "save-hybrid");
   } else if (phase == "resume") {
     checker.resume();
   } else if (phase == "save-zero") {

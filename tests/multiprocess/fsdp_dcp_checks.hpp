@@ -7,6 +7,9 @@
 //                   save_distributed_checkpoint() into DIR/dcp; rank 0
 //                   writes the full parameters and the next 4 batches
 //                   (DIR/batches.pt, for dcp_peer.py);
+//   "save-hybrid"   the same on 2 nodes of 2 ranks, sharded within each
+//                   node and replicated across them: the first row writes
+//                   the pieces;
 //   "resume"        1, 2 or 3 ranks, the model one unit, load it and train
 //                   4 more steps; rank 0 writes DIR/ddp-final-<world>.pt;
 //   "save-zero"     2 ranks, ZeroRedundancyOptimizer (stage 2, AdamW in one
@@ -33,7 +36,8 @@ namespace fsdp_dcp_check {
 /// "save", rank 0.
 inline const std::string kFilesWritten =
     "the checkpoint is .metadata and one .distcp file per rank (rank 0 a second, the param "
-    "groups), its metadata naming each parameter's chunks, the optimizer state and the groups";
+    "groups), its metadata naming each parameter's chunks (each element in one), the optimizer "
+    "state and the groups; on a mesh the second row's files empty";
 /// "save-zero", rank 0.
 inline const std::string kZeroSaved =
     "ZeRO's checkpoint names each parameter, its optimizer state and the param group";
@@ -73,7 +77,7 @@ inline const std::string kPyTorchFsdp1 =
 /// The names check_fsdp_dcp() reports on `rank` of `world` in `phase`.
 inline std::set<std::string> fsdp_dcp_check_names(const std::string& phase, int rank, int world) {
   using namespace fsdp_dcp_check;  // NOLINT(google-build-using-namespace)
-  if (phase == "save")
+  if (phase == "save" || phase == "save-hybrid")
     return rank == 0 ? std::set<std::string>{kFilesWritten} : std::set<std::string>{};
   if (phase == "load-pytorch") return {kPyTorchPlain, kPyTorchFsdp1};
   if (phase == "save-zero") {

@@ -11,10 +11,10 @@
 
 #include "common/named_checks.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/collective_observer.hpp"
 #include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
-#include "ddp/parallel/fully_sharded_state.hpp"
 #include "multiprocess/fsdp_models.hpp"
 #include "multiprocess/fsdp_trainer.hpp"
 
@@ -24,6 +24,23 @@ namespace {
 using namespace fsdp_models;  // NOLINT(google-build-using-namespace)
 
 namespace nn = torch::nn;
+
+// Counts the units' all-gathers issued on the group it observes, apart for
+// the forward and the backward (`in_backward`, set by the check).
+class UnitGathers : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& facts) override {
+    const std::string label = comm::detail::current_collective_name().value_or("");
+    if (std::string(facts.name) == "all_gather" && label.rfind("fsdp.gather ", 0) == 0)
+      ++(*in_backward ? backward : forward);
+    return nullptr;
+  }
+  explicit UnitGathers(const bool* in_backward) : in_backward(in_backward) {}
+  const bool* in_backward;
+  int forward = 0;
+  int backward = 0;
+};
 
 class FsdpHybridChecker : FsdpTrainer {
  public:
@@ -41,6 +58,7 @@ class FsdpHybridChecker : FsdpTrainer {
     checks_.close_all(fsdp_check::kHybridAdamW, got, expected, 1e-5);
     checks_.check(fsdp_check::kHybridShards, sizes.empty() && freed.empty(), sizes + freed);
     hybrid_clip(options);
+    resharded_to_the_node(mesh);
     hybrid_refusals(mesh);
     return checks_.failed();
   }
@@ -85,6 +103,55 @@ class FsdpHybridChecker : FsdpTrainer {
                   "norm " + std::to_string(norm) + ", one process " + std::to_string(expected));
   }
 
+  // Note [Resharding to the node]: sharded across the world, each unit kept
+  // sharded across the node from its forward to its backward, whose
+  // gathers stay there.
+  void resharded_to_the_node(const std::shared_ptr<DeviceMesh>& mesh) {
+    bool in_backward = false;
+    auto on_world = std::make_shared<UnitGathers>(&in_backward);
+    auto on_node = std::make_shared<UnitGathers>(&in_backward);
+    group_->add_observer(on_world);
+    mesh->shard_group()->add_observer(on_node);
+    const auto expected = reference(make_mlp(6), adamw());
+    FullyShardedDataParallel model(
+        on(make_mlp(6 + rank_)), FullyShardedDataParallelOptions().reshard_after_forward_mesh(mesh),
+        group_);
+    auto optimizer = adamw()(model->parameters());
+    int64_t held = 0;  // after the last forward
+    for (int step = 0; step < kShardedSteps; ++step) {
+      optimizer->zero_grad();
+      auto loss = torch::mse_loss(model->forward(rows(batch(step, 1, 7), rank_)),
+                                  rows(batch(step, 2, 5), rank_));
+      held = model->memory().gathered_bytes;
+      in_backward = true;
+      loss.backward();
+      in_backward = false;
+      optimizer->step();
+    }
+    std::vector<Tensor> got;
+    for (const auto& item : model->full_parameters()) got.push_back(item.value());
+    checks_.close_all(fsdp_check::kNodeReshardAdamW, got, expected, 1e-5);
+    // Three units: the backward gathers two or three (the last one run is
+    // kept gathered once the order is known), each within the node. After a
+    // forward the first two hold their node slices, the last its whole.
+    const bool node_only = on_world->backward == 0 && on_node->forward == 0 &&
+                           on_node->backward >= 2 * kShardedSteps &&
+                           on_world->forward >= 3 * kShardedSteps;
+    const auto numels = model->unit_numels();
+    int64_t expected_held = 0;
+    for (size_t u = 0; u < numels.size(); ++u) {
+      const int64_t padded = (numels[u] + world_ - 1) / world_ * world_;
+      expected_held += (u + 1 < numels.size() ? padded / mesh->shard() : padded) * 4;
+    }
+    checks_.check(fsdp_check::kNodeReshardGathers, node_only && held == expected_held,
+                  "forward gathers on the world " + std::to_string(on_world->forward) +
+                      ", on the node " + std::to_string(on_node->forward) +
+                      "; backward gathers on the world " + std::to_string(on_world->backward) +
+                      ", on the node " + std::to_string(on_node->backward) +
+                      "; bytes held after the last forward " + std::to_string(held) +
+                      " (expected " + std::to_string(expected_held) + ")");
+  }
+
   void hybrid_refusals(const std::shared_ptr<DeviceMesh>& mesh) {
     std::string problems;
     auto expect_named = [&](const std::string& what, const std::string& needle, auto&& action) {
@@ -99,11 +166,25 @@ class FsdpHybridChecker : FsdpTrainer {
     };
     expect_named("a mesh of the wrong shape", "replicate x shard must be the world size",
                  [&] { DeviceMesh(group_, world_ + 1, 1); });
-    FullyShardedDataParallel model(on(make_mlp(8)),
-                                   FullyShardedDataParallelOptions().device_mesh(mesh), group_);
-    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-    expect_named("a snapshot state of a hybrid model", "device_mesh of " + mesh->describe(),
-                 [&] { FullyShardedState state(model, optimizer); });
+    expect_named("a mesh of another group", "the device_mesh's world is another process group",
+                 [&] {
+                   FullyShardedDataParallel(on(make_mlp(8)),
+                                            FullyShardedDataParallelOptions().device_mesh(mesh),
+                                            mesh->shard_group());
+                 });
+    expect_named("hpZ beside a device_mesh", "but device_mesh is set", [&] {
+      FullyShardedDataParallel(
+          on(make_mlp(8)),
+          FullyShardedDataParallelOptions().device_mesh(mesh).reshard_after_forward_mesh(mesh),
+          group_);
+    });
+    expect_named("hpZ without reshard_after_forward", "but reshard_after_forward is false", [&] {
+      FullyShardedDataParallel(
+          on(make_mlp(8)),
+          FullyShardedDataParallelOptions().reshard_after_forward(false).reshard_after_forward_mesh(
+              mesh),
+          group_);
+    });
     checks_.check(fsdp_check::kHybridRefusals, problems.empty(), problems);
   }
 

@@ -29,14 +29,20 @@ inline const std::string kHybridShards =
     "hold each element once, nothing held between steps";
 inline const std::string kHybridClip =
     "hybrid sharding: clip_grad_norm returns the whole gradient's norm (one process's)";
+inline const std::string kNodeReshardAdamW =
+    "hpZ (reshard_after_forward_mesh a row per node) with AdamW matches one process";
+inline const std::string kNodeReshardGathers =
+    "hpZ: the forward gathers across the world, the backward only within the node, from slices "
+    "kept since the forward (their bytes counted)";
 inline const std::string kHybridRefusals =
-    "a mesh of the wrong shape, and a FullyShardedState of a hybrid model, are ConfigErrors "
-    "naming why";
+    "a mesh of the wrong shape, a mesh made from another group than the model's, and hpZ beside "
+    "device_mesh or without reshard_after_forward are ConfigErrors naming why";
 }  // namespace fsdp_check
 
 inline std::set<std::string> fsdp_hybrid_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {kMeshGroups, kHybridAdamW, kHybridShards, kHybridClip, kHybridRefusals};
+  return {kMeshGroups,       kHybridAdamW,        kHybridShards,  kHybridClip,
+          kNodeReshardAdamW, kNodeReshardGathers, kHybridRefusals};
 }
 
 }  // namespace ddp::testing

@@ -10,6 +10,7 @@
 
 #include "common/named_checks.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "ddp/parallel/fully_sharded_state.hpp"
@@ -28,11 +29,16 @@ namespace optim = torch::optim;
 using namespace fsdp_snapshot_model;  // NOLINT(google-build-using-namespace)
 
 // The saving job's units are the Sequential's entries; the resuming job's
-// one unit, the whole model: the snapshot is keyed by parameter names.
-FullyShardedDataParallelOptions units_for(const std::string& phase) {
-  return phase.rfind("save", 0) == 0 ? FullyShardedDataParallelOptions()
-                                     : FullyShardedDataParallelOptions().wrap_policy(
-                                           wrap_by_parameter_count(int64_t{1} << 40));
+// one unit, the whole model: the snapshot is keyed by parameter names. The
+// "-hybrid" phases shard within each node and replicate across them
+// (Note [Replicated shards] in ddp/parallel/sharded_state.hpp).
+FullyShardedDataParallelOptions units_for(const std::string& phase,
+                                          const std::shared_ptr<ProcessGroup>& group) {
+  auto options = phase.rfind("save", 0) == 0 ? FullyShardedDataParallelOptions()
+                                             : FullyShardedDataParallelOptions().wrap_policy(
+                                                   wrap_by_parameter_count(int64_t{1} << 40));
+  if (is_hybrid(phase)) options.device_mesh(DeviceMesh::by_node(group));
+  return options;
 }
 
 // An FSDP job's objects, as a training program holds them, with snapshots
@@ -41,7 +47,7 @@ struct ShardedRun {
   ShardedRun(uint64_t seed, const std::shared_ptr<ProcessGroup>& group,
              const std::string& directory, const std::string& phase)
       : net(make_net(seed)),
-        model(net, units_for(phase), group),
+        model(net, units_for(phase, group), group),
         optimizer(decay_groups(model->named_parameters()), adamw_options()),
         sharded(model, optimizer),
         snapshots(snapshot::SnapshotOptions(directory).keep_last(1), group) {
@@ -58,8 +64,8 @@ struct ShardedRun {
 
 class FsdpSnapshotChecker {
  public:
-  FsdpSnapshotChecker(std::shared_ptr<ProcessGroup> group, std::string directory)
-      : group_(std::move(group)), directory_(std::move(directory)) {}
+  FsdpSnapshotChecker(std::shared_ptr<ProcessGroup> group, std::string directory, std::string phase)
+      : group_(std::move(group)), directory_(std::move(directory)), phase_(std::move(phase)) {}
 
   // Steps [first, last) on this rank's rows of each batch.
   void train(FullyShardedDataParallel& model, optim::Optimizer& optimizer, int first, int last,
@@ -77,7 +83,7 @@ class FsdpSnapshotChecker {
   // Saves after steps 3 and 4; with `in_background`, by save_async(), each
   // written while the next step (or the gather below) runs.
   void save(bool in_background) {
-    ShardedRun run(kSavedSeed, group_, directory_, "save");
+    ShardedRun run(kSavedSeed, group_, directory_, phase_);
     train(run.model, run.optimizer, 0, kFsdpSavedSteps, [&](int step) {
       if (step + 1 < kFsdpSavedSteps - 1) return;
       run.state.step_in_epoch = step + 1;
@@ -96,7 +102,7 @@ class FsdpSnapshotChecker {
   }
 
   void resume() {
-    ShardedRun run(77, group_, directory_, "resume");  // resuming must overwrite everything
+    ShardedRun run(77, group_, directory_, phase_);  // resuming must overwrite everything
     auto& [net, model, optimizer, sharded, snapshots, state] = run;
     const bool resumed = snapshots.resume(state);
     checks_.check(
@@ -125,7 +131,7 @@ class FsdpSnapshotChecker {
     }
     checks_.close_all(fsdp_snapshot_check::kMatchesOneProcess, resumed_parameters,
                       reference->parameters(), 1e-5);
-    if (group_->size() == 2) continues_exactly(resumed_parameters);
+    if (continues_saved_job(phase_, group_->size())) continues_exactly(resumed_parameters);
     plain_optimizer_refused(model);
     other_optimizer_refused(model);
     other_shape_refused();
@@ -141,9 +147,13 @@ class FsdpSnapshotChecker {
       names.push_back(entry.path().filename().string());
     }
     std::sort(names.begin(), names.end());
-    const std::vector<std::string> expected = {
-        "full-parameters.pt", "snapshot-000000000002.ddpsnap",
-        "snapshot-000000000002.shard-0-of-2.ddpsnap", "snapshot-000000000002.shard-1-of-2.ddpsnap"};
+    const int world = group_->size();
+    std::vector<std::string> expected = {"full-parameters.pt", "snapshot-000000000002.ddpsnap"};
+    for (int r = 0; r < world; ++r) {
+      expected.push_back("snapshot-000000000002.shard-" + std::to_string(r) + "-of-" +
+                         std::to_string(world) + ".ddpsnap");
+    }
+    std::sort(expected.begin(), expected.end());
     std::string listed;
     for (const auto& name : names) listed += name + " ";
     const auto main = snapshot::read_snapshot_file(
@@ -155,10 +165,37 @@ class FsdpSnapshotChecker {
     checks_.check(fsdp_snapshot_check::kFilesWritten,
                   names == expected && model_records == "model/buffer/1.calls ",
                   "found " + listed + "; model records: " + model_records);
+    if (is_hybrid(phase_)) first_row_writes();
+  }
+
+  // Note [Replicated shards]: the first row's shards hold every element of
+  // the parameters and of the optimizer state once; the second row's, none.
+  void first_row_writes() {
+    const int world = group_->size(), row = world / 2;
+    std::vector<int64_t> elements(world, 0);
+    for (int r = 0; r < world; ++r) {
+      const auto shard = snapshot::read_snapshot_file(
+          (fs::path(directory_) / ("snapshot-000000000002.shard-" + std::to_string(r) + "-of-" +
+                                   std::to_string(world) + ".ddpsnap"))
+              .string());
+      for (const auto& [name, tensor] : shard.tensors) {
+        if (name.rfind("value/", 0) == 0) elements[r] += tensor.numel();
+      }
+    }
+    int64_t parameters = 0;
+    for (const auto& p : make_net(kSavedSeed)->parameters()) parameters += p.numel();
+    int64_t first = 0, second = 0;
+    for (int r = 0; r < world; ++r) (r < row ? first : second) += elements[r];
+    checks_.check(fsdp_snapshot_check::kFirstRowWrites, first == parameters && second == 0,
+                  "parameter elements in the first row's shards " + std::to_string(first) +
+                      ", the second's " + std::to_string(second) + ", the model's " +
+                      std::to_string(parameters));
   }
 
   void continues_exactly(const std::vector<torch::Tensor>& resumed_parameters) {
-    FullyShardedDataParallel model(make_net(kSavedSeed), group_);
+    FullyShardedDataParallel model(make_net(kSavedSeed),
+                                   units_for(is_hybrid(phase_) ? "save-hybrid" : "save", group_),
+                                   group_);
     optim::AdamW optimizer(decay_groups(model->named_parameters()), adamw_options());
     train(model, optimizer, 0, kFsdpSteps, [](int) {});
     const auto uninterrupted = values_of(model->full_parameters());
@@ -258,6 +295,7 @@ class FsdpSnapshotChecker {
 
   std::shared_ptr<ProcessGroup> group_;
   std::string directory_;
+  std::string phase_;
   NamedChecks checks_;
 };
 
@@ -265,8 +303,8 @@ class FsdpSnapshotChecker {
 
 int check_fsdp_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
                         const std::string& directory) {
-  FsdpSnapshotChecker checker(group, directory);
-  if (phase == "save" || phase == "save-async") {
+  FsdpSnapshotChecker checker(group, directory, phase);
+  if (phase.rfind("save", 0) == 0) {
     checker.save(phase == "save-async");
   } else {
     checker.resume();

@@ -7,7 +7,10 @@
 // parameters and of the optimizer state; keep_last 1); phase "resume" (on
 // 1, 2 or 3 ranks) resumes into the model wrapped as one unit, by
 // parameter name, re-sharding where the world size differs, and trains 4
-// more steps. Each check is reported by name, each name written once,
+// more steps. The "-hybrid" phases (save on 2 nodes of 2 ranks, resume on
+// 2 nodes of 1 or 2) shard within each node and replicate across them;
+// "resume-from-hybrid" resumes their snapshot without a mesh, on 1 or 3
+// ranks. Each check is reported by name, each name written once,
 // below; the parent test expects fsdp_snapshot_check_names(phase, rank,
 // world).
 
@@ -19,7 +22,22 @@
 
 namespace ddp::testing {
 
-/// Runs `phase` ("save" or "resume") with snapshots under `directory`;
+/// Whether `phase` shards on a DeviceMesh of a row per node.
+inline bool is_hybrid(const std::string& phase) {
+  const std::string suffix = "-hybrid";
+  return phase.size() > suffix.size() &&
+         phase.compare(phase.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Whether a resume in `phase` on `world` ranks runs as the saving job did
+/// (2 ranks, or 2 nodes of 2 for the hybrid phases): then it continues it
+/// bit for bit.
+inline bool continues_saved_job(const std::string& phase, int world) {
+  return (phase == "resume" && world == 2) || (phase == "resume-hybrid" && world == 4);
+}
+
+/// Runs `phase` ("save", "save-async", "save-hybrid", "resume",
+/// "resume-hybrid", "resume-from-hybrid") with snapshots under `directory`;
 /// prints each check by name and returns how many failed.
 int check_fsdp_snapshot(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
                         const std::string& directory);
@@ -30,6 +48,9 @@ namespace fsdp_snapshot_check {
 inline const std::string kFilesWritten =
     "the directory holds the newest main file and one shard per rank, and no model parameter in "
     "the main file";
+/// On rank 0 when saving on a mesh.
+inline const std::string kFirstRowWrites =
+    "the first row's shards hold every parameter element once, the second row's none";
 /// When resuming.
 inline const std::string kResumed = "resume finds the snapshot of step 4";
 inline const std::string kSameValues =
@@ -48,22 +69,25 @@ inline const std::string kOtherOptimizerRefused =
 inline const std::string kOtherShapeRefused =
     "a model whose parameter has another shape is refused: SnapshotError naming it and both "
     "shapes";
-/// When resuming at the saving world size (2).
+/// When resuming as the saving job ran (continues_saved_job()).
 inline const std::string kContinuesExactly =
-    "at the same world size, 4 more steps (one unit) equal 8 uninterrupted steps (a unit per "
-    "entry) bit for bit";
+    "at the same world size and mesh, 4 more steps (one unit) equal 8 uninterrupted steps (a "
+    "unit per entry) bit for bit";
 }  // namespace fsdp_snapshot_check
 
 /// The names check_fsdp_snapshot() reports on `rank` of `world` in `phase`.
 inline std::set<std::string> fsdp_snapshot_check_names(const std::string& phase, int rank,
                                                        int world) {
   using namespace fsdp_snapshot_check;  // NOLINT(google-build-using-namespace)
-  if (phase == "save" || phase == "save-async")
-    return rank == 0 ? std::set<std::string>{kFilesWritten} : std::set<std::string>{};
+  if (phase.rfind("save", 0) == 0) {
+    if (rank != 0) return {};
+    if (is_hybrid(phase)) return {kFilesWritten, kFirstRowWrites};
+    return {kFilesWritten};
+  }
   std::set<std::string> names{kResumed,           kSameValues,   kBuffer,
                               kMatchesOneProcess, kPlainRefused, kOtherOptimizerRefused,
                               kOtherShapeRefused, kConsolidated};
-  if (world == 2) names.insert(kContinuesExactly);
+  if (continues_saved_job(phase, world)) names.insert(kContinuesExactly);
   return names;
 }
 

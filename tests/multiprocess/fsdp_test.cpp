@@ -190,9 +190,12 @@ INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpGenerated,
 
 // One phase of the fsdp-snapshot scenario (fsdp_snapshot_checks.cpp) on
 // `world` ranks, its checks expected on each.
-void run_fsdp_snapshot(int world, const std::string& phase, const std::string& directory) {
-  auto results = run_ranks(world, {"fsdp-snapshot", "--phase", phase, "--directory", directory,
-                                   "--backend", "gloo", "--collective-timeout-ms", "60000"});
+void run_fsdp_snapshot(int world, const std::string& phase, const std::string& directory,
+                       const EnvironmentFor& environment_for = torchrun_environment) {
+  auto results = run_ranks(world,
+                           {"fsdp-snapshot", "--phase", phase, "--directory", directory,
+                            "--backend", "gloo", "--collective-timeout-ms", "60000"},
+                           environment_for);
   for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
   expect_checks_per_rank(results,
                          [&](int rank) { return fsdp_snapshot_check_names(phase, rank, world); });
@@ -211,6 +214,20 @@ TEST(FsdpSnapshot, ResumesExactlyAndAtAnotherWorldSize) {
   run(2, "resume");
   run(1, "resume");
   run(3, "resume");
+}
+
+// Saved by a model sharded within each of 2 nodes of 2 ranks and
+// replicated across them, whose first row alone writes the pieces (Note
+// [Replicated shards] in ddp/parallel/sharded_state.hpp); resumed on 2
+// nodes of 2 (bit for bit) and of 1, and without a mesh on 3 and 1 ranks.
+TEST(FsdpSnapshot, HybridIsWrittenByItsFirstRowAndResumesAtAnotherShape) {
+  const TemporaryDirectory snapshots("ddp-fsdp-snapshot-hybrid-");
+  const std::string directory = snapshots.string();
+  run_fsdp_snapshot(4, "save-hybrid", directory, on_nodes(2));
+  run_fsdp_snapshot(4, "resume-hybrid", directory, on_nodes(2));
+  run_fsdp_snapshot(2, "resume-hybrid", directory, on_nodes(2));
+  run_fsdp_snapshot(3, "resume-from-hybrid", directory);
+  run_fsdp_snapshot(1, "resume-from-hybrid", directory);
 }
 
 // The same, saved by save_async() while training goes on: each rank's

@@ -17,6 +17,9 @@
 //                --stall-ms, 60000), so no collective can have completed
 //                by its arrival
 //   exit-early   rank 0 all-reduces; the others join, then exit at once
+//   leave-subgroup  rank 0 all-reduces on a shared-memory subgroup (a
+//                DeviceMesh row) that the others destroy, their processes
+//                alive until rank 0's ends
 //   ddp          DistributedDataParallel against single-process training
 //   fsdp-hybrid  FullyShardedDataParallel on a DeviceMesh of a row per node
 //   ddp-mismatch wraps a model that differs on the last rank (must fail)
@@ -28,8 +31,8 @@
 //   powersgd     the PowerSGD comm hook (2 ranks)
 //   zero         ZeroRedundancyOptimizer against plain DDP
 //   zero-snapshot  ZeroRedundancyOptimizer snapshots (--phase save|resume --directory D)
-//   fsdp-snapshot  FullyShardedDataParallel snapshots (--phase save|save-async|resume
-//                  --directory D)
+//   fsdp-snapshot  FullyShardedDataParallel snapshots (--phase save|save-async|resume,
+//                  their -hybrid forms, resume-from-hybrid; --directory D)
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
 //                and checks it against the Gloo one (tests/comm/shm/)
 //   stress       overlapping randomly sized collectives, each checked
@@ -51,6 +54,7 @@
 #include "comm/shm/shm_checks.hpp"
 #include "common/worker_main.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/launch/child_process.hpp"
@@ -154,6 +158,24 @@ int run_exit_early(ddp::ProcessGroup& group) {
   std::_Exit(0);  // Leave abruptly, as a crashed peer would.
 }
 
+// A subgroup's peer that leaves it, alive (an elastic job's survivor that
+// moves to the next generation): rank 0's collective on it fails at once.
+int run_leave_subgroup(const std::shared_ptr<ddp::ProcessGroup>& world) {
+  at::Tensor pids = at::empty({world->size()}, at::kLong);
+  world->all_gather(pids, at::full({1}, static_cast<int64_t>(getpid()), at::kLong));
+  auto mesh = std::make_shared<ddp::DeviceMesh>(world, 1, world->size());
+  if (world->rank() == 0) return timed_all_reduce(*mesh->shard_group());
+  mesh.reset();  // its row's communicator with it
+  std::cout << "rank " << world->rank() << ": left the subgroup\n";
+  std::cout.flush();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (kill(static_cast<pid_t>(pids[0].item<int64_t>()), 0) == 0 &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
 // Note [A stall that outlasts its peers]
 // The stalled rank waits for its peers' processes to end instead of
 // sleeping a fixed time: a peer that fails its collective has then provably
@@ -226,6 +248,7 @@ int main(int argc, char** argv) {
        {"stall",
         on_group([](const Group& g, const Arguments& args) { return run_stall(*g, args); })},
        {"exit-early", on_group([](const Group& g, auto&) { return run_exit_early(*g); })},
+       {"leave-subgroup", on_group([](const Group& g, auto&) { return run_leave_subgroup(g); })},
        {"ddp",
         checking([](const Group& g, auto&) { return t::check_distributed_data_parallel(g); })},
        {"ddp-any-module", checking([](const Group& g, auto&) { return t::check_any_module(g); })},

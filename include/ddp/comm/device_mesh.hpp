@@ -28,9 +28,11 @@ namespace ddp::comm {
 /// PyTorch's init_device_mesh((replicate, shard)) lays it out (row-major).
 /// Each row and each column is a process group of its own, made through the
 /// world's rendezvous store under a prefix numbered by the meshes this
-/// process made before (every rank makes the same meshes in the same
-/// order): a row whose ranks share one node (Note [What counts as one
-/// node]) runs on shared memory, any other group on Gloo. Its ranks are
+/// rank made before through that store (a count kept in the store, not in
+/// the process: every rank makes the same meshes in the same order, and a
+/// replacement that joins a new generation of an elastic job counts from
+/// where its peers do): a row whose ranks share one node (Note [What
+/// counts as one node]) runs on shared memory, any other group on Gloo. Its ranks are
 /// numbered in world order; its collective timeout is the world's.
 class DeviceMesh {
  public:

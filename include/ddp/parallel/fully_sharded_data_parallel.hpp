@@ -123,6 +123,18 @@ struct FullyShardedDataParallelOptions {
   /// src/parallel/fully_sharded/sharded_unit.hpp). The mesh's world must be
   /// the wrapper's process group. Null: shard across every rank.
   TORCH_ARG(std::shared_ptr<DeviceMesh>, device_mesh) = nullptr;
+  /// hpZ (ZeRO++'s hierarchical partitioning; FSDP2's reshard_after_forward
+  /// given a size): after a training forward each unit keeps its full
+  /// parameters sharded across this rank's row of the mesh (a node, with
+  /// DeviceMesh::by_node), so that the backward's all-gathers stay within
+  /// the row; the model itself stays sharded across the whole world. Costs
+  /// 1/row of each unit's full parameters from its forward to its backward
+  /// (Note [Resharding to the node] in
+  /// src/parallel/fully_sharded/sharded_unit.hpp). The mesh's world must be
+  /// the wrapper's process group; it needs reshard_after_forward, and
+  /// neither device_mesh (whose gathers stay in the row already) nor
+  /// find_unused_units (which keeps units gathered). Null: none.
+  TORCH_ARG(std::shared_ptr<DeviceMesh>, reshard_after_forward_mesh) = nullptr;
 };
 
 /// Wraps a module for fully sharded data-parallel training: construction

@@ -19,7 +19,9 @@
 /// Each rank saves its piece of every parameter (its elements and the
 /// optimizer's state for them), keyed by the parameter's name and shape; a
 /// job resumes at any world size, with another wrap policy too
-/// (Note [A shard's pieces] in ddp/parallel/sharded_state.hpp).
+/// (Note [A shard's pieces] in ddp/parallel/sharded_state.hpp). A hybrid
+/// model's (a device_mesh) is saved by its first row and resumes at any
+/// shape, hybrid or not (Note [Replicated shards]).
 
 #include <memory>
 #include <string>
@@ -39,7 +41,11 @@ class FullyShardedState final : public ShardedState {
   /// \throws ConfigError naming a parameter missing, held twice, or foreign.
   FullyShardedState(const FullyShardedDataParallel& model, torch::optim::Optimizer& optimizer);
 
+  /// The world the model was made over.
   ProcessGroup& group() const override;
+  /// The ranks of a row of the model's device_mesh (Note [Replicated
+  /// shards]); the world's size without one.
+  int shard_size() const override;
   /// Each of the model's parameters' elements, in parameters() order.
   std::vector<int64_t> numels() const override { return numels_; }
   std::vector<std::string> names() const override { return names_; }

@@ -16,6 +16,18 @@
 /// rank whose shard is all padding owns a piece of length 0). Snapshots
 /// save each piece's elements and nothing of the padding, so a job resumes
 /// at any world size by cutting its new pieces out of the saved ones.
+///
+/// Note [Replicated shards]
+/// A hybrid-sharded state (FullyShardedDataParallelOptions::device_mesh)
+/// is sharded over rows of shard_size() consecutive ranks of group(), each
+/// row holding every piece once: rank r holds the pieces of rank
+/// r mod shard_size(). Snapshot files and distributed checkpoints are
+/// written by the first row alone (the other rows would write the same
+/// elements again), so they resume at any shape, hybrid or not. A commit
+/// in memory (elastic::State) keeps every rank's pieces, so that a lost
+/// rank's shard survives on its buddy as without rows; cutting a new
+/// partition out of it takes each piece from the first row whose shards
+/// cover it and are at hand.
 
 #include <ATen/core/Tensor.h>
 #include <torch/optim/optimizer.h>
@@ -42,6 +54,13 @@ class ShardedState {
 
   /// The group the state is sharded over.
   virtual ProcessGroup& group() const = 0;
+  /// The ranks of group() one copy of the state is sharded over: fewer
+  /// than group().size() where rows of them replicate it (Note [Replicated
+  /// shards]).
+  virtual int shard_size() const;
+  /// Whether this rank is in the first row: the one that writes the pieces
+  /// to files.
+  bool in_first_row() const;
   /// Elements of every flattened parameter the pieces refer to.
   virtual std::vector<int64_t> numels() const = 0;
   /// Their names and shapes, where known (empty otherwise): a snapshot

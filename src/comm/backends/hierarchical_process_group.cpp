@@ -12,8 +12,13 @@
 //  - all-gather: each node gathers into a block padded to the largest node,
 //    the leaders gather the blocks, each leader reorders them by job rank
 //    and broadcasts the result to its node;
-//  - reduce-scatter: a hierarchical all-reduce of a copy, keeping this
-//    rank's chunk (correct for every op; ddp itself never issues one here);
+//  - reduce-scatter: where every node holds as many consecutive ranks (the
+//    launchers' block layout), the node reduces in shared memory, the
+//    leaders reduce-scatter the node results over Gloo so that each gets
+//    its node's block of chunks, and each leader broadcasts its block to its
+//    node: (N - 1) / N of the buffer leaves a node, half an all-reduce's.
+//    Otherwise a hierarchical all-reduce of a copy, keeping this rank's
+//    chunk;
 //  - barrier: node, leaders, node.
 // Inter-node traffic is one message per node instead of one per rank, which
 // is what makes this worth it when nodes hold several ranks.
@@ -111,8 +116,25 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
     auto what = info("reduce_scatter", output, op);
     return submit(what, [this, output, input, op, describe = describing(what)] {
       at::Tensor everything = input.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true);
-      all_reduce_host(everything, op, describe);
-      output.view({-1}).copy_(everything.view({size(), -1})[rank()]);
+      if (!nodes_are_blocks()) {
+        all_reduce_host(everything, op, describe);
+        output.view({-1}).copy_(everything.view({size(), -1})[rank()]);
+        return;
+      }
+      const ReduceOp sum = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+      node_->all_reduce(everything.data_ptr(), everything.numel(),
+                        shm::element_type_of(everything.scalar_type()), shm::combine_of(sum),
+                        /*average=*/false, describe);
+      const auto node_count = static_cast<int64_t>(nodes_.size());
+      at::Tensor block = at::empty({everything.numel() / node_count}, everything.options());
+      if (leaders_) {
+        between_nodes(describe, [&] { leaders_->reduce_scatter(block, everything, sum); });
+      }
+      node_->broadcast(block.data_ptr(), block.nbytes(), 0, describe);
+      const int local = rank() - nodes_[node_index_].front();
+      at::Tensor mine = block.view({static_cast<int64_t>(nodes_[node_index_].size()), -1})[local];
+      if (op == ReduceOp::kAverage) divide_by_world_size(mine, size());
+      output.view({-1}).copy_(mine);
     });
   }
 
@@ -126,6 +148,18 @@ class HierarchicalProcessGroup final : public SerialProcessGroup {
   }
 
  private:
+  // Whether node k holds ranks [k * S, (k + 1) * S) for one S.
+  bool nodes_are_blocks() const {
+    const size_t per_node = nodes_.front().size();
+    for (size_t k = 0; k < nodes_.size(); ++k) {
+      if (nodes_[k].size() != per_node || nodes_[k].front() != static_cast<int>(k * per_node) ||
+          nodes_[k].back() != static_cast<int>((k + 1) * per_node - 1)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // Runs the leaders' Gloo step of a collective. Its errors name the outer
   // collective (this rank of the whole job, Note [One timeout message]), not
   // the leaders' group, whose ranks are node indices.

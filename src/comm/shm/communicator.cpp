@@ -34,9 +34,9 @@ namespace {
 // the memory traffic of staging everything.
 
 constexpr uint64_t kMagic = 0x3147424d48535044ull;  // "DDPSHMB1"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 256;     // Header line, wake word.
-constexpr int64_t kShareAlignment = 64;  // Bytes; one cache line.
+constexpr uint32_t kVersion = 2;                    // 2: RankControl::left
+constexpr size_t kHeaderBytes = 256;                // Header line, wake word.
+constexpr int64_t kShareAlignment = 64;             // Bytes; one cache line.
 
 struct alignas(128) Header {
   uint64_t magic;
@@ -139,6 +139,10 @@ Communicator::Communicator(c10d::Store& store, CommunicatorOptions options)
     }
     segment_.unlink();
   }
+}
+
+Communicator::~Communicator() {
+  if (barrier_) barrier_->leave();
 }
 
 char* Communicator::slot(int rank, uint64_t round) const {

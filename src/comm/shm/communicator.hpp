@@ -43,6 +43,11 @@ class Communicator {
   /// \throws RendezvousError when a rank does not map it in time,
   ///   BackendUnavailableError when shared memory cannot be had.
   Communicator(c10d::Store& store, CommunicatorOptions options);
+  /// Leaves the group: a peer waiting for this rank in a collective it
+  /// never reaches fails at once (RankControl::left).
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   int rank() const noexcept { return options_.rank; }
   int size() const noexcept { return static_cast<int>(options_.global_ranks.size()); }

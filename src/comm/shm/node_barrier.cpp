@@ -104,6 +104,22 @@ int NodeBarrier::dead_rank(uint64_t target) const {
   return -1;
 }
 
+int NodeBarrier::left_rank(uint64_t target) const {
+  for (int r = 0; r < size_; ++r) {
+    if (ranks_[r].arrived.load(std::memory_order_acquire) < target &&
+        ranks_[r].left.load(std::memory_order_acquire) != 0) {
+      return r;
+    }
+  }
+  return -1;
+}
+
+void NodeBarrier::leave() {
+  ranks_[rank_].left.store(1, std::memory_order_seq_cst);
+  wake_->generation.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&wake_->generation);
+}
+
 void NodeBarrier::arrive_and_wait(std::chrono::steady_clock::time_point deadline,
                                   const std::function<std::string()>& describe,
                                   std::chrono::milliseconds timeout) {
@@ -134,6 +150,13 @@ void NodeBarrier::arrive_and_wait(std::chrono::steady_clock::time_point deadline
                std::max(std::chrono::milliseconds(1), std::min(left, kSleepSlice)));
     wake_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (everyone_reached(target)) return;
+    if (const int gone = left_rank(target); gone >= 0) {
+      throw CollectiveError(base::detail::str(
+          describe(), " failed: rank ", global_ranks_[gone], " (pid ", ranks_[gone].pid.load(),
+          ") left the group without reaching it (it closed its side after an error, or stopped "
+          "using the group). Check that rank's log for the cause; the job cannot continue "
+          "without it."));
+    }
     if (const int dead = dead_rank(target); dead >= 0) {
       throw CollectiveError(base::detail::str(
           describe(), " failed: rank ", global_ranks_[dead], " (pid ", ranks_[dead].pid.load(),

@@ -23,6 +23,12 @@ struct alignas(128) RankControl {
   /// What the rank's current and previous collectives are (kind, dtype, op,
   /// size, root), compared by every rank after the first barrier of each.
   std::atomic<uint64_t> stamps[2][4];
+  /// Set when the rank's communicator is destroyed (its process stops
+  /// using the group, after an error or at the end): it reaches no barrier
+  /// again, and a peer waiting for it fails at once instead of at its
+  /// deadline (a subgroup's peer that left for the next generation of an
+  /// elastic job, its process alive).
+  std::atomic<uint32_t> left;
 };
 
 /// The word sleeping ranks wait on (a futex), and how many sleep.
@@ -37,7 +43,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must b
 /// Waits until every rank of the node has reached the same barrier, spinning
 /// briefly and then sleeping on a futex. Fails with TimeoutError when the
 /// deadline passes and with CollectiveError as soon as a peer's process is
-/// gone, naming the ranks that did not arrive.
+/// gone or has left the group (RankControl::left), naming the ranks that did
+/// not arrive.
 class NodeBarrier {
  public:
   /// `global_ranks[i]` is the job rank of the node's i-th rank (for messages).
@@ -53,10 +60,14 @@ class NodeBarrier {
   /// Barriers passed so far (the same number on every rank).
   uint64_t count() const noexcept { return count_; }
 
+  /// Marks this rank as gone for good and wakes the peers waiting for it.
+  void leave();
+
  private:
   bool everyone_reached(uint64_t target) const;
   std::string missing_ranks(uint64_t target) const;
   int dead_rank(uint64_t target) const;
+  int left_rank(uint64_t target) const;
 
   RankControl* ranks_;
   WakeWord* wake_;

@@ -14,6 +14,7 @@
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/fully_sharded/built_shards.hpp"
+#include "parallel/fully_sharded/checked_options.hpp"
 #include "parallel/fully_sharded/unit_plan.hpp"
 #include "parallel/fully_sharded/unit_schedule.hpp"
 #include "parallel/rank_agreement.hpp"
@@ -110,24 +111,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
         kWho, ": the process group is null; pass the group returned by ddp::init()."));
   }
   if (!module_.ptr()) throw ConfigError(base::detail::str(kWho, ": the module is empty."));
-  if (options_.prefetch() < 0) {
-    throw ConfigError(base::detail::str(kWho, ": prefetch is ", options_.prefetch(),
-                                        "; it must be 0 (no prefetch) or more units."));
-  }
-  if (const auto& mesh = options_.device_mesh()) {
-    if (mesh->world() != group_) {
-      throw ConfigError(base::detail::str(
-          kWho, ": the device_mesh's world is another process group than the one passed (",
-          mesh->world()->size(), " and ", group_->size(),
-          " ranks); make the mesh from the group the model is wrapped with."));
-    }
-  }
-  if (options_.param_dtype() && !at::isFloatingType(*options_.param_dtype())) {
-    throw ConfigError(base::detail::str(
-        kWho, ": param_dtype is ", base::detail::dtype_name(*options_.param_dtype()),
-        "; mixed precision gathers the units in a floating-point dtype: use torch::kBFloat16 or "
-        "torch::kHalf, or leave it unset."));
-  }
+  detail::check_options(options_, group_);
   // Note [Sharded construction]: units built sharded are adopted.
   detail::BuiltShards* built = detail::built_shards();
   WrapPolicy policy = options_.wrap_policy();
@@ -147,12 +131,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   const std::vector<detail::BuiltUnit*> adopted =
       built ? detail::adopt_built(*built, plan, *group_)
             : std::vector<detail::BuiltUnit*>(plan.names.size(), nullptr);
-  std::vector<std::string> descriptions{base::detail::str(
-      "options: reshard_after_forward ", options_.reshard_after_forward(), ", prefetch ",
-      options_.prefetch(), ", overlap_reduction ", options_.overlap_reduction(),
-      ", find_unused_units ", options_.find_unused_units(), ", param_dtype ",
-      options_.param_dtype() ? base::detail::dtype_name(*options_.param_dtype()) : "none",
-      ", device_mesh ", options_.device_mesh() ? options_.device_mesh()->describe() : "none")};
+  std::vector<std::string> descriptions{detail::describe_options(options_)};
   for (size_t u = 0; u < plan.names.size(); ++u) {
     descriptions.push_back(plan.names[u] + ": " +
                            base::detail::str(plan.parameters[u].size(), " parameters"));
@@ -180,13 +159,16 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   gathered_ = std::make_shared<detail::GatheredBytes>();
   pool_ = std::make_shared<detail::BufferPool>(options_.cache_buffers());
   std::vector<std::unique_ptr<detail::ShardedUnit>> units;
-  ProcessGroup* replicas =
-      options_.device_mesh() ? options_.device_mesh()->replicate_group().get() : nullptr;
+  detail::UnitGroups groups;
+  groups.shard = &shard_group();
+  if (options_.device_mesh()) groups.replicas = options_.device_mesh()->replicate_group().get();
+  if (const auto& mesh = options_.reshard_after_forward_mesh())
+    groups.after_forward = mesh->shard_group().get();
   for (size_t u = 0; u < plan.names.size(); ++u) {
     units.push_back(std::make_unique<detail::ShardedUnit>(
-        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]),
-        shard_group(), replicas, *gathered_, *pool_, static_cast<int64_t>(u),
-        options_.param_dtype(), adopted[u] ? std::move(adopted[u]->shard) : at::Tensor()));
+        plan.names[u], std::move(plan.parameter_names[u]), std::move(plan.parameters[u]), groups,
+        *gathered_, *pool_, static_cast<int64_t>(u), options_.param_dtype(),
+        adopted[u] ? std::move(adopted[u]->shard) : at::Tensor()));
     units.back()->set_aliases(std::move(plan.aliases[u]));
   }
   register_pieces(*this, *module_.ptr(), units);

@@ -11,15 +11,6 @@ namespace ddp::parallel {
 FullyShardedState::FullyShardedState(const FullyShardedDataParallel& model,
                                      torch::optim::Optimizer& optimizer)
     : model_(model.ptr()), optimizer_(optimizer) {
-  if (const auto& mesh = model_->options().device_mesh()) {
-    // Each row holds the whole state: its pieces would be saved R times and
-    // a resume would find every element covered R times.
-    throw ConfigError(base::detail::str(
-        "FullyShardedState: the model is sharded on a device_mesh of ", mesh->describe(),
-        "; snapshots, distributed checkpoints and recovery of hybrid sharding are not supported "
-        "yet: save its full parameters with snapshot::save_consolidated(model, path), or train "
-        "without device_mesh"));
-  }
   // Note [A unit's pieces] in src/parallel/fully_sharded/sharded_unit.hpp.
   const auto of = model_->pieces_of();
   const auto named = model_->named_parameters();
@@ -62,5 +53,7 @@ FullyShardedState::FullyShardedState(const FullyShardedDataParallel& model,
 }
 
 ProcessGroup& FullyShardedState::group() const { return *model_->process_group(); }
+
+int FullyShardedState::shard_size() const { return model_->shard_group().size(); }
 
 }  // namespace ddp::parallel

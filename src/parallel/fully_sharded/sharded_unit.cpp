@@ -26,15 +26,15 @@ void empty_storage(const at::Tensor& tensor) {
 }  // namespace
 
 ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
-                         std::vector<at::Tensor> parameters, ProcessGroup& group,
-                         ProcessGroup* replicas, GatheredBytes& gathered, BufferPool& pool,
-                         int64_t index, std::optional<at::ScalarType> param_dtype,
-                         at::Tensor built_shard)
+                         std::vector<at::Tensor> parameters, const UnitGroups& groups,
+                         GatheredBytes& gathered, BufferPool& pool, int64_t index,
+                         std::optional<at::ScalarType> param_dtype, at::Tensor built_shard)
     : name_(std::move(name)),
       names_(std::move(names)),
       parameters_(std::move(parameters)),
-      group_(group),
-      replicas_(replicas),
+      group_(*groups.shard),
+      replicas_(groups.replicas),
+      after_forward_group_(groups.after_forward),
       gathered_(gathered),
       pool_(pool),
       index_(index) {
@@ -135,12 +135,20 @@ std::vector<at::Tensor> ShardedUnit::views_into(const at::Tensor& flat) const {
   return views;
 }
 
-void ShardedUnit::gather_async() {
+void ShardedUnit::gather_async(bool in_backward) {
   if (state_ != State::kSharded) return;
   // Note [A unit's storage]: the gather fills a buffer of its own, which
   // becomes the parameters' storage only once complete.
   staging_ = pool_.empty(padded_numel_, full_.options());
   gathered_.add(padded_numel_ * full_.element_size());
+  if (in_backward && kept_slice_.defined()) {  // Note [Resharding to the node]
+    gather_input_ = std::move(kept_slice_);
+    gathered_.add(-gather_input_.numel() * gather_input_.element_size());
+    comm::detail::CollectiveName collective("fsdp.gather", index_);
+    gather_ = after_forward_group_->all_gather_async(staging_, gather_input_);
+    state_ = State::kGathering;
+    return;
+  }
   gather_input_ = shard_.detach();
   if (gather_input_.scalar_type() != full_.scalar_type()) {
     gather_input_ = pool_.empty(shard_.numel(), full_.options()).copy_(shard_.detach());
@@ -150,8 +158,8 @@ void ShardedUnit::gather_async() {
   state_ = State::kGathering;
 }
 
-void ShardedUnit::wait_gathered() {
-  gather_async();
+void ShardedUnit::wait_gathered(bool in_backward) {
+  gather_async(in_backward);
   if (state_ != State::kGathering) return;
   gather_->wait();
   gather_.reset();
@@ -168,9 +176,20 @@ void ShardedUnit::wait_gathered() {
   state_ = State::kGathered;
 }
 
-void ShardedUnit::reshard() {
+void ShardedUnit::reshard(bool after_forward) {
   if (state_ == State::kGathering) wait_gathered();
+  if (kept_slice_.defined() && (!after_forward || state_ == State::kGathered)) {
+    gathered_.add(-kept_slice_.numel() * kept_slice_.element_size());
+    kept_slice_ = at::Tensor();
+  }
   if (state_ == State::kSharded) return;
+  if (after_forward && after_forward_group_ != nullptr) {  // Note [Resharding to the node]
+    const int64_t slice = padded_numel_ / after_forward_group_->size();
+    torch::NoGradGuard no_grad;
+    kept_slice_ = pool_.empty(slice, full_.options())
+                      .copy_(full_.narrow(0, after_forward_group_->rank() * slice, slice));
+    gathered_.add(slice * full_.element_size());
+  }
   gathered_.add(-static_cast<int64_t>(full_.storage().nbytes()));
   empty_storage(full_);
   if (!placeholders_.empty()) {

@@ -73,6 +73,32 @@ namespace ddp::parallel::detail {
 // between rows. The all-reduce is issued when the reduce-scatter is
 // waited for (finish_reduction()), and waited for at once: it does not
 // yet run beside compute.
+
+// Note [Resharding to the node]
+// hpZ (ZeRO++'s hierarchical partitioning; FSDP2's reshard_after_forward
+// given a group size): a unit sharded across the world, resharded after
+// a training forward, keeps this rank's 1/k of its full parameters (k the
+// ranks of its row of FullyShardedDataParallelOptions::
+// reshard_after_forward_mesh, a node), in the gathered dtype: row rank j
+// keeps elements [j * P / k, (j + 1) * P / k) of the padded P. The
+// backward's all-gather then runs within the row, from those slices,
+// instead of across the world from the shards; the slice is freed once
+// gathered. Only the backward gathers from it: any other gather (a
+// forward, a checkpointed unit's recompute) goes to the shards, which
+// are what the optimizer steps. The slices count in the gathered bytes
+// from the forward to the backward.
+/// The process groups a unit works over (Note [Hybrid sharding], Note
+/// [Resharding to the node]).
+struct UnitGroups {
+  /// The ranks the unit is sharded across.
+  ProcessGroup* shard = nullptr;
+  /// The ranks that hold the same shard (hybrid sharding), or null.
+  ProcessGroup* replicas = nullptr;
+  /// The ranks the unit keeps its full parameters sharded across from a
+  /// training forward to its backward (hpZ), or null.
+  ProcessGroup* after_forward = nullptr;
+};
+
 /// Bytes of full parameters and gradients the units hold at once: now, and
 /// the most since reset (FullyShardedDataParallel::memory()).
 struct GatheredBytes {
@@ -92,12 +118,10 @@ class ShardedUnit {
   /// "fsdp.gather <index>", "fsdp.reduce <index>" (the timeline's events).
   /// `built_shard`, when defined, is this rank's shard already (Note
   /// [Sharded construction]): `parameters` then hold no values. Its
-  /// buffers for gathers and gradients come from `pool`. `group` is the
-  /// ranks the unit is sharded across; `replicas`, when not null, the ranks
-  /// that hold the same shard (Note [Hybrid sharding]).
+  /// buffers for gathers and gradients come from `pool`; its collectives
+  /// run over `groups`.
   ShardedUnit(std::string name, std::vector<std::string> names, std::vector<at::Tensor> parameters,
-              ProcessGroup& group, ProcessGroup* replicas, GatheredBytes& gathered,
-              BufferPool& pool, int64_t index,
+              const UnitGroups& groups, GatheredBytes& gathered, BufferPool& pool, int64_t index,
               std::optional<at::ScalarType> param_dtype = std::nullopt,
               at::Tensor built_shard = {});
   ~ShardedUnit();
@@ -123,17 +147,21 @@ class ShardedUnit {
   bool trainable() const { return trainable_; }
 
   /// Starts the all-gather of the full parameters, unless they are gathered
-  /// or on their way.
-  void gather_async();
+  /// or on their way; `in_backward`: from the slice kept after the forward
+  /// where there is one (Note [Resharding to the node]).
+  void gather_async(bool in_backward = false);
   /// Waits for the parameters (starting the gather if needed).
-  void wait_gathered();
+  void wait_gathered(bool in_backward = false);
   bool gathered() const { return state_ != State::kSharded; }
   /// Whether the parameters' storage holds the gathered values (not while
   /// the gather is on its way).
   bool holds_data() const { return state_ == State::kGathered; }
   /// Empties the full parameters' storage and gives each parameter its
   /// placeholder (a no-op when sharded; Note [Parameters between steps]).
-  void reshard();
+  /// `after_forward`: a training forward's, which keeps a slice for the
+  /// backward where the unit has a group for it (hpZ); otherwise a slice
+  /// kept is freed.
+  void reshard(bool after_forward = false);
 
   /// Before the unit's backward: the full gradient buffer (zeroed, or kept
   /// from backward passes under no_sync()), and each trainable parameter's
@@ -210,6 +238,7 @@ class ShardedUnit {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   ProcessGroup& group_;
   ProcessGroup* replicas_;
+  ProcessGroup* after_forward_group_;
   GatheredBytes& gathered_;
   BufferPool& pool_;
   int64_t index_ = 0;
@@ -231,6 +260,7 @@ class ShardedUnit {
   std::vector<at::Tensor> buffer_values_;  // while cast: each buffer's value in its dtype
   at::Tensor staging_;       // what the all-gather fills, the parameters' storage once done
   at::Tensor gather_input_;  // the shard in the gathered dtype, until the gather ends
+  at::Tensor kept_slice_;    // Note [Resharding to the node]: from a forward to its backward
   at::Tensor reduce_input_;  // the full gradient in the shard's dtype, until the reduction ends
   State state_ = State::kSharded;
   std::optional<Work> gather_;

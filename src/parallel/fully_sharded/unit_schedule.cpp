@@ -152,7 +152,7 @@ void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
                                       order_.position_of(unit) == order_.size() - 1;
     if (options_.reshard_after_forward() && !options_.find_unused_units() &&
         !backward_starts_here) {
-      units_[unit]->reshard();
+      units_[unit]->reshard(/*after_forward=*/training_);
     }
   } else if (!outputs.empty() || !torch::GradMode::is_enabled()) {
     // No backward runs through this unit, unless a checkpoint recomputes
@@ -257,11 +257,11 @@ void UnitSchedule::enter_backward(int unit, bool prepare_gradients) {
       if (auto self = weak.lock()) self->end_backward();
     });
   }
-  units_[unit]->wait_gathered();
+  units_[unit]->wait_gathered(/*in_backward=*/true);
   if (!options_.find_unused_units() && order_.recorded()) {  // else all are gathered
     const int at = order_.position_of(unit);
     for (int p = at - 1; p >= std::max(0, at - options_.prefetch()); --p) {
-      units_[order_.at(p)]->gather_async();
+      units_[order_.at(p)]->gather_async(/*in_backward=*/true);
     }
   }
   // The reduction in flight and the gradient buffer wait for the unit's

@@ -147,6 +147,26 @@ TEST(ShmErrors, DeadPeerFailsQuicklyNamingIt) {
   EXPECT_LT(failed_after_ms(results[0]), 20000) << describe(results);
 }
 
+// A peer that destroys its side of a group and lives on (an elastic job's
+// survivor that moves to the next generation while a subgroup's peer still
+// waits in a collective): the waiter fails at once, naming it, instead of
+// at its deadline (RankControl::left in src/comm/shm/node_barrier.hpp).
+TEST(ShmErrors, PeerThatLeavesTheGroupAliveFailsItsWaiterQuickly) {
+  auto results =
+      run_ranks(2, {"leave-subgroup", "--backend", "shm", "--collective-timeout-ms", "20000"},
+                torchrun_environment, std::chrono::seconds(40));
+  EXPECT_EQ(results[1].exit_code, 0) << describe(results);
+  EXPECT_EQ(results[0].exit_code, kCollective) << describe(results);
+  EXPECT_NE(results[0].output.find(
+                "shm all_reduce(sum) of 1024 float32 elements on rank 0 of 2 failed: "
+                "rank 1 (pid " +
+                std::to_string(results[1].pid) + ") left the group without reaching it"),
+            std::string::npos)
+      << describe(results);
+  EXPECT_GE(failed_after_ms(results[0]), 0) << describe(results);
+  EXPECT_LT(failed_after_ms(results[0]), 20000) << describe(results);
+}
+
 TEST(ShmSegments, NoSegmentOutlivesItsJobEvenAfterACrash) {
   // Only this test's processes count: under ctest -j other tests create
   // segments of their own (and a deliberately stale one) meanwhile. A
