@@ -102,6 +102,6 @@ for rate in $rates; do
   cluster_down
 done
 
-echo "machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); ddp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'); one-way delay $delay_ms ms; medians of $steps steps, $rounds round(s)"
+echo "machine: $(nproc --all) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); ddp $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'); one-way delay $delay_ms ms; medians of $steps steps, $rounds round(s)"
 python3 "$root/benchmarks/fsdp_cluster_model.py" "$out"
 rm -rf "$logs"
