@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -91,31 +92,25 @@ json write_shard(const std::string& directory, const std::string& main_name,
 }
 
 // The saved pieces to cut the run [begin, begin + length) out of (Note
-// [Replicated shards]): those of the first row of `row_ranks` ranks whose
-// pieces cover it and whose shards are at hand; every overlapping one when
-// no row does (the caller then names what is missing).
+// [Replicated shards]): of the copies of a piece, which the ranks at the
+// same place of each row of `row_ranks` ranks hold, the first one at hand
+// (the first row's when none is: the caller then names it). Without rows
+// every overlapping piece is its only copy.
 std::vector<SavedPiece> sources_of(const std::vector<SavedPiece>& saved, int64_t begin,
-                                   int64_t length, int row_ranks, int old_world,
-                                   const ShardLookup& lookup) {
-  std::vector<SavedPiece> overlapping;
-  for (const SavedPiece& old : saved) {
-    if (std::max(begin, old.begin) < std::min(begin + length, old.begin + old.length))
-      overlapping.push_back(old);
-  }
-  if (row_ranks >= old_world) return overlapping;
-  for (int row = 0; row < old_world / row_ranks; ++row) {
-    std::vector<SavedPiece> in_row;
-    int64_t covered = 0;
-    bool at_hand = true;
-    for (const SavedPiece& old : overlapping) {
-      if (old.rank / row_ranks != row) continue;
-      in_row.push_back(old);
-      covered += std::min(begin + length, old.begin + old.length) - std::max(begin, old.begin);
-      at_hand = at_hand && lookup(old.rank) != nullptr;
+                                   int64_t length, int row_ranks, const ShardLookup& lookup) {
+  std::vector<SavedPiece> chosen;
+  std::map<std::tuple<int, int64_t, int64_t>, size_t> copy_of;  // (column, begin, length)
+  for (const SavedPiece& old : saved) {  // in rank order: the first row first
+    if (std::max(begin, old.begin) >= std::min(begin + length, old.begin + old.length)) continue;
+    const auto [found, first] =
+        copy_of.try_emplace({old.rank % row_ranks, old.begin, old.length}, chosen.size());
+    if (first) {
+      chosen.push_back(old);
+    } else if (lookup(chosen[found->second].rank) == nullptr && lookup(old.rank) != nullptr) {
+      chosen[found->second] = old;
     }
-    if (covered == length && at_hand) return in_row;
   }
-  return overlapping;
+  return chosen;
 }
 
 }  // namespace
@@ -324,7 +319,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
       bool without_state = false;
       int64_t covered = 0;
       for (const SavedPiece& old : sources_of(saved[saved_index.at(piece.parameter)], piece.begin,
-                                              piece.length, row_ranks, old_world, lookup)) {
+                                              piece.length, row_ranks, lookup)) {
         const int64_t lo = std::max(piece.begin, old.begin);
         const int64_t hi = std::min(piece.begin + piece.length, old.begin + old.length);
         if (lo >= hi) continue;

@@ -26,8 +26,8 @@
 /// elements again), so they resume at any shape, hybrid or not. A commit
 /// in memory (elastic::State) keeps every rank's pieces, so that a lost
 /// rank's shard survives on its buddy as without rows; cutting a new
-/// partition out of it takes each piece from the first row whose shards
-/// cover it and are at hand.
+/// partition out of it takes each piece from the first of its copies (the
+/// ranks at its place in each row) whose shard is at hand.
 
 #include <ATen/core/Tensor.h>
 #include <torch/optim/optimizer.h>
