@@ -13,7 +13,7 @@
 #                forward (reshard_after_forward_mesh = DeviceMesh::by_node);
 # on fsdp_bench's MLP (MLP_WIDTH x MLP_LAYERS Linear layers) and on the
 # transformer of examples/common/gpt.hpp (TF_WIDTH, TF_LAYERS blocks; built
-# under ShardedConstruction where the way allows it). Each run reports the
+# under ShardedConstruction, hybrid's over the node's group). Each run reports the
 # median step time and the bytes node 0 sent over its link per step (its
 # interface's counter). Then benchmarks/fsdp_cluster_model.py prints the
 # table with the cost model's prediction beside each measured figure.

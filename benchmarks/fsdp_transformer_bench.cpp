@@ -4,9 +4,9 @@
 // bare model with ZeroRedundancyOptimizer stage 2, or
 // FullyShardedDataParallel built under ddp::ShardedConstruction, its blocks
 // the units, with or without activation checkpointing; sharded within each
-// node and replicated across nodes (fsdp-hybrid, built whole: a mesh's rows
-// are not ShardedConstruction's world), or across the world and resharded to
-// the node after forward (fsdp-hpz). Prints on rank 0 one
+// node and replicated across nodes (fsdp-hybrid, built under a
+// ShardedConstruction of the node's group), or across the world and
+// resharded to the node after forward (fsdp-hpz). Prints on rank 0 one
 // line of key=value pairs, each the largest over the ranks: the RSS after
 // ddp::init() (the process's fixed part), the peak RSS through construction
 // and wrapping, the peak RSS through the steps, the bytes held in
@@ -72,8 +72,9 @@ int main(int argc, char** argv) {
   auto group = ddp::init(ddp::InitOptions().backend(backend));
   const int64_t fixed_rss = status_bytes("VmRSS");
   config.checkpointed = way == "fsdp-checkpoint";
-  const bool sharded = way == "fsdp" || way == "fsdp-checkpoint" || way == "fsdp-hpz";
-  if (!sharded && way != "ddp" && way != "zero2" && way != "fsdp-hybrid") {
+  const bool sharded =
+      way == "fsdp" || way == "fsdp-checkpoint" || way == "fsdp-hpz" || way == "fsdp-hybrid";
+  if (!sharded && way != "ddp" && way != "zero2") {
     std::fprintf(stderr,
                  "fsdp_transformer_bench: --way %s is not one of ddp, zero2, fsdp, "
                  "fsdp-checkpoint, fsdp-hybrid, fsdp-hpz\n",
@@ -87,20 +88,21 @@ int main(int argc, char** argv) {
   std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
   ddp::examples::Gpt net{nullptr};
   if (sharded) {
-    ddp::ShardedConstruction construction(group);
+    auto options = ddp::FullyShardedDataParallelOptions();
+    std::shared_ptr<ddp::ProcessGroup> shard_over = group;
+    if (way == "fsdp-hpz") options.reshard_after_forward_mesh(ddp::DeviceMesh::by_node(group));
+    if (way == "fsdp-hybrid") {
+      options.device_mesh(ddp::DeviceMesh::by_node(group));
+      shard_over = options.device_mesh()->shard_group();
+    }
+    ddp::ShardedConstruction construction(shard_over);
     torch::manual_seed(1);
     net = ddp::examples::Gpt(config);
-    auto options = ddp::FullyShardedDataParallelOptions();
-    if (way == "fsdp-hpz") options.reshard_after_forward_mesh(ddp::DeviceMesh::by_node(group));
     fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(net, options, group);
   } else {
     torch::manual_seed(1);
     net = ddp::examples::Gpt(config);
-    if (way == "fsdp-hybrid") {
-      fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(
-          net, ddp::FullyShardedDataParallelOptions().device_mesh(ddp::DeviceMesh::by_node(group)),
-          group);
-    } else if (way == "ddp") {
+    if (way == "ddp") {
       ddp_model = std::make_shared<ddp::DistributedDataParallel>(
           net, ddp::DistributedDataParallelOptions().gradient_as_bucket_view(true), group);
     }

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "ddp/parallel/sharded_construction.hpp"
 #include "multiprocess/fsdp_models.hpp"
 #include "multiprocess/fsdp_trainer.hpp"
 
@@ -24,6 +26,16 @@ namespace {
 using namespace fsdp_models;  // NOLINT(google-build-using-namespace)
 
 namespace nn = torch::nn;
+
+// An MLP like make_mlp's, each Linear sharded as built while a
+// ShardedConstruction is alive (a plain model otherwise).
+nn::Sequential built_mlp(uint64_t seed) {
+  torch::manual_seed(seed);
+  auto first = shard_as_built(nn::Linear(7, 13));
+  auto second = shard_as_built(nn::Linear(13, 9));
+  auto third = shard_as_built(nn::Linear(9, 5));
+  return nn::Sequential(first, nn::ReLU(), second, nn::Tanh(), third);
+}
 
 // Counts the units' all-gathers issued on the group it observes, apart for
 // the forward and the backward (`in_backward`, set by the check).
@@ -57,6 +69,13 @@ class FsdpHybridChecker : FsdpTrainer {
     auto [got, sizes, freed] = train(make_mlp(6 + rank_), adamw(), options);
     checks_.close_all(fsdp_check::kHybridAdamW, got, expected, 1e-5);
     checks_.check(fsdp_check::kHybridShards, sizes.empty() && freed.empty(), sizes + freed);
+    {  // Note [Sharded construction], each row building the same shards;
+       // without a construction alive the same code builds a plain model
+      const auto plain = reference(built_mlp(6), adamw());
+      ShardedConstruction construction(mesh->shard_group());
+      FullyShardedDataParallel built(built_mlp(6), options, group_);
+      checks_.close_all(fsdp_check::kHybridBuiltSharded, steps(built), plain, 1e-5);
+    }
     hybrid_clip(options);
     resharded_to_the_node(mesh);
     hybrid_refusals(mesh);
@@ -64,6 +83,26 @@ class FsdpHybridChecker : FsdpTrainer {
   }
 
  private:
+  // kShardedSteps of AdamW on this rank's rows; `around_backward(true)`
+  // runs before each backward, `around_backward(false)` after it. The full
+  // parameters after.
+  std::vector<Tensor> steps(FullyShardedDataParallel& model,
+                            const std::function<void(bool)>& around_backward = nullptr) {
+    auto optimizer = adamw()(model->parameters());
+    for (int step = 0; step < kShardedSteps; ++step) {
+      optimizer->zero_grad();
+      auto loss = torch::mse_loss(model->forward(rows(batch(step, 1, 7), rank_)),
+                                  rows(batch(step, 2, 5), rank_));
+      if (around_backward) around_backward(true);
+      loss.backward();
+      if (around_backward) around_backward(false);
+      optimizer->step();
+    }
+    std::vector<Tensor> full;
+    for (const auto& item : model->full_parameters()) full.push_back(item.value());
+    return full;
+  }
+
   // Rows and columns against closed forms: rank r adds r + 1.
   void mesh_groups(const DeviceMesh& mesh) {
     const int shard = mesh.shard(), replicate = mesh.replicate();
@@ -116,20 +155,11 @@ class FsdpHybridChecker : FsdpTrainer {
     FullyShardedDataParallel model(
         on(make_mlp(6 + rank_)), FullyShardedDataParallelOptions().reshard_after_forward_mesh(mesh),
         group_);
-    auto optimizer = adamw()(model->parameters());
     int64_t held = 0;  // after the last forward
-    for (int step = 0; step < kShardedSteps; ++step) {
-      optimizer->zero_grad();
-      auto loss = torch::mse_loss(model->forward(rows(batch(step, 1, 7), rank_)),
-                                  rows(batch(step, 2, 5), rank_));
-      held = model->memory().gathered_bytes;
-      in_backward = true;
-      loss.backward();
-      in_backward = false;
-      optimizer->step();
-    }
-    std::vector<Tensor> got;
-    for (const auto& item : model->full_parameters()) got.push_back(item.value());
+    const auto got = steps(model, [&](bool backward) {
+      if (backward) held = model->memory().gathered_bytes;
+      in_backward = backward;
+    });
     checks_.close_all(fsdp_check::kNodeReshardAdamW, got, expected, 1e-5);
     // Three units: the backward gathers two or three (the last one run is
     // kept gathered once the order is known), each within the node. After a
@@ -171,6 +201,12 @@ class FsdpHybridChecker : FsdpTrainer {
                    FullyShardedDataParallel(on(make_mlp(8)),
                                             FullyShardedDataParallelOptions().device_mesh(mesh),
                                             mesh->shard_group());
+                 });
+    expect_named("a construction over the world", "ddp::ShardedConstruction(mesh->shard_group())",
+                 [&] {
+                   ShardedConstruction construction(group_);
+                   FullyShardedDataParallel(
+                       built_mlp(8), FullyShardedDataParallelOptions().device_mesh(mesh), group_);
                  });
     expect_named("hpZ beside a device_mesh", "but device_mesh is set", [&] {
       FullyShardedDataParallel(

@@ -27,6 +27,9 @@ inline const std::string kHybridAdamW =
 inline const std::string kHybridShards =
     "hybrid sharding: each unit's shard holds ceil(numel / row size) elements, the row's pieces "
     "hold each element once, nothing held between steps";
+inline const std::string kHybridBuiltSharded =
+    "hybrid sharding of a model built under ShardedConstruction(mesh->shard_group()), each row "
+    "building its shards, matches one process";
 inline const std::string kHybridClip =
     "hybrid sharding: clip_grad_norm returns the whole gradient's norm (one process's)";
 inline const std::string kNodeReshardAdamW =
@@ -35,14 +38,15 @@ inline const std::string kNodeReshardGathers =
     "hpZ: the forward gathers across the world, the backward only within the node, from slices "
     "kept since the forward (their bytes counted)";
 inline const std::string kHybridRefusals =
-    "a mesh of the wrong shape, a mesh made from another group than the model's, and hpZ beside "
-    "device_mesh or without reshard_after_forward are ConfigErrors naming why";
+    "a mesh of the wrong shape, a mesh made from another group than the model's, a model built "
+    "under a ShardedConstruction of the world, and hpZ beside device_mesh or without "
+    "reshard_after_forward are ConfigErrors naming why";
 }  // namespace fsdp_check
 
 inline std::set<std::string> fsdp_hybrid_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {kMeshGroups,       kHybridAdamW,        kHybridShards,  kHybridClip,
-          kNodeReshardAdamW, kNodeReshardGathers, kHybridRefusals};
+  return {kMeshGroups, kHybridAdamW,      kHybridShards,       kHybridBuiltSharded,
+          kHybridClip, kNodeReshardAdamW, kNodeReshardGathers, kHybridRefusals};
 }
 
 }  // namespace ddp::testing

@@ -71,8 +71,10 @@ BuiltShards* built_shards();
 /// construction]). Wrap the model before it ends.
 class ShardedConstruction {
  public:
-  /// The group the model will be wrapped with: its size and this rank
-  /// decide each shard.
+  /// The group the units will be sharded over: its size and this rank
+  /// decide each shard. The group the model is wrapped with, or, for a
+  /// model wrapped with a device_mesh (hybrid sharding), the mesh's
+  /// shard_group(): each row then builds the same shards.
   explicit ShardedConstruction(std::shared_ptr<ProcessGroup> group);
   ~ShardedConstruction();
   ShardedConstruction(const ShardedConstruction&) = delete;

@@ -121,15 +121,15 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     };
   }
   detail::UnitPlan plan = detail::plan_units(module_, policy);
-  if (built && options_.device_mesh()) {
+  if (built && options_.device_mesh() && built->group != options_.device_mesh()->shard_group()) {
     throw ConfigError(base::detail::str(
-        kWho,
-        ": a model built under ddp::ShardedConstruction holds shards of the whole "
-        "world, and a device_mesh shards within each row: build it whole, or leave "
-        "device_mesh unset."));
+        kWho, ": the model was built under a ddp::ShardedConstruction of ", built->group->size(),
+        " ranks, but the device_mesh ", options_.device_mesh()->describe(),
+        " shards within each row: build it under "
+        "ddp::ShardedConstruction(mesh->shard_group())."));
   }
   const std::vector<detail::BuiltUnit*> adopted =
-      built ? detail::adopt_built(*built, plan, *group_)
+      built ? detail::adopt_built(*built, plan, shard_group())
             : std::vector<detail::BuiltUnit*>(plan.names.size(), nullptr);
   std::vector<std::string> descriptions{detail::describe_options(options_)};
   for (size_t u = 0; u < plan.names.size(); ++u) {
