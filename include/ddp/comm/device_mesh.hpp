@@ -32,8 +32,9 @@ namespace ddp::comm {
 /// the process: every rank makes the same meshes in the same order, and a
 /// replacement that joins a new generation of an elastic job counts from
 /// where its peers do): a row whose ranks share one node (Note [What
-/// counts as one node]) runs on shared memory, any other group on Gloo. Its ranks are
-/// numbered in world order; its collective timeout is the world's.
+/// counts as one node]) runs on shared memory, any other group on Gloo.
+/// Its ranks are numbered in world order; its collective timeout is the
+/// world's.
 class DeviceMesh {
  public:
   /// `replicate` rows of `shard` ranks of `world` (made by ddp::init()). A
