@@ -120,13 +120,14 @@ ShardedLayout sharded_layout(const TrainingState& state, const char* what) {
     }
   }
   const std::vector<parallel::ShardedState::Piece> pieces = sharded.pieces();
+  layout.writes_pieces = sharded.in_first_row();
   size_t j = 0;
   const auto& groups = sharded.local_optimizer().param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t i = 0; i < groups[g].params().size(); ++i, ++j) {
       const auto& piece = pieces.at(j);
-      layout.pieces.push_back({g, i, piece.parameter, piece.begin, piece.length,
-                               groups[g].params()[i], sharded.in_first_row()});
+      layout.pieces.push_back(
+          {g, i, piece.parameter, piece.begin, piece.length, groups[g].params()[i]});
     }
   }
   return layout;

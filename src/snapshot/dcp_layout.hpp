@@ -51,9 +51,6 @@ struct LocalPiece {
   size_t parameter = 0;  ///< Into ShardedLayout::names.
   int64_t begin = 0, length = 0;
   at::Tensor local;  ///< The local optimizer's parameter (its first `length` elements).
-  /// Whether this rank writes it: not in a row other than the first of a
-  /// replicated state (Note [Replicated shards]), which reads it all the same.
-  bool written = true;
 };
 
 /// The sharded part of a training state as DCP sees it: every parameter's
@@ -63,6 +60,10 @@ struct ShardedLayout {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<LocalPiece> pieces;
+  /// Whether this rank writes its pieces: not in a row other than the first
+  /// of a replicated state (Note [Replicated shards]), which reads them all
+  /// the same.
+  bool writes_pieces = true;
 };
 
 /// \throws SnapshotError for a state without fully_sharded or

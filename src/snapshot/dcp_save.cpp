@@ -81,7 +81,7 @@ json write_rank_file(const std::string& directory, const detail::ShardedLayout& 
   for (const detail::LocalPiece& piece : layout.pieces) {
     while (groups.size() <= piece.group) groups.push_back(json::array());
     groups[piece.group].push_back(piece.parameter);
-    if (piece.length == 0 || !piece.written) continue;
+    if (piece.length == 0 || !layout.writes_pieces) continue;
     const std::string& name = layout.names[piece.parameter];
     const auto& shape = layout.shapes[piece.parameter];
     const at::Tensor values = piece.local.detach().reshape(-1).narrow(0, 0, piece.length);
