@@ -28,6 +28,7 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/fully_sharded/buffer_pool.cpp
   ${parallel}/fully_sharded/sharded_placeholder.cpp
   ${parallel}/fully_sharded/unit_schedule.cpp
+  ${parallel}/fully_sharded/reduction_queue.cpp
   ${parallel}/fully_sharded/forward_order.cpp
   ${parallel}/fully_sharded/unit_plan.cpp
   ${parallel}/fully_sharded/checked_options.cpp

@@ -54,6 +54,35 @@ class UnitGathers : public comm::CollectiveObserver {
   int backward = 0;
 };
 
+// Counts the units' reduce-scatters issued while an all-reduce across the
+// replicas was on its way (Note [Hybrid sharding]), on the groups it
+// observes (the row's and the column's; one thread issues and waits).
+class ReplicationsInFlight : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& /*facts*/) override {
+    const std::string label = comm::detail::current_collective_name().value_or("");
+    if (label.rfind("fsdp.reduce ", 0) == 0 && running > 0) ++overlapped;
+    if (label.rfind("fsdp.replicate ", 0) != 0) return nullptr;
+    ++replications;
+    ++running;
+    return std::make_unique<Ended>(running);
+  }
+  int replications = 0;
+  int running = 0;
+  int overlapped = 0;
+
+ private:
+  struct Ended : comm::ObservedCollective {
+    explicit Ended(int& running) : running(running) {}
+    void on_finished(const comm::CollectiveFacts& /*facts*/,
+                     const comm::CollectiveOutcome& /*outcome*/) noexcept override {
+      --running;
+    }
+    int& running;
+  };
+};
+
 class FsdpHybridChecker : FsdpTrainer {
  public:
   explicit FsdpHybridChecker(const std::shared_ptr<ProcessGroup>& group)
@@ -76,6 +105,7 @@ class FsdpHybridChecker : FsdpTrainer {
       FullyShardedDataParallel built(built_mlp(6), options, group_);
       checks_.close_all(fsdp_check::kHybridBuiltSharded, steps(built), plain, 1e-5);
     }
+    replication_overlaps(mesh, options);
     hybrid_clip(options);
     resharded_to_the_node(mesh);
     hybrid_refusals(mesh);
@@ -125,6 +155,29 @@ class FsdpHybridChecker : FsdpTrainer {
                       " (expected " + std::to_string(row_sum) + "), column sum " +
                       std::to_string(across_column[0].item<double>()) + " (expected " +
                       std::to_string(column_sum) + ")");
+  }
+
+  // Each unit's all-reduce across the rows runs on beside the backward of
+  // the unit before it, past that unit's reduce-scatter: with 3 units, two
+  // reduce-scatters per step start while one is on its way.
+  void replication_overlaps(const std::shared_ptr<DeviceMesh>& mesh,
+                            const FullyShardedDataParallelOptions& options) {
+    auto seen = std::make_shared<ReplicationsInFlight>();
+    FullyShardedDataParallel model(on(make_mlp(9 + rank_)), options, group_);
+    mesh->shard_group()->add_observer(seen);
+    mesh->replicate_group()->add_observer(seen);
+    steps(model);
+    const bool replicated = mesh->replicate() > 1;
+    const int units = static_cast<int>(model->unit_numels().size());
+    const int replications = replicated ? units * kShardedSteps : 0;
+    const int overlapped = replicated ? (units - 1) * kShardedSteps : 0;
+    checks_.check(
+        fsdp_check::kHybridReplicationOverlaps,
+        seen->replications == replications && seen->overlapped == overlapped && seen->running == 0,
+        "all-reduces across the rows " + std::to_string(seen->replications) + " (expected " +
+            std::to_string(replications) + "), reduce-scatters started beside one " +
+            std::to_string(seen->overlapped) + " (expected " + std::to_string(overlapped) +
+            "), still running after the steps " + std::to_string(seen->running));
   }
 
   // clip_grad_norm's norm over the whole gradient, once per row.

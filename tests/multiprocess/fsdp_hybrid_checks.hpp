@@ -30,6 +30,9 @@ inline const std::string kHybridShards =
 inline const std::string kHybridBuiltSharded =
     "hybrid sharding of a model built under ShardedConstruction(mesh->shard_group()), each row "
     "building its shards, matches one process";
+inline const std::string kHybridReplicationOverlaps =
+    "hybrid sharding: each unit's all-reduce across the rows is still on its way when the next "
+    "unit's reduce-scatter starts (none with one row)";
 inline const std::string kHybridClip =
     "hybrid sharding: clip_grad_norm returns the whole gradient's norm (one process's)";
 inline const std::string kNodeReshardAdamW =
@@ -45,8 +48,9 @@ inline const std::string kHybridRefusals =
 
 inline std::set<std::string> fsdp_hybrid_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
-  return {kMeshGroups, kHybridAdamW,      kHybridShards,       kHybridBuiltSharded,
-          kHybridClip, kNodeReshardAdamW, kNodeReshardGathers, kHybridRefusals};
+  return {kMeshGroups,         kHybridAdamW,        kHybridShards,
+          kHybridBuiltSharded, kHybridClip,         kHybridReplicationOverlaps,
+          kNodeReshardAdamW,   kNodeReshardGathers, kHybridRefusals};
 }
 
 }  // namespace ddp::testing

@@ -252,18 +252,31 @@ void ShardedUnit::reduce_async() {
   reduction_ = group_.reduce_scatter_async(reduced_grad_, reduce_input_);
 }
 
-void ShardedUnit::finish_reduction() {
+void ShardedUnit::finish_scatter() {
   if (!reduction_) return;
   reduction_->wait();
   reduction_.reset();
   reduced_ = true;
-  torch::NoGradGuard no_grad;
-  int64_t ranks = group_.size();
+  reduce_input_ = at::Tensor();
+  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
+  gathered_.add(-full_grad_.numel() * full_grad_.element_size());
+  full_grad_ = at::Tensor();
   if (replicas_ != nullptr && replicas_->size() > 1) {  // Note [Hybrid sharding]
     comm::detail::CollectiveName collective("fsdp.replicate", index_);
-    replicas_->all_reduce(reduced_grad_);
+    replication_ = replicas_->all_reduce_async(reduced_grad_);
+  }
+}
+
+void ShardedUnit::finish_reduction() {
+  finish_scatter();
+  if (!reduced_grad_.defined()) return;
+  int64_t ranks = group_.size();
+  if (replication_) {
+    replication_->wait();
+    replication_.reset();
     ranks *= replicas_->size();
   }
+  torch::NoGradGuard no_grad;
   reduced_grad_.div_(ranks);
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const at::Tensor part = reduced_grad_.narrow(0, piece_offsets_[i], pieces_[i].numel());
@@ -276,10 +289,6 @@ void ShardedUnit::finish_reduction() {
     }
   }
   reduced_grad_ = at::Tensor();
-  reduce_input_ = at::Tensor();
-  for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
-  gathered_.add(-full_grad_.numel() * full_grad_.element_size());
-  full_grad_ = at::Tensor();
 }
 
 void ShardedUnit::accumulate_unsynced() {
@@ -341,8 +350,11 @@ void ShardedUnit::forget_loose_gradients() {
 }
 
 void ShardedUnit::abandon_gradients() {
-  if (reduction_) reduction_->wait();  // issued on every rank: let it end, drop its result
+  // Issued on every rank: let them end, drop their result.
+  if (reduction_) reduction_->wait();
   reduction_.reset();
+  if (replication_) replication_->wait();
+  replication_.reset();
   reduced_grad_ = at::Tensor();
   reduce_input_ = at::Tensor();
   if (full_grad_.defined()) {

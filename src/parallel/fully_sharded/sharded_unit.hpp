@@ -70,9 +70,14 @@ namespace ddp::parallel::detail {
 // across the rows (the ranks at the same place in every row, which hold
 // the same shard), then divided by the world size: the average over every
 // rank, as without the mesh, for 1/R of the row's traffic over the links
-// between rows. The all-reduce is issued when the reduce-scatter is
-// waited for (finish_reduction()), and waited for at once: it does not
-// yet run beside compute.
+// between rows. The all-reduce starts once the reduce-scatter has been
+// waited for (finish_scatter(), which frees the full gradient) and is
+// waited for only when the next unit's reduce-scatter is (ReductionQueue's
+// finish_in_flight()): it runs beside the backward of the unit before and
+// that unit's reduce-scatter within the row, for one more shard-sized
+// buffer alive. Waited for at once, it held each unit's backward for a
+// transfer between nodes (the transformer of
+// benchmarks/fsdp_cluster_bench.sh stepped at 1.20x DDP's over 1 Gbit/s).
 
 // Note [Resharding to the node]
 // hpZ (ZeRO++'s hierarchical partitioning; FSDP2's reshard_after_forward
@@ -182,9 +187,14 @@ class ShardedUnit {
   /// Starts reducing the full gradient (zeros where none arrived) into this
   /// rank's shard; finish_reduction() completes it.
   void reduce_async();
-  /// Waits for the reduction, adds each piece's part of the averaged shard
-  /// into its .grad, frees the full gradient and detaches the parameters'
-  /// .grad.
+  /// Waits for the reduce-scatter, frees the full gradient and detaches the
+  /// parameters' .grad; with replicas (hybrid sharding), starts the shard's
+  /// all-reduce across them (Note [Hybrid sharding]).
+  void finish_scatter();
+  /// Whether the shard's all-reduce across the replicas is on its way.
+  bool replicating() const { return replication_.has_value(); }
+  /// finish_scatter(), waits for the all-reduce across the replicas, and
+  /// adds each piece's part of the averaged shard into its .grad.
   void finish_reduction();
   bool reduced() const { return reduction_.has_value() || reduced_; }
   /// Under no_sync(), after a backward: moves the full gradient into the
@@ -264,7 +274,8 @@ class ShardedUnit {
   at::Tensor reduce_input_;  // the full gradient in the shard's dtype, until the reduction ends
   State state_ = State::kSharded;
   std::optional<Work> gather_;
-  std::optional<Work> reduction_;
+  std::optional<Work> reduction_;    // the reduce-scatter
+  std::optional<Work> replication_;  // the shard's all-reduce across the replicas
   bool gradients_prepared_ = false;
   std::vector<int64_t> loose_bytes_;  // each gradient that arrived before the buffer
   bool reduced_ = false;

@@ -46,9 +46,8 @@ UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int 
       called_(units_.size(), 0),
       gathered_in_forward_(units_.size(), 0),
       cast_in_forward_(units_.size(), 0),
-      ready_(units_.size(), 0),
-      awaiting_gradients_(units_.size(), 0),
-      next_to_reduce_(static_cast<int>(units_.size()) - 1) {
+      reductions_(units_, order_),
+      awaiting_gradients_(units_.size(), 0) {
   for (const auto& unit : units_) names_.push_back(unit->name());
 }
 
@@ -276,7 +275,7 @@ void UnitSchedule::before_accumulate(int unit) {
   // The reduction the unit after this one started, which ran beside this
   // unit's backward, finishes (its full gradient freed) before this unit's
   // gradient arrives: one full gradient alive at a time.
-  if (!options_.overlap_reduction()) finish_in_flight();
+  if (!options_.overlap_reduction()) reductions_.finish_in_flight();
   if (awaiting == 2) units_[unit]->prepare_gradients();
 }
 
@@ -286,41 +285,7 @@ void UnitSchedule::gradient_arrived(int unit, size_t parameter) {
       options_.find_unused_units()) {
     return;
   }
-  ready_[unit] = 1;
-  launch_ready();
-}
-
-void UnitSchedule::launch_ready() {
-  // Strictly in reverse forward order, so that every rank launches in the
-  // same order (without find_unused_units every rank runs every unit).
-  while (next_to_reduce_ >= 0) {
-    const int unit = order_.at(next_to_reduce_);
-    if (!ready_[unit] && units_[unit]->trainable()) break;
-    launch(unit);
-    --next_to_reduce_;
-  }
-}
-
-void UnitSchedule::launch(int unit) {
-  ShardedUnit& u = *units_[unit];
-  // A frozen unit is resharded at the end of backward: its backward, which
-  // reads its parameters, may come after the units before it are reduced.
-  if (!u.trainable()) return;
-  if (unused_everywhere(unit)) {  // its shard's gradient stays untouched
-    u.reshard();
-    return;
-  }
-  // One reduction in flight, also for units reduced one after another with
-  // no unit's backward between them (at the end of backward).
-  finish_in_flight();
-  u.reshard();  // before the reduction's buffers are allocated
-  u.reduce_async();
-  in_flight_ = unit;
-}
-
-void UnitSchedule::finish_in_flight() {
-  if (in_flight_ >= 0) units_[in_flight_]->finish_reduction();
-  in_flight_ = -1;
+  reductions_.ready(unit);
 }
 
 void UnitSchedule::end_backward() {
@@ -329,8 +294,7 @@ void UnitSchedule::end_backward() {
   // leaves them gathered for the backward through the graph it created.
   if (!accumulates_) return;
   if (require_sync_) {
-    while (next_to_reduce_ >= 0) launch(order_.at(next_to_reduce_--));
-    finish_in_flight();
+    reductions_.finish([this](int unit) { return unused_everywhere(unit); });
     if (options_.find_unused_units()) drop_unreceived_gradients();
   }
   for (auto& u : units_) {
@@ -368,9 +332,8 @@ void UnitSchedule::drop_unreceived_gradients() {
 void UnitSchedule::reset_backward() {
   phase_ = Phase::kIdle;
   accumulates_ = false;
-  std::fill(ready_.begin(), ready_.end(), 0);
+  reductions_.reset();
   std::fill(awaiting_gradients_.begin(), awaiting_gradients_.end(), 0);
-  next_to_reduce_ = static_cast<int>(units_.size()) - 1;
   std::fill(called_.begin(), called_.end(), 0);
   used_by_.clear();
 }
@@ -380,7 +343,6 @@ void UnitSchedule::abandon_backward() {
   // The reduction in flight ends (every rank that threw at the same point
   // issued it) and its result is dropped: the shards' gradients may have
   // been zeroed since, for the step that follows.
-  in_flight_ = -1;
   for (auto& u : units_) {
     u->abandon_gradients();
     u->reshard();

@@ -12,6 +12,7 @@
 
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "parallel/fully_sharded/forward_order.hpp"
+#include "parallel/fully_sharded/reduction_queue.hpp"
 #include "parallel/fully_sharded/sharded_unit.hpp"
 
 namespace ddp::parallel::detail {
@@ -135,9 +136,6 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void gradient_arrived(int unit, size_t parameter);
   // find_unused_units: a parameter no rank gave a gradient keeps none.
   void drop_unreceived_gradients();
-  void launch_ready();
-  void launch(int unit);
-  void finish_in_flight();
   void end_backward();
   void reset_backward();
   void abandon_backward();
@@ -163,13 +161,11 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   // Per backward.
   bool callback_queued_ = false;
   bool accumulates_ = false;  // the running backward accumulates into the units
-  std::vector<char> ready_;
+  ReductionQueue reductions_;
   // Per unit entered in backward and not yet accumulated into: 1 the
   // reduction in flight waits for its first gradient, 2 its gradient
   // buffer too (0: neither).
   std::vector<char> awaiting_gradients_;
-  int next_to_reduce_ = -1;  // a position in order_, walked down
-  int in_flight_ = -1;       // the unit whose reduction is running, or -1
 };
 
 }  // namespace ddp::parallel::detail
