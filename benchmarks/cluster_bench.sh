@@ -48,11 +48,7 @@ data_dir=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 source "$root/benchmarks/cluster/cluster.sh"
 # shellcheck source=benchmarks/common.sh
 source "$root/benchmarks/common.sh"
-cluster_trap
-if ! reason=$(cluster_check 2>&1); then
-  echo "skipped: $reason"
-  exit 0
-fi
+cluster_begin
 require_torch
 require_fashion_mnist "$data_dir"
 build_benchmarks ddp_train_bench allreduce_bench ddprun link_router

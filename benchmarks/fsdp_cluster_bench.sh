@@ -21,7 +21,8 @@
 # Usage: sudo benchmarks/fsdp_cluster_bench.sh
 # Environment: RATES ("1gbit 10gbit", tc's units; the model predicts each
 # rate's step from the fastest one's), DELAY_MS (one-way, 0.2), ROUNDS (1),
-# STEPS (3 timed steps per run), MLP_WIDTH (3200), MLP_LAYERS (5), TF_WIDTH
+# STEPS (3 timed steps per run), MODELS ("mlp transformer"), WAYS ("ddp fsdp
+# fsdp-hybrid fsdp-hpz"), MLP_WIDTH (3200), MLP_LAYERS (5), TF_WIDTH
 # (1024), TF_LAYERS (6), OUT (benchmarks/data/fsdp-cluster), DDP_BUILD_DIR
 # (build). Prints "skipped: <reason>" and exits 0 where namespaces cannot be
 # made; exits non-zero when a run fails.
@@ -33,16 +34,14 @@ rates=${RATES:-1gbit 10gbit}
 delay_ms=${DELAY_MS:-0.2}
 rounds=${ROUNDS:-1}
 steps=${STEPS:-3}
+models=${MODELS:-mlp transformer}
+ways=${WAYS:-ddp fsdp fsdp-hybrid fsdp-hpz}
 out=${OUT:-$root/benchmarks/data/fsdp-cluster}
 # shellcheck source=benchmarks/cluster/cluster.sh
 source "$root/benchmarks/cluster/cluster.sh"
 # shellcheck source=benchmarks/common.sh
 source "$root/benchmarks/common.sh"
-cluster_trap
-if ! reason=$(cluster_check 2>&1); then
-  echo "skipped: $reason"
-  exit 0
-fi
+cluster_begin
 build_benchmarks fsdp_bench fsdp_transformer_bench ddprun link_router
 export CLUSTER_ROUTER=$build/bin/link_router
 export OMP_NUM_THREADS=1
@@ -95,8 +94,8 @@ for rate in $rates; do
   cluster_up 2 "$rate" "$delay_ms"
   echo "$rate-${delay_ms}ms: $(cluster_link_check 2)" >>"$out/links.txt"
   for round in $(seq "$rounds"); do
-    for model in mlp transformer; do
-      for way in ddp fsdp fsdp-hybrid fsdp-hpz; do run "$model" "$way"; done
+    for model in $models; do
+      for way in $ways; do run "$model" "$way"; done
     done
   done
   cluster_down

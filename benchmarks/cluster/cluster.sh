@@ -65,6 +65,17 @@ cluster_check() {
   fi
 }
 
+# For a benchmark script, right after sourcing this file: cluster_trap, then, where this machine
+# cannot make the cluster, prints "skipped: <reason>" and exits the script with 0.
+cluster_begin() {
+  local reason
+  cluster_trap
+  if ! reason=$(cluster_check 2>&1); then
+    echo "skipped: $reason"
+    exit 0
+  fi
+}
+
 # Deletes what scripts that no longer run left behind (namespaces ddpc<pid>-*, the processes still
 # in them, their routers and state directories), e.g. after a SIGKILL.
 cluster_sweep() {

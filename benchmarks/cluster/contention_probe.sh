@@ -19,11 +19,7 @@ build=${DDP_BUILD_DIR:-$root/build}
 
 # shellcheck source=benchmarks/cluster/cluster.sh
 source "$root/benchmarks/cluster/cluster.sh"
-cluster_trap
-if ! reason=$(cluster_check 2>&1); then
-  echo "skipped: $reason"
-  exit 0
-fi
+cluster_begin
 # shellcheck source=benchmarks/common.sh
 source "$root/benchmarks/common.sh"
 build_benchmarks step_gap_bench ddprun link_router
