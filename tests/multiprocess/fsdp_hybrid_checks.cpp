@@ -15,6 +15,7 @@
 #include "ddp/comm/collective_observer.hpp"
 #include "ddp/comm/device_mesh.hpp"
 #include "ddp/comm/process_group.hpp"
+#include "ddp/nn/checkpoint.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "ddp/parallel/sharded_construction.hpp"
 #include "multiprocess/fsdp_models.hpp"
@@ -36,6 +37,22 @@ nn::Sequential built_mlp(uint64_t seed) {
   auto third = shard_as_built(nn::Linear(9, 5));
   return nn::Sequential(first, nn::ReLU(), second, nn::Tanh(), third);
 }
+
+// make_mlp's Linear layers, each run through ddp::nn::checkpoint: a unit
+// each (wrap_by_type<nn::LinearImpl>), recomputed in backward.
+struct CheckpointedMlpImpl : nn::Module {
+  explicit CheckpointedMlpImpl(const nn::Sequential& mlp)
+      : first(register_module("first", nn::Linear(mlp->ptr<nn::LinearImpl>(0)))),
+        second(register_module("second", nn::Linear(mlp->ptr<nn::LinearImpl>(2)))),
+        third(register_module("third", nn::Linear(mlp->ptr<nn::LinearImpl>(4)))) {}
+  Tensor forward(Tensor x) {
+    x = torch::relu(ddp::nn::checkpoint(first, x));
+    x = torch::tanh(ddp::nn::checkpoint(second, x));
+    return ddp::nn::checkpoint(third, x);
+  }
+  nn::Linear first, second, third;
+};
+TORCH_MODULE(CheckpointedMlp);
 
 // Counts the units' all-gathers issued on the group it observes, apart for
 // the forward and the backward (`in_backward`, set by the check).
@@ -233,6 +250,26 @@ class FsdpHybridChecker : FsdpTrainer {
                       ", on the node " + std::to_string(on_node->backward) +
                       "; bytes held after the last forward " + std::to_string(held) +
                       " (expected " + std::to_string(expected_held) + ")");
+    // Checkpointed units: each recompute in backward gathers from the slice
+    // kept since the first run, within the node.
+    on_world->forward = on_world->backward = on_node->forward = on_node->backward = 0;
+    FullyShardedDataParallel checkpointed(CheckpointedMlp(on(make_mlp(6 + rank_))),
+                                          FullyShardedDataParallelOptions()
+                                              .wrap_policy(wrap_by_type<nn::LinearImpl>())
+                                              .reshard_after_forward_mesh(mesh),
+                                          group_);
+    const auto recomputed = steps(checkpointed, [&](bool backward) { in_backward = backward; });
+    const bool recomputed_on_node =
+        on_world->backward == 0 && on_node->forward == 0 && on_node->backward == 3 * kShardedSteps;
+    if (!recomputed_on_node) {
+      checks_.check(fsdp_check::kNodeReshardCheckpointed, false,
+                    "backward gathers on the world " + std::to_string(on_world->backward) +
+                        ", on the node " + std::to_string(on_node->backward) + " (expected " +
+                        std::to_string(3 * kShardedSteps) + "); forward gathers on the node " +
+                        std::to_string(on_node->forward));
+    } else {
+      checks_.close_all(fsdp_check::kNodeReshardCheckpointed, recomputed, expected, 1e-5);
+    }
   }
 
   void hybrid_refusals(const std::shared_ptr<DeviceMesh>& mesh) {

@@ -40,6 +40,9 @@ inline const std::string kNodeReshardAdamW =
 inline const std::string kNodeReshardGathers =
     "hpZ: the forward gathers across the world, the backward only within the node, from slices "
     "kept since the forward (their bytes counted)";
+inline const std::string kNodeReshardCheckpointed =
+    "hpZ with each unit run through ddp::nn::checkpoint matches one process, each recompute in "
+    "backward gathering only within the node";
 inline const std::string kHybridRefusals =
     "a mesh of the wrong shape, a mesh made from another group than the model's, a model built "
     "under a ShardedConstruction of the world, and hpZ beside device_mesh or without "
@@ -50,7 +53,8 @@ inline std::set<std::string> fsdp_hybrid_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
   return {kMeshGroups,         kHybridAdamW,        kHybridShards,
           kHybridBuiltSharded, kHybridClip,         kHybridReplicationOverlaps,
-          kNodeReshardAdamW,   kNodeReshardGathers, kHybridRefusals};
+          kNodeReshardAdamW,   kNodeReshardGathers, kNodeReshardCheckpointed,
+          kHybridRefusals};
 }
 
 }  // namespace ddp::testing

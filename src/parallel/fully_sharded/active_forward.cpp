@@ -70,7 +70,9 @@ int enter_unit(const torch::nn::Module* module) {
 
 void leave_unit(int unit, std::vector<at::Tensor>& outputs) {
   // A recompute's unit stays gathered until its reduction.
-  if (active_forward && !recomputing) active_forward->schedule_->after_unit(unit, outputs);
+  if (active_forward && !recomputing) {
+    active_forward->schedule_->after_unit(unit, outputs, /*checkpointed=*/checkpointed_runs > 0);
+  }
 }
 
 at::Tensor unit_input(int unit, const at::Tensor& tensor) {

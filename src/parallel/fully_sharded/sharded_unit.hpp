@@ -88,10 +88,12 @@ namespace ddp::parallel::detail {
 // keeps elements [j * P / k, (j + 1) * P / k) of the padded P. The
 // backward's all-gather then runs within the row, from those slices,
 // instead of across the world from the shards; the slice is freed once
-// gathered. Only the backward gathers from it: any other gather (a
-// forward, a checkpointed unit's recompute) goes to the shards, which
-// are what the optimizer steps. The slices count in the gathered bytes
-// from the forward to the backward.
+// gathered. Only the backward gathers from it (a checkpointed unit's
+// recompute too: the unit keeps its slice from its first run, under no
+// grad, to the recompute; Note [Checkpointed units]); any other gather (a
+// forward, an evaluation) goes to the shards, which are what the
+// optimizer steps. The slices count in the gathered bytes from the
+// forward to the backward.
 /// The process groups a unit works over (Note [Hybrid sharding], Note
 /// [Resharding to the node]).
 struct UnitGroups {

@@ -137,7 +137,7 @@ void UnitSchedule::gather_once(int unit) {
   units_[unit]->gather_async();
 }
 
-void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
+void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs, bool checkpointed) {
   if (open_unit_ == unit) open_unit_ = -1;
   units_[unit]->sync_buffers();
   const bool hooked = std::any_of(outputs.begin(), outputs.end(),
@@ -155,9 +155,13 @@ void UnitSchedule::after_unit(int unit, std::vector<at::Tensor>& outputs) {
     }
   } else if (!outputs.empty() || !torch::GradMode::is_enabled()) {
     // No backward runs through this unit, unless a checkpoint recomputes
-    // it, which gathers it again (Note [Checkpointed units]); with
-    // find_unused_units a training forward holds it until its reduction.
-    if (!(training_ && options_.find_unused_units())) units_[unit]->reshard();
+    // it, which gathers it again (Note [Checkpointed units]), from the
+    // node's slice kept for it under hpZ (Note [Resharding to the node]);
+    // with find_unused_units a training forward holds it until its
+    // reduction.
+    if (!(training_ && options_.find_unused_units())) {
+      units_[unit]->reshard(/*after_forward=*/training_ && checkpointed);
+    }
   }
   // Else the outputs could not be found (not a Tensor) under grad mode: the
   // unit stays gathered until its gradients have been reduced.

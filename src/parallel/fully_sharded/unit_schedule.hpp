@@ -110,7 +110,9 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   void before_unit(int unit);
   /// `outputs`: the tensors the unit returned (empty when they could not
   /// be found: the unit then stays gathered until its backward).
-  void after_unit(int unit, std::vector<at::Tensor>& outputs);
+  /// `checkpointed`: the first run of a checkpointed function, whose
+  /// recompute in backward enters the unit again.
+  void after_unit(int unit, std::vector<at::Tensor>& outputs, bool checkpointed = false);
   /// A checkpointed function's recompute in backward enters `unit` (Note
   /// [Checkpointed units] in ddp/parallel/fully_sharded_units.hpp): what
   /// the gradient reaching its output does without checkpointing, but the
