@@ -19,6 +19,7 @@
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "ddp/parallel/sharded_construction.hpp"
 #include "multiprocess/fsdp_models.hpp"
+#include "multiprocess/fsdp_observers.hpp"
 #include "multiprocess/fsdp_trainer.hpp"
 
 namespace ddp::testing {
@@ -53,52 +54,6 @@ struct CheckpointedMlpImpl : nn::Module {
   nn::Linear first, second, third;
 };
 TORCH_MODULE(CheckpointedMlp);
-
-// Counts the units' all-gathers issued on the group it observes, apart for
-// the forward and the backward (`in_backward`, set by the check).
-class UnitGathers : public comm::CollectiveObserver {
- public:
-  std::unique_ptr<comm::ObservedCollective> on_started(
-      const comm::CollectiveFacts& facts) override {
-    const std::string label = comm::detail::current_collective_name().value_or("");
-    if (std::string(facts.name) == "all_gather" && label.rfind("fsdp.gather ", 0) == 0)
-      ++(*in_backward ? backward : forward);
-    return nullptr;
-  }
-  explicit UnitGathers(const bool* in_backward) : in_backward(in_backward) {}
-  const bool* in_backward;
-  int forward = 0;
-  int backward = 0;
-};
-
-// Counts the units' reduce-scatters issued while an all-reduce across the
-// replicas was on its way (Note [Hybrid sharding]), on the groups it
-// observes (the row's and the column's; one thread issues and waits).
-class ReplicationsInFlight : public comm::CollectiveObserver {
- public:
-  std::unique_ptr<comm::ObservedCollective> on_started(
-      const comm::CollectiveFacts& /*facts*/) override {
-    const std::string label = comm::detail::current_collective_name().value_or("");
-    if (label.rfind("fsdp.reduce ", 0) == 0 && running > 0) ++overlapped;
-    if (label.rfind("fsdp.replicate ", 0) != 0) return nullptr;
-    ++replications;
-    ++running;
-    return std::make_unique<Ended>(running);
-  }
-  int replications = 0;
-  int running = 0;
-  int overlapped = 0;
-
- private:
-  struct Ended : comm::ObservedCollective {
-    explicit Ended(int& running) : running(running) {}
-    void on_finished(const comm::CollectiveFacts& /*facts*/,
-                     const comm::CollectiveOutcome& /*outcome*/) noexcept override {
-      --running;
-    }
-    int& running;
-  };
-};
 
 class FsdpHybridChecker : FsdpTrainer {
  public:

@@ -1,6 +1,6 @@
 #pragma once
 
-// What the FSDP checks (fsdp_checks.cpp) watch: observers of the
+// What the FSDP checks (fsdp_checks.cpp, fsdp_hybrid_checks.cpp) watch: observers of the
 // collectives a step issues, and a probe that marks where each unit's
 // backward starts.
 
@@ -16,6 +16,14 @@
 #include "ddp/comm/collective_observer.hpp"
 
 namespace ddp::testing {
+
+// Whether the collective being issued is one of a unit's `kind`
+// ("fsdp.gather", "fsdp.reduce", "fsdp.replicate": ShardedUnit's names,
+// followed by the unit's index).
+inline bool issued_by_unit(const std::string& kind) {
+  const std::string label = comm::detail::current_collective_name().value_or("");
+  return label.rfind(kind + " ", 0) == 0;
+}
 
 // Counts the reduce-scatters issued on the group it observes.
 class ReduceScatterCounter : public comm::CollectiveObserver {
@@ -110,6 +118,50 @@ class CollectiveDtypes : public comm::CollectiveObserver {
     return nullptr;
   }
   std::set<std::string> seen;
+};
+
+// Counts the units' all-gathers issued on the group it observes, apart for
+// the forward and the backward (`in_backward`, set by the check).
+class UnitGathers : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& facts) override {
+    if (std::string(facts.name) == "all_gather" && issued_by_unit("fsdp.gather"))
+      ++(*in_backward ? backward : forward);
+    return nullptr;
+  }
+  explicit UnitGathers(const bool* in_backward) : in_backward(in_backward) {}
+  const bool* in_backward;
+  int forward = 0;
+  int backward = 0;
+};
+
+// Counts the units' reduce-scatters issued while an all-reduce across the
+// replicas was on its way (Note [Hybrid sharding]), on the groups it
+// observes (the row's and the column's; one thread issues and waits).
+class ReplicationsInFlight : public comm::CollectiveObserver {
+ public:
+  std::unique_ptr<comm::ObservedCollective> on_started(
+      const comm::CollectiveFacts& /*facts*/) override {
+    if (issued_by_unit("fsdp.reduce") && running > 0) ++overlapped;
+    if (!issued_by_unit("fsdp.replicate")) return nullptr;
+    ++replications;
+    ++running;
+    return std::make_unique<Ended>(running);
+  }
+  int replications = 0;
+  int running = 0;
+  int overlapped = 0;
+
+ private:
+  struct Ended : comm::ObservedCollective {
+    explicit Ended(int& running) : running(running) {}
+    void on_finished(const comm::CollectiveFacts& /*facts*/,
+                     const comm::CollectiveOutcome& /*outcome*/) noexcept override {
+      --running;
+    }
+    int& running;
+  };
 };
 
 }  // namespace ddp::testing
