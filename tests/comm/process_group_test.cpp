@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <stdexcept>
 
 #include "common/auto_backend_name.hpp"
 #include "common/error_capture.hpp"
@@ -77,6 +80,44 @@ TEST(CoreProcessGroup, InitIgnoresSigpipeUnlessTheProgramHandlesIt) {
   init(InitOptions(), EnvironmentMap{});
   EXPECT_EQ(disposition(), &custom_sigpipe_handler);
   ::signal(SIGPIPE, SIG_DFL);
+}
+
+// A store that loses its connection once the ranks have joined: every read
+// and wait but the rendezvous's fails as a socket to a dead peer does.
+class StoreLostAfterJoining : public c10d::HashStore {
+ public:
+  std::vector<uint8_t> get(const std::string& key) override {
+    if (!joining(key)) lost();
+    return c10d::HashStore::get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) {
+      if (!joining(key)) lost();
+    }
+    c10d::HashStore::wait(keys, timeout);
+  }
+
+ private:
+  static bool joining(const std::string& key) { return key.rfind("ddp/joined/", 0) == 0; }
+  [[noreturn]] static void lost() {
+    throw std::runtime_error("Connection closed by peer [127.0.0.1]:29500\nsecond line");
+  }
+};
+
+// Note [A peer lost while Gloo connects] in
+// src/comm/backends/gloo_process_group.cpp: Gloo's constructor reads every
+// peer's address from the store; its failure there is the rendezvous's.
+TEST(CoreProcessGroup, AStoreLostWhileGlooConnectsIsARendezvousError) {
+  auto store = c10::make_intrusive<StoreLostAfterJoining>();
+  store->set("ddp/joined/1", std::vector<uint8_t>{'2'});  // rank 1 joined, then was lost
+  auto options =
+      InitOptions().backend("gloo").store(store).rank(0).world_size(2).master_addr("127.0.0.1");
+  EXPECT_EQ(error_of<RendezvousError>([&] { init(options, EnvironmentMap{}); }),
+            "gloo could not connect rank 0 of 2 to its peers: Connection closed by peer "
+            "[127.0.0.1]:29500. A peer rank may have exited, or lost its connection to the "
+            "store, during ddp::init; check every rank's log.");
 }
 
 }  // namespace

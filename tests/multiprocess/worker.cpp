@@ -16,7 +16,8 @@
 //                only once every other rank's process is gone (or after
 //                --stall-ms, 60000), so no collective can have completed
 //                by its arrival
-//   exit-early   rank 0 all-reduces; the others join, then exit at once
+//   exit-early   rank 0 all-reduces; the others join (a barrier), then
+//                exit at once
 //   leave-subgroup  rank 0 all-reduces on a shared-memory subgroup (a
 //                DeviceMesh row) that the others destroy, their processes
 //                alive until rank 0's ends
@@ -152,6 +153,10 @@ int timed_all_reduce(ddp::ProcessGroup& group) {
 }
 
 int run_exit_early(ddp::ProcessGroup& group) {
+  // Every rank's backend is up before one leaves: a peer lost while the
+  // backend connects is init's error, not the collective's (Note [A peer
+  // lost while Gloo connects] in src/comm/backends/gloo_process_group.cpp).
+  group.barrier();
   if (group.rank() == 0) return timed_all_reduce(group);
   std::cout << "rank " << group.rank() << ": leaving without the collective\n";
   std::cout.flush();

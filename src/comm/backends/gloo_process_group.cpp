@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/str.hpp"
 #include "comm/backends/average.hpp"
 #include "comm/backends/c10d_process_group.hpp"
 #include "comm/backends/gloo_backend.hpp"
@@ -181,6 +182,22 @@ class GlooProcessGroup final : public C10dProcessGroup {
   GlooBackend& gloo_;
 };
 
+// Note [A peer lost while Gloo connects]
+// Gloo's constructor connects every pair of ranks through the store. A peer
+// that exits (or whose store connection breaks) after joining the rendezvous
+// but before its pairs are up makes the constructor throw Gloo's or c10d's
+// own error ("Connection closed by peer"), which would end the program as an
+// unknown failure; it is the rendezvous that failed.
+[[noreturn]] void throw_connect_error(const BackendContext& context, const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  const std::string cause = c10_error ? c10_error->what_without_backtrace() : error.what();
+  throw RendezvousError(base::detail::str(
+      "gloo could not connect rank ", context.topology.rank, " of ", context.topology.world_size,
+      " to its peers: ", cause.substr(0, cause.find('\n')),
+      ". A peer rank may have exited, or lost its connection to the store, during ddp::init; "
+      "check every rank's log."));
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_gloo_process_group(const BackendContext& context) {
@@ -194,8 +211,15 @@ std::shared_ptr<ProcessGroup> make_gloo_process_group(const BackendContext& cont
                                     : local_address_towards(context.topology.master_addr);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address));
   }
-  auto backend = c10::make_intrusive<GlooBackend>(context.store, context.topology.rank,
-                                                  context.topology.world_size, options);
+  c10::intrusive_ptr<GlooBackend> backend;
+  try {
+    backend = c10::make_intrusive<GlooBackend>(context.store, context.topology.rank,
+                                               context.topology.world_size, options);
+  } catch (const Error&) {  // ddp's TcpStore: already named
+    throw;
+  } catch (const std::exception& error) {
+    throw_connect_error(context, error);
+  }
   return std::make_shared<GlooProcessGroup>(context, std::move(backend));
 }
 
