@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,13 +18,17 @@
 
 namespace ddp::testing {
 
-// Whether the collective being issued is one of a unit's `kind`
-// ("fsdp.gather", "fsdp.reduce", "fsdp.replicate": ShardedUnit's names,
-// followed by the unit's index).
-inline bool issued_by_unit(const std::string& kind) {
+// The unit (its index, as text) whose collective of `kind` ("fsdp.gather",
+// "fsdp.reduce", "fsdp.replicate": ShardedUnit's names, followed by the
+// unit's index) is being issued; none for any other collective.
+inline std::optional<std::string> issuing_unit(const std::string& kind) {
   const std::string label = comm::detail::current_collective_name().value_or("");
-  return label.rfind(kind + " ", 0) == 0;
+  if (label.rfind(kind + " ", 0) != 0) return std::nullopt;
+  return label.substr(kind.size() + 1);
 }
+
+// Whether the collective being issued is one of a unit's `kind`.
+inline bool issued_by_unit(const std::string& kind) { return issuing_unit(kind).has_value(); }
 
 // Counts the reduce-scatters issued on the group it observes.
 class ReduceScatterCounter : public comm::CollectiveObserver {
@@ -60,14 +65,12 @@ class ReductionEvents : public comm::CollectiveObserver {
  public:
   std::unique_ptr<comm::ObservedCollective> on_started(
       const comm::CollectiveFacts& facts) override {
-    const std::string label = comm::detail::current_collective_name().value_or("");
-    if (std::string(facts.name) != "reduce_scatter" || label.rfind("fsdp.reduce ", 0) != 0 ||
-        backward_events == nullptr) {
+    const std::optional<std::string> unit = issuing_unit("fsdp.reduce");
+    if (std::string(facts.name) != "reduce_scatter" || !unit || backward_events == nullptr) {
       return nullptr;
     }
-    const std::string unit = label.substr(12);
-    backward_events->push_back("issue " + unit);
-    return std::make_unique<Ended>(unit);
+    backward_events->push_back("issue " + *unit);
+    return std::make_unique<Ended>(*unit);
   }
 
  private:
