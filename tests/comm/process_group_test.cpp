@@ -118,8 +118,8 @@ TEST(CoreProcessGroup, AStoreLostWhileGlooConnectsIsARendezvousError) {
   const std::string message = error_of<RendezvousError>([&] { init(options, EnvironmentMap{}); });
   EXPECT_EQ(message.rfind("gloo could not connect rank 0 of 2 to its peers: ", 0), 0u) << message;
   EXPECT_NE(message.find("Connection closed by peer [127.0.0.1]:29500. A peer rank may have "
-                         "exited, or lost its connection to the store, during ddp::init; check "
-                         "every rank's log."),
+                         "exited, or lost its connection to the store, while the ranks "
+                         "connected; check every rank's log."),
             std::string::npos)
       << message;
   EXPECT_EQ(message.find("second line"), std::string::npos) << message;

@@ -187,15 +187,17 @@ class GlooProcessGroup final : public C10dProcessGroup {
 // that exits (or whose store connection breaks) after joining the rendezvous
 // but before its pairs are up makes the constructor throw Gloo's or c10d's
 // own error ("Connection closed by peer"), which would end the program as an
-// unknown failure; it is the rendezvous that failed.
+// unknown failure; it is the rendezvous that failed. The same holds for the
+// groups formed after init (a DeviceMesh's, the hierarchical backend's
+// leaders').
 [[noreturn]] void throw_connect_error(const BackendContext& context, const std::exception& error) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
   const std::string cause = c10_error ? c10_error->what_without_backtrace() : error.what();
   throw RendezvousError(base::detail::str(
       "gloo could not connect rank ", context.topology.rank, " of ", context.topology.world_size,
       " to its peers: ", cause.substr(0, cause.find('\n')),
-      ". A peer rank may have exited, or lost its connection to the store, during ddp::init; "
-      "check every rank's log."));
+      ". A peer rank may have exited, or lost its connection to the store, while the ranks "
+      "connected; check every rank's log."));
 }
 
 }  // namespace
