@@ -14,7 +14,9 @@
 // allocator's peak of allocated bytes over the timed steps (the largest
 // over the ranks; -1 where this build has no CUDA). With --net-interface
 // (benchmarks/fsdp_cluster_bench.sh: a node's link) the line adds the bytes
-// rank 0's node sent through it per timed step.
+// rank 0's node sent through it per timed step. The AdamW is
+// ddp::optim::AdamW (one pass per parameter; LibTorch's step on CUDA), or
+// LibTorch's with --optimizer torch: the same values, bit for bit.
 
 #include <sys/resource.h>
 #include <torch/cuda.h>
@@ -88,7 +90,7 @@ int main(int argc, char** argv) {
   std::string way = "fsdp";
   int steps = 3, layers = 5;
   int64_t width = 3200, batch = 8;
-  std::string backend = "gloo", device_name = "cpu", interface;
+  std::string backend = "gloo", device_name = "cpu", interface, optimizer_kind = "ddp";
   app.add_option("--way", way,
                  "ddp, zero1, zero2, fsdp, fsdp-no-prefetch, fsdp-overlap, fsdp-hybrid or "
                  "fsdp-hpz")
@@ -101,7 +103,20 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "rows per rank and step");
   app.add_option("--backend", backend, "gloo, shm, nccl or auto");
   app.add_option("--device", device_name, "cpu or cuda (every rank on cuda:0)");
+  app.add_option("--optimizer", optimizer_kind,
+                 "AdamW: ddp (ddp::optim::AdamW, one pass per parameter) or torch");
   CLI11_PARSE(app, argc, argv);
+  if (optimizer_kind != "ddp" && optimizer_kind != "torch") {
+    std::fprintf(stderr, "fsdp_bench: --optimizer %s is not ddp or torch\n",
+                 optimizer_kind.c_str());
+    return 2;
+  }
+  const bool fused = optimizer_kind == "ddp";
+  auto make_adamw =
+      [&](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    if (fused) return std::make_unique<ddp::optim::AdamW>(std::move(params), adamw_options());
+    return std::make_unique<torch::optim::AdamW>(std::move(params), adamw_options());
+  };
 
   auto group = ddp::init(ddp::InitOptions().backend(backend));
   torch::manual_seed(2 + group->rank());
@@ -140,13 +155,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (way == "ddp") {
-    plain = std::make_unique<torch::optim::AdamW>(net->parameters(), adamw_options());
+    plain = make_adamw(net->parameters());
   } else if (way == "zero1" || way == "zero2") {
     zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
-        net->parameters(), ddp::zero_optimizer<torch::optim::AdamW>(adamw_options()),
+        net->parameters(),
+        fused ? ddp::zero_optimizer<ddp::optim::AdamW>(adamw_options())
+              : ddp::zero_optimizer<torch::optim::AdamW>(adamw_options()),
         ddp::ZeroRedundancyOptimizerOptions().stage(way == "zero1" ? 1 : 2), group);
   } else {
-    plain = std::make_unique<torch::optim::AdamW>((*fsdp_model)->parameters(), adamw_options());
+    plain = make_adamw((*fsdp_model)->parameters());
   }
   torch::optim::Optimizer& optimizer = zero ? zero->local_optimizer() : *plain;
   counted_parameters = net->parameters();
@@ -208,12 +225,12 @@ int main(int argc, char** argv) {
     std::printf(
         "way=%s ranks=%d backend=%s parameters=%lld held_bytes=%lld peak_gathered_bytes=%lld "
         "peak_rss_bytes=%lld cuda_peak_bytes=%lld device=%s step_ms=%.2f forward_ms=%.2f "
-        "backward_ms=%.2f optimizer_ms=%.2f tx_bytes_per_step=%lld\n",
+        "backward_ms=%.2f optimizer_ms=%.2f optimizer=%s tx_bytes_per_step=%lld\n",
         way.c_str(), group->size(), group->backend_name().c_str(),
         static_cast<long long>(parameters), static_cast<long long>(held),
         static_cast<long long>(peak_gathered), static_cast<long long>(rss),
         static_cast<long long>(cuda_peak), device.str().c_str(), median(times),
-        median(forward_times), median(backward_times), median(step_times),
+        median(forward_times), median(backward_times), median(step_times), optimizer_kind.c_str(),
         static_cast<long long>(steps > 0 ? sent / steps : 0));
   }
   return 0;

@@ -11,8 +11,12 @@
 // ddp::init() (the process's fixed part), the peak RSS through construction
 // and wrapping, the peak RSS through the steps, the bytes held in
 // parameters, gradients and optimizer state, FSDP's peak of gathered
-// bytes, the median step time and, with --net-interface (a node's link on
-// the simulated cluster), the bytes rank 0's node sent per timed step.
+// bytes, the median step time and its forward, backward and optimizer
+// parts, the model FLOPs of a step (6 x parameters x tokens, all ranks'),
+// and, with --net-interface (a node's link on the simulated cluster), the
+// bytes rank 0's node sent per timed step. --optimizer torch steps with
+// LibTorch's AdamW instead of ddp::optim::AdamW (the same values, bit for
+// bit; Note [One pass per parameter] in ddp/optim/adamw.hpp).
 //
 // glibc's mmap threshold is pinned at 128 KiB (as M_MMAP_THRESHOLD) so that
 // freed tensors leave the RSS at once, and the peaks measure what was alive.
@@ -32,6 +36,7 @@
 #include "ddp/ddp.hpp"
 #include "memory.hpp"
 #include "net_counter.hpp"
+#include "timing.hpp"
 
 namespace {
 
@@ -54,13 +59,14 @@ int main(int argc, char** argv) {
   ddp::examples::GptConfig config;
   config.context = 128;
   config.dropout = 0.0;
-  std::string backend = "gloo", interface;
+  std::string backend = "gloo", interface, optimizer_kind = "ddp";
   app.add_option("--way", way, "ddp, zero2, fsdp, fsdp-checkpoint, fsdp-hybrid or fsdp-hpz")
       ->required();
   app.add_option("--backend", backend, "gloo, shm or auto (the hierarchical one across nodes)");
   app.add_option("--net-interface", interface,
                  "count the bytes sent through this interface per timed step (rank 0's node)");
   app.add_option("--steps", steps, "timed steps, after one untimed");
+  app.add_option("--optimizer", optimizer_kind, "AdamW: ddp (ddp::optim::AdamW) or torch");
   app.add_option("--width", config.width, "model width");
   app.add_option("--layers", config.layers, "blocks (each one FSDP unit)");
   app.add_option("--heads", config.heads, "attention heads");
@@ -74,6 +80,11 @@ int main(int argc, char** argv) {
   config.checkpointed = way == "fsdp-checkpoint";
   const bool sharded =
       way == "fsdp" || way == "fsdp-checkpoint" || way == "fsdp-hpz" || way == "fsdp-hybrid";
+  if (optimizer_kind != "ddp" && optimizer_kind != "torch") {
+    std::fprintf(stderr, "fsdp_transformer_bench: --optimizer %s is not ddp or torch\n",
+                 optimizer_kind.c_str());
+    return 2;
+  }
   if (!sharded && way != "ddp" && way != "zero2") {
     std::fprintf(stderr,
                  "fsdp_transformer_bench: --way %s is not one of ddp, zero2, fsdp, "
@@ -112,23 +123,30 @@ int main(int argc, char** argv) {
   const int64_t construction_rss = status_bytes("VmHWM");
 
   const auto adamw = torch::optim::AdamWOptions(1e-4);
+  const bool fused = optimizer_kind == "ddp";
+  auto make_adamw = [&](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::AdamW> {
+    if (fused) return std::make_unique<ddp::optim::AdamW>(std::move(params), adamw);
+    return std::make_unique<torch::optim::AdamW>(std::move(params), adamw);
+  };
   std::unique_ptr<torch::optim::AdamW> plain;
   std::unique_ptr<ddp::ZeroRedundancyOptimizer> zero;
   std::vector<at::Tensor> counted = net->parameters();
   if (fsdp_model) {
-    plain = std::make_unique<torch::optim::AdamW>((*fsdp_model)->parameters(), adamw);
+    plain = make_adamw((*fsdp_model)->parameters());
     for (const auto& shard : (*fsdp_model)->parameters()) counted.push_back(shard);
   } else if (ddp_model) {
-    plain = std::make_unique<torch::optim::AdamW>(net->parameters(), adamw);
+    plain = make_adamw(net->parameters());
   } else {
     zero = std::make_unique<ddp::ZeroRedundancyOptimizer>(
-        net->parameters(), ddp::zero_optimizer<torch::optim::AdamW>(adamw),
+        net->parameters(),
+        fused ? ddp::zero_optimizer<ddp::optim::AdamW>(adamw)
+              : ddp::zero_optimizer<torch::optim::AdamW>(adamw),
         ddp::ZeroRedundancyOptimizerOptions().stage(2), group);
   }
   torch::optim::Optimizer& optimizer = zero ? zero->local_optimizer() : *plain;
 
   reset_peak_rss();
-  std::vector<double> times;
+  std::vector<double> times, forward_times, backward_times, optimizer_times;
   int64_t held = 0, peak_gathered = 0, sent = 0;
   double loss_value = 0;
   for (int step = 0; step <= steps; ++step) {
@@ -147,7 +165,9 @@ int main(int argc, char** argv) {
                                            : net->forward(input);
     const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, config.vocabulary}),
                                                       text.narrow(1, 1, length).reshape({-1}));
+    const auto forward_end = std::chrono::steady_clock::now();
     loss.backward();
+    const auto backward_end = std::chrono::steady_clock::now();
     if (zero) {
       zero->step();
     } else {
@@ -157,6 +177,9 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step > 0) {
       times.push_back(s);
+      forward_times.push_back(std::chrono::duration<double>(forward_end - start).count());
+      backward_times.push_back(std::chrono::duration<double>(backward_end - forward_end).count());
+      optimizer_times.push_back(s - std::chrono::duration<double>(backward_end - start).count());
       sent += tx_bytes(interface) - sent_before;
     }
     loss_value = loss.item<double>();
@@ -166,6 +189,9 @@ int main(int argc, char** argv) {
     }
   }
   std::sort(times.begin(), times.end());
+  // Rank 0's parts; model FLOPs: 6 per parameter and token, all ranks' tokens.
+  const double model_flops = 6.0 * static_cast<double>(config.parameter_count()) *
+                             static_cast<double>(batch * length * group->size());
   const int64_t step_rss = largest_across_ranks(status_bytes("VmHWM"), *group);
   const int64_t construction_peak = largest_across_ranks(construction_rss, *group);
   const int64_t fixed = largest_across_ranks(fixed_rss, *group);
@@ -175,11 +201,14 @@ int main(int argc, char** argv) {
     std::printf(
         "way=%s ranks=%d parameters=%lld fixed_rss_bytes=%lld construction_rss_bytes=%lld "
         "step_rss_bytes=%lld held_bytes=%lld peak_gathered_bytes=%lld construction_s=%.1f "
-        "step_s=%.2f loss=%.4f tx_bytes_per_step=%lld\n",
+        "step_s=%.3f forward_s=%.3f backward_s=%.3f optimizer_s=%.3f model_flops=%.4g "
+        "optimizer=%s loss=%.4f tx_bytes_per_step=%lld\n",
         way.c_str(), group->size(), static_cast<long long>(config.parameter_count()),
         static_cast<long long>(fixed), static_cast<long long>(construction_peak),
         static_cast<long long>(step_rss), static_cast<long long>(held),
-        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2], loss_value,
+        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2],
+        ddp_bench::median(forward_times), ddp_bench::median(backward_times),
+        ddp_bench::median(optimizer_times), model_flops, optimizer_kind.c_str(), loss_value,
         static_cast<long long>(steps > 0 ? sent / steps : 0));
   }
   return 0;

@@ -162,8 +162,9 @@ int train(const Options& o) {
     net = ddp::examples::Gpt(config);
     model = ddp::FullyShardedDataParallel(net, group);
   }
-  torch::optim::AdamW optimizer(model->parameters(),
-                                torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+  // LibTorch's AdamW in one pass per parameter (ddp/optim/adamw.hpp).
+  ddp::optim::AdamW optimizer(model->parameters(),
+                              torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
   ddp::FullyShardedState sharded(model, optimizer);
   ddp::snapshot::TrainingState state;
   state.model = net.ptr().get();

@@ -10,6 +10,7 @@ set -euo pipefail
 packages=(
   cmake g++ make ccache pkg-config
   libtorch-dev libgloo-dev       # LibTorch 1.13.1 with c10d, and Gloo's headers
+  libopenblas0-openmp            # libblas.so.3 for LibTorch: OpenBLAS, not the reference (docs/guide/performance.md)
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   libssl-dev                     # libcrypto: the rendezvous store's HMAC handshake
   gnuplot-nox                    # the examples' --plot (loss/accuracy curves)

@@ -33,7 +33,7 @@ esac
 # torchrun does not start, so only this leg runs them).
 packages=(
   cmake g++ make ninja-build ccache pkg-config
-  libtorch-dev libgloo-dev
+  libtorch-dev libgloo-dev libopenblas0-openmp
   libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist fortunes

@@ -1,8 +1,9 @@
 #pragma once
 
-// What every example's main() does around its training function: errors
-// become a message, an error file for ddprun, and the exit code of their
-// kind; and a digest of the trained weights that tests compare.
+// What every example's main() does around its training function: the BLAS
+// in use named once per job, errors become a message, an error file for
+// ddprun, and the exit code of their kind; and a digest of the trained
+// weights that tests compare.
 
 #include <torch/torch.h>
 
@@ -12,15 +13,26 @@
 #include <string>
 #include <vector>
 
+#include "ddp/base/blas.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/environment.hpp"
 #include "ddp/comm/error_file.hpp"
 
 namespace ddp::examples {
 
 /// Runs `train` (returning an exit status); an exception is reported on
 /// stderr and in the launcher's error file, and mapped to ddp's exit code.
+/// Rank 0 (of whichever launcher) first names the BLAS LibTorch runs
+/// on, unless its launcher did (ddp::base::report_blas_once).
 template <typename Train>
 int run_example(Train&& train) {
+  try {
+    // torchrun's, Open MPI's or Slurm's rank; a topology that does not
+    // resolve is init()'s to report, with its own message.
+    if (ddp::resolve_topology(ddp::capture_environment()).rank == 0)
+      ddp::base::report_blas_once("");
+  } catch (const ddp::Error&) {
+  }
   try {
     return train();
   } catch (const std::exception& e) {

@@ -39,11 +39,22 @@ std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
     env[kRecoveryGenerationVariable] = std::to_string(p.generation);
     if (!p.recovery_store_file.empty()) env[kRecoveryStoreFileVariable] = p.recovery_store_file;
   }
-  // As torchrun: share the cores among the workers unless the user chose.
+  // Note [Intra-op threads per worker]
+  // Each worker gets cores / workers-on-the-node intra-op threads unless the
+  // user chose (OMP_NUM_THREADS), where torchrun gives every worker one
+  // thread: the node's cores are used whatever the number of workers.
+  // OpenBLAS built with pthreads ignores OpenMP's count and starts a thread
+  // per core in every worker, which busy-wait beside each other's, so
+  // OPENBLAS_NUM_THREADS, unless the user chose, gets the same count
+  // (Debian's OpenMP OpenBLAS, which ddp installs, follows LibTorch's
+  // threads whatever it says). Measured in docs/guide/performance.md.
   const EnvironmentMap inherited = capture_environment();
-  if (!inherited.count("OMP_NUM_THREADS")) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!inherited.count("OMP_NUM_THREADS"))
     env["OMP_NUM_THREADS"] = std::to_string(std::max(1, cores / plan.nproc));
+  if (!inherited.count("OPENBLAS_NUM_THREADS")) {
+    const auto omp = inherited.find("OMP_NUM_THREADS");
+    env["OPENBLAS_NUM_THREADS"] = omp != inherited.end() ? omp->second : env["OMP_NUM_THREADS"];
   }
   return env;
 }

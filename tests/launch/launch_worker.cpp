@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
            {"RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE",
             "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
-            "OMP_NUM_THREADS", "DDP_RENDEZVOUS_ROUND"}) {
+            "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DDP_BLAS_REPORTED",
+            "DDP_RENDEZVOUS_ROUND"}) {
         std::cout << name << "=" << var(name) << "\n";
       }
       std::cerr << "stderr of local rank " << var("LOCAL_RANK") << std::endl;

@@ -23,6 +23,8 @@ inline const std::vector<std::string> kUnset = {"RANK",
                                                 "MASTER_ADDR",
                                                 "MASTER_PORT",
                                                 "OMP_NUM_THREADS",
+                                                "OPENBLAS_NUM_THREADS",
+                                                "DDP_BLAS_REPORTED",
                                                 "TORCHELASTIC_RESTART_COUNT",
                                                 "DDP_JOB_SECRET_FILE"};
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "common/file_text.hpp"
 #include "common/port_holder.hpp"
 #include "common/temporary_directory.hpp"
+#include "ddp/base/blas.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
@@ -53,6 +55,60 @@ TEST(LauncherRun, WorkerEnvironmentMatchesTorchrunAndOutputIsPrefixed) {
         << "unprefixed line: '" << line << "'";
   }
   EXPECT_NE(r.output.find("TORCHELASTIC_ERROR_FILE=/"), std::string::npos);
+}
+
+// Note [Intra-op threads per worker] (src/launch/worker_environment.cpp)
+// and Note [The BLAS in use] (ddp/base/blas.hpp): each worker gets its
+// share of the cores for OpenMP and OpenBLAS alike, and ddprun names the
+// BLAS once for the job (its workers are told it did).
+TEST(LauncherRun, WorkersShareTheCoresAndTheBlasIsNamedOnce) {
+  auto r = run_launcher({"--standalone", "--nproc-per-node", "2", DDP_LAUNCH_WORKER, "env"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string share = std::to_string(std::max(1u, cores / 2));
+  for (const std::string& line :
+       {"[0] OMP_NUM_THREADS=" + share, "[1] OPENBLAS_NUM_THREADS=" + share,
+        std::string("[0] DDP_BLAS_REPORTED=1"), std::string("[1] DDP_BLAS_REPORTED=1")})
+    EXPECT_NE(r.output.find(line + "\n"), std::string::npos) << "missing '" << line << "' in\n"
+                                                             << r.output;
+  const ddp::BlasLibrary blas = ddp::blas_in_use();
+  const std::string named = "ddprun: " + blas.summary() + "\n";
+  const auto first = r.output.find(named);
+  EXPECT_NE(first, std::string::npos) << "no '" << named << "' in\n" << r.output;
+  EXPECT_EQ(r.output.find("BLAS: ", first + named.size()), std::string::npos)
+      << "the BLAS named twice:\n"
+      << r.output;
+
+  // A user's OMP_NUM_THREADS is kept, and OpenBLAS follows it.
+  ddp::launch::ChildSpec spec =
+      ddp::launch::ddprun({"--standalone", "--nproc-per-node", "2", DDP_LAUNCH_WORKER, "env"});
+  spec.env["OMP_NUM_THREADS"] = "3";
+  auto chosen = ddp::launch::run_children({spec}, std::chrono::seconds(90)).at(0);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("[1] OMP_NUM_THREADS=3\n"), std::string::npos) << chosen.output;
+  EXPECT_NE(chosen.output.find("[1] OPENBLAS_NUM_THREADS=3\n"), std::string::npos) << chosen.output;
+}
+
+// The reference BLAS, put in front through the library path as a user's
+// machine without OpenBLAS has it: ddprun names it and the fix.
+TEST(LauncherRun, TheReferenceBlasIsAWarningNamingTheFix) {
+  const std::string reference_dir = "/usr/lib/x86_64-linux-gnu/blas";
+  if (!std::filesystem::exists(reference_dir + "/libblas.so.3"))
+    GTEST_SKIP() << "no reference BLAS at " << reference_dir << " (Debian's libblas3, x86-64)";
+  ddp::launch::ChildSpec spec =
+      ddp::launch::ddprun({"--standalone", "--nproc-per-node", "1", DDP_LAUNCH_WORKER, "env"});
+  spec.env["LD_LIBRARY_PATH"] = reference_dir;
+  auto r = ddp::launch::run_children({spec}, std::chrono::seconds(90)).at(0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ddprun: BLAS: netlib reference BLAS " + reference_dir + "/libblas.so.3"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("ddprun: warning: LibTorch's matrix products run on the reference BLAS (" +
+                    reference_dir + "/libblas.so.3"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("apt-get install libopenblas0-openmp"), std::string::npos) << r.output;
 }
 
 using ddp::testing::read_file;

@@ -58,6 +58,8 @@ class FsdpChecker : FsdpTrainer {
     const auto adamw_reference = reference(make_mlp(6), adamw());
     auto adamw_params = std::get<0>(train(make_mlp(6 + rank_), adamw(), {}));
     checks_.close_all(fsdp_check::kAdamW, adamw_params, adamw_reference, 1e-5);
+    auto fused = std::get<0>(train(make_mlp(6 + rank_), fused_adamw(), {}));
+    checks_.check(fsdp_check::kFusedAdamW, identical(fused, adamw_params), "they differ");
     auto kept = std::get<0>(train(make_mlp(6 + rank_), adamw(),
                                   FullyShardedDataParallelOptions().reshard_after_forward(false)));
     checks_.check(fsdp_check::kKeepGathered, identical(kept, adamw_params), "they differ");

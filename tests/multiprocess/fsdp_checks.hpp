@@ -30,6 +30,8 @@ std::string wrong_shard_holdings(FullyShardedDataParallelImpl& model, ProcessGro
 namespace fsdp_check {
 inline const std::string kSgd = "Sequential MLP with SGD and momentum matches one process";
 inline const std::string kAdamW = "Sequential MLP with AdamW matches one process";
+inline const std::string kFusedAdamW =
+    "ddp::optim::AdamW over the shards' pieces matches LibTorch's AdamW bit for bit";
 inline const std::string kKeepGathered =
     "reshard_after_forward off matches reshard_after_forward on bit for bit";
 inline const std::string kNoPrefetch = "prefetch 0 matches prefetch 1 bit for bit";
@@ -84,6 +86,7 @@ inline std::set<std::string> fsdp_check_names() {
   using namespace fsdp_check;  // NOLINT(google-build-using-namespace)
   return {kSgd,
           kAdamW,
+          kFusedAdamW,
           kKeepGathered,
           kNoPrefetch,
           kOverlapReduction,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ddp/comm/process_group.hpp"
+#include "ddp/optim/adamw.hpp"
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "multiprocess/fsdp_checks.hpp"
 #include "multiprocess/fsdp_models.hpp"
@@ -33,6 +34,13 @@ inline OptimizerFactory adamw() {
   return [](std::vector<torch::Tensor> p) {
     return std::make_unique<torch::optim::AdamW>(
         p, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+  };
+}
+/// adamw()'s options, stepped in one pass per parameter (ddp/optim/adamw.hpp).
+inline OptimizerFactory fused_adamw() {
+  return [](std::vector<torch::Tensor> p) {
+    return std::make_unique<ddp::optim::AdamW>(p,
+                                               torch::optim::AdamWOptions(0.01).weight_decay(0.1));
   };
 }
 

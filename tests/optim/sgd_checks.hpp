@@ -31,6 +31,13 @@ inline std::vector<std::pair<at::Tensor, at::Tensor>> small_batches(int count, u
   return batches;
 }
 
+/// Copies of `params` with the same values, leaves of their own.
+inline std::vector<at::Tensor> leaf_copies(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> copies;
+  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
+  return copies;
+}
+
 /// One training step of `model` on `batch` (zero_grad, MSE, backward,
 /// step); with `closure`, the loss is computed inside step()'s closure.
 /// Returns the loss.

@@ -21,10 +21,14 @@
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "sgd_checks.hpp"
+#include "state_transfers.hpp"
 
 namespace {
 
 using ddp::testing::expect_same_parameters_and_buffers;
+using ddp::testing::StateTransfer;
+using ddp::testing::through_snapshot;
+using ddp::testing::through_torch_save;
 using torch::optim::SGDOptions;
 
 constexpr int kStepsBeforeSave = 3;
@@ -33,11 +37,6 @@ const SGDOptions kSavedOptions = SGDOptions(0.05).momentum(0.9).weight_decay(1e-
 // A snapshot restores the param groups' options too, so its loader starts
 // with others.
 const SGDOptions kOtherOptions = SGDOptions(1.0);
-
-// Moves the training state of (model, saver) into (resumed, loader).
-using StateTransfer =
-    std::function<void(torch::nn::Sequential& model, torch::optim::Optimizer& saver,
-                       torch::nn::Sequential& resumed, torch::optim::Optimizer& loader)>;
 
 // Trains a model with a Saver, moves its state into a Loader (built with
 // `loader_options`) over another model, and expects both to continue
@@ -63,37 +62,6 @@ void expect_continuation_after(const StateTransfer& transfer, const SGDOptions& 
     ddp::testing::train_step(resumed, loader, batches[step], false);
     expect_same_parameters_and_buffers(loader, saver, "after step " + std::to_string(step));
   }
-}
-
-// torch::save of the optimizer, torch::load into the other; the parameters
-// copied. LibTorch's load restores the state, not the param groups'
-// options, so the loader is built with the saved ones, as a program would.
-void through_torch_save(torch::nn::Sequential& model, torch::optim::Optimizer& saver,
-                        torch::nn::Sequential& resumed, torch::optim::Optimizer& loader) {
-  std::stringstream archive;
-  torch::save(saver, archive);
-  torch::load(loader, archive);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < model->parameters().size(); ++i) {
-    resumed->parameters()[i].copy_(model->parameters()[i]);
-  }
-}
-
-// A ddp snapshot (model and optimizer) saved and resumed in a group of one.
-void through_snapshot(torch::nn::Sequential& model, torch::optim::Optimizer& saver,
-                      torch::nn::Sequential& resumed, torch::optim::Optimizer& loader) {
-  const ddp::testing::TemporaryDirectory directory("ddp-optim-");
-  auto group = ddp::init(ddp::InitOptions(), ddp::EnvironmentMap{});
-  ddp::snapshot::SnapshotManager snapshots(ddp::snapshot::SnapshotOptions(directory.string()),
-                                           group);
-  ddp::snapshot::TrainingState saved;
-  saved.model = model.ptr().get();
-  saved.optimizer = &saver;
-  snapshots.save(saved);
-  ddp::snapshot::TrainingState state;
-  state.model = resumed.ptr().get();
-  state.optimizer = &loader;
-  ASSERT_TRUE(snapshots.resume(state));
 }
 
 TEST(OptimSgdState, TorchSaveOfEitherOptimizerLoadsIntoTheOther) {

@@ -88,13 +88,6 @@ std::vector<at::Tensor> leaves(
   return made;
 }
 
-// Copies of `params` (new leaves with the same values).
-std::vector<at::Tensor> copies_of(const std::vector<at::Tensor>& params) {
-  std::vector<at::Tensor> copies;
-  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
-  return copies;
-}
-
 // A loss of the parameters whose indices are in `used`, against `targets`
 // (one per parameter): each term in its parameter's dtype, summed in double.
 at::Tensor loss_of(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& targets,
@@ -120,7 +113,7 @@ TEST(OptimSgd, TwoGroupsMixedDtypesAParameterWithoutGradientAndALateOne) {
                               {{6}, kFloat},
                               {{3, 2}, kDouble}},
                              3);
-  const auto reference_params = copies_of(params);
+  const auto reference_params = ddp::testing::leaf_copies(params);
   const at::Tensor never_used = params[2].detach().clone();
   const SGDOptions first = SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-2);
   const SGDOptions second = SGDOptions(0.2).momentum(0.5).dampening(0.3);
@@ -194,7 +187,7 @@ TEST(OptimSgd, SparseGradientsTakeLibTorchsPerParameterStep) {
 
 TEST(OptimSgd, AParameterTwiceInAGroupIsUpdatedTwiceAsByLibTorch) {
   const auto params = leaves({{{3, 3}, torch::kFloat}, {{4}, torch::kFloat}}, 6);
-  const auto reference_params = copies_of(params);
+  const auto reference_params = ddp::testing::leaf_copies(params);
   const SGDOptions options = SGDOptions(0.1).momentum(0.9).weight_decay(1e-2);
   ddp::optim::SGD optimizer(std::vector<at::Tensor>{params[0], params[1], params[0]}, options);
   torch::optim::SGD reference_optimizer(
@@ -218,7 +211,7 @@ TEST(OptimSgd, ParametersAreWrittenInPlaceSoTheirVersionsAdvance) {
   // As PyTorch's SGD writes them; LibTorch's writes through .data(), which
   // leaves the version counter (Note [Same operations as LibTorch's step]).
   const auto params = leaves({{{3}, torch::kFloat}}, 9);
-  const auto reference_params = copies_of(params);
+  const auto reference_params = ddp::testing::leaf_copies(params);
   ddp::optim::SGD optimizer(params, SGDOptions(0.1).momentum(0.9));
   torch::optim::SGD reference_optimizer(reference_params, SGDOptions(0.1).momentum(0.9));
   const auto version = params[0]._version(), reference_version = reference_params[0]._version();

@@ -21,6 +21,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "ddp/base/blas.hpp"
 #include "ddp/base/errors.hpp"
 #include "launch/agent.hpp"
 
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
   options.command.assign(argv + start, argv + argc);
   try {
     ddp::launch::LaunchPlan plan = ddp::launch::resolve_launch(options);
+    ddp::base::report_blas_once("ddprun: ");  // its workers inherit DDP_BLAS_REPORTED
     for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, on_signal);
     ddp::launch::Agent agent(std::move(plan));
     return agent.run();

@@ -1,0 +1,124 @@
+#include "ddp/base/blas.hpp"
+
+#include <dlfcn.h>
+
+#include <climits>
+#include <cstdlib>
+#include <iostream>
+
+#include "base/str.hpp"
+
+namespace ddp::base {
+namespace {
+
+using detail::str;
+
+std::string resolved(const char* path) {
+  char real[PATH_MAX];
+  return ::realpath(path, real) != nullptr ? std::string(real) : std::string(path);
+}
+
+/// The file name of `path`, without its folders.
+std::string file_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+/// Looks `name` up in the library `handle` and the libraries it needs (an
+/// interface library such as OpenBLAS's libblas.so.3 keeps its code in
+/// libopenblas.so.0).
+template <typename Function>
+Function* find(void* handle, const char* name) {
+  return reinterpret_cast<Function*>(::dlsym(handle, name));
+}
+
+void describe_openblas(void* handle, BlasLibrary& blas) {
+  blas.kind = BlasKind::kOpenBlas;
+  if (auto* config = find<char*()>(handle, "openblas_get_config")) blas.config = config();
+  if (auto* core = find<char*()>(handle, "openblas_get_corename")) blas.core = core();
+  if (auto* parallel = find<int()>(handle, "openblas_get_parallel")) {
+    const int mode = parallel();
+    blas.threading = mode == 0 ? "sequential" : mode == 1 ? "pthread" : "openmp";
+  }
+  if (auto* threads = find<int()>(handle, "openblas_get_num_threads")) blas.threads = threads();
+}
+
+}  // namespace
+
+const char* blas_kind_name(BlasKind kind) {
+  switch (kind) {
+    case BlasKind::kOpenBlas: return "OpenBLAS";
+    case BlasKind::kBlis: return "BLIS";
+    case BlasKind::kMkl: return "MKL";
+    case BlasKind::kReference: return "reference BLAS";
+    case BlasKind::kUnknown: return "unknown BLAS";
+    case BlasKind::kNotShared: return "no shared BLAS";
+  }
+  return "unknown BLAS";
+}
+
+BlasLibrary blas_in_use() {
+  BlasLibrary blas;
+  void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info info{};
+  if (sgemm == nullptr || ::dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return blas;
+  blas.path = resolved(info.dli_fname);
+  blas.kind = BlasKind::kUnknown;
+  // The library is loaded (sgemm_ is in it): RTLD_NOLOAD only finds it.
+  void* handle = ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return blas;
+  if (find<char*()>(handle, "openblas_get_config") != nullptr) {
+    describe_openblas(handle, blas);
+  } else if (auto* version = find<const char*()>(handle, "bli_info_get_version_str")) {
+    blas.kind = BlasKind::kBlis;
+    blas.config = str("BLIS ", version());
+  } else if (auto* version = find<void(char*, int)>(handle, "MKL_Get_Version_String")) {
+    blas.kind = BlasKind::kMkl;
+    char text[256] = {};
+    version(text, sizeof(text) - 1);
+    blas.config = text;
+  } else if (file_name(blas.path).rfind("libblas.so", 0) == 0) {
+    // netlib's libblas.so.3 names itself nowhere: it is the libblas.so
+    // that none of the optimized libraries' own functions come with.
+    blas.kind = BlasKind::kReference;
+    blas.config = "netlib reference BLAS";
+  }
+  ::dlclose(handle);
+  return blas;
+}
+
+std::string BlasLibrary::summary() const {
+  if (kind == BlasKind::kNotShared)
+    return "BLAS: no shared library in this process exports sgemm_ (LibTorch may link its BLAS "
+           "statically: at::show_config() names it)";
+  std::string what = kind == BlasKind::kOpenBlas && !config.empty()
+                         ? config.substr(0, config.find(' ', config.find(' ') + 1))
+                         : config.empty() ? blas_kind_name(kind) : config;
+  std::string details;
+  if (!threading.empty()) details = threading;
+  if (!core.empty()) details += str(details.empty() ? "" : ", ", core, " kernels");
+  if (threading == "openmp")
+    details += ", LibTorch's intra-op threads";
+  else if (threads > 0)
+    details += str(", ", threads, threads == 1 ? " thread" : " threads");
+  return str("BLAS: ", what, details.empty() ? "" : str(" (", details, ")"), " ", path);
+}
+
+std::string BlasLibrary::warning() const {
+  if (kind != BlasKind::kReference) return "";
+  return str("warning: LibTorch's matrix products run on the reference BLAS (", path,
+             "), about 19x slower than OpenBLAS on a current core; install OpenBLAS "
+             "(Debian: apt-get install libopenblas0-openmp) and run again");
+}
+
+bool report_blas_once(const std::string& prefix) {
+  if (std::getenv(kBlasReportedVariable) != nullptr) return false;
+  const BlasLibrary blas = blas_in_use();
+  std::cerr << prefix << blas.summary() << "\n";
+  if (!blas.warning().empty()) std::cerr << prefix << blas.warning() << "\n";
+  std::cerr << std::flush;
+  ::setenv(kBlasReportedVariable, "1", 1);
+  return true;
+}
+
+}  // namespace ddp::base
