@@ -136,21 +136,33 @@ TEST(OptimAdam, AParameterTwiceInAGroupIsUpdatedTwiceAsByLibTorch) {
 }
 
 // Note [When LibTorch's step runs instead] (ddp/optim/adamw.hpp): one
-// parameter the pass does not take hands the whole step to LibTorch.
+// parameter the pass does not take hands the whole step to LibTorch. A
+// parameter laid out otherwise but dense, its gradient and moments laid out
+// alike, is the pass's: it walks the four in storage order.
 TEST(OptimAdam, LayoutsAndDtypesThePassDoesNotTakeStepAsLibTorch) {
-  for (const std::string odd : {"transposed", "bfloat16"}) {
+  for (const std::string odd :
+       {"transposed", "transposed, its gradient contiguous", "every other column", "bfloat16"}) {
     SCOPED_TRACE(odd);
     auto params = awkward_parameters(9);
-    if (odd == "transposed")
-      params.push_back(torch::randn({6, 4}).t().requires_grad_(true));  // dense, not contiguous
-    else
+    if (odd == "bfloat16")
       params.push_back(torch::randn({6, 4}, torch::kBFloat16).requires_grad_(true));
+    else if (odd == "every other column")  // not dense: a leaf that views every other element
+      params.push_back(torch::randn({6, 8}).slice(1, 0, 8, 2).requires_grad_(true));
+    else
+      params.push_back(torch::randn({6, 4}).t().requires_grad_(true));
     auto reference_params = leaf_copies(params);
+    if (odd == "every other column") {  // leaf_copies made it dense: view the copy alike
+      reference_params.back() =
+          torch::zeros({6, 8}).slice(1, 0, 8, 2).copy_(params.back().detach()).requires_grad_(true);
+    }
     ddp::optim::Adam optimizer(params, AdamOptions(1e-2).weight_decay(0.1));
     torch::optim::Adam reference(reference_params, AdamOptions(1e-2).weight_decay(0.1));
     for (int step = 0; step < 3; ++step) {
-      give_gradients(params, step);
-      give_gradients(reference_params, step);
+      for (auto* side : {&params, &reference_params}) {
+        give_gradients(*side, step);  // laid out as each parameter (randn_like)
+        if (odd == "transposed, its gradient contiguous")
+          side->back().mutable_grad() = side->back().grad().contiguous();
+      }
       optimizer.step();
       reference.step();
       expect_same_adam<AdamParamState>(optimizer, reference, "after step " + std::to_string(step));
