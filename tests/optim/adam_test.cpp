@@ -19,9 +19,9 @@
 namespace {
 
 using ddp::testing::awkward_parameters;
-using ddp::testing::leaf_copies;
 using ddp::testing::expect_same_adam;
 using ddp::testing::give_gradients;
+using ddp::testing::leaf_copies;
 using torch::optim::AdamOptions;
 using torch::optim::AdamParamState;
 using torch::optim::AdamWOptions;
@@ -58,24 +58,24 @@ void PrintTo(const AdamCase& c, std::ostream* out) { *out << c.name; }
 
 class OptimAdamOptions : public ::testing::TestWithParam<AdamCase> {};
 
+/// The case's options as Options (AdamOptions or AdamWOptions).
+template <typename Options>
+Options options_of(const AdamCase& c) {
+  return Options(c.lr)
+      .betas({c.beta1, c.beta2})
+      .eps(c.eps)
+      .weight_decay(c.weight_decay)
+      .amsgrad(c.amsgrad);
+}
+
 TEST_P(OptimAdamOptions, AdamWMatchesLibTorchBitForBit) {
-  const AdamCase& c = GetParam();
   expect_steps_as_libtorch<ddp::optim::AdamW, torch::optim::AdamW, AdamWParamState>(
-      AdamWOptions(c.lr)
-          .betas({c.beta1, c.beta2})
-          .eps(c.eps)
-          .weight_decay(c.weight_decay)
-          .amsgrad(c.amsgrad));
+      options_of<AdamWOptions>(GetParam()));
 }
 
 TEST_P(OptimAdamOptions, AdamMatchesLibTorchBitForBit) {
-  const AdamCase& c = GetParam();
   expect_steps_as_libtorch<ddp::optim::Adam, torch::optim::Adam, AdamParamState>(
-      AdamOptions(c.lr)
-          .betas({c.beta1, c.beta2})
-          .eps(c.eps)
-          .weight_decay(c.weight_decay)
-          .amsgrad(c.amsgrad));
+      options_of<AdamOptions>(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -95,8 +95,9 @@ TEST(OptimAdam, TwoGroupsAParameterWithoutGradientAndALateOne) {
     return std::vector<torch::optim::OptimizerParamGroup>{
         torch::optim::OptimizerParamGroup({p[0], p[1], p[2]}),
         torch::optim::OptimizerParamGroup(
-            {p[3], p[4]}, std::make_unique<AdamWOptions>(
-                              AdamWOptions(2e-2).betas({0.5, 0.9}).weight_decay(0.3).amsgrad(true)))};
+            {p[3], p[4]},
+            std::make_unique<AdamWOptions>(
+                AdamWOptions(2e-2).betas({0.5, 0.9}).weight_decay(0.3).amsgrad(true)))};
   };
   const AdamWOptions defaults = AdamWOptions(1e-3).weight_decay(0);
   ddp::optim::AdamW optimizer(groups(params), defaults);
@@ -104,8 +105,8 @@ TEST(OptimAdam, TwoGroupsAParameterWithoutGradientAndALateOne) {
   for (int step = 0; step < kSteps; ++step) {
     for (auto* side : {&params, &reference_params}) {
       give_gradients(*side, step);
-      (*side)[1].mutable_grad() = at::Tensor();                  // never a gradient
-      if (step < 3) (*side)[3].mutable_grad() = at::Tensor();    // its first at step 3
+      (*side)[1].mutable_grad() = at::Tensor();                // never a gradient
+      if (step < 3) (*side)[3].mutable_grad() = at::Tensor();  // its first at step 3
     }
     // Both forms of step(): the closure's loss is returned.
     const at::Tensor loss = optimizer.step([&] { return params[0].sum(); });
