@@ -15,8 +15,8 @@
 namespace ddp_bench {
 
 struct MachineLimits {
-  double sgemm_gflops = 0;    ///< one thread, fp32, 2048 x 2048 x 2048
-  double triad_gbs = 0;       ///< a = b + s * c, 12 bytes an element
+  double sgemm_gflops = 0;      ///< one thread, fp32, 2048 x 2048 x 2048
+  double triad_gbs = 0;         ///< a = b + s * c, 12 bytes an element
   double adam_pattern_gbs = 0;  ///< 4 arrays read, 3 written, 28 bytes an element
 };
 
@@ -27,7 +27,8 @@ double best_seconds(int reps, F&& f) {
   for (int i = 0; i < reps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return best;
 }
@@ -35,10 +36,10 @@ double best_seconds(int reps, F&& f) {
 /// Adam's access pattern with the least arithmetic: p, m, v read and
 /// written, g read; vectorized (-O3 for this function alone).
 __attribute__((optimize("O3"), noinline)) inline void adam_pattern(float* __restrict p,
-                                                                    float* __restrict m,
-                                                                    float* __restrict v,
-                                                                    const float* __restrict g,
-                                                                    int64_t n) {
+                                                                   float* __restrict m,
+                                                                   float* __restrict v,
+                                                                   const float* __restrict g,
+                                                                   int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
     m[i] = m[i] * 0.9f + gi;
@@ -68,7 +69,8 @@ inline MachineLimits measure_machine_limits() {
   }
   {
     std::vector<float> p(n, 1.f), m(n, 2.f), v(n, 3.f), g(n, 4.f);
-    const double s = best_seconds(10, [&] { adam_pattern(p.data(), m.data(), v.data(), g.data(), n); });
+    const double s =
+        best_seconds(10, [&] { adam_pattern(p.data(), m.data(), v.data(), g.data(), n); });
     limits.adam_pattern_gbs = 28.0 * n / s / 1e9;
   }
   return limits;

@@ -5,9 +5,9 @@
 // (benchmarks/machine_limits.hpp) measured in the same run. Run
 // benchmarks/optimizer_bench.sh.
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <functional>
@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
   int steps = 5;
   int64_t pieces = 2000;
   app.add_option("--params", millions, "parameters, in millions")->capture_default_str();
-  app.add_option("--steps", steps, "timed steps per way (the median is reported)")->capture_default_str();
+  app.add_option("--steps", steps, "timed steps per way (the median is reported)")
+      ->capture_default_str();
   app.add_option("--pieces", pieces, "pieces of the sharded layout")->capture_default_str();
   bool limits_only = false;
   app.add_flag("--limits", limits_only,
@@ -124,15 +125,15 @@ int main(int argc, char** argv) {
     };
   };
   const std::vector<Way> ways = {
-      {"torch::optim::AdamW", 28, make(adamw, static_cast<torch::optim::AdamW*>(nullptr))},
-      {"ddp::optim::AdamW", 28, make(adamw, static_cast<ddp::optim::AdamW*>(nullptr))},
+    {"torch::optim::AdamW", 28, make(adamw, static_cast<torch::optim::AdamW*>(nullptr))},
+    {"ddp::optim::AdamW", 28, make(adamw, static_cast<ddp::optim::AdamW*>(nullptr))},
 #if TORCH_VERSION_MAJOR >= 2
-      {"at::_fused_adamw_", 28, make(adamw, static_cast<AtenFusedAdamW*>(nullptr))},
+    {"at::_fused_adamw_", 28, make(adamw, static_cast<AtenFusedAdamW*>(nullptr))},
 #endif
-      {"torch::optim::Adam", 28, make(adam, static_cast<torch::optim::Adam*>(nullptr))},
-      {"ddp::optim::Adam", 28, make(adam, static_cast<ddp::optim::Adam*>(nullptr))},
-      {"torch::optim::SGD momentum", 20, make(sgd, static_cast<torch::optim::SGD*>(nullptr))},
-      {"ddp::optim::SGD momentum", 20, make(sgd, static_cast<ddp::optim::SGD*>(nullptr))},
+    {"torch::optim::Adam", 28, make(adam, static_cast<torch::optim::Adam*>(nullptr))},
+    {"ddp::optim::Adam", 28, make(adam, static_cast<ddp::optim::Adam*>(nullptr))},
+    {"torch::optim::SGD momentum", 20, make(sgd, static_cast<torch::optim::SGD*>(nullptr))},
+    {"ddp::optim::SGD momentum", 20, make(sgd, static_cast<ddp::optim::SGD*>(nullptr))},
   };
   std::printf("%-28s %-8s %10s %10s %9s %10s %12s\n", "optimizer", "layout", "step ms", "ns/param",
               "GB/s", "of triad", "of pattern");

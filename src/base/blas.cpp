@@ -47,12 +47,18 @@ void describe_openblas(void* handle, BlasLibrary& blas) {
 
 const char* blas_kind_name(BlasKind kind) {
   switch (kind) {
-    case BlasKind::kOpenBlas: return "OpenBLAS";
-    case BlasKind::kBlis: return "BLIS";
-    case BlasKind::kMkl: return "MKL";
-    case BlasKind::kReference: return "reference BLAS";
-    case BlasKind::kUnknown: return "unknown BLAS";
-    case BlasKind::kNotShared: return "no shared BLAS";
+    case BlasKind::kOpenBlas:
+      return "OpenBLAS";
+    case BlasKind::kBlis:
+      return "BLIS";
+    case BlasKind::kMkl:
+      return "MKL";
+    case BlasKind::kReference:
+      return "reference BLAS";
+    case BlasKind::kUnknown:
+      return "unknown BLAS";
+    case BlasKind::kNotShared:
+      return "no shared BLAS";
   }
   return "unknown BLAS";
 }
@@ -93,7 +99,8 @@ std::string BlasLibrary::summary() const {
            "statically: at::show_config() names it)";
   std::string what = kind == BlasKind::kOpenBlas && !config.empty()
                          ? config.substr(0, config.find(' ', config.find(' ') + 1))
-                         : config.empty() ? blas_kind_name(kind) : config;
+                     : config.empty() ? blas_kind_name(kind)
+                                      : config;
   std::string details;
   if (!threading.empty()) details = threading;
   if (!core.empty()) details += str(details.empty() ? "" : ", ", core, " kernels");

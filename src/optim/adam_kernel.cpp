@@ -44,12 +44,9 @@ enum class Decay { kNone, kDecoupled, kL2 };
 /// branch and vectorizes; the scalars are copied to locals, which no store
 /// through the arrays can alias.
 template <typename T, Decay kDecay, bool kAmsgrad>
-__attribute__((always_inline)) inline void update_range(const AdamScalars<T>& scalars,
-                                                        T* __restrict param,
-                                                        const T* __restrict grad,
-                                                        T* __restrict exp_avg,
-                                                        T* __restrict exp_avg_sq,
-                                                        T* __restrict max_exp_avg_sq, int64_t n) {
+__attribute__((always_inline)) inline void update_range(
+    const AdamScalars<T>& scalars, T* __restrict param, const T* __restrict grad,
+    T* __restrict exp_avg, T* __restrict exp_avg_sq, T* __restrict max_exp_avg_sq, int64_t n) {
   const AdamScalars<T> s = scalars;
   for (int64_t i = 0; i < n; ++i) {
     T p = param[i];
@@ -86,9 +83,15 @@ __attribute__((always_inline)) inline void update_any(const AdamScalars<T>& s, T
       update_range<T, kDecay, false>(s, param, grad, exp_avg, exp_avg_sq, nullptr, n);
   };
   switch (decay) {
-    case Decay::kNone: run(std::integral_constant<Decay, Decay::kNone>{}); break;
-    case Decay::kDecoupled: run(std::integral_constant<Decay, Decay::kDecoupled>{}); break;
-    case Decay::kL2: run(std::integral_constant<Decay, Decay::kL2>{}); break;
+    case Decay::kNone:
+      run(std::integral_constant<Decay, Decay::kNone>{});
+      break;
+    case Decay::kDecoupled:
+      run(std::integral_constant<Decay, Decay::kDecoupled>{});
+      break;
+    case Decay::kL2:
+      run(std::integral_constant<Decay, Decay::kL2>{});
+      break;
   }
 }
 
@@ -100,7 +103,8 @@ __attribute__((always_inline)) inline void update_any(const AdamScalars<T>& s, T
 // or AVX2 and FMA where the processor has them. The values do not depend on
 // the one picked: every operation is IEEE-rounded the same at every width.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DDP_ADAM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define DDP_ADAM_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DDP_ADAM_CLONES
 #endif
@@ -111,9 +115,9 @@ DDP_ADAM_CLONES void update_float(const AdamScalars<float>& s, float* param, con
   update_any(s, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n);
 }
 
-DDP_ADAM_CLONES void update_double(const AdamScalars<double>& s, double* param,
-                                   const double* grad, double* exp_avg, double* exp_avg_sq,
-                                   double* max_exp_avg_sq, int64_t n) {
+DDP_ADAM_CLONES void update_double(const AdamScalars<double>& s, double* param, const double* grad,
+                                   double* exp_avg, double* exp_avg_sq, double* max_exp_avg_sq,
+                                   int64_t n) {
   update_any(s, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n);
 }
 
@@ -121,8 +125,8 @@ inline void update(const AdamScalars<float>& s, float* p, const float* g, float*
                    float* mx, int64_t n) {
   update_float(s, p, g, m, v, mx, n);
 }
-inline void update(const AdamScalars<double>& s, double* p, const double* g, double* m,
-                   double* v, double* mx, int64_t n) {
+inline void update(const AdamScalars<double>& s, double* p, const double* g, double* m, double* v,
+                   double* mx, int64_t n) {
   update_double(s, p, g, m, v, mx, n);
 }
 
