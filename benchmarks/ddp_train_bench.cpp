@@ -6,9 +6,13 @@
 //       step_ms=... nosync_step_ms=... nosync_backward_ms=... backward_ms=...
 //       loss=... hook=... param_bytes=... buckets=A;B;... tx_bytes_per_step=...
 //
-// (nosync_backward_ms: inside loss.backward() in the no_sync steps, which
-// gives the cost model backward's share of a step; backward_ms: the same in
-// the synchronized steps, where it includes waiting for the gradients.)
+//       mfu=... model_flops=... peak_gflops_per_core=... cores=...
+//
+// (model_flops: three times a batch's forward, counted by
+// ddp::training::FlopCounter, every rank's steps; mfu: over the synchronized
+// steps' time and rank 0's measured peak. nosync_backward_ms: inside loss.backward() in the no_sync
+// steps, which gives the cost model backward's share of a step; backward_ms: the same in the
+// synchronized steps, where it includes waiting for the gradients.)
 //
 // Models: linear (the torchrun tutorial's toy), convnet (the tutorials'
 // ConvNet on Fashion-MNIST) and mlp (a 784-2048-2048-2048-10 perceptron on
@@ -45,6 +49,7 @@
 #include "ddp/parallel/distributed_data_parallel.hpp"
 #include "ddp/parallel/powersgd_hook.hpp"
 #include "net_counter.hpp"
+#include "utilization.hpp"
 
 namespace {
 
@@ -202,6 +207,14 @@ int run(Options options) {
   }
   int64_t param_bytes = 0;
   for (const auto& p : net.ptr()->parameters()) param_bytes += p.numel() * p.element_size();
+  double forward_flops = 0;
+  {
+    const torch::NoGradGuard no_grad;
+    ddp::training::FlopCounter counter;
+    net.forward(inputs.narrow(0, 0, std::min<int64_t>(options.batch, inputs.size(0))));
+    forward_flops = counter.flops();
+  }
+  const ddp::training::MachinePeak peak = ddp_bench::quiet_peak(*group);
   options.ddp.comm_hook(make_hook(options));
   ddp::DistributedDataParallel model(std::move(net), options.ddp, group);
   // Like for like with PyTorch's SGD, which takes its per-parameter path on
@@ -234,7 +247,9 @@ int run(Options options) {
     const auto& buckets = model->stats().bucket_bytes;
     for (size_t i = 0; i < buckets.size(); ++i) line << (i ? ";" : "") << buckets[i];
     line << " tx_bytes_per_step=" << synced.tx_bytes / options.steps
-         << " libtorch=" << TORCH_VERSION;
+         << " libtorch=" << TORCH_VERSION << " "
+         << ddp_bench::mfu_fields(3.0 * forward_flops * world * options.steps, synced.seconds,
+                                  peak);
     std::cout << line.str() << std::endl;
   }
   group->barrier();

@@ -16,7 +16,10 @@
 // (benchmarks/fsdp_cluster_bench.sh: a node's link) the line adds the bytes
 // rank 0's node sent through it per timed step. The AdamW is
 // ddp::optim::AdamW (one pass per parameter; LibTorch's step on CUDA), or
-// LibTorch's with --optimizer torch: the same values, bit for bit.
+// LibTorch's with --optimizer torch: the same values, bit for bit. On the
+// CPU the line adds the step's MFU (model FLOPs: three times a forward's,
+// counted by ddp::training::FlopCounter, every rank's) over rank 0's
+// measured peak, and the optimizer's share of one core's bandwidth.
 
 #include <sys/resource.h>
 #include <torch/cuda.h>
@@ -31,6 +34,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +42,7 @@
 #include "memory.hpp"
 #include "net_counter.hpp"
 #include "timing.hpp"
+#include "utilization.hpp"
 
 namespace {
 
@@ -171,6 +176,10 @@ int main(int argc, char** argv) {
     for (const auto& shard : (*fsdp_model)->parameters()) counted_parameters.push_back(shard);
   }
 
+  const bool on_cpu = device.is_cpu();
+  ddp::training::MachinePeak peak;
+  if (on_cpu) peak = ddp_bench::quiet_peak(*group);
+  double forward_flops = 0;
   std::vector<double> times, forward_times, backward_times, step_times;
   const auto since = [](std::chrono::steady_clock::time_point from) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from)
@@ -190,9 +199,13 @@ int main(int argc, char** argv) {
     } else {
       plain->zero_grad();
     }
+    std::optional<ddp::training::FlopCounter> counter;
+    if (step == 0) counter.emplace();  // the untimed first step's forward
     const at::Tensor out = ddp_model    ? (*ddp_model)->forward(x)
                            : fsdp_model ? (*fsdp_model)->forward(x)
                                         : net->forward(x);
+    if (counter) forward_flops = counter->flops();
+    counter.reset();
     const at::Tensor loss = torch::mse_loss(out, y);
     sync();
     const double forward_ms = since(start);
@@ -222,16 +235,24 @@ int main(int argc, char** argv) {
   const int64_t rss = largest_across_ranks(peak_rss_bytes(), *group);
   const int64_t cuda_peak = largest_across_ranks(cuda_peak_bytes(device), *group);
   if (group->rank() == 0) {
+    const std::string utilization =
+        on_cpu && steps > 0
+            ? ddp_bench::mfu_fields(3.0 * forward_flops * group->size(), median(times) / 1e3,
+                                    peak) +
+                  " " +
+                  ddp_bench::adam_bandwidth_field(ddp_bench::optimizer_elements(optimizer),
+                                                  median(step_times) / 1e3, peak)
+            : std::string("mfu=n/a");
     std::printf(
         "way=%s ranks=%d backend=%s parameters=%lld held_bytes=%lld peak_gathered_bytes=%lld "
         "peak_rss_bytes=%lld cuda_peak_bytes=%lld device=%s step_ms=%.2f forward_ms=%.2f "
-        "backward_ms=%.2f optimizer_ms=%.2f optimizer=%s tx_bytes_per_step=%lld\n",
+        "backward_ms=%.2f optimizer_ms=%.2f %s optimizer=%s tx_bytes_per_step=%lld\n",
         way.c_str(), group->size(), group->backend_name().c_str(),
         static_cast<long long>(parameters), static_cast<long long>(held),
         static_cast<long long>(peak_gathered), static_cast<long long>(rss),
         static_cast<long long>(cuda_peak), device.str().c_str(), median(times),
-        median(forward_times), median(backward_times), median(step_times), optimizer_kind.c_str(),
-        static_cast<long long>(steps > 0 ? sent / steps : 0));
+        median(forward_times), median(backward_times), median(step_times), utilization.c_str(),
+        optimizer_kind.c_str(), static_cast<long long>(steps > 0 ? sent / steps : 0));
   }
   return 0;
 }

@@ -12,7 +12,9 @@
 // and wrapping, the peak RSS through the steps, the bytes held in
 // parameters, gradients and optimizer state, FSDP's peak of gathered
 // bytes, the median step time and its forward, backward and optimizer
-// parts, the model FLOPs of a step (6 x parameters x tokens, all ranks'),
+// parts, the model FLOPs of a step (three times a forward's, counted by
+// ddp::training::FlopCounter, all ranks'), the MFU over rank 0's measured
+// peak and the optimizer's share of one core's bandwidth,
 // and, with --net-interface (a node's link on the simulated cluster), the
 // bytes rank 0's node sent per timed step. --optimizer torch steps with
 // LibTorch's AdamW instead of ddp::optim::AdamW (the same values, bit for
@@ -29,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,7 @@
 #include "memory.hpp"
 #include "net_counter.hpp"
 #include "timing.hpp"
+#include "utilization.hpp"
 
 namespace {
 
@@ -145,6 +149,8 @@ int main(int argc, char** argv) {
   }
   torch::optim::Optimizer& optimizer = zero ? zero->local_optimizer() : *plain;
 
+  const ddp::training::MachinePeak peak = ddp_bench::quiet_peak(*group);
+  double forward_flops = 0;
   reset_peak_rss();
   std::vector<double> times, forward_times, backward_times, optimizer_times;
   int64_t held = 0, peak_gathered = 0, sent = 0;
@@ -160,9 +166,13 @@ int main(int argc, char** argv) {
       plain->zero_grad();
     }
     const at::Tensor input = text.narrow(1, 0, length);
+    std::optional<ddp::training::FlopCounter> counter;
+    if (step == 0) counter.emplace();  // the untimed first step's forward
     const at::Tensor logits = ddp_model    ? (*ddp_model)->forward(input)
                               : fsdp_model ? (*fsdp_model)->forward(input)
                                            : net->forward(input);
+    if (counter) forward_flops = counter->flops();
+    counter.reset();
     const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, config.vocabulary}),
                                                       text.narrow(1, 1, length).reshape({-1}));
     const auto forward_end = std::chrono::steady_clock::now();
@@ -189,9 +199,9 @@ int main(int argc, char** argv) {
     }
   }
   std::sort(times.begin(), times.end());
-  // Rank 0's parts; model FLOPs: 6 per parameter and token, all ranks' tokens.
-  const double model_flops = 6.0 * static_cast<double>(config.parameter_count()) *
-                             static_cast<double>(batch * length * group->size());
+  // Rank 0's parts; model FLOPs: three forwards' (backward twice the
+  // forward's), every rank's.
+  const double model_flops = 3.0 * forward_flops * group->size();
   const int64_t step_rss = largest_across_ranks(status_bytes("VmHWM"), *group);
   const int64_t construction_peak = largest_across_ranks(construction_rss, *group);
   const int64_t fixed = largest_across_ranks(fixed_rss, *group);
@@ -201,15 +211,19 @@ int main(int argc, char** argv) {
     std::printf(
         "way=%s ranks=%d parameters=%lld fixed_rss_bytes=%lld construction_rss_bytes=%lld "
         "step_rss_bytes=%lld held_bytes=%lld peak_gathered_bytes=%lld construction_s=%.1f "
-        "step_s=%.3f forward_s=%.3f backward_s=%.3f optimizer_s=%.3f model_flops=%.4g "
+        "step_s=%.3f forward_s=%.3f backward_s=%.3f optimizer_s=%.3f %s %s "
         "optimizer=%s loss=%.4f tx_bytes_per_step=%lld\n",
         way.c_str(), group->size(), static_cast<long long>(config.parameter_count()),
         static_cast<long long>(fixed), static_cast<long long>(construction_peak),
         static_cast<long long>(step_rss), static_cast<long long>(held),
         static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2],
         ddp_bench::median(forward_times), ddp_bench::median(backward_times),
-        ddp_bench::median(optimizer_times), model_flops, optimizer_kind.c_str(), loss_value,
-        static_cast<long long>(steps > 0 ? sent / steps : 0));
+        ddp_bench::median(optimizer_times),
+        ddp_bench::mfu_fields(model_flops, times[times.size() / 2], peak).c_str(),
+        ddp_bench::adam_bandwidth_field(ddp_bench::optimizer_elements(optimizer),
+                                        ddp_bench::median(optimizer_times), peak)
+            .c_str(),
+        optimizer_kind.c_str(), loss_value, static_cast<long long>(steps > 0 ? sent / steps : 0));
   }
   return 0;
 }

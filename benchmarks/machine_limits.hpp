@@ -1,12 +1,15 @@
 #pragma once
 
 // This machine's limits, measured with what LibTorch runs on here: one
-// core's single-precision matrix-product rate through LibTorch's BLAS
-// (torch::mm, 2048^3) and one core's memory bandwidth (STREAM's triad, and
-// the access pattern of an Adam step: four arrays read, three written).
+// core's single-precision matrix-product rate through LibTorch's BLAS and
+// one core's memory bandwidth (a += s b in place), as
+// ddp::training::measure_machine_peak() measures them, and the access
+// pattern of an Adam step (four arrays read, three written).
 // The figures that MFU and "share of bandwidth" are taken over.
 
 #include <torch/torch.h>
+
+#include "ddp/training/machine_peak.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +18,8 @@
 namespace ddp_bench {
 
 struct MachineLimits {
-  double sgemm_gflops = 0;      ///< one thread, fp32, 2048 x 2048 x 2048
-  double triad_gbs = 0;         ///< a = b + s * c, 12 bytes an element
+  double sgemm_gflops = 0;      ///< one thread, fp32, 1024 x 1024 x 1024
+  double memory_gbs = 0;        ///< a += s * b in place, 12 bytes an element
   double adam_pattern_gbs = 0;  ///< 4 arrays read, 3 written, 28 bytes an element
 };
 
@@ -48,31 +51,19 @@ __attribute__((optimize("O3"), noinline)) inline void adam_pattern(float* __rest
   }
 }
 
-/// Measures the limits on the calling thread (LibTorch's intra-op threads
-/// should be 1: the figures are per core).
+/// Measures the limits on the calling thread: sgemm and the bandwidth as
+/// ddp::training::measure_machine_peak() does (what MFU is taken over
+/// everywhere), Adam's pattern here.
 inline MachineLimits measure_machine_limits() {
+  const ddp::training::MachinePeak peak = ddp::training::measure_machine_peak();
   MachineLimits limits;
-  {
-    const int64_t n = 2048;
-    const at::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
-    at::Tensor c = torch::mm(a, b);
-    const double s = best_seconds(5, [&] { at::mm_out(c, a, b); });
-    limits.sgemm_gflops = 2.0 * n * n * n / s / 1e9;
-  }
+  limits.sgemm_gflops = peak.sgemm_gflops_per_core;
+  limits.memory_gbs = peak.memory_gbs_per_core;
   const int64_t n = int64_t{1} << 25;  // 128 MiB an array: far beyond any cache
-  {
-    // ATen's own vectorized kernel: a = b + 3 c.
-    const at::Tensor b = torch::rand({n}), c = torch::rand({n});
-    at::Tensor a = torch::empty({n});
-    const double s = best_seconds(10, [&] { at::add_out(a, b, c, 3); });
-    limits.triad_gbs = 12.0 * n / s / 1e9;
-  }
-  {
-    std::vector<float> p(n, 1.f), m(n, 2.f), v(n, 3.f), g(n, 4.f);
-    const double s =
-        best_seconds(10, [&] { adam_pattern(p.data(), m.data(), v.data(), g.data(), n); });
-    limits.adam_pattern_gbs = 28.0 * n / s / 1e9;
-  }
+  std::vector<float> p(n, 1.f), m(n, 2.f), v(n, 3.f), g(n, 4.f);
+  const double s =
+      best_seconds(10, [&] { adam_pattern(p.data(), m.data(), v.data(), g.data(), n); });
+  limits.adam_pattern_gbs = 28.0 * n / s / 1e9;
   return limits;
 }
 

@@ -103,14 +103,15 @@ int main(int argc, char** argv) {
 
   const ddp_bench::MachineLimits limits = ddp_bench::measure_machine_limits();
   if (limits_only) {
-    std::printf("sgemm_gflops=%.2f triad_gbs=%.2f adam_pattern_gbs=%.2f blas=%s\n",
-                limits.sgemm_gflops, limits.triad_gbs, limits.adam_pattern_gbs,
+    std::printf("sgemm_gflops=%.2f memory_gbs=%.2f adam_pattern_gbs=%.2f blas=%s\n",
+                limits.sgemm_gflops, limits.memory_gbs, limits.adam_pattern_gbs,
                 ddp::blas_kind_name(ddp::blas_in_use().kind));
     return 0;
   }
   std::printf("%s\n", ddp::blas_in_use().summary().c_str());
-  std::printf("one core: sgemm %.1f GFLOP/s; memory: triad %.1f GB/s, Adam's pattern %.1f GB/s\n",
-              limits.sgemm_gflops, limits.triad_gbs, limits.adam_pattern_gbs);
+  std::printf(
+      "one core: sgemm %.1f GFLOP/s; memory: a += s b %.1f GB/s, Adam's pattern %.1f GB/s\n",
+      limits.sgemm_gflops, limits.memory_gbs, limits.adam_pattern_gbs);
 
   using torch::optim::AdamOptions;
   using torch::optim::AdamWOptions;
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
     {"ddp::optim::SGD momentum", 20, make(sgd, static_cast<ddp::optim::SGD*>(nullptr))},
   };
   std::printf("%-28s %-8s %10s %10s %9s %10s %12s\n", "optimizer", "layout", "step ms", "ns/param",
-              "GB/s", "of triad", "of pattern");
+              "GB/s", "of memory", "of pattern");
   for (const int64_t layout : {int64_t{1}, pieces}) {
     for (const Way& way : ways) {
       std::vector<at::Tensor> params = parameters(total, layout);
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
       const double gbs = way.bytes_per_element * total / (step_ms / 1e3) / 1e9;
       std::printf("%-28s %-8s %10.1f %10.2f %9.1f %9.0f%% %11.0f%%\n", way.name.c_str(),
                   layout == 1 ? "whole" : (std::to_string(layout) + "p").c_str(), step_ms,
-                  step_ms * 1e6 / total, gbs, 100 * gbs / limits.triad_gbs,
+                  step_ms * 1e6 / total, gbs, 100 * gbs / limits.memory_gbs,
                   100 * gbs / limits.adam_pattern_gbs);
     }
   }

@@ -2,19 +2,21 @@
 # Training against this machine's limits (issue 70): every figure over what
 # the machine can do, measured in the same run with the BLAS in use.
 #   1. the limits: one core's sgemm GFLOP/s through LibTorch's BLAS, its
-#      memory bandwidth (STREAM's triad, and Adam's pattern of 4 arrays read
-#      and 3 written) (optimizer_bench --limits);
+#      memory bandwidth (a += s b in place, and Adam's pattern of 4 arrays
+#      read and 3 written) (optimizer_bench --limits);
 #   2. the transformer of examples/common/gpt.hpp (fsdp_transformer_bench),
 #      RANKS ranks on shm, BATCH x LENGTH tokens a rank, at each of WIDTHS
 #      with LAYERS blocks: DDP, FSDP and FSDP with checkpointing, each with
 #      LibTorch's AdamW and with ddp::optim::AdamW; the step split into
-#      forward, backward and optimizer, and its MFU: model FLOPs (6 x
-#      parameters x tokens, every rank's) over the step time x sgemm
-#      GFLOP/s x cores (checkpointing's recompute counts as waste);
+#      forward, backward and optimizer, and its MFU as the benchmark prints
+#      it: model FLOPs (three forwards', counted by ddp::training::
+#      FlopCounter, every rank's) over the step time x sgemm GFLOP/s x cores
+#      (checkpointing's recompute counts as waste), and the optimizer's
+#      share of one core's bandwidth;
 #   3. the MLP of fsdp_bench (51 M parameters, batch 8) at 2 ranks on shm
-#      and Gloo: DDP and FSDP, each optimizer, the step and its parts, and
-#      the optimizer's bytes (28 a parameter of the rank's share) over its
-#      time against the triad.
+#      and Gloo: DDP and FSDP, each optimizer, the step and its parts, its
+#      MFU, and the optimizer's bytes (28 a parameter of the rank's share)
+#      over its time against one core's bandwidth.
 #
 # Usage: benchmarks/utilization_bench.sh
 # Environment: PARTS ("transformer mlp"), RANKS (4), WIDTHS ("1024 2048"),
@@ -35,17 +37,14 @@ echo "cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinf
 "$build/bin/ddprun" --standalone --nproc-per-node 1 /bin/true 2>&1 | grep 'BLAS:' || true
 limits=$("$build/bin/optimizer_bench" --limits)
 sgemm=$(field " $limits" sgemm_gflops)
-triad=$(field " $limits" triad_gbs)
-echo "limits: one core's sgemm $sgemm GFLOP/s; triad $triad GB/s, Adam's pattern $(field " $limits" adam_pattern_gbs) GB/s; peak $cores x $sgemm GFLOP/s"
-
-mfu() { awk -v f="$1" -v s="$2" -v p="$sgemm" -v c="$cores" 'BEGIN { printf "%.1f%%", 100 * f / (s * p * 1e9 * c) }'; }
+echo "limits: one core's sgemm $sgemm GFLOP/s; memory (a += s b) $(field " $limits" memory_gbs) GB/s, Adam's pattern $(field " $limits" adam_pattern_gbs) GB/s; peak $cores x $sgemm GFLOP/s"
 
 parts=${PARTS:-transformer mlp}
 if [[ $parts == *transformer* ]]; then
   ranks=${RANKS:-4}
   echo
   echo "transformer: $ranks ranks on shm, ${BATCH:-1} x ${LENGTH:-128} tokens a rank, ${LAYERS:-4} blocks"
-  printf '%-16s %6s %-9s %12s %8s %8s %8s %8s %7s\n' way width optimizer parameters step_s fwd_s bwd_s opt_s MFU
+  printf '%-16s %6s %-9s %12s %8s %8s %8s %8s %7s %8s\n' way width optimizer parameters step_s fwd_s bwd_s opt_s MFU opt/mem
   for width in ${WIDTHS:-1024 2048}; do
     for way in ${WAYS:-ddp fsdp fsdp-checkpoint}; do
       for optimizer in ${OPTIMIZERS:-torch ddp}; do
@@ -57,11 +56,10 @@ if [[ $parts == *transformer* ]]; then
           printf '%-16s %6s %-9s %12s\n' "$way" "$width" "$optimizer" "failed"
           continue
         fi
-        step=$(field " $line" step_s)
-        printf '%-16s %6s %-9s %12s %8s %8s %8s %8s %7s\n' "$way" "$width" "$optimizer" \
-          "$(field " $line" parameters)" "$step" "$(field " $line" forward_s)" \
+        printf '%-16s %6s %-9s %12s %8s %8s %8s %8s %7s %8s\n' "$way" "$width" "$optimizer" \
+          "$(field " $line" parameters)" "$(field " $line" step_s)" "$(field " $line" forward_s)" \
           "$(field " $line" backward_s)" "$(field " $line" optimizer_s)" \
-          "$(mfu "$(field " $line" model_flops)" "$step")"
+          "$(field " $line" mfu)" "$(field " $line" optimizer_bandwidth)"
       done
     done
   done
@@ -70,18 +68,15 @@ fi
 if [[ $parts == *mlp* ]]; then
   echo
   echo "MLP (fsdp_bench, 51 M parameters, batch 8 a rank): 2 ranks"
-  printf '%-6s %-6s %-9s %9s %9s %9s %9s %11s\n' backend way optimizer step_ms fwd_ms bwd_ms opt_ms "opt/triad"
+  printf '%-6s %-6s %-9s %9s %9s %9s %9s %7s %8s\n' backend way optimizer step_ms fwd_ms bwd_ms opt_ms MFU opt/mem
   for backend in shm gloo; do
     for way in ddp fsdp; do
       for optimizer in ${OPTIMIZERS:-torch ddp}; do
         line=$("$build/bin/ddprun" --standalone --nproc-per-node 2 "$build/bin/fsdp_bench" --way "$way" \
           --backend "$backend" --steps "${STEPS:-3}" --optimizer "$optimizer" 2>/dev/null | sed -n 's/^\[0\] //p')
-        params=$(field " $line" parameters)
-        share=$([[ $way == fsdp ]] && echo $((params / 2)) || echo "$params")
-        opt=$(field " $line" optimizer_ms)
-        printf '%-6s %-6s %-9s %9s %9s %9s %9s %11s\n' "$backend" "$way" "$optimizer" \
-          "$(field " $line" step_ms)" "$(field " $line" forward_ms)" "$(field " $line" backward_ms)" "$opt" \
-          "$(awk -v n="$share" -v ms="$opt" -v t="$triad" 'BEGIN { printf "%.0f%%", 100 * 28 * n / (ms / 1e3) / 1e9 / t }')"
+        printf '%-6s %-6s %-9s %9s %9s %9s %9s %7s %8s\n' "$backend" "$way" "$optimizer" \
+          "$(field " $line" step_ms)" "$(field " $line" forward_ms)" "$(field " $line" backward_ms)" \
+          "$(field " $line" optimizer_ms)" "$(field " $line" mfu)" "$(field " $line" optimizer_bandwidth)"
       done
     done
   done

@@ -39,6 +39,7 @@
 #include "common/metrics_output.hpp"
 #include "common/periodic_snapshots.hpp"
 #include "common/run_example.hpp"
+#include "common/utilization.hpp"
 #include "ddp/ddp.hpp"
 #include "ddp/snapshot.hpp"
 #include "ddp/training/progress.hpp"
@@ -193,6 +194,7 @@ int train(const Options& o) {
                                        "GPT on fortunes: validation loss and next-byte accuracy, " +
                                            std::to_string(world) + " ranks");
 
+  ddp::examples::TrainingUtilization utilization(torch::kCPU);
   auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   Evaluation valid{NAN, NAN};
   for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
@@ -204,7 +206,8 @@ int train(const Options& o) {
       const torch::Tensor batch = windows(
           train_text, torch::randint(split - config.context - 1, {o.batch_size}), config.context);
       optimizer.zero_grad();
-      const torch::Tensor logits = model->forward(batch.narrow(1, 0, config.context));
+      const torch::Tensor logits =
+          utilization.forward([&] { return model->forward(batch.narrow(1, 0, config.context)); });
       const torch::Tensor loss =
           torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, config.vocabulary}),
                                     batch.narrow(1, 1, config.context).reshape({-1}));
@@ -220,6 +223,7 @@ int train(const Options& o) {
       snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
+    utilization.add_epoch(done);
     valid = evaluate(model, valid_windows, *group);
     metrics.record({epoch + 1, valid.loss, valid.accuracy, done.samples_per_s, done.seconds});
     char text[200];
@@ -248,6 +252,7 @@ int train(const Options& o) {
     }
   }
   const std::string outputs = metrics.finish();
+  const std::string mfu = utilization.summary(*group);
   if (rank == 0) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -255,6 +260,7 @@ int train(const Options& o) {
     std::snprintf(text, sizeof(text), "done: %lld steps, validation loss %.4f, %.1f s in all",
                   static_cast<long long>(global_step), valid.loss, seconds);
     progress.message(text);
+    if (!mfu.empty()) progress.message(mfu);
     if (!outputs.empty()) progress.message(outputs);
     if (!o.export_path.empty()) progress.message("weights for PyTorch in " + o.export_path);
     std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n", digest.c_str(), valid.loss,

@@ -26,6 +26,7 @@
 #include "common/models.hpp"
 #include "common/periodic_snapshots.hpp"
 #include "common/run_example.hpp"
+#include "common/utilization.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/hvd.hpp"
@@ -94,6 +95,7 @@ int train(const Options& o) {
       o, hvd::rank(), state.epoch,
       "Horovod-style training on Fashion-MNIST, " + std::to_string(hvd::size()) + " ranks");
 
+  ddp::examples::TrainingUtilization utilization(device);
   auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
   for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
@@ -110,7 +112,9 @@ int train(const Options& o) {
       torch::Tensor index = torch::tensor(batch, torch::kLong);
       optimizer.zero_grad();
       torch::Tensor step_loss =
-          torch::nll_loss(net->forward(train_set.images().index_select(0, index).to(device)),
+          torch::nll_loss(utilization.forward([&] {
+            return net->forward(train_set.images().index_select(0, index).to(device));
+          }),
                           train_set.labels().index_select(0, index).to(device));
       step_loss.backward();  // the fused all-reduces start while backward runs
       optimizer.step();      // waits for the averaged gradients, then SGD
@@ -125,6 +129,7 @@ int train(const Options& o) {
       snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
+    utilization.add_epoch(done);
     loss = ddp::examples::sum_across_ranks(done.mean_loss, *group) /
            hvd::size();  // Horovod's metric_average
     accuracy = ddp::examples::sharded_accuracy(net, test_set.images(), test_set.labels(), *group);
@@ -142,6 +147,7 @@ int train(const Options& o) {
     accuracy = ddp::examples::sharded_accuracy(net, test_set.images(), test_set.labels(), *group);
   }
   const std::string outputs = metrics.finish();
+  const std::string mfu = utilization.summary(*group);
   if (hvd::rank() == 0) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -151,6 +157,7 @@ int train(const Options& o) {
                   static_cast<long long>(global_step), 100 * accuracy, seconds,
                   static_cast<long long>(optimizer.stats().buffer_bytes.size()));
     progress.message(text);
+    if (!mfu.empty()) progress.message(mfu);
     if (!outputs.empty()) progress.message(outputs);
     std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
                 ddp::examples::weights_digest(*net).c_str(), loss, accuracy);

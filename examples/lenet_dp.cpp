@@ -27,6 +27,7 @@
 #include "common/models.hpp"
 #include "common/periodic_snapshots.hpp"
 #include "common/run_example.hpp"
+#include "common/utilization.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/ddp.hpp"
@@ -127,6 +128,7 @@ int train(const Options& o) {
   ddp::examples::MetricsOutput metrics(o, 0, state.epoch,
                                        "LeNet-5 with DataParallel on Fashion-MNIST");
 
+  ddp::examples::TrainingUtilization utilization(devices[0]);
   auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
   for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
@@ -140,8 +142,8 @@ int train(const Options& o) {
       torch::Tensor images = train_set.images().index_select(0, index).to(devices[0]);
       torch::Tensor labels = train_set.labels().index_select(0, index).to(devices[0]);
       optimizer.zero_grad();
-      torch::Tensor step_loss =
-          torch::nn::functional::cross_entropy(model->forward(images), labels);
+      torch::Tensor step_loss = torch::nn::functional::cross_entropy(
+          utilization.forward([&] { return model->forward(images); }), labels);
       step_loss.backward();  // every replica's gradient lands in net's .grad
       optimizer.step();
       ++global_step;
@@ -154,6 +156,7 @@ int train(const Options& o) {
       snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
+    utilization.add_epoch(done);
     loss = done.mean_loss;
     accuracy = ddp::examples::sharded_accuracy(model, test_set.images(), test_set.labels(), *group);
     metrics.record({epoch + 1, loss, accuracy, done.samples_per_s, done.seconds});
@@ -168,12 +171,14 @@ int train(const Options& o) {
     accuracy = ddp::examples::sharded_accuracy(model, test_set.images(), test_set.labels(), *group);
   }
   const std::string outputs = metrics.finish();
+  const std::string mfu = utilization.summary(*group);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   char text[160];
   std::snprintf(text, sizeof(text), "done: %lld steps, test accuracy %.2f%%, %.1f s in all",
                 static_cast<long long>(global_step), 100 * accuracy, seconds);
   progress.message(text);
+  if (!mfu.empty()) progress.message(mfu);
   if (!outputs.empty()) progress.message(outputs);
   std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n",
               ddp::examples::weights_digest(*net).c_str(), loss, accuracy);

@@ -47,6 +47,7 @@
 #include "common/models.hpp"
 #include "common/periodic_snapshots.hpp"
 #include "common/run_example.hpp"
+#include "common/utilization.hpp"
 #include "ddp/data/distributed_sampler.hpp"
 #include "ddp/data/fashion_mnist.hpp"
 #include "ddp/ddp.hpp"
@@ -171,18 +172,21 @@ struct Trainer {
 // averages the gradients over the ranks while backward runs; FSDP
 // reduce-scatters each unit's into this rank's shard), update. Returns this
 // rank's loss.
-double train_step(Trainer& t, const torch::Tensor& images, const torch::Tensor& labels) {
+double train_step(Trainer& t, ddp::examples::TrainingUtilization& utilization,
+                  const torch::Tensor& images, const torch::Tensor& labels) {
   if (t.fsdp) {
     t.optimizer.zero_grad();
-    torch::Tensor loss = torch::nn::functional::cross_entropy(t.fsdp->forward(images.to(t.device)),
-                                                              labels.to(t.device));
+    torch::Tensor loss = torch::nn::functional::cross_entropy(
+        utilization.forward([&] { return t.fsdp->forward(images.to(t.device)); }),
+        labels.to(t.device));
     loss.backward();
     t.optimizer.step();  // this rank's shards only
     return loss.item<double>();
   }
   t.amp->zero_grad();
   torch::Tensor loss = torch::nn::functional::cross_entropy(
-      t.amp->forward(t.model, images.to(t.device)), labels.to(t.device));
+      utilization.forward([&] { return t.amp->forward(t.model, images.to(t.device)); }),
+      labels.to(t.device));
   t.scaler.scale(loss).backward();
   t.amp->step(t.scaler);  // skipped on every rank if any rank's gradients overflowed
   t.scaler.update();
@@ -276,6 +280,7 @@ int train(const Options& o) {
   ddp::examples::MetricsOutput metrics(
       o, rank, state.epoch, "ConvNet on Fashion-MNIST, " + std::to_string(world) + " ranks");
 
+  ddp::examples::TrainingUtilization utilization(device);
   auto limit_reached = [&] { return o.max_steps > 0 && global_step >= o.max_steps; };
   double loss = NAN, accuracy = NAN;
   for (int64_t epoch = state.epoch; epoch < o.epochs && !limit_reached(); ++epoch) {
@@ -289,7 +294,7 @@ int train(const Options& o) {
       std::vector<int64_t> batch = sampler.next(o.batch_size);
       if (batch.empty()) break;
       torch::Tensor index = torch::tensor(batch, torch::kLong);
-      const double step_loss = train_step(t, train_set.images().index_select(0, index),
+      const double step_loss = train_step(t, utilization, train_set.images().index_select(0, index),
                                           train_set.labels().index_select(0, index));
       ++global_step;
       progress.step(step_loss, static_cast<int64_t>(batch.size()) * world);
@@ -302,6 +307,7 @@ int train(const Options& o) {
       snapshots.after_step(state, epoch_done, /*stopping=*/limit_reached());
     }
     const ddp::training::EpochProgress done = progress.end_epoch();
+    utilization.add_epoch(done);
     // The epoch's loss: every rank's mean over the steps it ran, averaged.
     loss = ddp::examples::sum_across_ranks(done.mean_loss, *group) / world;
     accuracy = test_accuracy(t, test_set, *group);
@@ -319,6 +325,7 @@ int train(const Options& o) {
   }
   const std::string digest = trained_digest(t);  // a collective under FSDP
   const std::string outputs = metrics.finish();
+  const std::string mfu = utilization.summary(*group);
   if (rank == 0) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -326,6 +333,7 @@ int train(const Options& o) {
     std::snprintf(text, sizeof(text), "done: %lld steps, test accuracy %.2f%%, %.1f s in all",
                   static_cast<long long>(global_step), 100 * accuracy, seconds);
     progress.message(text);
+    if (!mfu.empty()) progress.message(mfu);
     if (!outputs.empty()) progress.message(outputs);
     std::printf("params-digest=%s\nfinal loss=%.6f accuracy=%.4f\n", digest.c_str(), loss,
                 accuracy);

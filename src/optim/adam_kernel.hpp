@@ -12,18 +12,18 @@ namespace ddp::optim::detail {
 /// elementwise operation that uses it.
 template <typename T>
 struct AdamScalars {
-  T beta1;                   ///< exp_avg.mul_(beta1)
-  T one_minus_beta1;         ///< .add_(grad, 1 - beta1)
-  T beta2;                   ///< exp_avg_sq.mul_(beta2)
-  T one_minus_beta2;         ///< .addcmul_(grad, grad, 1 - beta2)
-  T bias_correction2_sqrt;   ///< / sqrt(bias_correction2)
-  T eps;                     ///< .add_(eps)
-  T negative_step_size;      ///< p.addcdiv_(exp_avg, denom, -lr / bias_correction1)
-  T decay;                   ///< AdamW: p.mul_(1 - lr * weight_decay)
-  T weight_decay;            ///< Adam: grad.add(p, weight_decay)
-  bool decoupled_decay;      ///< AdamW's decay (else Adam's, when weight_decay != 0)
-  bool has_weight_decay;     ///< weight_decay != 0
-  bool amsgrad;              ///< max_exp_avg_sq is given and used
+  T beta1;                  ///< exp_avg.mul_(beta1)
+  T one_minus_beta1;        ///< .add_(grad, 1 - beta1)
+  T beta2;                  ///< exp_avg_sq.mul_(beta2)
+  T one_minus_beta2;        ///< .addcmul_(grad, grad, 1 - beta2)
+  T bias_correction2_sqrt;  ///< / sqrt(bias_correction2)
+  T eps;                    ///< .add_(eps)
+  T negative_step_size;     ///< p.addcdiv_(exp_avg, denom, -lr / bias_correction1)
+  T decay;                  ///< AdamW: p.mul_(1 - lr * weight_decay)
+  T weight_decay;           ///< Adam: grad.add(p, weight_decay)
+  bool decoupled_decay;     ///< AdamW's decay (else Adam's, when weight_decay != 0)
+  bool has_weight_decay;    ///< weight_decay != 0
+  bool amsgrad;             ///< max_exp_avg_sq is given and used
 };
 
 /// Updates n elements in place: param, exp_avg, exp_avg_sq and, with

@@ -43,10 +43,9 @@ TEST(BaseBlas, NamesTheLibraryTheAlternativesChoseAsMappedInThisProcess) {
   if (chosen.find("/openblas") != std::string::npos) {
     EXPECT_EQ(blas.kind, BlasKind::kOpenBlas);
     EXPECT_EQ(blas.config.rfind("OpenBLAS 0.", 0), 0u) << blas.config;
-    const std::string flavour = chosen.find("openblas-openmp") != std::string::npos ? "openmp"
-                                : chosen.find("openblas-pthread") != std::string::npos
-                                    ? "pthread"
-                                    : "serial";
+    const std::string flavour = chosen.find("openblas-openmp") != std::string::npos    ? "openmp"
+                                : chosen.find("openblas-pthread") != std::string::npos ? "pthread"
+                                                                                       : "serial";
     if (flavour != "serial") EXPECT_EQ(blas.threading, flavour);
     EXPECT_FALSE(blas.core.empty());
     EXPECT_EQ(blas.warning(), "");
@@ -85,8 +84,9 @@ TEST(BaseBlas, SummaryAndWarningSayWhatAUserNeeds) {
             "on a current core; install OpenBLAS (Debian: apt-get install libopenblas0-openmp) "
             "and run again");
 
-  EXPECT_EQ(BlasLibrary().summary().rfind("BLAS: no shared library in this process exports sgemm_", 0),
-            0u);
+  EXPECT_EQ(
+      BlasLibrary().summary().rfind("BLAS: no shared library in this process exports sgemm_", 0),
+      0u);
 }
 
 TEST(BaseBlas, ReportedOncePerJob) {

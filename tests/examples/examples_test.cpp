@@ -77,6 +77,25 @@ TEST(ExamplesHelp, EveryExampleListsItsFlags) {
   EXPECT_NE(wrong.output.find("--epochs"), std::string::npos) << wrong.output;
 }
 
+// The ConvNet's forward FLOPs an image (examples/common/models.hpp), 2 a
+// multiply-add: 5x5 convolutions 1 -> 16 on 28 x 28 and 16 -> 32 on 14 x 14,
+// then 7 x 7 x 32 -> 10.
+constexpr double kConvNetForwardFlops =
+    2.0 * (28 * 28 * 16 * 1 * 25 + 14 * 14 * 32 * 16 * 25 + 7 * 7 * 32 * 10);
+
+// The summary's "MFU x%: F model FLOPs ..." line: F (printed to 3 digits)
+// is three forwards a step of every rank's images, and x a share.
+void expect_mfu_line(const std::string& output, double images) {
+  const std::regex line(R"(\[rank 0\] MFU ([0-9.]+)%: ([0-9.e+]+) model FLOPs in [0-9.]+ s of )"
+                        R"(training on 1 x [0-9]+ cores of [0-9]+ GFLOP/s)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(output, m, line)) << output;
+  const double mfu = std::stod(m[1]), flops = std::stod(m[2]);
+  EXPECT_GT(mfu, 0) << output;
+  EXPECT_LE(mfu, 100) << output;
+  EXPECT_NEAR(flops, 3 * images * kConvNetForwardFlops, 0.005 * flops) << output;
+}
+
 // One process, no launcher: a short slice writes the final line, the CSV
 // (one row for the partial epoch, the same accuracy) and the curves.
 TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
@@ -96,6 +115,7 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
   EXPECT_LE(*final.accuracy, 1.0);
   EXPECT_NE(r.output.find("[rank 0] epoch 1/5 step 5/1875 loss "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank 0] done: 5 steps, test accuracy"), std::string::npos) << r.output;
+  expect_mfu_line(r.output, 5 * 32);
 
   const auto rows = ddp::training::read_metrics_csv(path("metrics.csv"));
   ASSERT_EQ(rows.size(), 1u);
@@ -177,6 +197,7 @@ TEST_F(ExamplesRun, MnistDdpUnderDdprunResumesFromTheSavedStepBitExactly) {
   EXPECT_NE(second.output.find("[0] [rank 0] epoch 1/5 step 8/938 loss "), std::string::npos)
       << second.output;
   EXPECT_NE(second.output.find("[rank 0] done: 8 steps"), std::string::npos) << second.output;
+  expect_mfu_line(second.output, 4 * 2 * 32);  // the steps this run did, both ranks'
   const auto rows = ddp::training::read_metrics_csv(path("resumed.csv"));
   ASSERT_EQ(rows.size(), 1u);  // The partial epoch 1, rewritten by the resumed run.
   EXPECT_NEAR(*rows[0].accuracy, *final_line(second.output).accuracy, 1e-4);

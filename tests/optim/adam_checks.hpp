@@ -20,9 +20,8 @@ namespace ddp::testing {
 /// (split across threads) and one of double.
 inline std::vector<at::Tensor> awkward_parameters(uint64_t seed) {
   torch::manual_seed(seed);
-  std::vector<at::Tensor> params = {torch::randn({37, 53}), torch::randn({1}),
-                                    torch::randn({0}), torch::randn({301, 113}),
-                                    torch::randn({7, 3}, torch::kDouble)};
+  std::vector<at::Tensor> params = {torch::randn({37, 53}), torch::randn({1}), torch::randn({0}),
+                                    torch::randn({301, 113}), torch::randn({7, 3}, torch::kDouble)};
   for (auto& p : params) p.requires_grad_(true);
   return params;
 }

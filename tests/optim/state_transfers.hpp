@@ -26,7 +26,7 @@ using StateTransfer =
 // copied. LibTorch's load restores the state, not the param groups'
 // options, so the loader is built with the saved ones, as a program would.
 inline void through_torch_save(torch::nn::Sequential& model, torch::optim::Optimizer& saver,
-                        torch::nn::Sequential& resumed, torch::optim::Optimizer& loader) {
+                               torch::nn::Sequential& resumed, torch::optim::Optimizer& loader) {
   std::stringstream archive;
   torch::save(saver, archive);
   torch::load(loader, archive);
@@ -38,7 +38,7 @@ inline void through_torch_save(torch::nn::Sequential& model, torch::optim::Optim
 
 // A ddp snapshot (model and optimizer) saved and resumed in a group of one.
 inline void through_snapshot(torch::nn::Sequential& model, torch::optim::Optimizer& saver,
-                      torch::nn::Sequential& resumed, torch::optim::Optimizer& loader) {
+                             torch::nn::Sequential& resumed, torch::optim::Optimizer& loader) {
   const ddp::testing::TemporaryDirectory directory("ddp-optim-");
   auto group = ddp::init(ddp::InitOptions(), ddp::EnvironmentMap{});
   ddp::snapshot::SnapshotManager snapshots(ddp::snapshot::SnapshotOptions(directory.string()),
