@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # LibTorch's Adam, AdamW and SGD with momentum beside ddp::optim's on one
 # core, against this machine's memory bandwidth measured in the same run
-# (STREAM's triad, and Adam's own access pattern), over one 50 M-parameter
+# (a += s b in place, and Adam's own access pattern), over one 50 M-parameter
 # tensor and over the same elements cut into FSDP-like pieces; then
 # PyTorch's AdamW (benchmarks/pytorch_optimizer_bench.py) on the same core.
 #

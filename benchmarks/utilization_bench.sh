@@ -16,10 +16,14 @@
 #   3. the MLP of fsdp_bench (51 M parameters, batch 8) at 2 ranks on shm
 #      and Gloo: DDP and FSDP, each optimizer, the step and its parts, its
 #      MFU, and the optimizer's bytes (28 a parameter of the rank's share)
-#      over its time against one core's bandwidth.
+#      over its time against one core's bandwidth;
+#   4. threads per rank (ddprun's default, cores / ranks, against one and
+#      two): the transformer's DDP step at width 1024 at 1, 2 and 4 ranks,
+#      each with OMP_NUM_THREADS 1 and 2, its tokens/s over all ranks and
+#      its MFU.
 #
 # Usage: benchmarks/utilization_bench.sh
-# Environment: PARTS ("transformer mlp"), RANKS (4), WIDTHS ("1024 2048"),
+# Environment: PARTS ("transformer mlp threads"), RANKS (4), WIDTHS ("1024 2048"),
 # LAYERS (4), HEADS (16), BATCH (1), LENGTH (128), STEPS (3), WAYS ("ddp
 # fsdp fsdp-checkpoint"), OPTIMIZERS ("torch ddp"), DDP_BUILD_DIR (build),
 # DDP_SKIP_BUILD, JOBS (2).
@@ -39,7 +43,7 @@ limits=$("$build/bin/optimizer_bench" --limits)
 sgemm=$(field " $limits" sgemm_gflops)
 echo "limits: one core's sgemm $sgemm GFLOP/s; memory (a += s b) $(field " $limits" memory_gbs) GB/s, Adam's pattern $(field " $limits" adam_pattern_gbs) GB/s; peak $cores x $sgemm GFLOP/s"
 
-parts=${PARTS:-transformer mlp}
+parts=${PARTS:-transformer mlp threads}
 if [[ $parts == *transformer* ]]; then
   ranks=${RANKS:-4}
   echo
@@ -78,6 +82,24 @@ if [[ $parts == *mlp* ]]; then
           "$(field " $line" step_ms)" "$(field " $line" forward_ms)" "$(field " $line" backward_ms)" \
           "$(field " $line" optimizer_ms)" "$(field " $line" mfu)" "$(field " $line" optimizer_bandwidth)"
       done
+    done
+  done
+fi
+
+if [[ $parts == *threads* ]]; then
+  echo
+  echo "threads per rank: DDP, transformer width 1024, ${LAYERS:-4} blocks, ${BATCH:-1} x ${LENGTH:-128} tokens a rank, shm (ddprun's default: $cores cores / ranks)"
+  printf '%-6s %-8s %8s %10s %7s\n' ranks threads step_s tokens/s MFU
+  for ranks in 1 2 4; do
+    for threads in 1 2; do
+      line=$(OMP_NUM_THREADS=$threads "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" \
+        "$build/bin/fsdp_transformer_bench" --way ddp --backend shm --width 1024 --layers "${LAYERS:-4}" \
+        --heads "${HEADS:-16}" --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" \
+        --optimizer ddp 2>/dev/null | sed -n 's/^\[0\] //p')
+      step=$(field " $line" step_s)
+      printf '%-6s %-8s %8s %10s %7s\n' "$ranks" "$threads" "$step" \
+        "$(awk -v r="$ranks" -v t="$(( ${BATCH:-1} * ${LENGTH:-128} ))" -v s="$step" 'BEGIN { printf "%.0f", r * t / s }')" \
+        "$(field " $line" mfu)"
     done
   done
 fi

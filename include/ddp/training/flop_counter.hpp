@@ -7,7 +7,7 @@
 ///
 /// \code
 ///   ddp::training::FlopCounter counter;
-///   torch::Tensor loss = loss_fn(model->forward(x), y);
+///   torch::Tensor loss = torch::nll_loss(model->forward(x), y);
 ///   loss.backward();
 ///   const double step_flops = counter.flops();  // forward and backward
 /// \endcode

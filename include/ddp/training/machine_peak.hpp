@@ -6,9 +6,16 @@
 /// kernel's share of bandwidth.
 ///
 /// \code
+///   double forward_flops = 0;
+///   {
+///     ddp::training::FlopCounter counter;
+///     model->forward(x);
+///     forward_flops = counter.flops();
+///   }
+///   // ... an epoch of `steps` steps on every rank, its figures in `done` ...
 ///   const ddp::training::MachinePeak peak = ddp::training::measure_machine_peak();
 ///   const double mfu = ddp::training::model_flops_utilization(
-///       3 * forward_flops * steps * world_size, train_seconds, peak);
+///       3 * forward_flops * steps * group->size(), done.seconds, peak, peak.cores);
 /// \endcode
 ///
 /// Note [Measured on one core, quiet]
