@@ -12,7 +12,8 @@
 #      it: model FLOPs (three forwards', counted by ddp::training::
 #      FlopCounter, every rank's) over the step time x sgemm GFLOP/s x cores
 #      (checkpointing's recompute counts as waste), and the optimizer's
-#      share of one core's bandwidth;
+#      share of one core's bandwidth (glibc's own mmap threshold: the
+#      benchmark's pin for exact RSS peaks costs time);
 #   3. the MLP of fsdp_bench (51 M parameters, batch 8) at 2 ranks on shm
 #      and Gloo: DDP and FSDP, each optimizer, the step and its parts, its
 #      MFU, and the optimizer's bytes (28 a parameter of the rank's share)
@@ -54,7 +55,7 @@ if [[ $parts == *transformer* ]]; then
       for optimizer in ${OPTIMIZERS:-torch ddp}; do
         line=$("$build/bin/ddprun" --standalone --nproc-per-node "$ranks" "$build/bin/fsdp_transformer_bench" \
           --way "$way" --backend shm --width "$width" --layers "${LAYERS:-4}" --heads "${HEADS:-16}" \
-          --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" --optimizer "$optimizer" 2>/dev/null |
+          --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" --optimizer "$optimizer" --pin-mmap-threshold false 2>/dev/null |
           sed -n 's/^\[0\] //p')
         if [[ -z $line ]]; then
           printf '%-16s %6s %-9s %12s\n' "$way" "$width" "$optimizer" "failed"
@@ -95,7 +96,7 @@ if [[ $parts == *threads* ]]; then
       line=$(OMP_NUM_THREADS=$threads "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" \
         "$build/bin/fsdp_transformer_bench" --way ddp --backend shm --width 1024 --layers "${LAYERS:-4}" \
         --heads "${HEADS:-16}" --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" \
-        --optimizer ddp 2>/dev/null | sed -n 's/^\[0\] //p')
+        --optimizer ddp --pin-mmap-threshold false 2>/dev/null | sed -n 's/^\[0\] //p')
       step=$(field " $line" step_s)
       printf '%-6s %-8s %8s %10s %7s\n' "$ranks" "$threads" "$step" \
         "$(awk -v r="$ranks" -v t="$(( ${BATCH:-1} * ${LENGTH:-128} ))" -v s="$step" 'BEGIN { printf "%.0f", r * t / s }')" \
