@@ -94,6 +94,8 @@ for model in linear convnet; do
 done
 
 echo "ddp backend: $(field "$ddp" backend); ranks: $nproc_per_node; cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+# Both sides' matrix products run on the libblas.so.3 their LibTorch links.
+echo "both sides' $("$build/bin/ddprun" --standalone --nproc-per-node 1 /bin/true 2>&1 | sed -n 's/^ddprun: //p' | grep '^BLAS:' || echo 'BLAS: not named')"
 echo "PyTorch $("$python" -c 'import torch; print(torch.__version__)'); LibTorch $libtorch; medians of $rounds rounds"
 printf '%-8s %12s %14s %7s %12s %20s %16s %24s\n' model "ddp img/s" "PyTorch img/s" ratio \
   "ddp step ms" "ddp no_sync step ms" "PyTorch step ms" "PyTorch no_sync step ms"

@@ -37,6 +37,8 @@ fi
 width=${WIDTH:-3200} layers=${LAYERS:-5} steps=${STEPS:-3}
 echo "cores: $(nproc); cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1);" \
   "$(in_root "$debian13" dpkg-query -W -f='python3-torch ${Version}' python3-torch)"
+# Both sides' matrix products run on the root's libblas.so.3.
+echo "both sides' $(in_root "$debian13" "$build/bin/ddprun" --standalone --nproc-per-node 1 /bin/true 2>&1 | sed -n 's/^ddprun: //p' | grep '^BLAS:' || echo 'BLAS: not named')"
 
 # One job; prints rank 0's result line.
 ddp_job() {  # ddp_job RANKS WAY BACKEND
