@@ -42,8 +42,8 @@ struct MachinePeak {
   int cores = 0;                     ///< CPUs in this process's affinity mask
 };
 
-/// Measures one core's limits (Note [Measured on one core, quiet]); about
-/// 0.3 s.
+/// Measures one core's limits (Note [Measured on one core, quiet]); under
+/// a second (0.2-0.8 s here).
 MachinePeak measure_machine_peak();
 
 /// Model FLOPs over `seconds` x `cores` x the per-core sgemm rate: the
