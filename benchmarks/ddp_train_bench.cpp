@@ -214,7 +214,7 @@ int run(Options options) {
     net.forward(inputs.narrow(0, 0, std::min<int64_t>(options.batch, inputs.size(0))));
     forward_flops = counter.flops();
   }
-  const ddp::training::MachinePeak peak = ddp_bench::quiet_peak(*group);
+  const ddp::training::MachinePeak peak = ddp::training::measure_machine_peak(*group);
   options.ddp.comm_hook(make_hook(options));
   ddp::DistributedDataParallel model(std::move(net), options.ddp, group);
   // Like for like with PyTorch's SGD, which takes its per-parameter path on

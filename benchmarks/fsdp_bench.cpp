@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
 
   const bool on_cpu = device.is_cpu();
   ddp::training::MachinePeak peak;
-  if (on_cpu) peak = ddp_bench::quiet_peak(*group);
+  if (on_cpu) peak = ddp::training::measure_machine_peak(*group);
   double forward_flops = 0;
   std::vector<double> times, forward_times, backward_times, step_times;
   const auto since = [](std::chrono::steady_clock::time_point from) {

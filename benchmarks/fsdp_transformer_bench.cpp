@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
   }
   torch::optim::Optimizer& optimizer = zero ? zero->local_optimizer() : *plain;
 
-  const ddp::training::MachinePeak peak = ddp_bench::quiet_peak(*group);
+  const ddp::training::MachinePeak peak = ddp::training::measure_machine_peak(*group);
   double forward_flops = 0;
   reset_peak_rss();
   std::vector<double> times, forward_times, backward_times, optimizer_times;

@@ -2,8 +2,8 @@
 
 // MFU and the optimizer's share of bandwidth, as every training benchmark
 // prints them (issue 70): the machine's peak measured by rank 0 while the
-// other ranks wait at a barrier (Note [Measured on one core, quiet] in
-// ddp/training/machine_peak.hpp), the model FLOPs counted by a
+// other ranks wait (ddp::training::measure_machine_peak(group)), the model
+// FLOPs counted by a
 // ddp::training::FlopCounter over one forward, tripled for the backward
 // (MFU's convention: recompute is not model work).
 
@@ -17,16 +17,6 @@
 #include "ddp/training/machine_peak.hpp"
 
 namespace ddp_bench {
-
-/// The peak, measured on rank 0 alone (the others wait at a barrier);
-/// meaningful on rank 0 only.
-inline ddp::training::MachinePeak quiet_peak(ddp::ProcessGroup& group) {
-  ddp::training::MachinePeak peak;
-  group.barrier();
-  if (group.rank() == 0) peak = ddp::training::measure_machine_peak();
-  group.barrier();
-  return peak;
-}
 
 /// "mfu=..% peak_gflops_per_core=.. cores=.." for `model_flops` (every
 /// rank's) done in `seconds` on this machine's cores.

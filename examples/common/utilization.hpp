@@ -5,8 +5,7 @@
 // convention, so that recompute under checkpointing is not model work),
 // every rank's steps, over the training time (the epochs, evaluation left
 // out) and the machine's peak, measured by rank 0 at the end while the
-// other ranks wait at a barrier (Note [Measured on one core, quiet] in
-// ddp/training/machine_peak.hpp). On a GPU the CPU's peak is no
+// other ranks wait (ddp::training::measure_machine_peak(group)). On a GPU the CPU's peak is no
 // denominator: the line says so.
 
 #include <torch/torch.h>
@@ -50,10 +49,7 @@ class TrainingUtilization {
     if (!on_cpu_)
       return group.rank() == 0 ? "MFU: not measured on a GPU (the CPU's peak is no denominator)"
                                : "";
-    ddp::training::MachinePeak peak;
-    group.barrier();
-    if (group.rank() == 0) peak = ddp::training::measure_machine_peak();
-    group.barrier();
+    const ddp::training::MachinePeak peak = ddp::training::measure_machine_peak(group);
     if (group.rank() != 0 || steps_ == 0 || seconds_ <= 0 || step_flops_ <= 0) return "";
     const auto& topology = group.topology();
     const int nodes = std::max(1, topology.world_size / std::max(1, topology.local_world_size));

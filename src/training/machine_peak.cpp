@@ -9,6 +9,7 @@
 
 #include "base/str.hpp"
 #include "ddp/base/errors.hpp"
+#include "ddp/comm/process_group.hpp"
 
 namespace ddp::training {
 namespace {
@@ -66,6 +67,21 @@ MachinePeak measure_machine_peak() {
     peak.memory_gbs_per_core = 12.0 * n / best_seconds(8, [&] { a.add_(b, 3); }) / 1e9;
   }
   at::set_num_threads(threads);
+  return peak;
+}
+
+MachinePeak measure_machine_peak(comm::ProcessGroup& group) {
+  MachinePeak peak;
+  group.barrier();
+  if (group.rank() == 0) peak = measure_machine_peak();
+  // The broadcast holds the other ranks until rank 0 has measured.
+  const at::Tensor figures = torch::tensor(
+      {peak.sgemm_gflops_per_core, peak.memory_gbs_per_core, static_cast<double>(peak.cores)},
+      torch::kFloat64);
+  group.broadcast(figures, 0);
+  peak.sgemm_gflops_per_core = figures[0].item<double>();
+  peak.memory_gbs_per_core = figures[1].item<double>();
+  peak.cores = static_cast<int>(figures[2].item<double>());
   return peak;
 }
 

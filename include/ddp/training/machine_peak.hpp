@@ -33,6 +33,10 @@
 
 #include <cstdint>
 
+namespace ddp::comm {
+class ProcessGroup;
+}  // namespace ddp::comm
+
 namespace ddp::training {
 
 /// One core's measured limits, and the cores this process may run on.
@@ -45,6 +49,11 @@ struct MachinePeak {
 /// Measures one core's limits (Note [Measured on one core, quiet]); under
 /// a second (0.2-0.8 s here).
 MachinePeak measure_machine_peak();
+
+/// The same, measured by rank 0 of `group` while the other ranks wait (the
+/// quiet measurement of Note [Measured on one core, quiet]) and given to
+/// every rank; a collective.
+MachinePeak measure_machine_peak(comm::ProcessGroup& group);
 
 /// Model FLOPs over `seconds` x `cores` x the per-core sgemm rate: the
 /// share of the machine's arithmetic that did the model's work. `flops` is
