@@ -11,6 +11,7 @@ packages=(
   cmake g++ make ccache pkg-config
   libtorch-dev libgloo-dev       # LibTorch 1.13.1 with c10d, and Gloo's headers
   libopenblas0-openmp            # libblas.so.3 for LibTorch: OpenBLAS, not the reference (docs/guide/performance.md)
+  libtcmalloc-minimal4           # tcmalloc, which ddprun preloads into its workers (docs/guide/performance.md)
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   libssl-dev                     # libcrypto: the rendezvous store's HMAC handshake
   gnuplot-nox                    # the examples' --plot (loss/accuracy curves)
@@ -24,6 +25,7 @@ test_packages=(
   openmpi-bin                    # mpirun: the InteropMpirun tests
   slurm-wlm munge                # a one-node Slurm cluster: the InteropSlurm tests
   python3-torch                  # PyTorch 1.13 for Python 3.11: LauncherPython, SnapshotPyTorchInterop
+  libjemalloc2                   # a second allocator for ddprun's --allocator PATH (LauncherRun)
 )
 case "${1:-}" in
   --main) ;;

@@ -33,7 +33,7 @@ esac
 # torchrun does not start, so only this leg runs them).
 packages=(
   cmake g++ make ninja-build ccache pkg-config
-  libtorch-dev libgloo-dev libopenblas0-openmp
+  libtorch-dev libgloo-dev libopenblas0-openmp libtcmalloc-minimal4t64 libjemalloc2
   libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox dataset-fashion-mnist fortunes
@@ -46,10 +46,12 @@ packages=(
 # of SnapshotPyTorchInterop* and the distributed checkpoints of
 # SnapshotDcpInterop (torch.distributed.checkpoint, which Debian 12's 1.13
 # lacks), and runs ExamplesGpt's reference model beside
-# the root's fortunes. Not InteropMpirun or InteropSlurm: the root
+# the root's fortunes, and the allocator suites its tcmalloc and jemalloc.
+# Not InteropMpirun or InteropSlurm: the root
 # has neither Open MPI nor Slurm, and the host leg runs both
 # (scripts/run-tests.sh).
-required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop SnapshotDcpInterop ExamplesGpt)
+required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop SnapshotDcpInterop ExamplesGpt
+  BaseAllocator CoreAllocatorChoice LauncherAllocator)
 
 start=$(date +%s)
 say() { echo "libtorch2: $* ($(( $(date +%s) - start )) s)"; }

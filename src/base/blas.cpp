@@ -2,45 +2,29 @@
 
 #include <dlfcn.h>
 
-#include <climits>
 #include <cstdlib>
 #include <iostream>
 
+#include "base/loaded_library.hpp"
 #include "base/str.hpp"
 
 namespace ddp::base {
 namespace {
 
+using detail::file_name;
+using detail::find_symbol;
 using detail::str;
-
-std::string resolved(const char* path) {
-  char real[PATH_MAX];
-  return ::realpath(path, real) != nullptr ? std::string(real) : std::string(path);
-}
-
-/// The file name of `path`, without its folders.
-std::string file_name(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-/// Looks `name` up in the library `handle` and the libraries it needs (an
-/// interface library such as OpenBLAS's libblas.so.3 keeps its code in
-/// libopenblas.so.0).
-template <typename Function>
-Function* find(void* handle, const char* name) {
-  return reinterpret_cast<Function*>(::dlsym(handle, name));
-}
 
 void describe_openblas(void* handle, BlasLibrary& blas) {
   blas.kind = BlasKind::kOpenBlas;
-  if (auto* config = find<char*()>(handle, "openblas_get_config")) blas.config = config();
-  if (auto* core = find<char*()>(handle, "openblas_get_corename")) blas.core = core();
-  if (auto* parallel = find<int()>(handle, "openblas_get_parallel")) {
+  if (auto* config = find_symbol<char*()>(handle, "openblas_get_config")) blas.config = config();
+  if (auto* core = find_symbol<char*()>(handle, "openblas_get_corename")) blas.core = core();
+  if (auto* parallel = find_symbol<int()>(handle, "openblas_get_parallel")) {
     const int mode = parallel();
     blas.threading = mode == 0 ? "sequential" : mode == 1 ? "pthread" : "openmp";
   }
-  if (auto* threads = find<int()>(handle, "openblas_get_num_threads")) blas.threads = threads();
+  if (auto* threads = find_symbol<int()>(handle, "openblas_get_num_threads"))
+    blas.threads = threads();
 }
 
 }  // namespace
@@ -68,17 +52,17 @@ BlasLibrary blas_in_use() {
   void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
   Dl_info info{};
   if (sgemm == nullptr || ::dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return blas;
-  blas.path = resolved(info.dli_fname);
+  blas.path = detail::resolved_path(info.dli_fname);
   blas.kind = BlasKind::kUnknown;
   // The library is loaded (sgemm_ is in it): RTLD_NOLOAD only finds it.
   void* handle = ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
   if (handle == nullptr) return blas;
-  if (find<char*()>(handle, "openblas_get_config") != nullptr) {
+  if (find_symbol<char*()>(handle, "openblas_get_config") != nullptr) {
     describe_openblas(handle, blas);
-  } else if (auto* version = find<const char*()>(handle, "bli_info_get_version_str")) {
+  } else if (auto* version = find_symbol<const char*()>(handle, "bli_info_get_version_str")) {
     blas.kind = BlasKind::kBlis;
     blas.config = str("BLIS ", version());
-  } else if (auto* version = find<void(char*, int)>(handle, "MKL_Get_Version_String")) {
+  } else if (auto* version = find_symbol<void(char*, int)>(handle, "MKL_Get_Version_String")) {
     blas.kind = BlasKind::kMkl;
     char text[256] = {};
     version(text, sizeof(text) - 1);

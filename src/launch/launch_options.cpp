@@ -355,6 +355,8 @@ LaunchPlan resolve_launch(const LaunchOptions& options) {
     plan.store_port = options.master_port;
   }
   plan.argv = resolve_command(options);
+  const EnvironmentMap env = capture_environment();
+  plan.allocator = resolve_allocator(options.allocator, env, library_search_dirs(env));
   if (!options.secret_file.empty()) {
     store::read_job_secret(options.secret_file);  // fail now, not in every worker
     plan.secret_file = std::filesystem::absolute(options.secret_file).string();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "launch/allocator_choice.hpp"
 #include "launch/stream_choice.hpp"
 
 namespace ddp::launch {
@@ -53,6 +54,10 @@ struct LaunchOptions {
   /// torchrun's --no-python: run the program itself even where it looks
   /// like a Python script (Note [Python scripts]).
   bool no_python = false;
+  /// The host allocator preloaded into the workers: "auto", "tcmalloc",
+  /// "glibc" or a library's path (resolve_allocator(); Note [The host
+  /// allocator] in ddp/base/allocator.hpp).
+  std::string allocator = "auto";
   /// The program and its arguments.
   std::vector<std::string> command;
 };
@@ -73,6 +78,7 @@ struct LaunchPlan {
   StreamChoice tee;
   bool memory_recovery = false;  ///< --recovery memory
   int spares = 0;                ///< --spares: hot spares per node
+  AllocatorChoice allocator;     ///< --allocator, resolved on this node
   /// What each worker runs: the command with its program resolved through
   /// PATH, or `python3 -u SCRIPT ARGS...` (Note [Python scripts]).
   std::vector<std::string> argv;
@@ -97,7 +103,8 @@ struct LaunchPlan {
 /// static backend's MIN equal to MAX, ports in range, node rank below
 /// nnodes, known --rdzv-conf keys, the program exists and is executable
 /// or is a script that python3 from PATH runs (Note [Python scripts]),
-/// the master port free on the static backend's node 0) and resolves them.
+/// the master port free on the static backend's node 0, --allocator) and
+/// resolves them.
 /// Throws ddp::ConfigError (bad values) or ddp::RendezvousError (port in
 /// use) with a message saying what to do.
 LaunchPlan resolve_launch(const LaunchOptions& options);

@@ -5,6 +5,7 @@
 set(launch ${PROJECT_SOURCE_DIR}/src/launch)
 ddp_add_library(launch STATIC DEPENDS ddp_comm SOURCES
   ${launch}/agent.cpp
+  ${launch}/allocator_choice.cpp
   ${launch}/agent_workers.cpp
   ${launch}/agent_reseat.cpp
   ${launch}/agent_heartbeats.cpp

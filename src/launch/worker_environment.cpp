@@ -56,6 +56,11 @@ std::map<std::string, std::string> worker_environment(const LaunchPlan& plan,
     const auto omp = inherited.find("OMP_NUM_THREADS");
     env["OPENBLAS_NUM_THREADS"] = omp != inherited.end() ? omp->second : env["OMP_NUM_THREADS"];
   }
+  if (!plan.allocator.preload.empty()) {  // Note [The host allocator] in ddp/base/allocator.hpp
+    const auto preload = inherited.find("LD_PRELOAD");
+    env["LD_PRELOAD"] =
+        worker_preload(plan.allocator, preload != inherited.end() ? preload->second : "");
+  }
   return env;
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/process_maps.hpp"
 #include "ddp/base/blas.hpp"
 
 namespace {
@@ -22,14 +23,6 @@ std::string realpath_of(const std::string& path) {
   return ::realpath(path.c_str(), real) ? std::string(real) : std::string();
 }
 
-bool mapped(const std::string& path) {
-  std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);)
-    if (line.size() >= path.size() && line.compare(line.size() - path.size(), path.npos, path) == 0)
-      return true;
-  return false;
-}
-
 TEST(BaseBlas, NamesTheLibraryTheAlternativesChoseAsMappedInThisProcess) {
   const std::string chosen = realpath_of("/usr/lib/x86_64-linux-gnu/libblas.so.3");
   if (chosen.empty()) GTEST_SKIP() << "no /usr/lib/x86_64-linux-gnu/libblas.so.3 (Debian, x86-64)";
@@ -39,7 +32,8 @@ TEST(BaseBlas, NamesTheLibraryTheAlternativesChoseAsMappedInThisProcess) {
   ASSERT_NE(::dlopen("libblas.so.3", RTLD_NOW | RTLD_GLOBAL), nullptr) << ::dlerror();
   const BlasLibrary blas = ddp::base::blas_in_use();
   EXPECT_EQ(blas.path, chosen);
-  EXPECT_TRUE(mapped(blas.path)) << blas.path << " is not in /proc/self/maps";
+  EXPECT_TRUE(ddp::testing::mapped_in_this_process(blas.path))
+      << blas.path << " is not in /proc/self/maps";
   if (chosen.find("/openblas") != std::string::npos) {
     EXPECT_EQ(blas.kind, BlasKind::kOpenBlas);
     EXPECT_EQ(blas.config.rfind("OpenBLAS 0.", 0), 0u) << blas.config;

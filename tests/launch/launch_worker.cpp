@@ -32,6 +32,7 @@
 #include <iostream>
 #include <thread>
 
+#include "ddp/base/allocator.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/environment.hpp"
 #include "ddp/comm/error_file.hpp"
@@ -107,10 +108,11 @@ int main(int argc, char** argv) {
            {"RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE",
             "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
-            "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DDP_BLAS_REPORTED",
-            "DDP_RENDEZVOUS_ROUND"}) {
+            "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DDP_BLAS_REPORTED", "DDP_RENDEZVOUS_ROUND",
+            "LD_PRELOAD"}) {
         std::cout << name << "=" << var(name) << "\n";
       }
+      std::cout << ddp::allocator_in_use().summary() << "\n";
       std::cerr << "stderr of local rank " << var("LOCAL_RANK") << std::endl;
       all_reduce_ranks(std::chrono::seconds(30));
       if (scenario == "linger" && rank == 0)

@@ -15,7 +15,9 @@
 
 #include "common/file_text.hpp"
 #include "common/port_holder.hpp"
+#include "common/required_suites.hpp"
 #include "common/temporary_directory.hpp"
+#include "ddp/base/allocator.hpp"
 #include "ddp/base/blas.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/launch/child_process.hpp"
@@ -87,6 +89,65 @@ TEST(LauncherRun, WorkersShareTheCoresAndTheBlasIsNamedOnce) {
   ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
   EXPECT_NE(chosen.output.find("[1] OMP_NUM_THREADS=3\n"), std::string::npos) << chosen.output;
   EXPECT_NE(chosen.output.find("[1] OPENBLAS_NUM_THREADS=3\n"), std::string::npos) << chosen.output;
+}
+
+// Note [The host allocator] (ddp/base/allocator.hpp): ddprun preloads
+// tcmalloc into every worker where it is installed, and each worker's
+// allocator_in_use() says it runs on it; --allocator glibc and a library's
+// path are what the workers get, and a user's LD_PRELOAD is left alone.
+TEST(LauncherAllocator, WorkersAllocateWithTheAllocatorDdprunNames) {
+  const std::string tcmalloc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+  const std::string jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+  if (!std::filesystem::exists(tcmalloc) || !std::filesystem::exists(jemalloc))
+    DDP_SKIP_UNLESS_REQUIRED("no " + tcmalloc + " or " + jemalloc +
+                             " (Debian's libtcmalloc-minimal4 and libjemalloc2, x86-64)");
+  const std::string real = std::filesystem::canonical(tcmalloc).string();
+  auto run = [](std::vector<std::string> args, const std::string& preload = "") {
+    args.insert(args.begin(), {"--standalone", "--nproc-per-node", "2"});
+    args.insert(args.end(), {DDP_LAUNCH_WORKER, "env"});
+    ddp::launch::ChildSpec spec = ddp::launch::ddprun(args);
+    if (preload.empty()) {
+      spec.unset_env.push_back("LD_PRELOAD");
+    } else {
+      spec.env["LD_PRELOAD"] = preload;
+    }
+    return ddp::launch::run_children({spec}, std::chrono::seconds(90)).at(0);
+  };
+  auto expect_lines = [](const ChildResult& r, const std::vector<std::string>& lines) {
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const std::string& line : lines)
+      EXPECT_NE(r.output.find(line + "\n"), std::string::npos) << "missing '" << line << "' in\n"
+                                                               << r.output;
+  };
+  expect_lines(run({}), {"ddprun: allocator: tcmalloc " + real + ", preloaded into the workers",
+                         "[0] LD_PRELOAD=" + tcmalloc, "[1] LD_PRELOAD=" + tcmalloc});
+  const ChildResult preloaded = run({});
+  for (const char* rank : {"[0] ", "[1] "}) {
+    const std::string line = std::string(rank) + "allocator: tcmalloc (gperftools 2.";
+    const auto begin = preloaded.output.find(line);
+    ASSERT_NE(begin, std::string::npos) << "missing '" << line << "' in\n" << preloaded.output;
+    const std::string rest =
+        preloaded.output.substr(begin, preloaded.output.find('\n', begin) - begin);
+    EXPECT_EQ(rest.substr(rest.size() - real.size() - 2), ") " + real) << rest;
+  }
+  const ddp::HostAllocator own = ddp::allocator_in_use();  // this test's: glibc
+  expect_lines(run({"--allocator", "glibc"}),
+               {"ddprun: allocator: glibc's malloc (--allocator glibc)", "[1] LD_PRELOAD=<unset>",
+                "[1] " + own.summary()});
+  const std::string jemalloc_real = std::filesystem::canonical(jemalloc).string();
+  const ChildResult chosen = run({"--allocator", jemalloc});
+  expect_lines(chosen, {"[1] LD_PRELOAD=" + jemalloc});
+  EXPECT_NE(chosen.output.find("[1] allocator: jemalloc (5."), std::string::npos) << chosen.output;
+  const ChildResult users = run({}, jemalloc);
+  expect_lines(users, {"ddprun: allocator: as LD_PRELOAD=" + jemalloc + " gives it",
+                       "[0] LD_PRELOAD=" + jemalloc});
+  EXPECT_NE(users.output.find("[0] allocator: jemalloc (5."), std::string::npos) << users.output;
+
+  const ChildResult wrong = run({"--allocator", "jemalloc"});
+  EXPECT_EQ(wrong.exit_code, static_cast<int>(ddp::ExitCode::kConfig)) << wrong.output;
+  EXPECT_NE(wrong.output.find("ddprun: error: --allocator is 'jemalloc'; give auto"),
+            std::string::npos)
+      << wrong.output;
 }
 
 // The reference BLAS, put in front through the library path as a user's

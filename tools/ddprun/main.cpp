@@ -80,6 +80,10 @@ void parse(CLI::App& app, ddp::launch::LaunchOptions& o) {
   app.add_option("--secret-file,--secret_file", o.secret_file,
                  "the job's secret (mode 0600), the same file on every node; one node makes "
                  "its own");
+  app.add_option("--allocator", o.allocator,
+                 "the host allocator preloaded into the workers: auto (tcmalloc where installed, "
+                 "else glibc's malloc; a set LD_PRELOAD is left alone), tcmalloc, glibc, or a "
+                 "malloc library's path");
 }
 
 // Note [Where the launcher's options end]
@@ -123,6 +127,8 @@ int main(int argc, char** argv) {
   try {
     ddp::launch::LaunchPlan plan = ddp::launch::resolve_launch(options);
     ddp::base::report_blas_once("ddprun: ");  // its workers inherit DDP_BLAS_REPORTED
+    std::cerr << "ddprun: " << plan.allocator.summary << "\n";
+    if (!plan.allocator.warning.empty()) std::cerr << "ddprun: " << plan.allocator.warning << "\n";
     for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, on_signal);
     ddp::launch::Agent agent(std::move(plan));
     return agent.run();
