@@ -35,6 +35,24 @@ require_fashion_mnist() {
   fi
 }
 
+# comparison_preload [ROOT]: the allocator both sides of a comparison with
+# PyTorch run on (Note [The host allocator] in include/ddp/base/allocator.hpp):
+# tcmalloc where it is installed (under ROOT, a Debian 13 root's folder), as
+# ddprun preloads it into ddp's workers, given to PyTorch's too; "" (glibc's
+# malloc on both sides) with ALLOCATOR=glibc or without tcmalloc.
+comparison_preload() {
+  local path=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+  [[ ${ALLOCATOR:-tcmalloc} == glibc || ! -f ${1:-}$path ]] || echo "$path"
+}
+# allocator_line PRELOAD: the table's line naming both sides' allocator.
+allocator_line() {
+  if [[ -n $1 ]]; then
+    echo "both sides' allocator: tcmalloc $(readlink -f "${2:-}$1" | sed "s|^${2:-}||") (LD_PRELOAD)"
+  else
+    echo "both sides' allocator: glibc's malloc"
+  fi
+}
+
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
 
 median() {

@@ -38,8 +38,10 @@ export OMP_NUM_THREADS=1
 # Torchrun of Debian's PyTorch 1.13 under Python 3.11 cannot parse its own
 # default `--redirects 0` (IntFlag no longer lists the zero member), so
 # stderr is redirected to its log and tee'd back instead: same output.
+# Both sides allocate with the same malloc (comparison_preload in common.sh).
+preload=$(comparison_preload)
 torchrun() {
-  "$python" -m torch.distributed.run --standalone --nproc_per_node "$nproc_per_node" \
+  env ${preload:+LD_PRELOAD="$preload"} "$python" -m torch.distributed.run --standalone --nproc_per_node "$nproc_per_node" \
     --redirects 2 --tee 2 --log_dir "$logs/torchrun" "$@"
 }
 
@@ -96,6 +98,7 @@ done
 echo "ddp backend: $(field "$ddp" backend); ranks: $nproc_per_node; cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 # Both sides' matrix products run on the libblas.so.3 their LibTorch links.
 echo "both sides' $("$build/bin/ddprun" --standalone --nproc-per-node 1 /bin/true 2>&1 | sed -n 's/^ddprun: //p' | grep '^BLAS:' || echo 'BLAS: not named')"
+allocator_line "$preload"
 echo "PyTorch $("$python" -c 'import torch; print(torch.__version__)'); LibTorch $libtorch; medians of $rounds rounds"
 printf '%-8s %12s %14s %7s %12s %20s %16s %24s\n' model "ddp img/s" "PyTorch img/s" ratio \
   "ddp step ms" "ddp no_sync step ms" "PyTorch step ms" "PyTorch no_sync step ms"

@@ -65,8 +65,9 @@ run() {
       --width "${TF_WIDTH:-1024}" --layers "${TF_LAYERS:-6}" --heads 16 --batch 1 --length 32)
   fi
   echo "running $name ..." >&2
+  # glibc's malloc: fsdp_transformer_bench pins its mmap threshold.
   if ! cluster_run "$logs" "$name" 2 "$build/bin/ddprun" --nnodes 2 --node-rank @NODE@ \
-    --nproc-per-node 2 --master-addr 10.77.0.1 --master-port "$port" \
+    --allocator glibc --nproc-per-node 2 --master-addr 10.77.0.1 --master-port "$port" \
     "${program[@]}" --backend auto --net-interface ddp0; then
     echo "error: the $name run failed; the end of each node's output:" >&2
     for i in 0 1; do

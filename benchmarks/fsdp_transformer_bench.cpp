@@ -26,6 +26,10 @@
 // faulted in and unmapped each step: 0.38 s -> 0.54 s for a width-1024
 // step on one core), so --pin-mmap-threshold false leaves glibc's own
 // threshold for the runs that measure speed (benchmarks/utilization_bench.sh).
+// The pin is glibc's: under another allocator (ddprun preloads tcmalloc,
+// Note [The host allocator] in ddp/base/allocator.hpp) it would do nothing
+// and the peaks would include freed blocks kept for reuse, so the pin then
+// refuses to run, naming the fix (ddprun --allocator glibc).
 
 #include <malloc.h>
 #include <torch/torch.h>
@@ -85,6 +89,15 @@ int main(int argc, char** argv) {
                  "pin glibc's mmap threshold at 128 KiB, for exact RSS peaks (true), or leave "
                  "glibc's own, for speed (false)");
   CLI11_PARSE(app, argc, argv);
+  const ddp::HostAllocator allocator = ddp::allocator_in_use();
+  if (pin_mmap_threshold && allocator.kind != ddp::AllocatorKind::kGlibc) {
+    std::fprintf(stderr,
+                 "fsdp_transformer_bench: error: --pin-mmap-threshold true pins glibc's mmap "
+                 "threshold, but this process allocates with %s; run it under `ddprun "
+                 "--allocator glibc` for exact RSS peaks, or give --pin-mmap-threshold false\n",
+                 allocator.summary().c_str());
+    return static_cast<int>(ddp::ExitCode::kConfig);
+  }
   if (pin_mmap_threshold) mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 
   auto group = ddp::init(ddp::InitOptions().backend(backend));

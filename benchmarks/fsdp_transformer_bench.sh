@@ -48,8 +48,9 @@ machine_bytes=$(($(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024))
 echo "cores: $(nproc --all); memory: $((machine_bytes >> 30)) GiB; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 
 run() {  # run WAY WIDTH LAYERS: the result line of rank 0
-  "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" "$build/bin/fsdp_transformer_bench" \
-    --way "$1" --width "$2" --layers "$3" --heads "$heads" --batch "$batch" --length "$length" \
+  # glibc's malloc: the benchmark pins its mmap threshold for exact peaks.
+  "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" --allocator glibc \
+    "$build/bin/fsdp_transformer_bench" --way "$1" --width "$2" --layers "$3" --heads "$heads" --batch "$batch" --length "$length" \
     --steps "${STEPS:-2}" | sed -n 's/^\[0\] //p'
 }
 gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1073741824 }'; }

@@ -40,14 +40,18 @@ echo "cores: $(nproc); cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpui
 # Both sides' matrix products run on the root's libblas.so.3.
 echo "both sides' $(in_root "$debian13" "$build/bin/ddprun" --standalone --nproc-per-node 1 /bin/true 2>&1 | sed -n 's/^ddprun: //p' | grep '^BLAS:' || echo 'BLAS: not named')"
 
+# Both sides allocate with the same malloc (comparison_preload in common.sh).
+preload=$(comparison_preload "$debian13")
+allocator_line "$preload" "$debian13"
+
 # One job; prints rank 0's result line.
 ddp_job() {  # ddp_job RANKS WAY BACKEND
   in_root "$debian13" env OMP_NUM_THREADS=1 "$build/bin/ddprun" --standalone --nproc-per-node "$1" \
-    "$build/bin/fsdp_bench" --way "$2" --backend "$3" --steps "$steps" --width "$width" \
+    --allocator "${preload:-glibc}" "$build/bin/fsdp_bench" --way "$2" --backend "$3" --steps "$steps" --width "$width" \
     --layers "$layers" | sed -n 's/^\[0\] //p'
 }
 pytorch_job() {  # pytorch_job RANKS WAY
-  in_root "$debian13" env OMP_NUM_THREADS=1 PYTHONPATH="$root/tests/interop/torchrun_site" \
+  in_root "$debian13" env OMP_NUM_THREADS=1 ${preload:+LD_PRELOAD="$preload"} PYTHONPATH="$root/tests/interop/torchrun_site" \
     WAY="$2" WIDTH="$width" LAYERS="$layers" STEPS="$steps" \
     python3 -m torch.distributed.run --standalone --nproc-per-node "$1" \
     "$root/benchmarks/pytorch_fsdp_bench.py" 2>&1 | grep -E '^way=' || true

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Training against this machine's limits (issue 70): every figure over what
-# the machine can do, measured in the same run with the BLAS in use.
+# the machine can do, measured in the same run with the BLAS in use and the
+# allocator ddprun gives its workers (tcmalloc where installed; ALLOCATOR,
+# passed as ddprun's --allocator, chooses another).
 #   1. the limits: one core's sgemm GFLOP/s through LibTorch's BLAS, its
 #      memory bandwidth (a += s b in place, and Adam's pattern of 4 arrays
 #      read and 3 written) (optimizer_bench --limits);
@@ -27,7 +29,7 @@
 # Environment: PARTS ("transformer mlp threads"), RANKS (4), WIDTHS ("1024 2048"),
 # LAYERS (4), HEADS (16), BATCH (1), LENGTH (128), STEPS (3), WAYS ("ddp
 # fsdp fsdp-checkpoint"), OPTIMIZERS ("torch ddp"), DDP_BUILD_DIR (build),
-# DDP_SKIP_BUILD, JOBS (2).
+# DDP_SKIP_BUILD, JOBS (2), ALLOCATOR (auto).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,7 +41,7 @@ source "$root/benchmarks/common.sh"
 cores=$(nproc)
 export OMP_NUM_THREADS=1
 echo "cores: $cores; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); $(date -u '+%Y-%m-%d %H:%M UTC')"
-"$build/bin/ddprun" --standalone --nproc-per-node 1 /bin/true 2>&1 | grep 'BLAS:' || true
+"$build/bin/ddprun" --standalone --nproc-per-node 1 --allocator "${ALLOCATOR:-auto}" /bin/true 2>&1 | grep -E 'BLAS:|allocator:' || true
 limits=$("$build/bin/optimizer_bench" --limits)
 sgemm=$(field " $limits" sgemm_gflops)
 echo "limits: one core's sgemm $sgemm GFLOP/s; memory (a += s b) $(field " $limits" memory_gbs) GB/s, Adam's pattern $(field " $limits" adam_pattern_gbs) GB/s; peak $cores x $sgemm GFLOP/s"
@@ -53,7 +55,7 @@ if [[ $parts == *transformer* ]]; then
   for width in ${WIDTHS:-1024 2048}; do
     for way in ${WAYS:-ddp fsdp fsdp-checkpoint}; do
       for optimizer in ${OPTIMIZERS:-torch ddp}; do
-        line=$("$build/bin/ddprun" --standalone --nproc-per-node "$ranks" "$build/bin/fsdp_transformer_bench" \
+        line=$("$build/bin/ddprun" --standalone --nproc-per-node "$ranks" --allocator "${ALLOCATOR:-auto}" "$build/bin/fsdp_transformer_bench" \
           --way "$way" --backend shm --width "$width" --layers "${LAYERS:-4}" --heads "${HEADS:-16}" \
           --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" --optimizer "$optimizer" --pin-mmap-threshold false 2>/dev/null |
           sed -n 's/^\[0\] //p')
@@ -77,7 +79,7 @@ if [[ $parts == *mlp* ]]; then
   for backend in shm gloo; do
     for way in ddp fsdp; do
       for optimizer in ${OPTIMIZERS:-torch ddp}; do
-        line=$("$build/bin/ddprun" --standalone --nproc-per-node 2 "$build/bin/fsdp_bench" --way "$way" \
+        line=$("$build/bin/ddprun" --standalone --nproc-per-node 2 --allocator "${ALLOCATOR:-auto}" "$build/bin/fsdp_bench" --way "$way" \
           --backend "$backend" --steps "${STEPS:-3}" --optimizer "$optimizer" 2>/dev/null | sed -n 's/^\[0\] //p')
         printf '%-6s %-6s %-9s %9s %9s %9s %9s %7s %8s\n' "$backend" "$way" "$optimizer" \
           "$(field " $line" step_ms)" "$(field " $line" forward_ms)" "$(field " $line" backward_ms)" \
@@ -93,7 +95,7 @@ if [[ $parts == *threads* ]]; then
   printf '%-6s %-8s %8s %10s %7s\n' ranks threads step_s tokens/s MFU
   for ranks in 1 2 4; do
     for threads in 1 2; do
-      line=$(OMP_NUM_THREADS=$threads "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" \
+      line=$(OMP_NUM_THREADS=$threads "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" --allocator "${ALLOCATOR:-auto}" \
         "$build/bin/fsdp_transformer_bench" --way ddp --backend shm --width 1024 --layers "${LAYERS:-4}" \
         --heads "${HEADS:-16}" --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" \
         --optimizer ddp --pin-mmap-threshold false 2>/dev/null | sed -n 's/^\[0\] //p')
