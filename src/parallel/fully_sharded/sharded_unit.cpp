@@ -203,22 +203,42 @@ void ShardedUnit::prepare_gradients() {
   gradients_prepared_ = true;
   // Gradients accumulated under no_sync() are kept and added to.
   if (!full_grad_.defined()) {
-    full_grad_ = pool_.zeros(padded_numel_, full_.options());
+    // Note [A gradient is moved in, not added]: no zeros.
+    full_grad_ = pool_.empty(padded_numel_, full_.options());
+    grad_views_ = views_into(full_grad_);
+    written_.assign(parameters_.size(), 0);
     gathered_.add(full_grad_.numel() * full_grad_.element_size());
   }
-  const auto views = views_into(full_grad_);
+  torch::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     at::Tensor& grad = parameters_[i].mutable_grad();
-    // A gradient accumulated before (a unit whose outputs could not be
-    // hooked) is kept.
-    if (grad.defined()) views[i].copy_(grad);
-    grad = views[i];
+    if (written_[i]) {  // kept from a backward under no_sync()
+      grad = grad_views_[i];
+    } else if (grad.defined()) {
+      // A gradient accumulated before (a unit whose outputs could not be
+      // hooked) is kept.
+      grad_views_[i].copy_(grad);
+      written_[i] = 1;
+      grad = grad_views_[i];
+    }
   }
   forget_loose_gradients();
 }
 
 bool ShardedUnit::gradient_arrived(size_t index) {
-  const at::Tensor& grad = parameters_.at(index).grad();
+  at::Tensor& grad = parameters_.at(index).mutable_grad();
+  if (gradients_prepared_ && grad.defined()) {  // Note [A gradient is moved in, not added]
+    at::Tensor& place = grad_views_.at(index);
+    // AccumulateGrad added into the view in place, or gave .grad a tensor
+    // of its own: the new gradient, or (accumulating out of place) the
+    // view's content plus it.
+    if (grad.unsafeGetTensorImpl() != place.unsafeGetTensorImpl()) {
+      torch::NoGradGuard no_grad;
+      place.copy_(grad);
+      grad = place;
+    }
+    written_[index] = 1;
+  }
   if (!gradients_prepared_ && loose_bytes_[index] == 0 && grad.defined()) {
     loose_bytes_[index] = grad.numel() * grad.element_size();
     gathered_.add(loose_bytes_[index]);
@@ -235,9 +255,22 @@ void ShardedUnit::drop_unreceived_gradients(const int32_t* received_anywhere) {
   std::fill(received_.begin(), received_.end(), 0);
 }
 
+void ShardedUnit::fill_unwritten() {
+  if (!full_grad_.defined()) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < grad_views_.size(); ++i) {
+    if (!written_[i]) {
+      grad_views_[i].zero_();
+      written_[i] = 1;
+    }
+  }
+  if (padded_numel_ > numel_) full_grad_.narrow(0, numel_, padded_numel_ - numel_).zero_();
+}
+
 void ShardedUnit::reduce_async() {
   if (!trainable_ || reduced()) return;
   prepare_gradients();  // a unit no gradient reached reduces zeros, as every rank must
+  fill_unwritten();
   reduced_grad_ = pool_.empty(padded_numel_ / group_.size(), shard_.options());
   reduce_input_ = full_grad_;
   if (reduce_input_.scalar_type() != shard_.scalar_type()) {
@@ -261,6 +294,7 @@ void ShardedUnit::finish_scatter() {
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
   gathered_.add(-full_grad_.numel() * full_grad_.element_size());
   full_grad_ = at::Tensor();
+  grad_views_.clear();
   if (replicas_ != nullptr && replicas_->size() > 1) {  // Note [Hybrid sharding]
     comm::detail::CollectiveName collective("fsdp.replicate", index_);
     replication_ = replicas_->all_reduce_async(reduced_grad_);
@@ -295,6 +329,7 @@ void ShardedUnit::accumulate_unsynced() {
   if (!full_grad_.defined() || full_grad_.scalar_type() == shard_.scalar_type()) return;
   // Note [A unit's storage]: the parameters' .grad must have their dtype, so
   // each backward accumulates into a full gradient in it, moved here after.
+  fill_unwritten();
   torch::NoGradGuard no_grad;
   if (unsynced_grad_.defined()) {
     unsynced_grad_.add_(full_grad_.to(shard_.scalar_type()));
@@ -304,6 +339,7 @@ void ShardedUnit::accumulate_unsynced() {
   }
   gathered_.add(-full_grad_.numel() * full_grad_.element_size());
   full_grad_ = at::Tensor();
+  grad_views_.clear();
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
 }
 
@@ -360,6 +396,7 @@ void ShardedUnit::abandon_gradients() {
   if (full_grad_.defined()) {
     gathered_.add(-full_grad_.numel() * full_grad_.element_size());
     full_grad_ = at::Tensor();
+    grad_views_.clear();
   }
   for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
   forget_loose_gradients();

@@ -37,17 +37,29 @@ namespace ddp::parallel::detail {
 // unit's backward is enough: PyTorch's FSDP frees and refills in the same
 // way (storage resize to 0 and back). Between steps the module's
 // parameters themselves hold placeholders (Note [Parameters between steps]).
-// The gradients take the same route back: before the unit's backward each
-// parameter's .grad is set to a view of a flat full-gradient buffer, which
-// AccumulateGrad adds into in place; once every trainable parameter's
-// gradient has arrived the buffer is reduce-scattered into this rank's
-// shard, averaged, and freed.
+// The gradients take the same route back into a flat full-gradient buffer
+// (Note [A gradient is moved in, not added]); once every trainable
+// parameter's gradient has arrived the buffer is reduce-scattered into
+// this rank's shard, averaged, and freed.
 // With a param_dtype (mixed precision) the full buffer, and so the module's
 // parameters and their gradients, are in that dtype (bf16, fp16): the shard
 // is cast for the all-gather and the full gradient cast back to the
 // shard's dtype (fp32) for the reduce-scatter, so the masters and the
 // reduction stay in fp32, as FSDP's MixedPrecisionPolicy(param_dtype,
 // reduce_dtype=fp32).
+
+// Note [A gradient is moved in, not added]
+// The full-gradient buffer is not filled with zeros for AccumulateGrad to
+// add into: a parameter's .grad stays undefined in its first backward, so
+// AccumulateGrad takes the new gradient as it is, and the hook after it
+// (gradient_arrived) copies it into the parameter's place in the buffer
+// and makes .grad that view, where later backward passes under no_sync()
+// (and a gradient from before the buffer) add in place. A place no
+// gradient was written to is zeroed only when the buffer is reduced
+// (fill_unwritten()). Per element that is one read and one write, where
+// zeros and an add were a write, two reads and a write: on the
+// transformer of benchmarks/fsdp_transformer_bench.cpp at width 2048, two
+// of four ranks' gradient bytes a step of 0.8 GB each.
 
 // Note [A unit's pieces]
 // The shard holds a run of each parameter's flattened elements that falls
@@ -170,15 +182,18 @@ class ShardedUnit {
   /// kept is freed.
   void reshard(bool after_forward = false);
 
-  /// Before the unit's backward: the full gradient buffer (zeroed, or kept
-  /// from backward passes under no_sync()), and each trainable parameter's
-  /// .grad a view of it. Idempotent per backward.
+  /// Before the unit's backward: the full gradient buffer (Note [A
+  /// gradient is moved in, not added]; kept from backward passes under
+  /// no_sync()), a gradient from before it moved in. Idempotent per backward.
   void prepare_gradients();
   /// Records that parameter `index`'s gradient arrived; true when it was
   /// the last one. A gradient that arrived before prepare_gradients() (a
   /// checkpointed unit's) counts in the gathered bytes until it moves into
   /// the buffer.
   bool gradient_arrived(size_t index);
+  /// Zeros each place of the full gradient buffer no gradient was written
+  /// to, and its padding (before it is reduced or cast).
+  void fill_unwritten();
   /// Which parameters received a gradient since the last synchronized
   /// reduction (1 or 0 each, parameters() order).
   const std::vector<int32_t>& received() const { return received_; }
@@ -266,6 +281,8 @@ class ShardedUnit {
   std::vector<char> had_gradient_;      // per piece, before the last reduction added
   at::Tensor full_;                     // the flat full parameters; storage emptied when sharded
   at::Tensor full_grad_;                // the flat full gradient, only during the unit's backward
+  std::vector<at::Tensor> grad_views_;  // each parameter's place in full_grad_
+  std::vector<char> written_;           // per parameter: its place in full_grad_ holds its gradient
   at::Tensor reduced_grad_;
   at::Tensor unsynced_grad_;  // no_sync()'s accumulation, in the shard's dtype
   std::vector<at::Tensor> buffers_;
