@@ -40,7 +40,9 @@ leftovers() {
   printf '%s\n' "${found[@]}"
 }
 
-DDP_SLURM_CLUSTER_DIR=$dir ctest --test-dir "$build" -R '^InteropSlurm\.SrunTrainsAsUnderDdprun$' \
+# The test's tasks wait (DDP_SLURM_HOLD_SECONDS) before training, so that
+# its job is seen running however fast it would train.
+DDP_SLURM_HOLD_SECONDS=120 DDP_SLURM_CLUSTER_DIR=$dir ctest --test-dir "$build" -R '^InteropSlurm\.SrunTrainsAsUnderDdprun$' \
   --output-on-failure >"$log" 2>&1 &
 ctest_pid=$!
 # Mid-run: once the job's step runs in the cluster (the fixture took its

@@ -97,8 +97,13 @@ TEST_F(InteropSlurm, SrunTrainsAsUnderDdprun) {
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   ASSERT_NE(digest_of(reference.output), "<none>") << reference.output;
   const ChildResult run = on_a_reserved_port([](const std::string& port) {
-    std::vector<std::string> argv = {on_path("srun"),   "-n",           "2", "--time",
-                                     kTimeLimitMinutes, DDP_TOY_TRAINER};
+    std::vector<std::string> argv = {on_path("srun"), "-n", "2", "--time", kTimeLimitMinutes};
+    // slurm_leftovers_check.sh kills this test while its job runs: it asks
+    // the job's tasks to wait first, so that a job of a second is not over
+    // before its poll of squeue sees it running.
+    if (const char* hold = std::getenv("DDP_SLURM_HOLD_SECONDS"))
+      argv.insert(argv.end(), {"/bin/sh", "-c", "sleep \"$0\" && exec \"$@\"", hold});
+    argv.push_back(DDP_TOY_TRAINER);
     argv.insert(argv.end(), kJob.begin(), kJob.end());
     return run_children({client(argv, {{"MASTER_PORT", port}})}, kDeadline).at(0);
   });
