@@ -33,15 +33,10 @@ const char* allocator_kind_name(AllocatorKind kind) {
 
 HostAllocator allocator_in_use() {
   HostAllocator allocator;
-  void* malloc_address = ::dlsym(RTLD_DEFAULT, "malloc");
-  Dl_info info{};
-  if (malloc_address == nullptr || ::dladdr(malloc_address, &info) == 0 ||
-      info.dli_fname == nullptr) {
-    return allocator;  // malloc in the executable itself, a static one's
-  }
-  allocator.path = detail::resolved_path(info.dli_fname);
-  // The library is loaded (malloc is in it): RTLD_NOLOAD only finds it.
-  void* handle = ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  const detail::DefiningLibrary library = detail::library_defining("malloc");
+  if (library.path.empty()) return allocator;  // malloc in the executable itself, a static one's
+  allocator.path = library.path;
+  void* handle = library.handle.get();
   if (handle == nullptr) return allocator;
   if (auto* version = find_symbol<const char*(int*, int*, const char**)>(handle, "tc_version")) {
     allocator.kind = AllocatorKind::kTcmalloc;
@@ -65,15 +60,13 @@ HostAllocator allocator_in_use() {
     allocator.kind = AllocatorKind::kGlibc;
     allocator.version = gnu_get_libc_version();
   }
-  ::dlclose(handle);
   return allocator;
 }
 
 std::string HostAllocator::summary() const {
-  std::string what = allocator_kind_name(kind);
-  if (kind == AllocatorKind::kGlibc) what = "glibc's malloc";
-  std::string origin = kind == AllocatorKind::kTcmalloc ? "gperftools " : "";
-  if (kind == AllocatorKind::kGlibc) origin = "glibc ";
+  const bool glibc = kind == AllocatorKind::kGlibc;
+  const std::string what = glibc ? "glibc's malloc" : allocator_kind_name(kind);
+  const char* origin = glibc ? "glibc " : kind == AllocatorKind::kTcmalloc ? "gperftools " : "";
   const std::string details = version.empty() ? "" : str(" (", origin, version, ")");
   return str("allocator: ", what, details, path.empty() ? "" : " ", path);
 }

@@ -49,13 +49,11 @@ const char* blas_kind_name(BlasKind kind) {
 
 BlasLibrary blas_in_use() {
   BlasLibrary blas;
-  void* sgemm = ::dlsym(RTLD_DEFAULT, "sgemm_");
-  Dl_info info{};
-  if (sgemm == nullptr || ::dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return blas;
-  blas.path = detail::resolved_path(info.dli_fname);
+  const detail::DefiningLibrary library = detail::library_defining("sgemm_");
+  if (library.path.empty()) return blas;
+  blas.path = library.path;
   blas.kind = BlasKind::kUnknown;
-  // The library is loaded (sgemm_ is in it): RTLD_NOLOAD only finds it.
-  void* handle = ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  void* handle = library.handle.get();
   if (handle == nullptr) return blas;
   if (find_symbol<char*()>(handle, "openblas_get_config") != nullptr) {
     describe_openblas(handle, blas);
@@ -73,7 +71,6 @@ BlasLibrary blas_in_use() {
     blas.kind = BlasKind::kReference;
     blas.config = "netlib reference BLAS";
   }
-  ::dlclose(handle);
   return blas;
 }
 

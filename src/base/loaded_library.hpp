@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 namespace ddp::base::detail {
@@ -28,6 +29,25 @@ inline std::string file_name(const std::string& path) {
 template <typename Function>
 Function* find_symbol(void* handle, const char* name) {
   return reinterpret_cast<Function*>(::dlsym(handle, name));
+}
+
+/// The loaded library that defines `symbol` in this process: its path
+/// (symbolic links resolved) and a handle for find_symbol() (closed with
+/// it); an empty path where no shared library defines it.
+struct DefiningLibrary {
+  std::string path;
+  std::unique_ptr<void, int (*)(void*)> handle{nullptr, &::dlclose};
+};
+inline DefiningLibrary library_defining(const char* symbol) {
+  DefiningLibrary library;
+  void* address = ::dlsym(RTLD_DEFAULT, symbol);
+  Dl_info info{};
+  if (address == nullptr || ::dladdr(address, &info) == 0 || info.dli_fname == nullptr)
+    return library;
+  library.path = resolved_path(info.dli_fname);
+  // The library is loaded (the symbol is in it): RTLD_NOLOAD only finds it.
+  library.handle.reset(::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD));
+  return library;
 }
 
 }  // namespace ddp::base::detail
