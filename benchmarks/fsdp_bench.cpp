@@ -4,7 +4,9 @@
 // ZeroRedundancyOptimizer stage 1, the bare model with stage 2, or
 // FullyShardedDataParallel (prefetch on or off; sharded within each node and
 // replicated across nodes, fsdp-hybrid; sharded across the world and
-// resharded to the node after forward, fsdp-hpz). Prints on rank 0 one line
+// resharded to the node after forward, fsdp-hpz; kept gathered from forward
+// to backward, fsdp-keep-gathered: reshard_after_forward(false), PyTorch's
+// SHARD_GRAD_OP). Prints on rank 0 one line
 // of key=value pairs: the bytes each rank holds in parameters, gradients
 // and optimizer state (distinct storages, counted after the step, when all
 // three are alive; the largest over the ranks), FSDP's peak of full
@@ -97,8 +99,8 @@ int main(int argc, char** argv) {
   int64_t width = 3200, batch = 8;
   std::string backend = "gloo", device_name = "cpu", interface, optimizer_kind = "ddp";
   app.add_option("--way", way,
-                 "ddp, zero1, zero2, fsdp, fsdp-no-prefetch, fsdp-overlap, fsdp-hybrid or "
-                 "fsdp-hpz")
+                 "ddp, zero1, zero2, fsdp, fsdp-no-prefetch, fsdp-overlap, fsdp-hybrid, "
+                 "fsdp-hpz or fsdp-keep-gathered")
       ->required();
   app.add_option("--net-interface", interface,
                  "count the bytes sent through this interface per timed step (rank 0's node)");
@@ -144,10 +146,11 @@ int main(int argc, char** argv) {
     ddp_model = std::make_shared<ddp::DistributedDataParallel>(
         net, ddp::DistributedDataParallelOptions().gradient_as_bucket_view(true), group);
   } else if (way == "fsdp" || way == "fsdp-no-prefetch" || way == "fsdp-overlap" ||
-             way == "fsdp-hybrid" || way == "fsdp-hpz") {
+             way == "fsdp-hybrid" || way == "fsdp-hpz" || way == "fsdp-keep-gathered") {
     auto options = ddp::FullyShardedDataParallelOptions()
                        .prefetch(way == "fsdp-no-prefetch" ? 0 : 1)
-                       .overlap_reduction(way == "fsdp-overlap");
+                       .overlap_reduction(way == "fsdp-overlap")
+                       .reshard_after_forward(way != "fsdp-keep-gathered");
     if (way == "fsdp-hybrid") options.device_mesh(ddp::DeviceMesh::by_node(group));
     if (way == "fsdp-hpz") options.reshard_after_forward_mesh(ddp::DeviceMesh::by_node(group));
     fsdp_model = std::make_shared<ddp::FullyShardedDataParallel>(net, options, group);
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
   if (!fsdp_model && way != "ddp" && way != "zero1" && way != "zero2") {
     std::fprintf(stderr,
                  "fsdp_bench: --way %s is not one of ddp, zero1, zero2, fsdp, fsdp-no-prefetch, "
-                 "fsdp-overlap, fsdp-hybrid, fsdp-hpz\n",
+                 "fsdp-overlap, fsdp-hybrid, fsdp-hpz, fsdp-keep-gathered\n",
                  way.c_str());
     return 2;
   }

@@ -7,7 +7,7 @@
 #      memory bandwidth (a += s b in place, and Adam's pattern of 4 arrays
 #      read and 3 written) (optimizer_bench --limits);
 #   2. the transformer of examples/common/gpt.hpp (fsdp_transformer_bench),
-#      RANKS ranks on shm, BATCH x LENGTH tokens a rank, at each of WIDTHS
+#      RANKS ranks on each of TF_BACKENDS, BATCH x LENGTH tokens a rank, at each of WIDTHS
 #      with LAYERS blocks: DDP, FSDP and FSDP with checkpointing, each with
 #      LibTorch's AdamW and with ddp::optim::AdamW; the step split into
 #      forward, backward and optimizer, and its MFU as the benchmark prints
@@ -17,7 +17,8 @@
 #      share of one core's bandwidth (glibc's own mmap threshold: the
 #      benchmark's pin for exact RSS peaks costs time);
 #   3. the MLP of fsdp_bench (51 M parameters, batch 8) at 2 ranks on shm
-#      and Gloo: DDP and FSDP, each optimizer, the step and its parts, its
+#      and Gloo: each of MLP_WAYS (DDP, FSDP, and FSDP kept gathered from
+#      forward to backward), each optimizer, the step and its parts, its
 #      MFU, and the optimizer's bytes (28 a parameter of the rank's share)
 #      over its time against one core's bandwidth;
 #   4. threads per rank (ddprun's default, cores / ranks, against one and
@@ -28,7 +29,8 @@
 # Usage: benchmarks/utilization_bench.sh
 # Environment: PARTS ("transformer mlp threads"), RANKS (4), WIDTHS ("1024 2048"),
 # LAYERS (4), HEADS (16), BATCH (1), LENGTH (128), STEPS (3), WAYS ("ddp
-# fsdp fsdp-checkpoint"), OPTIMIZERS ("torch ddp"), DDP_BUILD_DIR (build),
+# fsdp fsdp-checkpoint"), TF_BACKENDS (shm), MLP_WAYS ("ddp fsdp
+# fsdp-keep-gathered"), OPTIMIZERS ("torch ddp"), DDP_BUILD_DIR (build),
 # DDP_SKIP_BUILD, JOBS (2), ALLOCATOR (auto).
 set -euo pipefail
 
@@ -50,23 +52,25 @@ parts=${PARTS:-transformer mlp threads}
 if [[ $parts == *transformer* ]]; then
   ranks=${RANKS:-4}
   echo
-  echo "transformer: $ranks ranks on shm, ${BATCH:-1} x ${LENGTH:-128} tokens a rank, ${LAYERS:-4} blocks"
-  printf '%-16s %6s %-9s %12s %8s %8s %8s %8s %7s %8s\n' way width optimizer parameters step_s fwd_s bwd_s opt_s MFU opt/mem
-  for width in ${WIDTHS:-1024 2048}; do
-    for way in ${WAYS:-ddp fsdp fsdp-checkpoint}; do
-      for optimizer in ${OPTIMIZERS:-torch ddp}; do
-        line=$("$build/bin/ddprun" --standalone --nproc-per-node "$ranks" --allocator "${ALLOCATOR:-auto}" "$build/bin/fsdp_transformer_bench" \
-          --way "$way" --backend shm --width "$width" --layers "${LAYERS:-4}" --heads "${HEADS:-16}" \
-          --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" --optimizer "$optimizer" --pin-mmap-threshold false 2>/dev/null |
-          sed -n 's/^\[0\] //p')
-        if [[ -z $line ]]; then
-          printf '%-16s %6s %-9s %12s\n' "$way" "$width" "$optimizer" "failed"
-          continue
-        fi
-        printf '%-16s %6s %-9s %12s %8s %8s %8s %8s %7s %8s\n' "$way" "$width" "$optimizer" \
-          "$(field " $line" parameters)" "$(field " $line" step_s)" "$(field " $line" forward_s)" \
-          "$(field " $line" backward_s)" "$(field " $line" optimizer_s)" \
-          "$(field " $line" mfu)" "$(field " $line" optimizer_bandwidth)"
+  echo "transformer: $ranks ranks, ${BATCH:-1} x ${LENGTH:-128} tokens a rank, ${LAYERS:-4} blocks"
+  printf '%-6s %-16s %6s %-9s %12s %8s %8s %8s %8s %7s %8s\n' backend way width optimizer parameters step_s fwd_s bwd_s opt_s MFU opt/mem
+  for backend in ${TF_BACKENDS:-shm}; do
+    for width in ${WIDTHS:-1024 2048}; do
+      for way in ${WAYS:-ddp fsdp fsdp-checkpoint}; do
+        for optimizer in ${OPTIMIZERS:-torch ddp}; do
+          line=$("$build/bin/ddprun" --standalone --nproc-per-node "$ranks" --allocator "${ALLOCATOR:-auto}" "$build/bin/fsdp_transformer_bench" \
+            --way "$way" --backend "$backend" --width "$width" --layers "${LAYERS:-4}" --heads "${HEADS:-16}" \
+            --batch "${BATCH:-1}" --length "${LENGTH:-128}" --steps "${STEPS:-3}" --optimizer "$optimizer" --pin-mmap-threshold false 2>/dev/null |
+            sed -n 's/^\[0\] //p')
+          if [[ -z $line ]]; then
+            printf '%-6s %-16s %6s %-9s %12s\n' "$backend" "$way" "$width" "$optimizer" "failed"
+            continue
+          fi
+          printf '%-6s %-16s %6s %-9s %12s %8s %8s %8s %8s %7s %8s\n' "$backend" "$way" "$width" "$optimizer" \
+            "$(field " $line" parameters)" "$(field " $line" step_s)" "$(field " $line" forward_s)" \
+            "$(field " $line" backward_s)" "$(field " $line" optimizer_s)" \
+            "$(field " $line" mfu)" "$(field " $line" optimizer_bandwidth)"
+        done
       done
     done
   done
@@ -75,13 +79,13 @@ fi
 if [[ $parts == *mlp* ]]; then
   echo
   echo "MLP (fsdp_bench, 51 M parameters, batch 8 a rank): 2 ranks"
-  printf '%-6s %-6s %-9s %9s %9s %9s %9s %7s %8s\n' backend way optimizer step_ms fwd_ms bwd_ms opt_ms MFU opt/mem
+  printf '%-6s %-18s %-9s %9s %9s %9s %9s %7s %8s\n' backend way optimizer step_ms fwd_ms bwd_ms opt_ms MFU opt/mem
   for backend in shm gloo; do
-    for way in ddp fsdp; do
+    for way in ${MLP_WAYS:-ddp fsdp fsdp-keep-gathered}; do
       for optimizer in ${OPTIMIZERS:-torch ddp}; do
         line=$("$build/bin/ddprun" --standalone --nproc-per-node 2 --allocator "${ALLOCATOR:-auto}" "$build/bin/fsdp_bench" --way "$way" \
           --backend "$backend" --steps "${STEPS:-3}" --optimizer "$optimizer" 2>/dev/null | sed -n 's/^\[0\] //p')
-        printf '%-6s %-6s %-9s %9s %9s %9s %9s %7s %8s\n' "$backend" "$way" "$optimizer" \
+        printf '%-6s %-18s %-9s %9s %9s %9s %9s %7s %8s\n' "$backend" "$way" "$optimizer" \
           "$(field " $line" step_ms)" "$(field " $line" forward_ms)" "$(field " $line" backward_ms)" \
           "$(field " $line" optimizer_ms)" "$(field " $line" mfu)" "$(field " $line" optimizer_bandwidth)"
       done
