@@ -11,11 +11,12 @@ cd "$(dirname "$0")/.."
 # training tests and SnapshotPyTorchInterop's checkpoints run Debian 12's
 # python3-torch (1.13) from there too, as ExamplesGpt's reference model
 # beside Debian's fortunes; ReadersFuzz's libFuzzer needs install-deps.sh's
-# clang; the allocator suites, its tcmalloc and jemalloc. Not
+# clang; the allocator suites, its tcmalloc and jemalloc; SnapshotFullDisk
+# mounts a tmpfs, which the leg's root user may. Not
 # InteropTorchrun: Debian 12's torchrun 1.13 does not start on its Python
 # 3.11, so CI's LibTorch 2.6 leg runs it (scripts/libtorch2.sh).
 required_suites=(InteropMpirun InteropSlurm LauncherPython SnapshotPyTorchInterop ExamplesGpt ReadersFuzz
-  BaseAllocator CoreAllocatorChoice LauncherAllocator)
+  BaseAllocator CoreAllocatorChoice LauncherAllocator SnapshotFullDisk)
 
 bash scripts/install-deps.sh
 DDP_BUILD_BENCHMARKS=OFF bash scripts/build.sh  # benchmarks are no tests

@@ -18,7 +18,7 @@
 namespace ddp::formats {
 
 DcpFileWriter::DcpFileWriter(const std::string& directory, int rank, int file)
-    : name_("__" + std::to_string(rank) + "_" + std::to_string(file) + ".distcp") {
+    : name_(dcp_file_name(rank, file)) {
   std::error_code ignored;
   std::filesystem::create_directories(directory, ignored);
   path_ = (std::filesystem::path(directory) / name_).string();
@@ -30,7 +30,9 @@ DcpFileWriter::DcpFileWriter(const std::string& directory, int rank, int file)
 }
 
 DcpFileWriter::~DcpFileWriter() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(path_.c_str());  // never finished
 }
 
 namespace {
@@ -54,6 +56,8 @@ uint64_t append_stream(int fd, const std::string& path, const PyValue& value) {
     detail::write_torch_stream(value, sink);
   } catch (const c10::Error& e) {
     if (failure == 0) throw FormatError("cannot write " + path + ": " + e.what_without_backtrace());
+  } catch (const FormatError&) {
+    if (failure == 0) throw;  // else the write's own cause, below
   }
   if (failure != 0) throw FormatError("cannot write " + path + ": " + std::strerror(failure));
   return length;
@@ -95,8 +99,9 @@ std::vector<DcpItem> DcpFileWriter::finish() {
   const bool synced = ::fsync(fd) == 0;
   const int error = errno;
   if (::close(fd) != 0 || !synced) {
-    throw FormatError("cannot write the distributed checkpoint file " + path_ + ": " +
-                      std::strerror(synced ? errno : error));
+    const std::string cause = std::strerror(synced ? errno : error);
+    ::unlink(path_.c_str());
+    throw FormatError("cannot write the distributed checkpoint file " + path_ + ": " + cause);
   }
   return std::move(items_);
 }

@@ -64,13 +64,8 @@ class TorchPickler final : public PickleWriter {
   }
 };
 
-}  // namespace
-
-namespace detail {
-
-void write_torch_stream(const PyValue& root, const ByteSink& sink) {
-  TorchPickler pickler;
-  pickler.dump(root);
+// The archive of `pickler`'s bytes and storages, through `sink`.
+void write_archive(const TorchPickler& pickler, const ByteSink& sink) {
   caffe2::serialize::PyTorchStreamWriter zip(sink);
   zip.writeRecord("data.pkl", pickler.bytes().data(), pickler.bytes().size());
   zip.writeRecord("byteorder", "little", 6);
@@ -79,6 +74,31 @@ void write_torch_stream(const PyValue& root, const ByteSink& sink) {
     zip.writeRecord("data/" + std::to_string(i), t.data_ptr(), t.nbytes());
   }
   zip.writeEndOfFile();
+}
+
+}  // namespace
+
+namespace detail {
+
+// Note [A write the archive writer never sees fail]
+// LibTorch's PyTorchStreamWriter throws once its sink writes short, and its
+// destructor then finishes the archive (writeEndOfFile), which writes again
+// and throws again: thrown during unwinding, that second error calls
+// std::terminate, so a full disk aborted every rank before any catch could
+// name the file. The archive writer is therefore given a sink that never
+// writes short: after the real sink's first failure it drops the rest, the
+// writer finishes as if all went well, and the failure is thrown here after
+// it. The callers' sinks keep the cause (errno, the file) for the message.
+void write_torch_stream(const PyValue& root, const ByteSink& sink) {
+  TorchPickler pickler;
+  pickler.dump(root);
+  bool failed = false;
+  const ByteSink never_short = [&](const void* data, size_t size) -> size_t {
+    if (!failed && sink(data, size) != size) failed = true;
+    return size;
+  };
+  write_archive(pickler, never_short);
+  if (failed) throw FormatError("a write failed; nothing after it was written");
 }
 
 }  // namespace detail

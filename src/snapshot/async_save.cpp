@@ -41,14 +41,17 @@ using detail::NamedTensors;
 // rendezvous store, not by a file rank 0 looks for: on node-local disks
 // rank 0 never sees another node's files. The protocol, named here once:
 // after its shard file is renamed into place, rank r sets
-//   ddp/snapshot/<prefix>/<sequence>/shard-<r>  =  "written"
+//   ddp/snapshot/<prefix>/<sequence>/<attempt>/shard-<r>  =  "written"
 // ("failed" when it could not write it); rank 0's background thread polls
 // those keys until each is set, the save is abandoned, or the group's
-// collective timeout (the job's) passes, and deletes them when done. A
+// collective timeout (the job's) passes, and deletes them when done.
+// <attempt> counts the manager's save_async() calls (alike on every rank):
+// a save that failed keeps its sequence number for the next, and the keys
+// rank 0 never read (it gave up first) must not answer for the retry. A
 // group without a store (one built by hand) falls back to polling the
 // files, which needs one shared directory.
-std::string shard_key(const std::string& prefix, uint64_t sequence, int rank) {
-  return base::detail::str("ddp/snapshot/", prefix, "/", sequence, "/shard-", rank);
+std::string shard_key(const std::string& prefix, uint64_t sequence, uint64_t attempt, int rank) {
+  return base::detail::str("ddp/snapshot/", prefix, "/", sequence, "/", attempt, "/shard-", rank);
 }
 constexpr char kShardWritten[] = "written", kShardFailed[] = "failed";
 
@@ -97,13 +100,13 @@ bool any_rank_writing(ProcessGroup& group, bool writing) {
 // `main_name` is written (Note [Shards agreed through the store]).
 void await_shards(const std::shared_ptr<c10d::Store>& store, const std::string& directory,
                   const std::string& prefix, const std::string& main_name, uint64_t sequence,
-                  int world, std::chrono::milliseconds timeout,
+                  uint64_t attempt, int world, std::chrono::milliseconds timeout,
                   const detail::BackgroundWriter& writer) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   for (int r = 1; r < world; ++r) {
     const fs::path file = fs::path(directory) / detail::shard_file_name(main_name, r, world);
-    const std::string key = shard_key(prefix, sequence, r);
+    const std::string key = shard_key(prefix, sequence, attempt, r);
     while (true) {
       std::error_code error;
       if (store ? store->check({key}) : fs::exists(file, error)) break;
@@ -211,6 +214,7 @@ std::string SnapshotManager::save_async(const TrainingState& state) {
   detail::TensorMap rng;
   if (state.include_rng) rng = detail::gather_rng_states(*group_);  // a collective: every rank
   const int rank = group_->rank(), world = group_->size();
+  const uint64_t attempt = ++saves.attempts;
   std::exception_ptr failure;
 
   // This rank's shard, and every rank's pieces for the main file's record.
@@ -274,10 +278,10 @@ std::string SnapshotManager::save_async(const TrainingState& state) {
   if (sharded != nullptr) {
     shard_task = [directory = options_.directory(), prefix = options_.prefix(), main_name,
                   tensors = std::move(shard_tensors), text = std::move(shard_text), rank, world,
-                  sequence, store = rank == 0 ? nullptr : group_->rendezvous_store()] {
+                  sequence, attempt, store = rank == 0 ? nullptr : group_->rendezvous_store()] {
       auto report = [&](const char* outcome) {
         if (store)
-          store->set(shard_key(prefix, sequence, rank),
+          store->set(shard_key(prefix, sequence, attempt, rank),
                      std::vector<uint8_t>(outcome, outcome + std::strlen(outcome)));
       };
       try {
@@ -291,12 +295,12 @@ std::string SnapshotManager::save_async(const TrainingState& state) {
   }
   if (rank == 0) {
     main_task = [options = options_, main_name, tensors = std::move(main_tensors),
-                 text = std::move(main_text), world, sequence, with_shards = sharded != nullptr,
-                 &writer = saves.writer, store = group_->rendezvous_store(),
-                 timeout = group_->collective_timeout()] {
+                 text = std::move(main_text), world, sequence, attempt,
+                 with_shards = sharded != nullptr, &writer = saves.writer,
+                 store = group_->rendezvous_store(), timeout = group_->collective_timeout()] {
       if (with_shards) {
-        await_shards(store, options.directory(), options.prefix(), main_name, sequence, world,
-                     timeout, writer);
+        await_shards(store, options.directory(), options.prefix(), main_name, sequence, attempt,
+                     world, timeout, writer);
       }
       detail::write_main_file(options, tensors, text, world, sequence);
     };

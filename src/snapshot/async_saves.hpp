@@ -4,6 +4,7 @@
 // asynchronous save] in ddp/snapshot/snapshot_manager.hpp); its methods
 // save_async(), wait() and settle() are in async_save.cpp.
 
+#include <cstdint>
 #include <exception>
 #include <string>
 
@@ -21,6 +22,7 @@ struct AsyncSaves {
   bool sharded = false;           ///< Whether it writes shard files.
   std::string path;               ///< Its main file.
   std::exception_ptr unreported;  ///< Taken by settle(), not yet thrown.
+  uint64_t attempts = 0;  ///< save_async() calls so far (Note [Shards agreed through the store]).
 
   /// Waits for the write in flight; prints a failure nothing reported on
   /// std::cerr. Never throws.

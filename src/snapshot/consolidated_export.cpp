@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "base/str.hpp"
+#include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/parallel/fully_sharded_state.hpp"
 #include "ddp/snapshot/errors.hpp"
@@ -39,13 +40,15 @@ std::string save_consolidated(FullyShardedDataParallel& model, const std::string
   ProcessGroup& group = *model->process_group();
   const bool writer = group.rank() == 0;
   std::exception_ptr failure;
+  std::string cause;  // failure's message, for the other ranks
   std::unique_ptr<detail::SnapshotWriter> file;
   auto attempt = [&](const auto& action) {
     if (failure) return;
     try {
       action();
-    } catch (...) {
+    } catch (const std::exception& e) {
       failure = std::current_exception();
+      cause = e.what();
     }
   };
   // Note [A consolidated export streams]
@@ -85,12 +88,11 @@ std::string save_consolidated(FullyShardedDataParallel& model, const std::string
       file->commit(path, /*world_size=*/1, /*sequence=*/1);
     });
   }
-  if (group.size() > 1) {  // rank 0's outcome; the others wait here
-    at::Tensor outcome = at::full({1}, failure ? int64_t{0} : int64_t{1}, at::kLong);
-    group.broadcast(outcome, 0);
-    if (!writer && outcome.item<int64_t>() != 1) {
-      throw SnapshotError("rank 0 could not write the consolidated model to " + path +
-                          "; its error says why");
+  if (group.size() > 1) {  // rank 0's outcome, its cause too; the others wait here
+    cause = comm::detail::broadcast_bytes(group, cause, 0);
+    if (!writer && !cause.empty()) {
+      throw SnapshotError("rank 0 could not write the consolidated model to " + path + ": " +
+                          cause);
     }
   }
   if (failure) std::rethrow_exception(failure);

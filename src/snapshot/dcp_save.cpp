@@ -225,6 +225,11 @@ void save_distributed_checkpoint(const std::string& directory, const TrainingSta
   }
   outcome = comm::detail::broadcast_bytes(group, outcome, 0);
   if (!outcome.empty()) {
+    // The files of a save that failed are not a checkpoint (it has no
+    // .metadata): each rank gives back the space of its own.
+    std::error_code ignored;
+    fs::remove(fs::path(directory) / formats::dcp_file_name(rank), ignored);
+    if (rank == 0) fs::remove(fs::path(directory) / formats::dcp_file_name(0, 1), ignored);
     throw SnapshotError("save_distributed_checkpoint: cannot save " + directory + " (" + outcome +
                         ")");
   }

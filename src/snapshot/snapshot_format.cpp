@@ -181,7 +181,13 @@ SnapshotWriter::SnapshotWriter(std::string temp_path) : temp_path_(std::move(tem
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create it: " + system_error());
   std::array<unsigned char, kSnapshotHeaderSize> placeholder{};  // filled in by commit()
-  write_all(placeholder.data(), placeholder.size());
+  try {
+    write_all(placeholder.data(), placeholder.size());
+  } catch (...) {  // a full disk already: no destructor runs to remove the file
+    ::close(fd_);
+    ::unlink(temp_path_.c_str());
+    throw;
+  }
 }
 
 SnapshotWriter::~SnapshotWriter() {

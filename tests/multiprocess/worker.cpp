@@ -32,6 +32,8 @@
 //   powersgd     the PowerSGD comm hook (2 ranks)
 //   zero         ZeroRedundancyOptimizer against plain DDP
 //   zero-snapshot  ZeroRedundancyOptimizer snapshots (--phase save|resume --directory D)
+//   full-disk    every writer on a disk that fills or fails under it
+//                (--phase enospc|eio --directory D; full_disk_checks.hpp)
 //   fsdp-snapshot  FullyShardedDataParallel snapshots (--phase save|save-async|resume,
 //                  their -hybrid forms, resume-from-hybrid; --directory D)
 //   shm-vs-gloo  (with --backend gloo) starts a second, shared-memory group
@@ -74,6 +76,7 @@
 #include "multiprocess/fsdp_paths_checks.hpp"
 #include "multiprocess/fsdp_snapshot_checks.hpp"
 #include "multiprocess/fsdp_transformer_checks.hpp"
+#include "multiprocess/full_disk_checks.hpp"
 #include "multiprocess/join_checks.hpp"
 #include "multiprocess/powersgd_checks.hpp"
 #include "multiprocess/static_graph_checks.hpp"
@@ -301,6 +304,9 @@ int main(int argc, char** argv) {
         })},
        {"fsdp-dcp", checking([](const Group& g, const Arguments& args) {
           return t::check_fsdp_dcp(g, args.phase, args.directory);
+        })},
+       {"full-disk", checking([](const Group& g, const Arguments& args) {
+          return t::check_full_disk(g, args.phase, args.directory);
         })},
        {"fsdp-lost-rank", checking([](const Group& g, const Arguments& args) {
           return t::check_fsdp_lost_rank(g, args.phase, args.directory);

@@ -81,6 +81,10 @@ struct DcpMetadata {
 
 /// The name of the metadata file in a checkpoint's directory.
 inline constexpr const char* kDcpMetadataFile = ".metadata";
+/// The name of rank `rank`'s file number `file`: `__<rank>_<file>.distcp`.
+inline std::string dcp_file_name(int rank, int file = 0) {
+  return "__" + std::to_string(rank) + "_" + std::to_string(file) + ".distcp";
+}
 
 /// Reads `directory`/.metadata.
 /// \throws FormatError naming the file and what does not fit Note [The DCP
@@ -129,7 +133,9 @@ struct DcpItem {
   DcpLocation location;
 };
 
-/// One file of a checkpoint, `__<rank>_<file>.distcp`.
+/// One file of a checkpoint, `__<rank>_<file>.distcp`. A file not
+/// finished (a write failed, a full disk) is removed with the writer, so
+/// that a failed save gives its space back.
 class DcpFileWriter {
  public:
   /// \throws FormatError when the file cannot be created.
@@ -147,8 +153,10 @@ class DcpFileWriter {
   /// Appends the value `key` that is not a tensor.
   void add_object(const std::string& key, const PyValue& value);
   /// Flushes and fsyncs the file; returns what it holds.
-  /// \throws FormatError when that fails.
+  /// \throws FormatError when that fails (the file is then removed).
   std::vector<DcpItem> finish();
+  /// The file's path.
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;

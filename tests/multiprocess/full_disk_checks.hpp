@@ -1,0 +1,69 @@
+#pragma once
+
+// Every writer of a training state on a disk that fails under it, run by
+// ddp_test_worker ("full-disk") at 1 and 3 ranks on a tmpfs the test
+// mounts (tests/multiprocess/full_disk_test.cpp):
+//
+//   --phase enospc  rank 0 fills the filesystem to 16 KiB before each
+//                   writer's second save (ENOSPC part way through a file);
+//   --phase full    the same, to no byte free (ENOSPC at a file's first
+//                   write, the header of a snapshot);
+//   --phase eio     writes to the directory's files fail with EIO from
+//                   16 KiB on (tests/common/failing_writes.c, preloaded).
+//
+// For each writer: snapshots (SnapshotManager::save and save_async, their
+// shard files and main file), DCP (save_distributed_checkpoint), the
+// consolidated export (save_consolidated) and export_checkpoint (rank 0):
+// it saves once, the disk fails, it saves again, and then
+//   - the failure is a SnapshotError on every rank that names the
+//     directory and the cause ("No space left on device", "Input/output
+//     error");
+//   - no checkpoint of the failed save exists and no temporary file is left;
+//   - the first save loads, with the values it saved;
+//   - once the disk works again, the writer saves, and training goes on.
+// Each check is reported by name; full_disk_check_names() lists them.
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/named_checks.hpp"
+#include "ddp/comm/process_group_fwd.hpp"
+
+namespace ddp::testing {
+
+/// Runs `phase` in `directory` (the tmpfs); prints each check and returns
+/// how many failed.
+int check_full_disk(const std::shared_ptr<ProcessGroup>& group, const std::string& phase,
+                    const std::string& directory);
+
+namespace full_disk_check {
+inline const std::vector<std::string> kWriters = {"snapshot", "snapshot-async", "dcp",
+                                                  "consolidated", "export"};
+inline const std::string kNamedError =
+    "the failed save is a SnapshotError naming the directory and the cause";
+inline const std::string kNothingLeft =
+    "no checkpoint of the failed save and no temporary file are left";
+inline const std::string kPreviousLoads = "the previous save loads with its values";
+inline const std::string kSavesAgain = "once the disk works again it saves, and training goes on";
+/// A writer's check, e.g. "dcp: the previous save loads with its values".
+inline std::string of(const std::string& writer, const std::string& check) {
+  return check_name(writer, check);
+}
+}  // namespace full_disk_check
+
+/// The names check_full_disk() reports on `rank` (export's run on rank 0).
+inline std::set<std::string> full_disk_check_names(int rank) {
+  using namespace full_disk_check;  // NOLINT(google-build-using-namespace)
+  std::set<std::string> names;
+  for (const std::string& writer : kWriters) {
+    if (writer == "export" && rank != 0) continue;
+    for (const std::string& check : {kNamedError, kNothingLeft, kPreviousLoads, kSavesAgain}) {
+      names.insert(of(writer, check));
+    }
+  }
+  return names;
+}
+
+}  // namespace ddp::testing
