@@ -65,14 +65,15 @@ std::string what_failed(const std::exception_ptr& failure) {
   }
 }
 
-// The lowest rank that says `failed`, or -1; a collective.
-int lowest_failing_rank(ProcessGroup& group, bool failed) {
-  if (group.size() == 1) return failed ? 0 : -1;
-  at::Tensor rank =
-      at::full({1}, failed ? int64_t{group.rank()} : int64_t{group.size()}, at::kLong);
-  group.all_reduce(rank, ReduceOp::kMin);
-  const int64_t lowest = rank.item<int64_t>();
-  return lowest < group.size() ? static_cast<int>(lowest) : -1;
+// The lowest rank whose `failure` is not empty (-1: none) and that
+// failure's message, on every rank; a collective.
+std::pair<int, std::string> lowest_failing_rank(ProcessGroup& group, const std::string& failure) {
+  if (group.size() == 1) return {failure.empty() ? -1 : 0, failure};
+  const std::vector<std::string> failures = comm::detail::all_gather_bytes(group, failure);
+  for (size_t r = 0; r < failures.size(); ++r) {
+    if (!failures[r].empty()) return {static_cast<int>(r), failures[r]};
+  }
+  return {-1, ""};
 }
 
 // Rank 0's sequence number and the lowest rank that `failed` (-1: none),
@@ -166,9 +167,13 @@ void SnapshotManager::settle() {
   // agreed through the store]). So the failed collective waits for this
   // rank's writer and reports both, and no main file of the lost save is
   // ever written without every shard.
-  auto agree = [&](bool mine_failed) {
+  std::string cause;  // the lowest failing rank's message
+  auto agree = [&](const std::exception_ptr& mine_failed) {
     try {
-      return lowest_failing_rank(*group_, mine_failed);
+      auto [rank, message] =
+          lowest_failing_rank(*group_, mine_failed ? what_failed(mine_failed) : std::string());
+      cause = std::move(message);
+      return rank;
     } catch (const std::exception& lost) {
       const std::exception_ptr outcome = saves.writer.wait_all();
       saves.unreported = nullptr;
@@ -183,22 +188,26 @@ void SnapshotManager::settle() {
   if (saves.sharded) {  // the shards first: rank 0's main file waits for them
     mine = saves.writer.wait_shard();
     saves.unreported = mine;
-    failed = agree(mine != nullptr);
+    failed = agree(mine);
     if (failed >= 0) saves.writer.abandon();
   }
   std::exception_ptr outcome = saves.writer.wait_all();
   if (failed < 0) {  // else rank 0's main part only gave up
     mine = outcome;
     saves.unreported = mine;
-    failed = agree(mine != nullptr);
+    failed = agree(mine);
   }
   saves.unreported = nullptr;
+  if (failed >= 0 && !saves.shard_path.empty() && !mine) {
+    // A save without every shard is none: this rank's gives its space back.
+    std::error_code ignored;
+    fs::remove(saves.shard_path, ignored);
+  }
   if (mine) std::rethrow_exception(mine);
   if (failed >= 0) {
     throw SnapshotError(base::detail::str(
-        "the asynchronous save of ", saves.path, " failed on rank ", failed,
-        " (its error says why); the snapshots before it are intact, and the next save may be "
-        "tried"));
+        "the asynchronous save of ", saves.path, " failed on rank ", failed, " (", cause,
+        "); the snapshots before it are intact, and the next save may be tried"));
   }
 }
 
@@ -307,6 +316,11 @@ std::string SnapshotManager::save_async(const TrainingState& state) {
   }
   saves.path = detail::snapshot_path(options_, sequence);
   saves.sharded = sharded != nullptr;
+  saves.shard_path =
+      sharded == nullptr
+          ? std::string()
+          : (fs::path(options_.directory()) / detail::shard_file_name(main_name, rank, world))
+                .string();
   if (shard_task || main_task) saves.writer.start(std::move(shard_task), std::move(main_task));
   saves.pending = true;
   return saves.path;

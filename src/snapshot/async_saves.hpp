@@ -21,6 +21,7 @@ struct AsyncSaves {
   bool pending = false;           ///< A save_async() not yet settled; alike on every rank.
   bool sharded = false;           ///< Whether it writes shard files.
   std::string path;               ///< Its main file.
+  std::string shard_path;         ///< This rank's shard file; empty when unsharded.
   std::exception_ptr unreported;  ///< Taken by settle(), not yet thrown.
   uint64_t attempts = 0;  ///< save_async() calls so far (Note [Shards agreed through the store]).
 

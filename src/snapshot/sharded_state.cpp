@@ -205,28 +205,45 @@ json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
     group.broadcast(chosen, 0);
     sequence = static_cast<uint64_t>(chosen.item<int64_t>());
   }
-  std::string mine;  // this rank's pieces; empty if it failed
-  if (sequence != 0) {
-    try {
-      mine = write_shard(options.directory(), snapshot_file_name(options.prefix(), sequence),
-                         sharded, sequence)
-                 .dump();
-    } catch (...) {
-      failure = std::current_exception();
-    }
+  if (sequence == 0) {
+    if (failure) std::rethrow_exception(failure);
+    throw SnapshotError(base::detail::str("rank 0 could not number the next snapshot in ",
+                                          options.directory(), "; its error says why"));
+  }
+  // This rank's pieces, or {"error": why}.
+  std::string mine;
+  const std::string main_name = snapshot_file_name(options.prefix(), sequence);
+  try {
+    mine = write_shard(options.directory(), main_name, sharded, sequence).dump();
+  } catch (const std::exception& e) {
+    failure = std::current_exception();
+    mine = json{{"error", e.what()}}.dump();
   }
   const std::vector<std::string> everyone = group.size() > 1
                                                 ? comm::detail::all_gather_bytes(group, mine)
                                                 : std::vector<std::string>{mine};
-  if (failure) std::rethrow_exception(failure);
   std::vector<json> pieces;
-  for (int r = 0; r < group.size(); ++r) {
-    if (everyone[r].empty()) {
-      throw SnapshotError(
-          base::detail::str("rank ", r, " could not write its shard of the training state into ",
-                            options.directory(), "; its error says why"));
-    }
+  std::string first_failure;
+  for (int r = 0; r < group.size() && first_failure.empty(); ++r) {
     pieces.push_back(json::parse(everyone[r]));
+    if (pieces.back().is_object() && pieces.back().contains("error")) {
+      first_failure =
+          base::detail::str("rank ", r,
+                            " could not write its shard of the training "
+                            "state into ",
+                            options.directory(), ": ", pieces.back()["error"].get<std::string>());
+    }
+  }
+  if (failure || !first_failure.empty()) {
+    // A save without every shard is none: this rank's shard gives its space back.
+    std::error_code ignored;
+    if (!failure) {
+      fs::remove(
+          fs::path(options.directory()) / shard_file_name(main_name, group.rank(), group.size()),
+          ignored);
+    }
+    if (failure) std::rethrow_exception(failure);
+    throw SnapshotError(first_failure);
   }
   return shards_record(sharded, pieces);
 }

@@ -9,7 +9,9 @@
 //   --phase full    the same, to no byte free (ENOSPC at a file's first
 //                   write, the header of a snapshot);
 //   --phase eio     writes to the directory's files fail with EIO from
-//                   16 KiB on (tests/common/failing_writes.c, preloaded).
+//                   16 KiB on (tests/common/failing_writes.cpp, preloaded);
+//   --phase eio-rank-1  the same on rank 1 alone, which the others learn
+//                   from: the writers rank 1 takes part in.
 //
 // For each writer: snapshots (SnapshotManager::save and save_async, their
 // shard files and main file), DCP (save_distributed_checkpoint), the
@@ -53,12 +55,14 @@ inline std::string of(const std::string& writer, const std::string& check) {
 }
 }  // namespace full_disk_check
 
-/// The names check_full_disk() reports on `rank` (export's run on rank 0).
-inline std::set<std::string> full_disk_check_names(int rank) {
+/// The names check_full_disk() reports on `rank` in `phase` (export's run
+/// on rank 0).
+inline std::set<std::string> full_disk_check_names(const std::string& phase, int rank) {
   using namespace full_disk_check;  // NOLINT(google-build-using-namespace)
   std::set<std::string> names;
   for (const std::string& writer : kWriters) {
     if (writer == "export" && rank != 0) continue;
+    if (phase == "eio-rank-1" && (writer == "consolidated" || writer == "export")) continue;
     for (const std::string& check : {kNamedError, kNothingLeft, kPreviousLoads, kSavesAgain}) {
       names.insert(of(writer, check));
     }

@@ -73,7 +73,7 @@ void run_on_broken_disk(int world, const std::string& phase) {
   const std::string directory = fs::canonical(disk.string()).string();
   const EnvironmentFor environment_for = [&](int rank, int size, int port) {
     Environment env = torchrun_environment(rank, size, port);
-    if (phase == "eio") {
+    if (phase == "eio" || (phase == "eio-rank-1" && rank == 1)) {
       for (const auto& [key, value] : failing_writes_under(directory)) env[key] = value;
     }
     return env;
@@ -83,7 +83,7 @@ void run_on_broken_disk(int world, const std::string& phase) {
                             "gloo", "--collective-timeout-ms", "20000"},
                            environment_for, 150s);
   for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
-  expect_checks_per_rank(results, [](int rank) { return full_disk_check_names(rank); });
+  expect_checks_per_rank(results, [&](int rank) { return full_disk_check_names(phase, rank); });
   if (world == 1) export_tool_on(directory, phase);
 }
 
@@ -92,6 +92,8 @@ TEST(SnapshotFullDisk, EveryWriterOnThreeRanks) { run_on_broken_disk(3, "enospc"
 TEST(SnapshotFullDisk, EveryWriterOnThreeRanksWithNoByteFree) { run_on_broken_disk(3, "full"); }
 TEST(SnapshotFullDisk, EveryWriterWithIoErrorsOnOneRank) { run_on_broken_disk(1, "eio"); }
 TEST(SnapshotFullDisk, EveryWriterWithIoErrorsOnThreeRanks) { run_on_broken_disk(3, "eio"); }
+// Rank 1's disk alone fails: the others' errors carry its cause.
+TEST(SnapshotFullDisk, IoErrorsOfOneRankReachEveryRank) { run_on_broken_disk(3, "eio-rank-1"); }
 
 }  // namespace
 }  // namespace ddp::testing
