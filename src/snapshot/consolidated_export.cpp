@@ -49,6 +49,9 @@ std::string save_consolidated(FullyShardedDataParallel& model, const std::string
     } catch (const std::exception& e) {
       failure = std::current_exception();
       cause = e.what();
+    } catch (...) {
+      failure = std::current_exception();
+      cause = "an exception that is no std::exception";
     }
   };
   // Note [A consolidated export streams]

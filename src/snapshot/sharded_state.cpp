@@ -218,6 +218,9 @@ json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
   } catch (const std::exception& e) {
     failure = std::current_exception();
     mine = json{{"error", e.what()}}.dump();
+  } catch (...) {
+    failure = std::current_exception();
+    mine = json{{"error", "an exception that is no std::exception"}}.dump();
   }
   const std::vector<std::string> everyone = group.size() > 1
                                                 ? comm::detail::all_gather_bytes(group, mine)
@@ -228,21 +231,17 @@ json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
     pieces.push_back(json::parse(everyone[r]));
     if (pieces.back().is_object() && pieces.back().contains("error")) {
       first_failure =
-          base::detail::str("rank ", r,
-                            " could not write its shard of the training "
-                            "state into ",
-                            options.directory(), ": ", pieces.back()["error"].get<std::string>());
+          base::detail::str("rank ", r, " could not write its shard into ", options.directory(),
+                            ": ", pieces.back()["error"].get<std::string>());
     }
   }
-  if (failure || !first_failure.empty()) {
+  if (failure) std::rethrow_exception(failure);  // its own cause; it wrote no shard
+  if (!first_failure.empty()) {
     // A save without every shard is none: this rank's shard gives its space back.
     std::error_code ignored;
-    if (!failure) {
-      fs::remove(
-          fs::path(options.directory()) / shard_file_name(main_name, group.rank(), group.size()),
-          ignored);
-    }
-    if (failure) std::rethrow_exception(failure);
+    fs::remove(
+        fs::path(options.directory()) / shard_file_name(main_name, group.rank(), group.size()),
+        ignored);
     throw SnapshotError(first_failure);
   }
   return shards_record(sharded, pieces);
