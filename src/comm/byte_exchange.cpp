@@ -42,4 +42,13 @@ std::vector<std::string> all_gather_bytes(ProcessGroup& group, const std::string
   return result;
 }
 
+std::pair<int, std::string> first_failure(ProcessGroup& group, const std::string& failure) {
+  if (group.size() == 1) return {failure.empty() ? -1 : 0, failure};
+  const std::vector<std::string> failures = all_gather_bytes(group, failure);
+  for (size_t r = 0; r < failures.size(); ++r) {
+    if (!failures[r].empty()) return {static_cast<int>(r), failures[r]};
+  }
+  return {-1, ""};
+}
+
 }  // namespace ddp::comm::detail

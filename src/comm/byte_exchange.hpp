@@ -11,6 +11,7 @@
 // with different byte orders: all ranks of a job share one architecture.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/comm/process_group_fwd.hpp"
@@ -22,5 +23,11 @@ std::string broadcast_bytes(ProcessGroup& group, const std::string& bytes, int r
 
 /// Every rank's `bytes`, indexed by rank, on every rank.
 std::vector<std::string> all_gather_bytes(ProcessGroup& group, const std::string& bytes);
+
+/// How a collective step that may fail on some ranks ended, on every rank:
+/// the lowest rank whose `failure` (its error's message; empty when it
+/// succeeded) is not empty, and that message; {-1, ""} when every rank
+/// succeeded. One all_gather_bytes.
+std::pair<int, std::string> first_failure(ProcessGroup& group, const std::string& failure);
 
 }  // namespace ddp::comm::detail

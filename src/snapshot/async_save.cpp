@@ -21,6 +21,7 @@
 #include "ddp/snapshot/errors.hpp"
 #include "ddp/snapshot/snapshot_manager.hpp"
 #include "snapshot/async_saves.hpp"
+#include "snapshot/failure_message.hpp"
 #include "snapshot/rng_states.hpp"
 #include "snapshot/sharded_state.hpp"
 #include "snapshot/snapshot_directory.hpp"
@@ -54,27 +55,6 @@ std::string shard_key(const std::string& prefix, uint64_t sequence, uint64_t att
   return base::detail::str("ddp/snapshot/", prefix, "/", sequence, "/", attempt, "/shard-", rank);
 }
 constexpr char kShardWritten[] = "written", kShardFailed[] = "failed";
-
-std::string what_failed(const std::exception_ptr& failure) {
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is no std::exception";
-  }
-}
-
-// The lowest rank whose `failure` is not empty (-1: none) and that
-// failure's message, on every rank; a collective.
-std::pair<int, std::string> lowest_failing_rank(ProcessGroup& group, const std::string& failure) {
-  if (group.size() == 1) return {failure.empty() ? -1 : 0, failure};
-  const std::vector<std::string> failures = comm::detail::all_gather_bytes(group, failure);
-  for (size_t r = 0; r < failures.size(); ++r) {
-    if (!failures[r].empty()) return {static_cast<int>(r), failures[r]};
-  }
-  return {-1, ""};
-}
 
 // Rank 0's sequence number and the lowest rank that `failed` (-1: none),
 // on every rank: one all_reduce (max of the sequence, which the other
@@ -143,7 +123,7 @@ detail::AsyncSaves::~AsyncSaves() {
   if (failure) {
     std::cerr << "ddp: error: the asynchronous save of " << path
               << " failed, and no save, save_async, resume or wait came after it to report it: "
-              << what_failed(failure) << std::endl;
+              << detail::what_failed(failure) << std::endl;
   }
 }
 
@@ -170,8 +150,8 @@ void SnapshotManager::settle() {
   std::string cause;  // the lowest failing rank's message
   auto agree = [&](const std::exception_ptr& mine_failed) {
     try {
-      auto [rank, message] =
-          lowest_failing_rank(*group_, mine_failed ? what_failed(mine_failed) : std::string());
+      auto [rank, message] = comm::detail::first_failure(
+          *group_, mine_failed ? detail::what_failed(mine_failed) : std::string());
       cause = std::move(message);
       return rank;
     } catch (const std::exception& lost) {
@@ -179,8 +159,8 @@ void SnapshotManager::settle() {
       saves.unreported = nullptr;
       throw SnapshotError(base::detail::str(
           "the asynchronous save of ", saves.path, " could not be settled, a rank is lost (",
-          lost.what(),
-          "); this rank's part: ", outcome ? what_failed(outcome) : std::string("written")));
+          lost.what(), "); this rank's part: ",
+          outcome ? detail::what_failed(outcome) : std::string("written")));
     }
   };
   std::exception_ptr mine;

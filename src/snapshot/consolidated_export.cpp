@@ -12,6 +12,7 @@
 #include "ddp/parallel/fully_sharded_state.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/consolidated_optimizer.hpp"
+#include "snapshot/failure_message.hpp"
 #include "snapshot/snapshot_format.hpp"
 #include "snapshot/state_records.hpp"
 
@@ -46,12 +47,9 @@ std::string save_consolidated(FullyShardedDataParallel& model, const std::string
     if (failure) return;
     try {
       action();
-    } catch (const std::exception& e) {
-      failure = std::current_exception();
-      cause = e.what();
     } catch (...) {
       failure = std::current_exception();
-      cause = "an exception that is no std::exception";
+      cause = detail::what_failed(failure);
     }
   };
   // Note [A consolidated export streams]

@@ -207,18 +207,14 @@ void save_distributed_checkpoint(const std::string& directory, const TrainingSta
   if (failure.empty()) {
     failure = attempt([&] { report = write_rank_file(directory, layout, state, options, rank); });
   }
-  std::vector<std::string> gathered = comm::detail::all_gather_bytes(
-      group, failure.empty() ? report.dump() : json{{"error", failure}}.dump());
+  const auto [failed, cause] = comm::detail::first_failure(group, failure);
+  std::string outcome = failed < 0 ? "" : base::detail::str("rank ", failed, ": ", cause);
   std::vector<json> reports;
-  std::string first_failure;
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    reports.push_back(json::parse(gathered[r]));
-    if (first_failure.empty() && reports.back().contains("error")) {
-      first_failure =
-          base::detail::str("rank ", r, ": ", reports.back()["error"].get<std::string>());
+  if (failed < 0) {
+    for (const std::string& each : comm::detail::all_gather_bytes(group, report.dump())) {
+      reports.push_back(json::parse(each));
     }
   }
-  std::string outcome = first_failure;
   if (rank == 0 && outcome.empty()) {
     outcome = attempt([&] { write_groups_and_metadata(directory, layout, reports, options); });
     if (!outcome.empty()) outcome = "rank 0: " + outcome;

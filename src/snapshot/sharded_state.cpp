@@ -19,6 +19,7 @@
 #include "ddp/parallel/fully_sharded_state.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
+#include "snapshot/failure_message.hpp"
 #include "snapshot/saved_parameters.hpp"
 #include "snapshot/snapshot_directory.hpp"
 #include "snapshot/snapshot_format.hpp"
@@ -210,40 +211,30 @@ json save_shards(const snapshot::SnapshotOptions& options, ProcessGroup& group,
     throw SnapshotError(base::detail::str("rank 0 could not number the next snapshot in ",
                                           options.directory(), "; its error says why"));
   }
-  // This rank's pieces, or {"error": why}.
-  std::string mine;
+  std::string mine;  // this rank's pieces
   const std::string main_name = snapshot_file_name(options.prefix(), sequence);
   try {
     mine = write_shard(options.directory(), main_name, sharded, sequence).dump();
-  } catch (const std::exception& e) {
-    failure = std::current_exception();
-    mine = json{{"error", e.what()}}.dump();
   } catch (...) {
     failure = std::current_exception();
-    mine = json{{"error", "an exception that is no std::exception"}}.dump();
   }
-  const std::vector<std::string> everyone = group.size() > 1
-                                                ? comm::detail::all_gather_bytes(group, mine)
-                                                : std::vector<std::string>{mine};
-  std::vector<json> pieces;
-  std::string first_failure;
-  for (int r = 0; r < group.size() && first_failure.empty(); ++r) {
-    pieces.push_back(json::parse(everyone[r]));
-    if (pieces.back().is_object() && pieces.back().contains("error")) {
-      first_failure =
-          base::detail::str("rank ", r, " could not write its shard into ", options.directory(),
-                            ": ", pieces.back()["error"].get<std::string>());
-    }
-  }
+  const auto [failed, cause] =
+      comm::detail::first_failure(group, failure ? what_failed(failure) : std::string());
   if (failure) std::rethrow_exception(failure);  // its own cause; it wrote no shard
-  if (!first_failure.empty()) {
+  if (failed >= 0) {
     // A save without every shard is none: this rank's shard gives its space back.
     std::error_code ignored;
     fs::remove(
         fs::path(options.directory()) / shard_file_name(main_name, group.rank(), group.size()),
         ignored);
-    throw SnapshotError(first_failure);
+    throw SnapshotError(base::detail::str("rank ", failed, " could not write its shard into ",
+                                          options.directory(), ": ", cause));
   }
+  const std::vector<std::string> everyone = group.size() > 1
+                                                ? comm::detail::all_gather_bytes(group, mine)
+                                                : std::vector<std::string>{mine};
+  std::vector<json> pieces;
+  for (const std::string& each : everyone) pieces.push_back(json::parse(each));
   return shards_record(sharded, pieces);
 }
 

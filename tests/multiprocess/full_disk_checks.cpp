@@ -29,7 +29,9 @@ namespace nn = torch::nn;
 using namespace full_disk_check;  // NOLINT(google-build-using-namespace)
 
 const char* const kFiller = "filler";
-const char* const kArmed = ".fail-writes";  // tests/common/failing_writes.c
+const char* const kArmed = ".fail-writes";  // tests/common/failing_writes.cpp
+// Job's parameters, in their order.
+const char* const kParameters[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
 
 // FSDP (a unit per Linear) with AdamW: every rank's shard file and the
 // consolidated file are well above 16 KiB.
@@ -122,35 +124,25 @@ class FullDiskChecker {
   }
 
   void dcp() {
-    const std::string first = (fs::path(directory_) / "dcp-1").string();
-    const std::string second = (fs::path(directory_) / "dcp-2").string();
-    Job job(4, group_);
-    job.step(0);
-    snapshot::save_distributed_checkpoint(first, job.state);
-    const auto saved = job.values();
-    job.step(1);
-    run_writer(
-        "dcp", [&] { snapshot::save_distributed_checkpoint(second, job.state); },
-        [&] {
+    saved_twice(
+        "dcp", 4, "dcp-1", "dcp-2",
+        [](Job& job, const std::string& path) {
+          snapshot::save_distributed_checkpoint(path, job.state);
+        },
+        [&](const std::string& first, const std::vector<at::Tensor>& saved) {
           Job fresh(77, group_);
           snapshot::load_distributed_checkpoint(first, fresh.state);
           return equal(fresh.values(), saved);
         });
-    job.step(2);
   }
 
   void consolidated() {
-    const std::string first = (fs::path(directory_) / "consolidated-1.ddpsnap").string();
-    const std::string second = (fs::path(directory_) / "consolidated-2.ddpsnap").string();
-    Job job(5, group_);
-    job.step(0);
-    snapshot::save_consolidated(job.model, first);
-    const auto saved = job.values();
-    job.step(1);
-    run_writer(
-        "consolidated", [&] { snapshot::save_consolidated(job.model, second); },
-        [&] { return equal(parameters_in(snapshot::read_snapshot_file(first)), saved); });
-    job.step(2);
+    saved_twice(
+        "consolidated", 5, "consolidated-1.ddpsnap", "consolidated-2.ddpsnap",
+        [](Job& job, const std::string& path) { snapshot::save_consolidated(job.model, path); },
+        [](const std::string& first, const std::vector<at::Tensor>& saved) {
+          return equal(parameters_in(snapshot::read_snapshot_file(first)), saved);
+        });
   }
 
   // Rank 0 alone (export_checkpoint is not a collective).
@@ -165,12 +157,9 @@ class FullDiskChecker {
     run_writer(
         "export", [&] { snapshot::export_checkpoint(file, second); },
         [&] {
-          const formats::PyRef dict = formats::read_torch_file(first);
-          const formats::PyRef model = dict->get("model");
+          const formats::PyRef model = formats::read_torch_file(first)->get("model");
           std::vector<at::Tensor> values;
-          for (const char* name : {"0.weight", "0.bias", "2.weight", "2.bias"}) {
-            values.push_back(model->get(name)->tensor);
-          }
+          for (const char* name : kParameters) values.push_back(model->get(name)->tensor);
           return equal(values, saved);
         },
         /*collective=*/false);
@@ -179,10 +168,29 @@ class FullDiskChecker {
  private:
   static std::vector<at::Tensor> parameters_in(const snapshot::SnapshotFile& file) {
     std::vector<at::Tensor> values;
-    for (const char* name : {"0.weight", "0.bias", "2.weight", "2.bias"}) {
+    for (const char* name : kParameters) {
       values.push_back(file.tensors.at(std::string("model/param/") + name));
     }
     return values;
+  }
+
+  // A Job seeded with `seed` saves with `save_to` into `first_name`, then,
+  // a step later, on the broken disk into `second_name` (run_writer);
+  // `loads` reads the first back against the values it saved.
+  void saved_twice(
+      const std::string& writer, uint64_t seed, const std::string& first_name,
+      const std::string& second_name, const std::function<void(Job&, const std::string&)>& save_to,
+      const std::function<bool(const std::string&, const std::vector<at::Tensor>&)>& loads) {
+    const std::string first = (fs::path(directory_) / first_name).string();
+    const std::string second = (fs::path(directory_) / second_name).string();
+    Job job(seed, group_);
+    job.step(0);
+    save_to(job, first);
+    const auto saved = job.values();
+    job.step(1);
+    run_writer(
+        writer, [&] { save_to(job, second); }, [&] { return loads(first, saved); });
+    job.step(2);
   }
 
   void barrier(bool collective) {

@@ -155,8 +155,6 @@ class DcpFileWriter {
   /// Flushes and fsyncs the file; returns what it holds.
   /// \throws FormatError when that fails (the file is then removed).
   std::vector<DcpItem> finish();
-  /// The file's path.
-  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
