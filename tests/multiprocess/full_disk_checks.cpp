@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "common/mounted_tmpfs.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/formats/torch_file.hpp"
 #include "ddp/optim/adamw.hpp"
@@ -28,8 +27,6 @@ namespace fs = std::filesystem;
 namespace nn = torch::nn;
 using namespace full_disk_check;  // NOLINT(google-build-using-namespace)
 
-const char* const kFiller = "filler";
-const char* const kArmed = ".fail-writes";  // tests/common/failing_writes.cpp
 // Job's parameters, in their order.
 const char* const kParameters[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
 
@@ -96,7 +93,7 @@ class FullDiskChecker {
       : group_(std::move(group)),
         phase_(std::move(phase)),
         directory_(std::move(directory)),
-        cause_(phase_.rfind("eio", 0) == 0 ? "Input/output error" : "No space left on device") {}
+        cause_(cause_of(phase_)) {}
 
   int failed() const { return checks_.failed(); }
 
@@ -197,26 +194,10 @@ class FullDiskChecker {
     if (collective) group_->barrier();
   }
 
-  void break_disk(bool collective) {
+  // The disk broken, or healed, by rank 0 between barriers.
+  void on_disk(bool collective, const std::function<void()>& change) {
     barrier(collective);
-    if (group_->rank() == 0) {
-      if (phase_.rfind("eio", 0) == 0) {
-        std::ofstream(fs::path(directory_) / kArmed) << "armed\n";
-      } else {
-        // Part way through a file, or before its first byte.
-        MountedTmpfs::fill(directory_, kFiller, phase_ == "enospc" ? 16 * 1024 : 0);
-      }
-    }
-    barrier(collective);
-  }
-
-  void heal_disk(bool collective) {
-    barrier(collective);
-    if (group_->rank() == 0) {
-      std::error_code ignored;
-      fs::remove(fs::path(directory_) / kFiller, ignored);
-      fs::remove(fs::path(directory_) / kArmed, ignored);
-    }
+    if (group_->rank() == 0) change();
     barrier(collective);
   }
 
@@ -226,7 +207,7 @@ class FullDiskChecker {
                   const std::function<bool()>& previous_loads, bool collective = true) {
     barrier(collective);
     const std::set<std::string> before = files_under(directory_);
-    break_disk(collective);
+    on_disk(collective, [&] { break_disk(directory_, phase_); });
     std::string error = "no error", kind = "none";
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -258,7 +239,7 @@ class FullDiskChecker {
     }
     checks_.check(of(writer, kPreviousLoads), loads,
                   load_error.empty() ? "other values" : load_error);
-    heal_disk(collective);
+    on_disk(collective, [&] { heal_disk(directory_); });
     std::string again;
     try {
       save();

@@ -30,6 +30,10 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+
+#include "common/mounted_tmpfs.hpp"
 #include "common/named_checks.hpp"
 #include "ddp/comm/process_group_fwd.hpp"
 
@@ -52,6 +56,39 @@ inline const std::string kSavesAgain = "once the disk works again it saves, and 
 /// A writer's check, e.g. "dcp: the previous save loads with its values".
 inline std::string of(const std::string& writer, const std::string& check) {
   return check_name(writer, check);
+}
+
+/// Where a file starts to fail: what "enospc" leaves free, and the offset
+/// from which "eio" fails writes (DDP_TEST_FAIL_WRITES_AT).
+inline constexpr int64_t kFailsFrom = 16 * 1024;
+/// The file that fills the disk, and the one that arms the failing writes
+/// (tests/common/failing_writes.cpp), in the disk's directory.
+inline const std::string kFiller = "filler";
+inline const std::string kArmed = ".fail-writes";
+
+/// Whether `phase` fails writes with EIO (else it fills the disk).
+inline bool fails_with_eio(const std::string& phase) { return phase.rfind("eio", 0) == 0; }
+
+/// What a write on `phase`'s broken disk fails with, in strerror's words.
+inline std::string cause_of(const std::string& phase) {
+  return fails_with_eio(phase) ? "Input/output error" : "No space left on device";
+}
+
+/// Breaks the disk at `directory` as `phase` says: arms the failing writes,
+/// or fills it to kFailsFrom bytes ("enospc") or to none ("full").
+inline void break_disk(const std::string& directory, const std::string& phase) {
+  if (fails_with_eio(phase)) {
+    std::ofstream(std::filesystem::path(directory) / kArmed) << "armed\n";
+  } else {
+    MountedTmpfs::fill(directory, kFiller, phase == "enospc" ? kFailsFrom : 0);
+  }
+}
+
+/// Makes the disk at `directory` work again.
+inline void heal_disk(const std::string& directory) {
+  std::error_code ignored;
+  std::filesystem::remove(std::filesystem::path(directory) / kFiller, ignored);
+  std::filesystem::remove(std::filesystem::path(directory) / kArmed, ignored);
 }
 }  // namespace full_disk_check
 

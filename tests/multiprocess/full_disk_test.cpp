@@ -31,11 +31,13 @@ using namespace std::chrono_literals;
 
 constexpr int64_t kDiskBytes = 8 << 20;
 
+using namespace full_disk_check;  // NOLINT(google-build-using-namespace)
+
 // The variables that preload the failing writes for `directory`.
 Environment failing_writes_under(const std::string& directory) {
   return {{"LD_PRELOAD", DDP_TEST_FAILING_WRITES},
           {"DDP_TEST_FAIL_WRITES_UNDER", directory},
-          {"DDP_TEST_FAIL_WRITES_AT", "16384"}};
+          {"DDP_TEST_FAIL_WRITES_AT", std::to_string(kFailsFrom)}};
 }
 
 // ddp-export of the consolidated file the workers left, into the broken
@@ -43,24 +45,17 @@ Environment failing_writes_under(const std::string& directory) {
 void export_tool_on(const std::string& disk, const std::string& phase) {
   const std::string source = disk + "/consolidated-1.ddpsnap", out = disk + "/tool.pt";
   ASSERT_TRUE(fs::exists(source)) << "the workers left no " << source;
-  const Environment env = phase == "eio" ? failing_writes_under(disk) : Environment{};
-  if (phase == "eio") {
-    std::ofstream(disk + "/.fail-writes") << "armed\n";
-  } else {
-    MountedTmpfs::fill(disk, "filler", phase == "enospc" ? 16 * 1024 : 0);
-  }
-  const std::string cause = phase == "eio" ? "Input/output error" : "No space left on device";
-  auto failed = launch::run_children(
-      {launch::ChildSpec{{DDP_EXPORT_TOOL, source, "--to", "torch", out}, env, {}}}, 120s)[0];
+  const Environment env = fails_with_eio(phase) ? failing_writes_under(disk) : Environment{};
+  const launch::ChildSpec tool{{DDP_EXPORT_TOOL, source, "--to", "torch", out}, env, {}};
+  break_disk(disk, phase);
+  auto failed = launch::run_children({tool}, 120s)[0];
   EXPECT_EQ(failed.exit_code, static_cast<int>(base::ExitCode::kSnapshot)) << failed.output;
   EXPECT_NE(failed.output.find(out), std::string::npos) << failed.output;
-  EXPECT_NE(failed.output.find(cause), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find(cause_of(phase)), std::string::npos) << failed.output;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(disk + "/.tool.pt.tmp"));
-  fs::remove(disk + "/filler");
-  fs::remove(disk + "/.fail-writes");
-  auto wrote = launch::run_children(
-      {launch::ChildSpec{{DDP_EXPORT_TOOL, source, "--to", "torch", out}, env, {}}}, 120s)[0];
+  heal_disk(disk);
+  auto wrote = launch::run_children({tool}, 120s)[0];
   EXPECT_EQ(wrote.exit_code, 0) << wrote.output;
   EXPECT_TRUE(fs::exists(out));
 }
