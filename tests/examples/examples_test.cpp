@@ -132,6 +132,27 @@ TEST_F(ExamplesRun, MnistDdpAloneWritesFinalLineCsvAndPlot) {
   }
 }
 
+// README's first command on a short slice, as scripts/run-main.sh runs it:
+// the all-reduce check's two ranks (their store given a job secret, as
+// ddprun gives its workers) and the ConvNet under ddprun print no warning the
+// user did not cause.
+TEST_F(ExamplesRun, MainJobsFirstScreenWarnsOfNothing) {
+  DDP_REQUIRE_FASHION_MNIST();
+  const ChildResult check = run({DDP_ALLREDUCE_CHECK, "--nproc", "2"});
+  ASSERT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("all-reduce check passed on 2 ranks"), std::string::npos)
+      << check.output;
+  EXPECT_EQ(check.output.find("arning"), std::string::npos) << check.output;
+  std::vector<std::string> job =
+      under_ddprun(2, DDP_EXAMPLE_MNIST_DDP,
+                   {"--max-steps", "2", "--batch-size", "32", "--snapshot-dir", path("snapshots")});
+  job.insert(job.begin() + 1, {"--max-restarts", "2"});
+  const ChildResult trained = run(job, {}, 180s);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("[0] [rank 0] done: 2 steps"), std::string::npos) << trained.output;
+  EXPECT_EQ(trained.output.find("arning"), std::string::npos) << trained.output;
+}
+
 // The mixed-precision example: O1 (bfloat16 autocast on CPU) with
 // SyncBatchNorm, two ranks under ddprun on the default backend (shm for the
 // CPU tensors; auto(shm,nccl) where LibTorch has CUDA).

@@ -105,6 +105,7 @@ class ConstructionChecker {
     if (group_->size() > 1) attempt(kSeedsDiffer, [&] { return seeds_differ(); });
     attempt(kPolicyMismatch, [&] { return policy_mismatch(); });
     attempt(kUnwrappedRead, [&] { return unwrapped_read(); });
+    attempt(kWrapAfterEnd, [&] { return wrap_after_end(); });
     return checks_.failed();
   }
 
@@ -211,9 +212,10 @@ class ConstructionChecker {
       FullyShardedDataParallel model(built, group_);
     } catch (const InvalidArgumentError& e) {
       const std::string what = e.what();
-      if (what.find("built sharded, values") == std::string::npos ||
+      // The first unit built (block0) differs first.
+      if (what.find("'  block0 built sharded, values") == std::string::npos ||
           what.find("same seed") == std::string::npos) {
-        return "the message names neither the values nor the seed: " + what;
+        return "the message names not the unit, its values and the seed: " + what;
       }
       return "";
     }
@@ -256,6 +258,29 @@ class ConstructionChecker {
       }
       return "";
     }
+  }
+
+  // The model wrapped after its construction ended: named at the wrap,
+  // by the first built parameter, before any value is read.
+  std::string wrap_after_end() {
+    BuiltLm built = [&] {
+      ShardedConstruction construction(group_);
+      torch::manual_seed(7);
+      return BuiltLm();
+    }();
+    try {
+      FullyShardedDataParallel model(built, group_);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      if (what.find("parameter 'block0.0.weight' belongs to a module ddp::shard_as_built "
+                    "sharded under a ddp::ShardedConstruction that ended before this wrapper "
+                    "was made") == std::string::npos ||
+          what.find("while the ddp::ShardedConstruction is alive") == std::string::npos) {
+        return "the message does not say the construction ended first: " + what;
+      }
+      return "";
+    }
+    return "no ConfigError";
   }
 
   template <typename Check>

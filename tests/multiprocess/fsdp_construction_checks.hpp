@@ -34,11 +34,15 @@ inline const std::string kPolicyMismatch =
 inline const std::string kUnwrappedRead =
     "a parameter of a module built sharded but never wrapped is a named ConfigError when read, "
     "saying to wrap the model while the ShardedConstruction is alive";
+inline const std::string kWrapAfterEnd =
+    "a model wrapped after its ShardedConstruction ended is a ConfigError at the wrap naming the "
+    "first built parameter and saying that the construction ended first";
 }  // namespace fsdp_construction_check
 
 inline std::set<std::string> fsdp_construction_check_names(int world_size) {
   using namespace fsdp_construction_check;
-  std::set<std::string> names{kBitEqual, kTrainsAsPlain, kPeakRss, kPolicyMismatch, kUnwrappedRead};
+  std::set<std::string> names{kBitEqual,       kTrainsAsPlain, kPeakRss,
+                              kPolicyMismatch, kUnwrappedRead, kWrapAfterEnd};
   if (world_size > 1) names.insert(kSeedsDiffer);
   return names;
 }

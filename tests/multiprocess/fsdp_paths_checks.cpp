@@ -43,7 +43,6 @@ class PathsChecker {
     frozen_middle();
     forward_order();
     tie_with_root();
-    siamese();
     return checks_.failed();
   }
 
@@ -323,36 +322,6 @@ class PathsChecker {
                   error.empty() ? "no ConfigError" : error);
   }
 
-  void siamese() {
-    torch::manual_seed(30);
-    Siamese reference_model;
-    const auto expected =
-        reference(*reference_model, [&](const Tensor& x) { return reference_model(x); }, {0, 1, 2});
-    torch::manual_seed(30 + rank_);
-    FullyShardedDataParallel model(
-        Siamese(), FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::LinearImpl>()),
-        group_);
-    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-    for (int step = 0; step < 3; ++step) {
-      optimizer.zero_grad();
-      torch::mse_loss(model->forward(rows(input(step))), rows(target(step))).backward();
-      optimizer.step();
-    }
-    const auto named = model->full_parameters();
-    std::vector<Tensor> got;
-    std::string missing;
-    for (const auto& item : reference_model->named_parameters()) {
-      if (!named.contains(item.key())) missing += " '" + item.key() + "'";
-      got.push_back(named.contains(item.key()) ? named[item.key()] : Tensor());
-    }
-    if (!missing.empty() || model->unit_names() != std::vector<std::string>{"left", "head"}) {
-      checks_.check(check::kSiamese, false,
-                    "units " + c10::Join(", ", model->unit_names()) + "; missing" + missing);
-      return;
-    }
-    checks_.close_all(check::kSiamese, got, reference_model->parameters(), 1e-5);
-  }
-
   std::shared_ptr<ProcessGroup> group_;
   int rank_;
   int world_;
@@ -364,7 +333,7 @@ class PathsChecker {
 int check_fsdp_paths(const std::shared_ptr<ProcessGroup>& group) {
   const int failed = fsdp_paths::PathsChecker(group).run();
   return failed + check_fsdp_mixed_precision_paths(group) + check_fsdp_between_steps_paths(group) +
-         check_fsdp_unused_parameter_paths(group);
+         check_fsdp_unused_parameter_paths(group) + check_fsdp_shared_module_paths(group);
 }
 
 }  // namespace ddp::testing

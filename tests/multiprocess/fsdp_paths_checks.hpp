@@ -28,6 +28,9 @@ int check_fsdp_between_steps_paths(const std::shared_ptr<ProcessGroup>& group);
 /// A parameter unused inside a unit (fsdp_unused_parameter_checks.cpp),
 /// which check_fsdp_paths() runs too.
 int check_fsdp_unused_parameter_paths(const std::shared_ptr<ProcessGroup>& group);
+/// One module under two names (fsdp_shared_module_checks.cpp), which
+/// check_fsdp_paths() runs too.
+int check_fsdp_shared_module_paths(const std::shared_ptr<ProcessGroup>& group);
 /// Ranks that disagree on the units they run, without find_unused_units:
 /// in the first training forward every rank gets a ConfigError naming both
 /// units; in a later step the rank that skips one gets it, and (the group
@@ -58,8 +61,9 @@ inline const std::string kTieWithRoot =
     "a parameter tied between a unit and the root is a ConfigError at construction naming both "
     "names";
 inline const std::string kSiamese =
-    "one module registered under two names is one unit, called twice per forward, matches one "
-    "process, and full_parameters() names it under both";
+    "one module registered under two names is one unit under its first name, whichever name, "
+    "type or size the policy picks it by, called twice per forward, matches one process with SGD "
+    "and AdamW, and full_parameters() names it under both";
 inline const std::string kMixedPrecisionUnits =
     "bf16 param_dtype with fp32 computed between units and a BatchNorm unit stays within bf16's "
     "precision of one process in fp32, statistics included, kept in fp32";
@@ -82,7 +86,8 @@ inline const std::string kBetweenSteps =
     "the operation has it, and the steps after match one process";
 inline const std::string kRawStorageLayers =
     "an Embedding and a LayerNorm unit called directly between steps are a ConfigError naming "
-    "the parameter and sharded_call, never a crash";
+    "exactly the parameters the operation read and sharded_call, in 20 rounds each just after "
+    "placeholders came and went, never a crash";
 inline const std::string kUnusedInsideUnit =
     "with find_unused_units, a parameter no rank used in a step inside a unit that ran keeps no "
     "gradient, AdamW leaves it bit for bit, and the steps (branch taken by every rank, none, one) "

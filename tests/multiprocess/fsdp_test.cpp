@@ -139,7 +139,7 @@ TEST(FsdpHybrid, UnevenNodesAreAConfigErrorNamingThem) {
 
 // The paths next to the tested ones (fsdp_paths_checks.cpp): misuse named,
 // an exception in backward, a gradient penalty, skipped and frozen units,
-// another forward order; on Gloo at 2 and 3 ranks and on shm at 2.
+// another forward order; on Gloo at 1, 2 and 3 ranks and on shm at 2.
 class FsdpPaths : public ::testing::TestWithParam<std::pair<std::string, int>> {};
 
 TEST_P(FsdpPaths, MatchOneProcessOrAreNamed) {
@@ -149,8 +149,8 @@ TEST_P(FsdpPaths, MatchOneProcessOrAreNamed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsdp, FsdpPaths,
-                         ::testing::Values(std::make_pair("gloo", 2), std::make_pair("gloo", 3),
-                                           std::make_pair("shm", 2)),
+                         ::testing::Values(std::make_pair("gloo", 1), std::make_pair("gloo", 2),
+                                           std::make_pair("gloo", 3), std::make_pair("shm", 2)),
                          [](const auto& info) {
                            return info.param.first + "N" + std::to_string(info.param.second);
                          });

@@ -8,13 +8,19 @@
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
 #include "ddp/ddp.hpp"
 #include "ddp/launch/child_process.hpp"
 #include "ddp/launch/port_reservation.hpp"
+// Internal to ddp, as for ddprun: the job's secret file.
+#include "comm/store/job_secret.hpp"
 
 namespace {
 
@@ -47,10 +53,39 @@ int run_rank(const Options& options) {
   return ok ? 0 : 1;
 }
 
+// A private directory (mode 0700) holding a fresh job secret, as ddprun
+// makes for a job on one machine, removed when the check ends: the ranks'
+// store then admits only them, and rank 0 has nothing to warn about.
+class PrivateSecret {
+ public:
+  PrivateSecret() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ddp-check-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw ddp::IoError("cannot create a private directory in " +
+                         std::filesystem::temp_directory_path().string() +
+                         " for the check's job secret (" + std::strerror(errno) +
+                         "). Point TMPDIR at a writable directory.");
+    }
+    directory_ = pattern;
+    file_ = ddp::comm::store::write_job_secret(directory_);
+  }
+  ~PrivateSecret() {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory_, ignored);
+  }
+  PrivateSecret(const PrivateSecret&) = delete;
+  PrivateSecret& operator=(const PrivateSecret&) = delete;
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string directory_, file_;
+};
+
 // Starts `nproc` ranks of this program with torchrun's variables.
 int start_ranks(const Options& options, const std::string& self) {
   const ddp::launch::PortReservation reserved;  // Note [A port held from choice to use]
   const int port = reserved.port();
+  const PrivateSecret secret;
   std::vector<ddp::launch::ChildSpec> ranks;
   for (int rank = 0; rank < options.nproc; ++rank) {
     ddp::launch::ChildSpec spec;
@@ -61,7 +96,8 @@ int start_ranks(const Options& options, const std::string& self) {
                 {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
                 {"MASTER_ADDR", "127.0.0.1"},
                 {"MASTER_PORT", std::to_string(port)},
-                {"OMP_NUM_THREADS", "1"}};
+                {"OMP_NUM_THREADS", "1"},
+                {ddp::comm::store::kJobSecretFileVariable, secret.file()}};
     ranks.push_back(std::move(spec));
   }
   std::cout << "starting " << options.nproc << " ranks on 127.0.0.1:" << port << std::endl;

@@ -37,8 +37,8 @@ struct BuiltShards {
   int64_t built = 0;
 
   /// The unit built from `module`, not yet adopted, or null. (The
-  /// placeholders of a unit never adopted keep their descriptions: reading
-  /// one says to wrap the model while the ShardedConstruction is alive.)
+  /// placeholders of a unit never adopted say, when read, that it was not
+  /// wrapped; once the construction ended, that its values are gone.)
   BuiltUnit* find(const torch::nn::Module* module);
   /// How many built units wait to be adopted.
   int64_t waiting() const;
@@ -54,5 +54,9 @@ struct UnitPlan;
 ///   that is that module (the wrap_policy picked other modules).
 std::vector<BuiltUnit*> adopt_built(BuiltShards& shards, const UnitPlan& plan,
                                     const ProcessGroup& group);
+
+/// \throws ConfigError naming the first parameter of `plan` that a
+///   construction which ended unwrapped left without its values.
+void refuse_ended_construction(const UnitPlan& plan);
 
 }  // namespace ddp::parallel::detail

@@ -121,6 +121,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
     };
   }
   detail::UnitPlan plan = detail::plan_units(module_, policy);
+  detail::refuse_ended_construction(plan);
   if (built && options_.device_mesh() && built->group != options_.device_mesh()->shard_group()) {
     throw ConfigError(base::detail::str(
         kWho, ": the model was built under a ddp::ShardedConstruction of ", built->group->size(),
@@ -135,7 +136,10 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   for (size_t u = 0; u < plan.names.size(); ++u) {
     descriptions.push_back(plan.names[u] + ": " +
                            base::detail::str(plan.parameters[u].size(), " parameters"));
-    if (adopted[u]) descriptions.push_back("  built sharded, values " + adopted[u]->fingerprint);
+    if (adopted[u]) {
+      descriptions.push_back("  " + plan.names[u] + " built sharded, values " +
+                             adopted[u]->fingerprint);
+    }
     for (const auto& d : detail::describe_tensors(plan.parameter_names[u], plan.parameters[u])) {
       descriptions.push_back("  " + d);
     }

@@ -111,12 +111,9 @@ void shard_built(const std::shared_ptr<torch::nn::Module>& module) {
     // Its bytes go now (the module's reference was the last one, as
     // LibTorch's modules keep no other).
     if (placeholders_available()) {
-      unit.placeholders.push_back(
-          make_placeholder(unit.parameters[i],
-                           base::detail::str("'", names[i],
-                                             "' of a module ddp::shard_as_built sharded, not yet "
-                                             "wrapped by FullyShardedDataParallel (wrap the model "
-                                             "while the ddp::ShardedConstruction is alive)")));
+      unit.placeholders.push_back(make_placeholder(
+          unit.parameters[i], base::detail::str("'", names[i], "' of a ", module->name()),
+          PlaceholderOf::kBuiltModule));
       hold(unit.parameters[i], unit.placeholders.back());
     } else {
       hold(unit.parameters[i], without_bytes(unit.parameters[i]));
@@ -179,11 +176,24 @@ std::vector<BuiltUnit*> adopt_built(BuiltShards& shards, const UnitPlan& plan,
   }
   for (auto* unit : adopted) {
     if (!unit) continue;
-    for (const auto& placeholder : unit->placeholders) forget_placeholder(placeholder);
     unit->placeholders.clear();
     unit->module = nullptr;  // adopted: find() no longer returns it
   }
   return adopted;
+}
+
+void refuse_ended_construction(const UnitPlan& plan) {
+  for (size_t u = 0; u < plan.names.size(); ++u) {
+    for (size_t i = 0; i < plan.parameters[u].size(); ++i) {
+      if (placeholder_of(plan.parameters[u][i]) != PlaceholderOf::kEndedConstruction) continue;
+      throw ConfigError(base::detail::str(
+          "FullyShardedDataParallel: parameter '", plan.parameter_names[u][i],
+          "' belongs to a module ddp::shard_as_built sharded under a ddp::ShardedConstruction "
+          "that ended before this wrapper was made; each rank's shard went with the "
+          "construction, so its values are gone. Build the model again and wrap it while the "
+          "ddp::ShardedConstruction is alive (the wrapper then adopts the shards)."));
+    }
+  }
 }
 
 }  // namespace detail
@@ -199,7 +209,16 @@ ShardedConstruction::ShardedConstruction(std::shared_ptr<ProcessGroup> group)
   active_construction = shards_.get();
 }
 
-ShardedConstruction::~ShardedConstruction() { active_construction = previous_; }
+ShardedConstruction::~ShardedConstruction() {
+  active_construction = previous_;
+  // The shards of units never wrapped go now; their placeholders say so.
+  for (const auto& unit : shards_->units) {
+    if (!unit.module) continue;
+    for (const auto& placeholder : unit.placeholders) {
+      detail::mark_placeholder(placeholder, detail::PlaceholderOf::kEndedConstruction);
+    }
+  }
+}
 
 int64_t ShardedConstruction::built_units() const { return shards_->built; }
 

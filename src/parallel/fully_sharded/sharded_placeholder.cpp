@@ -4,9 +4,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
-#include <mutex>
+#include <atomic>
+#include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "base/str.hpp"
@@ -17,41 +17,74 @@ namespace {
 
 constexpr c10::DeviceType kPlaceholderDevice = c10::DeviceType::PrivateUse1;
 
-// Each placeholder's storage, to the parameter it stands for.
-std::mutex registry_mutex;
-std::unordered_map<const c10::StorageImpl*, std::string>& registry() {
-  static auto* names = new std::unordered_map<const c10::StorageImpl*, std::string>();
-  return *names;
+// Note [A placeholder names itself]
+// What a placeholder stands for lives in its storage: the DataPtr of its
+// zero bytes has no data but a context, the Placeholder below, freed with
+// the storage. A table from storages to names (as before) outlived them:
+// once a placeholder's storage was freed, the next storage allocated at its
+// address, any tensor's, was named as that parameter, so an operation's
+// message named parameters it never read, differently from run to run. A
+// tensor is a placeholder only if its storage's DataPtr has this file's
+// deleter.
+struct Placeholder {
+  std::string description;
+  std::atomic<PlaceholderOf> of;
+};
+
+void delete_placeholder(void* context) { delete static_cast<Placeholder*>(context); }
+
+Placeholder* placeholder_in(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage() || tensor.device().type() != kPlaceholderDevice) {
+    return nullptr;
+  }
+  const c10::DataPtr& data = tensor.storage().data_ptr();
+  if (data.get_deleter() != &delete_placeholder) return nullptr;
+  return static_cast<Placeholder*>(data.get_context());
 }
 
-std::string described(const at::Tensor& tensor) {
-  if (!tensor.defined() || !tensor.has_storage()) return {};
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  auto found = registry().find(tensor.storage().unsafeGetStorageImpl());
-  return found == registry().end() ? std::string() : found->second;
+// What to do, for what the placeholder stands for.
+std::string advice(PlaceholderOf of) {
+  switch (of) {
+    case PlaceholderOf::kShardedUnit:
+      return " while the unit was sharded (between steps, and within a step outside the unit's "
+             "forward and backward, each rank holds only its shard of a unit's parameters); read "
+             "them with fsdp->full_parameters() or save them with "
+             "ddp::snapshot::save_consolidated(), step them through fsdp->parameters(), and run a "
+             "unit only as ddp::sharded_call(block, x) inside the wrapper's forward (Note "
+             "[Parameters between steps]).";
+    case PlaceholderOf::kBuiltModule:
+      return ", which ddp::shard_as_built sharded and no FullyShardedDataParallel has wrapped yet "
+             "(each rank holds only its shard); wrap the model while the "
+             "ddp::ShardedConstruction is alive, then read it through the wrapper.";
+    case PlaceholderOf::kEndedConstruction:
+      break;
+  }
+  return ", which ddp::shard_as_built sharded under a ddp::ShardedConstruction that ended "
+         "before any FullyShardedDataParallel wrapped the model: each rank's shard went with the "
+         "construction, so its values are gone. Build the model again and wrap it while the "
+         "ddp::ShardedConstruction is alive.";
 }
 
 // Note [Parameters between steps]: every operator on a placeholder ends here.
+// It names the placeholders among the operator's arguments, in their order.
 void refuse_placeholder(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::string names;
+  std::optional<PlaceholderOf> of;
   const size_t arguments = op.schema().arguments().size();
   for (const c10::IValue& value : torch::jit::last(*stack, arguments)) {
     std::vector<at::Tensor> tensors;
     if (value.isTensor()) tensors.push_back(value.toTensor());
     if (value.isTensorList()) tensors = value.toTensorVector();
     for (const auto& t : tensors) {
-      const std::string name = described(t);
-      if (!name.empty()) names += (names.empty() ? "parameter " : ", ") + name;
+      const Placeholder* placeholder = placeholder_in(t);
+      if (!placeholder) continue;
+      names += (names.empty() ? "parameter " : ", ") + placeholder->description;
+      if (!of) of = placeholder->of.load();
     }
   }
-  if (names.empty()) names = "a parameter of a unit";
-  throw ConfigError(base::detail::str(
-      "FullyShardedDataParallel: ", op.schema().name(), " read ", names,
-      " while the unit was sharded (between steps, and within a step outside the unit's forward "
-      "and backward, each rank holds only its shard of a unit's parameters); read them with "
-      "fsdp->full_parameters() or save them with ddp::snapshot::save_consolidated(), step them "
-      "through fsdp->parameters(), and run a unit only as ddp::sharded_call(block, x) inside "
-      "the wrapper's forward (Note [Parameters between steps])."));
+  if (names.empty()) names = "a parameter of a unit (which one, the operation does not say)";
+  throw ConfigError(base::detail::str("FullyShardedDataParallel: ", op.schema().name(), " read ",
+                                      names, advice(of.value_or(PlaceholderOf::kShardedUnit))));
 }
 
 // Lets autograd record a placeholder as a leaf (an AccumulateGrad node asks
@@ -107,23 +140,27 @@ bool placeholders_available() {
   return available;
 }
 
-at::Tensor make_placeholder(const at::Tensor& parameter, const std::string& description) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
-                       c10::DataPtr(nullptr, c10::Device(kPlaceholderDevice, 0)), nullptr,
-                       /*resizable=*/false);
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex);
-    registry()[storage.unsafeGetStorageImpl()] = description;
-  }
+at::Tensor make_placeholder(const at::Tensor& parameter, std::string description,
+                            PlaceholderOf of) {
+  auto* placeholder = new Placeholder{std::move(description), {of}};
+  c10::Storage storage(
+      c10::Storage::use_byte_size_t(), 0,
+      c10::DataPtr(nullptr, placeholder, &delete_placeholder, c10::Device(kPlaceholderDevice, 0)),
+      nullptr, /*resizable=*/false);
   auto impl = c10::make_intrusive<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), parameter.dtype());
   impl->set_sizes_contiguous(parameter.sizes());
   return at::Tensor(std::move(impl));
 }
 
-void forget_placeholder(const at::Tensor& placeholder) {
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  registry().erase(placeholder.storage().unsafeGetStorageImpl());
+std::optional<PlaceholderOf> placeholder_of(const at::Tensor& tensor) {
+  const Placeholder* placeholder = placeholder_in(tensor);
+  if (!placeholder) return std::nullopt;
+  return placeholder->of.load();
+}
+
+void mark_placeholder(const at::Tensor& placeholder, PlaceholderOf of) {
+  if (Placeholder* p = placeholder_in(placeholder)) p->of = of;
 }
 
 void hold(const at::Tensor& parameter, const at::Tensor& source) {

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 
 namespace ddp::parallel::detail {
@@ -40,13 +41,23 @@ namespace ddp::parallel::detail {
 /// placeholders can be used in this process.
 bool placeholders_available();
 
+/// What a placeholder stands for, which decides what its refusal advises.
+enum class PlaceholderOf {
+  kShardedUnit,        ///< a parameter of a unit while the unit is sharded
+  kBuiltModule,        ///< of a module shard_as_built sharded, not yet wrapped
+  kEndedConstruction,  ///< the same once its ShardedConstruction ended
+};
+
 /// A placeholder shaped as `parameter`; an operation that reads it throws
 /// a ConfigError that names it as `description` ("'0.weight' of unit
-/// '0'"), until forget_placeholder().
-at::Tensor make_placeholder(const at::Tensor& parameter, const std::string& description);
+/// '0'") and says what to do for `of` (Note [A placeholder names itself]).
+at::Tensor make_placeholder(const at::Tensor& parameter, std::string description, PlaceholderOf of);
 
-/// Drops the placeholder's description (its unit is destroyed).
-void forget_placeholder(const at::Tensor& placeholder);
+/// What `tensor` is a placeholder of; nullopt for any other tensor.
+std::optional<PlaceholderOf> placeholder_of(const at::Tensor& tensor);
+
+/// Makes `placeholder` stand for `of` from now on (a construction ended).
+void mark_placeholder(const at::Tensor& placeholder, PlaceholderOf of);
 
 /// Gives `parameter` the storage, shape, dtype and device of `source`, in
 /// place (its autograd metadata, .grad and version counter are kept).

@@ -113,7 +113,8 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
       accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameters_[i]));
     if (placeholders_available()) {
       placeholders_.push_back(make_placeholder(
-          parameters_[i], base::detail::str("'", names_[i], "' of unit '", name_, "'")));
+          parameters_[i], base::detail::str("'", names_[i], "' of unit '", name_, "'"),
+          PlaceholderOf::kShardedUnit));
     }
   }
   state_ = State::kGathered;
@@ -121,9 +122,7 @@ ShardedUnit::ShardedUnit(std::string name, std::vector<std::string> names,
   reshard();
 }
 
-ShardedUnit::~ShardedUnit() {
-  for (const auto& placeholder : placeholders_) forget_placeholder(placeholder);
-}
+ShardedUnit::~ShardedUnit() = default;
 
 std::vector<at::Tensor> ShardedUnit::views_into(const at::Tensor& flat) const {
   std::vector<at::Tensor> views;

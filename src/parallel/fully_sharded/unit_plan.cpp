@@ -34,9 +34,18 @@ bool is_in(const std::string& name, const PickedUnit& unit) {
                      [&](const std::string& other) { return is_under(name, other); });
 }
 
+// Note [One module, one unit]
+// LibTorch's named_modules() lists a module once for every name it is
+// registered under (a siamese encoder as "left" and "right"); PyTorch's
+// removes the duplicates. A module is therefore asked once, under each of its
+// names in turn, and becomes one unit if the policy picks it under any of
+// them: a policy by name picks it whichever name it knows. The unit is named
+// by the module's first name (PyTorch's, where named_parameters() would list
+// its parameters) and knows the others, so that its parameters under every
+// name are its own and the forward may call it as often as it likes.
+
 // The modules a Sequential's entries are, or the policy picks; a picked
-// module's descendants are not asked, and a module met again under another
-// name is the same unit.
+// module's descendants are not asked.
 std::vector<PickedUnit> pick_units(const WrappedModule& module, const WrapPolicy& policy) {
   std::vector<PickedUnit> picked;
   auto add = [&](const std::string& name, const std::shared_ptr<torch::nn::Module>& m) {
@@ -56,13 +65,22 @@ std::vector<PickedUnit> pick_units(const WrappedModule& module, const WrapPolicy
     }
     return picked;
   }
+  // Each module with its names, in the order named_modules() first meets it.
+  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, std::vector<std::string>>> modules;
+  std::unordered_map<const torch::nn::Module*, size_t> index_of;
   for (const auto& item : module.ptr()->named_modules("", /*include_self=*/false)) {
+    const auto [it, first] = index_of.emplace(item.value().get(), modules.size());
+    if (first) modules.push_back({item.value(), {}});
+    modules[it->second].second.push_back(item.key());
+  }
+  for (const auto& [m, names] : modules) {
     const bool inside_picked = std::any_of(
-        picked.begin(), picked.end(), [&](const PickedUnit& p) { return is_in(item.key(), p); });
-    if (!inside_picked && !item.value()->parameters().empty() &&
-        policy(item.key(), *item.value())) {
-      add(item.key(), item.value());
-    }
+        picked.begin(), picked.end(), [&](const PickedUnit& p) { return is_in(names.front(), p); });
+    if (inside_picked || m->parameters().empty()) continue;
+    const bool chosen = std::any_of(names.begin(), names.end(),
+                                    [&](const std::string& name) { return policy(name, *m); });
+    if (!chosen) continue;
+    for (const std::string& name : names) add(name, m);
   }
   return picked;
 }
