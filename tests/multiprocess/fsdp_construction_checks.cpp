@@ -241,12 +241,15 @@ class ConstructionChecker {
     return "no ConfigError";
   }
 
+  // A model built sharded under a construction that has ended, unwrapped.
+  BuiltLm built_under_ended_construction() {
+    ShardedConstruction construction(group_);
+    torch::manual_seed(7);
+    return BuiltLm();
+  }
+
   std::string unwrapped_read() {
-    BuiltLm built = [&] {
-      ShardedConstruction construction(group_);
-      torch::manual_seed(7);
-      return BuiltLm();
-    }();
+    BuiltLm built = built_under_ended_construction();
     try {
       const double total = built->blocks[0][1]->as<nn::Linear>()->weight.sum().item<double>();
       return "read " + std::to_string(total);
@@ -263,11 +266,7 @@ class ConstructionChecker {
   // The model wrapped after its construction ended: named at the wrap,
   // by the first built parameter, before any value is read.
   std::string wrap_after_end() {
-    BuiltLm built = [&] {
-      ShardedConstruction construction(group_);
-      torch::manual_seed(7);
-      return BuiltLm();
-    }();
+    BuiltLm built = built_under_ended_construction();
     try {
       FullyShardedDataParallel model(built, group_);
     } catch (const ConfigError& e) {

@@ -79,8 +79,7 @@ std::vector<PickedUnit> pick_units(const WrappedModule& module, const WrapPolicy
     if (inside_picked || m->parameters().empty()) continue;
     const bool chosen = std::any_of(names.begin(), names.end(),
                                     [&](const std::string& name) { return policy(name, *m); });
-    if (!chosen) continue;
-    for (const std::string& name : names) add(name, m);
+    if (chosen) picked.push_back({names.front(), m, {names.begin() + 1, names.end()}});
   }
   return picked;
 }
