@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
+#include <malloc.h>
 
 #include "base/loaded_library.hpp"
 #include "base/str.hpp"
@@ -13,7 +14,62 @@ using detail::file_name;
 using detail::find_symbol;
 using detail::str;
 
+// How release_free_memory() gives freed memory back under the allocator of
+// this process, found once.
+struct Release {
+  AllocatorKind kind = AllocatorKind::kUnknown;
+  void (*tcmalloc_release)() = nullptr;
+  int (*jemalloc_mallctl)(const char*, void*, size_t*, void*, size_t) = nullptr;
+  void (*mimalloc_collect)(bool) = nullptr;
+};
+
+Release find_release() {
+  Release release;
+  const detail::DefiningLibrary library = detail::library_defining("malloc");
+  release.kind = allocator_in_use().kind;
+  void* handle = library.handle.get();
+  if (handle == nullptr) return release;
+  switch (release.kind) {
+    case AllocatorKind::kTcmalloc:
+      release.tcmalloc_release = find_symbol<void()>(handle, "MallocExtension_ReleaseFreeMemory");
+      break;
+    case AllocatorKind::kJemalloc:
+      release.jemalloc_mallctl =
+          find_symbol<int(const char*, void*, size_t*, void*, size_t)>(handle, "mallctl");
+      break;
+    case AllocatorKind::kMimalloc:
+      release.mimalloc_collect = find_symbol<void(bool)>(handle, "mi_collect");
+      break;
+    case AllocatorKind::kGlibc:
+    case AllocatorKind::kUnknown:
+      break;
+  }
+  return release;
+}
+
 }  // namespace
+
+void release_free_memory() {
+  static const Release release = find_release();
+  switch (release.kind) {
+    case AllocatorKind::kGlibc:
+      malloc_trim(0);
+      break;
+    case AllocatorKind::kTcmalloc:
+      if (release.tcmalloc_release) release.tcmalloc_release();
+      break;
+    case AllocatorKind::kJemalloc:
+      // MALLCTL_ARENAS_ALL (4096): every arena.
+      if (release.jemalloc_mallctl)
+        release.jemalloc_mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0);
+      break;
+    case AllocatorKind::kMimalloc:
+      if (release.mimalloc_collect) release.mimalloc_collect(true);
+      break;
+    case AllocatorKind::kUnknown:
+      break;
+  }
+}
 
 const char* allocator_kind_name(AllocatorKind kind) {
   switch (kind) {

@@ -39,4 +39,19 @@ int64_t peak_growth(Run&& run) {
   return status_bytes("VmHWM") - before;
 }
 
+/// The peak and the lasting growth of the RSS while `run` ran, under the
+/// allocator as it is (glibc's mmap threshold left as the process has it,
+/// as under torchrun or mpirun): freed blocks the allocator keeps count.
+struct Growth {
+  int64_t peak = 0;     ///< VmHWM during `run` above the RSS before
+  int64_t lasting = 0;  ///< the RSS after `run` above the RSS before
+};
+template <typename Run>
+Growth growth_as_allocated(Run&& run) {
+  reset_peak_rss();
+  const int64_t before = status_bytes("VmRSS");
+  run();
+  return {status_bytes("VmHWM") - before, status_bytes("VmRSS") - before};
+}
+
 }  // namespace ddp::testing

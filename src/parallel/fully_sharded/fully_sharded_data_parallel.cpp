@@ -10,6 +10,7 @@
 
 #include "base/dtype_name.hpp"
 #include "base/str.hpp"
+#include "ddp/base/allocator.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/broadcast_tensors.hpp"
 #include "ddp/comm/process_group.hpp"
@@ -190,6 +191,7 @@ FullyShardedDataParallelImpl::FullyShardedDataParallelImpl(WrappedModule module,
   schedule_ =
       std::make_shared<detail::UnitSchedule>(std::move(units), plan.root, options_, *group_);
   schedule_->attach_hooks();
+  base::release_free_memory();  // the whole parameters: Note [Freed memory given back]
 }
 
 FullyShardedDataParallelImpl::~FullyShardedDataParallelImpl() = default;

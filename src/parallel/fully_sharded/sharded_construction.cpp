@@ -13,6 +13,7 @@
 
 #include "base/dtype_name.hpp"
 #include "base/str.hpp"
+#include "ddp/base/allocator.hpp"
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/fully_sharded/built_shards.hpp"
@@ -125,6 +126,7 @@ void shard_built(const std::shared_ptr<torch::nn::Module>& module) {
   unit.module = module;
   shards->units.push_back(std::move(unit));
   ++shards->built;
+  base::release_free_memory();  // Note [Freed memory given back]
 }
 
 std::vector<BuiltUnit*> adopt_built(BuiltShards& shards, const UnitPlan& plan,
