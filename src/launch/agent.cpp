@@ -198,13 +198,16 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
                             w.local_rank, ", pid ", w.process->pid(), ") ended with ",
                             describe_exit(w.process->exit_code(), w.process->term_signal()),
                             recorded ? ": " + recorded->message : " (it recorded no error)");
-      if (recovery_ &&
+      // A snapshot that cannot be written or read fails again in a
+      // restart or a spare (Note [After an attempt]).
+      const bool repeats = w.process->term_signal() == 0 &&
+                           w.process->exit_code() == static_cast<int>(ExitCode::kSnapshot);
+      if (recovery_ && !repeats &&
           replace_worker(attempt, static_cast<size_t>(&w - attempt.workers.data()), failure)) {
         all_succeeded = false;
         continue;
       }
-      attempt.failure = comm::store::as_text(rendezvous_->store().compareSet(
-          key(attempt.number, "failure"), {}, comm::store::as_bytes(failure)));
+      record_failure(attempt, {failure, repeats});
       return Outcome::kFailed;
     }
     if (all_succeeded && !attempt.reported_done) {
@@ -222,8 +225,10 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     if (spares_) spares_->poll_store(placement(attempt, 0, 0, 0));
     beat(attempt);
     if (rendezvous_->store().check({key(attempt.number, "failure")})) {
-      attempt.failure =
-          comm::store::as_text(rendezvous_->store().get(key(attempt.number, "failure")));
+      const comm::store::AttemptFailure first = comm::store::parse_failure_value(
+          comm::store::as_text(rendezvous_->store().get(key(attempt.number, "failure"))));
+      attempt.failure = first.text;
+      attempt.failure_repeats = first.repeats;
       return Outcome::kFailed;
     }
     // Node 0 watches the others' heartbeats (Note [Agent heartbeats]).
@@ -238,12 +243,12 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
       attempt.spare_nodes_waiting = rendezvous_->nodes_joined_next(node_);
       rendezvous_->store().set(key(attempt.number, "node_lost"),
                                comm::store::as_bytes(std::to_string(node)));
-      attempt.failure = comm::store::as_text(rendezvous_->store().compareSet(
-          key(attempt.number, "failure"), {},
-          comm::store::as_bytes(base::detail::str(
-              "node ", node, " stopped its heartbeat ", in_seconds(silence),
-              " ago (its launcher was lost or is stuck; --rdzv-conf node_timeout is ",
-              in_seconds(plan_.node_timeout), ")"))));
+      record_failure(
+          attempt, {base::detail::str("node ", node, " stopped its heartbeat ", in_seconds(silence),
+                                      " ago (its launcher was lost or is stuck; "
+                                      "--rdzv-conf node_timeout is ",
+                                      in_seconds(plan_.node_timeout), ")"),
+                    false});
       return Outcome::kFailed;
     }
     // After the failure check: a node that failed sets the failure before

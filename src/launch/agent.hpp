@@ -10,7 +10,9 @@
 // each attempt k (one per rendezvous round):
 //   k/nproc/<node>  each node's worker count (ranks are laid out by node);
 //   k/port          the workers' MASTER_PORT, a free port chosen by node 0;
-//   k/failure       the first failure, set once (compare-and-set);
+//   k/failure       the first failure, set once (compare-and-set), and
+//                   whether a restart would repeat it
+//                   (comm::store::failure_value);
 //   k/done/<node>   a node whose workers all exited 0;
 //   k/flight/<node> after a failure, the node's ranks' last collectives
 //                   (Note [Reading a stall]);
@@ -54,6 +56,7 @@
 #include <string>
 #include <utility>
 
+#include "comm/store/worker_protocol.hpp"
 #include "ddp/launch/errors.hpp"
 #include "launch/attempt_decision.hpp"
 #include "launch/launch_options.hpp"
@@ -100,6 +103,9 @@ class Agent {
   WorkerPlacement placement(const Attempt& attempt, int local_rank, int rank, int generation) const;
   void prepare_files(WorkerPlacement& placement, int attempt) const;
   void start_worker(Attempt& attempt, int local_rank, int rank, int generation);
+  // Sets the attempt's failure in the agents' store unless a node set one
+  // first; the attempt's failure becomes the one set.
+  void record_failure(Attempt& attempt, const comm::store::AttemptFailure& failure);
   bool replace_worker(Attempt& attempt, size_t index, const std::string& failure);
   Outcome monitor(Attempt& attempt);
   // Note [After an attempt] in launch/attempt_decision.hpp: the facts, and

@@ -34,6 +34,7 @@ struct Agent::Attempt {
   std::vector<Worker> workers;
   bool reported_done = false;
   std::string failure;
+  bool failure_repeats = false;  // comm::store::AttemptFailure::repeats
   // Node 0, when it found a node lost: the spare nodes then waiting.
   int spare_nodes_waiting = 0;
   // Note [Agent heartbeats]: when this node last bumped its counter, and on

@@ -17,6 +17,15 @@
 
 namespace ddp::launch {
 
+void Agent::record_failure(Attempt& attempt, const comm::store::AttemptFailure& failure) {
+  // The first failure of any node is the job's (compare-and-set).
+  const comm::store::AttemptFailure first = comm::store::parse_failure_value(comm::store::as_text(
+      rendezvous_->store().compareSet(key(attempt.number, "failure"), {},
+                                      comm::store::as_bytes(comm::store::failure_value(failure)))));
+  attempt.failure = first.text;
+  attempt.failure_repeats = first.repeats;
+}
+
 AttemptFacts Agent::attempt_facts(Outcome outcome, Attempt& attempt) {
   AttemptFacts facts;
   facts.outcome = outcome;
@@ -24,6 +33,7 @@ AttemptFacts Agent::attempt_facts(Outcome outcome, Attempt& attempt) {
   facts.restarts = restarts_;
   facts.max_restarts = plan_.options.max_restarts;
   facts.stop_signal = stop_signal_;
+  facts.failure_repeats = outcome == Outcome::kFailed && attempt.failure_repeats;
   // A node other than the host lost (node 0 saw its heartbeat stop): the
   // others re-form without it in memory too, as after a take-over. The
   // store is asked only after a failure (after a take-over it is gone).
@@ -90,10 +100,11 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
   if (decision.action == AttemptAction::kStopOnSignal) {
     const int signal = decision.exit_code - 128;
     say(base::detail::str("received signal ", signal, "; stopping every worker"));
-    rendezvous_->store().compareSet(
-        key(round, "failure"), {},
-        comm::store::as_bytes(base::detail::str("the launcher on node ", node_.node_rank,
-                                                " was interrupted by signal ", signal)));
+    rendezvous_->store().compareSet(key(round, "failure"), {},
+                                    comm::store::as_bytes(comm::store::failure_value(
+                                        {base::detail::str("the launcher on node ", node_.node_rank,
+                                                           " was interrupted by signal ", signal),
+                                         false})));
     stop_all(processes, plan_.stop_grace, pump);
     release_spares();
     return decision.exit_code;
@@ -110,6 +121,14 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
                             " node(s); stopping every worker to re-form it (rendezvous round ",
                             round + 1, "; no restart counted)"));
       return std::nullopt;
+    case AttemptAction::kGiveUpRepeats:
+      release_spares();
+      leave(attempt);
+      say(base::detail::str("job failed: ", attempt.failure,
+                            "; not restarting (a snapshot that cannot be written or read fails "
+                            "again in a restart; free the disk or fix the file, then start the "
+                            "job again: it resumes from its last complete snapshot)"));
+      return decision.exit_code;
     case AttemptAction::kGiveUp:
       release_spares();
       leave(attempt);

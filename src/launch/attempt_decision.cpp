@@ -25,6 +25,7 @@ AttemptDecision decide_attempt(const AttemptFacts& facts) {
     case Outcome::kReformed:
       return {AttemptAction::kReformStoppingWorkers, -1, false};
     case Outcome::kFailed:
+      if (facts.failure_repeats) return {AttemptAction::kGiveUpRepeats, 1, false};
       break;
   }
   if (!restart_left) return {AttemptAction::kGiveUp, 1, false};
@@ -45,6 +46,8 @@ std::string to_string(AttemptAction action) {
       return "give up, the host lost";
     case AttemptAction::kReformStoppingWorkers:
       return "re-form, stopping the workers";
+    case AttemptAction::kGiveUpRepeats:
+      return "give up, the failure would repeat";
     case AttemptAction::kGiveUp:
       return "give up";
     case AttemptAction::kRestart:

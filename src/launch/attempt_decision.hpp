@@ -15,6 +15,9 @@
 //     keeping the workers, one restart counted;
 //   - success: stop, release the spares, leave the rendezvous, exit 0;
 //   - a signal: stop every worker, exit 128 + the signal;
+//   - a failure a restart would meet again (a worker's SnapshotError: the
+//     disk still full): every worker is stopped and the job ends with 1,
+//     restarts left or not (no restart loop);
 //   - otherwise every worker is stopped, and then: the host lost with no
 //     restart left ends the agent with 1 (no rendezvous is left to leave);
 //     a node waiting to join re-forms the job, no restart counted; no
@@ -43,6 +46,7 @@ struct AttemptFacts {
   int restarts = 0;              ///< restarts used so far
   int max_restarts = 0;          ///< --max-restarts
   int stop_signal = 0;           ///< the signal, for kInterrupted
+  bool failure_repeats = false;  ///< kFailed by a failure a restart would meet again
 };
 
 /// What the agent does next (Note [After an attempt]).
@@ -53,6 +57,7 @@ enum class AttemptAction {
   kStopOnSignal,            ///< record the signal, stop, release the spares; exit 128 + signal
   kGiveUpHostLost,          ///< stopped; the host lost and no restart left: exit 1
   kReformStoppingWorkers,   ///< stopped; re-form for the joining node; no restart counted
+  kGiveUpRepeats,           ///< stopped; the failure would repeat: release, leave, exit 1
   kGiveUp,                  ///< stopped; no restart left: release, leave, exit 1
   kRestart,                 ///< stopped; start every worker again; a restart
 };

@@ -38,6 +38,12 @@ AttemptFacts facts(AttemptOutcome outcome, bool memory, bool running, bool node_
   return f;
 }
 
+// `f`, failed by a failure a restart would meet again.
+AttemptFacts repeating(AttemptFacts f) {
+  f.failure_repeats = true;
+  return f;
+}
+
 }  // namespace
 
 TEST(CoreAttemptDecision, EachRowOfTheTable) {
@@ -81,6 +87,13 @@ TEST(CoreAttemptDecision, EachRowOfTheTable) {
        false},
       {"failed, no restarts allowed", facts(O::kFailed, true, true, false, 0, 0), A::kGiveUp, 1,
        false},
+      // A failure a restart would meet again (a worker's SnapshotError).
+      {"failed, repeats, restarts left", repeating(facts(O::kFailed, false, false, false, 0, 3)),
+       A::kGiveUpRepeats, 1, false},
+      {"failed, repeats, memory, restarts left",
+       repeating(facts(O::kFailed, true, false, false, 1, 3)), A::kGiveUpRepeats, 1, false},
+      {"failed, repeats, no restart left", repeating(facts(O::kFailed, false, false, false, 3, 3)),
+       A::kGiveUpRepeats, 1, false},
       // Success and signals end the agent whatever the restarts.
       {"succeeded", facts(O::kSucceeded, false, false, false, 0, 0), A::kSucceed, 0, false},
       {"succeeded after restarts, memory", facts(O::kSucceeded, true, false, false, 3, 3),

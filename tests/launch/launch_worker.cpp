@@ -39,6 +39,7 @@
 #include "ddp/comm/init.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/comm/tcp_store.hpp"
+#include "ddp/snapshot/snapshot_manager.hpp"
 
 namespace {
 
@@ -139,6 +140,26 @@ int main(int argc, char** argv) {
       std::cout << "attempt " << attempt() << ": failing on purpose" << std::endl;
       throw ddp::InvalidArgumentError("rank " + std::to_string(rank) +
                                       " failed on purpose at attempt " + std::to_string(attempt()));
+    }
+    if (scenario == "snapshot-fails") {
+      // A real save into the directory named by the argument after the rank, whose
+      // writes the test makes fail (common/failing_writes.cpp): a
+      // SnapshotError (exit 9) on every rank, which a restart meets again.
+      auto group = ddp::init(ddp::InitOptions().backend("gloo"));
+      torch::nn::Linear model(3, 2);
+      ddp::snapshot::SnapshotManager snapshots(ddp::snapshot::SnapshotOptions().directory(argv[3]),
+                                               group);
+      ddp::snapshot::TrainingState state;
+      state.model = model.ptr().get();
+      std::cout << "attempt " << attempt() << ": saving" << std::endl;
+      try {
+        snapshots.save(state);
+      } catch (const ddp::snapshot::SnapshotError& error) {  // its own exit code, as a program's
+        ddp::record_error(error);
+        std::cerr << "error: " << error.what() << std::endl;
+        return static_cast<int>(error.exit_code());
+      }
+      return 0;
     }
     if (scenario == "kill-once" || scenario == "stop-once") {
       const bool stop = scenario == "stop-once";

@@ -220,6 +220,35 @@ TEST(LauncherRestarts, FailingRankExhaustsRestartsAndIsNamed) {
       << r.output;
 }
 
+// Issue 71, point 1: a snapshot that cannot be written fails again in a
+// restart, so ddprun ends the job at once with its restarts unused, naming
+// the failure and the fix, rather than restarting until they run out.
+// The writes fail with EIO from their first byte (the preloaded
+// common/failing_writes.cpp, armed by the file .fail-writes).
+TEST(LauncherRestarts, SnapshotErrorEndsTheJobWithoutARestartLoop) {
+  const ddp::testing::TemporaryDirectory snapshots("ddprun-eio-");
+  const std::string dir = snapshots.string();
+  std::ofstream(dir + "/.fail-writes") << "armed";
+  ChildSpec spec =
+      ddprun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "3", "--monitor-interval",
+              "0.1", "--stop-grace", "2", DDP_LAUNCH_WORKER, "snapshot-fails", "0", dir});
+  spec.env = {{"LD_PRELOAD", DDP_TEST_FAILING_WRITES},
+              {"DDP_TEST_FAIL_WRITES_UNDER", dir},
+              {"DDP_TEST_FAIL_WRITES_AT", "0"}};
+  const ChildResult r = run_children({spec}, std::chrono::seconds(90)).at(0);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(count(r.output, "attempt 0: saving"), 2) << r.output;
+  EXPECT_EQ(r.output.find("attempt 1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ended with exit 9: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; not restarting (a snapshot that cannot be written or read fails "
+                          "again in a restart; free the disk or fix the file, then start the "
+                          "job again"),
+            std::string::npos)
+      << r.output;
+}
+
 // Point 7 of issue 16: no decorator needed. The exception escapes main(),
 // ddp::init()'s terminate handler records it in torchrun's schema, and the
 // summary names it.

@@ -115,3 +115,18 @@ TEST(CoreWorkerProtocol, ASeatReadsBackAsEncoded) {
       {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"}};
   EXPECT_EQ(store::decode_seat(store::encode_seat(seat)), seat);
 }
+
+TEST(CoreWorkerProtocol, AFailureReadsBackWithWhetherItRepeats) {
+  const store::AttemptFailure repeats{"rank 1 (node 0) ended with exit 9: disk full", true};
+  const store::AttemptFailure parsed = store::parse_failure_value(store::failure_value(repeats));
+  EXPECT_EQ(parsed.text, repeats.text);
+  EXPECT_TRUE(parsed.repeats);
+  const store::AttemptFailure restart =
+      store::parse_failure_value(store::failure_value({"repeats\nin the text", false}));
+  EXPECT_EQ(restart.text, "repeats\nin the text");
+  EXPECT_FALSE(restart.repeats);
+  // An older agent's value: all text, restarted as before.
+  const store::AttemptFailure old = store::parse_failure_value("node 1 stopped its heartbeat");
+  EXPECT_EQ(old.text, "node 1 stopped its heartbeat");
+  EXPECT_FALSE(old.repeats);
+}

@@ -104,6 +104,20 @@ std::string attempt_key(const std::string& run_id, int attempt, const std::strin
   return base::detail::str("ddprun/", run_id, "/", attempt, "/", name);
 }
 
+// The first line of a failure's value (failure_value()).
+const std::string kRepeatsLine = "repeats\n";
+const std::string kRestartLine = "restart\n";
+
+std::string failure_value(const AttemptFailure& failure) {
+  return (failure.repeats ? kRepeatsLine : kRestartLine) + failure.text;
+}
+
+AttemptFailure parse_failure_value(const std::string& value) {
+  if (value.rfind(kRepeatsLine, 0) == 0) return {value.substr(kRepeatsLine.size()), true};
+  if (value.rfind(kRestartLine, 0) == 0) return {value.substr(kRestartLine.size()), false};
+  return {value, false};
+}
+
 std::string recovery_store_key(const std::string& run_id) {
   return "ddprun/" + run_id + "/recovery_store";
 }

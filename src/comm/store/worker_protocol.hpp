@@ -102,6 +102,20 @@ std::string takeover_key();
 std::string rendezvous_key(const std::string& run_id, int round, const std::string& name);
 /// A key of attempt `attempt` (one rendezvous round's workers).
 std::string attempt_key(const std::string& run_id, int attempt, const std::string& name);
+/// An attempt's first failure, the value of its attempt_key(..., "failure")
+/// (set once, by compare-and-set, so every node reads the same one).
+struct AttemptFailure {
+  /// What failed, for the log ("rank 1 (node 0, ...) ended with exit 9: ...").
+  std::string text;
+  /// Whether a restart would meet it again (a worker's ExitCode::kSnapshot:
+  /// the disk still full, the file still unreadable), so no node restarts.
+  bool repeats = false;
+};
+/// The key's value for `failure`: "repeats\n" or "restart\n", then the text.
+std::string failure_value(const AttemptFailure& failure);
+/// The failure a value of failure_value() names; a value without the first
+/// line (an agent of an older ddprun) is all text, not repeating.
+AttemptFailure parse_failure_value(const std::string& value);
 /// Where node 0's agent names the recovery store's address.
 std::string recovery_store_key(const std::string& run_id);
 
