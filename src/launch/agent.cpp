@@ -225,10 +225,8 @@ Agent::Outcome Agent::monitor(Attempt& attempt) {
     if (spares_) spares_->poll_store(placement(attempt, 0, 0, 0));
     beat(attempt);
     if (rendezvous_->store().check({key(attempt.number, "failure")})) {
-      const comm::store::AttemptFailure first = comm::store::parse_failure_value(
+      attempt.failure = comm::store::parse_failure_value(
           comm::store::as_text(rendezvous_->store().get(key(attempt.number, "failure"))));
-      attempt.failure = first.text;
-      attempt.failure_repeats = first.repeats;
       return Outcome::kFailed;
     }
     // Node 0 watches the others' heartbeats (Note [Agent heartbeats]).
@@ -335,7 +333,7 @@ int Agent::run() {
       if (!first_line.empty() && first_line.back() == '.') first_line.pop_back();
       if (!rendezvous_->take_over(first_line)) throw;
       outcome = Outcome::kHostLost;
-      attempt.failure = "the node hosting the rendezvous store was lost";
+      attempt.failure = {"the node hosting the rendezvous store was lost", false};
       spares_.reset();  // they wait in the lost recovery store
       recovery_.reset();
     }

@@ -33,8 +33,7 @@ struct Agent::Attempt {
   std::optional<PortReservation> port_reservation;
   std::vector<Worker> workers;
   bool reported_done = false;
-  std::string failure;
-  bool failure_repeats = false;  // comm::store::AttemptFailure::repeats
+  comm::store::AttemptFailure failure;  // the job's first failure
   // Node 0, when it found a node lost: the spare nodes then waiting.
   int spare_nodes_waiting = 0;
   // Note [Agent heartbeats]: when this node last bumped its counter, and on

@@ -19,11 +19,9 @@ namespace ddp::launch {
 
 void Agent::record_failure(Attempt& attempt, const comm::store::AttemptFailure& failure) {
   // The first failure of any node is the job's (compare-and-set).
-  const comm::store::AttemptFailure first = comm::store::parse_failure_value(comm::store::as_text(
+  attempt.failure = comm::store::parse_failure_value(comm::store::as_text(
       rendezvous_->store().compareSet(key(attempt.number, "failure"), {},
                                       comm::store::as_bytes(comm::store::failure_value(failure)))));
-  attempt.failure = first.text;
-  attempt.failure_repeats = first.repeats;
 }
 
 AttemptFacts Agent::attempt_facts(Outcome outcome, Attempt& attempt) {
@@ -33,7 +31,7 @@ AttemptFacts Agent::attempt_facts(Outcome outcome, Attempt& attempt) {
   facts.restarts = restarts_;
   facts.max_restarts = plan_.options.max_restarts;
   facts.stop_signal = stop_signal_;
-  facts.failure_repeats = outcome == Outcome::kFailed && attempt.failure_repeats;
+  facts.failure_repeats = outcome == Outcome::kFailed && attempt.failure.repeats;
   // A node other than the host lost (node 0 saw its heartbeat stop): the
   // others re-form without it in memory too, as after a take-over. The
   // store is asked only after a failure (after a take-over it is gone).
@@ -66,7 +64,7 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
       // Recovery in memory: the workers wait for their new seats (Note [A
       // new host] in launch/node_rendezvous.hpp).
       ++restarts_;
-      say(base::detail::str(attempt.failure, "; re-forming the job without it, this node's ",
+      say(base::detail::str(attempt.failure.text, "; re-forming the job without it, this node's ",
                             "workers keeping their state (recovery in memory, restart ", restarts_,
                             " of ", o.max_restarts, ")"));
       kept_ = std::make_unique<Attempt>(std::move(attempt));
@@ -100,11 +98,9 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
   if (decision.action == AttemptAction::kStopOnSignal) {
     const int signal = decision.exit_code - 128;
     say(base::detail::str("received signal ", signal, "; stopping every worker"));
-    rendezvous_->store().compareSet(key(round, "failure"), {},
-                                    comm::store::as_bytes(comm::store::failure_value(
-                                        {base::detail::str("the launcher on node ", node_.node_rank,
-                                                           " was interrupted by signal ", signal),
-                                         false})));
+    record_failure(attempt, {base::detail::str("the launcher on node ", node_.node_rank,
+                                               " was interrupted by signal ", signal),
+                             false});
     stop_all(processes, plan_.stop_grace, pump);
     release_spares();
     return decision.exit_code;
@@ -114,7 +110,7 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
   switch (decision.action) {
     case AttemptAction::kGiveUpHostLost:
       say(base::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
-                            o.max_restarts, "): ", attempt.failure));
+                            o.max_restarts, "): ", attempt.failure.text));
       return decision.exit_code;
     case AttemptAction::kReformStoppingWorkers:
       say(base::detail::str("a node is waiting to join the job of ", node_.nnodes,
@@ -124,7 +120,7 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
     case AttemptAction::kGiveUpRepeats:
       release_spares();
       leave(attempt);
-      say(base::detail::str("job failed: ", attempt.failure,
+      say(base::detail::str("job failed: ", attempt.failure.text,
                             "; not restarting (a snapshot that cannot be written or read fails "
                             "again in a restart; free the disk or fix the file, then start the "
                             "job again: it resumes from its last complete snapshot)"));
@@ -133,11 +129,11 @@ std::optional<int> Agent::carry_out(const AttemptDecision& decision, Attempt& at
       release_spares();
       leave(attempt);
       say(base::detail::str("job failed after ", restarts_, " restart(s) (--max-restarts ",
-                            o.max_restarts, "). First failure: ", attempt.failure));
+                            o.max_restarts, "). First failure: ", attempt.failure.text));
       return decision.exit_code;
     default:  // kRestart
       ++restarts_;
-      say(base::detail::str(attempt.failure, "; restarting every worker (restart ", restarts_,
+      say(base::detail::str(attempt.failure.text, "; restarting every worker (restart ", restarts_,
                             " of ", o.max_restarts, ")"));
       return std::nullopt;
   }

@@ -54,7 +54,7 @@ Agent::Attempt Agent::reseat_attempt(Attempt kept, int number) {
   Attempt attempt = std::move(kept);
   attempt.number = number;
   attempt.reported_done = false;
-  attempt.failure.clear();
+  attempt.failure = {};
   attempt.heartbeats.assign(static_cast<size_t>(node_.nnodes), Attempt::Heartbeat{});
   attempt.last_beat = {};
   const int nproc = static_cast<int>(attempt.workers.size());

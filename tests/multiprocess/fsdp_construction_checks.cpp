@@ -54,14 +54,15 @@ struct BuiltLmImpl : nn::Module {
 };
 TORCH_MODULE(BuiltLm);
 
-// 8 units of two 1024 x 1024 float32 Linears' weights (8 MiB each).
-struct WideImpl : nn::Module {
-  WideImpl() {
+// 8 units, each the bias-free Linears from widths[i] to widths[i + 1].
+struct StackImpl : nn::Module {
+  explicit StackImpl(const std::vector<int64_t>& widths) {
     for (int b = 0; b < 8; ++b) {
-      blocks.push_back(register_module(
-          "block" + std::to_string(b),
-          shard_as_built(nn::Sequential(nn::Linear(nn::LinearOptions(1024, 1024).bias(false)),
-                                        nn::Linear(nn::LinearOptions(1024, 1024).bias(false))))));
+      nn::Sequential block;
+      for (size_t i = 0; i + 1 < widths.size(); ++i) {
+        block->push_back(nn::Linear(nn::LinearOptions(widths[i], widths[i + 1]).bias(false)));
+      }
+      blocks.push_back(register_module("block" + std::to_string(b), shard_as_built(block)));
     }
   }
   Tensor forward(Tensor x) {
@@ -70,28 +71,15 @@ struct WideImpl : nn::Module {
   }
   std::vector<nn::Sequential> blocks;
 };
-TORCH_MODULE(Wide);
+TORCH_MODULE(Stack);
+
+// 8 units of two 1024 x 1024 float32 Linears' weights (8 MiB each).
+Stack wide() { return Stack(std::vector<int64_t>{1024, 1024, 1024}); }
 
 // 8 units of three weights of 2, 6 and 12 MiB (20 MiB, 160 MiB in all),
 // sizes between glibc's first mmap threshold (128 KiB) and its largest
 // (32 MiB), as a transformer's blocks have.
-struct DeepImpl : nn::Module {
-  DeepImpl() {
-    for (int b = 0; b < 8; ++b) {
-      blocks.push_back(register_module(
-          "block" + std::to_string(b),
-          shard_as_built(nn::Sequential(nn::Linear(nn::LinearOptions(1024, 512).bias(false)),
-                                        nn::Linear(nn::LinearOptions(512, 3072).bias(false)),
-                                        nn::Linear(nn::LinearOptions(3072, 1024).bias(false))))));
-    }
-  }
-  Tensor forward(Tensor x) {
-    for (auto& block : blocks) x = sharded_call(block, x);
-    return x;
-  }
-  std::vector<nn::Sequential> blocks;
-};
-TORCH_MODULE(Deep);
+Stack deep() { return Stack(std::vector<int64_t>{1024, 512, 3072, 1024}); }
 
 std::vector<Tensor> values_of(const torch::OrderedDict<std::string, Tensor>& named) {
   std::vector<Tensor> values;
@@ -216,11 +204,11 @@ class ConstructionChecker {
     const int64_t sharded = peak_growth([&] {
       ShardedConstruction construction(group_);
       torch::manual_seed(3);
-      FullyShardedDataParallel model(Wide(), group_);
+      FullyShardedDataParallel model(wide(), group_);
     });
     const int64_t plain = peak_growth([&] {
       torch::manual_seed(3);
-      FullyShardedDataParallel model(Wide(), group_);
+      FullyShardedDataParallel model(wide(), group_);
     });
     const bool discriminates = world == 1 || plain > bound;
     const std::string detail = "peak RSS grew by " + std::to_string(sharded / kMiB) +
@@ -242,7 +230,7 @@ class ConstructionChecker {
     const Growth grew = growth_as_allocated([&] {
       ShardedConstruction construction(group_);
       torch::manual_seed(3);
-      model.emplace(Deep(), group_);
+      model.emplace(deep(), group_);
     });
     const std::string detail = allocator_in_use().summary() + "; peak RSS grew by " +
                                std::to_string(grew.peak / kMiB) + " MiB (bound " +
