@@ -44,13 +44,14 @@ packages=(
 # allow] in tests/common/required_suites.hpp): torchrun 2.6 and PyTorch 2.6
 # from the root's python3-torch, which also loads and saves the checkpoints
 # of SnapshotPyTorchInterop* and the distributed checkpoints of
-# SnapshotDcpInterop (torch.distributed.checkpoint, which Debian 12's 1.13
-# lacks), and runs ExamplesGpt's reference model beside
-# the root's fortunes, and the allocator suites its tcmalloc and jemalloc.
+# SnapshotDcpInterop and SnapshotTrainableOnly (torch.distributed.checkpoint,
+# which Debian 12's 1.13 lacks), and runs ExamplesGpt's reference model
+# beside the root's fortunes, and the allocator suites its tcmalloc and
+# jemalloc.
 # Not InteropMpirun or InteropSlurm: the root
 # has neither Open MPI nor Slurm, and the host leg runs both
 # (scripts/run-tests.sh).
-required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop SnapshotDcpInterop ExamplesGpt
+required_suites=(InteropTorchrun LauncherPython SnapshotPyTorchInterop SnapshotDcpInterop SnapshotTrainableOnly ExamplesGpt
   BaseAllocator CoreAllocatorChoice LauncherAllocator)
 
 start=$(date +%s)

@@ -130,6 +130,10 @@ ShardedLayout sharded_layout(const TrainingState& state, const char* what) {
           {g, i, piece.parameter, piece.begin, piece.length, groups[g].params()[i]});
     }
   }
+  for (const at::Tensor& local : sharded.unstepped_values()) {
+    const auto& piece = pieces.at(j++);
+    layout.pieces.push_back({0, 0, piece.parameter, piece.begin, piece.length, local, false});
+  }
   return layout;
 }
 

@@ -45,12 +45,14 @@ std::vector<formats::PyRef> dcp_path(const std::string& prefix,
 const std::vector<std::pair<std::string, formats::PyRef>>& pytorch_only_options();
 
 /// This rank's piece of one parameter: local optimizer parameter `index`
-/// of param group `group`.
+/// of param group `group`, or, not `stepped`, a piece no optimizer steps
+/// (Note [Pieces outside the optimizer]): its values alone.
 struct LocalPiece {
   size_t group = 0, index = 0;
   size_t parameter = 0;  ///< Into ShardedLayout::names.
   int64_t begin = 0, length = 0;
-  at::Tensor local;  ///< The local optimizer's parameter (its first `length` elements).
+  at::Tensor local;  ///< The piece's tensor (its first `length` elements).
+  bool stepped = true;
 };
 
 /// The sharded part of a training state as DCP sees it: every parameter's

@@ -8,12 +8,14 @@
 
 #include <exception>
 #include <map>
+#include <set>
 
 #include "base/str.hpp"
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/formats/dcp.hpp"
 #include "ddp/formats/errors.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/distributed_checkpoint.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/dcp_layout.hpp"
@@ -106,10 +108,15 @@ PyRef local_optimizer_state(DcpReader& reader, const detail::ShardedLayout& layo
   }
   int64_t index = 0;
   for (const detail::LocalPiece& piece : layout.pieces) {
+    if (!piece.stepped) continue;  // Note [Pieces outside the optimizer]: its values alone
     const std::string& name = layout.names[piece.parameter];
     const auto found = group_of.find(name);
     if (found == group_of.end()) {
-      throw SnapshotError("parameter " + name + " is in none of the checkpoint's param groups");
+      throw SnapshotError(
+          "parameter " + name +
+          " is in none of the checkpoint's param groups: the job that saved it left it out of "
+          "its optimizer (frozen?); leave it out of this one too (an optimizer over the "
+          "trainable parameters only), or load the model alone with an empty optimizer_key");
     }
     int64_t& saved = saved_group[piece.group];
     if (saved >= 0 && saved != static_cast<int64_t>(found->second)) {
@@ -184,9 +191,17 @@ void load_distributed_checkpoint(const std::string& directory, TrainingState& st
         if (!item.value().defined()) continue;
         full[item.key()] = reader.read(options.model_key() + "." + item.key());
       }
-      if (!layout.sharded->holds_values()) {
+      if (state.zero_optimizer != nullptr) {  // ZeRO's parameters and those it leaves out, whole
+        std::set<const void*> sharded;
+        for (const at::Tensor& p : state.zero_optimizer->parameters())
+          sharded.insert(p.unsafeGetTensorImpl());
         for (const std::string& name : layout.names) {
           full[name] = reader.read(options.model_key() + "." + name);
+        }
+        for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
+          if (sharded.count(item.value().unsafeGetTensorImpl()) == 0) {
+            full[item.key()] = reader.read(options.model_key() + "." + item.key());
+          }
         }
       }
       for (auto& [name, tensor] : full) {

@@ -15,6 +15,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/formats/dcp.hpp"
 #include "ddp/formats/errors.hpp"
+#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/distributed_checkpoint.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/dcp_layout.hpp"
@@ -79,14 +80,16 @@ json write_rank_file(const std::string& directory, const detail::ShardedLayout& 
   const json description = detail::export_optimizer(layout.sharded->local_optimizer(), tensors);
   json groups = json::array();
   for (const detail::LocalPiece& piece : layout.pieces) {
-    while (groups.size() <= piece.group) groups.push_back(json::array());
-    groups[piece.group].push_back(piece.parameter);
+    if (piece.stepped) {
+      while (groups.size() <= piece.group) groups.push_back(json::array());
+      groups[piece.group].push_back(piece.parameter);
+    }
     if (piece.length == 0 || !layout.writes_pieces) continue;
     const std::string& name = layout.names[piece.parameter];
     const auto& shape = layout.shapes[piece.parameter];
     const at::Tensor values = piece.local.detach().reshape(-1).narrow(0, 0, piece.length);
     write_run(writer, options.model_key() + "." + name, shape, piece.begin, values.cpu());
-    if (options.optimizer_key().empty()) continue;
+    if (options.optimizer_key().empty() || !piece.stepped) continue;
     const std::string state_key = options.optimizer_key() + ".state." + name + ".";
     for (const auto& [field, tensor] :
          detail::optimizer_state_fields(tensors, piece.group, piece.index)) {
@@ -102,11 +105,23 @@ json write_rank_file(const std::string& directory, const detail::ShardedLayout& 
     }
   }
   if (rank == 0 && state.model != nullptr) {
-    for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
-      if (!item.value().defined()) continue;
-      const at::Tensor value = item.value().detach().cpu();
+    auto add_whole = [&](const std::string& name, const at::Tensor& tensor) {
+      const at::Tensor value = tensor.detach().cpu();
       DcpBox whole{std::vector<int64_t>(value.dim(), 0), value.sizes().vec()};
-      writer.add_tensor(options.model_key() + "." + item.key(), value.sizes().vec(), whole, value);
+      writer.add_tensor(options.model_key() + "." + name, value.sizes().vec(), whole, value);
+    };
+    for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
+      if (item.value().defined()) add_whole(item.key(), item.value());
+    }
+    if (state.zero_optimizer != nullptr) {  // the parameters ZeRO leaves out (frozen), whole
+      std::set<const void*> sharded;
+      for (const at::Tensor& p : state.zero_optimizer->parameters())
+        sharded.insert(p.unsafeGetTensorImpl());
+      for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
+        if (sharded.count(item.value().unsafeGetTensorImpl()) == 0) {
+          add_whole(item.key(), item.value());
+        }
+      }
     }
     writer.add_object("epoch", *PyValue::of(state.epoch));
     writer.add_object("step_in_epoch", *PyValue::of(state.step_in_epoch));

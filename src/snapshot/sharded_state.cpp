@@ -55,13 +55,16 @@ std::vector<Slot> slots_of(const torch::optim::Optimizer& optimizer) {
   return slots;
 }
 
-// The local optimizer's parameters, group after group: piece j's tensor is
-// the j-th.
+// The local optimizer's parameters, group after group, then the pieces no
+// optimizer steps (Note [Pieces outside the optimizer]): piece j's tensor
+// is the j-th.
 std::vector<at::Tensor> local_parameters(const parallel::ShardedState& sharded) {
   std::vector<at::Tensor> params;
   for (const auto& group : sharded.local_optimizer().param_groups()) {
     params.insert(params.end(), group.params().begin(), group.params().end());
   }
+  const std::vector<at::Tensor> unstepped = sharded.unstepped_values();
+  params.insert(params.end(), unstepped.begin(), unstepped.end());
   return params;
 }
 
@@ -70,15 +73,16 @@ std::string state_prefix(const Slot& slot) {
 }
 
 // Slot `j` of a shard saved with optimizer `description` (its groups'
-// "params" counts).
-Slot saved_slot(const json& description, size_t j) {
+// "params" counts); none for a piece past them, which no optimizer stepped
+// (Note [Pieces outside the optimizer]).
+std::optional<Slot> saved_slot(const json& description, size_t j) {
   const json& groups = description.at("groups");
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto count = groups[g].at("params").get<size_t>();
-    if (j < count) return {g, j};
+    if (j < count) return Slot{g, j};
     j -= count;
   }
-  throw json::out_of_range::create(401, "a piece past the saved optimizer's parameters", nullptr);
+  return std::nullopt;
 }
 
 // Writes this rank's shard file atomically; returns its pieces as
@@ -149,9 +153,9 @@ ShardRecords shard_records(const parallel::ShardedState& sharded, RowsSaved rows
     pieces.push_back({piece.parameter, piece.begin, piece.length});
     // Note [A shard's pieces]: only the piece's elements, not the padding.
     const int64_t local = locals.at(j).numel();
-    const std::string prefix = state_prefix(slots.at(j));
+    const std::string prefix = j < slots.size() ? state_prefix(slots[j]) : "";
     for (auto it = records.tensors.lower_bound(prefix);
-         it != records.tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+         !prefix.empty() && it != records.tensors.end() && it->first.rfind(prefix, 0) == 0; ++it) {
       if (local != piece.length && it->second.numel() == local) {
         it->second = it->second.reshape({-1}).narrow(0, 0, piece.length);
       }
@@ -320,7 +324,8 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
     for (size_t j = 0; j < mine.size(); ++j) {
       const auto& piece = mine[j];
       const int64_t local = locals.at(j).numel();  // past the piece: zeros
-      const std::string target_prefix = state_prefix(slots.at(j));
+      const bool stepped = j < slots.size();       // Note [Pieces outside the optimizer]
+      const std::string target_prefix = stepped ? state_prefix(slots[j]) : "";
       if (sharded.holds_values()) result.values[j] = at::zeros({local}, locals[j].options());
       std::optional<json> entry;
       bool without_state = false;
@@ -343,9 +348,11 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
               .narrow(0, lo - piece.begin, hi - lo)
               .copy_(found->second.reshape({-1}).narrow(0, lo - old.begin, hi - lo));
         }
-        const Slot from = saved_slot(descriptions[old.rank], old.index);
+        if (!stepped) continue;  // its values alone
+        const std::optional<Slot> from = saved_slot(descriptions[old.rank], old.index);
         const json& old_entry =
-            descriptions[old.rank].at("groups").at(from.group).at("state").at(from.index);
+            from ? descriptions[old.rank].at("groups").at(from->group).at("state").at(from->index)
+                 : json(nullptr);  // saved outside the optimizer: no state
         if (old_entry.is_null()) {
           without_state = true;
           continue;
@@ -355,7 +362,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
                                  ": ", entry->dump(), " and ", old_entry.dump()));
         }
         entry = old_entry;
-        const std::string source_prefix = state_prefix(from);
+        const std::string source_prefix = state_prefix(*from);
         for (auto it = file.tensors.lower_bound(source_prefix);
              it != file.tensors.end() && it->first.rfind(source_prefix, 0) == 0; ++it) {
           if (it->second.numel() != old.length) {
@@ -378,7 +385,7 @@ ShardImport prepare_shard_import(const std::string& source, const json& record,
         fail(base::detail::str("parameter #", piece.parameter,
                                " has optimizer state in some shards and none in others"));
       }
-      states.at(slots.at(j).group).push_back(entry ? *entry : json(nullptr));
+      if (stepped) states.at(slots[j].group).push_back(entry ? *entry : json(nullptr));
     }
     for (int r = 0; descriptions.empty() && r < old_world; ++r) {  // no pieces: options only
       if (lookup(r) != nullptr) shard(r);

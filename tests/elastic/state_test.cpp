@@ -13,6 +13,8 @@
 
 #include "ddp/comm/init.hpp"
 #include "ddp/elastic.hpp"
+#include "ddp/parallel/fully_sharded_data_parallel.hpp"
+#include "ddp/parallel/fully_sharded_state.hpp"
 #include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/errors.hpp"
 
@@ -220,6 +222,48 @@ TEST(ElasticState, AShardedOptimizerIsCommittedAndRestoredInAGroupOfOne) {
   train();
   expect_equal(t.parameters(), replayed);
   EXPECT_EQ(state.commits(), 1);
+}
+
+// FSDP with a frozen layer outside the optimizer (Note [Pieces outside the
+// optimizer]): the commit keeps the frozen layer's shard, which exists
+// nowhere else, and restore() brings it back with the trained ones.
+TEST(ElasticState, FullyShardedWithAFrozenLayerOutsideTheOptimizerComesBack) {
+  torch::manual_seed(40);
+  torch::nn::Sequential net(torch::nn::Linear(4, 6), torch::nn::Tanh(), torch::nn::Linear(6, 3));
+  for (auto& p : net[0]->parameters()) p.requires_grad_(false);
+  auto group = init(InitOptions(), EnvironmentMap{});
+  FullyShardedDataParallel model(net, group);
+  std::vector<at::Tensor> trainable;
+  for (const auto& p : model->parameters()) {
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  ASSERT_EQ(trainable.size(), 2U);
+  torch::optim::Adam adam(trainable, 0.01);
+  FullyShardedState sharded(model, adam);
+  snapshot::TrainingState training;
+  training.model = model->module().get();
+  training.fully_sharded = &sharded;
+  State state(training);
+  auto train = [&] {
+    adam.zero_grad();
+    model->forward(torch::ones({2, 4})).pow(2).sum().backward();
+    adam.step();
+  };
+  auto full = [&] {
+    std::vector<at::Tensor> values;
+    for (const auto& item : model->full_parameters()) values.push_back(item.value());
+    return values;
+  };
+  train();
+  state.commit();
+  const auto committed = full();
+  train();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(1);  // the frozen shard too
+  }
+  state.restore();
+  expect_equal(full(), committed);
 }
 
 }  // namespace

@@ -31,6 +31,11 @@ machine.
       One process loads DIR/consolidated.pt into a plain model and AdamW
       with load_state_dict, trains 4 steps on DIR/batches.pt and saves the
       parameters to DIR/python-export-final.pt.
+
+A last argument "frozen" to save, load or continue-export freezes the first
+Linear and gives AdamW the trainable parameters only, as PyTorch's
+fine-tuning recipes do (frozen_optimizer_checks.hpp, whose files DIR then
+holds).
 """
 
 import os
@@ -54,16 +59,22 @@ class CallCounter(nn.Module):
         return x
 
 
+FROZEN = sys.argv[-1] == "frozen"
+
+
 def make_net(seed):
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(7, 13), CallCounter(), nn.ReLU(), nn.Linear(13, 9), nn.Tanh(),
-                         nn.Linear(9, 5))
+    net = nn.Sequential(nn.Linear(7, 13), CallCounter(), nn.ReLU(), nn.Linear(13, 9), nn.Tanh(),
+                        nn.Linear(9, 5))
+    if FROZEN:
+        net[0].requires_grad_(False)
+    return net
 
 
 def make_optimizer(model, groups=2):
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if groups == 1:
-        return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    named = list(model.named_parameters())
+        return torch.optim.AdamW([p for _, p in named], lr=1e-2, weight_decay=0.1)
     decay = [p for n, p in named if not n.endswith("bias")]
     no_decay = [p for n, p in named if n.endswith("bias")]
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},

@@ -16,6 +16,7 @@
 #include "common/torch_python.hpp"
 #include "ddp/formats/torch_file.hpp"
 #include "ddp/launch/child_process.hpp"
+#include "multiprocess/frozen_optimizer_checks.hpp"
 #include "multiprocess/fsdp_dcp_checks.hpp"
 #include "multiprocess/harness.hpp"
 
@@ -166,6 +167,68 @@ TEST(SnapshotDcpInterop, FreshPyTorchCheckpointsLoadAtOneTwoAndThree) {
   const launch::ChildResult r = run_peer({"save", directory.string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int world : {1, 2, 3}) run_fsdp_dcp(world, "load-pytorch", directory.string());
+}
+
+// Issue 71 point 2: the first Linear frozen and the optimizer over the
+// trainable parameters only (frozen_optimizer_checks.hpp), under FSDP,
+// ZeRO-2 and DDP, saved at 2 ranks and resumed at 1, 2 and 3.
+void run_frozen(int world, const std::string& phase, const std::string& directory) {
+  auto results = run_ranks(world, {"frozen-optimizer", "--phase", phase, "--directory", directory,
+                                   "--backend", "gloo", "--collective-timeout-ms", "60000"});
+  for (const auto& r : results) EXPECT_FALSE(r.killed_at_deadline) << describe(results);
+  expect_checks_per_rank(results,
+                         [&](int rank) { return frozen_optimizer_check_names(phase, rank); });
+}
+
+TEST(SnapshotTrainableOnly, SavedAtTwoRanksResumesEveryWayAtOneTwoAndThree) {
+  const TemporaryDirectory directory("ddp-trainable-only-");
+  run_frozen(2, "save", directory.string());
+  for (int world : {1, 2, 3}) run_frozen(world, "resume", directory.string());
+}
+
+// PyTorch loads ddp's checkpoints (FSDP's, ZeRO's) at 1 and 3 ranks into a
+// plain model with the same layer frozen and AdamW over the rest, and the
+// consolidated export in one process, and trains on to one process's 8
+// steps as ddp does.
+TEST(SnapshotTrainableOnly, PyTorchLoadsDdpsCheckpointsAndExportAndTrainsOnAlike) {
+  SKIP_WITHOUT_DCP();
+  const TemporaryDirectory directory("ddp-trainable-only-interop-");
+  const std::string dir = directory.string();
+  run_frozen(2, "save", dir);
+  for (const std::string sharding : {"fsdp", "zero"}) {
+    const bool zero = sharding == "zero";
+    const auto ddp_final = read_list(dir + (zero ? "/ddp-zero-final.pt" : "/ddp-final-1.pt"));
+    for (int world : {1, 3}) {
+      const launch::ChildResult r =
+          run_peer({"load", dir, std::to_string(world), sharding, "frozen"});
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
+      const auto python_final = read_list(dir + (zero ? "/python-zero-final-" : "/python-final-") +
+                                          std::to_string(world) + ".pt");
+      ASSERT_EQ(python_final.size(), ddp_final.size());
+      const double worst = worst_difference(python_final, ddp_final);
+      std::cout << "PyTorch at " << world << " rank(s) from ddp's trainable-only " << sharding
+                << " checkpoint: largest difference from one process " << worst << std::endl;
+      EXPECT_LT(worst, 1e-5);
+    }
+  }
+  const launch::ChildResult continued = run_peer({"continue-export", dir, "frozen"});
+  ASSERT_EQ(continued.exit_code, 0) << continued.output;
+  const auto python_final = read_list(dir + "/python-export-final.pt");
+  const auto ddp_final = read_list(dir + "/ddp-final-1.pt");
+  ASSERT_EQ(python_final.size(), ddp_final.size());
+  const double worst = worst_difference(python_final, ddp_final);
+  std::cout << "PyTorch from the trainable-only consolidated export: largest difference " << worst
+            << std::endl;
+  EXPECT_LT(worst, 1e-5);
+}
+
+TEST(SnapshotTrainableOnly, PyTorchsCheckpointsLoadAtOneTwoAndThree) {
+  SKIP_WITHOUT_DCP();
+  const TemporaryDirectory directory("ddp-trainable-only-pytorch-");
+  const launch::ChildResult r = run_peer({"save", directory.string(), "frozen"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int world : {1, 2, 3}) run_frozen(world, "load-pytorch", directory.string());
 }
 
 }  // namespace

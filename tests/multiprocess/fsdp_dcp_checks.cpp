@@ -30,18 +30,6 @@ using namespace fsdp_snapshot_model;  // NOLINT(google-build-using-namespace)
 using formats::PyRef;
 using formats::PyValue;
 
-std::vector<torch::Tensor> tensors_of(const PyValue& list) {
-  std::vector<torch::Tensor> tensors;
-  for (const auto& item : list.items) tensors.push_back(item->tensor);
-  return tensors;
-}
-
-bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  bool equal = a.size() == b.size();
-  for (size_t i = 0; equal && i < a.size(); ++i) equal = torch::equal(a[i], b[i]);
-  return equal;
-}
-
 // A unit per entry, or one unit; sharded within each row of `mesh` if any.
 FullyShardedDataParallelOptions units(bool unit_per_entry, std::shared_ptr<DeviceMesh> mesh) {
   auto options = unit_per_entry ? FullyShardedDataParallelOptions()

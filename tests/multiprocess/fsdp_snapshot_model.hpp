@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/formats/py_value.hpp"
+
 namespace ddp::testing::fsdp_snapshot_model {
 
 namespace nn = torch::nn;
@@ -43,6 +45,25 @@ inline nn::Sequential make_net(uint64_t seed) {
                         nn::Linear(9, 5));
 }
 
+// The fine-tuning recipe: the first Linear frozen (its own unit under
+// FSDP's default policy), the optimizer over the trainable parameters only
+// (frozen_optimizer_checks.cpp; dcp_peer.py's "frozen").
+inline nn::Sequential make_frozen_net(uint64_t seed) {
+  nn::Sequential net = make_net(seed);
+  for (auto& p : net[0]->parameters()) p.requires_grad_(false);
+  return net;
+}
+
+// The parameters of `named` that require a gradient.
+inline torch::OrderedDict<std::string, torch::Tensor> trainable(
+    const torch::OrderedDict<std::string, torch::Tensor>& named) {
+  torch::OrderedDict<std::string, torch::Tensor> result;
+  for (const auto& item : named) {
+    if (item.value().requires_grad()) result.insert(item.key(), item.value());
+  }
+  return result;
+}
+
 inline optim::AdamWOptions adamw_options() { return optim::AdamWOptions(1e-2).weight_decay(0.1); }
 
 // A transformer recipe's two param groups: weight decay on the weights,
@@ -67,6 +88,19 @@ inline std::vector<torch::Tensor> values_of(
   std::vector<torch::Tensor> values;
   for (const auto& item : dict) values.push_back(item.value());
   return values;
+}
+
+// The tensors of a list read from a torch.save file.
+inline std::vector<torch::Tensor> tensors_of(const formats::PyValue& list) {
+  std::vector<torch::Tensor> tensors;
+  for (const auto& item : list.items) tensors.push_back(item->tensor);
+  return tensors;
+}
+
+inline bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  bool equal = a.size() == b.size();
+  for (size_t i = 0; equal && i < a.size(); ++i) equal = torch::equal(a[i], b[i]);
+  return equal;
 }
 
 }  // namespace ddp::testing::fsdp_snapshot_model

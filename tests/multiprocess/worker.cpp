@@ -32,6 +32,9 @@
 //   powersgd     the PowerSGD comm hook (2 ranks)
 //   zero         ZeroRedundancyOptimizer against plain DDP
 //   zero-snapshot  ZeroRedundancyOptimizer snapshots (--phase save|resume --directory D)
+//   frozen-optimizer  an optimizer over the trainable parameters only, under
+//                FSDP, ZeRO-2 and DDP (--phase save|resume|load-pytorch
+//                --directory D; frozen_optimizer_checks.hpp)
 //   full-disk    every writer on a disk that fills or fails under it
 //                (--phase enospc|eio --directory D; full_disk_checks.hpp)
 //   fsdp-snapshot  FullyShardedDataParallel snapshots (--phase save|save-async|resume,
@@ -67,6 +70,7 @@
 #include "multiprocess/collective_memory_checks.hpp"
 #include "multiprocess/ddp_checks.hpp"
 #include "multiprocess/disagreement_checks.hpp"
+#include "multiprocess/frozen_optimizer_checks.hpp"
 #include "multiprocess/fsdp_checks.hpp"
 #include "multiprocess/fsdp_construction_checks.hpp"
 #include "multiprocess/fsdp_dcp_checks.hpp"
@@ -304,6 +308,9 @@ int main(int argc, char** argv) {
         })},
        {"fsdp-dcp", checking([](const Group& g, const Arguments& args) {
           return t::check_fsdp_dcp(g, args.phase, args.directory);
+        })},
+       {"frozen-optimizer", checking([](const Group& g, const Arguments& args) {
+          return t::check_frozen_optimizer(g, args.phase, args.directory);
         })},
        {"full-disk", checking([](const Group& g, const Arguments& args) {
           return t::check_full_disk(g, args.phase, args.directory);

@@ -35,10 +35,12 @@ namespace ddp::parallel {
 /// FullyShardedDataParallel's shards and the optimizer that steps them.
 class FullyShardedState final : public ShardedState {
  public:
-  /// `optimizer` must hold each of `model`'s parameters() (this rank's
-  /// pieces) once, in any param groups and order; both must outlive this
-  /// object.
-  /// \throws ConfigError naming a parameter missing, held twice, or foreign.
+  /// `optimizer` holds `model`'s parameters() (this rank's pieces), each at
+  /// most once, in any param groups and order: every one, or the trainable
+  /// ones only, as PyTorch's fine-tuning recipes do (those it leaves out
+  /// are saved as values, Note [Pieces outside the optimizer]). Both must
+  /// outlive this object.
+  /// \throws ConfigError naming a parameter held twice, or a foreign one.
   FullyShardedState(const FullyShardedDataParallel& model, torch::optim::Optimizer& optimizer);
 
   /// The world the model was made over.
@@ -50,12 +52,13 @@ class FullyShardedState final : public ShardedState {
   std::vector<int64_t> numels() const override { return numels_; }
   std::vector<std::string> names() const override { return names_; }
   std::vector<std::vector<int64_t>> shapes() const override { return shapes_; }
-  /// One piece per parameter of the optimizer: the run of its elements
-  /// this rank holds (often none).
+  /// One piece per parameter of the optimizer, then one per parameter it
+  /// leaves out: the run of its elements this rank holds (often none).
   std::vector<Piece> pieces() const override { return pieces_; }
   torch::optim::Optimizer& local_optimizer() override { return optimizer_; }
   const torch::optim::Optimizer& local_optimizer() const override { return optimizer_; }
   bool holds_values() const override { return true; }
+  std::vector<at::Tensor> unstepped_values() const override { return unstepped_; }
 
  private:
   std::shared_ptr<FullyShardedDataParallelImpl> model_;
@@ -64,6 +67,7 @@ class FullyShardedState final : public ShardedState {
   std::vector<std::string> names_;
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<Piece> pieces_;
+  std::vector<at::Tensor> unstepped_;
 };
 
 }  // namespace ddp::parallel

@@ -17,6 +17,18 @@
 /// save each piece's elements and nothing of the padding, so a job resumes
 /// at any world size by cutting its new pieces out of the saved ones.
 ///
+/// Note [Pieces outside the optimizer]
+/// PyTorch's fine-tuning recipes give the optimizer the trainable
+/// parameters only (`AdamW(p for p in model.parameters() if
+/// p.requires_grad)`). Where the parameters live only in the shards
+/// (holds_values()), the pieces of those left out still have to be saved:
+/// they follow the optimizer's pieces, their tensors are
+/// unstepped_values(), and they are saved and restored as values alone,
+/// with no optimizer state. A piece stepped when it was saved and not when
+/// it is loaded drops its state; one loaded into an optimizer that steps
+/// it starts without state, as a parameter newly given to a PyTorch
+/// optimizer does.
+///
 /// Note [Replicated shards]
 /// A hybrid-sharded state (FullyShardedDataParallelOptions::device_mesh)
 /// is sharded over rows of shard_size() consecutive ranks of group(), each
@@ -69,7 +81,8 @@ class ShardedState {
   virtual std::vector<std::string> names() const { return {}; }
   virtual std::vector<std::vector<int64_t>> shapes() const { return {}; }
   /// This rank's pieces, in the order of local_optimizer()'s parameters,
-  /// group after group (Note [A shard's pieces]).
+  /// group after group (Note [A shard's pieces]), then those of
+  /// unstepped_values() (Note [Pieces outside the optimizer]).
   virtual std::vector<Piece> pieces() const = 0;
   /// The optimizer over this rank's pieces, in one or more param groups.
   virtual torch::optim::Optimizer& local_optimizer() = 0;
@@ -78,6 +91,9 @@ class ShardedState {
   /// it (the parameters exist nowhere else); then local_optimizer()'s
   /// parameters are those values.
   virtual bool holds_values() const { return false; }
+  /// Where holds_values(): the local tensors of the pieces no optimizer
+  /// steps, in the order pieces() lists them after the optimizer's.
+  virtual std::vector<at::Tensor> unstepped_values() const { return {}; }
 };
 
 }  // namespace ddp::parallel

@@ -41,14 +41,11 @@ FullyShardedState::FullyShardedState(const FullyShardedDataParallel& model,
       pieces_.push_back({found->second, of[found->second].begin, param.numel()});
     }
   }
+  // Note [Pieces outside the optimizer]: frozen ones, left out.
   for (size_t p = 0; p < named.size(); ++p) {
-    if (!seen[p]) {
-      throw ConfigError(base::detail::str(
-          "FullyShardedState: the optimizer does not hold '", names_[p],
-          "'; its values live only in the shards, so a snapshot must save it: give the "
-          "optimizer every one of model->parameters() (frozen ones too: they get no gradient "
-          "and are not stepped)"));
-    }
+    if (seen[p]) continue;
+    pieces_.push_back({p, of[p].begin, named[p].value().numel()});
+    unstepped_.push_back(named[p].value());
   }
 }
 
