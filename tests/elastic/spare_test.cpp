@@ -3,14 +3,17 @@
 // instead of a new process, receives the survivors' commit, and the job
 // ends bit-identical to an uninterrupted run without spares. Spares that
 // were not needed end with the job; a program that calls ddp::init() itself
-// is named once and gets no more spares.
+// is named once and gets no more spares; a worker whose snapshot cannot be
+// written gets none either.
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "common/temporary_directory.hpp"
 #include "elastic/recovery_job.hpp"
 
 namespace ddp::launch {
@@ -122,6 +125,30 @@ TEST(ElasticSpares, ProgramWithoutElasticRunIsNamed) {
   EXPECT_EQ(count(r.output, "ddprun: starting no more spares: one ended before it was ready"), 1)
       << r.output;
   EXPECT_EQ(count(r.output, "attempt 0: sum of ranks 1"), 2) << r.output;
+}
+
+// Issue 71 point 1: a worker that ends with a SnapshotError (exit 9: its
+// snapshot cannot be written) is not handed to a spare, which would meet
+// the same disk; ddprun ends the job at once, naming the failure, as it
+// does without spares (LauncherRestarts.SnapshotErrorEndsTheJobWithoutARestartLoop).
+TEST(ElasticSpares, ASnapshotErrorIsNotHandedToASpare) {
+  const ddp::testing::TemporaryDirectory snapshots("ddprun-spare-eio-");
+  const std::string dir = snapshots.string();
+  std::ofstream(dir + "/.fail-writes") << "armed";
+  ChildSpec spec =
+      toy_job(0, {"--spares", "1"}, {"--snapshot-dir", dir, "--save-every-steps", "4"});
+  spec.env = {{"LD_PRELOAD", DDP_TEST_FAILING_WRITES},
+              {"DDP_TEST_FAIL_WRITES_UNDER", dir},
+              {"DDP_TEST_FAIL_WRITES_AT", "0"}};
+  const ChildResult r = run_children({spec}, 150s).at(0);
+  const std::string& output = r.output;
+  EXPECT_EQ(r.exit_code, 1) << output;
+  ASSERT_FALSE(started_spares(output).empty()) << output;  // a spare was there to take it
+  EXPECT_TRUE(contains(output, "ended with exit 9: ")) << output;
+  EXPECT_TRUE(contains(output, "; not restarting (a snapshot that cannot be written or read"))
+      << output;
+  EXPECT_FALSE(contains(output, "takes rank")) << output;
+  EXPECT_FALSE(contains(output, "generation 1")) << output;
 }
 
 TEST(ElasticSpareOptions, SparesNeedRecoveryInMemory) {
