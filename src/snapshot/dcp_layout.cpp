@@ -117,6 +117,13 @@ ShardedLayout sharded_layout(const TrainingState& state, const char* what) {
       }
       layout.names.push_back(found->second);
       layout.shapes.push_back(p.sizes().vec());
+      name_of.erase(found);
+    }
+    // Note [Pieces outside the optimizer]: the rest, frozen, whole.
+    for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
+      if (name_of.count(item.value().unsafeGetTensorImpl()) != 0) {
+        layout.whole.push_back(item.key());
+      }
     }
   }
   const std::vector<parallel::ShardedState::Piece> pieces = sharded.pieces();

@@ -62,6 +62,9 @@ struct ShardedLayout {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<LocalPiece> pieces;
+  /// The model's parameters a ZeroRedundancyOptimizer leaves out (frozen
+  /// ones), which rank 0 saves whole and every rank loads whole.
+  std::vector<std::string> whole;
   /// Whether this rank writes its pieces: not in a row other than the first
   /// of a replicated state (Note [Replicated shards]), which reads them all
   /// the same.

@@ -8,14 +8,12 @@
 
 #include <exception>
 #include <map>
-#include <set>
 
 #include "base/str.hpp"
 #include "comm/byte_exchange.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "ddp/formats/dcp.hpp"
 #include "ddp/formats/errors.hpp"
-#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/distributed_checkpoint.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/dcp_layout.hpp"
@@ -191,16 +189,10 @@ void load_distributed_checkpoint(const std::string& directory, TrainingState& st
         if (!item.value().defined()) continue;
         full[item.key()] = reader.read(options.model_key() + "." + item.key());
       }
-      if (state.zero_optimizer != nullptr) {  // ZeRO's parameters and those it leaves out, whole
-        std::set<const void*> sharded;
-        for (const at::Tensor& p : state.zero_optimizer->parameters())
-          sharded.insert(p.unsafeGetTensorImpl());
-        for (const std::string& name : layout.names) {
-          full[name] = reader.read(options.model_key() + "." + name);
-        }
-        for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
-          if (sharded.count(item.value().unsafeGetTensorImpl()) == 0) {
-            full[item.key()] = reader.read(options.model_key() + "." + item.key());
+      if (!layout.sharded->holds_values()) {  // ZeRO: its parameters and the frozen ones, whole
+        for (const auto* names : {&layout.names, &layout.whole}) {
+          for (const std::string& name : *names) {
+            full[name] = reader.read(options.model_key() + "." + name);
           }
         }
       }

@@ -15,7 +15,6 @@
 #include "ddp/comm/process_group.hpp"
 #include "ddp/formats/dcp.hpp"
 #include "ddp/formats/errors.hpp"
-#include "ddp/parallel/zero_redundancy_optimizer.hpp"
 #include "ddp/snapshot/distributed_checkpoint.hpp"
 #include "ddp/snapshot/errors.hpp"
 #include "snapshot/dcp_layout.hpp"
@@ -113,16 +112,8 @@ json write_rank_file(const std::string& directory, const detail::ShardedLayout& 
     for (const auto& item : state.model->named_buffers(/*recurse=*/true)) {
       if (item.value().defined()) add_whole(item.key(), item.value());
     }
-    if (state.zero_optimizer != nullptr) {  // the parameters ZeRO leaves out (frozen), whole
-      std::set<const void*> sharded;
-      for (const at::Tensor& p : state.zero_optimizer->parameters())
-        sharded.insert(p.unsafeGetTensorImpl());
-      for (const auto& item : state.model->named_parameters(/*recurse=*/true)) {
-        if (sharded.count(item.value().unsafeGetTensorImpl()) == 0) {
-          add_whole(item.key(), item.value());
-        }
-      }
-    }
+    const auto parameters = state.model->named_parameters(/*recurse=*/true);
+    for (const std::string& name : layout.whole) add_whole(name, *parameters.find(name));
     writer.add_object("epoch", *PyValue::of(state.epoch));
     writer.add_object("step_in_epoch", *PyValue::of(state.step_in_epoch));
   }
