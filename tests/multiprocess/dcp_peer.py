@@ -15,13 +15,15 @@ machine.
       DIR/pt-fsdp1; the next 2 steps' batches and the parameters before and
       after them go to DIR/pt-<variant>-ref.pt (the C++ side loads the
       checkpoint, trains the same 2 steps and compares).
-  dcp_peer.py load DIR WORLD [fsdp|zero]
+  dcp_peer.py load DIR WORLD [fsdp|zero] [into-fsdp1]
       WORLD ranks load ddp's checkpoint DIR/dcp into a plain model and
       AdamW (get_state_dict, dcp.load, set_state_dict), train 4 steps on
       DIR/batches.pt and save the parameters to DIR/python-final-WORLD.pt;
       prints "epoch E step S" as loaded. With "zero": DIR/dcp-zero, which
       ddp's ZeroRedundancyOptimizer saved with AdamW in one group, into
-      DIR/python-zero-final-WORLD.pt.
+      DIR/python-zero-final-WORLD.pt. With "into-fsdp1": into FSDP1 (a
+      unit per Linear, every rank the whole batch) instead of a plain
+      model, into DIR/python-fsdp1-final-WORLD.pt.
   dcp_peer.py compare-export DIR
       dcp_to_torch_save(DIR/dcp, DIR/dcp-as-torch.pt), compared tensor for
       tensor with ddp's consolidated export of the same state
@@ -103,15 +105,20 @@ def full_parameters(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def save_rank(rank, world, store_path, directory):
-    init(rank, world, store_path)
+def wrap_fsdp1(model):
+    # PyTorch 2.6's FSDP1 trains on CPU over Gloo with device_id=cpu.
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    return FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
+                auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))
+
+
+def save_rank(rank, world, store_path, directory):
+    init(rank, world, store_path)
     for variant in ("plain", "fsdp1"):
         model = make_net(31)
         if variant == "fsdp1":
-            model = FSDP(model, device_id=torch.device("cpu"), use_orig_params=True,
-                         auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))
+            model = wrap_fsdp1(model)
         optimizer = make_optimizer(model)
         torch.manual_seed(900)
         batches = [(torch.randn(12, 7), torch.randn(12, 5)) for _ in range(4)]
@@ -138,9 +145,11 @@ def save_rank(rank, world, store_path, directory):
     dist.destroy_process_group()
 
 
-def load_rank(rank, world, store_path, directory, zero):
+def load_rank(rank, world, store_path, directory, zero, fsdp1):
     init(rank, world, store_path)
     model = make_net(5)
+    if fsdp1:
+        model = wrap_fsdp1(model)
     optimizer = make_optimizer(model, 1 if zero else 2)
     msd, osd = get_state_dict(model, optimizer)
     loaded = {"model": msd, "optim": osd, "epoch": 0, "step_in_epoch": 0}
@@ -149,11 +158,11 @@ def load_rank(rank, world, store_path, directory, zero):
     batches = torch.load(os.path.join(directory, "batches.pt"))
     for i in range(0, len(batches), 2):
         step(model, optimizer, batches[i], batches[i + 1])
+    params = full_parameters(model)  # under FSDP1 a collective
     if rank == 0:
         print("epoch %d step %d" % (loaded["epoch"], loaded["step_in_epoch"]))
-        torch.save([p.detach().clone() for p in model.parameters()],
-                   os.path.join(directory,
-                                "python-%sfinal-%d.pt" % ("zero-" if zero else "", world)))
+        kind = "zero-" if zero else "fsdp1-" if fsdp1 else ""
+        torch.save(params, os.path.join(directory, "python-%sfinal-%d.pt" % (kind, world)))
     dist.destroy_process_group()
 
 
@@ -203,7 +212,8 @@ def main():
     elif command == "load":
         world = int(sys.argv[3])
         zero = len(sys.argv) > 4 and sys.argv[4] == "zero"
-        mp.spawn(load_rank, args=(world, store_path, directory, zero), nprocs=world)
+        fsdp1 = "into-fsdp1" in sys.argv[5:]
+        mp.spawn(load_rank, args=(world, store_path, directory, zero, fsdp1), nprocs=world)
     elif command == "compare-export":
         compare_export(directory)
     elif command == "continue-export":

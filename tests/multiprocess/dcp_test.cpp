@@ -187,9 +187,9 @@ TEST(SnapshotTrainableOnly, SavedAtTwoRanksResumesEveryWayAtOneTwoAndThree) {
 }
 
 // PyTorch loads ddp's checkpoints (FSDP's, ZeRO's) at 1 and 3 ranks into a
-// plain model with the same layer frozen and AdamW over the rest, and the
-// consolidated export in one process, and trains on to one process's 8
-// steps as ddp does.
+// plain model with the same layer frozen and AdamW over the rest, FSDP's
+// into FSDP1 too, and the consolidated export in one process, and trains
+// on to one process's 8 steps as ddp does.
 TEST(SnapshotTrainableOnly, PyTorchLoadsDdpsCheckpointsAndExportAndTrainsOnAlike) {
   SKIP_WITHOUT_DCP();
   const TemporaryDirectory directory("ddp-trainable-only-interop-");
@@ -212,10 +212,26 @@ TEST(SnapshotTrainableOnly, PyTorchLoadsDdpsCheckpointsAndExportAndTrainsOnAlike
       EXPECT_LT(worst, 1e-5);
     }
   }
+  // Into PyTorch's FSDP1 (the frozen Linear a unit of its own) as well.
+  const auto ddp_final = read_list(dir + "/ddp-final-1.pt");
+  for (int world : {1, 3}) {
+    const launch::ChildResult r =
+        run_peer({"load", dir, std::to_string(world), "fsdp", "into-fsdp1", "frozen"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
+    const auto python_final =
+        read_list(dir + "/python-fsdp1-final-" + std::to_string(world) + ".pt");
+    ASSERT_EQ(python_final.size(), ddp_final.size());
+    const double worst = worst_difference(python_final, ddp_final);
+    std::cout << "PyTorch FSDP1 at " << world
+              << " rank(s) from ddp's trainable-only checkpoint: largest difference from one "
+                 "process "
+              << worst << std::endl;
+    EXPECT_LT(worst, 1e-5);
+  }
   const launch::ChildResult continued = run_peer({"continue-export", dir, "frozen"});
   ASSERT_EQ(continued.exit_code, 0) << continued.output;
   const auto python_final = read_list(dir + "/python-export-final.pt");
-  const auto ddp_final = read_list(dir + "/ddp-final-1.pt");
   ASSERT_EQ(python_final.size(), ddp_final.size());
   const double worst = worst_difference(python_final, ddp_final);
   std::cout << "PyTorch from the trainable-only consolidated export: largest difference " << worst
