@@ -180,6 +180,17 @@ void run_frozen(int world, const std::string& phase, const std::string& director
                          [&](int rank) { return frozen_optimizer_check_names(phase, rank); });
 }
 
+// The parameters PyTorch ended with (`python_path`) against ddp's
+// `expected`, to 1e-5; prints the largest difference, naming `what`.
+void expect_python_matches(const std::string& python_path, const std::vector<at::Tensor>& expected,
+                           const std::string& what) {
+  const auto python_final = read_list(python_path);
+  ASSERT_EQ(python_final.size(), expected.size());
+  const double worst = worst_difference(python_final, expected);
+  std::cout << what << ": largest difference from one process " << worst << std::endl;
+  EXPECT_LT(worst, 1e-5);
+}
+
 TEST(SnapshotTrainableOnly, SavedAtTwoRanksResumesEveryWayAtOneTwoAndThree) {
   const TemporaryDirectory directory("ddp-trainable-only-");
   run_frozen(2, "save", directory.string());
@@ -203,13 +214,11 @@ TEST(SnapshotTrainableOnly, PyTorchLoadsDdpsCheckpointsAndExportAndTrainsOnAlike
           run_peer({"load", dir, std::to_string(world), sharding, "frozen"});
       ASSERT_EQ(r.exit_code, 0) << r.output;
       EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
-      const auto python_final = read_list(dir + (zero ? "/python-zero-final-" : "/python-final-") +
-                                          std::to_string(world) + ".pt");
-      ASSERT_EQ(python_final.size(), ddp_final.size());
-      const double worst = worst_difference(python_final, ddp_final);
-      std::cout << "PyTorch at " << world << " rank(s) from ddp's trainable-only " << sharding
-                << " checkpoint: largest difference from one process " << worst << std::endl;
-      EXPECT_LT(worst, 1e-5);
+      expect_python_matches(
+          dir + (zero ? "/python-zero-final-" : "/python-final-") + std::to_string(world) + ".pt",
+          ddp_final,
+          "PyTorch at " + std::to_string(world) + " rank(s) from ddp's trainable-only " + sharding +
+              " checkpoint");
     }
   }
   // Into PyTorch's FSDP1 (the frozen Linear a unit of its own) as well.
@@ -219,24 +228,14 @@ TEST(SnapshotTrainableOnly, PyTorchLoadsDdpsCheckpointsAndExportAndTrainsOnAlike
         run_peer({"load", dir, std::to_string(world), "fsdp", "into-fsdp1", "frozen"});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("epoch 1 step 4"), std::string::npos) << r.output;
-    const auto python_final =
-        read_list(dir + "/python-fsdp1-final-" + std::to_string(world) + ".pt");
-    ASSERT_EQ(python_final.size(), ddp_final.size());
-    const double worst = worst_difference(python_final, ddp_final);
-    std::cout << "PyTorch FSDP1 at " << world
-              << " rank(s) from ddp's trainable-only checkpoint: largest difference from one "
-                 "process "
-              << worst << std::endl;
-    EXPECT_LT(worst, 1e-5);
+    expect_python_matches(dir + "/python-fsdp1-final-" + std::to_string(world) + ".pt", ddp_final,
+                          "PyTorch FSDP1 at " + std::to_string(world) +
+                              " rank(s) from ddp's trainable-only checkpoint");
   }
   const launch::ChildResult continued = run_peer({"continue-export", dir, "frozen"});
   ASSERT_EQ(continued.exit_code, 0) << continued.output;
-  const auto python_final = read_list(dir + "/python-export-final.pt");
-  ASSERT_EQ(python_final.size(), ddp_final.size());
-  const double worst = worst_difference(python_final, ddp_final);
-  std::cout << "PyTorch from the trainable-only consolidated export: largest difference " << worst
-            << std::endl;
-  EXPECT_LT(worst, 1e-5);
+  expect_python_matches(dir + "/python-export-final.pt", ddp_final,
+                        "PyTorch from the trainable-only consolidated export");
 }
 
 TEST(SnapshotTrainableOnly, PyTorchsCheckpointsLoadAtOneTwoAndThree) {
