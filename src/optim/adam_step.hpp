@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "base/compat/torch_compat.hpp"
+#include "base/mapped_tensor.hpp"
 #include "optim/adam_kernel.hpp"
 
 namespace ddp::optim::detail {
@@ -76,13 +77,14 @@ bool fused_adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups,
       if (!grad.defined()) continue;
       const auto key = base::compat::optimizer_state_key(p);
       auto found = states.find(key);
-      if (found == states.end()) {  // as LibTorch: zeros laid out as the parameter
+      if (found == states.end()) {
+        // As LibTorch: zeros laid out as the parameter; they live for the
+        // job, outside the heap (Note [Long-lived buffers outside the heap]).
         auto state = std::make_unique<State>();
         state->step(0);
-        state->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        state->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        if (options.amsgrad())
-          state->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        state->exp_avg(base::detail::mapped_zeros_like(p));
+        state->exp_avg_sq(base::detail::mapped_zeros_like(p));
+        if (options.amsgrad()) state->max_exp_avg_sq(base::detail::mapped_zeros_like(p));
         found = states.emplace(key, std::move(state)).first;
       }
       auto& state = static_cast<State&>(*found->second);

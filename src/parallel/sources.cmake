@@ -25,6 +25,7 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/fully_sharded/active_forward.cpp
   ${parallel}/fully_sharded/sharded_construction.cpp
   ${parallel}/fully_sharded/sharded_unit.cpp
+  ${parallel}/fully_sharded/sharded_unit_gradient.cpp
   ${parallel}/fully_sharded/buffer_pool.cpp
   ${parallel}/fully_sharded/sharded_placeholder.cpp
   ${parallel}/fully_sharded/unit_schedule.cpp

@@ -17,8 +17,8 @@ inline const std::string kAllGather =
     "an all-gather of 16 MiB per rank raises the peak RSS by at most 2 MiB beyond its input and "
     "output (no staging copy of the output)";
 inline const std::string kReduceScatter =
-    "a reduce-scatter of N x 16 MiB raises the peak RSS by at most min(N - 2, 2) chunks of "
-    "16 MiB and 2 MiB beyond its input and output (no receive buffer of the input's size), and "
+    "a reduce-scatter of N x 16 MiB raises the peak RSS by at most one chunk of 16 MiB from 3 "
+    "ranks on and 2 MiB beyond its input and output (no receive buffer of the input's size), and "
     "its sum is right";
 }  // namespace collective_memory_check
 

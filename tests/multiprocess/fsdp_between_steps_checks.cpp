@@ -52,6 +52,7 @@ class BetweenStepsChecker {
   int run() {
     module_between_steps();
     raw_storage_layers();
+    kept_gradient();
     return checks_.failed();
   }
 
@@ -192,6 +193,59 @@ class BetweenStepsChecker {
     }
     checks_.check(check::kRawStorageLayers, failures.empty(),
                   failures.empty() ? "" : failures.front());
+  }
+
+  // Note [Long-lived buffers outside the heap]: a piece whose .grad is none
+  // gets its gradient in the tensor it had last, unless the caller still
+  // holds that one.
+  void kept_gradient() {
+    torch::manual_seed(33);
+    fsdp_paths::Blocks reference_model(3);
+    torch::optim::SGD reference_optimizer(reference_model->parameters(),
+                                          torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::manual_seed(33 + rank_);
+    fsdp_paths::Blocks local(3);
+    FullyShardedDataParallel model(
+        local, FullyShardedDataParallelOptions().wrap_policy(wrap_by_type<nn::LinearImpl>()),
+        group_);
+    const std::vector<Tensor> pieces = model->parameters();
+    torch::optim::SGD optimizer(pieces, torch::optim::SGDOptions(0.1).momentum(0.9));
+    auto set_to_none = [](const std::vector<Tensor>& parameters) {
+      for (auto p : parameters) p.mutable_grad() = Tensor();
+    };
+    std::vector<std::string> failures;
+    Tensor kept, kept_values;
+    const void* reused = nullptr;
+    for (int step = 0; step < 4; ++step) {
+      set_to_none(reference_model->parameters());
+      torch::mse_loss(reference_model(input(step)), target(step)).backward();
+      reference_optimizer.step();
+      set_to_none(pieces);
+      torch::mse_loss(model->forward(rows(input(step))), rows(target(step))).backward();
+      optimizer.step();
+      const Tensor& grad = pieces.front().grad();
+      if (step == 0) {  // the caller keeps the first piece's gradient
+        kept = grad;
+        kept_values = grad.clone();
+      } else if (step == 1) {
+        if (!kept.equal(kept_values)) failures.push_back("the kept .grad changed in step 1");
+        if (grad.data_ptr() == kept.data_ptr()) {
+          failures.push_back("step 1's gradient was written into the kept .grad");
+        }
+        kept = Tensor();
+        reused = grad.data_ptr();
+      } else if (grad.data_ptr() != reused) {
+        failures.push_back("step " + std::to_string(step) +
+                           "'s gradient is not in step 1's buffer, which no one else held");
+      }
+    }
+    if (!failures.empty()) {
+      checks_.check(check::kKeptGradient, false, failures.front());
+      return;
+    }
+    std::vector<Tensor> full;
+    for (const auto& item : model->full_parameters()) full.push_back(item.value());
+    checks_.close_all(check::kKeptGradient, full, reference_model->parameters(), 1e-5);
   }
 
   std::shared_ptr<ProcessGroup> group_;

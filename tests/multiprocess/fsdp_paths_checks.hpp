@@ -88,6 +88,9 @@ inline const std::string kRawStorageLayers =
     "an Embedding and a LayerNorm unit called directly between steps are a ConfigError naming "
     "exactly the parameters the operation read and sharded_call, in 20 rounds each just after "
     "placeholders came and went, never a crash";
+inline const std::string kKeptGradient =
+    "a piece's .grad kept by the caller across gradients set to none keeps its values through the "
+    "next step, the pieces' gradient buffers are reused otherwise, and the steps match one process";
 inline const std::string kUnusedInsideUnit =
     "with find_unused_units, a parameter no rank used in a step inside a unit that ran keeps no "
     "gradient, AdamW leaves it bit for bit, and the steps (branch taken by every rank, none, one) "
@@ -117,6 +120,7 @@ inline std::set<std::string> fsdp_paths_check_names() {
           kMixedPrecisionRootInput,
           kBetweenSteps,
           kRawStorageLayers,
+          kKeptGradient,
           kUnusedInsideUnit};
 }
 

@@ -77,14 +77,17 @@ void combine(at::Tensor into, const at::Tensor& other, ReduceOp op) {
 class ReduceScatterWork final : public DirectWork {
  public:
   ReduceScatterWork(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
-                    std::shared_ptr<gloo::Context> context, uint32_t tag,
-                    std::chrono::milliseconds timeout)
+                    std::shared_ptr<RingScratch> scratch, std::shared_ptr<gloo::Context> context,
+                    uint32_t tag, std::chrono::milliseconds timeout)
       : DirectWork(output, input, std::move(context), tag, timeout, "ddp:reduce_scatter_ring"),
-        op_(op) {}
+        op_(op),
+        scratch_(std::move(scratch)) {}
 
   // Step s sends the partial result for chunk (rank - s - 1) to the right
   // and receives the left's partial for chunk (rank - s - 2), to which this
   // rank adds its own; after N - 1 steps the chunk received is this rank's.
+  // The steps receive into the output and one scratch chunk by turns, the
+  // last into the output.
   void run() override {
     at::NoGradGuard no_grad;
     const int size = context_->size;
@@ -102,13 +105,10 @@ class ReduceScatterWork final : public DirectWork {
     const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag_);
     const int right = (rank + 1) % size;
     const int left = (rank + size - 1) % size;
-    at::Tensor spare[2];
+    const at::Tensor scratch = size > 2 ? scratch_->take(chunk, output.options()) : at::Tensor();
     at::Tensor send = own(rank - 1);
     for (int step = 0; step < size - 1; ++step) {
-      const bool last = step == size - 2;
-      at::Tensor& buffer = spare[step % 2];
-      if (!last && !buffer.defined()) buffer = at::empty_like(output);
-      const at::Tensor receive = last ? output : buffer;
+      const at::Tensor receive = (size - 2 - step) % 2 == 0 ? output : scratch;
       auto outgoing = context_->createUnboundBuffer(send.data_ptr(), send.nbytes());
       auto incoming = context_->createUnboundBuffer(receive.data_ptr(), receive.nbytes());
       incoming->recv(left, slot);
@@ -124,6 +124,7 @@ class ReduceScatterWork final : public DirectWork {
 
  private:
   ReduceOp op_;
+  std::shared_ptr<RingScratch> scratch_;
 };
 
 }  // namespace
@@ -142,8 +143,8 @@ base::compat::WorkPtr GlooBackend::reduce_scatter_ring(const at::Tensor& output,
                                                        const at::Tensor& input, ReduceOp op,
                                                        std::chrono::milliseconds timeout) {
   const uint32_t tag = nextTag();
-  auto work =
-      c10::make_intrusive<ReduceScatterWork>(output, input, op, getContext(tag), tag, timeout);
+  auto work = c10::make_intrusive<ReduceScatterWork>(output, input, op, scratch_, getContext(tag),
+                                                     tag, timeout);
   enqueue(work);
   return work;
 }

@@ -13,9 +13,11 @@
 // collective needs:
 //  - all_gather_into: Gloo's ring all-gather, receiving straight into the
 //    caller's output, any dtype (the bytes are moved, never combined);
-//  - reduce_scatter_ring: a ring reduce-scatter through two chunk-sized
-//    buffers (the left neighbour's partial sum arrives in one while the
-//    other is sent on), the last partial received into the output itself.
+//  - reduce_scatter_ring: a ring reduce-scatter through one chunk-sized
+//    scratch buffer and the output (the left neighbour's partial sum
+//    arrives in one while the other is sent on, alternating so that the
+//    last partial is received into the output itself); the scratch is kept
+//    between calls (Note [The ring's scratch outside the heap]).
 //    Each rank sends and receives (N-1)/N of the input, as the all-to-all
 //    did, and the input is left as it was.
 // Both take the backend's next tag, so they are ordered with every other
@@ -29,6 +31,7 @@
 #include <chrono>
 
 #include "base/compat/torch_compat.hpp"
+#include "comm/backends/ring_scratch.hpp"
 #include "ddp/comm/reduce_op.hpp"
 
 namespace ddp::comm::backends {
@@ -48,6 +51,9 @@ class GlooBackend final : public c10d::ProcessGroupGloo {
   /// rank's chunk in `output`. kAverage sums: the caller divides.
   base::compat::WorkPtr reduce_scatter_ring(const at::Tensor& output, const at::Tensor& input,
                                             ReduceOp op, std::chrono::milliseconds timeout);
+
+ private:
+  std::shared_ptr<RingScratch> scratch_ = std::make_shared<RingScratch>();
 };
 
 }  // namespace ddp::comm::backends

@@ -3,7 +3,29 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include "base/mapped_tensor.hpp"
+
 namespace ddp::parallel::detail {
+namespace {
+
+// Note [Long-lived buffers outside the heap]: a buffer the pool keeps lives
+// for the job, so it is a mapping of its own where it is large enough; one
+// freed at once (keep false) is the step's transient, malloc's.
+bool mapped(bool keep, size_t bytes) { return keep && bytes >= base::detail::kMappedMinBytes; }
+
+void* allocate(bool keep, size_t bytes) {
+  return mapped(keep, bytes) ? base::detail::map_pages(bytes) : c10::alloc_cpu(bytes);
+}
+
+void deallocate(bool keep, void* data, size_t bytes) {
+  if (mapped(keep, bytes)) {
+    munmap(data, bytes);
+  } else {
+    c10::free_cpu(data);
+  }
+}
+
+}  // namespace
 
 // A taken buffer's deleter context: where its bytes go back to.
 struct BufferPool::Block {
@@ -29,11 +51,11 @@ void* BufferPool::take(size_t bytes) {
   most_taken_ = std::max(most_taken_, taken_bytes_ + bytes);
   while (!free_.empty() && taken_bytes_ + free_bytes_ + bytes > most_taken_) {
     auto largest = std::prev(free_.end());
-    c10::free_cpu(largest->second);
+    deallocate(keep_, largest->second, largest->first);
     free_bytes_ -= largest->first;
     free_.erase(largest);
   }
-  void* data = c10::alloc_cpu(bytes);
+  void* data = allocate(keep_, bytes);
   taken_bytes_ += bytes;
   return data;
 }
@@ -49,7 +71,7 @@ void BufferPool::give_back(void* context) {
       pool->free_.emplace(block->bytes, block->data);
       pool->free_bytes_ += block->bytes;
     } else {
-      c10::free_cpu(block->data);
+      deallocate(pool->keep_, block->data, block->bytes);
     }
   }
   delete block;
@@ -79,7 +101,7 @@ at::Tensor BufferPool::zeros(int64_t numel, const at::TensorOptions& options) {
 
 void BufferPool::release() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [bytes, data] : free_) c10::free_cpu(data);
+  for (const auto& [bytes, data] : free_) deallocate(keep_, data, bytes);
   free_.clear();
   free_bytes_ = 0;
   released_ = true;

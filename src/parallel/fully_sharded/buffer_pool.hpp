@@ -23,6 +23,8 @@ namespace ddp::parallel::detail {
 // benchmarks/fsdp_bench.sh, 166k page faults per step and rank, a tenth of
 // the step. So freed buffers come back here and the next request of the
 // same size takes one, as CUDA's caching allocator does for GPU memory.
+// Each buffer it keeps is a mapping of its own, outside malloc's heap
+// (Note [Long-lived buffers outside the heap] in base/mapped_tensor.hpp).
 // What the pool keeps free plus what is taken never exceeds the most ever
 // taken at once: a miss frees kept buffers first, so the peak RSS stays
 // that of freeing at once (a buffer counts as taken until its last tensor

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "base/dtype_name.hpp"
+#include "base/mapped_tensor.hpp"
 #include "base/str.hpp"
 #include "ddp/base/allocator.hpp"
 #include "ddp/base/errors.hpp"
@@ -96,7 +97,9 @@ void shard_built(const std::shared_ptr<torch::nn::Module>& module) {
   const int64_t shard_numel = (unit.numel + world - 1) / world;
   const int64_t shard_begin = shards->group->rank() * shard_numel;
   torch::NoGradGuard no_grad;
-  unit.shard = at::zeros({shard_numel}, first.options().requires_grad(false));
+  // Note [Long-lived buffers outside the heap]
+  unit.shard =
+      base::detail::mapped_empty(shard_numel, first.options().requires_grad(false)).zero_();
   size_t hash = 0;
   int64_t offset = 0;
   for (size_t i = 0; i < unit.parameters.size(); ++i) {

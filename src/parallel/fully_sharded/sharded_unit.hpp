@@ -249,6 +249,8 @@ class ShardedUnit {
   // Stops counting the gradients that arrived before the buffer (moved into
   // it, or dropped).
   void forget_loose_gradients();
+  // The tensor a piece whose .grad is none gets its gradient in.
+  at::Tensor fresh_grad(size_t piece);
   enum class State { kSharded, kGathering, kGathered };
   /// Each parameter's place in `flat` (a unit-sized buffer), in its shape.
   std::vector<at::Tensor> views_into(const at::Tensor& flat) const;
@@ -284,7 +286,8 @@ class ShardedUnit {
   std::vector<at::Tensor> grad_views_;  // each parameter's place in full_grad_
   std::vector<char> written_;           // per parameter: its place in full_grad_ holds its gradient
   at::Tensor reduced_grad_;
-  at::Tensor unsynced_grad_;  // no_sync()'s accumulation, in the shard's dtype
+  std::vector<at::Tensor> piece_grads_;  // each piece's last fresh_grad(), kept for the next step
+  at::Tensor unsynced_grad_;             // no_sync()'s accumulation, in the shard's dtype
   std::vector<at::Tensor> buffers_;
   std::vector<at::Tensor> buffer_values_;  // while cast: each buffer's value in its dtype
   at::Tensor staging_;       // what the all-gather fills, the parameters' storage once done
