@@ -61,6 +61,12 @@ class BetweenStepsChecker {
   Tensor target(int step) const { return data(step, 2, world_ * kRows); }
   Tensor rows(const Tensor& whole) const { return whole.narrow(0, rank_ * kRows, kRows); }
 
+  static std::vector<Tensor> full(FullyShardedDataParallel& model) {
+    std::vector<Tensor> result;
+    for (const auto& item : model->full_parameters()) result.push_back(item.value());
+    return result;
+  }
+
   // What reading the module's parameter `name` with `read` threw: the
   // ConfigError's message, or what happened instead.
   static std::string attempt(const std::string& what, const std::function<void()>& read) {
@@ -137,9 +143,7 @@ class BetweenStepsChecker {
       checks_.check(check::kBetweenSteps, false, failures.front());
       return;
     }
-    std::vector<Tensor> full;
-    for (const auto& item : model->full_parameters()) full.push_back(item.value());
-    checks_.close_all(check::kBetweenSteps, full, reference_model->parameters(), 1e-5);
+    checks_.close_all(check::kBetweenSteps, full(model), reference_model->parameters(), 1e-5);
   }
 
   // An Embedding and a LayerNorm unit run directly, within a forward (the
@@ -243,9 +247,7 @@ class BetweenStepsChecker {
       checks_.check(check::kKeptGradient, false, failures.front());
       return;
     }
-    std::vector<Tensor> full;
-    for (const auto& item : model->full_parameters()) full.push_back(item.value());
-    checks_.close_all(check::kKeptGradient, full, reference_model->parameters(), 1e-5);
+    checks_.close_all(check::kKeptGradient, full(model), reference_model->parameters(), 1e-5);
   }
 
   std::shared_ptr<ProcessGroup> group_;
