@@ -23,6 +23,7 @@ ddp_add_library(parallel DEPENDS ddp_comm SOURCES
   ${parallel}/wrapped_module.cpp
   ${parallel}/fully_sharded/fully_sharded_data_parallel.cpp
   ${parallel}/fully_sharded/active_forward.cpp
+  ${parallel}/fully_sharded/mapped_allocations.cpp
   ${parallel}/fully_sharded/sharded_construction.cpp
   ${parallel}/fully_sharded/sharded_unit.cpp
   ${parallel}/fully_sharded/sharded_unit_gradient.cpp

@@ -29,7 +29,8 @@ inline const std::string kPeakRssAsAllocated =
     "under the allocator as the process has it (glibc's malloc, its mmap threshold its own), "
     "building 8 units of 2, 6 and 12 MiB weights and wrapping them raises this rank's peak RSS "
     "by at most its shards (160 MiB / N) plus the largest unit and its shard (20 MiB + 20 MiB / "
-    "N) plus a fixed 12 MiB, and leaves it at most its shards plus 12 MiB above where it was";
+    "N) plus a fixed 12 MiB, leaves it at most its shards plus 12 MiB above where it was, and "
+    "widens malloc's heap by at most 8 MiB (the weights are mappings of their own)";
 inline const std::string kSeedsDiffer =
     "a rank seeded differently before the sharded build is an InvalidArgumentError on every "
     "rank naming the unit and its values, not a model that differs between ranks";

@@ -59,6 +59,7 @@ namespace ddp::parallel {
 
 namespace detail {
 struct BuiltShards;
+class MappedAllocations;
 /// Shards `module`'s parameters if a ShardedConstruction is alive on this
 /// thread (Note [Sharded construction]).
 void shard_built(const std::shared_ptr<torch::nn::Module>& module);
@@ -87,6 +88,9 @@ class ShardedConstruction {
  private:
   std::unique_ptr<detail::BuiltShards> shards_;
   detail::BuiltShards* previous_;
+  // c10's CPU allocator maps large blocks while this is alive (Note [A
+  // construction's blocks outside the heap]).
+  std::unique_ptr<detail::MappedAllocations> mapped_;
 };
 
 /// Returns `module` (a module holder) after sharding its parameters when a

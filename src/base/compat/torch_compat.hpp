@@ -23,6 +23,7 @@
 #endif
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/Allocator.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -74,6 +75,22 @@ inline constexpr bool kGlooHasBFloat16 = false;
 #else
 #define DDP_GLOO_ASYNC_WORK_ARGS(outputs, op_type, title) (outputs), (title)
 #endif
+
+// A host allocator ddp installs as c10's CPU allocator (Note [A
+// construction's blocks outside the heap]): later versions made
+// c10::Allocator::allocate non-const and added the pure copy_data that
+// clone() calls. Checked against 1.13 and 2.6.
+struct CpuAllocator : c10::Allocator {
+  virtual c10::DataPtr allocate_bytes(size_t bytes) const = 0;
+#if DDP_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(size_t bytes) override { return allocate_bytes(bytes); }
+  void copy_data(void* destination, const void* source, size_t bytes) const override {
+    default_copy_data(destination, source, bytes);
+  }
+#else
+  c10::DataPtr allocate(size_t bytes) const override { return allocate_bytes(bytes); }
+#endif
+};
 
 // Note [Gradient hooks on the accumulator]
 // DistributedDataParallel must act after a gradient has been accumulated

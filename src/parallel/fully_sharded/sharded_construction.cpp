@@ -18,6 +18,7 @@
 #include "ddp/base/errors.hpp"
 #include "ddp/comm/process_group.hpp"
 #include "parallel/fully_sharded/built_shards.hpp"
+#include "parallel/fully_sharded/mapped_allocations.hpp"
 #include "parallel/fully_sharded/sharded_placeholder.hpp"
 #include "parallel/fully_sharded/unit_plan.hpp"
 
@@ -211,6 +212,7 @@ ShardedConstruction::ShardedConstruction(std::shared_ptr<ProcessGroup> group)
         "ddp::init(), the one the model will be wrapped with.");
   }
   shards_->group = std::move(group);
+  mapped_ = std::make_unique<detail::MappedAllocations>();
   active_construction = shards_.get();
 }
 
