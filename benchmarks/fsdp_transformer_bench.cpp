@@ -8,11 +8,14 @@
 // ShardedConstruction of the node's group), or across the world and
 // resharded to the node after forward (fsdp-hpz). Prints on rank 0 one
 // line of key=value pairs, each the largest over the ranks: the RSS after
-// ddp::init() (the process's fixed part), the peak RSS through construction
+// ddp::init() (the process's fixed part), the pages of the libraries' code
+// and data faulted in after it (the fixed part's growth, RssFile's), the
+// peak RSS through construction
 // and wrapping, the peak RSS through the steps, the bytes held in
 // parameters, gradients and optimizer state, FSDP's peak of gathered
-// bytes, the median step time and its forward, backward and optimizer
-// parts, the model FLOPs of a step (three times a forward's, counted by
+// bytes and of its host buffers in use (the gathered ones and the reduced
+// shards; FullyShardedMemory::peak_buffer_bytes), the median step time and its forward, backward
+// and optimizer parts, the model FLOPs of a step (three times a forward's, counted by
 // ddp::training::FlopCounter, all ranks'), the MFU over rank 0's measured
 // peak and the optimizer's share of one core's bandwidth,
 // and, with --net-interface (a node's link on the simulated cluster), the
@@ -102,6 +105,7 @@ int main(int argc, char** argv) {
 
   auto group = ddp::init(ddp::InitOptions().backend(backend));
   const int64_t fixed_rss = status_bytes("VmRSS");
+  const int64_t code_rss_at_init = status_bytes("RssFile");
   config.checkpointed = way == "fsdp-checkpoint";
   const bool sharded =
       way == "fsdp" || way == "fsdp-checkpoint" || way == "fsdp-hpz" || way == "fsdp-hybrid";
@@ -177,7 +181,7 @@ int main(int argc, char** argv) {
   ddp::release_free_memory();
   reset_peak_rss();
   std::vector<double> times, forward_times, backward_times, optimizer_times;
-  int64_t held = 0, peak_gathered = 0, sent = 0;
+  int64_t held = 0, peak_gathered = 0, peak_buffers = 0, sent = 0;
   double loss_value = 0;
   for (int step = 0; step <= steps; ++step) {
     torch::manual_seed(100 * step + group->rank());
@@ -220,6 +224,7 @@ int main(int argc, char** argv) {
     held = std::max(held, storage_bytes(held_tensors(counted, optimizer)));
     if (fsdp_model) {
       peak_gathered = std::max(peak_gathered, (*fsdp_model)->memory().peak_gathered_bytes);
+      peak_buffers = std::max(peak_buffers, (*fsdp_model)->memory().peak_buffer_bytes);
     }
   }
   std::sort(times.begin(), times.end());
@@ -229,18 +234,22 @@ int main(int argc, char** argv) {
   const int64_t step_rss = largest_across_ranks(status_bytes("VmHWM"), *group);
   const int64_t construction_peak = largest_across_ranks(construction_rss, *group);
   const int64_t fixed = largest_across_ranks(fixed_rss, *group);
+  const int64_t code = largest_across_ranks(status_bytes("RssFile") - code_rss_at_init, *group);
   held = largest_across_ranks(held, *group);
   peak_gathered = largest_across_ranks(peak_gathered, *group);
+  peak_buffers = largest_across_ranks(peak_buffers, *group);
   if (group->rank() == 0) {
     std::printf(
-        "way=%s ranks=%d parameters=%lld fixed_rss_bytes=%lld construction_rss_bytes=%lld "
-        "step_rss_bytes=%lld held_bytes=%lld peak_gathered_bytes=%lld construction_s=%.1f "
+        "way=%s ranks=%d parameters=%lld fixed_rss_bytes=%lld code_rss_bytes=%lld "
+        "construction_rss_bytes=%lld step_rss_bytes=%lld held_bytes=%lld "
+        "peak_gathered_bytes=%lld peak_buffer_bytes=%lld construction_s=%.1f "
         "step_s=%.3f forward_s=%.3f backward_s=%.3f optimizer_s=%.3f %s %s "
         "optimizer=%s loss=%.4f tx_bytes_per_step=%lld\n",
         way.c_str(), group->size(), static_cast<long long>(config.parameter_count()),
-        static_cast<long long>(fixed), static_cast<long long>(construction_peak),
-        static_cast<long long>(step_rss), static_cast<long long>(held),
-        static_cast<long long>(peak_gathered), construction_s, times[times.size() / 2],
+        static_cast<long long>(fixed), static_cast<long long>(code),
+        static_cast<long long>(construction_peak), static_cast<long long>(step_rss),
+        static_cast<long long>(held), static_cast<long long>(peak_gathered),
+        static_cast<long long>(peak_buffers), construction_s, times[times.size() / 2],
         ddp_bench::median(forward_times), ddp_bench::median(backward_times),
         ddp_bench::median(optimizer_times),
         ddp_bench::mfu_fields(model_flops, times[times.size() / 2], peak).c_str(),

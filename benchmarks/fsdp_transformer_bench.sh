@@ -15,16 +15,24 @@
 #      of the machine and DDP's 4 x 16 Psi exceeds all of it, DDP and ZeRO-2
 #      are not run: their need per rank is the formula at this size plus the
 #      extrapolated overhead. FSDP with and without checkpointing run, their
-#      peak RSS per rank against the bound 16 Psi/N + two units' parameters
-#      and gradients + the fixed part + activations (every block's input,
-#      plus one block's internals with checkpointing or every block's
-#      without: 4 bytes x (18 BLW + 3 BHL^2) a block).
+#      peak RSS per rank against the bound, term by term (Note [The order
+#      of a sharded step]): 16 Psi/N; the unit in backward, its full
+#      gradient and the unit prefetched (3 units), the root's parameters and
+#      gradient; the reduced shard of the unit in flight and, above two
+#      ranks, the Gloo ring's scratch chunk (a shard each); the gradient
+#      LibTorch computes for the largest parameter (4W x W) before it is
+#      added into the unit's; the fixed part (the RSS after ddp::init() and
+#      the libraries' pages faulted in after it); activations (every block's
+#      input, plus one block's internals with checkpointing or every
+#      block's without: 4 bytes x (18 BLW + 3 BHL^2) a block).
 #
 # Usage: benchmarks/fsdp_transformer_bench.sh
 # Environment: RANKS (4), WIDTH (2048), LAYERS (9), HEADS (16), WIDTH_SMALL
 # (512), WIDTH_FIT (768), WIDTH_CHECK (1024), LAYERS_SMALL (4), BATCH (1), LENGTH (32), STEPS (2; the median of
-# these, after one untimed), DDP_BUILD_DIR (build), DDP_SKIP_BUILD (set: use
-# the build as it is), JOBS (2).
+# these, after one untimed), ALLOCATOR (unset: glibc's malloc, its mmap
+# threshold pinned for exact peaks; glibc, tcmalloc or auto: ddprun's
+# --allocator, nothing pinned, the allocator as a user's job has it),
+# DDP_BUILD_DIR (build), DDP_SKIP_BUILD (set: use the build as it is), JOBS (2).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,10 +56,12 @@ machine_bytes=$(($(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024))
 echo "cores: $(nproc --all); memory: $((machine_bytes >> 30)) GiB; cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 
 run() {  # run WAY WIDTH LAYERS: the result line of rank 0
-  # glibc's malloc: the benchmark pins its mmap threshold for exact peaks.
-  "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" --allocator glibc \
+  # Unless ALLOCATOR is set: glibc's malloc, its mmap threshold pinned by the
+  # benchmark for exact peaks.
+  "$build/bin/ddprun" --standalone --nproc-per-node "$ranks" --allocator "${ALLOCATOR:-glibc}" \
     "$build/bin/fsdp_transformer_bench" --way "$1" --width "$2" --layers "$3" --heads "$heads" --batch "$batch" --length "$length" \
-    --steps "${STEPS:-2}" | sed -n 's/^\[0\] //p'
+    --steps "${STEPS:-2}" --pin-mmap-threshold "$([[ -n ${ALLOCATOR:-} ]] && echo false || echo true)" |
+    sed -n 's/^\[0\] //p'
 }
 gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1073741824 }'; }
 state() {  # state WAY PSI: the training state per rank, by the formula
@@ -122,8 +132,11 @@ done
 for way in fsdp fsdp-checkpoint; do
   line=$(run "$way" "$width" "$layers")
   formula=$(state "$way" "$psi")
-  fixed=$(field "$line" fixed_rss_bytes)
-  bound=$((formula + 2 * 8 * unit + fixed + $(activations "$way" "$width" "$layers")))
+  fixed=$(($(field "$line" fixed_rss_bytes) + $(field "$line" code_rss_bytes)))
+  shard=$((4 * ((unit + ranks - 1) / ranks)))  # a unit's reduced shard, padded
+  scratch=$((ranks > 2 ? shard : 0))
+  gathered=$((3 * shard * ranks + 8 * (psi - layers * unit)))
+  bound=$((formula + gathered + shard + scratch + 16 * width * width + fixed + $(activations "$way" "$width" "$layers")))
   peak=$(field "$line" step_rss_bytes)
   printf '%-16s %10s %12s %12s %12s %12s %10s %8s\n' "$way" "$(gib "$formula")" - - "$(gib "$bound")" \
     "$(gib "$peak")$([[ $peak -le $bound ]] && echo "" || echo "!")" \

@@ -125,5 +125,28 @@ TEST(CoreProcessGroup, AStoreLostWhileGlooConnectsIsARendezvousError) {
   EXPECT_EQ(message.find("second line"), std::string::npos) << message;
 }
 
+// Note [A collective lets go of its tensors] in
+// src/comm/backends/gloo_backend.cpp: once wait() returns, the caller's
+// tensors are the caller's alone, the Work still held, so that a buffer
+// given back then (FSDP's full gradient) can be taken again at once.
+TEST(CoreProcessGroup, ACollectiveLetsGoOfItsTensorsBeforeWaitReturns) {
+  for (const std::string backend : {"gloo", "shm"}) {
+    auto group = init(InitOptions().backend(backend), EnvironmentMap{});
+    torch::Tensor input = torch::arange(6, torch::kFloat32);
+    torch::Tensor output = torch::empty({6});
+    Work reduced = group->reduce_scatter_async(output, input);
+    reduced.wait();
+    EXPECT_TRUE(torch::equal(output, input)) << backend;
+    EXPECT_EQ(input.use_count(), 1) << backend << ": reduce_scatter's input";
+    EXPECT_EQ(output.use_count(), 1) << backend << ": reduce_scatter's output";
+    torch::Tensor gathered = torch::empty({6});
+    Work all_gathered = group->all_gather_async(gathered, input);
+    all_gathered.wait();
+    EXPECT_TRUE(torch::equal(gathered, input)) << backend;
+    EXPECT_EQ(input.use_count(), 1) << backend << ": all_gather's input";
+    EXPECT_EQ(gathered.use_count(), 1) << backend << ": all_gather's output";
+  }
+}
+
 }  // namespace
 }  // namespace ddp

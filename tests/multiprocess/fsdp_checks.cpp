@@ -101,9 +101,10 @@ class FsdpChecker : FsdpTrainer {
   // Note [Buffers kept between steps]: `expected` is the default run's
   // parameters (buffers kept).
   void cached_buffers(const std::vector<Tensor>& expected) {
-    std::string problem;
+    std::string problem, held_on;
     auto inspect_kept = [&](FullyShardedDataParallel& model) {
       const auto memory = model->memory();
+      held_on = buffers_held_past_wait(model);
       const bool kept_ok = device_.is_cpu()
                                ? memory.cached_bytes > 0 &&
                                      memory.cached_bytes <= memory.peak_buffer_bytes &&
@@ -129,6 +130,26 @@ class FsdpChecker : FsdpTrainer {
     }
     if (problem.empty() && !identical(off, expected)) problem = "cache_buffers(false) differs";
     checks_.check(fsdp_check::kCachedBuffers, problem.empty(), problem);
+    checks_.check(fsdp_check::kBuffersLetGo, held_on.empty(), held_on);
+  }
+
+  // "" when the buffers in use at once (every one the backend still holds
+  // included) are the gathered parameters and gradients at their peak plus
+  // the largest unit's reduced shard at most, else the figures.
+  std::string buffers_held_past_wait(FullyShardedDataParallel& model) const {
+    const auto memory = model->memory();
+    if (!device_.is_cpu()) {
+      return memory.peak_buffer_bytes == 0 ? "" : "on a GPU the host buffers were used";
+    }
+    int64_t largest_shard = 0;
+    for (int64_t numel : model->unit_numels()) {
+      largest_shard = std::max(largest_shard, (numel + world_ - 1) / world_ * 4);
+    }
+    const int64_t beyond = memory.peak_buffer_bytes - memory.peak_gathered_bytes;
+    if (beyond >= 0 && beyond <= largest_shard && memory.peak_gathered_bytes > 0) return "";
+    return "in use at once " + std::to_string(memory.peak_buffer_bytes) + " bytes, gathered " +
+           std::to_string(memory.peak_gathered_bytes) + ": " + std::to_string(beyond) +
+           " beyond, where the largest reduced shard is " + std::to_string(largest_shard);
   }
 
   void frozen() {

@@ -41,6 +41,10 @@ inline const std::string kOverlapReduction =
 inline const std::string kCachedBuffers =
     "freed host buffers are kept for the next step, kept and in use within the most in use "
     "at once, freed by empty_cache(), none with cache_buffers(false), which matches bit for bit";
+inline const std::string kBuffersLetGo =
+    "the host buffers in use at once exceed the full parameters and gradients at their peak by "
+    "at most one reduced shard: the backend lets go of a reduce-scatter's input and output "
+    "before wait() returns, so a backward never takes a fourth unit-sized buffer";
 inline const std::string kReductionOverlaps =
     "a unit's reduce-scatter is issued before the backward of the unit before it starts and "
     "waited for after (one full gradient alive)";
@@ -91,6 +95,7 @@ inline std::set<std::string> fsdp_check_names() {
           kNoPrefetch,
           kOverlapReduction,
           kCachedBuffers,
+          kBuffersLetGo,
           kReductionOverlaps,
           kWholeModel,
           kFrozen,

@@ -73,6 +73,9 @@ void SerialExecutor::run() {
         first_failure_ = e.what();
       }
     }
+    // Note [A collective lets go of its tensors] (backends/gloo_backend.cpp):
+    // the task's tensors go before wait() can return.
+    item.task = nullptr;
     item.work->complete(error);
   }
 }

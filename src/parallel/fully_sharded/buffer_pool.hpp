@@ -28,7 +28,9 @@ namespace ddp::parallel::detail {
 // What the pool keeps free plus what is taken never exceeds the most ever
 // taken at once: a miss frees kept buffers first, so the peak RSS stays
 // that of freeing at once (a buffer counts as taken until its last tensor
-// goes, a backend's reference included, which may outlive wait()); between
+// goes, a backend's reference included: ddp's own collectives drop theirs
+// before wait() returns, Note [A collective lets go of its tensors] in
+// comm/backends/gloo_backend.cpp, and c10d's may hold theirs longer); between
 // steps the kept buffers are that peak (FullyShardedMemory::cached_bytes),
 // given back by release().
 // FullyShardedDataParallelOptions::cache_buffers(false) turns it off. CUDA
