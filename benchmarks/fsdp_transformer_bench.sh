@@ -19,12 +19,16 @@
 #      of a sharded step]): 16 Psi/N; the unit in backward, its full
 #      gradient and the unit prefetched (3 units), the root's parameters and
 #      gradient; the reduced shard of the unit in flight and, above two
-#      ranks, the Gloo ring's scratch chunk (a shard each); the gradient
-#      LibTorch computes for the largest parameter (4W x W) before it is
-#      added into the unit's; the fixed part (the RSS after ddp::init() and
-#      the libraries' pages faulted in after it); activations (every block's
-#      input, plus one block's internals with checkpointing or every
-#      block's without: 4 bytes x (18 BLW + 3 BHL^2) a block).
+#      ranks, the Gloo ring's scratch chunk (a shard each); the backward's
+#      pool (Note [The backward's large blocks from a pool]: the gradient
+#      LibTorch computes for a parameter before it is added into the unit's
+#      and the blocks kept, twice the largest parameter, 4W x W); the fixed
+#      part (the RSS after ddp::init() and the libraries' pages faulted in
+#      after it); activations (every block's input, plus one block's
+#      internals with checkpointing or every block's without: 4 bytes x
+#      (18 BLW + 3 BHL^2) a block); 8 MiB for the rest (LibTorch's, Gloo's
+#      and malloc's own, as FsdpShardedConstruction's kStepPeakAsAllocated
+#      allows).
 #
 # Usage: benchmarks/fsdp_transformer_bench.sh
 # Environment: RANKS (4), WIDTH (2048), LAYERS (9), HEADS (16), WIDTH_SMALL
@@ -136,7 +140,8 @@ for way in fsdp fsdp-checkpoint; do
   shard=$((4 * ((unit + ranks - 1) / ranks)))  # a unit's reduced shard, padded
   scratch=$((ranks > 2 ? shard : 0))
   gathered=$((3 * shard * ranks + 8 * (psi - layers * unit)))
-  bound=$((formula + gathered + shard + scratch + 16 * width * width + fixed + $(activations "$way" "$width" "$layers")))
+  pool=$((2 * 16 * width * width))
+  bound=$((formula + gathered + shard + scratch + pool + fixed + $(activations "$way" "$width" "$layers") + 8388608))
   peak=$(field "$line" step_rss_bytes)
   printf '%-16s %10s %12s %12s %12s %12s %10s %8s\n' "$way" "$(gib "$formula")" - - "$(gib "$bound")" \
     "$(gib "$peak")$([[ $peak -le $bound ]] && echo "" || echo "!")" \

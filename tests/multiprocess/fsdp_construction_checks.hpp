@@ -31,6 +31,12 @@ inline const std::string kPeakRssAsAllocated =
     "by at most its shards (160 MiB / N) plus the largest unit and its shard (20 MiB + 20 MiB / "
     "N) plus a fixed 12 MiB, leaves it at most its shards plus 12 MiB above where it was, and "
     "widens malloc's heap by at most 8 MiB (the weights are mappings of their own)";
+inline const std::string kStepPeakAsAllocated =
+    "under the allocator as the process has it, 3 AdamW steps of that model raise this rank's "
+    "peak RSS by at most its gradients' and moments' shards (3 x 160 MiB / N), the unit "
+    "running, its gradient and the unit prefetched (3 x 20 MiB), a reduced shard and above two "
+    "ranks the ring's scratch chunk (20 MiB / N each), the backward's pool (LibTorch's gradient "
+    "of a weight and the blocks kept: twice the largest weight, 24 MiB) and 8 MiB for the rest";
 inline const std::string kSeedsDiffer =
     "a rank seeded differently before the sharded build is an InvalidArgumentError on every "
     "rank naming the unit and its values, not a model that differs between ranks";
@@ -47,8 +53,9 @@ inline const std::string kWrapAfterEnd =
 
 inline std::set<std::string> fsdp_construction_check_names(int world_size) {
   using namespace fsdp_construction_check;
-  std::set<std::string> names{kBitEqual,       kTrainsAsPlain, kPeakRss,     kPeakRssAsAllocated,
-                              kPolicyMismatch, kUnwrappedRead, kWrapAfterEnd};
+  std::set<std::string> names{kBitEqual,           kTrainsAsPlain,       kPeakRss,
+                              kPeakRssAsAllocated, kStepPeakAsAllocated, kPolicyMismatch,
+                              kUnwrappedRead,      kWrapAfterEnd};
   if (world_size > 1) names.insert(kSeedsDiffer);
   return names;
 }

@@ -5,7 +5,9 @@
 // malloc's always, and a block LibTorch's kernels allocate and free raw is
 // freed by whichever allocator is installed when it is freed. Each test
 // runs in a process of its own (gtest_discover_tests), so the first scope
-// of each is the one that installs the allocator.
+// of each is the one that installs the allocator. Through an FSDP backward
+// the large blocks come from a pool instead (Note [The backward's large
+// blocks from a pool]).
 
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
@@ -25,6 +27,7 @@ namespace ddp::testing {
 namespace {
 
 using parallel::detail::MappedAllocations;
+using parallel::detail::PooledAllocations;
 
 constexpr int64_t kMiB = 1 << 20;
 
@@ -125,6 +128,75 @@ TEST(FsdpMappedAllocations, ShardedConstructionMapsWhileAlive) {
   }
   EXPECT_LT(inside_growth, 64 * 1024);
   EXPECT_GE(malloc_growth(large, after), 2 * kMiB);
+}
+
+// Note [The backward's large blocks from a pool].
+TEST(FsdpMappedAllocations, APoolKeepsFreedBlocksWithinItsLimitForRequestsTheyHold) {
+  if (!under_glibc()) GTEST_SKIP() << "counts glibc's malloc; " << allocator_in_use().summary();
+  const auto floats = [](int64_t bytes) { return torch::empty({bytes / 4}); };
+  torch::Tensor kept_again, outside;
+  {
+    PooledAllocations scope(6 * kMiB);
+    ASSERT_TRUE(scope.active());
+    torch::Tensor four = floats(4 * kMiB);
+    const void* four_at = four.data_ptr();
+    torch::Tensor two = floats(2 * kMiB);
+    const void* two_at = two.data_ptr();
+    four = torch::Tensor();
+    two = torch::Tensor();
+    EXPECT_EQ(parallel::detail::pooled_bytes(), size_t{6 * kMiB}) << "both kept: 6 MiB";
+    torch::Tensor three = floats(3 * kMiB);
+    EXPECT_EQ(three.data_ptr(), four_at) << "3 MiB from the kept 4 MiB block";
+    const torch::Tensor one = floats(kMiB);
+    EXPECT_EQ(one.data_ptr(), two_at) << "1 MiB from the kept 2 MiB block, twice its size";
+    EXPECT_EQ(parallel::detail::pooled_bytes(), 0u);
+    const torch::Tensor half = floats(kMiB / 2);  // below 1 MiB: malloc's
+    EXPECT_NE(half.data_ptr(), four_at);
+    torch::Tensor big = floats(8 * kMiB);  // held by nothing kept: mapped afresh
+    big.fill_(1);
+    three = torch::Tensor();
+    big = torch::Tensor();  // 4 + 8 MiB beyond the 6 MiB limit: unmapped
+    EXPECT_EQ(parallel::detail::pooled_bytes(), size_t{4 * kMiB});
+    kept_again = floats(4 * kMiB);
+    EXPECT_EQ(kept_again.data_ptr(), four_at);
+  }
+  EXPECT_EQ(parallel::detail::pooled_bytes(), size_t{2 * kMiB}) << "`one`'s, freed with the scope";
+  kept_again = torch::Tensor();  // freed after the scope: kept too, within the limit
+  EXPECT_EQ(parallel::detail::pooled_bytes(), size_t{6 * kMiB});
+  {
+    PooledAllocations again(6 * kMiB);
+    torch::Tensor five = floats(5 * kMiB);  // no kept block holds it: mapped afresh
+    five = torch::Tensor();                 // the smaller kept blocks make room for it
+    EXPECT_EQ(parallel::detail::pooled_bytes(), size_t{5 * kMiB});
+    torch::Tensor seven = floats(7 * kMiB);
+    seven = torch::Tensor();  // beyond the limit: unmapped, the 5 MiB block kept
+    EXPECT_EQ(parallel::detail::pooled_bytes(), size_t{5 * kMiB});
+  }
+  EXPECT_GE(malloc_growth([&] { return floats(4 * kMiB); }, outside), 4 * kMiB)
+      << "outside a scope, malloc's";
+  parallel::detail::release_pooled_blocks();
+  EXPECT_EQ(parallel::detail::pooled_bytes(), 0u);
+}
+
+// A FullyShardedDataParallel's backward keeps LibTorch's gradients' blocks
+// (its parameters' largest, 4 MiB), empty_cache() frees them, and
+// cache_buffers(false) keeps none.
+TEST(FsdpMappedAllocations, AnFsdpBackwardKeepsItsGradientsBlocks) {
+  const auto group = init(InitOptions().backend("gloo").rank(0).world_size(1));
+  auto step = [&](FullyShardedDataParallelOptions options) {
+    torch::manual_seed(1);
+    FullyShardedDataParallel model(
+        torch::nn::Sequential(torch::nn::Linear(1024, 1024), torch::nn::Linear(1024, 512)), options,
+        group);
+    for (int i = 0; i < 2; ++i) model->forward(torch::randn({2, 1024})).sum().backward();
+    return model;
+  };
+  FullyShardedDataParallel kept = step(FullyShardedDataParallelOptions());
+  EXPECT_EQ(kept->memory().pooled_bytes, 4 * kMiB) << "the 4 MiB weight's gradient block";
+  kept->empty_cache();
+  EXPECT_EQ(kept->memory().pooled_bytes, 0);
+  FullyShardedDataParallel off = step(FullyShardedDataParallelOptions().cache_buffers(false));
+  EXPECT_EQ(off->memory().pooled_bytes, 0);
 }
 
 // Last: it leaves a program's allocator installed at a higher priority.

@@ -64,6 +64,11 @@ struct FullyShardedMemory {
   /// reduced shards; a buffer is in use until the backend too lets go of
   /// it): cached plus in use never exceeds it. 0 on a GPU.
   int64_t peak_buffer_bytes = 0;
+  /// LibTorch's host blocks from 1 MiB (the parameters' gradients) freed in
+  /// a backward and kept for the next, within the largest parameter's
+  /// bytes (cache_buffers), those of every FSDP model in the process;
+  /// empty_cache() frees them. 0 on a GPU.
+  int64_t pooled_bytes = 0;
 };
 
 /// Options of FullyShardedDataParallel, in PyTorch's FSDP vocabulary.
@@ -112,7 +117,11 @@ struct FullyShardedDataParallelOptions {
   /// as CUDA's caching allocator keeps GPU memory: no fresh pages to fault
   /// in each step. Kept plus in use never exceeds the most in use at once,
   /// so the peak RSS is unchanged; between steps that peak stays resident
-  /// (FullyShardedMemory::cached_bytes) until empty_cache(). false frees
+  /// (FullyShardedMemory::cached_bytes) until empty_cache(). And through
+  /// each backward, LibTorch's host blocks from 1 MiB (the parameters'
+  /// gradients) come from mappings kept for the next, within the largest
+  /// parameter's bytes (Note [The backward's large blocks from a pool] in
+  /// src/parallel/fully_sharded/mapped_allocations.hpp). false frees
   /// each at once (Note [Buffers kept between steps] in
   /// src/parallel/fully_sharded/buffer_pool.hpp).
   TORCH_ARG(bool, cache_buffers) = true;
@@ -211,9 +220,10 @@ class FullyShardedDataParallelImpl : public torch::nn::Module {
   FullyShardedMemory memory() const;
   /// Starts a new peak in memory().
   void reset_peak_memory();
-  /// Frees the buffers kept for the next step (memory().cached_bytes), as
-  /// torch.cuda.empty_cache() does, and those a backend lets go of before
-  /// the next step; the next step allocates afresh.
+  /// Frees the buffers kept for the next step (memory().cached_bytes) and
+  /// the backward's kept blocks (those of every FSDP model in the
+  /// process), as torch.cuda.empty_cache() does, and those a backend lets
+  /// go of before the next step; the next step allocates afresh.
   void empty_cache();
 
   /// The wrapped module. While a unit is sharded (between steps) its

@@ -16,6 +16,7 @@
 #include "ddp/comm/process_group.hpp"
 #include "parallel/fully_sharded/built_shards.hpp"
 #include "parallel/fully_sharded/checked_options.hpp"
+#include "parallel/fully_sharded/mapped_allocations.hpp"
 #include "parallel/fully_sharded/unit_plan.hpp"
 #include "parallel/fully_sharded/unit_schedule.hpp"
 #include "parallel/rank_agreement.hpp"
@@ -303,6 +304,7 @@ FullyShardedMemory FullyShardedDataParallelImpl::memory() const {
   memory.peak_gathered_bytes = gathered_->peak;
   memory.cached_bytes = pool_->cached_bytes();
   memory.peak_buffer_bytes = pool_->peak_taken_bytes();
+  memory.pooled_bytes = static_cast<int64_t>(detail::pooled_bytes());
   for (const auto& unit : schedule_->units()) {
     memory.shard_bytes += unit->shard().numel() * unit->shard().element_size();
   }
@@ -311,7 +313,10 @@ FullyShardedMemory FullyShardedDataParallelImpl::memory() const {
 
 void FullyShardedDataParallelImpl::reset_peak_memory() { gathered_->peak = gathered_->now; }
 
-void FullyShardedDataParallelImpl::empty_cache() { pool_->release(); }
+void FullyShardedDataParallelImpl::empty_cache() {
+  pool_->release();
+  detail::release_pooled_blocks();  // Note [The backward's large blocks from a pool]
+}
 
 ProcessGroup& FullyShardedDataParallelImpl::shard_group() const {
   const auto& mesh = options_.device_mesh();

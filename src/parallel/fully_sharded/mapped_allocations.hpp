@@ -2,7 +2,8 @@
 
 // Internal: while a ShardedConstruction is alive, c10's CPU allocator maps
 // each large block by itself (Note [A construction's blocks outside the
-// heap]).
+// heap]), and through an FSDP backward serves them from mappings it keeps
+// (Note [The backward's large blocks from a pool]).
 
 #include <c10/core/Allocator.h>
 
@@ -45,7 +46,52 @@ class MappedAllocations {
   bool active_ = false;
 };
 
-/// ddp's CPU allocator, c10's once a MappedAllocations was made (for tests).
+// Note [The backward's large blocks from a pool]
+// LibTorch computes each parameter's gradient into a fresh block, which
+// FSDP adds into its unit's full gradient and frees (Note [The order of a
+// sharded step]). Under glibc those blocks, up to the largest parameter,
+// come from the heap once its mmap threshold has risen, between the
+// backward's small transients, and the heap's free space around them is
+// resident at the peak (37-77 MB on benchmarks/fsdp_transformer_bench.cpp
+// at width 1024); mapping each one by itself instead faults all of the
+// gradients in again every step (25% slower backward there). So while a
+// PooledAllocations is alive (a FullyShardedDataParallel holds one through
+// each backward, asking to keep its largest parameter's bytes) c10's CPU
+// allocator serves each block from kMappedMinBytes from mappings it keeps:
+// a freed one is kept while the kept ones stay within the largest
+// `keep_bytes` any scope asked for (smaller kept blocks make room for a
+// larger one), and a later request takes the smallest kept block that
+// holds it and is at most twice its size. So the pool
+// holds at most twice the largest parameter at once, the gradient in use
+// and the blocks kept. CUDA's caching allocator does the same for GPU
+// memory. The kept blocks stay between steps, their pages resident, until
+// release_pooled_blocks() (FullyShardedDataParallel::empty_cache()).
+class PooledAllocations {
+ public:
+  /// Serves large host blocks from kept mappings from now on, until
+  /// destroyed, keeping at most `keep_bytes` of freed ones (the largest any
+  /// scope gave).
+  explicit PooledAllocations(size_t keep_bytes);
+  ~PooledAllocations();
+  PooledAllocations(const PooledAllocations&) = delete;
+  PooledAllocations& operator=(const PooledAllocations&) = delete;
+
+  /// Whether large blocks come from the pool in this scope (false where a
+  /// program's own allocator outranks c10's default).
+  bool active() const { return active_; }
+
+ private:
+  bool active_ = false;
+};
+
+/// Unmaps every block the pool keeps (Note [The backward's large blocks
+/// from a pool]); the next scope keeps from scratch.
+void release_pooled_blocks();
+/// The bytes the pool keeps, freed and not taken again.
+size_t pooled_bytes();
+
+/// ddp's CPU allocator, c10's once a MappedAllocations or PooledAllocations
+/// was made (for tests).
 c10::Allocator* mapping_allocator();
 
 }  // namespace ddp::parallel::detail

@@ -49,6 +49,14 @@ UnitSchedule::UnitSchedule(std::vector<std::unique_ptr<ShardedUnit>> units, int 
       reductions_(units_, order_),
       awaiting_gradients_(units_.size(), 0) {
   for (const auto& unit : units_) names_.push_back(unit->name());
+  if (!options_.cache_buffers()) return;
+  for (const auto& unit : units_) {
+    if (!unit->trainable() || !unit->shard().device().is_cpu()) continue;
+    for (const auto& p : unit->parameters()) {
+      const size_t bytes = static_cast<size_t>(p.numel()) * unit->shard().element_size();
+      pool_keep_bytes_ = std::max(pool_keep_bytes_, bytes);
+    }
+  }
 }
 
 void UnitSchedule::attach_hooks() {
@@ -255,6 +263,8 @@ void UnitSchedule::enter_backward(int unit, bool prepare_gradients) {
     callback_queued_ = true;
     accumulates_ = backward_accumulates();
     if (accumulates_) phase_ = Phase::kBackward;
+    // Note [The backward's large blocks from a pool]: LibTorch's gradients.
+    if (accumulates_ && pool_keep_bytes_ > 0) backward_pool_.emplace(pool_keep_bytes_);
     std::weak_ptr<UnitSchedule> weak = weak_from_this();
     base::compat::queue_backward_callback([weak] {
       if (auto self = weak.lock()) self->end_backward();
@@ -312,6 +322,7 @@ void UnitSchedule::end_backward() {
   } else {  // no_sync(): the full gradients, and which units ran, stay for the next backward
     phase_ = Phase::kIdle;
     accumulates_ = false;
+    backward_pool_.reset();
     std::fill(awaiting_gradients_.begin(), awaiting_gradients_.end(), 0);
   }
 }
@@ -336,6 +347,7 @@ void UnitSchedule::drop_unreceived_gradients() {
 void UnitSchedule::reset_backward() {
   phase_ = Phase::kIdle;
   accumulates_ = false;
+  backward_pool_.reset();
   reductions_.reset();
   std::fill(awaiting_gradients_.begin(), awaiting_gradients_.end(), 0);
   std::fill(called_.begin(), called_.end(), 0);

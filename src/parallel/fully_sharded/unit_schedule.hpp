@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ddp/parallel/fully_sharded_data_parallel.hpp"
 #include "parallel/fully_sharded/forward_order.hpp"
+#include "parallel/fully_sharded/mapped_allocations.hpp"
 #include "parallel/fully_sharded/reduction_queue.hpp"
 #include "parallel/fully_sharded/sharded_unit.hpp"
 
@@ -160,9 +162,13 @@ class UnitSchedule : public std::enable_shared_from_this<UnitSchedule> {
   std::vector<int32_t> used_by_;                     // ranks that ran each unit (find_unused_units)
   std::vector<std::shared_ptr<void>> accumulators_;  // keeps 1.13's hooks alive
   int open_unit_ = -1;  // the unit before_unit() gathered last, not yet after_unit()ed
+  // Note [The backward's large blocks from a pool]: the largest host
+  // parameter's bytes with cache_buffers, else 0 (no pool).
+  size_t pool_keep_bytes_ = 0;
   // Per backward.
   bool callback_queued_ = false;
   bool accumulates_ = false;  // the running backward accumulates into the units
+  std::optional<PooledAllocations> backward_pool_;  // through a backward that accumulates
   ReductionQueue reductions_;
   // Per unit entered in backward and not yet accumulated into: 1 the
   // reduction in flight waits for its first gradient, 2 its gradient
